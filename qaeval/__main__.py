@@ -1,0 +1,5 @@
+import sys
+
+from qaeval.cli import main
+
+sys.exit(main())

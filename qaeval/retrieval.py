@@ -1,0 +1,58 @@
+"""Layer 2: retrieval metrics per case against the gold source ids.
+
+``score_retrieval(cases, outputs, k=5)`` returns one row per case with gold sources:
+
+==============  ===============================================================================
+case_id         readable case id
+k               the cut-off
+n_gold          number of gold sources
+n_retrieved     length of the system's ranking
+recall_at_k     gold sources in the top k / gold sources
+precision_at_k  gold sources in the top k / snippets in the top k (NaN when nothing was retrieved)
+mrr             1 / rank of the first gold source in the whole ranking, 0 when none is retrieved
+ndcg_at_k       binary-relevance nDCG over the top k
+==============  ===============================================================================
+
+Cases without gold sources (typically must-abstain cases) have no row: there is nothing to recall.
+An adapter error counts as an empty ranking.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+RETRIEVAL_COLUMNS = ["case_id", "k", "n_gold", "n_retrieved", "recall_at_k", "precision_at_k", "mrr", "ndcg_at_k"]
+
+
+def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, float]:
+    """The four retrieval figures for one ranking."""
+    gold_set = set(gold)
+    top = ranking[:k]
+    hits = [1.0 if r in gold_set else 0.0 for r in top]
+    recall = sum(hits) / len(gold_set) if gold_set else math.nan
+    precision = sum(hits) / len(top) if top else math.nan
+    mrr = 0.0
+    for rank, r in enumerate(ranking, start=1):
+        if r in gold_set:
+            mrr = 1.0 / rank
+            break
+    dcg = sum(h / math.log2(i + 2) for i, h in enumerate(hits))
+    ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(gold_set), k)))
+    ndcg = dcg / ideal if ideal else math.nan
+    return dict(recall_at_k=recall, precision_at_k=precision, mrr=mrr, ndcg_at_k=ndcg)
+
+
+def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -> pd.DataFrame:
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    rankings = dict(zip(outputs["case_id"], outputs["retrieved_ids"]))
+    rows = []
+    for case_id, gold in zip(cases["id"], cases["gold_source_ids"]):
+        if not gold:
+            continue
+        ranking = list(rankings.get(case_id) or [])
+        rows.append(dict(case_id=case_id, k=k, n_gold=len(gold), n_retrieved=len(ranking),
+                         **case_retrieval(list(gold), ranking, k)))
+    return pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)

@@ -1,0 +1,73 @@
+"""Text normalisation and tokenisation shared by the scorers, the hub and the offline judge."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WORD = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*")
+
+STOPWORDS = frozenset(
+    """a an and are as at be been by did do does for from had has have how i in is it its of on or
+    that the their them there these they this to was were what when where which who whom whose why
+    will with would can could should you your our we us any all than then into about after before
+    over under between during many much most more""".split()
+)
+
+
+def normalize(text: str) -> str:
+    """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
+    text = unicodedata.normalize("NFKD", text or "")
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    return " ".join(_WORD.findall(text.replace(",", "")))
+
+
+def tokens(text: str) -> list[str]:
+    """Normalised word tokens, in order, stopwords kept."""
+    return normalize(text).split()
+
+
+def _stem(word: str) -> str:
+    # Deliberately crude: enough that "branches" meets "branch" and "opened" meets "open".
+    for suffix in ("ies", "es", "ed", "ing", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def content_terms(text: str) -> list[str]:
+    """Stemmed tokens without stopwords: what lexical relevance and overlap are computed on."""
+    return [_stem(t) for t in tokens(text) if t not in STOPWORDS]
+
+
+def contains_phrase(haystack: str, needle: str) -> bool:
+    """Whether the normalised needle occurs in the normalised haystack on word boundaries."""
+    n = normalize(needle)
+    if not n:
+        return False
+    return f" {n} " in f" {normalize(haystack)} "
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "No.", "vs.", "approx.")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split an answer into sentences.
+
+    A sentence ends at ``.``, ``!`` or ``?`` followed by whitespace and a capital letter or digit
+    (optionally behind a quote or bracket). A period inside a number ("3.5") or after a common
+    abbreviation ("e.g.", "Dr.") does not end a sentence. Line breaks with a blank line between them
+    also end a sentence, so bullet lists split per bullet.
+    """
+    parts: list[str] = []
+    for block in re.split(r"\n\s*\n|\n\s*[-*•]\s+", text or ""):
+        start = 0
+        for match in _SENTENCE_END.finditer(block):
+            head = block[start : match.start()].rstrip()
+            if head.endswith(_ABBREVIATIONS):
+                continue
+            parts.append(block[start : match.start()])
+            start = match.end()
+        parts.append(block[start:])
+    return [p.strip() for p in parts if p.strip()]

@@ -1,0 +1,172 @@
+"""Layer 4: trajectory scoring for multi-hop and aggregation cases.
+
+A lucky answer reached through the wrong evidence is a failure. A multi-step case succeeds only when
+its end state is right *and* every checkpoint holds.
+
+Checkpoint vocabulary (one JSON object each, in a case's ``checkpoints`` list):
+
+``{"kind": "retrieved", "source_id": ID}``
+    the system retrieved snippet ID (it appears anywhere in ``retrieved_ids``).
+``{"kind": "cited", "source_id": ID}``
+    the system cited snippet ID and that citation resolves (the snippet was retrieved).
+``{"kind": "aggregate_equals", "value": NUMBER, "tolerance": NUMBER?}``
+    the system's ``computed_aggregate`` is a number within ``tolerance`` (default 0) of ``value``.
+``{"kind": "answer_mentions", "text": STR}``
+    the normalised answer contains the normalised text (case, punctuation and spacing ignored).
+
+End state: the case was answered (no adapter error, not abstained) and either the normalised gold answer
+appears in the normalised answer, or the gold answer is a number equal to ``computed_aggregate``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from qaeval.text import normalize
+
+CHECKPOINT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "retrieved": {"source_id": (str,)},
+    "cited": {"source_id": (str,)},
+    "aggregate_equals": {"value": (int, float), "tolerance": (int, float)},
+    "answer_mentions": {"text": (str,)},
+}
+_OPTIONAL = {("aggregate_equals", "tolerance")}
+
+MULTI_STEP = ("multi-hop", "aggregation")
+
+
+def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
+    """Why a checkpoint is malformed (empty list when it is fine). Used by the loader."""
+    if not isinstance(checkpoint, Mapping):
+        return [f"checkpoint must be an object, got {type(checkpoint).__name__}"]
+    kind = checkpoint.get("kind")
+    if kind not in CHECKPOINT_FIELDS:
+        return [f"checkpoint kind {kind!r} is not one of {sorted(CHECKPOINT_FIELDS)}"]
+    problems = []
+    fields = CHECKPOINT_FIELDS[kind]
+    for key in checkpoint:
+        if key != "kind" and key not in fields:
+            problems.append(f"checkpoint {kind!r} has unknown field {key!r}")
+    for key, types in fields.items():
+        if key not in checkpoint:
+            if (kind, key) not in _OPTIONAL:
+                problems.append(f"checkpoint {kind!r} needs field {key!r}")
+            continue
+        value = checkpoint[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            problems.append(f"checkpoint {kind!r} field {key!r} must be {types[0].__name__}")
+        elif key == "source_id" and value not in source_ids:
+            problems.append(f"checkpoint names source {value!r}, which is not in the case's sources")
+    return problems
+
+
+def describe_checkpoint(checkpoint: Mapping[str, Any]) -> str:
+    kind = checkpoint["kind"]
+    if kind in ("retrieved", "cited"):
+        return f"{kind} {checkpoint['source_id']}"
+    if kind == "aggregate_equals":
+        return f"aggregate = {checkpoint['value']}"
+    return f"answer mentions {checkpoint['text']!r}"
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*", value)
+        if match:
+            return float(value.replace(",", "").strip())
+    return None
+
+
+def _checkpoint_holds(cp: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[bool, str]:
+    kind = cp["kind"]
+    retrieved = list(out.get("retrieved_ids") or [])
+    if kind == "retrieved":
+        ok = cp["source_id"] in retrieved
+        return ok, "retrieved" if ok else "not retrieved"
+    if kind == "cited":
+        cited = {c["snippet_id"] for c in out.get("citations") or []}
+        if cp["source_id"] not in cited:
+            return False, "not cited"
+        if cp["source_id"] not in retrieved:
+            return False, "cited but never retrieved"
+        return True, "cited and retrieved"
+    if kind == "aggregate_equals":
+        got = _as_number(out.get("computed_aggregate"))
+        if got is None:
+            return False, "no numeric aggregate reported"
+        ok = abs(got - float(cp["value"])) <= float(cp.get("tolerance", 0))
+        return ok, f"aggregate {got:g}"
+    text = normalize(cp["text"])
+    ok = bool(text) and text in normalize(out.get("answer") or "")
+    return ok, "mentioned" if ok else "not mentioned"
+
+
+def end_state_reached(gold_answer: str | None, out: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether an output reached the gold end state, with the reason."""
+    if out.get("error"):
+        return False, "adapter error"
+    if out.get("abstained"):
+        return False, "abstained"
+    if gold_answer is None:
+        return False, "no gold answer"
+    gold_number = _as_number(gold_answer)
+    got = _as_number(out.get("computed_aggregate"))
+    if gold_number is not None and got is not None:
+        ok = math.isclose(gold_number, got, rel_tol=1e-9, abs_tol=1e-9)
+        return ok, f"aggregate {got:g} vs gold {gold_number:g}"
+    gold = normalize(gold_answer)
+    ok = bool(gold) and gold in normalize(out.get("answer") or "")
+    return ok, "gold answer in the answer" if ok else "gold answer not in the answer"
+
+
+def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFrame:
+    """Score every multi-hop and aggregation case.
+
+    ``cases`` is ``Suite.to_frame()``; ``outputs`` is the runner's frame. Returns one row per
+    (case, step), where step ``end_state`` comes first and then each checkpoint in order:
+
+    ============  ===========================================================
+    case_id       the readable case id
+    step          ``end_state`` or ``checkpoint 1``, ``checkpoint 2``, ...
+    kind          ``end_state`` or the checkpoint kind
+    description   what the step asks for
+    passed        bool
+    detail        what was observed
+    success       bool, the same on every row of a case: every step passed
+    ============  ===========================================================
+    """
+    outs = outputs.set_index("case_id", drop=False)
+    rows: list[dict[str, Any]] = []
+    for case in cases.itertuples(index=False):
+        if case.difficulty not in MULTI_STEP:
+            continue
+        out = outs.loc[case.id].to_dict()
+        ok, detail = end_state_reached(case.gold_answer, out)
+        steps = [("end_state", "end_state", f"reach the gold answer {case.gold_answer!r}", ok, detail)]
+        for i, cp in enumerate(case.checkpoints or [], start=1):
+            if out.get("error"):
+                held, why = False, "adapter error"
+            else:
+                held, why = _checkpoint_holds(cp, out)
+            steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), held, why))
+        success = all(s[3] for s in steps)
+        for step, kind, desc, passed, det in steps:
+            rows.append(
+                dict(case_id=case.id, step=step, kind=kind, description=desc, passed=bool(passed),
+                     detail=det, success=success)
+            )
+    columns = ["case_id", "step", "kind", "description", "passed", "detail", "success"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def checkpoint_kinds() -> Sequence[str]:
+    return tuple(CHECKPOINT_FIELDS)

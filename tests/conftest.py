@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "golden"
+LABELS = GOLDEN / "calibration" / "human_labels.jsonl"
+sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and hooks for tests
+
+BASE_CASE: dict[str, Any] = {
+    "id": "case-0001",
+    "question": "When did the Eastside Branch open?",
+    "sources": [
+        {"id": "s1", "title": "Eastside", "text": "The Eastside Branch opened in 1964 on Dunmore Street."},
+        {"id": "s2", "text": "The Northgate Branch opened in 1978 and is the smallest location."},
+        {"id": "s3", "text": "Printing costs 10 cents per page."},
+    ],
+    "gold_answer": "1964",
+    "gold_source_ids": ["s1"],
+    "expected_behavior": "answer",
+    "difficulty": "single-hop",
+    "split": "frozen",
+}
+
+
+def make_case(**changes: Any) -> dict[str, Any]:
+    case = copy.deepcopy(BASE_CASE)
+    for key, value in changes.items():
+        if value is ...:
+            case.pop(key, None)
+        else:
+            case[key] = value
+    return case
+
+
+def write_cases(folder: Path, cases: list[dict[str, Any]], name: str = "cases.jsonl") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def suite_dir(tmp_path: Path) -> Path:
+    return write_cases(tmp_path / "data", [make_case()])
+
+
+@pytest.fixture(scope="session")
+def golden_run():
+    from qaeval import api
+
+    return api.run(str(GOLDEN))

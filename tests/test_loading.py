@@ -1,0 +1,174 @@
+"""The strict loader: every rule of the golden case format, all problems at once, with file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import GOLDEN, make_case, write_cases
+
+from qaeval import DatasetError, load_suite
+from qaeval.cli import main
+
+
+def problems_of(folder: Path) -> list[str]:
+    with pytest.raises(DatasetError) as info:
+        load_suite(folder)
+    return [str(p) for p in info.value.problems]
+
+
+def test_golden_splits_load_and_count():
+    suite = load_suite(GOLDEN)
+    assert len(suite) >= 12
+    frame = suite.to_frame()
+    assert set(frame["split"]) == {"frozen", "living"}
+    assert set(frame["difficulty"]) == {"single-hop", "multi-hop", "aggregation"}
+    assert frame["must_abstain"].sum() >= 3
+    multi = frame[frame["difficulty"] != "single-hop"]
+    assert all(len(cps) > 0 for cps in multi["checkpoints"]), "every multi-step case has checkpoints"
+    assert all(5 <= n <= 10 for n in frame["n_sources"])
+
+
+def test_golden_has_a_gold_answer_found_verbatim_in_no_snippet():
+    suite = load_suite(GOLDEN)
+    assert any(c.gold_answer and not any(c.gold_answer in s.text for s in c.sources) for c in suite)
+
+
+def test_buggy_split_loads_with_a_failure_tag_per_case():
+    suite = load_suite(GOLDEN / "buggy")
+    assert len(suite) >= 4
+    assert all(c.adversarial for c in suite)
+    assert "time-sensitive" in {c.adversarial for c in suite}
+
+
+def test_bom_crlf_and_blank_lines_are_accepted(tmp_path):
+    text = "\r\n".join(["", json.dumps(make_case(id="a")), "   ", json.dumps(make_case(id="b")), ""])
+    (tmp_path / "x.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert [c.id for c in load_suite(tmp_path)] == ["a", "b"]
+
+
+def test_subfolders_and_other_extensions_are_not_loaded(tmp_path):
+    write_cases(tmp_path, [make_case(id="top")])
+    write_cases(tmp_path / "sub", [make_case(id="nested")])
+    (tmp_path / "notes.json").write_text("{}")
+    assert [c.id for c in load_suite(tmp_path)] == ["top"]
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (make_case(extra=1), "unknown field 'extra'"),
+        (make_case(question=""), "'question' must be a non-empty string"),
+        (make_case(question=...), "missing required field 'question'"),
+        (make_case(sources="s1"), "'sources' must be a list"),
+        (make_case(sources=[{"id": "s1"}]), "sources[0].text must be a non-empty string"),
+        (make_case(sources=[{"id": "s1", "text": "a"}, {"id": "s1", "text": "b"}], gold_source_ids=["s1"]),
+         "not unique within the case"),
+        (make_case(sources=[{"id": "s1", "text": "a", "url": "x"}], gold_source_ids=["s1"]), "unknown field 'url'"),
+        (make_case(gold_source_ids=["s9"]), "gold source id 's9' is not in the case's sources"),
+        (make_case(gold_answer=None), "an answerable case needs a non-empty 'gold_answer'"),
+        (make_case(gold_answer=...), "an answerable case needs a non-empty 'gold_answer'"),
+        (make_case(gold_answer=7), "'gold_answer' must be a non-empty string or null"),
+        (make_case(expected_behavior="refuse"), "'expected_behavior' is 'refuse'"),
+        (make_case(difficulty="hard"), "'difficulty' is 'hard'"),
+        (make_case(split="test"), "'split' is 'test'"),
+        (make_case(id=5), "'id' must be a non-empty string"),
+        (make_case(adversarial=3), "'adversarial' must be a non-empty string"),
+        (make_case(checkpoints={"kind": "cited"}), "'checkpoints' must be a list"),
+        (make_case(checkpoints=[{"kind": "guessed"}]), "checkpoint kind 'guessed'"),
+        (make_case(checkpoints=[{"kind": "cited", "source_id": "s9"}]), "not in the case's sources"),
+        (make_case(checkpoints=[{"kind": "aggregate_equals", "value": "two"}]), "field 'value' must be int"),
+    ],
+)
+def test_each_malformed_case_is_a_problem_with_file_and_line(tmp_path, case, message):
+    write_cases(tmp_path, [make_case(id="fine"), case])
+    found = problems_of(tmp_path)
+    assert len(found) == 1, found
+    assert f"cases.jsonl:2: " in found[0]
+    assert message in found[0]
+
+
+def test_must_abstain_case_needs_no_gold_answer(tmp_path):
+    write_cases(tmp_path, [make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None,
+                                     gold_source_ids=[])])
+    assert load_suite(tmp_path).cases[0].must_abstain
+
+
+def test_duplicate_id_across_files_names_the_first(tmp_path):
+    write_cases(tmp_path, [make_case(id="dup")], name="a.jsonl")
+    write_cases(tmp_path, [make_case(id="dup")], name="b.jsonl")
+    [problem] = problems_of(tmp_path)
+    assert "b.jsonl:1" in problem and "duplicate id 'dup'" in problem and "a.jsonl:1" in problem
+
+
+def test_top_level_array_is_rejected(tmp_path):
+    (tmp_path / "cases.jsonl").write_text(json.dumps([make_case()]))
+    [problem] = problems_of(tmp_path)
+    assert "cases.jsonl:1" in problem and "array" in problem
+
+
+def test_pretty_printed_array_is_rejected_with_a_hint(tmp_path):
+    (tmp_path / "cases.jsonl").write_text(json.dumps([make_case()], indent=2))
+    found = problems_of(tmp_path)
+    assert "JSONL" in found[0]
+
+
+def test_non_utf8_bytes_are_rejected_with_their_line(tmp_path):
+    good = json.dumps(make_case(id="a")).encode()
+    bad = json.dumps(make_case(id="b")).encode().replace(b"Eastside", b"East\xe9side")
+    (tmp_path / "cases.jsonl").write_bytes(good + b"\n" + bad + b"\n")
+    [problem] = problems_of(tmp_path)
+    assert "cases.jsonl:2" in problem and "not valid UTF-8" in problem
+
+
+def test_invalid_json_line_and_non_object_line(tmp_path):
+    (tmp_path / "cases.jsonl").write_text('{"id": \n42\n')
+    found = problems_of(tmp_path)
+    assert "cases.jsonl:1" in found[0] and "not valid JSON" in found[0]
+    assert "cases.jsonl:2" in found[1] and "JSON object" in found[1]
+
+
+def test_empty_suite_and_missing_folder(tmp_path):
+    (tmp_path / "cases.jsonl").write_text("\n\n")
+    assert "empty" in problems_of(tmp_path)[0]
+    (tmp_path / "nothing").mkdir()
+    assert "no *.jsonl" in problems_of(tmp_path / "nothing")[0]
+    assert "no such directory" in problems_of(tmp_path / "missing")[0]
+
+
+def test_every_problem_in_a_load_is_reported_together(tmp_path):
+    write_cases(tmp_path, [make_case(id="a", split="x"), make_case(id="b", difficulty="y", extra=1)])
+    found = problems_of(tmp_path)
+    assert len(found) == 3
+    assert sum(":1:" in p for p in found) == 1 and sum(":2:" in p for p in found) == 2
+
+
+def test_validate_command_counts_and_exits_zero(capsys):
+    assert main(["validate", "--data", str(GOLDEN)]) == 0
+    out = capsys.readouterr().out
+    assert "by split: frozen" in out and "by difficulty" in out and "by adversarial" in out
+    assert main(["validate", "--data", str(GOLDEN / "buggy")]) == 0
+
+
+def test_validate_bad_data_exits_65_with_every_problem_and_no_traceback(tmp_path, capsys):
+    write_cases(tmp_path, [make_case(id="a", split="x"), make_case(id="a")])
+    assert main(["validate", "--data", str(tmp_path)]) == 65
+    err = capsys.readouterr().err
+    assert "cases.jsonl:1" in err and "cases.jsonl:2" in err and "duplicate id" in err
+    assert "Traceback" not in err
+
+
+def test_suite_frame_keeps_missing_gold_answer_as_none():
+    frame = load_suite(GOLDEN).to_frame()
+    abstain = frame[frame["must_abstain"]]
+    assert all(g is None for g in abstain["gold_answer"])
+
+
+def test_changing_a_case_changes_its_fingerprint(tmp_path):
+    write_cases(tmp_path, [make_case()])
+    before = load_suite(tmp_path)
+    write_cases(tmp_path, [make_case(question="When did the Eastside Branch first open?")])
+    after = load_suite(tmp_path)
+    assert before.cases[0].fingerprint != after.cases[0].fingerprint
+    assert before.fingerprint != after.fingerprint
