@@ -25,7 +25,7 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
     q_terms = set(content_terms(question))
     scored = []
     for src in sources:
-        terms = set(content_terms(f"{src.title or ''} {src.text}"))
+        terms = set(content_terms(src.text)).union(content_terms(src.title or ""))
         hits = len(q_terms & terms)
         relevance = hits / len(q_terms) if q_terms else 0.0
         focus = hits / len(terms) if terms else 0.0

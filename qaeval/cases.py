@@ -141,6 +141,15 @@ class Suite:
                 ("split", "difficulty", "expected_behavior", "adversarial")}
 
 
+def snippet_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """{case_id: {snippet_id: text}} from ``Suite.sources_frame()``."""
+    bodies: dict[str, dict[str, str]] = {}
+    for case_id, sid, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
+                                  sources["text"].tolist()):
+        bodies.setdefault(case_id, {})[sid] = text
+    return bodies
+
+
 def case_fingerprint(raw: Mapping[str, Any]) -> str:
     """sha256 of a case's canonical JSON (sorted keys): the identity gate and drift check content by."""
     canon = json.dumps(raw, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.cases import snippet_bodies
 from qaeval.text import content_terms, normalize, split_sentences
 
 CHECKS = ("grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention")
@@ -133,9 +134,7 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     ``Suite.sources_frame()``. Returns one row per (case, check): case_id, check, passed (bool),
     reason (str).
     """
-    bodies_by_case: dict[str, dict[str, str]] = {}
-    for case_id, source_id, text in zip(sources["case_id"], sources["source_id"], sources["text"]):
-        bodies_by_case.setdefault(case_id, {})[source_id] = text
+    bodies_by_case = snippet_bodies(sources)
     outs = {row["case_id"]: row for row in outputs.to_dict("records")}
     rows = []
     for case in cases.itertuples(index=False):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from qaeval import checks as layer1
-from qaeval.cases import Suite
+from qaeval.cases import Suite, snippet_bodies
 from qaeval.judging import JudgeClient, JudgeConfig, effective_scores, score_with_judge
 from qaeval.metrics import METRIC_NAMES, bootstrap_weights, format_scoreboard, scoreboard, slices
 from qaeval.retrieval import score_retrieval
@@ -39,15 +39,13 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     abstained, was judged faithful (full credit, valid quote) when it answered, and, when multi-step,
     reached its end state through every checkpoint.
     """
-    bodies: dict[str, dict[str, str]] = {}
-    for case_id, sid, text in zip(sources["case_id"], sources["source_id"], sources["text"]):
-        bodies.setdefault(case_id, {})[sid] = text
-    check_wide = checks.pivot(index="case_id", columns="check", values="passed")
+    bodies = snippet_bodies(sources)
+    check_passed = {(r.case_id, r.check): bool(r.passed) for r in checks.itertuples(index=False)}
     check_reasons = checks[~checks["passed"]].groupby("case_id")["check"].apply(list).to_dict()
     check_why = {(r.case_id, r.check): r.reason for r in checks.itertuples(index=False)}
-    retr = retrieval.set_index("case_id")
+    retr = {r["case_id"]: r for r in retrieval.to_dict("records")}
     eff = effective_scores(verdicts)
-    eff_wide = eff.pivot(index="case_id", columns="axis", values="score") if not eff.empty else pd.DataFrame()
+    eff_scores = {(r.case_id, r.axis): int(r.score) for r in eff.itertuples(index=False)}
     judge_errors = verdicts[verdicts["error"].notna()].groupby("case_id")["error"].first().to_dict()
     cite_rows = verdicts[verdicts["axis"] == "citation_correctness"]
     cite_supported = {(r.case_id, r.target): bool(r.valid and r.score is not pd.NA and r.score >= 1)
@@ -62,17 +60,12 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
         error = out["error"]
         answered = not error and not out["abstained"]
         abstained = bool(out["abstained"]) and not error
-        det = {c: bool(check_wide.at[cid, c]) for c in layer1.CHECKS}
+        det = {c: check_passed[(cid, c)] for c in layer1.CHECKS}
         det_passed = all(det.values())
 
-        def axis(name: str) -> Any:
-            if eff_wide.empty or cid not in eff_wide.index or name not in eff_wide.columns:
-                return pd.NA
-            value = eff_wide.at[cid, name]
-            return pd.NA if pd.isna(value) else int(value)
-
-        faith, correct, cite = axis("faithfulness"), axis("answer_correctness"), axis("citation_correctness")
-        has_gold = cid in retr.index
+        faith, correct, cite = (eff_scores.get((cid, a), pd.NA)
+                                for a in ("faithfulness", "answer_correctness", "citation_correctness"))
+        has_gold = cid in retr
         retrieved = set(out["retrieved_ids"])
         n_cites = len(out["citations"]) if answered else 0
         good_cites = sum(
@@ -104,10 +97,8 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
             question=case.question, gold_answer=case.gold_answer, answer=out["answer"],
             abstained=bool(out["abstained"]), error=error, output_fingerprint=out["output_fingerprint"], retrieved_ids=out["retrieved_ids"],
             citations=out["citations"], **det, deterministic_passed=det_passed,
-            recall_at_k=retr.at[cid, "recall_at_k"] if has_gold else np.nan,
-            precision_at_k=retr.at[cid, "precision_at_k"] if has_gold else np.nan,
-            mrr=retr.at[cid, "mrr"] if has_gold else np.nan,
-            ndcg_at_k=retr.at[cid, "ndcg_at_k"] if has_gold else np.nan,
+            **{m: retr[cid][m] if has_gold else np.nan
+               for m in ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")},
             faithfulness=faith, answer_correctness=correct, citation_correctness=cite,
             judge_error=judge_errors.get(cid), trajectory_success=pd.NA if success is None else bool(success),
             case_passed=not reasons, fail_reasons="; ".join(reasons),

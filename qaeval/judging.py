@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
+from qaeval.cases import snippet_bodies
 from qaeval.text import content_terms, split_sentences, tokens
 
 AXES = ("faithfulness", "answer_correctness", "citation_correctness")
@@ -161,11 +162,9 @@ def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataF
                    rubric: Rubric | None = None) -> list[JudgeRequest]:
     """One request per answered case (no adapter error, not abstained)."""
     rubric = rubric or Rubric.load()
-    bodies: dict[str, dict[str, str]] = {}
-    for case_id, sid, text in zip(sources["case_id"], sources["source_id"], sources["text"]):
-        bodies.setdefault(case_id, {})[sid] = text
-    gold = dict(zip(cases["id"], cases["gold_answer"]))
-    questions = dict(zip(cases["id"], cases["question"]))
+    bodies = snippet_bodies(sources)
+    gold = dict(zip(cases["id"].tolist(), cases["gold_answer"].tolist()))
+    questions = dict(zip(cases["id"].tolist(), cases["question"].tolist()))
     requests = []
     for out in outputs.to_dict("records"):
         if out["error"] or out["abstained"]:

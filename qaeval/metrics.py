@@ -66,9 +66,8 @@ def ratio_with_interval(num: np.ndarray, den: np.ndarray, weights: np.ndarray,
     if n == 0:
         return math.nan, math.nan, math.nan, 0.0
     value = float(num.sum()) / n
-    keep = den > 0
-    w = weights[:, keep]
-    nums, dens = w @ num[keep].astype(np.float64), w @ den[keep].astype(np.float64)
+    # Cases outside the denominator carry den = 0 and num = 0, so they drop out of both products.
+    nums, dens = weights @ num.astype(np.float32), weights @ den.astype(np.float32)
     with np.errstate(invalid="ignore", divide="ignore"):
         stats = nums / dens
     stats = stats[np.isfinite(stats)]

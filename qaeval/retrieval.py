@@ -47,9 +47,9 @@ def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, flo
 def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -> pd.DataFrame:
     if k < 1:
         raise ValueError("k must be at least 1")
-    rankings = dict(zip(outputs["case_id"], outputs["retrieved_ids"]))
+    rankings = dict(zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist()))
     rows = []
-    for case_id, gold in zip(cases["id"], cases["gold_source_ids"]):
+    for case_id, gold in zip(cases["id"].tolist(), cases["gold_source_ids"].tolist()):
         if not gold:
             continue
         ranking = list(rankings.get(case_id) or [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 _WORD = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*")
 
@@ -15,11 +16,14 @@ STOPWORDS = frozenset(
 )
 
 
+@lru_cache(maxsize=1 << 18)
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
-    text = unicodedata.normalize("NFKD", text or "")
-    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
-    return " ".join(_WORD.findall(text.replace(",", "")))
+    text = text or ""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", text)
+        text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    return " ".join(_WORD.findall(text.lower().replace(",", "")))
 
 
 def tokens(text: str) -> list[str]:
@@ -27,6 +31,7 @@ def tokens(text: str) -> list[str]:
     return normalize(text).split()
 
 
+@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     # Deliberately crude: enough that "branches" meets "branch" and "opened" meets "open".
     for suffix in ("ies", "es", "ed", "ing", "s", "e"):
@@ -37,7 +42,12 @@ def _stem(word: str) -> str:
 
 def content_terms(text: str) -> list[str]:
     """Stemmed tokens without stopwords: what lexical relevance and overlap are computed on."""
-    return [_stem(t) for t in tokens(text) if t not in STOPWORDS]
+    return list(_content_terms(text or ""))
+
+
+@lru_cache(maxsize=1 << 18)  # snippets recur across hub, checks and judge: compute each once
+def _content_terms(text: str) -> tuple[str, ...]:
+    return tuple(_stem(t) for t in normalize(text).split() if t not in STOPWORDS)
 
 
 def contains_phrase(haystack: str, needle: str) -> bool:

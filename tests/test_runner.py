@@ -84,3 +84,29 @@ def test_crashing_adapter_run_prints_scoreboard(suite_dir, capsys):
     assert main(["run", "--data", str(suite_dir), "--adapter", "plugins:make_raising"]) == 0
     out = capsys.readouterr().out
     assert "adapter errors: 1" in out and "deterministic_pass_rate" in out
+
+
+def test_timeout_also_works_off_the_main_thread(two_cases):
+    """Notebook kernels and servers may call the runner from a worker thread: no SIGALRM there."""
+    import threading
+
+    hanging, box = plugins.Hanging(), {}
+    thread = threading.Thread(target=lambda: box.update(frame=run_suite(two_cases, hanging, timeout=0.05)))
+    thread.start()
+    thread.join(10)
+    hanging.release.set()
+    assert list(box["frame"]["error"]) == ["timed out after 0.05 s"] * 2
+
+
+def test_adapter_that_swallows_exceptions_still_times_out(two_cases):
+    class Swallowing:
+        def answer(self, case):
+            import time
+            try:
+                time.sleep(5)
+            except Exception:  # a sloppy adapter must not be able to swallow the timeout
+                pass
+            return None
+
+    frame = run_suite(two_cases, Swallowing(), timeout=0.05)
+    assert list(frame["error"]) == ["timed out after 0.05 s"] * 2

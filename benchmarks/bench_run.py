@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Time `qaeval run` end to end on synthetic suites of growing size.
+
+    python benchmarks/bench_run.py                  # N = 1000, 2500, 5000, 10000; 5 runs each
+    python benchmarks/bench_run.py --sizes 10000 --repeat 3
+
+Each case has 8 snippets (one gold, near-miss distractors); a fifth of them must be abstained on and a
+tenth are multi-hop. Every run is a fresh `qaeval run` process with the bundled hub and the offline
+judge, so the figure includes interpreter start, imports, loading and scoring. Prints the median wall
+time, the time per 1,000 cases (flat means linear) and the child's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = ("branch library card loan renewal fine hold printer museum pass garden tutor archive room "
+         "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop").split()
+
+
+def make_case(i: int, rng: random.Random) -> dict:
+    topic = rng.sample(WORDS, 3)
+    gold_text = f"The {topic[0]} {topic[1]} policy sets {topic[2]} limits at {i % 97} items per month for patrons."
+    sources = [{"id": f"s{j}", "text": f"The {rng.choice(WORDS)} {rng.choice(WORDS)} note mentions "
+                f"{topic[j % 3]} and {rng.choice(WORDS)} on page {j}. Staff review it every {j + 2} weeks."}
+               for j in range(7)]
+    sources.insert(rng.randrange(8), {"id": "gold", "title": topic[0], "text": gold_text})
+    kind = i % 10
+    case = {"id": f"bench-{i:06d}", "sources": sources, "split": "frozen" if i % 3 else "living"}
+    if kind < 2:
+        case.update(question=f"What does the zoo charge for {rng.choice(['parking', 'kayaks', 'telescopes'])}?",
+                    gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain",
+                    difficulty="single-hop")
+    else:
+        case.update(question=f"How many {topic[2]} items per month does the {topic[0]} {topic[1]} policy allow?",
+                    gold_answer=f"{i % 97} items", gold_source_ids=["gold"], expected_behavior="answer",
+                    difficulty="multi-hop" if kind == 9 else "single-hop")
+        if kind == 9:
+            case["checkpoints"] = [{"kind": "cited", "source_id": "gold"}]
+    return case
+
+
+def write_suite(folder: Path, n: int) -> None:
+    rng = random.Random(n)
+    with open(folder / "cases.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps(make_case(i, rng)) + "\n")
+
+
+def time_run(folder: Path) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet"],
+                          capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"qaeval run failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux, max over children so far
+    return elapsed, max(peak, before) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2500, 5000, 10000])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{'cases':>7} {'median s':>9} {'min s':>7} {'s per 1k':>9} {'peak MiB':>9}")
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            write_suite(folder, n)
+            runs = [time_run(folder) for _ in range(args.repeat)]
+        times = [t for t, _ in runs]
+        med = statistics.median(times)
+        print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {max(m for _, m in runs):>9.0f}",
+              flush=True)
+    print("(peak MiB is the largest child so far: read it on the largest size)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Layer 1: the deterministic trust checks on hand-built outputs."""
+
+from __future__ import annotations
+
+from conftest import make_case
+from helpers import S1, S2, frames, output
+
+from qaeval.checks import check_outputs, claim_covers
+from qaeval.text import split_sentences
+
+
+def run_checks(tmp_path, case=None, **fields):
+    suite, cases, outs, sources = frames(tmp_path, [case or make_case()], [output(**fields)])
+    result = check_outputs(cases, outs, sources)
+    return {r.check: (r.passed, r.reason) for r in result.itertuples()}
+
+
+def test_clean_cited_answer_passes_every_check(tmp_path):
+    assert all(ok for ok, _ in run_checks(tmp_path).values())
+
+
+def test_gold_answer_leaked_outside_retrieved_snippets_fails_grounding(tmp_path):
+    case = make_case(gold_answer="sixty years", question="How long ago did it open?")
+    res = run_checks(tmp_path, case, prompt_to_model=f"How long ago did it open?\n{S1}\nHint: sixty years")
+    assert res["grounding_isolation"][0] is False
+    assert "outside the retrieved snippets" in res["grounding_isolation"][1]
+
+
+def test_gold_answer_inside_a_retrieved_snippet_is_not_a_leak(tmp_path):
+    res = run_checks(tmp_path)  # "1964" is in the retrieved s1 body that the prompt carries
+    assert res["grounding_isolation"][0] is True
+
+
+def test_gold_answer_from_an_unretrieved_snippet_is_a_leak(tmp_path):
+    case = make_case(gold_answer="1978", gold_source_ids=["s2"])
+    res = run_checks(tmp_path, case, retrieved_ids=["s1"],
+                     prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}")
+    assert res["grounding_isolation"][0] is False
+
+
+def test_model_call_without_recorded_prompt_fails_grounding(tmp_path):
+    assert run_checks(tmp_path, prompt_to_model=None)["grounding_isolation"][0] is False
+
+
+def test_prompt_without_the_question_fails_grounding(tmp_path):
+    res = run_checks(tmp_path, prompt_to_model=S1)
+    assert res["grounding_isolation"] == (False, "the prompt does not carry the question")
+
+
+def test_citation_to_unretrieved_snippet_fails_resolvability(tmp_path):
+    res = run_checks(tmp_path, citations=[{"snippet_id": "s3", "claim": S1}])
+    assert res["citation_resolvability"][0] is False and "never retrieved" in res["citation_resolvability"][1]
+
+
+def test_citation_to_unknown_snippet_fails_resolvability(tmp_path):
+    res = run_checks(tmp_path, citations=[{"snippet_id": "s9", "claim": S1}], retrieved_ids=["s9"])
+    assert "not in the fixture" in res["citation_resolvability"][1]
+
+
+def test_uncited_sentence_fails_coverage(tmp_path):
+    res = run_checks(tmp_path, answer=f"{S1} It also lends telescopes to every patron.")
+    assert res["citation_coverage"][0] is False and "1 of 2" in res["citation_coverage"][1]
+
+
+def test_answer_without_citation_fails_coverage(tmp_path):
+    assert run_checks(tmp_path, citations=[])["citation_coverage"][0] is False
+
+
+def test_citation_that_does_not_resolve_does_not_cover(tmp_path):
+    res = run_checks(tmp_path, citations=[{"snippet_id": "s3", "claim": S1}])
+    assert res["citation_coverage"][0] is False
+
+
+def test_must_abstain_case_answered_fails_closed(tmp_path):
+    case = make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None, gold_source_ids=[])
+    res = run_checks(tmp_path, case)
+    assert res["fail_closed_abstention"] == (False, "must abstain but answered")
+
+
+def test_model_called_on_empty_retrieval_fails_closed(tmp_path):
+    res = run_checks(tmp_path, retrieved_ids=[], citations=[], abstained=True, answer="")
+    assert res["fail_closed_abstention"][0] is False
+    assert "called the model with nothing retrieved" in res["fail_closed_abstention"][1]
+
+
+def test_clean_abstention_passes_everything(tmp_path):
+    case = make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None, gold_source_ids=[])
+    res = run_checks(tmp_path, case, answer="", citations=[], retrieved_ids=[], abstained=True,
+                     model_was_called=False, prompt_to_model=None)
+    assert all(ok for ok, _ in res.values())
+
+
+def test_sentence_splitting_keeps_numbers_and_abbreviations_together():
+    text = "Fees rose 2.5 percent, e.g. for DVDs. Dr. Okafor approved it! Was it 2021? Yes."
+    assert split_sentences(text) == ["Fees rose 2.5 percent, e.g. for DVDs.", "Dr. Okafor approved it!",
+                                     "Was it 2021?", "Yes."]
+
+
+def test_claim_covers_by_containment_or_overlap():
+    assert claim_covers(S1, "The Eastside Branch opened in 1964.") is True
+    assert claim_covers("Eastside opened in 1964 on Dunmore Street", "Eastside Branch opened 1964 Dunmore") is True
+    assert claim_covers(S2, S1) is False
