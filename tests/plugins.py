@@ -62,3 +62,21 @@ def notify(alarms):
 
 
 not_callable = 42
+
+
+class AbstainOn:
+    """The reference hub, except that it abstains on questions containing a word (a wrong refusal)."""
+
+    def __init__(self, word: str) -> None:
+        from qaeval.adapter import ReferenceHub
+
+        self.hub, self.word = ReferenceHub(), word
+
+    def answer(self, case):
+        if self.word in case.question:
+            return SUTOutput(abstained=True)
+        return self.hub.answer(case)
+
+
+def make_abstain_on_dvd():
+    return AbstainOn("DVD")
