@@ -7,7 +7,8 @@ never interleave; if the file ends in a torn line (a writer killed mid-line), th
 on a fresh line and readers skip the fragment, saying so.
 
 The band for each metric is the trailing window's mean plus or minus max(3 standard deviations,
-``min_width``). Higher-is-better metrics alarm only on a drop below the band; over_refusal_rate alarms
+``min_width``), over the earlier runs that did not alarm on that metric (each record lists its alarms), so
+a sustained drop keeps alarming instead of widening its own band; start a new series to accept a change. Higher-is-better metrics alarm only on a drop below the band; over_refusal_rate alarms
 on leaving it in either direction. With fewer than ``min_history`` earlier records there is no band
 and no alarm, and the result says so.
 """
@@ -156,7 +157,8 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
     trailing = history[-window:] if window > 0 else []
     rows, alarms, notes = [], [], []
     for name in METRIC_NAMES:
-        values = [r["metrics"].get(name) for r in trailing]
+        # A run that alarmed on this metric does not widen its band: a sustained drop keeps alarming.
+        values = [r["metrics"].get(name) for r in trailing if name not in (r.get("alarms") or [])]
         values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
         current = record["metrics"].get(name)
         current = math.nan if current is None else float(current)
@@ -189,6 +191,7 @@ def drift(run: Any, timeseries: str | Path, *, window: int = DEFAULT_WINDOW, min
     history, notes = read_history(timeseries)
     record = make_record(run, now=now)
     bands, alarms, more = compare(history, record, window=window, min_history=min_history)
+    record["alarms"] = [a["metric"] for a in alarms]
     notes += more
     if history and history[-1].get("dataset_fingerprint") != record["dataset_fingerprint"]:
         notes.append("the frozen split's fingerprint differs from the previous run's: the series mixes datasets")

@@ -51,6 +51,9 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     cite_supported = {(r.case_id, r.target): bool(r.valid and r.score is not pd.NA and r.score >= 1)
                       for r in cite_rows.itertuples(index=False)}
     traj = trajectory.groupby("case_id")["success"].first().to_dict() if not trajectory.empty else {}
+    traj_fail: dict[str, list[str]] = {}
+    for r in trajectory[~trajectory["passed"]].itertuples(index=False):
+        traj_fail.setdefault(r.case_id, []).append(f"{r.description}: {r.detail}")
     outs = {o["case_id"]: o for o in outputs.to_dict("records")}
 
     rows = []
@@ -89,7 +92,7 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
             elif answered and faith is not pd.NA and faith < 2:
                 reasons.append(f"judged unfaithful (score {faith})")
             if multi and not success:
-                reasons.append("multi-step trajectory failed")
+                reasons.append("trajectory failed (" + ", ".join(traj_fail.get(cid, [])) + ")")
 
         row: dict[str, Any] = dict(
             case_id=cid, split=case.split, difficulty=case.difficulty,
@@ -122,6 +125,7 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
             row[f"{name}__den"] = float(den)
         rows.append(row)
     frame = pd.DataFrame(rows)
+    frame["gold_answer"] = pd.Series([r["gold_answer"] for r in rows], dtype=object, index=frame.index)
     for col in ("faithfulness", "answer_correctness", "citation_correctness"):
         frame[col] = frame[col].astype("Int64")
     frame["trajectory_success"] = frame["trajectory_success"].astype("boolean")

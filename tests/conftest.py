@@ -56,3 +56,31 @@ def golden_run():
     from qaeval import api
 
     return api.run(str(GOLDEN))
+
+
+@pytest.fixture(scope="session")
+def hostile_reports(tmp_path_factory):
+    """A suite whose cases and answers carry markup, gated and run into HTML reports."""
+    import os
+
+    from qaeval.cli import main
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    markup = "<b>bold</b><script>document.body.setAttribute('data-pwned','case')</script> $x^2$"
+    data = write_cases(tmp / "data", [make_case(id="xss-<i>0001</i>", question=f"When did Eastside open? {markup}",
+                                                adversarial=f"tag {markup}")])
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), old]))
+    try:
+        baseline = tmp / "b.json"
+        assert main(["baseline", "--data", str(data), "--out", str(baseline)]) == 0
+        gate_html, run_html = tmp / "gate.html", tmp / "run.html"
+        assert main(["gate", "--data", str(data), "--adapter", "plugins:make_hostile", "--baseline", str(baseline),
+                     "--html", str(gate_html)]) == 1
+        assert main(["run", "--data", str(data), "--adapter", "plugins:make_hostile", "--html", str(run_html)]) == 0
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    return gate_html, run_html

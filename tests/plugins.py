@@ -80,3 +80,20 @@ class AbstainOn:
 
 def make_abstain_on_dvd():
     return AbstainOn("DVD")
+
+
+MARKUP = ("<script>document.body.setAttribute('data-pwned','script')</script>"
+          "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"> costs $5 and $6")
+
+
+class Hostile:
+    """Answers with markup and cites a snippet it never retrieved, so the gate blocks on it."""
+
+    def answer(self, case):
+        first, last = case.sources[0], case.sources[-1]
+        return SUTOutput(answer=MARKUP, citations=[Citation(last.id, MARKUP)], retrieved_ids=[first.id],
+                         model_was_called=True, prompt_to_model=f"{case.question}\n{first.text}")
+
+
+def make_hostile():
+    return Hostile()

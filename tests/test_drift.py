@@ -118,3 +118,10 @@ def test_notify_hook_that_raises_is_noted_not_fatal(golden_run, tmp_path):
 
 def test_unknown_notify_hook_is_a_usage_error(tmp_path, capsys):
     assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(tmp_path / "s"), "--notify", "plugins:nope"]) == 64
+
+
+def test_a_sustained_drop_keeps_alarming():
+    bad = record(faithfulness_rate=0.5)
+    bad["alarms"] = ["faithfulness_rate"]
+    _, alarms, _ = compare(HISTORY + [bad], record(faithfulness_rate=0.5))
+    assert {a["metric"] for a in alarms} == {"faithfulness_rate"}
