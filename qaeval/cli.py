@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from qaeval import api
@@ -84,16 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _judge_env(args: argparse.Namespace) -> None:
-    for flag, var in (("judge_model", "QAEVAL_JUDGE_MODEL"), ("judge_base_url", "OPENAI_BASE_URL"),
-                      ("judge_concurrency", "QAEVAL_JUDGE_CONCURRENCY")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            os.environ[var] = str(value)
+@contextmanager
+def _judge_env(args: argparse.Namespace) -> Iterator[None]:
+    """Flags that configure judges and progress travel as environment variables (judge factories take
+    no arguments, and notebook kernels inherit them); restored afterwards."""
+    settings = {var: str(getattr(args, flag)) for flag, var in (
+        ("judge_model", "QAEVAL_JUDGE_MODEL"), ("judge_base_url", "OPENAI_BASE_URL"),
+        ("judge_concurrency", "QAEVAL_JUDGE_CONCURRENCY")) if getattr(args, flag, None) is not None}
     if getattr(args, "no_judge_cache", False):
-        os.environ["QAEVAL_JUDGE_CACHE"] = "off"
+        settings["QAEVAL_JUDGE_CACHE"] = "off"
     if getattr(args, "quiet", False):
-        os.environ["QAEVAL_PROGRESS"] = "0"
+        settings["QAEVAL_PROGRESS"] = "0"
+    saved = {var: os.environ.get(var) for var in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,11 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             print(api.validate(args.data))
             return 0
-        _judge_env(args)
         params = _params(args)
         if args.command == "baseline":
             params["out"] = args.out
-        outcome = api.execute(args.command, params, html=args.html, show_code=args.show_code)
+        with _judge_env(args):
+            outcome = api.execute(args.command, params, html=args.html, show_code=args.show_code)
         print(outcome.text)
         for note in outcome.notes:
             print(note, file=sys.stderr)

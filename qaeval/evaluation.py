@@ -163,14 +163,17 @@ class RunResult:
 
     @property
     def judge_usage(self) -> dict[str, int]:
-        """Judge calls and tokens: calls made, calls answered from cache, prompt and completion tokens."""
+        """Judge cost of this run: verdict calls (one per answered case), how many the cache answered,
+        how many failed, and the prompt and completion tokens spent (cache hits spend none)."""
         per_call = self.verdicts.drop_duplicates("case_id")
+        cached = per_call["cached"].fillna(False).astype(bool)
+        spent = per_call[~cached]
         return dict(
             calls=int(len(per_call)),
-            cached=int(per_call["cached"].fillna(False).astype(bool).sum()),
+            cached=int(cached.sum()),
             errors=int(per_call["error"].notna().sum()),
-            prompt_tokens=int(pd.to_numeric(per_call["prompt_tokens"]).fillna(0).sum()),
-            completion_tokens=int(pd.to_numeric(per_call["completion_tokens"]).fillna(0).sum()),
+            prompt_tokens=int(pd.to_numeric(spent["prompt_tokens"]).fillna(0).sum()),
+            completion_tokens=int(pd.to_numeric(spent["completion_tokens"]).fillna(0).sum()),
         )
 
     def failing_cases(self) -> pd.DataFrame:
@@ -203,8 +206,8 @@ class RunResult:
             format_scoreboard(self.scoreboard),
             "",
             f"cases passing: {passed}/{len(self.per_case)}   adapter errors: {int(self.outputs['error'].notna().sum())}",
-            f"judge calls: {usage['calls']} ({usage['cached']} cached, {usage['errors']} errors), "
-            f"tokens: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
+            f"judge calls: {usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors), "
+            f"tokens spent: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         ]
         return "\n".join(lines)
 

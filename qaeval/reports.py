@@ -167,8 +167,8 @@ def run_header(run: Any) -> Html:
         "adapter errors": int(run.outputs["error"].notna().sum()),
         "deterministic pass rate": f"{board.at['deterministic_pass_rate', 'value']:.3f}",
         "adapter": run.adapter, "judge": run.judge_config.label(),
-        "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
-        "tokens": f"{usage['prompt_tokens']} + {usage['completion_tokens']}",
+        "judge calls": f"{usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors)",
+        "tokens spent": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
     }
     return Html(facts_html(facts))

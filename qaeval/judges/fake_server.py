@@ -1,0 +1,145 @@
+"""A local OpenAI-compatible chat-completions server that grades deterministically.
+
+For tests, benchmarks and trying ``qaeval.judges.openai`` without a model: it binds 127.0.0.1 only,
+answers ``POST /v1/chat/completions`` with a rubric-shaped JSON verdict whose quotes are copied from the
+prompt (so they validate), and can add latency and inject failures.
+
+    with FakeJudgeServer(latency=0.05, fail_every=5) as server:
+        os.environ["OPENAI_BASE_URL"] = server.url
+        ...
+
+``python -m qaeval.judges.fake_server --port 8765`` serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def grade(user_message: str) -> dict[str, Any]:
+    """A verdict for one rubric prompt: full marks, with quotes copied from the prompt's own text."""
+
+    def section(name: str) -> str:
+        match = re.search(rf"^{name}:\n(.*?)(?:\n\n[A-Z][A-Z ()]+:|\Z)", user_message, re.S | re.M)
+        return match.group(1).strip() if match else ""
+
+    answer = section("ANSWER")
+    cited = re.sub(r"^\[[^\]]+\] ", "", section("CITED SNIPPETS").split("\n")[0])
+    citations = [dict(snippet_id=sid, quote=text.strip()[:40], rationale="the cited snippet states the claim", score=2)
+                 for sid, text in re.findall(r"- snippet_id=(.*)\n  claim: .*\n  cited: (.*)", user_message)]
+    return {
+        "faithfulness": {"quote": cited[:40], "rationale": "the answer restates the cited snippet", "score": 2},
+        "answer_correctness": {"quote": answer[:30], "rationale": "deterministic stand-in grade", "score": 2},
+        "citations": citations,
+    }
+
+
+class FakeJudgeServer:
+    def __init__(self, *, port: int = 0, latency: float = 0.0, fail_every: int = 0, fail_always: bool = False,
+                 reject_response_format: bool = False, garbage: bool = False) -> None:
+        self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
+        self.reject_response_format, self.garbage = reject_response_format, garbage
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.failures_sent = 0
+        self._count = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def __enter__(self) -> FakeJudgeServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with outer._lock:
+                    outer._count += 1
+                    number = outer._count
+                    outer.requests.append(body)
+                    outer.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    if outer.latency:
+                        time.sleep(outer.latency)  # the server's simulated model latency
+                    if not self.path.endswith("/chat/completions"):
+                        return self._send(404, {"error": {"message": "not found"}})
+                    if outer.fail_always or (outer.fail_every and number % outer.fail_every == 0):
+                        with outer._lock:
+                            outer.failures_sent += 1
+                        status = 429 if number % 2 else 503
+                        return self._send(status, {"error": {"message": "try again"}}, {"retry-after-ms": "5"})
+                    if outer.reject_response_format and "response_format" in body:
+                        return self._send(400, {"error": {"message": "response_format json_schema is not supported"}})
+                    user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
+                    content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
+                    self._send(200, {
+                        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
+                        "model": body.get("model", "fake"),
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": content}}],
+                        "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(content.split()),
+                                  "total_tokens": len(user.split()) + len(content.split())},
+                    })
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A local OpenAI-compatible judge for trying qaeval offline.")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    with FakeJudgeServer(port=args.port, latency=args.latency) as server:
+        print(f"serving on {server.url} (Ctrl-C to stop)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""A judge behind any OpenAI-compatible chat-completions endpoint (OpenAI, Azure OpenAI, vLLM, Ollama,
+llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: ``pip install 'qaeval[openai]'``.
+
+Configuration, from the environment (the CLI's ``--judge-*`` flags set the same variables):
+
+===========================  =========================================================  ==========
+OPENAI_BASE_URL              the endpoint, e.g. ``http://localhost:11434/v1``             OpenAI's
+OPENAI_API_KEY               the key (a local server without auth needs none)            required for OpenAI
+QAEVAL_JUDGE_MODEL           the model id                                                required
+QAEVAL_JUDGE_TEMPERATURE     sampling temperature                                        0
+QAEVAL_JUDGE_SEED            seed sent with every call                                   0
+QAEVAL_JUDGE_CONCURRENCY     calls in flight at once                                     8
+QAEVAL_JUDGE_MAX_RETRIES     retries on 408/409/429/5xx and timeouts                     4
+QAEVAL_JUDGE_TIMEOUT         seconds per call                                            60
+QAEVAL_JUDGE_CACHE           ``off`` bypasses the verdict cache                          on
+QAEVAL_CACHE_DIR             where the SQLite verdict cache lives                        .qaeval-cache
+===========================  =========================================================  ==========
+
+Cost: one call per answered case, grading all three axes at once (abstained and failed cases cost
+nothing; a rerun with nothing changed costs nothing, from the cache). Retries use the SDK's exponential
+backoff with jitter and honour ``Retry-After``. Structured output is requested with a JSON schema; a
+server that rejects ``response_format`` is asked again without it and its reply parsed tolerantly.
+A call that never succeeds, or a reply that never parses, is a judge error for that case: recorded,
+never cached, and never a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from qaeval.errors import UsageError
+from qaeval.judges.cache import VerdictCache, cache_key
+from qaeval.judging import RUBRIC_VERSION, JudgeConfig, JudgeRequest, JudgeResponse, parse_verdict_json
+from qaeval.plugins import progress_enabled
+
+_AXIS = {
+    "type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
+    "properties": {"quote": {"type": "string"}, "rationale": {"type": "string"},
+                   "score": {"type": "integer", "enum": [0, 1, 2]}},
+}
+VERDICT_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": ["faithfulness", "answer_correctness", "citations"],
+    "properties": {
+        "faithfulness": _AXIS,
+        "answer_correctness": _AXIS,
+        "citations": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["snippet_id", "quote", "rationale", "score"],
+            "properties": {"snippet_id": {"type": "string"}, **_AXIS["properties"]}}},
+    },
+}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_verdict", "strict": True, "schema": VERDICT_SCHEMA}}
+
+
+def public_url(url: str | None) -> str | None:
+    """The URL without user:password, so it can be recorded in verdicts and baselines."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class OpenAIJudge:
+    """A ``JudgeClient`` over chat completions with bounded concurrency, retries and a verdict cache."""
+
+    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
+                 temperature: float = 0.0, seed: int | None = 0, concurrency: int = 8, max_retries: int = 4,
+                 timeout: float = 60.0, cache: VerdictCache | None = None, rubric_version: str = RUBRIC_VERSION,
+                 show_progress: bool | None = None) -> None:
+        try:
+            import openai
+        except ImportError:
+            raise UsageError("the OpenAI judge needs the openai extra: pip install 'qaeval[openai]'") from None
+        if not model:
+            raise UsageError("no judge model: set QAEVAL_JUDGE_MODEL or pass --judge-model")
+        if concurrency < 1:
+            raise UsageError("judge concurrency must be at least 1")
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused-by-local-servers",
+                                     max_retries=max_retries, timeout=timeout)
+        self.config = JudgeConfig(name="openai", model=model, temperature=temperature, seed=seed,
+                                  prompt_version=rubric_version, base_url=public_url(str(self._client.base_url)))
+        self.concurrency = concurrency
+        self.cache = cache
+        self.show_progress = show_progress
+        self._structured = True
+        self._lock = threading.Lock()
+        self.calls_made = 0
+
+    def _key(self, req: JudgeRequest) -> str:
+        c = self.config
+        return cache_key(dict(base_url=c.base_url, model=c.model, temperature=c.temperature, seed=c.seed,
+                              rubric=c.prompt_version, messages=list(req.messages), schema=VERDICT_SCHEMA))
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        results: list[JudgeResponse | None] = [None] * len(requests)
+        todo = []
+        for i, req in enumerate(requests):
+            hit = self.cache.get(self._key(req)) if self.cache is not None else None
+            if hit is None:
+                todo.append(i)
+                continue
+            reply, pt, ct = hit
+            results[i] = JudgeResponse(req.case_id, parse_verdict_json(reply), prompt_tokens=pt,
+                                       completion_tokens=ct, cached=True)
+        if todo:
+            bar = None
+            if progress_enabled(len(todo), self.show_progress):
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(todo), desc="judge calls", leave=False)
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:
+                futures = {pool.submit(self._call, requests[i]): i for i in todo}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    if bar is not None:
+                        bar.update()
+            if bar is not None:
+                bar.close()
+        return [r for r in results if r is not None]
+
+    def _create(self, req: JudgeRequest) -> Any:
+        body: dict[str, Any] = dict(model=self.config.model, messages=list(req.messages),
+                                    temperature=self.config.temperature)
+        if self.config.seed is not None:
+            body["seed"] = self.config.seed
+        if self._structured:
+            try:
+                with self._lock:
+                    self.calls_made += 1
+                return self._client.chat.completions.create(**body, response_format=RESPONSE_FORMAT)
+            except self._openai.BadRequestError as exc:
+                if "response_format" not in str(exc) and "json_schema" not in str(exc):
+                    raise
+                self._structured = False  # this server cannot do structured output: parse tolerantly
+        with self._lock:
+            self.calls_made += 1
+        return self._client.chat.completions.create(**body)
+
+    def _call(self, req: JudgeRequest) -> JudgeResponse:
+        try:
+            completion = self._create(req)
+        except self._openai.APIStatusError as exc:
+            return JudgeResponse(req.case_id, error=f"HTTP {exc.status_code} from the judge after retries")
+        except self._openai.APITimeoutError:
+            return JudgeResponse(req.case_id, error="the judge timed out after retries")
+        except self._openai.APIConnectionError as exc:
+            return JudgeResponse(req.case_id, error=f"cannot reach the judge: {type(exc).__name__}")
+        except self._openai.OpenAIError as exc:
+            return JudgeResponse(req.case_id, error=f"judge call failed: {type(exc).__name__}")
+        usage = getattr(completion, "usage", None)
+        pt = getattr(usage, "prompt_tokens", None)
+        ct = getattr(usage, "completion_tokens", None)
+        try:
+            reply = completion.choices[0].message.content or ""
+            verdicts = parse_verdict_json(reply)
+        except (ValueError, IndexError, AttributeError) as exc:
+            return JudgeResponse(req.case_id, error=f"unparseable judge reply: {exc}", prompt_tokens=pt,
+                                 completion_tokens=ct)
+        if self.cache is not None:
+            self.cache.put(self._key(req), reply, pt, ct, self.config.model)
+        return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
+
+
+def _env_number(name: str, default: float, kind: type = float) -> Any:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def make_judge() -> OpenAIJudge:
+    """Factory for ``--judge qaeval.judges.openai:make_judge``, configured from the environment."""
+    base_url = os.environ.get("OPENAI_BASE_URL") or None
+    api_key = os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None and base_url is None:
+        raise UsageError("set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) to use the OpenAI judge")
+    cache = None
+    if os.environ.get("QAEVAL_JUDGE_CACHE", "on").strip().lower() not in ("off", "0", "false", "no"):
+        cache = VerdictCache(os.path.join(os.environ.get("QAEVAL_CACHE_DIR", ".qaeval-cache"), "judge-verdicts.sqlite"))
+    seed = os.environ.get("QAEVAL_JUDGE_SEED", "0")
+    return OpenAIJudge(
+        model=os.environ.get("QAEVAL_JUDGE_MODEL", ""), base_url=base_url, api_key=api_key,
+        temperature=_env_number("QAEVAL_JUDGE_TEMPERATURE", 0.0),
+        seed=None if seed.lower() == "none" else _env_number("QAEVAL_JUDGE_SEED", 0, int),
+        concurrency=_env_number("QAEVAL_JUDGE_CONCURRENCY", 8, int),
+        max_retries=_env_number("QAEVAL_JUDGE_MAX_RETRIES", 4, int),
+        timeout=_env_number("QAEVAL_JUDGE_TIMEOUT", 60.0), cache=cache,
+    )

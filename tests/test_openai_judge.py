@@ -1,0 +1,240 @@
+"""The OpenAI-compatible judge against a real HTTP server on 127.0.0.1 that the tests start."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+
+import pandas as pd
+import pytest
+from conftest import GOLDEN
+
+from qaeval import UsageError, api
+from qaeval.cli import main
+from qaeval.judges.fake_server import FakeJudgeServer
+from qaeval.judges.openai import RESPONSE_FORMAT, OpenAIJudge, make_judge, public_url
+
+SECRET = "sk-test-DO-NOT-LEAK-4242"
+JUDGE = "qaeval.judges.openai:make_judge"
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("QAEVAL_JUDGE_MODEL", "judge-model-a")
+    monkeypatch.setenv("QAEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("QAEVAL_JUDGE_MAX_RETRIES", "4")
+    monkeypatch.setenv("QAEVAL_PROGRESS", "0")
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
+
+
+def serve(env, **options) -> FakeJudgeServer:
+    server = FakeJudgeServer(**options).__enter__()
+    env.setenv("OPENAI_BASE_URL", server.url)
+    return server
+
+
+@pytest.fixture
+def server(env):
+    s = serve(env)
+    yield s
+    s.__exit__(None, None, None)
+
+
+def judged(**kw):
+    return api.run(str(GOLDEN), judge=JUDGE, **kw)
+
+
+def test_requests_carry_model_temperature_seed_schema_and_rubric(server):
+    run = judged()
+    assert server.calls == 12, "one call per answered case, none for abstentions"
+    body = server.requests[0]
+    assert body["model"] == "judge-model-a" and body["temperature"] == 0 and body["seed"] == 0
+    assert body["response_format"] == RESPONSE_FORMAT
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert "quote" in body["messages"][0]["content"] and "GOLD ANSWER" in body["messages"][1]["content"]
+    assert server.headers[0]["authorization"] == f"Bearer {SECRET}"
+    assert run.verdicts["valid"].all()
+    assert run.judge_usage["prompt_tokens"] > 0 and run.judge_usage["completion_tokens"] > 0
+
+
+def test_identical_rerun_makes_zero_calls(server, capsys):
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE]) == 0
+    first = server.calls
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE]) == 0
+    assert server.calls == first
+    assert "12 from cache" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("QAEVAL_JUDGE_MODEL", "judge-model-b"), ("QAEVAL_JUDGE_TEMPERATURE", "0.5"), ("QAEVAL_JUDGE_SEED", "7"),
+])
+def test_changing_a_key_field_misses_the_cache(server, env, variable, value):
+    judged()
+    before = server.calls
+    env.setenv(variable, value)
+    judged()
+    assert server.calls == before + 12
+
+
+def test_changing_the_base_url_or_the_prompt_misses_the_cache(server, env, tmp_path):
+    judged()
+    with FakeJudgeServer() as other:
+        env.setenv("OPENAI_BASE_URL", other.url)
+        judged()
+        assert other.calls == 12
+    env.setenv("OPENAI_BASE_URL", server.url)
+    data = tmp_path / "edited"
+    data.mkdir()
+    text = (GOLDEN / "frozen.jsonl").read_text().replace("How many days can I keep a DVD I borrowed?",
+                                                         "How many days can I keep a DVD I have borrowed?")
+    (data / "frozen.jsonl").write_text(text)
+    before = server.calls
+    api.run(str(data), judge=JUDGE)
+    assert server.calls == before + 1, "only the case whose prompt changed is judged again"
+
+
+def test_rubric_version_is_part_of_the_key():
+    a = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    b = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", rubric_version="v2")
+    from qaeval.judging import JudgeRequest
+
+    req = JudgeRequest("c", "q", "a", "g", (), ({"role": "user", "content": "x"},))
+    assert a._key(req) != b._key(req)
+    c = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="another-key")
+    assert a._key(req) == c._key(req), "the API key is not part of the key"
+
+
+def test_no_cache_flag_bypasses_the_cache(server):
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE, "--no-judge-cache"]) == 0
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE, "--no-judge-cache"]) == 0
+    assert server.calls == 24
+
+
+def test_concurrency_is_bounded_and_reached(env):
+    env.setenv("QAEVAL_JUDGE_CONCURRENCY", "4")
+    with FakeJudgeServer(latency=0.15) as s:
+        env.setenv("OPENAI_BASE_URL", s.url)
+        judged()
+        assert s.max_in_flight == 4
+
+
+def test_transient_failures_are_retried_and_change_nothing(env):
+    with FakeJudgeServer() as clean:
+        env.setenv("OPENAI_BASE_URL", clean.url)
+        env.setenv("QAEVAL_JUDGE_CACHE", "off")
+        expected = judged()
+    with FakeJudgeServer(fail_every=5) as flaky:  # every fifth request: 429 or 503 with Retry-After
+        env.setenv("OPENAI_BASE_URL", flaky.url)
+        got = judged()
+        assert flaky.failures_sent >= 2
+    columns = ["case_id", "axis", "target", "score", "quote", "valid", "error"]
+    pd.testing.assert_frame_equal(expected.verdicts[columns], got.verdicts[columns])
+    pd.testing.assert_frame_equal(expected.scoreboard, got.scoreboard)
+
+
+def test_persistent_failure_fails_closed_and_is_never_cached(env):
+    env.setenv("QAEVAL_JUDGE_MAX_RETRIES", "1")
+    with FakeJudgeServer(fail_always=True) as down:
+        env.setenv("OPENAI_BASE_URL", down.url)
+        run = judged()
+        assert run.verdicts["error"].str.contains("HTTP 5|HTTP 429", regex=True).all()
+        assert not run.verdicts["credit"].any()
+        assert run.scoreboard.set_index("metric").at["faithfulness_rate", "value"] == 0.0
+        answered = run.per_case[~run.per_case["abstained"]]
+        assert not answered["case_passed"].any() and answered["fail_reasons"].str.contains("judge error").all()
+        calls = down.calls
+        judged()
+        assert down.calls > calls, "errors are not cached"
+
+
+def test_judge_errors_block_the_gate(env, tmp_path, capsys):
+    baseline = tmp_path / "b.json"
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
+    env.setenv("QAEVAL_JUDGE_MAX_RETRIES", "0")
+    with FakeJudgeServer(fail_always=True) as down:
+        env.setenv("OPENAI_BASE_URL", down.url)
+        assert main(["gate", "--data", str(GOLDEN), "--baseline", str(baseline), "--judge", JUDGE]) == 1
+    out = capsys.readouterr().out
+    assert "faithfulness_rate" in out and "<- BLOCK" in out
+
+
+def test_unparseable_reply_is_a_judge_error_not_a_zero(env):
+    with FakeJudgeServer(garbage=True) as s:
+        env.setenv("OPENAI_BASE_URL", s.url)
+        run = judged()
+        assert run.verdicts["error"].str.startswith("unparseable judge reply").all()
+        assert run.verdicts["score"].isna().all()
+        before = s.calls
+        judged()
+        assert s.calls == before * 2
+
+
+def test_server_without_structured_output_falls_back_to_tolerant_parsing(env):
+    with FakeJudgeServer(reject_response_format=True) as s:
+        env.setenv("OPENAI_BASE_URL", s.url)
+        env.setenv("QAEVAL_JUDGE_CONCURRENCY", "1")
+        run = judged()
+        assert run.verdicts["valid"].all()
+        assert "response_format" in s.requests[0] and "response_format" not in s.requests[-1]
+        assert s.calls == 13, "one rejected request, then twelve without the schema"
+
+
+def test_timeouts_are_judge_errors(env):
+    env.setenv("QAEVAL_JUDGE_TIMEOUT", "0.1")
+    env.setenv("QAEVAL_JUDGE_MAX_RETRIES", "0")
+    with FakeJudgeServer(latency=0.6) as slow:
+        env.setenv("OPENAI_BASE_URL", slow.url)
+        run = judged()
+    assert run.verdicts["error"].eq("the judge timed out after retries").all()
+
+
+def test_api_key_never_reaches_cache_baseline_report_or_output(env, tmp_path, capsys):
+    with FakeJudgeServer() as s:
+        env.setenv("OPENAI_BASE_URL", s.url.replace("http://", f"http://user:{SECRET}@"))
+        baseline = tmp_path / "b.json"
+        assert main(["baseline", "--data", str(GOLDEN), "--judge", JUDGE, "--out", str(baseline)]) == 0
+        history = tmp_path / "h.jsonl"
+        assert main(["drift", "--data", str(GOLDEN), "--judge", JUDGE, "--timeseries", str(history)]) == 0
+        report = tmp_path / "gate.html"
+        assert main(["gate", "--data", str(GOLDEN), "--judge", JUDGE, "--baseline", str(baseline),
+                     "--html", str(report)]) == 0
+        run = judged()
+    captured = capsys.readouterr()
+    cache_bytes = b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
+    for blob in (baseline.read_text(), history.read_text(), report.read_text(), captured.out, captured.err,
+                 run.verdicts.to_csv(), cache_bytes.decode("latin-1"), str(run.judge_config.to_dict())):
+        assert SECRET not in blob
+    assert run.judge_config.base_url.rstrip("/") == s.url
+
+
+def test_public_url_strips_credentials():
+    assert public_url("https://u:p@example.test:8443/v1?key=x") == "https://example.test:8443/v1"
+
+
+def test_missing_model_or_key_is_a_usage_error(env, capsys):
+    env.delenv("QAEVAL_JUDGE_MODEL")
+    env.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE]) == 64
+    assert "QAEVAL_JUDGE_MODEL" in capsys.readouterr().err
+    env.delenv("OPENAI_API_KEY")
+    env.delenv("OPENAI_BASE_URL")
+    env.setenv("QAEVAL_JUDGE_MODEL", "m")
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        make_judge()
+
+
+def test_missing_extra_says_how_to_install(env, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with pytest.raises(UsageError, match=r"pip install 'qaeval\[openai\]'"):
+        OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1")
+
+
+def test_cache_is_sqlite_holding_replies_only(server, tmp_path):
+    judged()
+    db = sqlite3.connect(str(tmp_path / "cache" / "judge-verdicts.sqlite"))
+    columns = [r[1] for r in db.execute("PRAGMA table_info(verdicts)")]
+    assert columns == ["key", "reply", "prompt_tokens", "completion_tokens", "model", "created"]
+    assert db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 12
