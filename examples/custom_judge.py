@@ -1,0 +1,47 @@
+"""A skeleton custom judge. A judge is anything with a ``config`` (a JudgeConfig) and
+``judge(requests) -> responses``, one JudgeResponse per JudgeRequest, in order.
+
+    qaeval calibrate --data golden --labels golden/calibration/human_labels.jsonl \
+        --judge examples.custom_judge:make_judge
+
+Each request is one answered case: ``question``, ``answer``, ``gold_answer``, ``citations`` (each with the
+cited snippet text and its hardest decoy) and ``messages``, the versioned rubric prompt ready to send to a
+chat model. Return an AxisVerdict per axis (and one ``citation_correctness`` verdict per citation, with
+``target`` set to its snippet id). Quote before you score: qaeval checks every quote against the text it
+must come from and gives no credit to a verdict whose quote is not there. If your model cannot answer,
+set ``error`` on the response: that case fails closed, it is never scored 0 or passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from qaeval import JudgeConfig, JudgeRequest, JudgeResponse
+from qaeval.judging import AxisVerdict
+
+
+class KeywordJudge:
+    """Example only: full credit when the gold answer's words appear in the answer."""
+
+    def __init__(self) -> None:
+        self.config = JudgeConfig(name="keyword", model="example", temperature=0.0, seed=None)
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        return [self.grade(r) for r in requests]
+
+    def grade(self, req: JudgeRequest) -> JudgeResponse:
+        first_cited = req.citations[0].text if req.citations else ""
+        gold = (req.gold_answer or "").lower()
+        correct = bool(gold) and gold in req.answer.lower()
+        verdicts = [
+            AxisVerdict("faithfulness", 2 if first_cited else 0, first_cited[:60], "quoted the cited snippet"),
+            AxisVerdict("answer_correctness", 2 if correct else 0,
+                        req.answer[req.answer.lower().find(gold):][: len(gold)] if correct else "", "keyword match"),
+        ]
+        verdicts += [AxisVerdict("citation_correctness", 2, c.text[:60], "cited text present", target=c.snippet_id)
+                     for c in req.citations]
+        return JudgeResponse(req.case_id, verdicts)
+
+
+def make_judge() -> KeywordJudge:
+    return KeywordJudge()

@@ -1,0 +1,55 @@
+"""The example skeletons work as shipped."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from conftest import GOLDEN, ROOT
+
+from qaeval import api, load_suite, run_suite
+
+
+class _Rag(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Rag.seen.append(body)
+        doc = body["documents"][0]
+        reply = {"answer": doc["text"], "citations": [{"document_id": doc["id"], "supports": doc["text"]}],
+                 "retrieved": [{"id": doc["id"]}], "llm_called": True, "prompt": body["question"] + "\n" + doc["text"]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_http_adapter_skeleton_talks_to_a_service(monkeypatch):
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Rag)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("QAEVAL_SUT_URL", f"http://127.0.0.1:{server.server_address[1]}/answer")
+        from examples.http_adapter import make_adapter
+
+        frame = run_suite(load_suite(GOLDEN), make_adapter())
+    finally:
+        server.shutdown()
+    assert frame["error"].isna().all() and len(_Rag.seen) == 15
+    assert set(_Rag.seen[0]) == {"request_id", "question", "documents"}, "only the view crosses the boundary"
+    assert "examples.http_adapter" in sys.modules
+
+
+def test_custom_judge_skeleton_runs(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    run = api.run(str(GOLDEN), judge="examples.custom_judge:make_judge")
+    assert run.judge_config.name == "keyword" and run.verdicts["valid"].all()
