@@ -265,8 +265,9 @@ def gate_banner(result: Any) -> Html:
         detail = "failed: " + "; ".join(failed["tier"])
     extra = ""
     if not result.dataset_match:
+        new = int((result.new_failing["status"] == "new").sum()) if len(result.new_failing) else 0
         extra = facts_html({"note": f"the data differs from the baseline's: {len(result.changed_cases)} case(s) "
-                                    f"changed, {len(result.removed_cases)} removed"})
+                                    f"changed, {len(result.removed_cases)} no longer present, {new} new and failing"})
     return Html(banner_html(result.verdict, detail) + extra)
 
 
