@@ -15,6 +15,7 @@ a weak axis, and an axis with no usable label cannot be trusted.
 from __future__ import annotations
 
 import math
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
     rows = []
     seen: dict[tuple[str, str], int] = {}
     for number, raw in iter_jsonl(path, problems):
-        where = lambda msg: Problem(str(path), number, msg)  # noqa: E731
+        where = partial(Problem, str(path), number)
         if not isinstance(raw, dict):
             problems.append(where("each line must be one JSON object"))
             continue

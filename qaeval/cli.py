@@ -7,7 +7,6 @@ Exit codes: 0 pass, 1 gate BLOCK, 2 judge not trusted, 3 drift alarm, 64 usage e
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from typing import Any, NoReturn
 from qaeval import api
 from qaeval.api import DEFAULT_ADAPTER, DEFAULT_JUDGE
 from qaeval.errors import QaevalError, UsageError, exit_code_for
+from qaeval.plugins import scoped_environ
 
 
 
@@ -96,16 +96,8 @@ def _judge_env(args: argparse.Namespace) -> Iterator[None]:
         settings["QAEVAL_JUDGE_CACHE"] = "off"
     if getattr(args, "quiet", False):
         settings["QAEVAL_PROGRESS"] = "0"
-    saved = {var: os.environ.get(var) for var in settings}
-    os.environ.update(settings)
-    try:
+    with scoped_environ(settings):
         yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:

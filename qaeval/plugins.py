@@ -6,6 +6,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from qaeval.errors import QaevalError, UsageError
@@ -80,3 +81,18 @@ def progress(items: Iterable[T], *, total: int, desc: str, enabled: bool | None 
     from tqdm.auto import tqdm
 
     yield from tqdm(items, total=total, desc=desc, leave=False)
+
+
+@contextmanager
+def scoped_environ(settings: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a block, then put back what was there."""
+    saved = {var: os.environ.get(var) for var in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value

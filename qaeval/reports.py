@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.errors import QaevalError, ReportError
+from qaeval.plugins import scoped_environ
 
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7f3b", "#b3261e", "#4a6fa5"
 NOTEBOOKS = ("run", "gate", "calibrate", "drift")
@@ -432,7 +433,6 @@ def notebook_path(name: str) -> Path:
 def _kernel_environment() -> Iterator[None]:
     """Run notebooks on this very interpreter, whatever kernels the machine has registered, with no
     progress bars in the log."""
-    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "QAEVAL_PROGRESS", "PYDEVD_DISABLE_FILE_VALIDATION")}
     with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
         spec = Path(tmp) / "kernels" / "python3"
         spec.mkdir(parents=True)
@@ -440,17 +440,10 @@ def _kernel_environment() -> Iterator[None]:
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
                      "--IPKernelApp.log_level=ERROR"],
             "display_name": "Python 3 (qaeval)", "language": "python"}))
-        os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (tmp, saved["JUPYTER_PATH"]) if p)
-        os.environ["QAEVAL_PROGRESS"] = "0"
-        os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-        try:
+        jupyter_path = os.pathsep.join(p for p in (tmp, os.environ.get("JUPYTER_PATH")) if p)
+        with scoped_environ({"JUPYTER_PATH": jupyter_path, "QAEVAL_PROGRESS": "0",
+                             "PYDEVD_DISABLE_FILE_VALIDATION": "1"}):
             yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 def execute_notebook(name: str, parameters: dict[str, Any], output: str | Path, *, cwd: str | Path | None = None) -> Exception | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 
-import pytest
 from conftest import GOLDEN
 
 import plugins

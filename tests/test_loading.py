@@ -85,7 +85,7 @@ def test_each_malformed_case_is_a_problem_with_file_and_line(tmp_path, case, mes
     write_cases(tmp_path, [make_case(id="fine"), case])
     found = problems_of(tmp_path)
     assert len(found) == 1, found
-    assert f"cases.jsonl:2: " in found[0]
+    assert "cases.jsonl:2: " in found[0]
     assert message in found[0]
 
 

@@ -11,7 +11,7 @@ import re
 import nbformat
 import papermill
 import pytest
-from conftest import GOLDEN, LABELS, ROOT, make_case, write_cases
+from conftest import GOLDEN, LABELS, ROOT
 from papermill.exceptions import PapermillExecutionError
 
 from qaeval.cli import main
