@@ -1,7 +1,7 @@
 """The command line: parse, call the library, print, map errors to exit codes. No logic lives here.
 
 Exit codes: 0 pass, 1 gate BLOCK, 2 judge not trusted, 3 drift alarm, 64 usage error, 65 bad input data,
-70 internal error.
+70 internal error, 74 a file cannot be read or written.
 """
 
 from __future__ import annotations
@@ -124,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QaevalError as exc:
         print(f"qaeval: {exc}", file=sys.stderr)
         return exit_code_for(exc)
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"qaeval: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 74
     except KeyboardInterrupt:
         print("qaeval: interrupted", file=sys.stderr)
         return 130

@@ -103,6 +103,12 @@ class GateResult:
     dataset_match: bool
     baseline_path: str
     run: Any
+    baseline_judge: dict[str, Any] | None = None
+
+    @property
+    def judge_match(self) -> bool:
+        """Whether this run was judged like the baseline (same judge, model, settings and rubric)."""
+        return self.baseline_judge is None or self.baseline_judge == self.run.judge_config.to_dict()
 
     @property
     def passed(self) -> bool:
@@ -127,6 +133,10 @@ class GateResult:
 
     def summary_text(self) -> str:
         lines = [f"GATE: {self.verdict}   ({len(self.run.suite)} cases, baseline {self.baseline_path})"]
+        if not self.judge_match:
+            lines.append(f"note: judged by {self.run.judge_config.label()}, the baseline by "
+                         f"{self.baseline_judge.get('name')}:{self.baseline_judge.get('model')}; "
+                         "judge metrics may move for that reason alone")
         if not self.dataset_match:
             lines.append(f"note: dataset fingerprint differs from the baseline's "
                          f"({len(self.changed_cases)} changed, {len(self.removed_cases)} removed case(s))")
@@ -261,7 +271,7 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
         tiers=pd.DataFrame(tiers, columns=TIER_COLUMNS), metric_deltas=deltas, regressed=regressed,
         new_failing=new_failing, changed_cases=changed, removed_cases=removed,
         dataset_match=baseline.dataset_fingerprint == run.dataset_fingerprint,
-        baseline_path=baseline.path, run=run,
+        baseline_path=baseline.path, run=run, baseline_judge=baseline.data.get("judge"),
     )
 
 

@@ -53,10 +53,10 @@ def bootstrap_weights(n_cases: int, *, resamples: int = 1000, seed: int = 0) -> 
     if n_cases == 0:
         return np.zeros((resamples, 0), dtype=np.float32)
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_cases, size=(resamples, n_cases), dtype=np.int64)
-    draws += np.arange(resamples, dtype=np.int64)[:, None] * n_cases
-    counts = np.bincount(draws.ravel(), minlength=resamples * n_cases)
-    return counts.reshape(resamples, n_cases).astype(np.float32)
+    weights = np.empty((resamples, n_cases), dtype=np.float32)
+    for row in range(resamples):  # one small bincount per resample beats one huge one (cache-friendly)
+        weights[row] = np.bincount(rng.integers(0, n_cases, n_cases), minlength=n_cases)
+    return weights
 
 
 def ratio_with_interval(num: np.ndarray, den: np.ndarray, weights: np.ndarray,

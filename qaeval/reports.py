@@ -269,6 +269,9 @@ def gate_banner(result: Any) -> Html:
         new = int((result.new_failing["status"] == "new").sum()) if len(result.new_failing) else 0
         extra = facts_html({"note": f"the data differs from the baseline's: {len(result.changed_cases)} case(s) "
                                     f"changed, {len(result.removed_cases)} no longer present, {new} new and failing"})
+    if not result.judge_match:
+        extra += facts_html({"note": f"judged by {result.run.judge_config.label()}, unlike the baseline: judge "
+                                     "metrics may move for that reason alone"})
     return Html(banner_html(result.verdict, detail) + extra)
 
 

@@ -144,3 +144,19 @@ def test_tolerance_flag_changes_the_verdict(golden_run, baseline_file, capsys):
     assert main([*args, "--tolerance", "over_refusal_rate=0.1", "--tolerance", "rerank_mrr=0.2",
                  "--tolerance", "retrieval_recall_at_k=0.2"]) == 1, "the regressed case still blocks"
     assert "single-0001" in capsys.readouterr().out
+
+
+def test_a_different_judge_than_the_baseline_is_noted(golden_run):
+    data = copy.deepcopy(baseline_dict(golden_run))
+    data["judge"]["model"] = "another-model"
+    result = gate(golden_run, Baseline("b.json", data))
+    assert not result.judge_match and "the baseline by offline:another-model" in result.summary_text()
+    assert gate(golden_run, Baseline("b.json", baseline_dict(golden_run))).judge_match
+
+
+def test_unwritable_output_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(blocker / "b.json")]) == 74
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(blocker) in err
