@@ -52,8 +52,7 @@ def demo() -> None:
     reports.mkdir(exist_ok=True)
     baseline, history = str(reports / "baseline.json"), reports / "drift-history.jsonl"
     buggy = "qaeval.buggy_hub:make_adapter"
-    env_quiet = {"QAEVAL_PROGRESS": "0"}
-    os.environ.update(env_quiet)
+    os.environ["QAEVAL_PROGRESS"] = "0"
     qaeval("validate", "--data", "golden", expect=0)
     qaeval("validate", "--data", "golden/buggy", expect=0)
     qaeval("baseline", "--data", "golden", "--out", baseline, "--html", str(reports / "run.html"), expect=0)

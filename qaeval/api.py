@@ -135,43 +135,42 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def compute(command: str, params: dict[str, Any]) -> Any:
-    params = check_parameters(command, **params)
+def compute(command: str, checked: dict[str, Any]) -> Any:
+    """Run a scoring command on parameters that ``check_parameters`` already validated."""
     if command == "gate":
-        return gate_run(**params)
+        return gate_run(**checked)
     if command == "calibrate":
-        return calibrate_run(**params)
+        return calibrate_run(**checked)
     if command == "drift":
-        return drift_run(**params)
-    return run(**params)
+        return drift_run(**checked)
+    return run(**checked)
 
 
 def execute(command: str, params: dict[str, Any], *, html: str | None = None, show_code: bool = False) -> Outcome:
     """What the CLI does for a scoring command. With ``html``, the matching notebook does the work
     under papermill (so side effects such as drift's append happen once) and its summary is returned."""
+    from qaeval.reports import render_report
+
     params = dict(params)
     out_path = params.pop("out", None)
+    checked = check_parameters(command, **params)
     if html is None or command == "baseline":
-        result = compute(command, params)
+        result = compute(command, checked)
         text = result.summary_text()
         if command == "baseline":
             written = write_baseline(result, out_path)
             text += f"\n\nbaseline written to {written}"
         notes = []
         if html is not None:
-            from qaeval.reports import render_report
-
-            render_report(NOTEBOOK_FOR[command], check_parameters(command, **params), html, show_code=show_code)
+            render_report(NOTEBOOK_FOR[command], checked, html, show_code=show_code)
             notes.append(f"report: {html}")
         return Outcome(text, exit_code(result), notes)
-    from qaeval.reports import render_report
-
-    checked = check_parameters(command, **params)
+    # Bad data, labels or baseline end here with exit 65, before any kernel starts.
+    suite = load_suite(checked["data"])
     if command == "gate":
-        read_baseline(checked["baseline"])  # a missing baseline is exit 65 before any notebook starts
+        read_baseline(checked["baseline"])
     if command == "calibrate":
-        load_labels(checked["labels"], known_cases={c.id for c in load_suite(checked["data"])})
-    load_suite(checked["data"])
+        load_labels(checked["labels"], known_cases={c.id for c in suite})
     with tempfile.TemporaryDirectory(prefix="qaeval-") as tmp:
         summary_path = str(Path(tmp) / "summary.json")
         render_report(NOTEBOOK_FOR[command], checked, html, show_code=show_code, summary_path=summary_path)

@@ -30,7 +30,7 @@ def baseline_dict(result: Any) -> dict[str, Any]:
     """The JSON-ready baseline of a RunResult."""
     from qaeval import __version__
 
-    fingerprints = dict(zip(result.suite.to_frame()["id"], result.suite.to_frame()["fingerprint"]))
+    fingerprints = {c.id: c.fingerprint for c in result.suite}
     metrics = {
         row.metric: dict(value=_num(row.value), ci_low=_num(row.ci_low), ci_high=_num(row.ci_high),
                          n=int(row.n), direction=row.direction)

@@ -7,9 +7,10 @@ never interleave; if the file ends in a torn line (a writer killed mid-line), th
 on a fresh line and readers skip the fragment, saying so.
 
 The band for each metric is the trailing window's mean plus or minus max(3 standard deviations,
-``min_width``), over the earlier runs that did not alarm on that metric (each record lists its alarms), so
-a sustained drop keeps alarming instead of widening its own band; start a new series to accept a change. Higher-is-better metrics alarm only on a drop below the band; over_refusal_rate alarms
-on leaving it in either direction. With fewer than ``min_history`` earlier records there is no band
+``min_width``), over the earlier runs that did not alarm on that metric (each record lists its alarms),
+so a sustained drop keeps alarming instead of widening its own band; start a new series to accept a
+change. Higher-is-better metrics alarm only on a drop below the band; over_refusal_rate alarms on
+leaving it in either direction. With fewer than ``min_history`` earlier records there is no band
 and no alarm, and the result says so.
 """
 

@@ -40,9 +40,12 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     reached its end state through every checkpoint.
     """
     bodies = snippet_bodies(sources)
-    check_passed = {(r.case_id, r.check): bool(r.passed) for r in checks.itertuples(index=False)}
-    check_reasons = checks[~checks["passed"]].groupby("case_id")["check"].apply(list).to_dict()
-    check_why = {(r.case_id, r.check): r.reason for r in checks.itertuples(index=False)}
+    check_passed: dict[tuple[str, str], bool] = {}
+    check_failures: dict[str, list[str]] = {}
+    for r in checks.itertuples(index=False):
+        check_passed[(r.case_id, r.check)] = bool(r.passed)
+        if not r.passed:
+            check_failures.setdefault(r.case_id, []).append(f"{r.check}: {r.reason}")
     retr = {r["case_id"]: r for r in retrieval.to_dict("records")}
     eff = effective_scores(verdicts)
     eff_scores = {(r.case_id, r.axis): int(r.score) for r in eff.itertuples(index=False)}
@@ -84,7 +87,7 @@ def case_outcomes(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
         if error:
             reasons.append(f"adapter error: {error}")
         else:
-            reasons += [f"{c}: {check_why[(cid, c)]}" for c in check_reasons.get(cid, [])]
+            reasons += check_failures.get(cid, [])
             if abstained and not case.must_abstain:
                 reasons.append("wrongly abstained")
             if answered and cid in judge_errors:

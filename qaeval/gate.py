@@ -169,7 +169,7 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
     """Compare a RunResult with a Baseline. Pure: no I/O."""
     tolerances = dict(DEFAULT_TOLERANCES if tolerances is None else tolerances)
     per_case = run.per_case.set_index("case_id", drop=False)
-    fingerprints = dict(zip(run.suite.to_frame()["id"], run.suite.to_frame()["fingerprint"]))
+    fingerprints = {c.id: c.fingerprint for c in run.suite}
     base_cases = baseline.cases
     matched = [cid for cid in per_case.index if cid in base_cases and base_cases[cid]["fingerprint"] == fingerprints[cid]]
     changed = [cid for cid in per_case.index if cid in base_cases and base_cases[cid]["fingerprint"] != fingerprints[cid]]
@@ -179,8 +179,7 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
     tiers = []
     # Tier 1
     errors = per_case[per_case["error"].notna()]["case_id"].tolist()
-    det_fail = per_case[~per_case["deterministic_passed"]]["case_id"].tolist()
-    bad = sorted(set(errors) | set(det_fail), key=list(per_case.index).index)
+    bad = per_case[~per_case["deterministic_passed"]]["case_id"].tolist()  # an adapter error fails every check
     failing_checks = run.checks[~run.checks["passed"]]
     by_check = failing_checks.groupby("check")["case_id"].apply(list).to_dict()
     detail = "all deterministic checks green, no adapter error"
@@ -194,6 +193,7 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
     # Tier 2: metrics
     base_metrics = baseline.metrics_frame().set_index("metric")
     board = run.scoreboard.set_index("metric")
+    base_outcomes: dict[str, dict[str, tuple[float, float]]] = {}
     delta_rows = []
     for name, tol in tolerances.items():
         metric = BY_NAME[name]
@@ -206,7 +206,7 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
             ok, note = delta >= -tol - _EPS, ""
         else:
             ok, note = delta <= tol + _EPS, ""
-        base_out = baseline.outcomes(name)
+        base_out = base_outcomes[name] = baseline.outcomes(name)
         diffs = []
         for cid in matched:
             row = per_case.loc[cid]
@@ -235,10 +235,12 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
         detail = "; ".join(
             f"{r.metric} {r.baseline:.3f} -> {r.current:.3f} ({r.delta:+.3f}, tolerance {r.tolerance:g})"
             for r in failed_metrics.itertuples(index=False))
-    worse_cases = sorted({
-        cid for r in failed_metrics.itertuples(index=False) for cid in matched + new + changed
-        if per_case.at[cid, f"{r.metric}__den"] and _case_worse(per_case.loc[cid], r.metric, baseline)
-    }, key=list(per_case.index).index)
+    unchanged_or_new = set(matched) | set(new) | set(changed)  # removed cases have no current row
+    worse_cases = [
+        cid for cid in per_case.index if cid in unchanged_or_new and any(
+            per_case.at[cid, f"{m}__den"] and _case_worse(per_case.loc[cid], m, base_outcomes[m].get(cid))
+            for m in failed_metrics["metric"])
+    ]
     tiers.append(dict(tier="tier 2: metrics vs baseline", passed=failed_metrics.empty, detail=detail,
                       case_ids=worse_cases))
 
@@ -275,12 +277,11 @@ def gate(run: Any, baseline: Baseline, tolerances: dict[str, float] | None = Non
     )
 
 
-def _case_worse(row: pd.Series, metric: str, baseline: Baseline) -> bool:
-    """Whether this case contributes to a metric's bad movement: worse than its baseline self, or,
-    when it has no baseline self, short of the metric's best."""
+def _case_worse(row: pd.Series, metric: str, base: tuple[float, float] | None) -> bool:
+    """Whether this case contributes to a metric's bad movement: worse than its baseline self (``base``
+    is its baseline numerator and denominator), or, when it has none, short of the metric's best."""
     den = row[f"{metric}__den"]
     share = row[f"{metric}__num"] / den
-    base = baseline.outcomes(metric).get(row["case_id"])
     higher = BY_NAME[metric].higher_is_better
     if base is not None:
         before = base[0] / base[1]

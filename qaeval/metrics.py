@@ -117,11 +117,15 @@ def format_value(value: float, n: int | float) -> str:
     return "NaN (n=0)" if n == 0 or value != value else f"{value:.3f}"
 
 
+def format_interval(low: float, high: float, n: int | float) -> str:
+    return "" if n == 0 or low != low else f"[{low:.3f}, {high:.3f}]"
+
+
 def format_scoreboard(board: pd.DataFrame) -> str:
     """The scoreboard as fixed-width text for terminals and logs."""
     lines = [f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  better"]
     for row in board.itertuples(index=False):
         value = format_value(row.value, row.n)
-        ci = "" if row.n == 0 or row.ci_low != row.ci_low else f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"
+        ci = format_interval(row.ci_low, row.ci_high, row.n)
         lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {row.direction} ({row.over})")
     return "\n".join(lines)

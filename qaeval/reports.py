@@ -9,7 +9,6 @@ the report. The HTML template loads no script and its Content-Security-Policy fo
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import json
@@ -25,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.errors import QaevalError, ReportError
+from qaeval.metrics import format_interval, format_value
 from qaeval.plugins import scoped_environ
 
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7f3b", "#b3261e", "#4a6fa5"
@@ -65,10 +65,6 @@ class Chart:
     def _repr_png_(self) -> tuple[bytes, dict[str, str]]:
         return self.png(), {"alt": self.alt}
 
-    def to_html(self) -> str:
-        data = base64.b64encode(self.png()).decode()
-        return f'<img src="data:image/png;base64,{data}" alt="{esc(self.alt)}">'
-
 
 class Html:
     """A fragment of already-escaped HTML that shows itself in a notebook."""
@@ -86,8 +82,7 @@ class Html:
 def _figure(width: float, height: float) -> Any:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
-    return fig
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def banner_html(verdict: str, detail: str) -> str:
@@ -143,13 +138,11 @@ def scoreboard_html(board: pd.DataFrame) -> str:
 
 
 def _scoreboard_display(board: pd.DataFrame) -> pd.DataFrame:
-    def interval(r: pd.Series) -> str:
-        return "" if r["n"] == 0 or math.isnan(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-
+    rows = list(board.itertuples(index=False))
     return pd.DataFrame({
         "metric": board["metric"],
-        "value": [("NaN (n=0)" if n == 0 else f"{v:.3f}") for v, n in zip(board["value"], board["n"])],
-        "95% CI": board.apply(interval, axis=1),
+        "value": [format_value(r.value, r.n) for r in rows],
+        "95% CI": [format_interval(r.ci_low, r.ci_high, r.n) for r in rows],
         "n": board["n"],
         "better": board["direction"],
         "computed over": board["over"],

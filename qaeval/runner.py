@@ -44,9 +44,6 @@ class _AlarmTimer:
     """Per-case timeout by SIGALRM: used on POSIX in the main thread. It interrupts the adapter itself
     (including blocking sleeps and socket reads) instead of abandoning a thread, and costs microseconds."""
 
-    def __init__(self) -> None:
-        self._previous: Any = None
-
     @staticmethod
     def usable() -> bool:
         return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
@@ -148,7 +145,7 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float | None = DEFAULT_TIM
         view: CaseView = make_view(case)
         start = time.perf_counter()
         try:
-            output = worker.call(answer, view, timeout) if worker is not None and timeout is not None else answer(view)
+            output = answer(view) if worker is None else worker.call(answer, view, timeout)
         except _Timeout:
             if isinstance(worker, _Worker):
                 worker = _Worker()  # the old thread is stuck in the adapter; leave it behind

@@ -50,14 +50,6 @@ def _content_terms(text: str) -> tuple[str, ...]:
     return tuple(_stem(t) for t in normalize(text).split() if t not in STOPWORDS)
 
 
-def contains_phrase(haystack: str, needle: str) -> bool:
-    """Whether the normalised needle occurs in the normalised haystack on word boundaries."""
-    n = normalize(needle)
-    if not n:
-        return False
-    return f" {n} " in f" {normalize(haystack)} "
-
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "No.", "vs.", "approx.")
 

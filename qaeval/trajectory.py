@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -167,6 +167,3 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
     columns = ["case_id", "step", "kind", "description", "passed", "detail", "success"]
     return pd.DataFrame(rows, columns=columns)
 
-
-def checkpoint_kinds() -> Sequence[str]:
-    return tuple(CHECKPOINT_FIELDS)

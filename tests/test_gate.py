@@ -138,7 +138,7 @@ def test_tolerances_from_file_and_flags(tmp_path):
         load_tolerances(None, ["rerank_mrr=-1"])
 
 
-def test_tolerance_flag_changes_the_verdict(golden_run, baseline_file, capsys):
+def test_tolerance_flags_do_not_excuse_a_regressed_case(golden_run, baseline_file, capsys):
     args = ["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--baseline", baseline_file]
     assert main(args) == 1
     assert main([*args, "--tolerance", "over_refusal_rate=0.1", "--tolerance", "rerank_mrr=0.2",
