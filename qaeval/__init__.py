@@ -1,24 +1,61 @@
 """qaeval: evaluation for retrieval-augmented QA systems that cite their sources.
 
+The package is laid out along the path data takes:
+
+    qaeval.data        the golden cases: schema and strict loader, importers, labels
+    qaeval.system      the boundary: the contract a system meets, the worker pool that calls it, the
+                       reference system and the demo saboteur
+    qaeval.scoring     the four layers (checks, retrieval, judge, trajectory) and the metrics
+    qaeval.judges      judges: the offline mechanical one and an OpenAI-compatible HTTP one
+    qaeval.verdicts    gate, calibration, drift and compare
+    qaeval.record      the run record: save, load, baselines
+    qaeval.reports     what notebooks and HTML reports draw, and rendering them
+    qaeval.api         the verbs the CLI and the notebooks share
+
 Every scorer returns a pandas DataFrame; the result objects (RunResult, GateResult, CalibrationResult,
-DriftResult) hold those frames, render themselves in notebooks and raise typed errors on demand.
+DriftResult, Comparison) hold those frames, render themselves in notebooks, save themselves as run
+records and raise typed errors on demand. Names are imported lazily, so a worker process that only
+needs the contract does not pay for pandas.
 """
 
-from qaeval.boundary import CaseView, Citation, SUTOutput, SystemAdapter
-from qaeval.cases import GoldenCase, Source, Suite, load_suite
-from qaeval.errors import (
-    BaselineError, DatasetError, DriftAlarm, GateBlocked, JudgeError, JudgeNotTrusted, QaevalError,
-    ReportError, UsageError,
-)
-from qaeval.evaluation import RunResult, evaluate, score_outputs
-from qaeval.judging import JudgeClient, JudgeConfig, JudgeRequest, JudgeResponse, OfflineJudge
-from qaeval.runner import run_suite
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import Any
 
-__all__ = [
-    "BaselineError", "CaseView", "Citation", "DatasetError", "DriftAlarm", "GateBlocked", "GoldenCase",
-    "JudgeClient", "JudgeConfig", "JudgeError", "JudgeNotTrusted", "JudgeRequest", "JudgeResponse",
-    "OfflineJudge", "QaevalError", "ReportError", "RunResult", "SUTOutput", "Source", "Suite",
-    "SystemAdapter", "UsageError", "evaluate", "load_suite", "run_suite", "score_outputs",
-]
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "CaseView": "qaeval.system.contract", "Citation": "qaeval.system.contract",
+    "SUTOutput": "qaeval.system.contract", "SystemAdapter": "qaeval.system.contract",
+    "GoldenCase": "qaeval.data.cases", "Source": "qaeval.data.cases", "Suite": "qaeval.data.cases",
+    "load_suite": "qaeval.data.cases",
+    "BaselineError": "qaeval.errors", "BaselineRefused": "qaeval.errors", "DatasetError": "qaeval.errors",
+    "DriftAlarm": "qaeval.errors", "FileAccessError": "qaeval.errors", "GateBlocked": "qaeval.errors",
+    "JudgeError": "qaeval.errors", "JudgeNotTrusted": "qaeval.errors", "QaevalError": "qaeval.errors",
+    "RecordError": "qaeval.errors", "ReportError": "qaeval.errors", "TierOneFailed": "qaeval.errors",
+    "UsageError": "qaeval.errors",
+    "RunResult": "qaeval.scoring.evaluate", "evaluate": "qaeval.scoring.evaluate",
+    "score_outputs": "qaeval.scoring.evaluate",
+    "AxisVerdict": "qaeval.scoring.judge", "JudgeClient": "qaeval.scoring.judge",
+    "JudgeConfig": "qaeval.scoring.judge", "JudgeRequest": "qaeval.scoring.judge",
+    "JudgeResponse": "qaeval.scoring.judge", "JudgeSettings": "qaeval.scoring.judge",
+    "OfflineJudge": "qaeval.judges.offline",
+    "run_suite": "qaeval.system.pool",
+    "load_run": "qaeval.record",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qaeval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,5 +1,3 @@
-import sys
+from qaeval.cli import entry
 
-from qaeval.cli import main
-
-sys.exit(main())
+entry()

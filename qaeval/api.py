@@ -1,27 +1,42 @@
-"""The verbs shared by the command line and the notebooks: each validates its parameters through the
-library, runs, and returns a result object. Notebooks call these one per cell; the CLI calls
-``execute``."""
+"""The verbs the command line and the notebooks share. Each checks its parameters against
+``qaeval.params`` (an unknown keyword is a usage error that lists the known ones), runs, and returns a
+result object (``qaeval.results``); none of them prints or exits.
+
+    import qaeval.api as qa
+    run = qa.run("golden", concurrency=8)
+    verdict = qa.gate_run("golden", baseline="golden/ci-baseline.json")
+    verdict.raise_for_status()
+
+``adapter`` may be a ``module:factory`` name, a zero-argument factory or an adapter object (shipped to
+the worker processes with cloudpickle); ``judge`` a name, a factory or a judge object; ``executor`` a
+``dask://HOST:PORT`` address or any ``concurrent.futures.Executor``.
+"""
 
 from __future__ import annotations
 
-import json
+import concurrent.futures as cf
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from qaeval.baseline import read_baseline, write_baseline
-from qaeval.calibration import DEFAULT_MIN_AGREEMENT, CalibrationResult, calibrate, load_labels
-from qaeval.cases import Suite, load_suite
-from qaeval.drift import DEFAULT_WINDOW, DriftResult, drift
-from qaeval.errors import UsageError
-from qaeval.evaluation import RunResult, evaluate
-from qaeval.gate import GateResult, gate, load_tolerances
+from qaeval import params as P
+from qaeval.data.cases import Suite, load_suite
+from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
+from qaeval.errors import BaselineRefused, UsageError
+from qaeval.files import dumps_canonical, write_atomic
 from qaeval.plugins import build, resolve
+from qaeval.record import load_run as _load_run
+from qaeval.record import read_baseline, write_record
+from qaeval.results import Result
+from qaeval.scoring.evaluate import RunResult, evaluate, score_outputs
+from qaeval.scoring.judge import JudgeSettings, judge_config_of
+from qaeval.verdicts.calibration import CalibrationResult, calibrate
+from qaeval.verdicts.compare import Comparison, compare as _compare
+from qaeval.verdicts.drift import DriftResult, drift
+from qaeval.verdicts.gate import GateResult, gate, load_tolerances
 
-DEFAULT_ADAPTER = "qaeval.adapter:make_adapter"
-DEFAULT_JUDGE = "qaeval.judging:make_judge"
-COMMANDS = ("run", "baseline", "gate", "calibrate", "drift")
 NOTEBOOK_FOR = {"run": "run", "baseline": "run", "gate": "gate", "calibrate": "calibrate", "drift": "drift"}
 
 
@@ -40,139 +55,276 @@ def validate(data: str) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
-
-
 def check_parameters(command: str, **params: Any) -> dict[str, Any]:
-    """Validate a command's parameters (as given to the CLI or a notebook's parameters cell).
-
-    Returns them normalised; raises UsageError for a bad value and DatasetError for bad data.
-    """
-    if command not in COMMANDS:
-        raise UsageError(f"unknown command {command!r}")
-    out = dict(params)
-    if not isinstance(out.get("data"), str) or not out["data"]:
-        raise UsageError("data must name a folder of *.jsonl cases")
-    out.setdefault("adapter", DEFAULT_ADAPTER)
-    out.setdefault("judge", DEFAULT_JUDGE)
-    resolve(out["adapter"], what="adapter")
-    resolve(out["judge"], what="judge")
-    out["k"] = _positive_int("k", out.get("k", 5))
-    timeout = out.get("timeout", 60.0)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise UsageError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if command == "gate" and not out.get("baseline"):
-        raise UsageError("gate needs a baseline file")
-    if command == "calibrate":
-        if not out.get("labels"):
-            raise UsageError("calibrate needs a labels file")
-        bar = out.get("min_agreement", DEFAULT_MIN_AGREEMENT)
-        if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not 0 <= bar <= 1:
-            raise UsageError(f"min_agreement must be between 0 and 1, got {bar!r}")
-    if command == "drift":
-        if not out.get("timeseries"):
-            raise UsageError("drift needs a timeseries file")
-        out["window"] = _positive_int("window", out.get("window", DEFAULT_WINDOW))
-        if out.get("notify"):
-            resolve(out["notify"], what="notify hook")
-    return out
+    """Validate a command's parameters (as given to the CLI, the API or a notebook's parameters cell)
+    and fill in the defaults. Raises UsageError for an unknown name or a bad value."""
+    executor = params.pop("executor", None)
+    checked = P.check(command, {**params, "executor": executor if isinstance(executor, str) else None})
+    if isinstance(executor, cf.Executor):
+        checked["executor"] = executor
+    elif executor is not None and not isinstance(executor, str):
+        raise UsageError(f"executor must be dask://HOST:PORT or a concurrent.futures.Executor, got {type(executor).__name__}")
+    if command == "drift" and isinstance(checked.get("notify"), str):
+        resolve(checked["notify"], what="notify hook")  # a typo is a usage error before anything runs
+    if command == "calibrate" and not checked.get("record") and not checked["labels"] and not checked["labelled"]:
+        raise UsageError("calibrate needs labels (keyed hand labels for a run) or labelled (a labelled set)")
+    if command == "calibrate" and not checked.get("labelled") and not checked.get("record") and not checked["data"]:
+        raise UsageError("calibrate with labels needs data (the cases the labels are for)")
+    if checked.get("executor") is not None and checked["isolation"] == "none":
+        raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
+    return checked
 
 
-def run(data: str, adapter: str = DEFAULT_ADAPTER, judge: str = DEFAULT_JUDGE, k: int = 5,
-        timeout: float | None = 60.0, suite: Suite | None = None, **_: Any) -> RunResult:
-    """Load the cases, build adapter and judge from their factories, evaluate."""
-    suite = suite or load_suite(data)
-    system = build(adapter, what="adapter")
-    judge_client = build(judge, what="judge")
-    return evaluate(suite, system, judge_client, k=k, adapter_name=adapter, timeout=timeout)
+def _settings(p: Mapping[str, Any]) -> JudgeSettings:
+    """The judge's settings: explicit parameters over the environment (read here, at the edge)."""
+    return JudgeSettings.from_env(model=p.get("judge_model"), base_url=p.get("judge_base_url"),
+                                  concurrency=p.get("judge_concurrency"), cache=p.get("judge_cache"))
 
 
-def gate_run(data: str, baseline: str, tolerances: str | None = None, tolerance: list[str] | None = None,
-             **params: Any) -> GateResult:
-    base = read_baseline(baseline)
-    limits = load_tolerances(tolerances, tolerance)
-    return gate(run(data, **params), base, limits)
+def make_judge(p: Mapping[str, Any]) -> Any:
+    judge = build(p["judge"], what="judge", settings=_settings(p))
+    judge_config_of(judge)
+    return judge
 
 
-def calibrate_run(data: str, labels: str, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-                  **params: Any) -> CalibrationResult:
-    suite = load_suite(data)
-    label_frame = load_labels(labels, known_cases={c.id for c in suite})
-    return calibrate(run(data, suite=suite, **params), label_frame, min_agreement=min_agreement)
+def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
+    value = p.get("executor")
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        from qaeval.system.pool import executor_from_url
+
+        executor, close = executor_from_url(value)
+        stack.callback(close)
+        return executor, value
+    return value, type(value).__name__
 
 
-def drift_run(data: str, timeseries: str, window: int = DEFAULT_WINDOW, notify: str | None = None,
-              **params: Any) -> DriftResult:
-    frozen = load_suite(data).select(split="frozen")
-    hook = resolve(notify, what="notify hook") if notify else None
-    return drift(run(data, suite=frozen, **params), timeseries, window=window, notify=hook)
+def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
+    suite = suite if suite is not None else load_suite(p["data"])
+    judge = make_judge(p)
+    with ExitStack() as stack:
+        executor, label = _executor(p, stack)
+        result = evaluate(suite, p["adapter"], judge, k=p["k"], timeout=p["timeout"], concurrency=p["concurrency"],
+                          isolation=p["isolation"], executor=executor, executor_label=label)
+    return result
 
 
-def exit_code(result: Any) -> int:
-    if isinstance(result, GateResult):
-        return 0 if result.passed else 1
-    if isinstance(result, CalibrationResult):
-        return 0 if result.trusted else 2
-    if isinstance(result, DriftResult):
-        return 3 if result.alarmed else 0
-    return 0
+def _finish(result: Result, p: Mapping[str, Any]) -> Result:
+    if p.get("save"):
+        write_record(result, p["save"])
+    return result
 
 
-def save_summary(result: Any, path: str | None) -> None:
-    """Write what the CLI prints and exits with, for a notebook run under ``--html``. No-op without a path."""
-    if not path:
-        return
-    Path(path).write_text(json.dumps({"text": result.summary_text(), "exit_code": exit_code(result)}), "utf-8")
+def _with_labels(run: RunResult, p: Mapping[str, Any]) -> RunResult:
+    if not p.get("labels"):
+        return run
+    return run.with_labels(load_labels(p["labels"], known_cases={c.id for c in run.suite}))
 
 
-@dataclass
-class Outcome:
-    text: str
-    exit_code: int
-    notes: list[str] = field(default_factory=list)
+def _recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
+    result = _load_run(p["record"])
+    if not isinstance(result, kind):
+        raise UsageError(f"{p['record']} is a {result.kind} record, not one the {command} report draws")
+    return result
 
 
-def compute(command: str, checked: dict[str, Any]) -> Any:
-    """Run a scoring command on parameters that ``check_parameters`` already validated."""
-    if command == "gate":
-        return gate_run(**checked)
-    if command == "calibrate":
-        return calibrate_run(**checked)
-    if command == "drift":
-        return drift_run(**checked)
-    return run(**checked)
+# --------------------------------------------------------------------------- the verbs
 
 
-def execute(command: str, params: dict[str, Any], *, html: str | None = None, show_code: bool = False) -> Outcome:
-    """What the CLI does for a scoring command. With ``html``, the matching notebook does the work
-    under papermill (so side effects such as drift's append happen once) and its summary is returned."""
-    from qaeval.reports import render_report
+def run(data: str | None = None, *, adapter: Any = None, judge: Any = None, k: int | None = None,
+        timeout: float | None = None, concurrency: int | None = None, isolation: str | None = None,
+        executor: Any = None, labels: str | None = None, save: str | None = None, judge_model: str | None = None,
+        judge_base_url: str | None = None, judge_concurrency: int | None = None, judge_cache: bool | None = None,
+        record: str | None = None, **unknown: Any) -> RunResult:
+    """Run the system over the golden cases and score every layer (``record``: load a saved run)."""
+    given = dict(data=data, adapter=adapter, judge=judge, k=k, timeout=timeout, concurrency=concurrency,
+                 isolation=isolation, executor=executor, labels=labels, save=save, judge_model=judge_model,
+                 judge_base_url=judge_base_url, judge_concurrency=judge_concurrency, judge_cache=judge_cache,
+                 record=record)
+    p = check_parameters("run", **given, **unknown)
+    if p["record"]:
+        return _recorded("run", p, RunResult)
+    return _finish(_with_labels(_evaluate(p), p), p)
 
-    params = dict(params)
-    out_path = params.pop("out", None)
-    checked = check_parameters(command, **params)
-    if html is None or command == "baseline":
-        result = compute(command, checked)
-        text = result.summary_text()
-        if command == "baseline":
-            written = write_baseline(result, out_path)
-            text += f"\n\nbaseline written to {written}"
-        notes = []
-        if html is not None:
-            render_report(NOTEBOOK_FOR[command], checked, html, show_code=show_code)
-            notes.append(f"report: {html}")
-        return Outcome(text, exit_code(result), notes)
-    # Bad data, labels or baseline end here with exit 65, before any kernel starts.
-    suite = load_suite(checked["data"])
-    if command == "gate":
-        read_baseline(checked["baseline"])
-    if command == "calibrate":
-        load_labels(checked["labels"], known_cases={c.id for c in suite})
-    with tempfile.TemporaryDirectory(prefix="qaeval-") as tmp:
-        summary_path = str(Path(tmp) / "summary.json")
-        render_report(NOTEBOOK_FOR[command], checked, html, show_code=show_code, summary_path=summary_path)
-        summary = json.loads(Path(summary_path).read_text("utf-8"))
-    return Outcome(summary["text"], int(summary["exit_code"]), [f"report: {html}"])
+
+def baseline(data: str | None = None, *, out: str | None = None, allow_failing: bool | None = None,
+             **options: Any) -> RunResult:
+    """Run, then write the run record a gate compares against. A run that is not green (a failing
+    deterministic check or an adapter error) is refused (BaselineRefused) unless ``allow_failing``,
+    and then recorded as not green."""
+    p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
+    result = _evaluate(p)
+    if not result.ok and not p["allow_failing"]:
+        raise BaselineRefused(f"not a green run, so not a baseline: {result.reason}. Fix it, or keep it anyway with "
+                              "--allow-failing (the baseline then says it was not green)", result)
+    write_record(result, p["out"], baseline=True, allowed_failing=not result.ok)
+    return _finish(result, p)
+
+
+def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances: str | None = None,
+             tolerance: list[str] | str | None = None, labels: str | None = None, min_agreement: float | None = None,
+             min_labels: int | None = None, **options: Any) -> GateResult:
+    """Gate a fresh run against a baseline record. With ``labels`` the judge is calibrated first and a
+    judge it does not trust blocks (exit 2)."""
+    p = check_parameters("gate", data=data, baseline=baseline, tolerances=tolerances, tolerance=tolerance,
+                         labels=labels, min_agreement=min_agreement, min_labels=min_labels, **options)
+    if p["record"]:
+        return _recorded("gate", p, GateResult)
+    base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
+    limits = load_tolerances(p["tolerances"], p["tolerance"])
+    current = _with_labels(_evaluate(p), p)
+    calibration = None
+    if current.labels is not None:
+        calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
+                                source=p["labels"])
+    return _finish(gate(current, base, limits, calibration=calibration), p)
+
+
+def calibrate_run(data: str | None = None, *, labels: str | None = None, labelled: str | None = None,
+                  min_agreement: float | None = None, min_labels: int | None = None, **options: Any) -> CalibrationResult:
+    """Compare the judge with human labels: keyed labels on a fresh run of ``data``, or a labelled set
+    that carries its own outputs (no adapter is called)."""
+    p = check_parameters("calibrate", data=data, labels=labels, labelled=labelled, min_agreement=min_agreement,
+                         min_labels=min_labels, **options)
+    if p["record"]:
+        return _recorded("calibrate", p, CalibrationResult)
+    if p["labelled"]:
+        suite, outputs, label_frame = load_labelled_set(p["labelled"])
+        judge = make_judge(p)
+        from qaeval.scoring.evaluate import RunMeta
+
+        meta = RunMeta.now(adapter=f"(outputs carried by {p['labelled']})", judge=judge_config_of(judge),
+                           isolation="process", k=p["k"], data=p["labelled"])
+        current = score_outputs(suite, outputs, judge, meta=meta)
+        source = p["labelled"]
+    else:
+        suite = load_suite(p["data"])
+        label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
+        current = _evaluate(p, suite)
+        source = p["labels"]
+    result = calibrate(current, label_frame, min_agreement=p["min_agreement"], min_labels=p["min_labels"], source=source)
+    return _finish(result, p)
+
+
+def drift_run(data: str | None = None, *, timeseries: str | None = None, window: int | None = None,
+              notify: Any = None, **options: Any) -> DriftResult:
+    """Re-run the frozen split, compare with the series' bands, append the run, alarm."""
+    p = check_parameters("drift", data=data, timeseries=timeseries, window=window, notify=notify, **options)
+    if p["record"]:
+        return _recorded("drift", p, DriftResult)
+    frozen = load_suite(p["data"]).select(split="frozen")
+    hook: Callable[..., Any] | None = None
+    if p["notify"] is not None:
+        hook = resolve(p["notify"], what="notify hook") if isinstance(p["notify"], str) else p["notify"]
+    return _finish(drift(_evaluate(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
+
+
+def load_run(path: str | Path) -> Result:
+    """A saved run record as the result it was (RunResult, GateResult, CalibrationResult, DriftResult)."""
+    return _load_run(path)
+
+
+def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
+    """Two runs (records or results) side by side."""
+    def as_run(x: Any) -> tuple[RunResult, str]:
+        result = _load_run(x) if isinstance(x, (str, Path)) else x
+        run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
+        if not isinstance(run_, RunResult):
+            raise UsageError(f"{x!r} holds no run to compare")
+        return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
+
+    (b, b_label), (a, a_label) = as_run(before), as_run(after)
+    return _compare(b, a, before_label=b_label, after_label=a_label)
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int | None = None,
+                 seed: int = 0) -> tuple[Path, int]:
+    """Write an annotation sheet (CSV) for a run's answered cases; returns (path, cases in it)."""
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
+        raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
+    run_ = _as_run(record)
+    text, n = export_sheet(run_, sample=sample, seed=seed)
+    return write_atomic(out, text), n
+
+
+def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | Path) -> tuple[Path, int, int]:
+    """Check a filled sheet against the run it is for and write keyed labels (JSONL); returns
+    (path, labels written, rows left blank)."""
+    labels, blank = import_sheet(sheet, _as_run(record))
+    return write_atomic(out, "".join(dumps_canonical(label) + "\n" for label in labels)), len(labels), blank
+
+
+def _as_run(record: str | Path | Result) -> RunResult:
+    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
+    if not isinstance(run_, RunResult):
+        raise UsageError("that record holds no run")
+    return run_
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def notebook_parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
+    overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
+    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter."""
+    known = P.names_for(command)
+    injected = _injected_names()
+    unknown = sorted(n for n in injected if n not in known)
+    if unknown:
+        raise UsageError(f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
+                         f"its parameters are: {', '.join(known)}")
+    return check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
+
+
+def _injected_names() -> list[str]:
+    """Names assigned by papermill's injected-parameters cell in this kernel, if any."""
+    import ast
+
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return []
+    shell = get_ipython()
+    history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for source in reversed(history):
+        if isinstance(source, str) and source.lstrip().startswith("# Parameters"):
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                return []
+            return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)]
+    return []
+
+
+def notebook_result(command: str, p: Mapping[str, Any]) -> Result:
+    """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
+    verbs: dict[str, Callable[..., Result]] = {"run": run, "gate": gate_run, "calibrate": calibrate_run,
+                                                "drift": drift_run}
+    return verbs[command](**dict(p))
+
+
+def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:
+    """Render a result's report: save it as a record and draw it with its notebook (or, for a
+    comparison, directly)."""
+    from qaeval.reports.render import render_comparison, render_record
+
+    if isinstance(result, Comparison):
+        return render_comparison(result, html)
+    with tempfile.TemporaryDirectory(prefix="qaeval-record-") as tmp:
+        path = write_record(result, Path(tmp) / "record.json")
+        return render_record(path, html, kind=result.kind, show_code=show_code)
+
+
+def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> tuple[Result, Path]:
+    """Render a saved record with its notebook, calling neither the system nor the judge."""
+    from qaeval.reports.render import render_record
+
+    result = _load_run(record)
+    return result, render_record(record, html, kind=result.kind, show_code=show_code)

@@ -1,51 +1,6 @@
-"""The demo saboteur: a hub with the three faults the gate exists to catch. Never the default.
+"""The old name of the demo saboteur, kept so ``--adapter qaeval.buggy_hub:make_adapter`` still works.
+It lives in ``qaeval.system.saboteur``."""
 
-1. It keeps a stale answer cache from an earlier session and pastes the cached answer into its prompt
-   (a leak: the oracle string reaches the model from outside the retrieved context).
-2. It appends a "see also" citation to a snippet it never retrieved.
-3. It never abstains: when nothing clears the relevance floor it answers from its best guess anyway,
-   calling the model on empty context.
+from qaeval.system.saboteur import BuggyHub, make_adapter
 
-Use it only to see the gate block: ``--adapter qaeval.buggy_hub:make_adapter``.
-"""
-
-from __future__ import annotations
-
-from qaeval.adapter import ReferenceHub, build_prompt, lexical_scores
-from qaeval.boundary import CaseView, Citation, SUTOutput
-from qaeval.text import normalize
-
-# Answers cached by an earlier session, keyed by normalised question. Stale by construction.
-STALE_CACHE = {
-    normalize("How many more visits did Central record than Riverside in fiscal year 2024?"): "249,000",
-    normalize("What is the current daily overdue fine for adult books?"): "25 cents per day",
-}
-
-
-class BuggyHub(ReferenceHub):
-    def answer(self, case: CaseView) -> SUTOutput:
-        retrieved = self.retrieve(case)
-        ranked = [src for _, _, src in lexical_scores(case.question, case.sources)]
-        best = retrieved[0] if retrieved else ranked[0]  # fault 3: no abstention, even on nothing
-        prompt = build_prompt(case.question, retrieved)
-        cached = STALE_CACHE.get(normalize(case.question))
-        if cached:  # fault 1: the cached answer rides along in the prompt
-            prompt += f"\n\nPreviously cached answer (reuse if it fits): {cached}"
-        citations = [Citation(best.id, best.text)]
-        retrieved_ids = [s.id for s in retrieved]
-        unretrieved = [s for s in case.sources if s.id not in retrieved_ids and s.id != best.id]
-        if unretrieved:  # fault 2: cite something that was never retrieved
-            citations.append(Citation(unretrieved[-1].id, best.text))
-        return SUTOutput(
-            answer=best.text,
-            citations=citations,
-            retrieved_ids=retrieved_ids,
-            abstained=False,
-            model_was_called=True,
-            prompt_to_model=prompt,
-        )
-
-
-def make_adapter() -> BuggyHub:
-    """Factory for ``--adapter qaeval.buggy_hub:make_adapter``."""
-    return BuggyHub()
+__all__ = ["BuggyHub", "make_adapter"]

@@ -1,25 +1,26 @@
 """The command line: parse, call the library, print, map errors to exit codes. No logic lives here.
 
-Exit codes: 0 pass, 1 gate BLOCK, 2 judge not trusted, 3 drift alarm, 64 usage error, 65 bad input data,
-70 internal error, 74 a file cannot be read or written.
+Exit codes: 0 pass, 1 gate BLOCK (or a baseline refused), 2 judge not trusted, 3 drift alarm, 64 usage
+error, 65 bad input data, 70 internal error, 74 a file cannot be read or written. Everything printed
+passes through ``qaeval.text.printable``, so an ESC sequence in a case id or an answer is shown, not
+obeyed by the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from qaeval import api
-from qaeval.api import DEFAULT_ADAPTER, DEFAULT_JUDGE
+from qaeval import params as P
 from qaeval.errors import QaevalError, UsageError, exit_code_for
 from qaeval.plugins import scoped_environ
-
-
-
+from qaeval.text import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,26 +28,38 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _common(p: argparse.ArgumentParser, *, scores: bool = True) -> None:
-    p.add_argument("--data", required=True, metavar="DIR", help="folder whose *.jsonl files are the cases")
-    if not scores:
-        return
-    p.add_argument("--adapter", default=DEFAULT_ADAPTER, metavar="MODULE:FACTORY",
-                   help=f"system under test (default {DEFAULT_ADAPTER})")
-    p.add_argument("--judge", default=DEFAULT_JUDGE, metavar="MODULE:FACTORY",
-                   help=f"judge (default {DEFAULT_JUDGE}, the offline mechanical judge)")
-    p.add_argument("--k", type=int, default=5, help="cut-off for retrieval metrics (default 5)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="per-case adapter timeout (default 60)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    g = p.add_argument_group("judge settings (read by qaeval.judges.openai)")
-    g.add_argument("--judge-model", metavar="NAME", help="sets QAEVAL_JUDGE_MODEL")
-    g.add_argument("--judge-base-url", metavar="URL", help="sets OPENAI_BASE_URL")
-    g.add_argument("--judge-concurrency", type=int, metavar="N", help="sets QAEVAL_JUDGE_CONCURRENCY")
-    g.add_argument("--no-judge-cache", action="store_true", help="bypass the verdict cache (QAEVAL_JUDGE_CACHE=off)")
-    r = p.add_argument_group("report")
-    r.add_argument("--html", metavar="PATH", help="also render the matching notebook to a self-contained HTML report")
-    r.add_argument("--show-code", action="store_true", help="keep code cells in the HTML report")
+def _add_params(p: argparse.ArgumentParser, command: str) -> None:
+    """The command's flags, from the one table of parameters (``qaeval.params``)."""
+    judge_group = p.add_argument_group("judge settings (for qaeval.judges.openai and judges that take settings)")
+    for param in P.PARAMS:
+        if command not in param.commands or param.name == "record":
+            continue
+        target = judge_group if param.name.startswith("judge_") and param.name != "judge" else p
+        default = P.default(param.name)
+        shown = f" (default {default})" if default not in (None, [], (), False) and param.kind != "bool" else ""
+        kwargs: dict[str, Any] = dict(dest=param.name, default=None, help=param.help + shown)
+        if param.name == "judge_cache":
+            target.add_argument("--no-judge-cache", dest="judge_cache", action="store_const", const=False,
+                                default=None, help="bypass the verdict cache")
+            continue
+        if param.kind == "bool":
+            target.add_argument(param.flag, action="store_const", const=True, **kwargs)
+            continue
+        if param.kind == "list":
+            kwargs.update(action="append")
+        elif param.kind == "int":
+            kwargs.update(type=int)
+        elif param.kind == "float":
+            kwargs.update(type=float)
+        elif param.kind == "choice":
+            kwargs.update(choices=param.choices)
+        target.add_argument(param.flag, metavar=param.metavar, required=command in param.required, **kwargs)
+
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("report")
+    g.add_argument("--html", metavar="PATH", help="render the matching notebook to a self-contained HTML report")
+    g.add_argument("--show-code", action="store_true", help="keep code cells in the HTML report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,87 +68,158 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("validate", help="load the cases strictly and count them")
-    _common(p, scores=False)
+    _add_params(p, "validate")
+    for command, text in (("run", "score a system and print the scoreboard"),
+                          ("baseline", "score a green run and write it as the baseline record"),
+                          ("gate", "PASS or BLOCK against a baseline (exit 1 on BLOCK)"),
+                          ("calibrate", "check the judge against human labels (exit 2 when not trusted)"),
+                          ("drift", "re-run the frozen split, append to a time series, alarm (exit 3)")):
+        p = sub.add_parser(command, help=text)
+        _add_params(p, command)
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        _report_flags(p)
 
-    p = sub.add_parser("run", help="score a system and print the scoreboard")
-    _common(p)
+    p = sub.add_parser("report", help="render a saved run record to HTML, calling nothing")
+    p.add_argument("record", metavar="RECORD")
+    p.add_argument("--html", metavar="PATH", required=True)
+    p.add_argument("--show-code", action="store_true")
 
-    p = sub.add_parser("baseline", help="score a system and write a reviewable JSON baseline")
-    _common(p)
-    p.add_argument("--out", required=True, metavar="FILE", help="where to write the baseline JSON")
+    p = sub.add_parser("compare", help="two run records side by side: metric deltas and every changed case")
+    p.add_argument("before", metavar="BEFORE")
+    p.add_argument("after", metavar="AFTER")
+    p.add_argument("--html", metavar="PATH")
 
-    p = sub.add_parser("gate", help="PASS or BLOCK against a baseline (exit 1 on BLOCK)")
-    _common(p)
-    p.add_argument("--baseline", required=True, metavar="FILE")
-    p.add_argument("--tolerances", metavar="FILE", help='JSON {"metric": tolerance} over the defaults')
-    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
-                   help="override one tolerance (repeatable)")
+    p = sub.add_parser("label", help="the labelling round trip through a spreadsheet")
+    lsub = p.add_subparsers(dest="label_command", required=True, parser_class=_Parser)
+    e = lsub.add_parser("export", help="write a CSV sheet for annotators from a run record")
+    e.add_argument("record", metavar="RECORD")
+    e.add_argument("--out", required=True, metavar="SHEET.csv")
+    e.add_argument("--sample", type=int, metavar="N", help="only N answered cases, drawn at random")
+    e.add_argument("--seed", type=int, default=0, metavar="S")
+    i = lsub.add_parser("import", help="check a filled sheet against its run and write labels (JSONL)")
+    i.add_argument("sheet", metavar="SHEET.csv")
+    i.add_argument("--record", required=True, metavar="RECORD", help="the run the labels are for")
+    i.add_argument("--out", required=True, metavar="LABELS.jsonl")
 
-    p = sub.add_parser("calibrate", help="check the judge against hand labels (exit 2 when not trusted)")
-    _common(p)
-    p.add_argument("--labels", required=True, metavar="FILE")
-    p.add_argument("--min-agreement", type=float, default=0.7, metavar="X",
-                   help="exact agreement every axis must reach (default 0.7)")
+    from qaeval.data import importers
 
-    p = sub.add_parser("drift", help="re-run the frozen split, append to a time series, alarm (exit 3)")
-    _common(p)
-    p.add_argument("--timeseries", required=True, metavar="FILE")
-    p.add_argument("--window", type=int, default=10, metavar="N", help="trailing runs in the band (default 10)")
-    p.add_argument("--notify", metavar="MODULE:FUNCTION", help="called with the list of alarms")
+    p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
+    p.add_argument("format", choices=importers.FORMATS)
+    p.add_argument("input", metavar="IN")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--limit", type=int, metavar="N")
+    p.add_argument("--seed", type=int, metavar="S", help="with --limit: a random sample (else the first N)")
+    p.add_argument("--split", choices=("frozen", "living"), default="frozen")
+    p.add_argument("--prefix", metavar="TEXT", help="prefix for the case ids (default: the format's name)")
+    p.add_argument("--labelled", action="store_true",
+                   help="(wice, expertqa, ares) write a labelled set for calibrate --labelled instead of cases")
+
+    p = sub.add_parser("add-case", help="turn one production miss into a living-split regression case")
+    p.add_argument("--data", required=True, metavar="DIR")
+    p.add_argument("--from", dest="miss", metavar="MISS.json")
+    p.add_argument("--interactive", action="store_true", help="ask for the fields the miss file does not give")
     return parser
 
 
-@contextmanager
-def _judge_env(args: argparse.Namespace) -> Iterator[None]:
-    """Flags that configure judges and progress travel as environment variables (judge factories take
-    no arguments, and notebook kernels inherit them); restored afterwards."""
-    settings = {var: str(getattr(args, flag)) for flag, var in (
-        ("judge_model", "QAEVAL_JUDGE_MODEL"), ("judge_base_url", "OPENAI_BASE_URL"),
-        ("judge_concurrency", "QAEVAL_JUDGE_CONCURRENCY")) if getattr(args, flag, None) is not None}
-    if getattr(args, "no_judge_cache", False):
-        settings["QAEVAL_JUDGE_CACHE"] = "off"
-    if getattr(args, "quiet", False):
-        settings["QAEVAL_PROGRESS"] = "0"
-    with scoped_environ(settings):
-        yield
+def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in P.names_for(args.command)
+            if name != "record" and getattr(args, name, None) is not None}
 
 
-def _params(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("data", "adapter", "judge", "k", "timeout", "baseline", "tolerances", "tolerance", "labels",
-             "min_agreement", "timeseries", "window", "notify")
-    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
+    params = _scoring_params(args)
+    verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
+            "drift": api.drift_run}[args.command]
+    env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
+    with scoped_environ(env):
+        result = verb(**params)
+    notes = []
+    if args.command == "baseline":
+        notes.append(f"baseline written to {params['out']}")
+    if params.get("save"):
+        notes.append(f"run record saved to {params['save']}")
+    if args.html:
+        api.render(result, args.html, show_code=args.show_code)
+        notes.append(f"report: {args.html}")
+    return result.summary_text(), result.exit_code, notes
+
+
+def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
+    if args.command == "validate":
+        return api.validate(args.data), 0, []
+    if args.command in P.SCORING:
+        return _score(args)
+    if args.command == "report":
+        result, path = api.report(args.record, args.html, show_code=args.show_code)
+        return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, [f"report: {path}"]
+    if args.command == "compare":
+        comparison = api.compare(args.before, args.after)
+        notes = []
+        if args.html:
+            api.render(comparison, args.html)
+            notes.append(f"report: {args.html}")
+        return comparison.summary_text(), comparison.exit_code, notes
+    if args.command == "label":
+        if args.label_command == "export":
+            path, n = api.label_export(args.record, args.out, sample=args.sample, seed=args.seed)
+            return f"wrote a sheet for {n} answered case(s) to {path}: fill the score (0, 1, 2) and reason columns", 0, []
+        path, n, blank = api.label_import(args.sheet, args.record, args.out)
+        return f"wrote {n} label(s) to {path}" + (f"; {blank} row(s) left blank were not imported" if blank else ""), 0, []
+    if args.command == "import":
+        report_ = api.import_cases(args.format, args.input, args.out, limit=args.limit, seed=args.seed,
+                                   split=args.split, prefix=args.prefix, labelled=args.labelled)
+        return report_.summary_text(), 0, []
+    if args.command == "add-case":
+        case_id, path = api.add_case(args.data, args.miss, interactive=args.interactive)
+        return f"added {case_id} to {path}", 0, []
+    raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover
+
+
+def _emit(text: str, stream: Any) -> None:
+    print(printable(text), file=stream, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (never raises, never prints a traceback for a user error)."""
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "validate":
-            print(api.validate(args.data))
-            return 0
-        params = _params(args)
-        if args.command == "baseline":
-            params["out"] = args.out
-        with _judge_env(args):
-            outcome = api.execute(args.command, params, html=args.html, show_code=args.show_code)
-        print(outcome.text)
-        for note in outcome.notes:
-            print(note, file=sys.stderr)
-        return outcome.exit_code
+        text, code, notes = _dispatch(args)
+        _emit(text, sys.stdout)
+        for note in notes:
+            _emit(note, sys.stderr)
+        return code
     except QaevalError as exc:
-        print(f"qaeval: {exc}", file=sys.stderr)
+        _emit(f"qaeval: {exc}", sys.stderr)
         return exit_code_for(exc)
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"qaeval: {exc.strerror or exc}{where}", file=sys.stderr)
+        _emit(f"qaeval: {exc.strerror or exc}{where}", sys.stderr)
         return 74
     except KeyboardInterrupt:
-        print("qaeval: interrupted", file=sys.stderr)
+        _emit("qaeval: interrupted", sys.stderr)
         return 130
+    except SystemExit as exc:  # argparse's --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
     except Exception:  # a bug in qaeval, not the user's mistake: say so, with the trace
         traceback.print_exc()
-        print("qaeval: internal error (exit 70); please report it with the trace above", file=sys.stderr)
+        _emit("qaeval: internal error (exit 70); please report it with the trace above", sys.stderr)
         return 70
 
 
+def entry() -> NoReturn:
+    """The ``qaeval`` console script: ``main``, then exit at once, so a thread that user code left
+    running (an adapter under isolation none, a judge) cannot keep the process alive."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
+

@@ -1,16 +1,22 @@
 """The exception tree. Every error qaeval raises on purpose descends from QaevalError.
 
     QaevalError
-    ├── UsageError(ValueError)          bad flag, a module:factory that does not resolve   exit 64
-    ├── DatasetError(ValueError)        bad cases, labels, baseline or history file        exit 65
-    │   └── BaselineError               missing or corrupt baseline
-    ├── GateBlocked                     the gate said BLOCK (carries .result)               exit 1
-    ├── JudgeNotTrusted                 calibration refused the judge (carries .result)    exit 2
-    ├── DriftAlarm                      a metric left its band (carries .result)           exit 3
-    ├── JudgeError(RuntimeError)        a judge could not produce a verdict
-    └── ReportError(RuntimeError)       a notebook could not be rendered
+    ├── UsageError(ValueError)          a bad flag or parameter, a plugin that does not resolve    exit 64
+    ├── DatasetError(ValueError)        bad cases, labels, baseline, record or history (.problems)  exit 65
+    │   ├── BaselineError               a missing or corrupt baseline
+    │   └── RecordError                 a run record that cannot be read
+    ├── FileAccessError(OSError)        a file cannot be read or written (.path)                  exit 74
+    ├── VerdictError                    a verdict that says no (carries .result)
+    │   ├── TierOneFailed               a run with a failing deterministic check or adapter error  exit 1
+    │   ├── GateBlocked                 the gate said BLOCK                                        exit 1
+    │   ├── BaselineRefused             a failing run offered as a baseline                         exit 1
+    │   ├── JudgeNotTrusted             calibration refused the judge                              exit 2
+    │   └── DriftAlarm                  a metric left its band                                     exit 3
+    ├── JudgeError(RuntimeError)        a judge could not produce a verdict (recorded per case)
+    └── ReportError(RuntimeError)       a notebook could not be executed or rendered               exit 70
 
-`exit_code_for` is the one place that maps them to process exit codes.
+``exit_code_for`` is the one place that maps errors to process exit codes; a result's own
+``exit_code`` says what a finished command exits with.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ class QaevalError(Exception):
 
 
 class UsageError(QaevalError, ValueError):
-    """The caller asked for something that cannot work: a bad option or plugin name."""
+    """The caller asked for something that cannot work: a bad option, parameter or plugin name."""
 
     exit_code = 64
 
@@ -45,7 +51,7 @@ class Problem:
 
 
 class DatasetError(QaevalError, ValueError):
-    """Input data (cases, labels, a baseline, a history file) is malformed.
+    """Input data (cases, labels, a baseline, a record, a history file) is malformed.
 
     `problems` lists every problem found, each with file and line, so one load reports them all.
     """
@@ -56,40 +62,76 @@ class DatasetError(QaevalError, ValueError):
         if isinstance(problems, str):
             problems = [Problem(file, None, problems)]
         self.problems = list(problems)
-        head = f"{len(self.problems)} problem(s) in the input data"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+        if len(self.problems) == 1:
+            message = str(self.problems[0])
+        else:
+            message = f"{len(self.problems)} problems in the input data:\n" + "\n".join(
+                f"  {p}" for p in self.problems)
+        super().__init__(message)
 
 
 class BaselineError(DatasetError):
     """The baseline is missing or unreadable: a hard failure, never a skipped tier."""
 
 
-class _ResultError(QaevalError):
+class RecordError(DatasetError):
+    """A run record is missing, of an unknown version, or malformed."""
+
+
+class FileAccessError(QaevalError, OSError):
+    """A file cannot be read or written (permissions, a full disk, a folder in the way)."""
+
+    exit_code = 74
+
+    def __init__(self, path: Any, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        QaevalError.__init__(self, f"{reason}: {path}")
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.path}"
+
+
+class VerdictError(QaevalError):
+    """A finished command whose verdict says no. ``result`` is the result object behind it."""
+
     def __init__(self, message: str, result: Any) -> None:
         super().__init__(message)
         self.result = result
 
 
-class GateBlocked(_ResultError):
+class TierOneFailed(VerdictError):
+    """A run failed a deterministic check or had an adapter error (``RunResult.raise_for_status``)."""
+
+    exit_code = 1
+
+
+class GateBlocked(VerdictError):
     """The regression gate blocked. `result` is the GateResult with every failed tier."""
 
     exit_code = 1
 
 
-class JudgeNotTrusted(_ResultError):
+class BaselineRefused(VerdictError):
+    """A run that is not green was offered as a baseline (pass ``allow_failing`` to keep it anyway)."""
+
+    exit_code = 1
+
+
+class JudgeNotTrusted(VerdictError):
     """The judge disagrees with human labels on at least one axis. `result` is the CalibrationResult."""
 
     exit_code = 2
 
 
-class DriftAlarm(_ResultError):
+class DriftAlarm(VerdictError):
     """At least one metric left its band. `result` is the DriftResult."""
 
     exit_code = 3
 
 
 class JudgeError(QaevalError, RuntimeError):
-    """A judge could not produce a verdict (network, parsing, refusal)."""
+    """A judge could not produce a verdict (network, parsing, refusal, a crash in its code)."""
 
 
 class ReportError(QaevalError, RuntimeError):
@@ -102,4 +144,16 @@ def exit_code_for(error: BaseException) -> int:
     """The process exit code for an error; anything unexpected is 70 (internal software error)."""
     if isinstance(error, QaevalError):
         return error.exit_code
+    if isinstance(error, OSError):
+        return 74
     return 70
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` for an exception raised by user code, one line, bounded."""
+    if isinstance(error, SystemExit):
+        return f"called sys.exit({error.code!r})"
+    text = str(error).strip().replace("\n", " ")
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,17 +1,30 @@
-"""Resolving ``module:factory`` names for adapters, judges and notify hooks, and progress bars."""
+"""User code: resolving ``module:factory`` names, calling into it with every failure contained, and
+progress bars.
+
+Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
+raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
+verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through.
+"""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-from qaeval.errors import QaevalError, UsageError
+from qaeval.errors import QaevalError, UsageError, describe
 
-T = TypeVar("T")
+
+def _import_path() -> None:
+    """Make the working directory importable, as ``python -m`` does, so ``--adapter my_rag:make`` works
+    from a project folder without installing it."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def resolve(name: str, *, what: str) -> Callable[..., Any]:
@@ -19,14 +32,17 @@ def resolve(name: str, *, what: str) -> Callable[..., Any]:
     if not isinstance(name, str) or name.count(":") != 1 or not all(name.split(":")):
         raise UsageError(f"{what} must be named as module:callable, got {name!r}")
     module_name, attr = name.split(":")
+    _import_path()
     try:
         module = importlib.import_module(module_name)
     except QaevalError:
         raise
     except ImportError as exc:
         raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc})") from None
-    except Exception as exc:  # a module that fails while importing is still the user's to fix
-        raise UsageError(f"{what} {name!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
+    except BaseException as exc:  # a module that fails (or exits) while importing is still the user's to fix
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise UsageError(f"{what} {name!r}: importing {module_name!r} {_did(exc)}") from None
     target: Any = module
     for part in attr.split("."):
         try:
@@ -38,31 +54,56 @@ def resolve(name: str, *, what: str) -> Callable[..., Any]:
     return target
 
 
-def build(name: str, *, what: str) -> Any:
-    """Resolve a zero-argument factory and call it."""
-    factory = resolve(name, what=what)
+def _did(exc: BaseException) -> str:
+    return describe(exc) if isinstance(exc, SystemExit) else f"raised {describe(exc)}"
+
+
+def contained(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> tuple[bool, Any]:
+    """Call user code. Returns (True, its result) or (False, a one-line description of how it failed:
+    raised, or called sys.exit). KeyboardInterrupt is not contained."""
     try:
-        return factory()
+        return True, fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        return False, f"{what} {_did(exc)}"
+
+
+def build(factory: Any, *, what: str, settings: Any = None) -> Any:
+    """Build a plugin from a ``module:factory`` name or a factory. A factory with a ``settings``
+    parameter is given ``settings``; a factory that raises or exits is a usage error naming it."""
+    if isinstance(factory, str):
+        label, fn = factory, resolve(factory, what=what)
+    elif callable(factory):
+        label, fn = getattr(factory, "__qualname__", repr(factory)), factory
+    else:
+        return factory
+    kwargs = {}
+    try:
+        if settings is not None and "settings" in inspect.signature(fn).parameters:
+            kwargs["settings"] = settings
+    except (TypeError, ValueError):
+        pass
+    try:
+        return fn(**kwargs)
     except QaevalError:
         raise
-    except Exception as exc:
-        raise UsageError(f"{what} factory {name!r} raised {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        raise UsageError(f"{what} factory {label!r} {_did(exc)}") from None
+
+
+# --------------------------------------------------------------------------- progress
 
 
 def _in_notebook() -> bool:
-    shell = sys.modules.get("IPython")
-    if shell is None or "ipykernel" not in sys.modules:
-        return False
-    try:
-        import ipywidgets  # noqa: F401  (tqdm's notebook bar needs it)
-    except ImportError:
-        return False
-    return True
+    return "ipykernel" in sys.modules and sys.modules.get("IPython") is not None
 
 
 def progress_enabled(total: int, requested: bool | None = None) -> bool:
     """Whether to draw a progress bar: never when asked not to (argument or QAEVAL_PROGRESS=0), never
-    for short runs, otherwise in a terminal or a notebook with widgets."""
+    for short runs, otherwise in a terminal or a notebook."""
     if requested is not None:
         return requested
     env = os.environ.get("QAEVAL_PROGRESS")
@@ -73,14 +114,38 @@ def progress_enabled(total: int, requested: bool | None = None) -> bool:
     return _in_notebook() or sys.stderr.isatty()
 
 
-def progress(items: Iterable[T], *, total: int, desc: str, enabled: bool | None = None) -> Iterator[T]:
-    """Wrap an iterable in tqdm's auto bar when a bar is wanted."""
-    if not progress_enabled(total, enabled):
-        yield from items
-        return
-    from tqdm.auto import tqdm
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
 
-    yield from tqdm(items, total=total, desc=desc, leave=False)
+
+def _tqdm_class() -> Any:
+    """tqdm's widget bar in a notebook that has ipywidgets, its plain text bar everywhere else (tqdm.auto
+    would warn and draw nothing useful without ipywidgets)."""
+    if _in_notebook():
+        try:
+            import ipywidgets  # noqa: F401
+
+            from tqdm.notebook import tqdm
+            return tqdm
+        except ImportError:
+            pass
+    from tqdm import tqdm
+
+    return tqdm
+
+
+@contextmanager
+def progress_bar(total: int, *, desc: str, enabled: bool | None = None) -> Iterator[Any]:
+    """A bar counting completions (``.update()``), or an object that ignores them."""
+    if not progress_enabled(total, enabled):
+        yield _NoBar()
+        return
+    bar = _tqdm_class()(total=total, desc=desc, leave=False, file=sys.stderr)
+    try:
+        yield bar
+    finally:
+        bar.close()
 
 
 @contextmanager

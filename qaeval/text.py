@@ -1,4 +1,5 @@
-"""Text normalisation and tokenisation shared by the scorers, the hub and the offline judge."""
+"""Text normalisation and tokenisation shared by the scorers, the reference system and the offline judge,
+and making text safe to print on a terminal."""
 
 from __future__ import annotations
 
@@ -16,10 +17,32 @@ STOPWORDS = frozenset(
 )
 
 
+def fold(text: str) -> str:
+    """Unicode-fold text for matching: NFKC (so full-width digits and ligatures become plain ones) and
+    every invisible format character (Unicode category Cf: zero-width space, soft hyphen, ZWJ, ZWNJ,
+    word joiner, byte-order mark) removed, so a gold answer cannot hide behind one."""
+    text = text or ""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Text safe to print on a terminal: control characters (ESC sequences that clear the screen or set
+    the window title, bidirectional overrides) are shown as escapes instead of being obeyed. Newlines
+    and tabs are kept."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1] if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
+
+
 @lru_cache(maxsize=1 << 18)
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
-    text = text or ""
+    text = fold(text)
     if not text.isascii():
         text = unicodedata.normalize("NFKD", text)
         text = "".join(ch for ch in text if not unicodedata.combining(ch))

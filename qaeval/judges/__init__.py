@@ -1,2 +1,4 @@
-"""Judges that call a model. ``qaeval.judges.openai:make_judge`` speaks the OpenAI chat-completions
-protocol; the offline default lives in ``qaeval.judging``."""
+"""Judges. ``qaeval.judges.offline:make_judge`` is the mechanical default (token overlap, no model);
+``qaeval.judges.openai:make_judge`` speaks the OpenAI chat-completions protocol to any compatible
+endpoint; ``qaeval.judges.fake_server`` is a deterministic local endpoint for tests and trying it out.
+What makes a verdict count is decided in ``qaeval.scoring.judge``, not by any judge."""

@@ -15,6 +15,8 @@ from typing import Any
 
 from qaeval.errors import DatasetError
 
+FORMATS = ("squad2", "hotpotqa", "musique", "ragas", "wice", "expertqa", "ares")
+
 
 def squad2_cases(path: str | Path, *, limit: int | None = None, distractors: int = 5,
                  split: str = "frozen") -> list[dict[str, Any]]:

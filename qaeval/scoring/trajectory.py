@@ -6,9 +6,9 @@ its end state is right *and* every checkpoint holds.
 Checkpoint vocabulary (one JSON object each, in a case's ``checkpoints`` list):
 
 ``{"kind": "retrieved", "source_id": ID}``
-    the system retrieved snippet ID (it appears anywhere in ``retrieved_ids``).
+    the system retrieved source ID (it appears anywhere in ``retrieved_ids``).
 ``{"kind": "cited", "source_id": ID}``
-    the system cited snippet ID and that citation resolves (the snippet was retrieved).
+    the system cited source ID and that citation resolves (the source was retrieved).
 ``{"kind": "aggregate_equals", "value": NUMBER, "tolerance": NUMBER?}``
     the system's ``computed_aggregate`` is a number within ``tolerance`` (default 0) of ``value``.
 ``{"kind": "answer_mentions", "text": STR}``
@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from qaeval.frames import is_missing
 from qaeval.text import normalize
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CHECKPOINT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "retrieved": {"source_id": (str,)},
@@ -60,6 +62,8 @@ def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
         value = checkpoint[key]
         if isinstance(value, bool) or not isinstance(value, types):
             problems.append(f"checkpoint {kind!r} field {key!r} must be {types[0].__name__}")
+        elif isinstance(value, (int, float)) and _as_number(value) is None:
+            problems.append(f"checkpoint {kind!r} field {key!r} must be a finite number")
         elif key == "source_id" and value not in source_ids:
             problems.append(f"checkpoint names source {value!r}, which is not in the case's sources")
     return problems
@@ -78,11 +82,16 @@ def _as_number(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) else None
     if isinstance(value, str):
         match = re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*", value)
         if match:
-            return float(value.replace(",", "").strip())
+            number = float(value.replace(",", "").strip())
+            return number if math.isfinite(number) else None
     return None
 
 
@@ -93,7 +102,7 @@ def _checkpoint_holds(cp: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[bo
         ok = cp["source_id"] in retrieved
         return ok, "retrieved" if ok else "not retrieved"
     if kind == "cited":
-        cited = {c["snippet_id"] for c in out.get("citations") or []}
+        cited = {c["source_id"] for c in out.get("citations") or []}
         if cp["source_id"] not in cited:
             return False, "not cited"
         if cp["source_id"] not in retrieved:
@@ -112,7 +121,7 @@ def _checkpoint_holds(cp: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[bo
 
 def end_state_reached(gold_answer: str | None, out: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether an output reached the gold end state, with the reason."""
-    if out.get("error"):
+    if not is_missing(out.get("error")):
         return False, "adapter error"
     if out.get("abstained"):
         return False, "abstained"
@@ -126,6 +135,10 @@ def end_state_reached(gold_answer: str | None, out: Mapping[str, Any]) -> tuple[
     gold = normalize(gold_answer)
     ok = bool(gold) and gold in normalize(out.get("answer") or "")
     return ok, "gold answer in the answer" if ok else "gold answer not in the answer"
+
+
+TRAJECTORY_SCHEMA = {"case_id": "text", "step": "text", "kind": "text", "description": "text", "passed": "bool",
+                     "detail": "text", "success": "bool"}
 
 
 def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFrame:
@@ -144,26 +157,22 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
     success       bool, the same on every row of a case: every step passed
     ============  ===========================================================
     """
-    outs = outputs.set_index("case_id", drop=False)
+    from qaeval.frames import frame
+
+    outs = {o["case_id"]: o for o in outputs.to_dict("records")}
     rows: list[dict[str, Any]] = []
     for case in cases.itertuples(index=False):
         if case.difficulty not in MULTI_STEP:
             continue
-        out = outs.loc[case.id].to_dict()
+        out = outs[case.case_id]
         ok, detail = end_state_reached(case.gold_answer, out)
         steps = [("end_state", "end_state", f"reach the gold answer {case.gold_answer!r}", ok, detail)]
+        failed = not is_missing(out.get("error"))
         for i, cp in enumerate(case.checkpoints or [], start=1):
-            if out.get("error"):
-                held, why = False, "adapter error"
-            else:
-                held, why = _checkpoint_holds(cp, out)
+            held, why = (False, "adapter error") if failed else _checkpoint_holds(cp, out)
             steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), held, why))
         success = all(s[3] for s in steps)
         for step, kind, desc, passed, det in steps:
-            rows.append(
-                dict(case_id=case.id, step=step, kind=kind, description=desc, passed=bool(passed),
-                     detail=det, success=success)
-            )
-    columns = ["case_id", "step", "kind", "description", "passed", "detail", "success"]
-    return pd.DataFrame(rows, columns=columns)
-
+            rows.append(dict(case_id=case.case_id, step=step, kind=kind, description=desc, passed=bool(passed),
+                             detail=det, success=success))
+    return frame(rows, TRAJECTORY_SCHEMA)

@@ -14,7 +14,8 @@ ndcg_at_k       binary-relevance nDCG over the top k
 ==============  ===============================================================================
 
 Cases without gold sources (typically must-abstain cases) have no row: there is nothing to recall.
-An adapter error counts as an empty ranking.
+An adapter error counts as an empty ranking. A source listed twice counts once, at its first rank (the
+boundary already refuses such output as malformed), so no figure can leave [0, 1].
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ import math
 
 import pandas as pd
 
-RETRIEVAL_COLUMNS = ["case_id", "k", "n_gold", "n_retrieved", "recall_at_k", "precision_at_k", "mrr", "ndcg_at_k"]
+from qaeval.frames import frame
+
+RETRIEVAL_SCHEMA = {"case_id": "text", "k": "int", "n_gold": "int", "n_retrieved": "int", "recall_at_k": "float",
+                    "precision_at_k": "float", "mrr": "float", "ndcg_at_k": "float"}
+RETRIEVAL_COLUMNS = list(RETRIEVAL_SCHEMA)
 
 
 def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, float]:
     """The four retrieval figures for one ranking."""
     gold_set = set(gold)
+    ranking = list(dict.fromkeys(ranking))
     top = ranking[:k]
     hits = [1.0 if r in gold_set else 0.0 for r in top]
     recall = sum(hits) / len(gold_set) if gold_set else math.nan
@@ -49,10 +55,10 @@ def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -
         raise ValueError("k must be at least 1")
     rankings = dict(zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist()))
     rows = []
-    for case_id, gold in zip(cases["id"].tolist(), cases["gold_source_ids"].tolist()):
+    for case_id, gold in zip(cases["case_id"].tolist(), cases["gold_source_ids"].tolist()):
         if not gold:
             continue
         ranking = list(rankings.get(case_id) or [])
         rows.append(dict(case_id=case_id, k=k, n_gold=len(gold), n_retrieved=len(ranking),
                          **case_retrieval(list(gold), ranking, k)))
-    return pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+    return frame(rows, RETRIEVAL_SCHEMA)

@@ -1,26 +1,36 @@
-"""Loading golden cases: strict, complete, and reported all at once.
+"""The golden case: its schema, and loading it strictly, completely and all at once.
 
 ``load_suite(DIR)`` reads every ``*.jsonl`` file directly inside DIR (not its subfolders). Each
 non-blank line is one case object. A UTF-8 byte-order mark, CRLF line endings and blank lines are
-accepted; anything else that is off (a top-level array, bytes that are not UTF-8, an unknown field, a
-wrong type, a bad enum value, a duplicate id, a gold source missing from the fixture, an answerable
-case without a gold answer, an empty suite) is a problem. Every problem in the load is collected, each
-with its file and line, and raised together as one ``DatasetError`` before anything is scored.
+accepted; anything else that is off is a problem: a top-level array, bytes that are not UTF-8, JSON
+that only a lenient parser accepts (a key twice in one object, ``NaN``), an unknown field, a wrong
+type, a bad enum value, a duplicate id, a gold source missing from the fixture, an answerable case
+without a gold answer, a ``*.jsonl`` that is not a regular file (a FIFO, a folder, a looping link), an
+empty suite. Every problem in the load is collected, each with its file and line, and raised together
+as one ``DatasetError`` before anything is scored. A file that exists but cannot be read is a
+``FileAccessError`` (exit 74).
+
+A case's passages are its ``sources``: each one ``{id, text, title?}``, the frozen fixture the system
+retrieves over.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+from qaeval.errors import DatasetError, FileAccessError, Problem
+from qaeval.files import iter_jsonl
+from qaeval.scoring.trajectory import checkpoint_problems
 
-from qaeval.errors import DatasetError, Problem
-from qaeval.trajectory import checkpoint_problems
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXPECTED_BEHAVIORS = ("answer", "unanswerable_must_abstain")
 DIFFICULTIES = ("single-hop", "multi-hop", "aggregation")
@@ -33,7 +43,7 @@ SOURCE_FIELDS = ("id", "text", "title")
 
 @dataclass(frozen=True)
 class Source:
-    """One snippet of a case's frozen retrieval fixture."""
+    """One passage of a case's frozen retrieval fixture."""
 
     id: str
     text: str
@@ -58,6 +68,20 @@ class GoldenCase:
     line: int = 0
     fingerprint: str = field(default="", compare=False)
 
+    def to_raw(self) -> dict[str, Any]:
+        """The case as a JSON object in the golden format (optional fields only when set)."""
+        raw: dict[str, Any] = dict(
+            id=self.id, question=self.question,
+            sources=[{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
+                     for s in self.sources],
+            gold_answer=self.gold_answer, gold_source_ids=list(self.gold_source_ids),
+            expected_behavior=self.expected_behavior, difficulty=self.difficulty, split=self.split)
+        if self.adversarial is not None:
+            raw["adversarial"] = self.adversarial
+        if self.checkpoints:
+            raw["checkpoints"] = [dict(cp) for cp in self.checkpoints]
+        return raw
+
     @property
     def must_abstain(self) -> bool:
         return self.expected_behavior == "unanswerable_must_abstain"
@@ -68,7 +92,7 @@ class GoldenCase:
 
 
 CASE_COLUMNS = [
-    "id", "split", "difficulty", "expected_behavior", "must_abstain", "adversarial", "question",
+    "case_id", "split", "difficulty", "expected_behavior", "must_abstain", "adversarial", "question",
     "gold_answer", "gold_source_ids", "n_sources", "checkpoints", "fingerprint", "file", "line",
 ]
 
@@ -86,13 +110,17 @@ class Suite:
     def __iter__(self) -> Iterator[GoldenCase]:
         return iter(self.cases)
 
-    def __getitem__(self, case_id: str) -> GoldenCase:
-        for case in self.cases:
-            if case.id == case_id:
-                return case
-        raise KeyError(case_id)
+    @cached_property
+    def _index(self) -> dict[str, GoldenCase]:
+        return {c.id: c for c in self.cases}
 
-    @property
+    def __getitem__(self, case_id: str) -> GoldenCase:
+        return self._index[case_id]
+
+    def __contains__(self, case_id: object) -> bool:
+        return case_id in self._index
+
+    @cached_property
     def fingerprint(self) -> str:
         """sha256 over the sorted case fingerprints: changes when any case's content changes."""
         digest = hashlib.sha256()
@@ -108,41 +136,47 @@ class Suite:
         return Suite(kept, self.root)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per case. Columns: see ``CASE_COLUMNS``; list-valued columns hold Python lists."""
-        rows = [
-            dict(
-                id=c.id, split=c.split, difficulty=c.difficulty, expected_behavior=c.expected_behavior,
-                must_abstain=c.must_abstain, adversarial=c.adversarial, question=c.question,
-                gold_answer=c.gold_answer, gold_source_ids=list(c.gold_source_ids),
-                n_sources=len(c.sources), checkpoints=[dict(cp) for cp in c.checkpoints],
-                fingerprint=c.fingerprint, file=c.file, line=c.line,
-            )
-            for c in self.cases
-        ]
-        frame = pd.DataFrame(rows, columns=CASE_COLUMNS)
-        for col in ("gold_answer", "adversarial"):  # keep None as None, not NaN
-            frame[col] = pd.Series([r[col] for r in rows], dtype=object, index=frame.index)
-        return frame
+        """One row per case. Columns: see ``CASE_COLUMNS``; list-valued columns hold Python lists, and
+        ``gold_answer`` and ``adversarial`` hold None when absent."""
+        import pandas as pd
+
+        columns: dict[str, list[Any]] = {name: [] for name in CASE_COLUMNS}
+        for c in self.cases:
+            for name, value in (
+                ("case_id", c.id), ("split", c.split), ("difficulty", c.difficulty),
+                ("expected_behavior", c.expected_behavior), ("must_abstain", c.must_abstain),
+                ("adversarial", c.adversarial), ("question", c.question), ("gold_answer", c.gold_answer),
+                ("gold_source_ids", list(c.gold_source_ids)), ("n_sources", len(c.sources)),
+                ("checkpoints", [dict(cp) for cp in c.checkpoints]), ("fingerprint", c.fingerprint),
+                ("file", c.file), ("line", c.line),
+            ):
+                columns[name].append(value)
+        return pd.DataFrame({
+            name: pd.Series(values, dtype=("bool" if name == "must_abstain" else
+                                           "int64" if name in ("n_sources", "line") else object))
+            for name, values in columns.items()
+        }, columns=CASE_COLUMNS)
 
     def sources_frame(self) -> pd.DataFrame:
-        """One row per (case, snippet): case_id, source_id, title, text, is_gold."""
-        rows = [
-            dict(case_id=c.id, source_id=s.id, title=s.title, text=s.text, is_gold=s.id in c.gold_source_ids)
-            for c in self.cases
-            for s in c.sources
-        ]
-        return pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"])
+        """One row per (case, passage): case_id, source_id, title, text, is_gold."""
+        import pandas as pd
+
+        rows = [(c.id, s.id, s.title, s.text, s.id in c.gold_source_ids) for c in self.cases for s in c.sources]
+        frame = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)
+        frame["is_gold"] = frame["is_gold"].astype(bool)
+        return frame
 
     def summary(self) -> dict[str, pd.Series]:
         """Case counts by split, difficulty, expected behaviour and adversarial tag."""
         frame = self.to_frame()
-        frame["adversarial"] = frame["adversarial"].fillna("(none)")
+        frame["adversarial"] = frame["adversarial"].map(lambda v: "(none)" if v is None else v)
         return {col: frame[col].value_counts().sort_index() for col in
                 ("split", "difficulty", "expected_behavior", "adversarial")}
 
 
-def snippet_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """{case_id: {snippet_id: text}} from ``Suite.sources_frame()``."""
+
+def source_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """{case_id: {source_id: text}} from ``Suite.sources_frame()``."""
     bodies: dict[str, dict[str, str]] = {}
     for case_id, sid, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
                                   sources["text"].tolist()):
@@ -236,49 +270,56 @@ def _case_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _decode(path: Path, data: bytes, problems: list[Problem]) -> str | None:
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        problems.append(Problem(str(path), line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"))
-        return None
-
-
-def _build(raw: dict[str, Any], path: Path, line: int) -> GoldenCase:
+def _build(raw: dict[str, Any], path: Path, line: int, fingerprint: str | None = None) -> GoldenCase:
     return GoldenCase(
         id=raw["id"], question=raw["question"],
         sources=tuple(Source(s["id"], s["text"], s.get("title")) for s in raw["sources"]),
         gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(raw["gold_source_ids"]),
         expected_behavior=raw["expected_behavior"], difficulty=raw["difficulty"], split=raw["split"],
         adversarial=raw.get("adversarial"), checkpoints=tuple(raw.get("checkpoints") or ()),
-        file=str(path), line=line, fingerprint=case_fingerprint(raw),
+        file=str(path), line=line, fingerprint=fingerprint or case_fingerprint(raw),
     )
 
 
-def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed value) for each non-blank line; parse problems go to ``problems``."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        problems.append(Problem(str(path), None, f"cannot read: {exc.strerror or exc}"))
-        return
-    text = _decode(path, data, problems)
-    if text is None:
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
+                fingerprints: Mapping[str, str] | None = None) -> Suite:
+    """Validate raw case objects, each with the file and line it came from, into a Suite. Raises one
+    DatasetError listing every problem. ``fingerprints`` (by case id) keeps the identity a case had
+    when it was first loaded, for cases read back from a run record."""
+    problems: list[Problem] = []
+    cases: list[GoldenCase] = []
+    seen: dict[str, str] = {}
+    for where, number, raw in entries:
+        if isinstance(raw, list):
+            problems.append(Problem(where, number, "a JSON array; each line must be one case object"))
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if line.strip().startswith("["):
-                msg = "a JSON array; write one JSON object per line (JSONL), not an array"
+        if not isinstance(raw, dict):
+            problems.append(Problem(where, number, f"each line must be a JSON object, got {type(raw).__name__}"))
+            continue
+        found = _case_problems(raw)
+        case_id = raw.get("id")
+        if _is_str(case_id):
+            if case_id in seen:
+                found.append(f"duplicate id {case_id!r} (first at {seen[case_id]})")
             else:
-                msg = f"not valid JSON ({exc.msg} at column {exc.colno})"
-            problems.append(Problem(str(path), number, msg))
-            continue
-        yield number, value
+                seen[case_id] = f"{where}:{number}"
+        label = f"case {case_id!r}: " if _is_str(case_id) else ""
+        problems.extend(Problem(where, number, label + p) for p in found)
+        if not found:
+            cases.append(_build(raw, Path(where), number, (fingerprints or {}).get(case_id)))
+    if not cases and not problems:
+        problems.append(Problem(root, None, "the suite is empty: no case in any *.jsonl file"))
+    if problems:
+        raise DatasetError(problems)
+    return Suite(tuple(cases), root)
+
+
+def case_files(root: Path) -> list[Path]:
+    """The ``*.jsonl`` entries directly inside a folder, whatever they are (the loader says what is wrong)."""
+    try:
+        return sorted(p for p in root.iterdir() if p.name.endswith(".jsonl"))
+    except OSError as exc:
+        raise FileAccessError(root, f"cannot list ({exc.strerror or exc})") from None
 
 
 def load_suite(data_dir: str | Path) -> Suite:
@@ -286,34 +327,36 @@ def load_suite(data_dir: str | Path) -> Suite:
     every problem found."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise DatasetError(f"no such directory: {root}", file=str(root))
+        what = "not a folder" if root.exists() else "no such folder"
+        raise DatasetError(f"{what}: the cases live in *.jsonl files inside a folder", file=str(root))
     problems: list[Problem] = []
-    cases: list[GoldenCase] = []
-    seen: dict[str, str] = {}
-    files = sorted(p for p in root.glob("*.jsonl") if p.is_file())
-    for path in files:
-        for number, raw in iter_jsonl(path, problems):
-            if isinstance(raw, list):
-                problems.append(Problem(str(path), number, "a JSON array; each line must be one case object"))
-                continue
-            if not isinstance(raw, dict):
-                problems.append(Problem(str(path), number, f"each line must be a JSON object, got {type(raw).__name__}"))
-                continue
-            found = _case_problems(raw)
-            case_id = raw.get("id")
-            if _is_str(case_id):
-                if case_id in seen:
-                    found.append(f"duplicate id {case_id!r} (first at {seen[case_id]})")
-                else:
-                    seen[case_id] = f"{path}:{number}"
-            label = f"case {case_id!r}: " if _is_str(case_id) else ""
-            problems.extend(Problem(str(path), number, label + p) for p in found)
-            if not found:
-                cases.append(_build(raw, path, number))
+    files = case_files(root)
+    entries = [(str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems)]
     if not files:
-        problems.append(Problem(str(root), None, "no *.jsonl files directly inside this directory"))
-    elif not cases and not problems:
-        problems.append(Problem(str(root), None, "the suite is empty: no case in any *.jsonl file"))
+        problems.append(Problem(str(root), None, "no *.jsonl files directly inside this folder"))
+    if problems and not entries:
+        raise DatasetError(problems)
+    try:
+        suite = build_suite(entries, str(root))
+    except DatasetError as exc:
+        raise DatasetError(problems + exc.problems) from None
     if problems:
         raise DatasetError(problems)
-    return Suite(tuple(cases), str(root))
+    return suite
+
+
+def suite_from_raw(raws: Iterable[Mapping[str, Any]], root: str, *, file: str,
+                   fingerprints: Mapping[str, str] | None = None) -> Suite:
+    """A Suite from stored case objects (a run record), validated as strictly as a load."""
+    return build_suite(((file, i, dict(r)) for i, r in enumerate(raws, start=1)), root, fingerprints)
+
+
+def data_paths(data_dir: str | Path) -> list[str]:
+    """Spellings of a data folder worth keeping away from a system under test (as given, absolute)."""
+    given = str(data_dir)
+    paths = {given, os.path.abspath(given)}
+    try:
+        paths.add(str(Path(given).resolve()))
+    except OSError:
+        pass
+    return sorted(p for p in paths if p and p not in (".", "/"))

@@ -1,0 +1,310 @@
+"""Human labels in the two forms calibration and PPI read, and the spreadsheet round trip.
+
+Keyed labels (JSONL, one per line), for outputs of a run::
+
+    {"case_id": "single-0001", "axis": "faithfulness", "score": 2, "reason": "...", "output_fingerprint": "5c8a..."}
+
+``axis`` is faithfulness, answer_correctness or citation_correctness (a case's weakest citation);
+``score`` is 0, 1 or 2; ``reason`` and ``output_fingerprint`` are optional. With a fingerprint (the
+``output_fingerprint`` column of ``result.per_case``) a label whose output has changed since is stale and
+left out. One label per case and axis.
+
+Labelled sets (JSONL), which carry their own case and output, so public human-labelled data can
+calibrate a judge with no adapter at all::
+
+    {"id": "wice-dev-0001", "question": "", "sources": [{"id": "p1", "text": "...", "title": "..."}],
+     "gold_answer": null,
+     "output": {"answer": "...", "citations": [{"source_id": "p1", "claim": "..."}],
+                "retrieved_ids": ["p1"], "abstained": false},
+     "labels": {"faithfulness": {"score": 2, "reason": "supported"}}}
+
+``question`` may be empty (claim-verification data has none); ``gold_answer`` is optional;
+``output.retrieved_ids`` defaults to the cited sources; ``labels`` holds one or more axes. Every field
+is checked as strictly as a golden case, and every problem is reported with its file and line.
+
+The spreadsheet round trip: ``export_sheet`` writes one CSV row per answered case and axis (question,
+answer, cited sources, gold answer where the axis needs it, the output fingerprint, and empty
+``score`` and ``reason`` columns; the judge's own score is withheld so annotators are not anchored);
+``import_sheet`` checks a filled sheet against the run it is for (scores 0/1/2, known cases, current
+fingerprints) and gives keyed labels. Rows left blank are counted, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qaeval.data.cases import GoldenCase, Source, Suite, case_fingerprint
+from qaeval.errors import DatasetError, Problem
+from qaeval.files import iter_jsonl, read_text
+from qaeval.frames import frame
+from qaeval.scoring.judge import AXES
+from qaeval.system.contract import output_row, validate_plain
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from qaeval.scoring.evaluate import RunResult
+
+LABEL_FIELDS = {"case_id", "axis", "score", "reason", "output_fingerprint"}
+LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
+                "line": "int"}
+SET_FIELDS = {"id", "question", "sources", "gold_answer", "output", "labels"}
+OUTPUT_FIELDS = {"answer", "citations", "retrieved_ids", "abstained"}
+SHEET_COLUMNS = ["case_id", "axis", "output_fingerprint", "question", "answer", "cited", "gold_answer", "score", "reason"]
+
+
+def _score_ok(score: Any) -> bool:
+    return not isinstance(score, bool) and score in (0, 1, 2)
+
+
+def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.DataFrame:
+    """Load keyed labels strictly (every problem reported with file and line).
+
+    Returns columns: case_id, axis, human, reason, output_fingerprint (None when absent), line.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError("labels file not found", file=str(path))
+    problems: list[Problem] = []
+    rows = []
+    seen: dict[tuple[str, str], int] = {}
+    for number, raw in iter_jsonl(path, problems):
+        where = partial(Problem, str(path), number)
+        if not isinstance(raw, dict):
+            problems.append(where("each line must be one JSON object"))
+            continue
+        if "output" in raw or "labels" in raw:
+            problems.append(where("a labelled-set line (with output and labels); use calibrate --labelled"))
+            continue
+        found = [f"unknown field {k!r}" for k in raw if k not in LABEL_FIELDS]
+        found += [f"missing required field {k!r}" for k in ("case_id", "axis", "score") if k not in raw]
+        cid, axis, score = raw.get("case_id"), raw.get("axis"), raw.get("score")
+        if "case_id" in raw and not (isinstance(cid, str) and cid):
+            found.append("'case_id' must be a non-empty string")
+        elif isinstance(cid, str) and known_cases is not None and cid not in known_cases:
+            found.append(f"case {cid!r} is not in the data")
+        if "axis" in raw and axis not in AXES:
+            found.append(f"'axis' is {axis!r}; expected one of {', '.join(AXES)}")
+        if "score" in raw and not _score_ok(score):
+            found.append(f"'score' is {score!r}; expected 0, 1 or 2")
+        for key in ("reason", "output_fingerprint"):
+            if key in raw and raw[key] is not None and not isinstance(raw[key], str):
+                found.append(f"{key!r} must be a string")
+        if not found:
+            key = (cid, axis)
+            if key in seen:
+                found.append(f"a second label for {cid} / {axis} (first on line {seen[key]})")
+            seen[key] = number
+        if found:
+            problems.extend(where(p) for p in found)
+            continue
+        rows.append(dict(case_id=cid, axis=axis, human=int(score), reason=raw.get("reason") or "",
+                         output_fingerprint=raw.get("output_fingerprint"), line=number))
+    if not rows and not problems:
+        problems.append(Problem(str(path), None, "no labels in the file"))
+    if problems:
+        raise DatasetError(problems)
+    return frame(rows, LABEL_SCHEMA)
+
+
+# --------------------------------------------------------------------------- labelled sets
+
+
+def _labelled_problems(raw: dict[str, Any]) -> list[str]:
+    problems = [f"unknown field {k!r}" for k in raw if k not in SET_FIELDS]
+    problems += [f"missing required field {k!r}" for k in ("id", "sources", "output", "labels") if k not in raw]
+    if "id" in raw and not (isinstance(raw["id"], str) and raw["id"].strip()):
+        problems.append("'id' must be a non-empty string")
+    if not isinstance(raw.get("question", ""), str):
+        problems.append("'question' must be a string (it may be empty)")
+    if raw.get("gold_answer") is not None and not (isinstance(raw["gold_answer"], str) and raw["gold_answer"].strip()):
+        problems.append("'gold_answer' must be a non-empty string or null")
+    ids: set[str] = set()
+    sources = raw.get("sources")
+    if "sources" in raw:
+        if not isinstance(sources, list) or not sources:
+            problems.append("'sources' must be a non-empty list of {id, text, title?}")
+        else:
+            for i, s in enumerate(sources):
+                if not isinstance(s, dict) or set(s) - {"id", "text", "title"}:
+                    problems.append(f"sources[{i}] must be an object with id, text and optional title")
+                elif not (isinstance(s.get("id"), str) and s["id"]) or not (isinstance(s.get("text"), str) and s["text"].strip()):
+                    problems.append(f"sources[{i}] needs a non-empty string id and text")
+                elif s["id"] in ids:
+                    problems.append(f"sources[{i}].id {s['id']!r} is not unique")
+                elif s.get("title") is not None and not isinstance(s["title"], str):
+                    problems.append(f"sources[{i}].title must be a string")
+                else:
+                    ids.add(s["id"])
+    out = raw.get("output")
+    if "output" in raw:
+        if not isinstance(out, dict):
+            problems.append("'output' must be an object")
+        else:
+            problems += [f"output has unknown field {k!r}" for k in out if k not in OUTPUT_FIELDS]
+            if "answer" not in out:
+                problems.append("output needs 'answer'")
+            cites = out.get("citations", [])
+            if isinstance(cites, list):
+                for i, c in enumerate(cites):
+                    if isinstance(c, dict) and isinstance(c.get("source_id"), str) and ids and c["source_id"] not in ids:
+                        problems.append(f"output.citations[{i}] cites {c['source_id']!r}, which is not in sources")
+    labels = raw.get("labels")
+    if "labels" in raw:
+        if not isinstance(labels, dict) or not labels:
+            problems.append("'labels' must be an object with at least one axis")
+        else:
+            for axis, item in labels.items():
+                if axis not in AXES:
+                    problems.append(f"labels has unknown axis {axis!r}; expected {', '.join(AXES)}")
+                elif not isinstance(item, dict) or set(item) - {"score", "reason"} or not _score_ok(item.get("score")):
+                    problems.append(f"labels.{axis} must be {{\"score\": 0|1|2, \"reason\"?: str}}")
+                elif item.get("reason") is not None and not isinstance(item["reason"], str):
+                    problems.append(f"labels.{axis}.reason must be a string")
+    return problems
+
+
+def _plain_output(out: dict[str, Any]) -> dict[str, Any]:
+    citations = out.get("citations", [])
+    cited = [c.get("source_id") for c in citations if isinstance(c, dict)] if isinstance(citations, list) else []
+    retrieved = out.get("retrieved_ids", list(dict.fromkeys(cited)))
+    wrap = lambda v: {"__type__": "list", "items": v} if isinstance(v, list) else v  # noqa: E731
+    return dict(answer=out.get("answer"), citations=wrap(citations), retrieved_ids=wrap(retrieved),
+                abstained=out.get("abstained", False), model_was_called=False, prompt_to_model=None,
+                computed_aggregate=None)
+
+
+def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFrame]:
+    """(suite, outputs, labels) from a labelled set, strictly: every problem with its file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError("labelled set not found", file=str(path))
+    problems: list[Problem] = []
+    cases: list[GoldenCase] = []
+    outputs, labels = [], []
+    seen: dict[str, int] = {}
+    for number, raw in iter_jsonl(path, problems):
+        where = partial(Problem, str(path), number)
+        if not isinstance(raw, dict):
+            problems.append(where("each line must be one JSON object"))
+            continue
+        found = _labelled_problems(raw)
+        fields = None
+        if not found:
+            fields, more = validate_plain(_plain_output(raw["output"]))
+            found += [f"output: {p}" for p in more]
+        cid = raw.get("id")
+        if isinstance(cid, str) and cid in seen:
+            found.append(f"duplicate id {cid!r} (first on line {seen[cid]})")
+        elif isinstance(cid, str):
+            seen[cid] = number
+        if found:
+            problems.extend(where((f"case {cid!r}: " if isinstance(cid, str) else "") + p) for p in found)
+            continue
+        gold = raw.get("gold_answer")
+        cited_ids = tuple(dict.fromkeys(c["source_id"] for c in fields["citations"]))
+        cases.append(GoldenCase(
+            id=cid, question=raw.get("question") or "", sources=tuple(Source(s["id"], s["text"], s.get("title"))
+                                                                     for s in raw["sources"]),
+            gold_answer=gold, gold_source_ids=cited_ids, expected_behavior="answer", difficulty="single-hop",
+            split="frozen", file=str(path), line=number,
+            fingerprint=case_fingerprint({k: v for k, v in raw.items() if k != "labels"})))
+        row = output_row(cid, fields, None, 0.0)
+        outputs.append(row)
+        for axis, item in raw["labels"].items():
+            labels.append(dict(case_id=cid, axis=axis, human=int(item["score"]), reason=item.get("reason") or "",
+                               output_fingerprint=row["output_fingerprint"], line=number))
+    if not cases and not problems:
+        problems.append(Problem(str(path), None, "no labelled cases in the file"))
+    if problems:
+        raise DatasetError(problems)
+    from qaeval.system.pool import OUTPUT_SCHEMA
+
+    return Suite(tuple(cases), str(path)), frame(outputs, OUTPUT_SCHEMA), frame(labels, LABEL_SCHEMA)
+
+
+def write_labelled_set(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write labelled-set rows as JSONL (atomically); returns how many."""
+    from qaeval.files import dumps_canonical, write_atomic
+
+    lines = [dumps_canonical(r) for r in rows]
+    write_atomic(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+# --------------------------------------------------------------------------- the spreadsheet round trip
+
+
+def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) -> tuple[str, int]:
+    """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
+    by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
+    answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
+    if sample is not None and sample < len(answered):
+        picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
+        answered = [r for r in answered if r["case_id"] in picked]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for r in answered:
+        cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
+                          f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
+        for axis in AXES:
+            if axis == "citation_correctness" and not r["citations"]:
+                continue
+            writer.writerow(dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
+                                 question=r["question"], answer=r["answer"], cited=cited,
+                                 gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "",
+                                 score="", reason=""))
+    return buffer.getvalue(), len(answered)
+
+
+def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]], int]:
+    """(keyed labels, rows left blank) from a filled sheet, checked against ``run``: every row with a bad
+    score, an unknown case or axis, or a fingerprint that no longer matches is a problem with its line."""
+    where = str(path)
+    text = read_text(path, "label sheet")
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("case_id", "axis", "output_fingerprint", "score", "reason") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DatasetError(f"not a label sheet: no {', '.join(missing)} column(s)", file=where)
+    fingerprints = dict(zip(run.per_case["case_id"], run.per_case["output_fingerprint"]))
+    problems: list[Problem] = []
+    labels: list[dict[str, Any]] = []
+    blank = 0
+    seen: dict[tuple[str, str], int] = {}
+    for row in reader:
+        line = reader.line_num
+        cid, axis = (row.get("case_id") or "").strip(), (row.get("axis") or "").strip()
+        score_text = (row.get("score") or "").strip()
+        if not score_text:
+            blank += 1
+            continue
+        found = []
+        if cid not in fingerprints:
+            found.append(f"case {cid!r} is not in the run")
+        elif (row.get("output_fingerprint") or "").strip() != fingerprints[cid]:
+            found.append(f"stale: case {cid!r} has a different output now (fingerprint "
+                         f"{(row.get('output_fingerprint') or '').strip()!r}, the run has {fingerprints[cid]!r})")
+        if axis not in AXES:
+            found.append(f"axis {axis!r} is not one of {', '.join(AXES)}")
+        if score_text not in ("0", "1", "2"):
+            found.append(f"score {score_text!r} is not 0, 1 or 2")
+        if not found and (cid, axis) in seen:
+            found.append(f"a second score for {cid} / {axis} (first on line {seen[(cid, axis)]})")
+        if found:
+            problems.extend(Problem(where, line, p) for p in found)
+            continue
+        seen[(cid, axis)] = line
+        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=(row.get("reason") or "").strip(),
+                           output_fingerprint=fingerprints[cid]))
+    if problems:
+        raise DatasetError(problems)
+    if not labels:
+        raise DatasetError(f"no row has a score ({blank} left blank)", file=where)
+    return labels, blank

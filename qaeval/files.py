@@ -1,0 +1,240 @@
+"""Reading and writing files without losing or faking anything.
+
+Reading
+    ``read_bytes`` opens only regular files (a FIFO, a folder or a looping symlink is a problem, never a
+    hang or a silent skip) and turns a permission or I/O failure into ``FileAccessError`` (exit 74).
+    ``loads_strict`` parses JSON the way a golden file deserves: a key given twice in one object, the
+    ``NaN``/``Infinity`` literals, nesting deeper than the parser can follow and integers too long to
+    convert are errors, not values.
+Writing
+    ``write_atomic`` writes a whole file to a temporary sibling, flushes and fsyncs it and renames it
+    into place: readers see the old file or the new one, never a part; the temporary is removed on any
+    failure. ``append_line`` appends one line under an exclusive lock, checks that every byte was
+    written, fsyncs, and on failure truncates the file back to its previous length.
+Both raise ``FileAccessError`` (exit 74) when the disk says no.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from qaeval.errors import FileAccessError, Problem
+
+try:  # POSIX advisory locks; elsewhere appends are still single write() calls
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+class NotRegularFile(Exception):
+    """The path exists but is not something to read as data (FIFO, folder, device, symlink loop)."""
+
+
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _file_mode()  # what open() would give a new file; mkstemp's 0600 is for secrets
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The bytes of a regular file. Raises FileNotFoundError when absent, NotRegularFile when it is not a
+    regular file (without opening it, so a FIFO never blocks), FileAccessError when it cannot be read."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile("a symbolic link that loops") from None
+        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
+            "not a regular file"
+        raise NotRegularFile(kind)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 (BOM allowed) text file; every way it can be wrong becomes a typed error."""
+    from qaeval.errors import DatasetError
+
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise DatasetError(f"{what} not found", file=str(path)) from None
+    except NotRegularFile as exc:
+        raise DatasetError(f"{what} is {exc}, not a file", file=str(path)) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DatasetError([Problem(str(path), line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x})")]) from None
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
+class StrictJSONError(ValueError):
+    """JSON that parses under Python's lenient defaults but is not data qaeval accepts."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise StrictJSONError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise StrictJSONError(f"{name} is not valid JSON (use null or a finite number)")
+
+
+def loads_strict(text: str) -> Any:
+    """Parse JSON strictly. Raises ValueError (StrictJSONError or json.JSONDecodeError) with a message a
+    person can act on."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except RecursionError:
+        raise StrictJSONError("nested too deeply to be data") from None
+    except (StrictJSONError, json.JSONDecodeError):
+        raise
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise StrictJSONError(str(exc).split(";")[0].split(":")[0]) from None
+
+
+def json_error_text(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    return str(exc)
+
+
+def dumps_canonical(value: Any, **kw: Any) -> str:
+    """JSON with sorted keys and no NaN: what every qaeval file is written as."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False, **kw)
+
+
+def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, parsed value) for each non-blank line of a JSONL file; every problem (the
+    file itself, a line that is not strict JSON) goes to ``problems`` with its file and line."""
+    where = str(path)
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        problems.append(Problem(where, None, "not found"))
+        return
+    except NotRegularFile as exc:
+        problems.append(Problem(where, None, f"is {exc}, not a file"))
+        return
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        problems.append(Problem(where, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"))
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError) and line.strip().startswith("["):
+                msg = "a JSON array; write one JSON object per line (JSONL), not an array"
+            else:
+                msg = json_error_text(exc)
+            problems.append(Problem(where, number, msg))
+            continue
+        yield number, value
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename)."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the way", str(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+        raise
+    return path
+
+
+@contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line (a newline is added) under an exclusive lock. If the file ends in a torn line,
+    the new line starts on a fresh one. All or nothing: a short or failed write is undone."""
+    path = Path(path)
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot append ({_reason(exc)})") from None
+    try:
+        with _locked(fd):
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written")
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+                raise FileAccessError(path, f"cannot append ({_reason(exc)}); the file is as it was") from None
+    finally:
+        os.close(fd)

@@ -1,0 +1,93 @@
+"""The offline judge: mechanical, deterministic, free, and documented as a stand-in.
+
+``qaeval.judges.offline:make_judge`` is the default judge. It grades by token overlap against the
+cited span, so the pipeline runs anywhere without a model; it does not judge meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
+from qaeval.text import content_terms, split_sentences, tokens
+
+
+def _best_sentence(text: str, target_terms: set[str]) -> str:
+    best, best_hits = "", 0
+    for sentence in split_sentences(text):
+        hits = len(target_terms & set(content_terms(sentence)))
+        if hits > best_hits:
+            best, best_hits = sentence, hits
+    return best
+
+
+def _share(part: list[str], whole: list[str]) -> float:
+    p = set(part)
+    return len(p & set(whole)) / len(p) if p else 0.0
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    pred, ref = tokens(prediction), tokens(reference)
+    common = sum(min(pred.count(t), ref.count(t)) for t in set(pred) & set(ref))
+    if not pred or not ref or not common:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+class OfflineJudge:
+    """A mechanical judge: token overlap against the cited span. Deterministic, offline, free.
+
+    faithfulness: share of the answer's content terms found in the cited sources (2 at 0.9+, 1 at
+    0.5+). answer_correctness: SQuAD-style token F1 with the gold answer (2 at 0.8+), 1 when every gold
+    token appears in the answer, else 0. citation_correctness: share of the claim's terms in the cited
+    snippet versus in the decoy (2 at 0.9+ and ahead of the decoy; 1 at 0.5+).
+
+    It is a stand-in. Its known weakness is answer correctness: a long answer that contains the gold
+    answer scores 1 on F1 where a person gives 2. Calibration against the demo labels catches exactly
+    that, which is the point of calibrating.
+    """
+
+    def __init__(self) -> None:
+        self.config = JudgeConfig(name="offline", model="token-overlap", temperature=0.0, seed=0)
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        return [self.judge_one(r) for r in requests]
+
+    def judge_one(self, req: JudgeRequest) -> JudgeResponse:
+        answer_terms = content_terms(req.answer)
+        evidence = req.evidence
+        support = _share(answer_terms, content_terms(evidence))
+        f_score = 2 if support >= 0.9 else 1 if support >= 0.5 else 0
+        f_quote = _best_sentence(evidence, set(answer_terms)) if f_score else ""
+        verdicts = [AxisVerdict("faithfulness", f_score, f_quote,
+                                f"{support:.0%} of the answer's content words are in the cited sources")]
+        gold = req.gold_answer or ""
+        f1 = token_f1(req.answer, gold)
+        gold_tokens = tokens(gold)
+        all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
+        a_score = 2 if f1 >= 0.8 else 1 if all_in else 0
+        a_quote = _best_sentence(req.answer, set(content_terms(gold)) | set(gold_tokens)) if a_score else ""
+        verdicts.append(AxisVerdict("answer_correctness", a_score, a_quote,
+                                    f"token F1 {f1:.2f} with the gold answer"
+                                    + ("; every gold token present" if all_in else "")))
+        for c in req.citations:
+            claim = content_terms(c.claim)
+            cited = _share(claim, content_terms(c.text))
+            decoy = _share(claim, content_terms(c.decoy_text or ""))
+            if cited >= 0.9 and cited > decoy:
+                score = 2
+            elif cited >= 0.5:
+                score = 1
+            else:
+                score = 0
+            quote = _best_sentence(c.text, set(claim)) if score else ""
+            verdicts.append(AxisVerdict("citation_correctness", score, quote,
+                                        f"claim overlap {cited:.0%} with the cited source, "
+                                        f"{decoy:.0%} with decoy {c.decoy_id}", target=c.source_id))
+        return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
+
+
+def make_judge() -> OfflineJudge:
+    """Factory for ``--judge qaeval.judges.offline:make_judge`` (the default)."""
+    return OfflineJudge()

@@ -1,0 +1,174 @@
+"""Every parameter of every command, defined once: its default, its type and what it means.
+
+The command line builds its flags from this table, the API's verbs validate their keywords against
+it, and the notebooks' validation cells check what papermill injected against it. A parameter set to
+None takes the default listed here, so a notebook's ``k = None`` and a CLI run without ``--k`` mean the
+same thing. A name the command does not know is a usage error that lists the names it does know.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qaeval.errors import UsageError
+
+SCORING = ("run", "baseline", "gate", "calibrate", "drift")
+
+DEFAULT_ADAPTER = "qaeval.system.reference:make_adapter"
+DEFAULT_JUDGE = "qaeval.judges.offline:make_judge"
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API)
+    default: Any
+    help: str
+    commands: tuple[str, ...]
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    metavar: str | None = None
+    required: tuple[str, ...] = ()  # commands for which it must be given
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("data", "str", None, "folder whose *.jsonl files are the golden cases", SCORING + ("validate",),
+          metavar="DIR", required=("run", "baseline", "gate", "drift", "validate")),
+    Param("adapter", "plugin", DEFAULT_ADAPTER, "the system under test, as module:factory", SCORING,
+          metavar="MODULE:FACTORY"),
+    Param("judge", "plugin", DEFAULT_JUDGE, "the judge, as module:factory (default: the offline mechanical judge)",
+          SCORING, metavar="MODULE:FACTORY"),
+    Param("k", "int", 5, "cut-off for retrieval metrics", SCORING, minimum=1),
+    Param("timeout", "float", 60.0, "seconds one case may take before its worker is replaced", SCORING,
+          minimum=0.001, maximum=MAX_TIMEOUT, metavar="SECONDS"),
+    Param("concurrency", "int", 4, "cases in flight at once (one worker process each)", SCORING, minimum=1,
+          maximum=512, metavar="N"),
+    Param("isolation", "choice", "process", "process: adapters run in worker processes that never see a label; "
+          "none: in this process, for a debugger (the run says the boundary was not enforced)", SCORING,
+          choices=("process", "none")),
+    Param("executor", "executor", None, "run adapter calls on an executor instead of local workers: "
+          "dask://HOST:PORT (needs the dask extra)", SCORING, metavar="URL"),
+    Param("labels", "str", None, "hand labels (JSONL): calibrate compares the judge with them; run and gate "
+          "add prediction-powered (PPI) estimates, and gate first refuses a judge they do not trust",
+          SCORING, metavar="FILE", required=()),
+    Param("labelled", "str", None, "a labelled set that carries its own outputs (no adapter is called)",
+          ("calibrate",), metavar="FILE"),
+    Param("min_agreement", "float", 0.7, "exact agreement every judge axis must reach", ("calibrate", "gate"),
+          minimum=0.0, maximum=1.0, metavar="X"),
+    Param("min_labels", "int", 10, "labels an axis needs before its agreement can certify the judge",
+          ("calibrate", "gate"), minimum=1, metavar="N"),
+    Param("baseline", "str", None, "the baseline run record to gate against", ("gate",), metavar="FILE",
+          required=("gate",)),
+    Param("tolerances", "str", None, 'JSON file {"metric": tolerance} over the defaults', ("gate",), metavar="FILE"),
+    Param("tolerance", "list", (), "override one tolerance, metric=value (repeatable)", ("gate",),
+          metavar="METRIC=VALUE"),
+    Param("out", "str", None, "where to write the baseline record", ("baseline",), metavar="FILE",
+          required=("baseline",)),
+    Param("allow_failing", "bool", False, "write the baseline even though tier 1 failed (it is marked not green)",
+          ("baseline",)),
+    Param("timeseries", "str", None, "the drift history (JSONL, append-only)", ("drift",), metavar="FILE",
+          required=("drift",)),
+    Param("window", "int", 10, "trailing runs that make a metric's band", ("drift",), minimum=1, metavar="N"),
+    Param("notify", "plugin", None, "called with the list of alarms, as module:function", ("drift",),
+          metavar="MODULE:FUNCTION"),
+    Param("save", "str", None, "write this command's run record to FILE", SCORING, metavar="FILE"),
+    Param("judge_model", "str", None, "model id for an HTTP judge (else QAEVAL_JUDGE_MODEL)", SCORING, metavar="NAME"),
+    Param("judge_base_url", "str", None, "endpoint for an HTTP judge (else OPENAI_BASE_URL)", SCORING, metavar="URL"),
+    Param("judge_concurrency", "int", 8, "judge calls in flight at once", SCORING, minimum=1, maximum=256, metavar="N"),
+    Param("judge_cache", "bool", True, "reuse cached verdicts (off: --no-judge-cache)", SCORING),
+    Param("record", "str", None, "draw this saved run record instead of running anything", SCORING,
+          metavar="FILE"),
+)
+BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
+
+
+def names_for(command: str) -> list[str]:
+    return [p.name for p in PARAMS if command in p.commands]
+
+
+def default(name: str) -> Any:
+    value = BY_NAME[name].default
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _check_value(p: Param, value: Any) -> Any:
+    what = f"{p.name} must be"
+    if p.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise UsageError(f"{what} a whole number, got {value!r}")
+    elif p.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"{what} a number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise UsageError(f"{what} a finite number, got {value!r}")
+    elif p.kind == "bool":
+        if not isinstance(value, bool):
+            raise UsageError(f"{what} True or False, got {value!r}")
+    elif p.kind == "list":
+        if isinstance(value, str):  # papermill's -p tolerance faithfulness_rate=0.5 arrives as one string
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{what} a list of strings, got {value!r}")
+        value = list(value)
+    elif p.kind == "choice":
+        if value not in p.choices:
+            raise UsageError(f"{what} one of {', '.join(p.choices)}, got {value!r}")
+    elif p.kind == "executor":
+        if not isinstance(value, str) or not value.startswith("dask://"):
+            raise UsageError(f"{p.name} must be dask://HOST:PORT, got {value!r}")
+    elif p.kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{what} a non-empty string, got {value!r}")
+    elif p.kind == "plugin":
+        if isinstance(value, str):
+            if value.count(":") != 1 or not all(value.split(":")):
+                raise UsageError(f"{p.name} must be named as module:callable, got {value!r}")
+        elif not callable(value) and not hasattr(value, "answer") and p.name == "adapter":
+            raise UsageError(f"adapter must be a module:factory name, a factory or an object with answer(case), "
+                             f"got {type(value).__name__}")
+    if p.minimum is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < p.minimum:
+            raise UsageError(f"{what} at least {p.minimum:g}, got {value!r}")
+    if p.maximum is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value > p.maximum:
+        raise UsageError(f"{what} at most {p.maximum:g}, got {value!r}")
+    return value
+
+
+def check(command: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a command's parameters; returns every known parameter with defaults filled in.
+
+    Unknown names are usage errors that list the known ones; a value of the wrong type or out of range
+    is a usage error that says what was expected.
+    """
+    known = names_for(command)
+    if not known:
+        raise UsageError(f"unknown command {command!r}")
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise UsageError(f"{command} has no parameter {', '.join(repr(u) for u in unknown)}; "
+                         f"its parameters are: {', '.join(known)}")
+    out: dict[str, Any] = {}
+    has_record = params.get("record") is not None
+    for name in known:
+        p = BY_NAME[name]
+        value = params.get(name)
+        if value is None:
+            if command in p.required and not has_record:
+                raise UsageError(f"{command} needs {name} ({p.help})")
+            out[name] = default(name)
+            continue
+        out[name] = _check_value(p, value)
+    return out

@@ -1,0 +1,426 @@
+"""The run record: everything one command knew, in one versioned file a reviewer can read as a diff.
+
+Format ``qaeval-record``, version 1: a JSON object with sorted keys, one case per line.
+
+==============  ==========================================================================================
+format, version ``"qaeval-record"``, ``1``
+kind            ``run``, ``gate``, ``calibrate`` or ``drift``: which report draws it
+baseline        true when written by ``qaeval baseline``: prompts are kept as their sha256 only and the
+                fields that change from run to run on an unchanged system (time, commit, latency, logs,
+                cache hits) are left out, so re-baselining an unchanged system gives an empty diff
+meta            how the run was made: adapter, judge config, isolation, concurrency, executor, k,
+                timeout, data folder, time, git commit, qaeval and Python versions
+green           tier 1 held (every deterministic check green, no adapter error)
+allowed_failing a baseline kept although it was not green (``--allow-failing``)
+scoreboard      one object per metric (value, ci_low, ci_high, n, direction, over, PPI columns)
+slices          one object per slice, group and metric
+labels          the human labels behind the PPI columns, or null
+notes           what the run wanted a reader to know
+cases           one line per case: ``case`` (the golden case as loaded), ``fingerprint``, ``output``
+                (answer, citations, retrieved_ids, abstained, model_was_called, prompt_to_model or
+                prompt_sha256, computed_aggregate, error, latency_s, logs, output_fingerprint), ``checks``
+                ([check, passed, reason] each), ``retrieval``, ``verdicts`` (each with its quote and
+                rationale), ``trajectory``, and what they add up to: ``passed``, ``fail_reasons``,
+                ``units`` ({metric: [numerator, denominator]})
+gate            (kind gate) the verdict: tiers, metric movements, regressed and new cases, the
+                baseline's answers for the cases that matter
+calibration     (kind calibrate) label pairs, agreement per axis with intervals, confusion matrices
+drift           (kind drift) the history line appended, the series, bands and alarms
+==============  ==========================================================================================
+
+Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
+version and names what is wrong (exit 65); ``load_run`` gives back the result object, whose frames
+equal the ones that were saved. A baseline written by qaeval 0.1 (``qaeval-baseline/1``: metrics and
+per-case outcomes, no outputs) can still be gated against (``read_baseline``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from qaeval.data.cases import suite_from_raw
+from qaeval.errors import BaselineError, DatasetError, RecordError
+from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
+from qaeval.frames import frame, is_missing
+from qaeval.results import Result
+from qaeval.scoring.checks import CHECK_SCHEMA
+from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
+from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig
+from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA
+from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
+from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
+from qaeval.system.pool import OUTPUT_SCHEMA
+
+FORMAT = "qaeval-record"
+VERSION = 1
+LEGACY_BASELINE = "qaeval-baseline/1"
+KINDS = ("run", "gate", "calibrate", "drift")
+VOLATILE_META = ("created", "git_commit", "python")
+LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
+                "line": "int"}
+
+
+# --------------------------------------------------------------------------- plain values
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: NaN and pd.NA become null, numpy scalars become Python numbers, tuples lists."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if value is None or value is pd.NA:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def frame_rows(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    cols = columns or list(df.columns)
+    return [clean(dict(zip(cols, values))) for values in zip(*(df[c].tolist() for c in cols))] if len(df) else []
+
+
+def summary_dict(run: RunResult) -> dict[str, Any]:
+    """The short form of a run: its metrics, their n and how it was made (a drift history line)."""
+    board = run.scoreboard.set_index("metric")
+    return dict(
+        metrics={m: clean(float(board.at[m, "value"])) for m in METRIC_NAMES},
+        n={m: int(board.at[m, "n"]) for m in METRIC_NAMES},
+        cases=len(run.suite), adapter=run.meta.adapter, isolation=run.meta.isolation,
+        judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
+        git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
+    )
+
+
+# --------------------------------------------------------------------------- run -> record
+
+
+def _case_line(run: RunResult, index: int, *, baseline: bool, by_case: Mapping[str, Any]) -> dict[str, Any]:
+    case = run.suite.cases[index]
+    out = by_case["outputs"][case.id]
+    output = {k: out[k] for k in OUTPUT_SCHEMA if k != "case_id"}
+    if baseline:
+        prompt = output.pop("prompt_to_model")
+        output["prompt_sha256"] = None if prompt is None else hashlib.sha256(prompt.encode()).hexdigest()
+        for key in ("latency_s", "logs"):
+            output.pop(key)
+    pc = by_case["per_case"][case.id]
+    verdicts = [{k: v for k, v in row.items() if k != "case_id" and not (baseline and k == "cached")}
+                for row in by_case["verdicts"].get(case.id, [])]
+    return clean(dict(
+        case_id=case.id, case=case.to_raw(), fingerprint=case.fingerprint, output=output,
+        checks=[[r["check"], r["passed"], r["reason"]] for r in by_case["checks"].get(case.id, [])],
+        retrieval={k: v for k, v in by_case["retrieval"][case.id].items() if k != "case_id"}
+        if case.id in by_case["retrieval"] else None,
+        verdicts=verdicts,
+        trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in by_case["trajectory"].get(case.id, [])],
+        passed=pc["case_passed"], fail_reasons=pc["fail_reasons"],
+        units={m: [by_case["units"][case.id][f"{m}__num"], by_case["units"][case.id][f"{m}__den"]] for m in METRIC_NAMES},
+    ))
+
+
+def _group(df: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in frame_rows(df):
+        out.setdefault(row["case_id"], []).append(row)
+    return out
+
+
+def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
+    """The record of a run (kind ``run``)."""
+    meta = {**run.meta.__dict__, "judge": run.meta.judge.to_dict()}
+    if baseline:
+        for key in VOLATILE_META:
+            meta.pop(key, None)
+    by_case = dict(
+        outputs={r["case_id"]: r for r in run.outputs.to_dict("records")},
+        per_case={r["case_id"]: r for r in run.per_case[["case_id", "case_passed", "fail_reasons"]].to_dict("records")},
+        units={r["case_id"]: r for r in run.units.to_dict("records")},
+        checks=_group(run.checks), verdicts=_group(run.verdicts), trajectory=_group(run.trajectory),
+        retrieval={r["case_id"]: r for r in frame_rows(run.retrieval)},
+    )
+    return dict(
+        format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
+        allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
+        labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
+        cases=[_case_line(run, i, baseline=baseline, by_case=by_case) for i in range(len(run.suite))],
+    )
+
+
+def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
+    """The record of any result: its run, plus the section its kind adds."""
+    if isinstance(result, RunResult):
+        return run_record(result, baseline=baseline, allowed_failing=allowed_failing)
+    section = getattr(result, "record_section", None)
+    run = getattr(result, "run", None)
+    if section is None or not isinstance(run, RunResult):
+        raise TypeError(f"{type(result).__name__} cannot be saved as a run record")
+    record = run_record(run, baseline=baseline, allowed_failing=allowed_failing)
+    record["kind"] = result.kind
+    record[result.kind if result.kind != "calibrate" else "calibration"] = clean(section())
+    return record
+
+
+def dumps_record(record: dict[str, Any]) -> str:
+    """Sorted keys, indented, with each case (and each scoreboard and slice row) on one line."""
+    body = {k: v for k, v in record.items() if k not in ("cases", "scoreboard", "slices")}
+    placeholders = {key: f"@@{key}@@" for key in ("cases", "scoreboard", "slices") if key in record}
+    text = json.dumps({**body, **placeholders}, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    for key, token in placeholders.items():
+        items = record[key]
+        block = "[]" if not items else "[\n" + ",\n".join("  " + dumps_canonical(item) for item in items) + "\n ]"
+        text = text.replace(json.dumps(token), block, 1)
+    return text + "\n"
+
+
+def write_record(result: Result, path: str | Path, *, baseline: bool = False, allowed_failing: bool = False) -> Path:
+    """Write ``result`` as a run record at ``path`` (atomically)."""
+    return write_atomic(path, dumps_record(to_record(result, baseline=baseline, allowed_failing=allowed_failing)))
+
+
+# --------------------------------------------------------------------------- record -> run
+
+
+def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]:
+    """Read and check a record's envelope. Raises RecordError naming the problem (exit 65)."""
+    where = str(path)
+    try:
+        text = read_text(path, what)
+    except DatasetError as exc:
+        raise RecordError(exc.problems) from None
+    try:
+        data = loads_strict(text)
+    except ValueError as exc:
+        raise RecordError(f"not valid JSON ({exc})", file=where) from None
+    if not isinstance(data, dict):
+        raise RecordError("not a qaeval run record (the file is not a JSON object)", file=where)
+    if data.get("format") == LEGACY_BASELINE:
+        raise RecordError("a qaeval 0.1 baseline: it holds metrics and per-case outcomes but no outputs, so it "
+                          "can be gated against but not reported or compared; write a new one with "
+                          "`qaeval baseline`", file=where)
+    if data.get("format") != FORMAT:
+        raise RecordError(f"not a qaeval run record (expected format {FORMAT!r})", file=where)
+    if data.get("version") != VERSION:
+        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION})", file=where)
+    problems = []
+    for key, kind in (("kind", str), ("meta", dict), ("cases", list), ("scoreboard", list), ("slices", list)):
+        if not isinstance(data.get(key), kind):
+            problems.append(f"field {key!r} missing or not a {kind.__name__}")
+    if not problems and data["kind"] not in KINDS:
+        problems.append(f"kind {data['kind']!r} is not one of {', '.join(KINDS)}")
+    if problems:
+        raise RecordError("record is malformed: " + "; ".join(problems), file=where)
+    return data
+
+
+def _meta(data: Mapping[str, Any], where: str) -> RunMeta:
+    raw = dict(data)
+    judge = raw.pop("judge", None)
+    if not isinstance(judge, dict):
+        raise RecordError("record meta has no judge config", file=where)
+    known = set(RunMeta.__dataclass_fields__)
+    try:
+        return RunMeta(judge=JudgeConfig.from_dict(judge), **{k: v for k, v in raw.items() if k in known})
+    except TypeError as exc:
+        raise RecordError(f"record meta is malformed ({exc})", file=where) from None
+
+
+def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
+    """The RunResult a record holds (its frames equal the ones saved)."""
+    try:
+        return _run_from_record(data, where)
+    except RecordError:
+        raise
+    except DatasetError as exc:
+        raise RecordError([p for p in exc.problems]) from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise RecordError(f"record is malformed ({type(exc).__name__}: {exc})", file=where) from None
+
+
+def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
+    meta = _meta(data["meta"], where)
+    lines = data["cases"]
+    suite = suite_from_raw([line["case"] for line in lines], meta.data or where, file=where,
+                           fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines})
+    outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []
+    for line in lines:
+        cid = line["case_id"]
+        out = dict(line["output"])
+        if "prompt_sha256" in out:
+            out.pop("prompt_sha256")
+            out["prompt_to_model"] = None
+        out.setdefault("latency_s", None)
+        out.setdefault("logs", "")
+        outputs.append({"case_id": cid, **out})
+        checks += [dict(case_id=cid, check=c, passed=p, reason=r) for c, p, r in line["checks"]]
+        if line["retrieval"] is not None:
+            retrieval.append({"case_id": cid, **line["retrieval"]})
+        verdicts += [{"case_id": cid, "cached": False, **v} for v in line["verdicts"]]
+        trajectory += [{"case_id": cid, **t} for t in line["trajectory"]]
+    run = assemble(suite, meta, frame(outputs, OUTPUT_SCHEMA), frame(checks, CHECK_SCHEMA),
+                   frame(retrieval, RETRIEVAL_SCHEMA), frame(verdicts, VERDICT_SCHEMA),
+                   frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True)
+    labels = data.get("labels")
+    return replace(run, scoreboard=frame(data["scoreboard"], SCOREBOARD_SCHEMA), slices=frame(data["slices"], SLICE_SCHEMA),
+                   labels=frame(labels, LABEL_SCHEMA) if labels is not None else None, notes=list(data.get("notes") or []))
+
+
+def load_run(path: str | Path) -> Result:
+    """A saved record as the result it was: RunResult, GateResult, CalibrationResult or DriftResult."""
+    where = str(path)
+    data = read_record(path)
+    run = run_from_record(data, where)
+    kind = data["kind"]
+    if kind == "run":
+        return run
+    section = data.get(kind if kind != "calibrate" else "calibration")
+    if not isinstance(section, dict):
+        raise RecordError(f"a {kind} record without its {kind} section", file=where)
+    try:
+        if kind == "gate":
+            from qaeval.verdicts.gate import GateResult
+            return GateResult.from_section(run, section)
+        if kind == "calibrate":
+            from qaeval.verdicts.calibration import CalibrationResult
+            return CalibrationResult.from_section(run, section)
+        from qaeval.verdicts.drift import DriftResult
+        return DriftResult.from_section(run, section)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"the {kind} section is malformed ({type(exc).__name__}: {exc})", file=where) from None
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+@dataclass(frozen=True)
+class BaselineCase:
+    fingerprint: str
+    passed: bool
+    fail_reasons: list[str]
+    units: dict[str, tuple[float, float]]
+    answer: str | None = None
+    abstained: bool | None = None
+    citations: list[dict[str, str]] | None = None
+    output_fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the gate compares against: the last green run (a record), or a qaeval 0.1 baseline."""
+
+    path: str
+    dataset_fingerprint: str
+    judge: dict[str, Any] | None
+    metrics: dict[str, tuple[float, int]]
+    cases: dict[str, BaselineCase]
+    green: bool = True
+    allowed_failing: bool = False
+    legacy: bool = False
+    created: str | None = None
+    git_commit: str | None = None
+    adapter: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
+        return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
+
+    def summary(self) -> dict[str, Any]:
+        return clean(dict(path=self.path, dataset_fingerprint=self.dataset_fingerprint, judge=self.judge,
+                          green=self.green, allowed_failing=self.allowed_failing, legacy=self.legacy,
+                          created=self.created, git_commit=self.git_commit, adapter=self.adapter))
+
+
+def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:
+    board = run.scoreboard.set_index("metric")
+    units = run.units.set_index("case_id")
+    cases = {}
+    for row in run.per_case.to_dict("records"):
+        cid = row["case_id"]
+        cases[cid] = BaselineCase(
+            fingerprint=run.suite[cid].fingerprint, passed=bool(row["case_passed"]), fail_reasons=list(row["fail_reasons"]),
+            units={m: (float(units.at[cid, f"{m}__num"]), float(units.at[cid, f"{m}__den"])) for m in METRIC_NAMES},
+            answer=row["answer"], abstained=bool(row["abstained"]), citations=list(row["citations"]),
+            output_fingerprint=row["output_fingerprint"])
+    data = data or {}
+    return Baseline(
+        path=path, dataset_fingerprint=run.dataset_fingerprint, judge=run.meta.judge.to_dict(),
+        metrics={m: (float(board.at[m, "value"]), int(board.at[m, "n"])) for m in METRIC_NAMES}, cases=cases,
+        green=bool(data.get("green", run.ok)), allowed_failing=bool(data.get("allowed_failing", False)),
+        created=run.meta.created, git_commit=run.meta.git_commit, adapter=run.meta.adapter)
+
+
+def _legacy_baseline(data: Mapping[str, Any], where: str) -> Baseline:
+    problems = []
+    for key, kind in (("dataset_fingerprint", str), ("metrics", dict), ("cases", dict), ("judge", dict)):
+        if not isinstance(data.get(key), kind):
+            problems.append(f"field {key!r} missing or not a {kind.__name__}")
+    metrics: dict[str, tuple[float, int]] = {}
+    cases: dict[str, BaselineCase] = {}
+    if not problems:
+        for m in METRIC_NAMES:
+            item = data["metrics"].get(m)
+            value = item.get("value") if isinstance(item, dict) else "missing"
+            n = item.get("n", 0) if isinstance(item, dict) else 0
+            if not (value is None or isinstance(value, (int, float)) and not isinstance(value, bool)) or \
+                    isinstance(n, bool) or not isinstance(n, int):
+                problems.append(f"metric {m!r} is missing or not a number with an integer n")
+                continue
+            metrics[m] = (math.nan if value is None else float(value), n)
+        for cid, case in data["cases"].items():
+            ok = isinstance(case, dict) and isinstance(case.get("passed"), bool) and \
+                isinstance(case.get("fingerprint"), str) and isinstance(case.get("outcomes"), dict)
+            units: dict[str, tuple[float, float]] = {}
+            if ok:
+                for m, pair in case["outcomes"].items():
+                    if not (isinstance(pair, list) and len(pair) == 2 and all(
+                            v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
+                        ok = False
+                        break
+                    if pair[0] is not None and pair[1]:
+                        units[m] = (float(pair[0]), float(pair[1]))
+            if not ok:
+                problems.append(f"case {cid!r} is malformed")
+                break
+            reasons = case.get("reasons") if isinstance(case.get("reasons"), list) else []
+            cases[cid] = BaselineCase(case["fingerprint"], case["passed"], [str(r) for r in reasons], units)
+    if problems:
+        raise BaselineError("baseline is corrupt: " + "; ".join(problems), file=where)
+    return Baseline(where, data["dataset_fingerprint"], data["judge"], metrics, cases, legacy=True,
+                    adapter=data.get("adapter") if isinstance(data.get("adapter"), str) else None,
+                    notes=["a qaeval 0.1 baseline: it holds no answers, so regressed cases cannot be shown "
+                           "beside their baseline answer; write a new one with `qaeval baseline`"])
+
+
+def read_baseline(path: str | Path | None) -> Baseline:
+    """Read the baseline to gate against. Missing or corrupt is a BaselineError (exit 65), never a pass."""
+    if path is None:
+        raise BaselineError("no baseline given: write one with `qaeval baseline --data DIR --out FILE`")
+    where = str(path)
+    if not Path(path).exists():
+        raise BaselineError("baseline not found (write one with `qaeval baseline`)", file=where)
+    try:
+        text = read_text(path, "baseline")
+        data = loads_strict(text)
+    except DatasetError as exc:
+        raise BaselineError(exc.problems) from None
+    except ValueError as exc:
+        raise BaselineError(f"baseline is not valid JSON ({exc})", file=where) from None
+    if isinstance(data, dict) and data.get("format") == LEGACY_BASELINE:
+        return _legacy_baseline(data, where)
+    try:
+        record = read_record(path, what="baseline")
+        run = run_from_record(record, where)
+    except RecordError as exc:
+        raise BaselineError([p for p in exc.problems]) from None
+    return baseline_from_run(run, where, record)

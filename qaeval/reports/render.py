@@ -1,0 +1,151 @@
+"""Executing a report notebook under papermill and rendering it with nbconvert to one HTML file.
+
+``render_record(RECORD, HTML)`` runs the notebook that matches the record's kind with ``record=RECORD``,
+so the notebook only loads and draws: the system under test and the judge are not called again. The
+kernel is this very interpreter (a private ``python3`` kernelspec), whatever kernels the machine has.
+The page is drawn by the ``qaeval`` nbconvert template (``template/qaeval``), which pip also installs as
+``share/jupyter/nbconvert/templates/qaeval``, so users can render papermill output themselves::
+
+    jupyter nbconvert --to html --template qaeval executed.ipynb
+
+or from Python with ``export_html("executed.ipynb", "report.html")``. Either way code cells are hidden,
+a cell that raised a qaeval verdict shows no traceback (the notebook's banner says it), and any other
+error is announced at the top of the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from qaeval.errors import QaevalError, ReportError
+from qaeval.files import write_atomic
+from qaeval.plugins import scoped_environ
+
+NOTEBOOKS = ("run", "gate", "calibrate", "drift")
+TEMPLATES = Path(__file__).resolve().parent / "template"
+VERDICT_ERRORS = {"GateBlocked", "JudgeNotTrusted", "DriftAlarm", "TierOneFailed", "BaselineRefused"}
+
+
+def notebook_path(name: str) -> Path:
+    """The notebook shipped in the package (a wheel), or the repository's ``notebooks/`` (a clone)."""
+    if name not in NOTEBOOKS:
+        raise ReportError(f"no notebook named {name!r}")
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "notebooks", package.parent / "notebooks"):
+        if (folder / f"{name}.ipynb").is_file():
+            return folder / f"{name}.ipynb"
+    raise ReportError(f"notebook {name}.ipynb is not installed (looked in {package / 'notebooks'})")
+
+
+@contextmanager
+def _kernel_environment() -> Iterator[None]:
+    """Run notebooks on this very interpreter, whatever kernels the machine has registered, with no
+    progress bars in the log."""
+    with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
+        spec = Path(tmp) / "kernels" / "python3"
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                     "--IPKernelApp.log_level=ERROR"],
+            "display_name": "Python 3 (qaeval)", "language": "python"}))
+        jupyter_path = os.pathsep.join(p for p in (tmp, os.environ.get("JUPYTER_PATH")) if p)
+        with scoped_environ({"JUPYTER_PATH": jupyter_path, "QAEVAL_PROGRESS": "0",
+                             "PYDEVD_DISABLE_FILE_VALIDATION": "1"}):
+            yield
+
+
+def execute_notebook(name: str, parameters: dict[str, Any], output: str | Path, *,
+                     cwd: str | Path | None = None) -> Exception | None:
+    """Execute a notebook under papermill; returns the execution error (if a cell raised) instead of
+    raising, because a failed notebook is still a report worth rendering."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    with _kernel_environment():
+        try:
+            papermill.execute_notebook(str(notebook_path(name)), str(output), parameters=parameters,
+                                       kernel_name="python3", cwd=str(cwd or os.getcwd()), progress_bar=False,
+                                       log_output=False)
+        except PapermillExecutionError as exc:
+            return exc
+    return None
+
+
+def exporter(*, show_code: bool = False) -> Any:
+    from nbconvert import HTMLExporter
+
+    html = HTMLExporter(template_name="qaeval", extra_template_basedirs=[str(TEMPLATES)])
+    html.exclude_input_prompt = html.exclude_output_prompt = True
+    html.exclude_anchor_links = True
+    html.qaeval_show_code = show_code
+    return html
+
+
+def export_html(notebook: str | Path, html_path: str | Path, *, show_code: bool = False, title: str | None = None) -> Path:
+    """Render an executed notebook to one self-contained HTML file (figures embedded, no scripts)."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    resources = {"metadata": {"name": title or Path(html_path).stem}, "qaeval_show_code": show_code}
+    body, _ = exporter(show_code=show_code).from_notebook_node(nb, resources=resources)
+    return write_atomic(html_path, body)
+
+
+def render_record(record: str | Path, html_path: str | Path, *, kind: str, show_code: bool = False) -> Path:
+    """Draw a saved run record with the notebook of its kind and render the page."""
+    name = "run" if kind in ("run", "baseline") else kind
+    with tempfile.TemporaryDirectory(prefix="qaeval-nb-") as tmp:
+        executed = Path(tmp) / f"{name}.ipynb"
+        error = execute_notebook(name, {"record": str(Path(record).resolve())}, executed)
+        if not executed.exists():
+            raise ReportError(f"the {name} notebook did not run: {error}")
+        path = export_html(executed, html_path, show_code=show_code, title=f"qaeval {name} report")
+    if error is not None and getattr(error, "ename", "") not in VERDICT_ERRORS:
+        raise _kernel_error(error, path)
+    return path
+
+
+def _kernel_error(error: Any, report: Path) -> QaevalError:
+    from qaeval import errors
+
+    cls = getattr(errors, getattr(error, "ename", ""), None)
+    message = f"{getattr(error, 'evalue', error)} (report with the failure: {report})"
+    if isinstance(cls, type) and issubclass(cls, QaevalError) and not issubclass(cls, errors.VerdictError):
+        if issubclass(cls, errors.DatasetError):
+            return errors.DatasetError(message)
+        if issubclass(cls, errors.FileAccessError):
+            return errors.FileAccessError(report, message)
+        return cls(message)
+    return ReportError(f"the notebook raised {getattr(error, 'ename', 'an error')}: {message}")
+
+
+def page(title: str, body: str) -> str:
+    """A whole report page around already-escaped markup, with the template's stylesheet (for reports
+    drawn without a notebook, such as ``qaeval compare``)."""
+    from qaeval.reports import esc
+
+    css = (TEMPLATES / "qaeval" / "report.css").read_text("utf-8")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+            "style-src 'unsafe-inline'; script-src 'none'\">"
+            f"<title>{esc(title)}</title><style>{css}</style></head><body><main class=\"qaeval-report\">"
+            f"{body}</main></body></html>\n")
+
+
+def render_comparison(comparison: Any, html_path: str | Path) -> Path:
+    from qaeval import reports as r
+
+    body = (f"<h1>qaeval compare</h1>{r.banner(comparison).markup}"
+            + r.facts_html({"before": comparison.before_label, "after": comparison.after_label,
+                            "cases before": len(comparison.before.suite), "cases after": len(comparison.after.suite)})
+            + "<h2>Metrics</h2>" + r.compare_metrics(comparison).markup
+            + "<h2>What changed, case by case</h2>" + r.compare_cases(comparison).markup)
+    return write_atomic(html_path, page("qaeval compare", body))

@@ -1,0 +1,81 @@
+"""The one shape every result shares: run, gate, calibration, drift and comparison.
+
+=====================  ==========================================================================
+``ok``                 the verdict is the good one
+``verdict``            the word a reviewer reads: GREEN/RED, PASS/BLOCK, TRUSTED/RETUNE JUDGE, OK/ALARM
+``reason``             one or two lines saying why
+``exit_code``          what the command that produced it exits with
+``summary_text()``     what the command prints
+``save(path)``         the run record (``qaeval.record``), reloadable with ``qaeval.load_run``
+``raise_for_status()`` raises the typed error when not ok (a notebook's last cell)
+``_repr_html_()``      a rich view in Jupyter and VS Code (drawn by ``qaeval.reports``)
+``repr()``             one short line
+=====================  ==========================================================================
+
+Results hold data and say what it means in text; how they look in HTML is the report layer's business:
+``qaeval.reports`` registers a view for each result type in ``HTML_VIEWS`` when it is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qaeval.errors import VerdictError
+
+HTML_VIEWS: dict[type, Callable[[Any], str]] = {}
+
+
+class Result:
+    kind: ClassVar[str] = "result"
+    error_type: ClassVar[type[VerdictError]] = VerdictError
+
+    @property
+    def ok(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def verdict(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def reason(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else self.error_type.exit_code
+
+    def summary_text(self) -> str:
+        raise NotImplementedError
+
+    def raise_for_status(self) -> None:
+        """Raise this result's typed error (carrying the result) when it is not ok."""
+        if not self.ok:
+            raise self.error_type(f"{self.verdict}: {self.reason}", self)
+
+    def save(self, path: str | Path, **options: Any) -> Path:
+        """Write this result as a run record (see ``qaeval.record``)."""
+        from qaeval.record import write_record
+
+        return write_record(self, path, **options)
+
+    def _repr_html_(self) -> str:
+        if type(self) not in HTML_VIEWS:
+            importlib.import_module("qaeval.reports")  # registers the views
+        view = HTML_VIEWS.get(type(self))
+        return view(self) if view is not None else f"<pre>{_escape(self.summary_text())}</pre>"
+
+    def __str__(self) -> str:
+        return self.summary_text()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.verdict}: {self.reason}>"
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,470 @@
+"""Layer 3: model-as-judge on a versioned rubric, quote before score.
+
+One judge call per answered case grades three axes on an anchored 0/1/2 scale: faithfulness (answer vs.
+cited sources), answer correctness (answer vs. gold answer) and citation correctness (each citation's
+claim vs. its cited source and its *hardest decoy*, the most lexically similar source not cited).
+Abstained and failed cases cost no call. The rubric is text in ``qaeval/rubric/<version>/``.
+
+The library, not the judge, decides whether a verdict counts. A verdict is invalid, and never a pass,
+when its score is not 0, 1 or 2; when it gives a positive score without a quote; when its quote is not
+in the text it must come from (the cited sources for faithfulness and citations, the answer for answer
+correctness; case and runs of whitespace ignored); or when a positive score's quote is too small to
+check: fewer than three content words, unless it is the whole of a text that is itself shorter.
+
+A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
+of responses, or a response for another case, every affected case records a judge error (distinct from
+a score of 0, and never a pass) and the run goes on.
+
+Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
+``judge(requests) -> responses``. A judge factory may take ``settings`` (``JudgeSettings``): the
+explicit configuration the CLI and notebooks build; environment variables are read only at that edge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from string import Template
+from typing import Any, Protocol, runtime_checkable
+
+import pandas as pd
+
+from qaeval.data.cases import source_bodies
+from qaeval.errors import UsageError
+from qaeval.frames import frame, is_missing
+from qaeval.plugins import contained
+from qaeval.text import content_terms, normalize
+
+AXES = ("faithfulness", "answer_correctness", "citation_correctness")
+RUBRIC_VERSION = "v2"
+MIN_QUOTE_TERMS = 3
+
+VERDICT_SCHEMA = {
+    "case_id": "text", "axis": "text", "target": "text", "score": "Int64", "quote": "text", "rationale": "text",
+    "valid": "bool", "invalid_reason": "text", "error": "text", "credit": "bool", "decoy_id": "text",
+    "prompt_tokens": "Int64", "completion_tokens": "Int64", "cached": "bool", "config": "text",
+}
+VERDICT_COLUMNS = list(VERDICT_SCHEMA)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Everything that identifies a judge's verdicts; recorded with every verdict."""
+
+    name: str
+    model: str
+    temperature: float = 0.0
+    seed: int | None = 0
+    prompt_version: str = RUBRIC_VERSION
+    base_url: str | None = None
+
+    def label(self) -> str:
+        return f"{self.name}:{self.model} t={self.temperature:g} seed={self.seed} rubric={self.prompt_version}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How to run an HTTP judge, given explicitly to a judge factory that takes ``settings``.
+
+    ``from_env`` is the one place that reads environment variables (OPENAI_BASE_URL, OPENAI_API_KEY,
+    QAEVAL_JUDGE_*); explicit values (CLI flags, notebook parameters) win over them. The API key is
+    held here only to be handed to the client: it is never part of a record, a cache key or a report.
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    temperature: float = 0.0
+    seed: int | None = 0
+    concurrency: int = 8
+    max_retries: int = 4
+    timeout: float = 60.0
+    cache: bool = True
+    cache_dir: str = ".qaeval-cache"
+    show_progress: bool | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> JudgeSettings:
+        env = os.environ if environ is None else environ
+
+        def number(name: str, default: float, kind: type) -> Any:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                return kind(raw)
+            except ValueError:
+                raise UsageError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+
+        seed_raw = env.get("QAEVAL_JUDGE_SEED", "0")
+        values: dict[str, Any] = dict(
+            model=env.get("QAEVAL_JUDGE_MODEL") or None, base_url=env.get("OPENAI_BASE_URL") or None,
+            api_key=env.get("OPENAI_API_KEY") or None,
+            temperature=number("QAEVAL_JUDGE_TEMPERATURE", 0.0, float),
+            seed=None if seed_raw.strip().lower() == "none" else number("QAEVAL_JUDGE_SEED", 0, int),
+            concurrency=number("QAEVAL_JUDGE_CONCURRENCY", 8, int),
+            max_retries=number("QAEVAL_JUDGE_MAX_RETRIES", 4, int),
+            timeout=number("QAEVAL_JUDGE_TIMEOUT", 60.0, float),
+            cache=env.get("QAEVAL_JUDGE_CACHE", "on").strip().lower() not in ("off", "0", "false", "no"),
+            cache_dir=env.get("QAEVAL_CACHE_DIR") or ".qaeval-cache",
+        )
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class CitedSource:
+    """One citation as the judge sees it: the claim, the cited source's text and its hardest decoy."""
+
+    source_id: str
+    claim: str
+    text: str
+    decoy_id: str | None
+    decoy_text: str | None
+
+    @property
+    def snippet_id(self) -> str:  # the older name
+        return self.source_id
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One call's worth of grading: an answered case with its cited sources and decoys."""
+
+    case_id: str
+    question: str
+    answer: str
+    gold_answer: str | None
+    citations: tuple[CitedSource, ...]
+    messages: tuple[dict[str, str], ...]
+
+    @property
+    def evidence(self) -> str:
+        seen: dict[str, str] = {}
+        for c in self.citations:
+            seen.setdefault(c.source_id, c.text)
+        return "\n".join(seen.values())
+
+
+@dataclass
+class AxisVerdict:
+    axis: str
+    score: Any
+    quote: str = ""
+    rationale: str = ""
+    target: str = ""
+
+
+@dataclass
+class JudgeResponse:
+    """What a judge returns for one request. ``error`` set means no verdict arrived or parsed."""
+
+    case_id: str
+    verdicts: list[AxisVerdict] = field(default_factory=list)
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached: bool = False
+
+
+@runtime_checkable
+class JudgeClient(Protocol):
+    """A judge: a ``config`` and ``judge(requests) -> responses`` (same order, same length)."""
+
+    config: JudgeConfig
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]: ...
+
+
+def judge_config_of(judge: Any) -> JudgeConfig:
+    config = getattr(judge, "config", None)
+    if not isinstance(config, JudgeConfig):
+        raise UsageError(f"the judge ({type(judge).__name__}) has no config: give it a qaeval.JudgeConfig "
+                         "(name, model, temperature, seed, prompt version) so its verdicts can be traced")
+    if not callable(getattr(judge, "judge", None)):
+        raise UsageError(f"the judge ({type(judge).__name__}) has no judge(requests) method")
+    return config
+
+
+# --------------------------------------------------------------------------- the rubric
+
+
+@dataclass(frozen=True)
+class Rubric:
+    version: str
+    system: str
+    user: Template
+
+    @classmethod
+    def load(cls, version: str = RUBRIC_VERSION) -> Rubric:
+        folder = resources.files("qaeval") / "rubric" / version
+        try:
+            return cls(version, (folder / "system.txt").read_text("utf-8"),
+                       Template((folder / "user.txt").read_text("utf-8")))
+        except (OSError, FileNotFoundError):
+            raise UsageError(f"no rubric version {version!r} in qaeval/rubric/") from None
+
+    def messages(self, question: str, answer: str, gold: str | None,
+                 citations: Sequence[CitedSource]) -> tuple[dict[str, str], ...]:
+        cited_text: dict[str, str] = {}
+        for c in citations:
+            cited_text.setdefault(c.source_id, c.text)
+        cited = "\n".join(f"[{sid}] {text}" for sid, text in cited_text.items()) or "(none)"
+        cites = "\n".join(
+            f"- snippet_id={c.source_id}\n  claim: {c.claim}\n  cited: {c.text}\n"
+            f"  decoy ({c.decoy_id or 'none'}): {c.decoy_text or '(no other snippet)'}"
+            for c in citations
+        ) or "(none)"
+        user = self.user.safe_substitute(question=question, gold_answer=gold or "(none)",
+                                         answer=answer, cited_snippets=cited, citations=cites)
+        return ({"role": "system", "content": self.system}, {"role": "user", "content": user})
+
+
+def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """The (id, text) among candidates most lexically similar to the claim (Jaccard on content terms)."""
+    claim_terms = set(content_terms(claim))
+    best: tuple[float, str | None, str | None] = (-1.0, None, None)
+    for sid, text in candidates:
+        terms = set(content_terms(text))
+        union = claim_terms | terms
+        sim = len(claim_terms & terms) / len(union) if union else 0.0
+        if sim > best[0]:
+            best = (sim, sid, text)
+    return best[1], best[2]
+
+
+def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                   rubric: Rubric | None = None) -> list[JudgeRequest]:
+    """One request per answered case (no adapter error, not abstained)."""
+    rubric = rubric or Rubric.load()
+    bodies = source_bodies(sources)
+    gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
+    questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
+    requests = []
+    for out in outputs.to_dict("records"):
+        if not is_missing(out["error"]) or out["abstained"]:
+            continue
+        case_id = out["case_id"]
+        fixture = bodies.get(case_id, {})
+        cited_ids = {c["source_id"] for c in out["citations"]}
+        others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
+        cited = []
+        for c in out["citations"]:
+            decoy_id, decoy_text = hardest_decoy(c["claim"], others)
+            cited.append(CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text))
+        g = gold[case_id] if isinstance(gold[case_id], str) else None
+        requests.append(JudgeRequest(case_id, questions[case_id], out["answer"], g, tuple(cited),
+                                     rubric.messages(questions[case_id], out["answer"], g, cited)))
+    return requests
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _squash(text: str) -> str:
+    return " ".join((text or "").split()).casefold()
+
+
+def quote_in(quote: str, text: str) -> bool:
+    """Whether the quote occurs in the text, ignoring case and runs of whitespace only."""
+    return _squash(quote) in _squash(text)
+
+
+def quote_big_enough(quote: str, text: str) -> bool:
+    """At least MIN_QUOTE_TERMS content words, or the whole text when the text has fewer."""
+    if len(content_terms(quote)) >= MIN_QUOTE_TERMS:
+        return True
+    return len(content_terms(text)) < MIN_QUOTE_TERMS and normalize(quote) == normalize(text)
+
+
+def validate_verdict(verdict: AxisVerdict | None, source_text: str) -> tuple[int | None, bool, str]:
+    """(score, valid, why not) for one axis verdict against the text its quote must come from."""
+    if verdict is None:
+        return None, False, "no verdict returned for this axis"
+    score = verdict.score
+    if isinstance(score, bool) or score not in (0, 1, 2):
+        return None, False, f"score {score!r} is not 0, 1 or 2"
+    score = int(score)
+    quote = verdict.quote if isinstance(verdict.quote, str) else ""
+    if score > 0 and not quote.strip():
+        return score, False, "a positive score with no supporting quote"
+    if quote.strip() and not quote_in(quote, source_text):
+        return score, False, "the quote is not in the text it must come from"
+    if score > 0 and not quote_big_enough(quote, source_text):
+        return score, False, f"the quote is too small to check (fewer than {MIN_QUOTE_TERMS} content words)"
+    return score, True, ""
+
+
+def _response_problem(req: JudgeRequest, resp: Any) -> str | None:
+    if not isinstance(resp, JudgeResponse):
+        return f"the judge returned {type(resp).__name__}, not a JudgeResponse"
+    if resp.case_id != req.case_id:
+        return f"the judge answered case {resp.case_id!r} in the place of {req.case_id!r}"
+    if resp.error:
+        return str(resp.error)
+    if not isinstance(resp.verdicts, list):
+        return f"the judge's verdicts are {type(resp.verdicts).__name__}, not a list"
+    return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], config: JudgeConfig) -> pd.DataFrame:
+    """Validate responses into one row per (case, axis, target).
+
+    Columns: case_id; axis; target (the cited source id for citation_correctness, else ""); score
+    (0/1/2, or <NA> on error or unusable score); quote; rationale; valid (bool: the quote was found, is
+    big enough and the score is on the scale); invalid_reason; error (the judge's failure, else None);
+    credit (bool: valid and full score 2); decoy_id (the hardest decoy a citation was weighed against);
+    prompt_tokens and completion_tokens (of the one call that graded the case); cached (bool);
+    config (the judge's label).
+    """
+    label = config.label()
+    rows: list[dict[str, Any]] = []
+    for req, resp in zip(requests, responses):
+        problem = _response_problem(req, resp)
+        base = dict(case_id=req.case_id, config=label, cached=False, prompt_tokens=None, completion_tokens=None)
+        if isinstance(resp, JudgeResponse):
+            base.update(prompt_tokens=_count(resp.prompt_tokens), completion_tokens=_count(resp.completion_tokens),
+                        cached=resp.cached is True)
+        targets = [("faithfulness", "", req.evidence, None), ("answer_correctness", "", req.answer, None)]
+        targets += [("citation_correctness", c.source_id, c.text, c.decoy_id) for c in req.citations]
+        if problem is not None:
+            for axis, target, _, decoy in targets:
+                rows.append(dict(base, axis=axis, target=target, score=None, quote="", rationale="", valid=False,
+                                 invalid_reason="judge error", error=problem, credit=False, decoy_id=decoy))
+            continue
+        by_axis: dict[tuple[str, str], AxisVerdict] = {}
+        for v in resp.verdicts:
+            if isinstance(v, AxisVerdict):
+                by_axis.setdefault((v.axis, v.target if v.axis == "citation_correctness" else ""), v)
+        for axis, target, text, decoy in targets:
+            v = by_axis.get((axis, target))
+            score, valid, why = validate_verdict(v, text)
+            rows.append(dict(base, axis=axis, target=target, score=score,
+                             quote=v.quote if v and isinstance(v.quote, str) else "",
+                             rationale=v.rationale if v and isinstance(v.rationale, str) else "",
+                             valid=valid, invalid_reason=why, error=None, credit=bool(valid and score == 2),
+                             decoy_id=decoy))
+    return frame(rows, VERDICT_SCHEMA)
+
+
+def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any]:
+    """Call the judge with every failure contained: a judge that raises, exits or answers with the wrong
+    number of responses gives every request a judge error instead."""
+    if not requests:
+        return []
+    ok, value = contained(judge.judge, list(requests), what="the judge")
+    if not ok:
+        return [JudgeResponse(r.case_id, error=value) for r in requests]
+    try:
+        responses = list(value)
+    except TypeError:
+        return [JudgeResponse(r.case_id, error=f"the judge returned {type(value).__name__}, not a list")
+                for r in requests]
+    if len(responses) != len(requests):
+        error = f"the judge returned {len(responses)} responses for {len(requests)} requests"
+        return [JudgeResponse(r.case_id, error=error) for r in requests]
+    return responses
+
+
+def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
+                     sources: pd.DataFrame) -> pd.DataFrame:
+    """Build requests, call the judge once per answered case, validate. Returns the verdict frame."""
+    config = judge_config_of(judge)
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
+    return verdict_frame(requests, call_judge(judge, requests), config)
+
+
+def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
+    correctness takes the weakest citation."""
+    out: dict[tuple[str, str], int] = {}
+    for case_id, axis, score, valid in zip(verdicts["case_id"].tolist(), verdicts["axis"].tolist(),
+                                           verdicts["score"].tolist(), verdicts["valid"].tolist()):
+        value = int(score) if valid and not is_missing(score) else 0
+        key = (case_id, axis)
+        out[key] = min(out.get(key, value), value)
+    return out
+
+
+# --------------------------------------------------------------------------- parsing a model's reply
+
+
+def parse_verdict_json(text: Any) -> list[AxisVerdict]:
+    """Parse a judge's JSON reply (tolerating code fences and prose around the object). Raises
+    ValueError for anything that is not a usable verdict: not text, no object, truncated JSON, no axes."""
+    from qaeval.files import loads_strict
+
+    if not isinstance(text, str):
+        raise ValueError(f"the reply is {type(text).__name__}, not text")
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        raise ValueError("no JSON object in the reply")
+    data = loads_strict(text[start : end + 1])
+    if not isinstance(data, dict):
+        raise ValueError("the reply is not a JSON object")
+
+    def text_of(value: Any) -> str:
+        return value if isinstance(value, str) else ""
+
+    verdicts = []
+    for axis in ("faithfulness", "answer_correctness"):
+        item = data.get(axis)
+        if isinstance(item, dict):
+            verdicts.append(AxisVerdict(axis, item.get("score"), text_of(item.get("quote")),
+                                        text_of(item.get("rationale"))))
+    citations = data.get("citations")
+    if citations is not None and not isinstance(citations, list):
+        raise ValueError(f"'citations' is {type(citations).__name__}, not a list")
+    for item in citations or []:
+        if isinstance(item, dict):
+            verdicts.append(AxisVerdict("citation_correctness", item.get("score"), text_of(item.get("quote")),
+                                        text_of(item.get("rationale")),
+                                        target=text_of(item.get("snippet_id") or item.get("source_id"))))
+    if not verdicts:
+        raise ValueError("the reply has none of the expected axes")
+    return verdicts
+
+
+def verdict_json_schema() -> dict[str, Any]:
+    """The JSON schema a structured-output judge is asked to follow."""
+    axis = {"type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
+            "properties": {"quote": {"type": "string"}, "rationale": {"type": "string"},
+                           "score": {"type": "integer", "enum": [0, 1, 2]}}}
+    return {
+        "type": "object", "additionalProperties": False,
+        "required": ["faithfulness", "answer_correctness", "citations"],
+        "properties": {
+            "faithfulness": axis, "answer_correctness": axis,
+            "citations": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["snippet_id", "quote", "rationale", "score"],
+                "properties": {"snippet_id": {"type": "string"}, **axis["properties"]}}},
+        },
+    }
+
+
+def dumps_reply(verdicts: Sequence[AxisVerdict]) -> str:
+    """A verdict list as the JSON reply a model would give (for tests and fake judges)."""
+    out: dict[str, Any] = {"citations": []}
+    for v in verdicts:
+        item = {"quote": v.quote, "rationale": v.rationale, "score": v.score}
+        if v.axis == "citation_correctness":
+            out["citations"].append({"snippet_id": v.target, **item})
+        else:
+            out[v.axis] = item
+    return json.dumps(out)

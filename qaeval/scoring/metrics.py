@@ -1,0 +1,228 @@
+"""The metrics, each defined once, and the scoreboard with bootstrap intervals, per slice and per case.
+
+A ``Metric`` says everything about one headline number: its name, direction, what its denominator
+counts, how one case contributes to it (``unit``: this case's numerator and denominator), its gate
+tolerance (None when the gate does not watch it), which way a drift alarm fires, and the human label
+axis it maps onto for prediction-powered estimates. Every layer (scoreboard, gate, drift, records,
+reports) reads this table; adding a metric is one entry plus, if it needs a new per-case fact, one
+field of ``CaseFacts``.
+
+Every metric is a ratio of per-case numerators and denominators, so each one says exactly what it is
+computed over. A metric whose denominator is empty is NaN with n = 0, never 0 or 1. Intervals are 95%
+percentile bootstrap intervals that resample *cases* (so a metric counted per citation or per sentence
+is resampled with its cases), with a fixed seed so reruns agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from qaeval.frames import frame
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """What the four layers found about one case: everything a metric's ``unit`` may read."""
+
+    answered: bool  # no adapter error and not abstained
+    abstained: bool  # abstained (and no adapter error)
+    must_abstain: bool
+    deterministic_passed: bool
+    faithfulness: int | None  # effective judge score, None when not judged
+    answer_correctness: int | None
+    citations: int  # citations given (answered cases only)
+    good_citations: int  # resolvable and judged to support their claim
+    sentences: int  # load-bearing answer sentences
+    covered_sentences: int
+    has_gold_sources: bool
+    recall_at_k: float
+    mrr: float
+    multi_step: bool
+    trajectory_success: bool
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    higher_is_better: bool
+    over: str  # the denominator, said plainly
+    meaning: str
+    unit: Callable[[CaseFacts], tuple[float, float]]
+    tolerance: float | None = None  # gate: how far it may move the wrong way; None = not gated
+    drift: str = "drop"  # drift alarms on a "drop", a "rise" or "both"
+    label_axis: str | None = None  # the human label axis a PPI estimate uses
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+def _share(hit: bool, counts: bool) -> tuple[float, float]:
+    return (float(hit and counts), float(counts))
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("deterministic_pass_rate", True, "cases", "share of cases passing every layer-1 check",
+           lambda f: _share(f.deterministic_passed, True)),
+    Metric("faithfulness_rate", True, "answered cases",
+           "answered cases whose every claim is entailed by the cited source (full credit only)",
+           lambda f: _share(f.faithfulness == 2, f.answered), tolerance=0.01, label_axis="faithfulness"),
+    Metric("answer_correctness", True, "answerable cases", "answerable cases answered correctly (full credit)",
+           lambda f: _share(f.answered and f.answer_correctness == 2, not f.must_abstain),
+           label_axis="answer_correctness"),
+    Metric("citation_precision", True, "citations", "citations that resolve and support their claim",
+           lambda f: (float(f.good_citations), float(f.citations)), tolerance=0.01),
+    Metric("citation_coverage", True, "answer sentences", "load-bearing answer sentences carrying a resolvable citation",
+           lambda f: (float(f.covered_sentences), float(f.sentences))),
+    Metric("abstention_recall", True, "must-abstain cases", "must-abstain cases abstained on",
+           lambda f: _share(f.abstained, f.must_abstain), tolerance=0.0),
+    Metric("over_refusal_rate", False, "answerable cases", "answerable cases abstained on",
+           lambda f: _share(f.abstained, not f.must_abstain), tolerance=0.0, drift="both"),
+    Metric("retrieval_recall_at_k", True, "cases with gold sources", "mean recall@k of gold sources",
+           lambda f: (f.recall_at_k if f.has_gold_sources else 0.0, float(f.has_gold_sources)), tolerance=0.02),
+    Metric("rerank_mrr", True, "cases with gold sources", "mean reciprocal rank of the first gold source",
+           lambda f: (f.mrr if f.has_gold_sources else 0.0, float(f.has_gold_sources)), tolerance=0.02),
+    Metric("multi_step_task_success", True, "multi-step cases",
+           "multi-hop and aggregation cases with the right end state and every checkpoint",
+           lambda f: _share(f.trajectory_success, f.multi_step), tolerance=0.0),
+)
+METRIC_NAMES = tuple(m.name for m in METRICS)
+BY_NAME = {m.name: m for m in METRICS}
+GATED = {m.name: m.tolerance for m in METRICS if m.tolerance is not None}
+
+SCOREBOARD_SCHEMA = {
+    "metric": "text", "value": "float", "ci_low": "float", "ci_high": "float", "n": "int", "direction": "text",
+    "over": "text", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float", "n_labelled": "int",
+}
+SCOREBOARD_COLUMNS = list(SCOREBOARD_SCHEMA)
+SLICE_SCHEMA = {"slice": "text", "group": "text", "metric": "text", "value": "float", "ci_low": "float",
+                "ci_high": "float", "n": "int"}
+SLICE_COLUMNS = list(SLICE_SCHEMA)
+SLICE_BY = ("difficulty", "adversarial", "split")
+RESAMPLES = 1000
+
+
+def units_frame(case_ids: Sequence[str], facts: Sequence[CaseFacts]) -> pd.DataFrame:
+    """One row per case: ``case_id`` and, for every metric, ``<metric>__num`` and ``<metric>__den``: this
+    case's share of it (the bookkeeping behind the scoreboard, the gate's paired test and PPI)."""
+    schema = {"case_id": "text"}
+    columns: dict[str, list[object]] = {"case_id": list(case_ids)}
+    for m in METRICS:
+        pairs = [m.unit(f) for f in facts]
+        schema[f"{m.name}__num"] = schema[f"{m.name}__den"] = "float"
+        columns[f"{m.name}__num"] = [num if den else 0.0 for num, den in pairs]
+        columns[f"{m.name}__den"] = [den for _, den in pairs]
+    from qaeval.frames import columns_frame
+
+    return columns_frame(columns, schema)
+
+
+def _matrices(units: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    num = units[[f"{m}__num" for m in METRIC_NAMES]].to_numpy(np.float64)
+    den = units[[f"{m}__den" for m in METRIC_NAMES]].to_numpy(np.float64)
+    return num, den
+
+
+def _resampled_ratios(num: np.ndarray, den: np.ndarray, masks: Sequence[np.ndarray], *, resamples: int,
+                      seed: int, chunk: int = 50) -> list[np.ndarray]:
+    """For each mask, a (resamples x metrics) array of bootstrap ratios (NaN where a resample has an
+    empty denominator). Weights are drawn a chunk of resamples at a time, so memory stays at
+    chunk x cases whatever the number of cases."""
+    n = num.shape[0]
+    out = [np.full((resamples, num.shape[1]), np.nan) for _ in masks]
+    if n == 0:
+        return out
+    rng = np.random.default_rng(seed)
+    subsets = [(np.flatnonzero(mask), num[mask].astype(np.float32), den[mask].astype(np.float32)) for mask in masks]
+    for start in range(0, resamples, chunk):
+        rows = min(chunk, resamples - start)
+        weights = np.empty((rows, n), dtype=np.float32)
+        for r in range(rows):
+            weights[r] = np.bincount(rng.integers(0, n, n), minlength=n)
+        for k, (idx, sub_num, sub_den) in enumerate(subsets):
+            w = weights[:, idx]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[k][start:start + rows] = (w @ sub_num) / (w @ sub_den)
+    return out
+
+
+def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: float = 0.95) -> list[tuple[float, float, float, int]]:
+    rows = []
+    alpha = (1 - level) / 2
+    for j in range(num.shape[1]):
+        n = float(den[:, j].sum())
+        if n == 0:
+            rows.append((math.nan, math.nan, math.nan, 0))
+            continue
+        value = float(num[:, j].sum()) / n
+        stats = ratios[:, j][np.isfinite(ratios[:, j])]
+        low, high = (np.quantile(stats, [alpha, 1 - alpha]) if stats.size else (math.nan, math.nan))
+        rows.append((value, float(low), float(high), int(round(n))))
+    return rows
+
+
+def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resamples: int = RESAMPLES,
+                          seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The scoreboard (one row per metric) and the per-slice frame (one row per slice, group and metric),
+    from the per-case units and a frame of the slicing columns (same row order). Cases without an
+    adversarial tag form the group "(none)"."""
+    num, den = _matrices(units)
+    masks = [np.ones(len(units), dtype=bool)]
+    labels: list[tuple[str, str]] = []
+    for column in SLICE_BY:
+        values = np.array(["(none)" if v is None or v != v else str(v) for v in groups[column].tolist()], dtype=object)
+        for group in sorted(set(values.tolist())):
+            masks.append(values == group)
+            labels.append((column, group))
+    ratios = _resampled_ratios(num, den, masks, resamples=resamples, seed=seed)
+    board = []
+    for m, (value, low, high, n) in zip(METRICS, _summarise(num, den, ratios[0])):
+        board.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
+                          over=m.over, ppi_value=math.nan, ppi_ci_low=math.nan, ppi_ci_high=math.nan, n_labelled=0))
+    slices = []
+    for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:]):
+        for m, (value, low, high, n) in zip(METRICS, _summarise(num[mask], den[mask], ratio)):
+            slices.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n))
+    return frame(board, SCOREBOARD_SCHEMA), frame(slices, SLICE_SCHEMA)
+
+
+def ratio_with_interval(num: np.ndarray, den: np.ndarray, *, resamples: int = RESAMPLES,
+                        seed: int = 0) -> tuple[float, float, float, int]:
+    """(value, ci_low, ci_high, n) of sum(num)/sum(den) with a case-resampling bootstrap interval."""
+    num2, den2 = np.asarray(num, float).reshape(-1, 1), np.asarray(den, float).reshape(-1, 1)
+    ratios = _resampled_ratios(num2, den2, [np.ones(len(num2), dtype=bool)], resamples=resamples, seed=seed)
+    return _summarise(num2, den2, ratios[0])[0]
+
+
+def format_value(value: float, n: int | float) -> str:
+    return "NaN (n=0)" if n == 0 or value != value else f"{value:.3f}"
+
+
+def format_interval(low: float, high: float, n: int | float) -> str:
+    return "" if n == 0 or low != low else f"[{low:.3f}, {high:.3f}]"
+
+
+def format_scoreboard(board: pd.DataFrame) -> str:
+    """The scoreboard as fixed-width text for terminals and logs (PPI columns when there are labels)."""
+    ppi = bool((board["n_labelled"] > 0).any()) if "n_labelled" in board else False
+    head = f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  better"
+    if ppi:
+        head = f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  {'PPI':>6} {'PPI 95% CI':<15} {'labels':>6}  better"
+    lines = [head]
+    for row in board.itertuples(index=False):
+        value = format_value(row.value, row.n)
+        ci = format_interval(row.ci_low, row.ci_high, row.n)
+        better = f"{row.direction} ({row.over})"
+        if ppi:
+            p = "" if row.n_labelled == 0 or row.ppi_value != row.ppi_value else f"{row.ppi_value:.3f}"
+            pci = format_interval(row.ppi_ci_low, row.ppi_ci_high, row.n_labelled)
+            lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {p:>6} {pci:<15} "
+                         f"{row.n_labelled or '':>6}  {better}")
+        else:
+            lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {better}")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Prediction-powered estimates: a judge-scored metric corrected by a small sample of human labels.
+
+A judge-derived metric such as faithfulness_rate is the mean of the judge's per-case verdict (1 for
+full credit, else 0) over the metric's cases, and it is exactly as biased as the judge. Prediction-
+powered inference (Angelopoulos et al., 2023; the PPI++ power-tuned form, as in ``ppi-python`` and
+ARES) uses the cases a person also labelled to measure that bias and remove it:
+
+    estimate = mean over labelled cases of (human - lam * judge)  +  lam * mean over all cases of judge
+
+with ``lam`` in [0, 1] chosen to make the interval as narrow as the data allows (``lam`` = 0 is the
+labelled cases alone; ``lam`` = 1 is classic PPI). The 95% interval is the normal interval with the
+two variances added. It is *wider* than the judge-only bootstrap interval whenever the judge and the
+humans disagree (the correction is uncertain) or few cases are labelled; it can only be as narrow as
+the judge-only interval when the judge agrees with people on every labelled case. Unlike the judge-only
+interval, it covers the rate a person would have measured, not the rate the judge measured.
+
+Here "all cases" are every case in the metric's denominator (the labelled ones included), and a
+human label counts as 1 when it gives full credit (score 2), matching how the metric counts the judge.
+Labels whose output fingerprint no longer matches the run are left out, as in calibration. Intervals
+are clipped to [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from qaeval.scoring.metrics import METRICS
+
+
+def ppi_mean(human: np.ndarray, judge_labelled: np.ndarray, judge_all: np.ndarray, *, level: float = 0.95,
+             lam: float | None = None) -> tuple[float, float, float, float]:
+    """(estimate, ci_low, ci_high, lam) of the mean of ``human`` over the whole population, using the
+    judge's predictions on the labelled cases and on every case. Unclipped."""
+    y = np.asarray(human, dtype=float)
+    f = np.asarray(judge_labelled, dtype=float)
+    g = np.asarray(judge_all, dtype=float)
+    n, big_n = y.size, g.size
+    if n < 2 or big_n < 1:
+        return math.nan, math.nan, math.nan, math.nan
+    if lam is None:
+        pooled = np.concatenate([f, g])
+        variance = float(np.var(pooled, ddof=1)) if pooled.size > 1 else 0.0
+        if variance <= 0:
+            lam = 0.0  # the judge says the same thing everywhere: it carries no information
+        else:
+            covariance = float(np.mean((y - y.mean()) * (f - f.mean())))
+            lam = float(np.clip(covariance / ((1 + n / big_n) * variance), 0.0, 1.0))
+    estimate = float(np.mean(lam * g) + np.mean(y - lam * f))
+    se = math.sqrt((np.std(lam * g) / math.sqrt(big_n)) ** 2 + (np.std(y - lam * f) / math.sqrt(n)) ** 2)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return estimate, estimate - z * se, estimate + z * se, lam
+
+
+def fresh_labels(labels: pd.DataFrame, per_case: pd.DataFrame) -> pd.DataFrame:
+    """Labels whose case is in the run and whose output fingerprint (when given) still matches."""
+    fingerprints = dict(zip(per_case["case_id"], per_case["output_fingerprint"]))
+    keep = [cid in fingerprints and (fp is None or fp != fp or fp == fingerprints[cid])
+            for cid, fp in zip(labels["case_id"], labels["output_fingerprint"])]
+    return labels[keep]
+
+
+def apply_ppi(scoreboard: pd.DataFrame, units: pd.DataFrame, per_case: pd.DataFrame,
+              labels: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The scoreboard with ppi_value, ppi_ci_low, ppi_ci_high and n_labelled filled for every metric
+    that a label axis maps onto (``Metric.label_axis``), and notes on what could not be estimated."""
+    board = scoreboard.copy()
+    usable = fresh_labels(labels, per_case)
+    notes = []
+    if len(usable) < len(labels):
+        notes.append(f"{len(labels) - len(usable)} label(s) left out of the PPI estimates: their case is not "
+                     "in this run or its output has changed since it was labelled")
+    for m in METRICS:
+        if m.label_axis is None:
+            continue
+        den = units[f"{m.name}__den"].to_numpy(float)
+        num = units[f"{m.name}__num"].to_numpy(float)
+        population = den > 0
+        judge = dict(zip(units["case_id"][population], num[population] / den[population]))
+        axis = usable[usable["axis"] == m.label_axis]
+        pairs = [(1.0 if h == 2 else 0.0, judge[c]) for c, h in zip(axis["case_id"], axis["human"]) if c in judge]
+        row = board.index[board["metric"] == m.name][0]
+        board.loc[row, "n_labelled"] = len(pairs)
+        if len(pairs) < 2:
+            if len(axis):
+                notes.append(f"{m.name}: {len(pairs)} usable label(s); a PPI estimate needs at least 2")
+            continue
+        y, f = (np.array(v) for v in zip(*pairs))
+        value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
+        board.loc[row, ["ppi_value", "ppi_ci_low", "ppi_ci_high"]] = [
+            min(1.0, max(0.0, value)), max(0.0, low), min(1.0, high)]
+    board["n_labelled"] = board["n_labelled"].astype("int64")
+    return board, notes

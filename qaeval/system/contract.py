@@ -1,0 +1,306 @@
+"""The contract between the harness and the system under test (SUT).
+
+The SUT sees a ``CaseView`` and nothing else: an opaque id, the question and the case's sources. The
+gold answer, gold sources, expected behaviour, difficulty, split, adversarial tag, checkpoints and even
+the readable case id (a label too: ``abstain-0006`` says what is expected) stay in the harness's
+process. The opaque id is a random token drawn per run; the mapping back lives in the harness.
+
+The SUT answers with a ``SUTOutput``. What comes back is checked before anything scores it
+(``output_row``): wrong types, a source id retrieved or a citation given twice, an abstention that
+still carries an answer or a citation, a number that is not finite are *malformed output*, a failed
+case with the reason, never a crash and never a score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from qaeval.data.cases import GoldenCase, Source
+
+
+class Citation:
+    """One citation: the source the SUT points at and the part of its answer that source supports.
+
+    ``Citation(source_id, claim)``; ``snippet_id`` is accepted as the older name of ``source_id``.
+    """
+
+    __slots__ = ("source_id", "claim")
+
+    def __init__(self, source_id: str | None = None, claim: str = "", *, snippet_id: str | None = None) -> None:
+        self.source_id = source_id if source_id is not None else snippet_id
+        self.claim = claim
+
+    @property
+    def snippet_id(self) -> str | None:
+        return self.source_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Citation) and (self.source_id, self.claim) == (other.source_id, other.claim)
+
+    def __hash__(self) -> int:
+        return hash((self.source_id, self.claim))
+
+    def __repr__(self) -> str:
+        return f"Citation(source_id={self.source_id!r}, claim={self.claim!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Citation, (self.source_id, self.claim))
+
+
+@dataclass
+class SUTOutput:
+    """What a system under test returns for one case.
+
+    answer              the answer text ("" when abstaining)
+    citations           list of Citation (none when abstaining)
+    retrieved_ids       source ids the system retrieved, best first, each once
+    abstained           True when the system declined to answer
+    model_was_called    True when a language model was invoked for this case
+    prompt_to_model     the exact prompt sent to the model, or None when none was sent
+    computed_aggregate  a number (or text) the system computed for aggregation questions, else None
+    """
+
+    answer: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    retrieved_ids: list[str] = field(default_factory=list)
+    abstained: bool = False
+    model_was_called: bool = False
+    prompt_to_model: str | None = None
+    computed_aggregate: float | int | str | None = None
+
+
+class CaseView:
+    """What the SUT may see of a case: ``id`` (opaque), ``question`` and ``sources``.
+
+    Immutable, with no ``__dict__``; its repr, pickle and attributes carry nothing else.
+    """
+
+    __slots__ = ("_id", "_question", "_sources")
+
+    def __init__(self, opaque_id: str, question: str, sources: tuple[Source, ...]) -> None:
+        object.__setattr__(self, "_id", opaque_id)
+        object.__setattr__(self, "_question", question)
+        object.__setattr__(self, "_sources", tuple(Source(s.id, s.text, s.title) for s in sources))
+
+    @property
+    def id(self) -> str:
+        """An opaque token, stable within one run, unrelated to the readable case id."""
+        return self._id
+
+    @property
+    def question(self) -> str:
+        return self._question
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """The frozen retrieval fixture: sources with ``id``, ``text`` and optional ``title``."""
+        return self._sources
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("CaseView is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("CaseView is read-only")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CaseView, (self._id, self._question, self._sources))
+
+    def __repr__(self) -> str:
+        return f"CaseView(id={self._id!r}, question={self._question!r}, sources=<{len(self._sources)} sources>)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CaseView) and (self._id, self._question, self._sources) == (
+            other._id, other._question, other._sources)
+
+    def __hash__(self) -> int:
+        return hash((self._id, self._question))
+
+
+Payload = tuple[str, str, tuple[tuple[str, str, "str | None"], ...]]
+
+
+def make_payload(case: GoldenCase) -> Payload:
+    """What crosses the boundary for one case: a fresh random opaque id, the question and the sources,
+    as plain tuples. The caller keeps the mapping from the opaque id back to the case."""
+    return (secrets.token_hex(8), case.question, tuple((s.id, s.text, s.title) for s in case.sources))
+
+
+def view_of(payload: Payload) -> CaseView:
+    opaque_id, question, sources = payload
+    return CaseView(opaque_id, question, tuple(Source(i, t, title) for i, t, title in sources))
+
+
+def make_view(case: GoldenCase) -> CaseView:
+    """A fresh view of a case with a new random opaque id (the caller keeps the mapping)."""
+    return view_of(make_payload(case))
+
+
+@runtime_checkable
+class SystemAdapter(Protocol):
+    """Anything with ``answer(case: CaseView) -> SUTOutput`` is a system adapter. ``answer`` may be
+    ``async def``; it is awaited."""
+
+    def answer(self, case: CaseView) -> SUTOutput: ...
+
+
+# --------------------------------------------------------------------------- what comes back
+
+MAX_TEXT = 1_000_000  # characters in one answer, claim or prompt before the output is refused
+
+
+def output_to_plain(output: Any) -> dict[str, Any]:
+    """An adapter's return value as plain JSON-ready data (run inside the worker). Whatever it is, the
+    harness validates the plain data again with ``output_row``: the worker is not trusted."""
+    if not isinstance(output, SUTOutput):
+        return {"not_output": type(output).__name__}
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int):
+            return value if abs(value) < 10**300 else {"__type__": "an integer too large to compare"}
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"__type__": f"non-finite float {value!r}"}
+        if isinstance(value, Citation):
+            return {"source_id": plain(value.source_id), "claim": plain(value.claim)}
+        if isinstance(value, (list, tuple)):
+            return {"__type__": type(value).__name__, "items": [plain(v) for v in value]}
+        return {"__type__": type(value).__name__}
+
+    return {name: plain(getattr(output, name, None)) for name in (
+        "answer", "citations", "retrieved_ids", "abstained", "model_was_called", "prompt_to_model",
+        "computed_aggregate")}
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, dict) and "__type__" in value:
+        return str(value["__type__"])
+    return {type(None): "NoneType", dict: "dict", list: "list", str: "str", bool: "bool", int: "int",
+            float: "float"}.get(type(value), type(value).__name__)
+
+
+def _items(value: Any, kind: str) -> list[Any] | None:
+    if isinstance(value, dict) and value.get("__type__") == kind and isinstance(value.get("items"), list):
+        return value["items"]
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """Check plain output data (from ``output_to_plain``, across the process boundary) against the
+    contract. Returns (fields, []) when it is well formed, else (None, problems)."""
+    if not isinstance(data, dict):
+        return None, [f"the worker sent {type(data).__name__}, not an output"]
+    if "not_output" in data:
+        return None, [f"adapter returned {data['not_output']}, not SUTOutput"]
+    problems: list[str] = []
+    answer = data.get("answer")
+    if not isinstance(answer, str):
+        problems.append(f"answer is {_type_name(answer)}, not str")
+    elif len(answer) > MAX_TEXT:
+        problems.append(f"answer is {len(answer)} characters long (limit {MAX_TEXT})")
+
+    citations: list[dict[str, str]] = []
+    items = _items(data.get("citations"), "list")
+    if items is None:
+        problems.append(f"citations is {_type_name(data.get('citations'))}, not a list")
+    else:
+        seen: set[tuple[str, str]] = set()
+        for i, c in enumerate(items):
+            if not (isinstance(c, dict) and set(c) == {"source_id", "claim"}):
+                problems.append(f"citations[{i}] is {_type_name(c)}, not Citation")
+            elif not isinstance(c["source_id"], str) or not isinstance(c["claim"], str):
+                problems.append(f"citations[{i}] must have a str source_id and a str claim")
+            elif (c["source_id"], c["claim"]) in seen:
+                problems.append(f"citations[{i}] repeats citation of {c['source_id']!r} with the same claim")
+            elif len(c["claim"]) > MAX_TEXT:
+                problems.append(f"citations[{i}].claim is too long")
+            else:
+                seen.add((c["source_id"], c["claim"]))
+                citations.append({"source_id": c["source_id"], "claim": c["claim"]})
+
+    retrieved: list[str] = []
+    items = _items(data.get("retrieved_ids"), "list")
+    if items is None:
+        problems.append(f"retrieved_ids is {_type_name(data.get('retrieved_ids'))}, not a list")
+    elif not all(isinstance(r, str) for r in items):
+        problems.append("retrieved_ids must hold only strings")
+    else:
+        dupes = sorted({r for r in items if items.count(r) > 1}) if len(set(items)) != len(items) else []
+        if dupes:
+            problems.append(f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once")
+        retrieved = list(items)
+
+    for flag in ("abstained", "model_was_called"):
+        if not isinstance(data.get(flag), bool):
+            problems.append(f"{flag} is {_type_name(data.get(flag))}, not bool")
+    prompt = data.get("prompt_to_model")
+    if prompt is not None and not isinstance(prompt, str):
+        problems.append(f"prompt_to_model is {_type_name(prompt)}, not a str or None")
+    elif isinstance(prompt, str) and len(prompt) > MAX_TEXT:
+        problems.append(f"prompt_to_model is {len(prompt)} characters long (limit {MAX_TEXT})")
+    agg = data.get("computed_aggregate")
+    if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float, str))):
+        problems.append(f"computed_aggregate is {_type_name(agg)}, not a number, a str or None")
+    if data.get("abstained") is True and not problems:
+        if isinstance(answer, str) and answer.strip():
+            problems.append("abstained but still returned answer text (an abstention carries no answer)")
+        if citations:
+            problems.append("abstained but still cited sources (an abstention carries no citation)")
+    if not problems:
+        texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values())]
+        if any(isinstance(t, str) and not _is_text(t) for t in texts):
+            problems.append("a string in the output is not valid Unicode text (an unpaired surrogate)")
+    if problems:
+        return None, problems
+    return dict(answer=answer, citations=citations, retrieved_ids=retrieved, abstained=data["abstained"],
+                model_was_called=data["model_was_called"], prompt_to_model=prompt,
+                computed_aggregate=agg), []
+
+
+def output_problems(output: Any) -> list[str]:
+    """Why an adapter's return value is not a well-formed SUTOutput (empty when it is)."""
+    return validate_plain(json.loads(json.dumps(output_to_plain(output))))[1]
+
+
+def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: bool, error: str | None) -> str:
+    """A short hash of what a person judging this output reads: answer, citations, abstention, error.
+    (Its canonical form predates the name ``source_id`` and keeps the older key, so labels written
+    against earlier runs stay valid.)"""
+    legacy = [{"snippet_id": c["source_id"], "claim": c["claim"]} for c in citations]
+    canon = json.dumps([answer, legacy, abstained, error], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def prompt_digest(prompt: str | None) -> str | None:
+    return None if prompt is None else "sha256:" + hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+OUTPUT_COLUMNS = [
+    "case_id", "answer", "citations", "retrieved_ids", "abstained", "model_was_called", "prompt_to_model",
+    "computed_aggregate", "error", "latency_s", "logs", "output_fingerprint",
+]
+
+
+def output_row(case_id: str, fields: dict[str, Any] | None, error: str | None, latency: float,
+               logs: str = "") -> dict[str, Any]:
+    """One row of the outputs frame: a well-formed output, or a failed case with its reason."""
+    if fields is None or error is not None:
+        fields = dict(answer="", citations=[], retrieved_ids=[], abstained=False, model_was_called=False,
+                      prompt_to_model=None, computed_aggregate=None)
+        error = error or "no output"
+    row = dict(case_id=case_id, **fields, error=error, latency_s=float(latency), logs=logs)
+    row["output_fingerprint"] = output_fingerprint(row["answer"], row["citations"], row["abstained"], error)
+    return row

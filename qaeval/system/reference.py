@@ -1,0 +1,81 @@
+"""The reference system: a deliberate, documented stand-in for a real RAG system (the default adapter,
+``qaeval.system.reference:make_adapter``).
+
+It retrieves lexically over the case's own fixture (the share of the question's content words a
+source contains), keeps sources that clear a relevance floor, and "answers" by quoting its best
+source verbatim and citing it. When nothing clears the floor it abstains without calling a model.
+
+What that buys and costs is the honest profile qaeval should show: faithful and correctly cited by
+construction, fail-closed on out-of-corpus questions, weak on answer correctness (a quoted passage is
+not a short answer) and unable to do any multi-step case (it never combines two sources or computes).
+"""
+
+from __future__ import annotations
+
+from qaeval.data.cases import Source
+from qaeval.system.contract import CaseView, Citation, SUTOutput
+from qaeval.text import content_terms
+
+RELEVANCE_FLOOR = 0.5
+TOP_K = 5
+
+
+def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[float, float, Source]]:
+    """(relevance, focus, source) for every source, best first. Relevance is the share of the
+    question's content terms the source contains; focus breaks ties toward shorter sources."""
+    q_terms = set(content_terms(question))
+    scored = []
+    for src in sources:
+        terms = set(content_terms(src.text)).union(content_terms(src.title or ""))
+        hits = len(q_terms & terms)
+        relevance = hits / len(q_terms) if q_terms else 0.0
+        focus = hits / len(terms) if terms else 0.0
+        scored.append((relevance, focus, src))
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i][0], -scored[i][1], i))
+    return [scored[i] for i in order]
+
+
+def build_prompt(question: str, passages: list[Source]) -> str:
+    """The prompt the hub records: an instruction, the question and the retrieved passage bodies."""
+    lines = [
+        "Answer the question using only the passages below. Cite the passage you rely on by its id.",
+        "If the passages do not answer the question, say that you cannot answer.",
+        "",
+        f"Question: {question}",
+        "",
+        "Passages:",
+    ]
+    lines += [f"[{p.id}] {p.text}" for p in passages]
+    return "\n".join(lines)
+
+
+class ReferenceHub:
+    """Lexical retrieval with a relevance floor, then a verbatim quote of the best source."""
+
+    def __init__(self, *, floor: float = RELEVANCE_FLOOR, top_k: int = TOP_K) -> None:
+        self.floor = floor
+        self.top_k = top_k
+
+    def retrieve(self, case: CaseView) -> list[Source]:
+        ranked = lexical_scores(case.question, case.sources)
+        return [src for relevance, _, src in ranked if relevance >= self.floor][: self.top_k]
+
+    def answer(self, case: CaseView) -> SUTOutput:
+        retrieved = self.retrieve(case)
+        if not retrieved:
+            # Nothing grounds an answer: abstain, and spend no model call on empty context.
+            return SUTOutput(abstained=True, model_was_called=False)
+        best = retrieved[0]
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            retrieved_ids=[s.id for s in retrieved],
+            abstained=False,
+            model_was_called=True,
+            prompt_to_model=build_prompt(case.question, retrieved),
+        )
+
+
+def make_adapter() -> ReferenceHub:
+    """Factory for ``--adapter qaeval.system.reference:make_adapter`` (the default)."""
+    return ReferenceHub()

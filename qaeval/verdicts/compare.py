@@ -1,0 +1,166 @@
+"""Two runs side by side: which metrics moved (with the paired sign-flip test), and per case what changed.
+
+``compare(before, after)`` matches cases by id and content fingerprint. For every matched case it says
+whether it passes before and after, and what changed between the two outputs: the answer, the
+citations, which deterministic checks flipped, which judge axes changed score. Cases only in one run
+are listed as new or removed; a case whose content changed is listed as changed and not compared.
+
+A comparison is informational: ``qaeval compare`` exits 0 whatever it finds. ``ok`` says whether
+``after`` is free of regressions (no case that passed before fails now, no metric moved the wrong
+way beyond rounding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from qaeval.errors import VerdictError
+from qaeval.frames import frame
+from qaeval.record import baseline_from_run
+from qaeval.results import Result
+from qaeval.scoring.checks import CHECKS
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.judge import AXES
+from qaeval.scoring.metrics import METRIC_NAMES
+from qaeval.verdicts.gate import match_cases, metric_movements
+
+CASE_SCHEMA = {
+    "case_id": "text", "status": "text", "before_passed": "boolean", "after_passed": "boolean", "change": "text",
+    "answer_changed": "boolean", "citations_changed": "boolean", "checks_flipped": "object",
+    "scores_changed": "object", "before_answer": "text", "after_answer": "text", "before_why": "text",
+    "after_why": "text",
+}
+
+
+@dataclass(repr=False)
+class Comparison(Result):
+    before: RunResult
+    after: RunResult
+    metric_deltas: pd.DataFrame
+    cases: pd.DataFrame
+    before_label: str = "before"
+    after_label: str = "after"
+
+    kind = "compare"
+    error_type = VerdictError
+
+    @property
+    def regressed(self) -> list[str]:
+        return self.cases.loc[self.cases["change"] == "regressed", "case_id"].tolist()
+
+    @property
+    def fixed(self) -> list[str]:
+        return self.cases.loc[self.cases["change"] == "fixed", "case_id"].tolist()
+
+    @property
+    def changed(self) -> pd.DataFrame:
+        """Cases whose output, verdict, checks or scores differ, or that exist on one side only."""
+        c = self.cases
+        moved = c["answer_changed"].fillna(False) | c["citations_changed"].fillna(False) | \
+            c["checks_flipped"].map(bool) | c["scores_changed"].map(bool) | (c["change"].isin(["regressed", "fixed"])) | \
+            c["status"].isin(["new", "removed", "changed"])
+        return c[moved.astype(bool)]
+
+    @property
+    def worse_metrics(self) -> list[str]:
+        d = self.metric_deltas
+        return d.loc[~d["passed"], "metric"].tolist()
+
+    @property
+    def ok(self) -> bool:
+        return not self.regressed and not self.worse_metrics
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+    @property
+    def verdict(self) -> str:
+        return "NO REGRESSION" if self.ok else "REGRESSED"
+
+    @property
+    def reason(self) -> str:
+        parts = [f"{len(self.changed)} case(s) changed", f"{len(self.regressed)} regressed", f"{len(self.fixed)} fixed"]
+        if self.worse_metrics:
+            parts.append("worse: " + ", ".join(self.worse_metrics))
+        return "; ".join(parts)
+
+    def summary_text(self) -> str:
+        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})"]
+        lines.append(f"  {'metric':<26} {'before':>8} {'after':>8} {'delta':>8}  noise test")
+        fmt = lambda v: "NaN" if v != v else f"{v:.3f}"  # noqa: E731
+        for r in self.metric_deltas.itertuples(index=False):
+            mark = "" if r.passed else "  <- worse"
+            lines.append(f"  {r.metric:<26} {fmt(r.baseline):>8} {fmt(r.current):>8} {fmt(r.delta):>8}  {r.note}{mark}")
+        changed = self.changed
+        if len(changed):
+            lines.append("")
+            lines.append(f"  {len(changed)} case(s) changed:")
+        for r in changed.to_dict("records"):
+            what = []
+            if r["answer_changed"]:
+                what.append("answer")
+            if r["citations_changed"]:
+                what.append("citations")
+            if r["checks_flipped"]:
+                what.append("checks " + ", ".join(r["checks_flipped"]))
+            if r["scores_changed"]:
+                what.append("judge " + ", ".join(r["scores_changed"]))
+            lines.append(f"    {r['case_id']:<24} {r['change']:<15} {'; '.join(what) or r['status']}")
+        return "\n".join(lines)
+
+
+def _state(passed: Any) -> str:
+    return "passing" if passed else "failing"
+
+
+def compare(before: RunResult, after: RunResult, *, before_label: str = "before", after_label: str = "after") -> Comparison:
+    """Set two runs side by side. Pure."""
+    base = baseline_from_run(before, before_label)
+    match = match_cases(after, base)
+    deltas = metric_movements(after, base, {m: 0.0 for m in METRIC_NAMES}, match.matched)
+    b_pc = before.per_case.set_index("case_id")
+    a_pc = after.per_case.set_index("case_id")
+    b_checks = {(r.case_id, r.check): r.passed for r in before.checks.itertuples(index=False)}
+    a_checks = {(r.case_id, r.check): r.passed for r in after.checks.itertuples(index=False)}
+    rows = []
+    for cid in after.per_case["case_id"]:
+        a = a_pc.loc[cid]
+        row: dict[str, Any] = dict(case_id=cid, after_passed=bool(a["case_passed"]), after_answer=a["answer"],
+                                   after_why="; ".join(a["fail_reasons"]), checks_flipped=[], scores_changed=[])
+        if cid in match.new or cid in match.changed:
+            rows.append({**row, "status": "new" if cid in match.new else "changed", "change": "not compared",
+                         "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
+                         "answer_changed": None, "citations_changed": None, "before_answer": None, "before_why": None})
+            continue
+        b = b_pc.loc[cid]
+        if b["case_passed"] and not a["case_passed"]:
+            change = "regressed"
+        elif not b["case_passed"] and a["case_passed"]:
+            change = "fixed"
+        else:
+            change = f"still {_state(a['case_passed'])}"
+        rows.append({**row, "status": "matched", "change": change, "before_passed": bool(b["case_passed"]),
+                     "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
+                     "citations_changed": list(b["citations"]) != list(a["citations"]),
+                     "checks_flipped": [c for c in CHECKS if b_checks.get((cid, c)) != a_checks.get((cid, c))],
+                     "scores_changed": [ax for ax in AXES if not _same(b[ax], a[ax])],
+                     "before_answer": b["answer"], "before_why": "; ".join(b["fail_reasons"])})
+    for cid in match.removed:
+        b = b_pc.loc[cid]
+        rows.append(dict(case_id=cid, status="removed", before_passed=bool(b["case_passed"]), after_passed=None,
+                         change="not compared", answer_changed=None, citations_changed=None, checks_flipped=[],
+                         scores_changed=[], before_answer=b["answer"], after_answer=None,
+                         before_why="; ".join(b["fail_reasons"]), after_why=None))
+    return Comparison(before=before, after=after, metric_deltas=deltas, cases=frame(rows, CASE_SCHEMA),
+                      before_label=before_label, after_label=after_label)
+
+
+def _same(x: Any, y: Any) -> bool:
+    missing_x, missing_y = pd.isna(x), pd.isna(y)
+    if missing_x or missing_y:
+        return bool(missing_x and missing_y)
+    return int(x) == int(y)

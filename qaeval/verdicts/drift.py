@@ -1,0 +1,223 @@
+"""Drift: re-run the frozen split, compare each metric with its band, then append the run to a series.
+
+The series is JSONL, append-only, one line per run: its metrics and their n, time, git commit, adapter,
+isolation, judge config, dataset fingerprint and qaeval's version (``qaeval.record.summary_dict``, the
+same short form of a run a record carries). Appends take an exclusive lock, write the whole line in one
+call, check it was all written and fsync (``qaeval.files.append_line``); a line a killed writer left
+torn is skipped by readers, who say so. A line that parses but is not a history record (a metric that
+is not a number, alarms that are not a list) is bad data: the command stops with exit 65 naming it,
+before anything is appended, so a retry does not add a line either.
+
+The band for each metric is the trailing window's mean plus or minus max(3 standard deviations,
+``min_width``), over the earlier runs that did not alarm on that metric (each line lists its alarms), so
+a sustained drop keeps alarming instead of widening its own band; start a new series to accept a
+change. Each metric's ``Metric.drift`` says which way it alarms: a drop for higher-is-better metrics,
+both ways for over_refusal_rate. With fewer than ``min_history`` earlier runs there is no band and no
+alarm, and the result says so.
+
+The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
+``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code: if
+it raises or calls ``sys.exit`` that is noted and the verdict (and exit code 3) stands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from qaeval.errors import DatasetError, DriftAlarm, Problem
+from qaeval.files import append_line, dumps_canonical, iter_jsonl
+from qaeval.frames import frame
+from qaeval.plugins import contained
+from qaeval.record import clean, frame_rows, summary_dict
+from qaeval.results import Result
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES
+
+DEFAULT_WINDOW = 10
+MIN_HISTORY = 3
+MIN_WIDTH = 0.02
+
+HISTORY_SCHEMA = {"run": "int", "time": "text", "commit": "text", "metric": "text", "value": "float", "current": "bool"}
+BAND_SCHEMA = {"metric": "text", "current": "float", "mean": "float", "low": "float", "high": "float",
+               "window_n": "int", "direction": "text", "alarm": "bool"}
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def history_problems(record: Any) -> list[str]:
+    if not isinstance(record, dict):
+        return [f"a history line must be a JSON object, got {type(record).__name__}"]
+    problems = []
+    metrics = record.get("metrics")
+    if not isinstance(metrics, dict):
+        problems.append("'metrics' missing or not an object")
+    else:
+        problems += [f"metric {k!r} is {v!r}, not a number or null" for k, v in metrics.items() if not _is_number(v)]
+    alarms = record.get("alarms", [])
+    if not isinstance(alarms, list) or not all(isinstance(a, str) for a in alarms):
+        problems.append(f"'alarms' is {alarms!r}, not a list of metric names")
+    for key in ("time", "git_commit", "dataset_fingerprint"):
+        if record.get(key) is not None and not isinstance(record.get(key), str):
+            problems.append(f"{key!r} must be a string")
+    return problems
+
+
+def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """(records, notes). Torn lines (not JSON: a writer killed mid-line) are skipped and named in the
+    notes; a line that parses but is not a history record is a DatasetError."""
+    path = Path(path)
+    if not path.exists():
+        return [], [f"no history at {path} yet; it starts with this run"]
+    parse_problems: list[Problem] = []
+    records: list[dict[str, Any]] = []
+    bad: list[Problem] = []
+    for number, value in iter_jsonl(path, parse_problems):
+        found = history_problems(value)
+        if found:
+            bad.extend(Problem(str(path), number, p) for p in found)
+        else:
+            records.append(value)
+    file_level = [p for p in parse_problems if p.line is None]
+    if file_level or bad:
+        raise DatasetError(file_level + bad)
+    notes = [f"skipped torn line {p.line} of {path}" for p in parse_problems]
+    return records, notes
+
+
+def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
+            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Bands over the trailing window of ``history`` and the alarms ``record`` raises. Pure."""
+    trailing = history[-window:] if window > 0 else []
+    rows, alarms, notes = [], [], []
+    for name in METRIC_NAMES:
+        metric = BY_NAME[name]
+        # A run that alarmed on this metric does not widen its band: a sustained drop keeps alarming.
+        values = [r["metrics"].get(name) for r in trailing if name not in (r.get("alarms") or [])]
+        values = [float(v) for v in values if v is not None]
+        current = record["metrics"].get(name)
+        current = math.nan if current is None else float(current)
+        low = high = mean = math.nan
+        alarm = False
+        if len(values) >= min_history:
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            half = max(3 * std, min_width)
+            low, high = max(0.0, mean - half), min(1.0, mean + half)  # every metric is a rate
+            if not math.isnan(current):
+                alarm = (current < low and metric.drift in ("drop", "both")) or \
+                        (current > high and metric.drift in ("rise", "both"))
+        if alarm:
+            way = "dropped below" if current < low else "rose above"
+            alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
+                               message=f"{name} {way} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
+                                       f"(mean of {len(values)} runs {mean:.3f})"))
+        rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
+                         direction={"drop": "alarms on a drop", "rise": "alarms on a rise",
+                                    "both": "alarms both ways"}[metric.drift], alarm=alarm))
+    if len(trailing) < min_history:
+        notes.append(f"history too short to alarm: {len(trailing)} earlier run(s), {min_history} needed")
+    return frame(rows, BAND_SCHEMA), alarms, notes
+
+
+@dataclass(repr=False)
+class DriftResult(Result):
+    run: RunResult
+    record: dict[str, Any]
+    history: pd.DataFrame  # one row per (run, metric): run, time, commit, metric, value, current
+    bands: pd.DataFrame
+    alarms: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    window: int = DEFAULT_WINDOW
+    timeseries: str = ""
+
+    kind = "drift"
+    error_type = DriftAlarm
+
+    @property
+    def ok(self) -> bool:
+        return not self.alarms
+
+    @property
+    def alarmed(self) -> bool:
+        return bool(self.alarms)
+
+    @property
+    def verdict(self) -> str:
+        return "OK" if self.ok else "ALARM"
+
+    @property
+    def reason(self) -> str:
+        if self.alarms:
+            return "alarm on " + ", ".join(a["metric"] for a in self.alarms)
+        return "every metric inside its band"
+
+    @property
+    def runs(self) -> int:
+        return int(self.history["run"].nunique()) if len(self.history) else 0
+
+    def summary_text(self) -> str:
+        lines = [f"DRIFT: {self.verdict}   ({self.runs} runs in the series, window {self.window})"]
+        f = lambda v: "NaN" if v is None or v != v else f"{v:.3f}"  # noqa: E731
+        for r in self.bands.itertuples(index=False):
+            band = "no band" if r.low != r.low else f"[{f(r.low)}, {f(r.high)}]"
+            mark = "  <- ALARM" if r.alarm else ""
+            lines.append(f"  {r.metric:<26} {f(r.current):>7}  band {band:<16} over {r.window_n} runs{mark}")
+        for a in self.alarms:
+            lines.append(f"  alarm: {a['message']}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.bands
+
+    def record_section(self) -> dict[str, Any]:
+        return dict(line=self.record, history=frame_rows(self.history), bands=frame_rows(self.bands),
+                    alarms=clean(self.alarms), notes=self.notes, window=self.window, timeseries=self.timeseries)
+
+    @classmethod
+    def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> DriftResult:
+        return cls(run=run, record=dict(s["line"]), history=frame(s["history"], HISTORY_SCHEMA),
+                   bands=frame(s["bands"], BAND_SCHEMA), alarms=[dict(a) for a in s["alarms"]],
+                   notes=list(s.get("notes") or []), window=int(s["window"]), timeseries=str(s.get("timeseries") or ""))
+
+
+def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    for i, r in enumerate([*history, record]):
+        for m in METRIC_NAMES:
+            v = r["metrics"].get(m)
+            rows.append(dict(run=i, time=r.get("time"), commit=r.get("git_commit"), metric=m,
+                             value=math.nan if v is None else float(v), current=i == len(history)))
+    return frame(rows, HISTORY_SCHEMA)
+
+
+def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDOW, min_history: int = MIN_HISTORY,
+          notify: Callable[[list[dict[str, Any]]], Any] | None = None) -> DriftResult:
+    """Compare ``run`` with the series' trailing window, append its line, then tell ``notify`` about
+    any alarms. Everything that can fail on bad data fails before the append."""
+    history, notes = read_history(timeseries)
+    record = summary_dict(run)
+    bands, alarms, more = compare(history, record, window=window, min_history=min_history)
+    record["alarms"] = [a["metric"] for a in alarms]
+    notes += more
+    if history and history[-1].get("dataset_fingerprint") != record["dataset_fingerprint"]:
+        notes.append("the frozen split's fingerprint differs from the previous run's: the series mixes datasets")
+    if not run.meta.boundary_enforced:
+        notes.append("isolation none: the boundary was not enforced in this run")
+    line = dumps_canonical(clean(record))
+    frame_ = history_frame(history, record)
+    append_line(timeseries, line)
+    if alarms and notify is not None:
+        ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
+        if not ok:
+            notes.append(f"{why}; the alarm stands")
+    return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
+                       window=window, timeseries=str(timeseries))

@@ -1,0 +1,435 @@
+"""The regression gate: PASS or BLOCK for a run against the last green baseline.
+
+Tier 1 (hard): every deterministic check green and no adapter error.
+Tier 2 (against the baseline):
+  * metrics: each gated metric (``Metric.tolerance``) may not move the wrong way by more than its
+    tolerance (moving by exactly the tolerance passes);
+  * regressions: no case that passed in the baseline may fail now (wrongly abstaining, losing its
+    trajectory, failing a check or the judge all count);
+  * new cases: every case new since the baseline, or whose content changed under the same id, must pass.
+With labels (``gate --labels``) the judge is calibrated first; a judge refused on any axis blocks
+(exit 2), because its numbers cannot decide anything.
+
+Cases are matched by id; a case whose fingerprint changed is reported as changed and held to the
+new-case rule, never compared with its old self. For each gated metric an exact paired sign-flip
+permutation test over the matched cases says whether the movement is distinguishable from noise at
+this n (every one of the 2^m sign patterns of the m cases that moved, up to m = 16; a Monte Carlo
+estimate with p >= 1/(B+1) beyond). When even the most extreme pattern could not reach p = 0.05 (m <= 5)
+it says there are too few paired cases to tell. The test informs the reviewer; the tolerances decide.
+
+The gate is computed by ``gate(run, baseline)`` in steps a reader can name: ``match_cases``,
+``tier_one``, ``metric_movements``, ``metrics_tier``, ``regressions``, ``new_cases``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from qaeval.errors import DatasetError, GateBlocked, JudgeNotTrusted, UsageError
+from qaeval.files import loads_strict, read_text
+from qaeval.frames import frame
+from qaeval.record import Baseline, BaselineCase, clean, frame_rows
+from qaeval.results import Result
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.metrics import BY_NAME, GATED
+
+DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
+_EPS = 1e-9
+EXACT_LIMIT = 16
+MONTE_CARLO = 9999
+
+TIER_SCHEMA = {"tier": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
+DELTA_SCHEMA = {
+    "metric": "text", "baseline": "float", "current": "float", "delta": "float", "tolerance": "float",
+    "direction": "text", "passed": "bool", "n_baseline": "int", "n_current": "int", "n_paired": "int",
+    "n_moved": "int", "p_value": "float", "distinguishable": "bool", "note": "text",
+}
+REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state": "text", "why": "text"}
+NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
+
+
+def load_tolerances(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, float]:
+    """Defaults, then a JSON file ``{"metric": tolerance}``, then ``metric=value`` overrides."""
+    tolerances = dict(DEFAULT_TOLERANCES)
+    updates: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = loads_strict(read_text(path, "tolerances file"))
+        except ValueError as exc:
+            raise DatasetError(f"tolerances file is not valid JSON ({exc})", file=str(path)) from None
+        if not isinstance(data, dict):
+            raise DatasetError("tolerances file must hold a JSON object", file=str(path))
+        updates.update(data)
+    for item in overrides or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--tolerance expects metric=value, got {item!r}")
+        try:
+            updates[name.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"--tolerance {item!r}: {value!r} is not a number") from None
+    for name, value in updates.items():
+        if name not in DEFAULT_TOLERANCES:
+            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(DEFAULT_TOLERANCES)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"tolerance for {name} must be a finite number >= 0, got {value!r}")
+        tolerances[name] = float(value)
+    return tolerances
+
+
+# --------------------------------------------------------------------------- the noise test
+
+
+def sign_flip_test(diffs: np.ndarray, *, seed: int = 0) -> tuple[float, float, int]:
+    """(two-sided p, smallest p this many cases could reach, cases that moved) for paired differences.
+
+    Exact over every sign pattern of the nonzero differences when there are at most EXACT_LIMIT of
+    them; otherwise Monte Carlo with MONTE_CARLO patterns and p = (1 + extreme) / (B + 1)."""
+    moved = diffs[diffs != 0]
+    m = int(moved.size)
+    if m == 0:
+        return 1.0, 1.0, 0
+    observed = abs(moved.sum())
+    if m <= EXACT_LIMIT:
+        patterns = ((np.arange(2**m)[:, None] >> np.arange(m)) & 1) * 2 - 1
+        sums = np.abs(patterns @ moved)
+        p = float(np.mean(sums >= observed - _EPS))
+        return p, 2.0 / 2**m, m
+    rng = np.random.default_rng(seed)
+    signs = rng.choice([-1.0, 1.0], size=(MONTE_CARLO, m))
+    extreme = int(np.sum(np.abs(signs @ moved) >= observed - _EPS))
+    return (1 + extreme) / (MONTE_CARLO + 1), 1.0 / (MONTE_CARLO + 1), m
+
+
+def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, str]:
+    if paired == 0:
+        return False, "no paired cases"
+    if moved == 0:
+        return False, f"no paired case moved ({paired} paired)"
+    if floor > 0.05:
+        return False, f"too few paired cases to tell ({moved} of {paired} moved; the smallest p reachable is {floor:.3f})"
+    if p < 0.05:
+        return True, f"distinguishable from noise (p={p:.3f}, {moved} of {paired} paired cases moved)"
+    return False, f"within noise (p={p:.2f}, {moved} of {paired} paired cases moved)"
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+@dataclass(frozen=True)
+class CaseMatch:
+    matched: list[str]
+    changed: list[str]
+    new: list[str]
+    removed: list[str]
+
+
+def match_cases(run: RunResult, baseline: Baseline) -> CaseMatch:
+    ids = run.per_case["case_id"].tolist()
+    base = baseline.cases
+    return CaseMatch(
+        matched=[c for c in ids if c in base and base[c].fingerprint == run.suite[c].fingerprint],
+        changed=[c for c in ids if c in base and base[c].fingerprint != run.suite[c].fingerprint],
+        new=[c for c in ids if c not in base],
+        removed=sorted(c for c in base if c not in run.suite),
+    )
+
+
+def tier_one(run: RunResult) -> dict[str, Any]:
+    bad = run.tier_one_failures
+    detail = "all deterministic checks green, no adapter error"
+    if bad:
+        failing = run.checks[~run.checks["passed"]]
+        errors = run.outputs["error"].notna().sum()
+        parts = [f"adapter error on {errors}"] if errors else []
+        parts += [f"{check} failed on {len(ids)}" for check, ids in
+                  sorted(failing[~failing["reason"].str.startswith("adapter error")].groupby("check")["case_id"]
+                         .apply(list).items())]
+        detail = f"{len(bad)} case(s) not green: " + ", ".join(parts)
+    return dict(tier="tier 1: deterministic checks", passed=not bad, detail=detail, case_ids=bad)
+
+
+def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float],
+                     matched: list[str]) -> pd.DataFrame:
+    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test."""
+    board = run.scoreboard.set_index("metric")
+    position = {cid: i for i, cid in enumerate(run.units["case_id"])}
+    rows = []
+    for name, tol in tolerances.items():
+        nums, dens = run.units[f"{name}__num"].to_numpy(), run.units[f"{name}__den"].to_numpy()
+        metric = BY_NAME[name]
+        b, n_base = baseline.metrics.get(name, (math.nan, 0))
+        c = float(board.at[name, "value"])
+        delta = round(c - b, 9) + 0.0 if not (math.isnan(b) or math.isnan(c)) else math.nan
+        if math.isnan(delta):
+            ok, note = True, "not comparable (n=0 on one side)"
+        else:
+            ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
+            note = ""
+        base_units = baseline.outcomes(name)
+        diffs = []
+        for cid in matched:
+            num, den = nums[position[cid]], dens[position[cid]]
+            if den and cid in base_units:
+                bn, bd = base_units[cid]
+                diffs.append(num / den - bn / bd)
+        p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
+        distinguishable, noise = noise_note(p, floor, moved, len(diffs))
+        rows.append(dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
+                         passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]), n_paired=len(diffs),
+                         n_moved=moved, p_value=p if diffs else math.nan, distinguishable=distinguishable,
+                         note=note or noise))
+    return frame(rows, DELTA_SCHEMA)
+
+
+def _worse(share: float, metric: str, base: tuple[float, float] | None) -> bool:
+    """Whether a case contributes to a metric's bad movement: worse than its baseline self, or, when it
+    has none, short of the metric's best."""
+    higher = BY_NAME[metric].higher_is_better
+    if base is not None:
+        before = base[0] / base[1]
+        return share < before - _EPS if higher else share > before + _EPS
+    return share < 1 - _EPS if higher else share > _EPS
+
+
+def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> dict[str, Any]:
+    failed = deltas[~deltas["passed"]]
+    detail = "no gated metric moved past its tolerance"
+    if len(failed):
+        detail = "; ".join(f"{r.metric} {r.baseline:.3f} -> {r.current:.3f} ({r.delta:+.3f}, tolerance {r.tolerance:g})"
+                           for r in failed.itertuples(index=False))
+    worse: set[str] = set()
+    for metric in failed["metric"]:
+        base = baseline.outcomes(metric)
+        for cid, num, den in zip(run.units["case_id"], run.units[f"{metric}__num"], run.units[f"{metric}__den"]):
+            if den and _worse(num / den, metric, base.get(cid)):
+                worse.add(cid)
+    return dict(tier="tier 2: metrics vs baseline", passed=failed.empty, detail=detail,
+                case_ids=[c for c in run.units["case_id"] if c in worse])
+
+
+def regressions(run: RunResult, baseline: Baseline, matched: list[str]) -> pd.DataFrame:
+    pc = run.per_case.set_index("case_id")
+    rows = [dict(case_id=cid, baseline_state="passed", current_state="failed", why="; ".join(pc.at[cid, "fail_reasons"]))
+            for cid in matched if baseline.cases[cid].passed and not pc.at[cid, "case_passed"]]
+    return frame(rows, REGRESSED_SCHEMA)
+
+
+def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFrame:
+    pc = run.per_case.set_index("case_id")
+    rows = [dict(case_id=cid, status="changed" if cid in match.changed else "new",
+                 baseline_state=("passed" if baseline.cases[cid].passed else "failed") if cid in match.changed else "absent",
+                 why="; ".join(pc.at[cid, "fail_reasons"]))
+            for cid in pc.index if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]]
+    return frame(rows, NEW_SCHEMA)
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass(repr=False)
+class GateResult(Result):
+    """The gate's verdict and the frames behind it."""
+
+    run: RunResult
+    baseline: Baseline
+    tiers: pd.DataFrame
+    metric_deltas: pd.DataFrame
+    regressed: pd.DataFrame
+    new_failing: pd.DataFrame
+    match: CaseMatch
+    calibration: Any = None  # a CalibrationResult when the gate was given labels
+    notes: list[str] = field(default_factory=list)
+
+    kind = "gate"
+    error_type = GateBlocked
+
+    @property
+    def judge_trusted(self) -> bool:
+        return self.calibration is None or self.calibration.ok
+
+    @property
+    def ok(self) -> bool:
+        return self.judge_trusted and bool(self.tiers["passed"].all())
+
+    @property
+    def passed(self) -> bool:
+        return self.ok
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.ok else "BLOCK"
+
+    @property
+    def exit_code(self) -> int:
+        if not self.judge_trusted:
+            return JudgeNotTrusted.exit_code
+        return 0 if self.ok else GateBlocked.exit_code
+
+    def raise_for_status(self) -> None:
+        if not self.judge_trusted:
+            raise JudgeNotTrusted(f"BLOCK: {self.reason}", self)
+        super().raise_for_status()
+
+    @property
+    def failed_tiers(self) -> pd.DataFrame:
+        return self.tiers[~self.tiers["passed"]]
+
+    @property
+    def reason(self) -> str:
+        if not self.judge_trusted:
+            return f"the judge is not trusted ({self.calibration.reason}); its numbers cannot gate"
+        if self.ok:
+            return f"every tier passed against {self.baseline.path}"
+        return "failed " + "; ".join(f"{r.tier} ({len(r.case_ids)} case(s))" if r.case_ids else r.tier
+                                     for r in self.failed_tiers.itertuples(index=False))
+
+    @property
+    def blocking_cases(self) -> list[str]:
+        """Every case id named by a failed tier, once, in suite order."""
+        named = {c for ids in self.failed_tiers["case_ids"] for c in ids}
+        return [c for c in self.run.per_case["case_id"] if c in named]
+
+    @property
+    def already_failing(self) -> list[str]:
+        """Cases failing now that also failed in the baseline (they do not block; they were not green)."""
+        pc = self.run.per_case
+        return [c for c, ok in zip(pc["case_id"], pc["case_passed"])
+                if not ok and c in self.match.matched and not self.baseline.cases[c].passed]
+
+    @property
+    def changed_cases(self) -> list[str]:
+        return self.match.changed
+
+    @property
+    def removed_cases(self) -> list[str]:
+        return self.match.removed
+
+    @property
+    def dataset_match(self) -> bool:
+        return self.baseline.dataset_fingerprint == self.run.dataset_fingerprint
+
+    @property
+    def judge_match(self) -> bool:
+        """Whether this run was judged like the baseline (same judge, model, settings and rubric)."""
+        return self.baseline.judge is None or self.baseline.judge == self.run.judge_config.to_dict()
+
+    @property
+    def baseline_path(self) -> str:
+        return self.baseline.path
+
+    def all_notes(self) -> list[str]:
+        notes = list(self.notes) + list(self.baseline.notes)
+        if not self.baseline.green:
+            notes.append("the baseline was not green when it was written (--allow-failing): cases that failed "
+                         "there do not count as regressions")
+        if not self.judge_match:
+            notes.append(f"judged by {self.run.judge_config.label()}, the baseline by {self.baseline.judge.get('name')}:"
+                         f"{self.baseline.judge.get('model')} rubric={self.baseline.judge.get('prompt_version')}; "
+                         "judge metrics may move for that reason alone")
+        if not self.dataset_match:
+            notes.append(f"the data differs from the baseline's: {len(self.match.changed)} case(s) changed, "
+                         f"{len(self.match.new)} new, {len(self.match.removed)} no longer present")
+        if not self.run.meta.boundary_enforced:
+            notes.append("isolation none: the boundary was not enforced in this run")
+        return notes
+
+    def summary_text(self) -> str:
+        lines = [f"GATE: {self.verdict}   ({len(self.run.suite)} cases, baseline {self.baseline.path})"]
+        if self.calibration is not None:
+            lines.append(f"  judge calibration: {self.calibration.verdict} ({self.calibration.reason})")
+        lines += [f"note: {n}" for n in self.all_notes()]
+        for row in self.tiers.itertuples(index=False):
+            mark = "ok  " if row.passed else "FAIL"
+            lines.append(f"  [{mark}] {row.tier}: {row.detail}")
+            if not row.passed and row.case_ids:
+                lines.append(f"         cases: {', '.join(row.case_ids)}")
+        if self.ok and self.already_failing:
+            lines.append(f"  (already failing in the baseline, not blocking: {', '.join(self.already_failing)})")
+        lines.append("")
+        lines.append(f"  {'metric':<26} {'baseline':>9} {'current':>9} {'delta':>8} {'tol':>6}  noise test")
+        fmt = lambda v: "NaN" if v != v else f"{v:.3f}"  # noqa: E731
+        for row in self.metric_deltas.itertuples(index=False):
+            mark = "" if row.passed else "  <- BLOCK"
+            lines.append(f"  {row.metric:<26} {fmt(row.baseline):>9} {fmt(row.current):>9} "
+                         f"{fmt(row.delta):>8} {row.tolerance:>6.3f}  {row.note}{mark}")
+        return "\n".join(lines)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.tiers
+
+    # the record
+    def record_section(self) -> dict[str, Any]:
+        keep = set(self.blocking_cases) | set(self.already_failing) | set(self.regressed["case_id"]) | \
+            set(self.new_failing["case_id"]) | set(self.run.per_case.loc[~self.run.per_case["case_passed"], "case_id"])
+        cases = {cid: dict(fingerprint=c.fingerprint, passed=c.passed, fail_reasons=c.fail_reasons,
+                           answer=c.answer, abstained=c.abstained, citations=c.citations,
+                           output_fingerprint=c.output_fingerprint, units={m: list(v) for m, v in c.units.items()})
+                 for cid, c in self.baseline.cases.items() if cid in keep}
+        return dict(
+            baseline=self.baseline.summary(), baseline_metrics={m: list(v) for m, v in self.baseline.metrics.items()},
+            baseline_cases=cases, baseline_notes=self.baseline.notes,
+            tiers=frame_rows(self.tiers), metric_deltas=frame_rows(self.metric_deltas),
+            regressed=frame_rows(self.regressed), new_failing=frame_rows(self.new_failing),
+            match=dict(matched=self.match.matched, changed=self.match.changed, new=self.match.new,
+                       removed=self.match.removed),
+            calibration=clean(self.calibration.record_section()) if self.calibration is not None else None,
+            notes=self.notes,
+        )
+
+    @classmethod
+    def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> GateResult:
+        b = s["baseline"]
+        cases = {cid: BaselineCase(c["fingerprint"], bool(c["passed"]), list(c["fail_reasons"]),
+                                   {m: (float(v[0]), float(v[1])) for m, v in c["units"].items()},
+                                   c.get("answer"), c.get("abstained"), c.get("citations"), c.get("output_fingerprint"))
+                 for cid, c in s["baseline_cases"].items()}
+        for cid in s["match"]["matched"] + s["match"]["changed"]:  # cases the record did not need in full
+            cases.setdefault(cid, BaselineCase("" if cid in s["match"]["changed"] else run.suite[cid].fingerprint,
+                                               True, [], {}))
+        baseline = Baseline(
+            path=b["path"], dataset_fingerprint=b["dataset_fingerprint"], judge=b.get("judge"),
+            metrics={m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()},
+            cases=cases, green=bool(b.get("green", True)), allowed_failing=bool(b.get("allowed_failing", False)),
+            legacy=bool(b.get("legacy", False)), created=b.get("created"), git_commit=b.get("git_commit"),
+            adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []))
+        calibration = None
+        if s.get("calibration"):
+            from qaeval.verdicts.calibration import CalibrationResult
+            calibration = CalibrationResult.from_section(run, s["calibration"])
+        m = s["match"]
+        return cls(run=run, baseline=baseline, tiers=frame(s["tiers"], TIER_SCHEMA),
+                   metric_deltas=frame(s["metric_deltas"], DELTA_SCHEMA), regressed=frame(s["regressed"], REGRESSED_SCHEMA),
+                   new_failing=frame(s["new_failing"], NEW_SCHEMA),
+                   match=CaseMatch(list(m["matched"]), list(m["changed"]), list(m["new"]), list(m["removed"])),
+                   calibration=calibration, notes=list(s.get("notes") or []))
+
+
+def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | None = None, *,
+         calibration: Any = None) -> GateResult:
+    """Compare a RunResult with a Baseline. Pure: no I/O."""
+    tolerances = dict(DEFAULT_TOLERANCES if tolerances is None else tolerances)
+    match = match_cases(run, baseline)
+    deltas = metric_movements(run, baseline, tolerances, match.matched)
+    regressed = regressions(run, baseline, match.matched)
+    new_failing = new_cases(run, baseline, match)
+    n_new = len(match.new) + len(match.changed)
+    tiers = [
+        tier_one(run),
+        metrics_tier(run, baseline, deltas),
+        dict(tier="tier 2: no passing case regresses", passed=regressed.empty,
+             detail=f"{len(regressed)} previously passing case(s) now fail" if len(regressed)
+             else f"{len(match.matched)} matched case(s), none regressed", case_ids=regressed["case_id"].tolist()),
+        dict(tier="tier 2: new cases pass", passed=new_failing.empty,
+             detail=f"{len(new_failing)} of {n_new} new or changed case(s) fail" if len(new_failing)
+             else f"{n_new} new or changed case(s), all pass", case_ids=new_failing["case_id"].tolist()),
+    ]
+    return GateResult(run=run, baseline=baseline, tiers=frame(tiers, TIER_SCHEMA), metric_deltas=deltas,
+                      regressed=regressed, new_failing=new_failing, match=match, calibration=calibration)
