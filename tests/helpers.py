@@ -4,26 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 from conftest import make_case, write_cases
 
 from qaeval import load_suite
-from qaeval.runner import OUTPUT_COLUMNS, output_fingerprint
+from qaeval.frames import frame
+from qaeval.system.contract import output_fingerprint
+from qaeval.system.pool import OUTPUT_SCHEMA
 
 S1 = "The Eastside Branch opened in 1964 on Dunmore Street."
 S2 = "The Northgate Branch opened in 1978 and is the smallest location."
 
 
 def output(case_id: str = "case-0001", **fields: Any) -> dict[str, Any]:
-    row = dict(case_id=case_id, answer=S1, citations=[{"snippet_id": "s1", "claim": S1}], retrieved_ids=["s1", "s2"],
+    row = dict(case_id=case_id, answer=S1, citations=[{"source_id": "s1", "claim": S1}], retrieved_ids=["s1", "s2"],
                abstained=False, model_was_called=True, prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}",
-               computed_aggregate=None, error=None, latency_s=0.0)
+               computed_aggregate=None, error=None, latency_s=0.0, logs="")
     row.update(fields)
     row["output_fingerprint"] = output_fingerprint(row["answer"], row["citations"], row["abstained"], row["error"])
     return row
 
 
+def outputs_frame(rows: list[dict[str, Any]]):
+    return frame(rows, OUTPUT_SCHEMA)
+
+
 def frames(tmp_path, cases: list[dict[str, Any]] | None = None, outputs: list[dict[str, Any]] | None = None):
     suite = load_suite(write_cases(tmp_path / "d", cases or [make_case()]))
-    outs = pd.DataFrame(outputs or [output()], columns=OUTPUT_COLUMNS)
-    return suite, suite.to_frame(), outs, suite.sources_frame()
+    return suite, suite.to_frame(), outputs_frame(outputs or [output()]), suite.sources_frame()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-
-from qaeval.boundary import Citation, SUTOutput
+from qaeval import Citation, SUTOutput
 
 RECEIVED: list = []
 ALARMS: list = []
@@ -16,12 +14,20 @@ class Raising:
 
 
 class Hanging:
-    def __init__(self) -> None:
-        self.release = threading.Event()
+    """Never answers, and swallows everything that tries to interrupt it."""
 
     def answer(self, case):
-        self.release.wait(30)
-        return SUTOutput(abstained=True)
+        import time
+
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:  # noqa: BLE001
+                pass
+
+
+def make_hanging():
+    return Hanging()
 
 
 class Malformed:
@@ -40,7 +46,7 @@ class Malformed:
 
 
 class Recording:
-    """Keeps every CaseView it is handed, and answers like a careful system."""
+    """Keeps every CaseView it is handed (in its own process), and answers like a careful system."""
 
     def answer(self, case):
         RECEIVED.append(case)
@@ -59,6 +65,10 @@ def make_crashing_factory():
 
 def notify(alarms):
     ALARMS.extend(alarms)
+
+
+def notify_exits(alarms):
+    raise SystemExit(0)
 
 
 not_callable = 42
@@ -97,3 +107,295 @@ class Hostile:
 
 def make_hostile():
     return Hostile()
+
+
+# --------------------------------------------------------------------------- adversarial adapters
+
+
+def _secret_hashes() -> set[str]:
+    import os
+
+    return set(filter(None, os.environ.get("QAEVAL_TEST_SECRETS", "").split(",")))
+
+
+class Snooper:
+    """Walks every frame, inspect.stack() and every gc-tracked container it can reach, hashing each
+    string it finds, and reports how many of them hash like a secret label (it never sees the labels)."""
+
+    def __init__(self) -> None:
+        self.secrets = _secret_hashes()
+
+    def answer(self, case):
+        import gc
+        import hashlib
+        import inspect
+        import sys
+
+        seen, hits = 0, set()
+
+        def look(value):
+            nonlocal seen
+            if isinstance(value, str):
+                seen += 1
+                digest = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
+                if digest in self.secrets:
+                    hits.add(digest)
+
+        frame = sys._getframe()
+        while frame is not None:
+            for v in list(frame.f_locals.values()):
+                look(v)
+            frame = frame.f_back
+        for info in inspect.stack():
+            for v in list(info.frame.f_locals.values()):
+                look(v)
+        for obj in gc.get_objects():
+            if isinstance(obj, dict):
+                for k, v in list(obj.items()):
+                    look(k)
+                    look(v)
+            elif isinstance(obj, (list, tuple, set, frozenset)):
+                for v in list(obj):
+                    look(v)
+            for slot in getattr(type(obj), "__slots__", ()) if not isinstance(obj, type) else ():
+                try:
+                    look(getattr(obj, slot))
+                except Exception:  # noqa: BLE001
+                    pass
+        print(f"snooper: {len(hits)} secret(s) among {seen} strings")
+        return SUTOutput(abstained=True)
+
+
+def make_snooper():
+    return Snooper()
+
+
+class Tamperer:
+    """Looks for the harness's cases in its own process and tries to mark every case must-abstain, then
+    abstains on everything: in-process this would make an always-abstaining system look perfect."""
+
+    def answer(self, case):
+        import gc
+
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "GoldenCase":
+                object.__setattr__(obj, "expected_behavior", "unanswerable_must_abstain")
+        return SUTOutput(abstained=True)
+
+
+def make_tamperer():
+    return Tamperer()
+
+
+class Exits:
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def answer(self, case):
+        import os
+        import sys
+
+        if self.how == "sys":
+            sys.exit(0)
+        os._exit(0)
+
+
+def make_sys_exit():
+    return Exits("sys")
+
+
+def make_os_exit():
+    return Exits("os")
+
+
+class Spammer:
+    """Prints fake scoreboard lines on every channel it has, then answers like a careful system."""
+
+    def answer(self, case):
+        import os
+        import sys
+
+        print("deterministic_pass_rate         1.000 FAKE")
+        print("GATE: PASS (FAKE)", file=sys.stderr)
+        os.write(1, b"fd1: faithfulness_rate 1.000 FAKE\n")
+        os.write(2, b"fd2: GATE: PASS FAKE\n")
+        for i in range(2000):
+            print(f"noise line {i}")
+        best = case.sources[0]
+        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],
+                         model_was_called=True, prompt_to_model=f"{case.question}\n{best.text}")
+
+
+def make_spammer():
+    return Spammer()
+
+
+class Lingerer:
+    """Leaves a non-daemon thread sleeping for ten minutes behind every case."""
+
+    def answer(self, case):
+        import threading
+        import time
+
+        threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+        return SUTOutput(abstained=True)
+
+
+def make_lingerer():
+    return Lingerer()
+
+
+class Reporter:
+    """Answers with what its process looks like: argv, working directory, environment and pid."""
+
+    def answer(self, case):
+        import json
+        import os
+        import sys
+
+        return SUTOutput(answer=json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
+                                            "env": dict(os.environ), "question": case.question}),
+                         abstained=False)
+
+
+def make_reporter():
+    return Reporter()
+
+
+class Slow:
+    """Sleeps a little (longer for earlier cases, so they finish out of order), then quotes its first source."""
+
+    def answer(self, case):
+        import os
+        import time
+
+        time.sleep(0.02 * (len(case.question) % 5))
+        best = case.sources[0]
+        print(f"pid {os.getpid()}")
+        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],
+                         model_was_called=True, prompt_to_model=f"{case.question}\n{best.text}")
+
+
+def make_slow():
+    return Slow()
+
+
+class AsyncHub:
+    """The reference system behind an ``async def answer``."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+    async def answer(self, case):
+        import asyncio
+
+        await asyncio.sleep(0)
+        return self.hub.answer(case)
+
+
+def make_async_hub():
+    return AsyncHub()
+
+
+class RaisesOnThird:
+    """The reference system, except that the third case it is handed raises."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub, self.question = ReferenceHub(), "What does a non-resident pay for an annual library card?"
+
+    def answer(self, case):
+        if case.question == self.question:
+            raise RuntimeError("backend down for this one")
+        return self.hub.answer(case)
+
+
+def make_raises_on_one():
+    return RaisesOnThird()
+
+
+class CallsModelWithoutPrompt:
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+    def answer(self, case):
+        out = self.hub.answer(case)
+        out.prompt_to_model = None
+        return out
+
+
+def make_no_prompt():
+    return CallsModelWithoutPrompt()
+
+
+class Repeats:
+    """Games retrieval by listing its first retrieved id five times."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+    def answer(self, case):
+        out = self.hub.answer(case)
+        if out.retrieved_ids:
+            out.retrieved_ids = [out.retrieved_ids[0]] * 5 + out.retrieved_ids
+        return out
+
+
+def make_repeats():
+    return Repeats()
+
+
+class AbstainsButAnswers:
+    """Marks abstained on what it should refuse, but still shows the user an answer and a citation."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+    def answer(self, case):
+        out = self.hub.answer(case)
+        if out.abstained:
+            best = case.sources[0]
+            out.answer, out.citations = best.text, [Citation(best.id, best.text)]
+        return out
+
+
+def make_abstains_but_answers():
+    return AbstainsButAnswers()
+
+
+class HugeAggregate:
+    def answer(self, case):
+        return SUTOutput(abstained=True, computed_aggregate=10**400)
+
+
+def make_huge_aggregate():
+    return HugeAggregate()
+
+
+class Counting:
+    """The reference system that appends one line per call to the file named by QAEVAL_TEST_CALLS."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+    def answer(self, case):
+        import os
+
+        with open(os.environ["QAEVAL_TEST_CALLS"], "a") as f:
+            f.write(case.id + "\n")
+        return self.hub.answer(case)
+
+
+def make_counting():
+    return Counting()

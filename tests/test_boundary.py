@@ -1,4 +1,5 @@
-"""The SUT boundary: nothing label-bearing reaches the system under test by any route."""
+"""The SUT boundary's contract: nothing label-bearing reaches the system under test by any route, and what
+comes back is checked before anything scores it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import pickle
 import pytest
 from conftest import GOLDEN
 
-import plugins
-from qaeval import CaseView, Citation, SUTOutput, SystemAdapter, load_suite, run_suite
-from qaeval.boundary import make_view
+from qaeval import CaseView, Citation, SUTOutput, SystemAdapter, load_suite
+from qaeval.system.contract import make_view, output_problems
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def suite():
 
 
 def label_strings(case) -> list[str]:
-    # Gold source ids are ordinary snippet ids on the view; what must not cross is which ones are gold.
+    # Gold source ids are ordinary source ids on the view; what must not cross is which ones are gold.
     labels = [case.id, case.expected_behavior, case.difficulty, case.split, "is_gold", "gold"]
     if case.gold_answer and not any(case.gold_answer in s.text for s in case.sources) \
             and case.gold_answer not in case.question:
@@ -32,8 +32,9 @@ def label_strings(case) -> list[str]:
 def test_public_names_are_exported():
     import qaeval
 
-    for name in ("SystemAdapter", "SUTOutput", "Citation", "CaseView"):
+    for name in ("SystemAdapter", "SUTOutput", "Citation", "CaseView", "load_run", "RunResult"):
         assert name in qaeval.__all__
+        assert getattr(qaeval, name) is not None
 
 
 def test_view_exposes_only_id_question_sources(suite):
@@ -100,17 +101,41 @@ def test_pickled_view_round_trips_without_labels(suite):
     assert again == view and isinstance(again, CaseView)
 
 
-def test_runner_hands_adapters_only_views(suite):
-    plugins.RECEIVED.clear()
-    frame = run_suite(suite, plugins.Recording(), timeout=None)
-    assert len(plugins.RECEIVED) == len(suite)
-    assert all(type(v) is CaseView for v in plugins.RECEIVED)
-    ids = {v.id for v in plugins.RECEIVED}
-    assert not ids & {c.id for c in suite}
-    assert list(frame["case_id"]) == [c.id for c in suite]
+def test_system_adapter_is_a_protocol_and_citation_keeps_its_old_name():
+    class Careful:
+        def answer(self, case):
+            return SUTOutput(abstained=True)
 
-
-def test_system_adapter_is_a_protocol():
-    assert isinstance(plugins.Recording(), SystemAdapter)
-    assert Citation("s1", "claim").snippet_id == "s1"
+    assert isinstance(Careful(), SystemAdapter)
+    assert Citation("s1", "claim").snippet_id == "s1" == Citation(snippet_id="s1", claim="claim").source_id
     assert SUTOutput().abstained is False
+
+
+@pytest.mark.parametrize("output, fragment", [
+    ({"answer": "x"}, "adapter returned dict, not SUTOutput"),
+    (SUTOutput(answer=None), "answer is NoneType, not str"),
+    (SUTOutput(answer="x", citations=[("s1", "x")]), "citations[0] is tuple, not Citation"),
+    (SUTOutput(answer="x", citations=(Citation("s1", "x"),)), "citations is tuple, not a list"),
+    (SUTOutput(answer="x", retrieved_ids="s1"), "retrieved_ids is str, not a list"),
+    (SUTOutput(answer="x", retrieved_ids=["s1", "s2", "s1"]), "retrieved_ids lists 's1' more than once"),
+    (SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "x")], retrieved_ids=["s1"]),
+     "repeats citation of 's1'"),
+    (SUTOutput(abstained=True, answer="An answer anyway."), "abstained but still returned answer text"),
+    (SUTOutput(abstained=True, citations=[Citation("s1", "x")], retrieved_ids=["s1"]), "abstained but still cited"),
+    (SUTOutput(abstained=1), "abstained is int, not bool"),
+    (SUTOutput(prompt_to_model=b"bytes"), "prompt_to_model is bytes"),
+    (SUTOutput(computed_aggregate=10**400), "too large"),
+    (SUTOutput(computed_aggregate=float("nan")), "non-finite float nan"),
+    (SUTOutput(computed_aggregate=[1, 2]), "computed_aggregate is list"),
+    (SUTOutput(answer="\ud800"), "not valid Unicode text"),
+])
+def test_malformed_output_is_named(output, fragment):
+    problems = output_problems(output)
+    assert any(fragment in p for p in problems), problems
+
+
+def test_a_well_formed_output_has_no_problems():
+    assert output_problems(SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "y")],
+                                     retrieved_ids=["s1", "s2"], model_was_called=True, prompt_to_model="p",
+                                     computed_aggregate=3.5)) == []
+    assert output_problems(SUTOutput(abstained=True, model_was_called=True, prompt_to_model="p")) == []

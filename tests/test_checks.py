@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_case
 from helpers import S1, S2, frames, output
 
-from qaeval.checks import check_outputs, claim_covers
+from qaeval.scoring.checks import check_outputs, claim_covers
 from qaeval.text import split_sentences
 
 
@@ -23,7 +24,7 @@ def test_gold_answer_leaked_outside_retrieved_snippets_fails_grounding(tmp_path)
     case = make_case(gold_answer="sixty years", question="How long ago did it open?")
     res = run_checks(tmp_path, case, prompt_to_model=f"How long ago did it open?\n{S1}\nHint: sixty years")
     assert res["grounding_isolation"][0] is False
-    assert "outside the retrieved snippets" in res["grounding_isolation"][1]
+    assert "outside the retrieved sources" in res["grounding_isolation"][1]
 
 
 def test_gold_answer_inside_a_retrieved_snippet_is_not_a_leak(tmp_path):
@@ -47,13 +48,66 @@ def test_prompt_without_the_question_fails_grounding(tmp_path):
     assert res["grounding_isolation"] == (False, "the prompt does not carry the question")
 
 
+def test_a_prompt_of_ids_only_fails_grounding(tmp_path):
+    """Citing a passage the model never saw cannot be grounded in it."""
+    res = run_checks(tmp_path, prompt_to_model="When did the Eastside Branch open?\nContext ids: s1, s2")
+    assert res["grounding_isolation"][0] is False
+    assert "carries none of the retrieved sources' text" in res["grounding_isolation"][1]
+
+
+def test_every_cited_passage_must_be_in_the_prompt(tmp_path):
+    res = run_checks(tmp_path, citations=[{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}],
+                     answer=f"{S1} {S2}", prompt_to_model=f"When did the Eastside Branch open?\n{S1}")
+    assert res["grounding_isolation"] == (False, "cited source(s) s2 not in the prompt: the model never saw them")
+
+
+def test_passages_match_whatever_the_whitespace_and_case(tmp_path):
+    prompt = "WHEN DID THE EASTSIDE BRANCH OPEN?\n\n" + S1.upper().replace(" ", "\n   ") + "\n" + S2
+    assert run_checks(tmp_path, prompt_to_model=prompt)["grounding_isolation"][0] is True
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\u00ad", "\u200d", "\u200c", "\u2060", "\ufeff"])
+def test_a_gold_answer_hidden_behind_invisible_characters_is_still_a_leak(tmp_path, hidden):
+    case = make_case(gold_answer="sixty years", question="How long ago did it open?")
+    leak = f"si{hidden}xty ye{hidden}ars"
+    res = run_checks(tmp_path, case, prompt_to_model=f"How long ago did it open?\n{S1}\nHint: {leak}")
+    assert res["grounding_isolation"][0] is False, f"U+{ord(hidden):04X} hid the leak"
+
+
+def test_full_width_digits_fold_to_plain_ones(tmp_path):
+    case = make_case(gold_answer="1978", gold_source_ids=["s1"])
+    res = run_checks(tmp_path, case, prompt_to_model=f"When did the Eastside Branch open?\n{S1}\nMaybe １９７８")
+    assert res["grounding_isolation"][0] is False
+
+
+def test_template_text_shared_by_most_prompts_is_not_a_leak(tmp_path):
+    template = "Answer in at most 2 sentences and cite the passage you rely on."
+    cases = [make_case(id=f"c{i}", gold_answer="2" if i == 0 else "1964") for i in range(4)]
+    outs = [output(f"c{i}", prompt_to_model=f"{template}\nWhen did the Eastside Branch open?\n{S1}\n{S2}") for i in range(4)]
+    suite, frame_cases, frame_outs, sources = frames(tmp_path, cases, outs)
+    result = check_outputs(frame_cases, frame_outs, sources)
+    grounding = result[result["check"] == "grounding_isolation"].set_index("case_id")
+    assert grounding.at["c0", "passed"], "the 2 in the shared instruction is template, not the gold answer"
+    leaked = [output("c0", prompt_to_model=f"{template}\nWhen did the Eastside Branch open?\n{S1}\nThe answer is 2.")]
+    leaked += outs[1:]
+    _, frame_cases, frame_outs, sources = frames(tmp_path / "b", cases, leaked)
+    result = check_outputs(frame_cases, frame_outs, sources)
+    assert not result[(result["check"] == "grounding_isolation") & (result["case_id"] == "c0")]["passed"].item()
+
+
+def test_a_lone_prompt_learns_no_template(tmp_path):
+    case = make_case(gold_answer="2")
+    res = run_checks(tmp_path, case, prompt_to_model=f"Answer in at most 2 sentences.\nWhen did the Eastside Branch open?\n{S1}")
+    assert res["grounding_isolation"][0] is False, "with one prompt there is nothing to call template"
+
+
 def test_citation_to_unretrieved_snippet_fails_resolvability(tmp_path):
-    res = run_checks(tmp_path, citations=[{"snippet_id": "s3", "claim": S1}])
+    res = run_checks(tmp_path, citations=[{"source_id": "s3", "claim": S1}])
     assert res["citation_resolvability"][0] is False and "never retrieved" in res["citation_resolvability"][1]
 
 
 def test_citation_to_unknown_snippet_fails_resolvability(tmp_path):
-    res = run_checks(tmp_path, citations=[{"snippet_id": "s9", "claim": S1}], retrieved_ids=["s9"])
+    res = run_checks(tmp_path, citations=[{"source_id": "s9", "claim": S1}], retrieved_ids=["s9"])
     assert "not in the fixture" in res["citation_resolvability"][1]
 
 
@@ -67,7 +121,7 @@ def test_answer_without_citation_fails_coverage(tmp_path):
 
 
 def test_citation_that_does_not_resolve_does_not_cover(tmp_path):
-    res = run_checks(tmp_path, citations=[{"snippet_id": "s3", "claim": S1}])
+    res = run_checks(tmp_path, citations=[{"source_id": "s3", "claim": S1}])
     assert res["citation_coverage"][0] is False
 
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 
+import pytest
 from conftest import GOLDEN
 
 import plugins
 from qaeval.cli import main
-from qaeval.drift import append_record, compare, drift, read_history
-from qaeval.metrics import METRIC_NAMES
+from qaeval.errors import FileAccessError
+from qaeval.files import append_line
+from qaeval.scoring.metrics import METRIC_NAMES
+from qaeval.verdicts.drift import compare, drift, read_history
+
+
+def append_record(path, record: dict) -> None:
+    append_line(path, json.dumps(record))
 
 
 def record(**values) -> dict:
@@ -71,7 +79,7 @@ def test_torn_last_line_is_survived(tmp_path):
 
 def _writer(path: str, n: int) -> None:
     for i in range(n):
-        append_record(path, {"metrics": {"x": i}, "pad": "y" * 5000})
+        append_record(path, {"metrics": {"x": i}, "pad": "y" * 5000})  # noqa: B023
 
 
 def test_two_writers_at_once_never_interleave(tmp_path):
@@ -93,14 +101,14 @@ def test_drift_command_appends_and_alarms_with_notify(tmp_path, capsys):
     assert "history too short" in capsys.readouterr().out
     plugins.ALARMS.clear()
     code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet",
-                 "--adapter", "qaeval.buggy_hub:make_adapter", "--notify", "plugins:notify"])
+                 "--adapter", "qaeval.system.saboteur:make_adapter", "--notify", "plugins:notify"])
     out = capsys.readouterr().out
     assert code == 3 and "DRIFT: ALARM" in out and "abstention_recall dropped below its band" in out
     assert {a["metric"] for a in plugins.ALARMS} >= {"abstention_recall", "citation_precision"}
     records, _ = read_history(series)
     assert len(records) == 4
     assert records[-1]["cases"] == 10, "drift re-runs the frozen split only"
-    assert {"time", "metrics", "n", "adapter", "judge", "dataset_fingerprint", "git_commit"} <= set(records[-1])
+    assert {"time", "metrics", "n", "adapter", "judge", "dataset_fingerprint", "git_commit", "isolation"} <= set(records[-1])
 
 
 def test_notify_hook_that_raises_is_noted_not_fatal(golden_run, tmp_path):
@@ -115,12 +123,55 @@ def test_notify_hook_that_raises_is_noted_not_fatal(golden_run, tmp_path):
     assert any("notify hook raised RuntimeError: pager down" in n for n in result.notes)
 
 
-def test_unknown_notify_hook_is_a_usage_error(tmp_path, capsys):
-    assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(tmp_path / "s"), "--notify", "plugins:nope"]) == 64
+def test_notify_hook_that_exits_cannot_hide_the_alarm(tmp_path, capsys):
+    series = tmp_path / "s.jsonl"
+    for _ in range(3):
+        append_record(series, record(answer_correctness=0.9))
+    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet", "--notify", "plugins:notify_exits"])
+    captured = capsys.readouterr()
+    assert code == 3, "a hook's sys.exit(0) must not turn an alarm into a pass"
+    assert "notify hook called sys.exit(0)" in captured.out and "DRIFT: ALARM" in captured.out
 
 
-def test_a_sustained_drop_keeps_alarming():
-    bad = record(faithfulness_rate=0.5)
-    bad["alarms"] = ["faithfulness_rate"]
-    _, alarms, _ = compare(HISTORY + [bad], record(faithfulness_rate=0.5))
-    assert {a["metric"] for a in alarms} == {"faithfulness_rate"}
+@pytest.mark.parametrize("line, message", [
+    ('{"metrics": {"faithfulness_rate": "high"}}', "metric 'faithfulness_rate' is 'high'"),
+    ('{"metrics": {}, "alarms": 5}', "'alarms' is 5"),
+    ('{"metrics": 3}', "'metrics' missing or not an object"),
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_a_malformed_history_line_exits_65_and_appends_nothing(tmp_path, capsys, line, message):
+    series = tmp_path / "s.jsonl"
+    series.write_text(json.dumps(record()) + "\n" + line + "\n" + json.dumps(record()) + "\n")
+    before = series.read_bytes()
+    for _ in range(2):  # a retry does not add a line either
+        assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 65
+        err = capsys.readouterr().err
+        assert message in err and f"{series}:2" in err and "Traceback" not in err
+    assert series.read_bytes() == before
+
+
+def test_a_short_write_is_undone_and_exits_74(tmp_path, monkeypatch, capsys):
+    series = tmp_path / "s.jsonl"
+    append_record(series, record())
+    before = series.read_bytes()
+    real_write = os.write
+
+    def full_disk(fd, data):
+        return real_write(fd, data[: len(data) // 2])  # the disk took half and then filled up
+
+    monkeypatch.setattr(os, "write", full_disk)
+    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"])
+    monkeypatch.undo()
+    captured = capsys.readouterr()
+    assert code == 74 and "DRIFT: OK" not in captured.out
+    assert "the file is as it was" in captured.err
+    assert series.read_bytes() == before, "the torn half line was truncated away"
+
+
+def test_append_line_reports_failure_as_file_access_error(tmp_path, monkeypatch):
+    def no_space(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", no_space)
+    with pytest.raises(FileAccessError, match="No space left on device"):
+        append_line(tmp_path / "x.jsonl", "{}")

@@ -1,38 +1,41 @@
-"""The regression gate: tiers, tolerances at their edges, regressions, new cases, bad baselines."""
+"""The regression gate: tiers, tolerances at their edges, regressions, new cases, the noise test, baselines."""
 
 from __future__ import annotations
 
-import copy
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import GOLDEN
+from conftest import GOLDEN, LABELS
 
-from qaeval import BaselineError, GateBlocked, UsageError, api
-from qaeval.baseline import Baseline, baseline_dict, read_baseline, write_baseline
+from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
-from qaeval.gate import DEFAULT_TOLERANCES, gate, load_tolerances, paired_bootstrap
+from qaeval.record import BaselineCase, baseline_from_run, read_baseline, write_record
+from qaeval.verdicts.gate import DEFAULT_TOLERANCES, gate, load_tolerances, noise_note, sign_flip_test
 
-BUGGY = "qaeval.buggy_hub:make_adapter"
+BUGGY = "qaeval.system.saboteur:make_adapter"
 
 
 @pytest.fixture(scope="module")
 def baseline_file(tmp_path_factory, golden_run):
-    return str(write_baseline(golden_run, tmp_path_factory.mktemp("b") / "baseline.json"))
+    return str(write_record(golden_run, tmp_path_factory.mktemp("b") / "baseline.json", baseline=True))
 
 
-def with_metric(golden_run, **values) -> Baseline:
-    data = copy.deepcopy(baseline_dict(golden_run))
+def with_metric(golden_run, **values):
+    base = baseline_from_run(golden_run, "edited.json")
+    metrics = dict(base.metrics)
     for name, value in values.items():
-        data["metrics"][name]["value"] = value
-    return Baseline("edited.json", data)
+        metrics[name] = (value, metrics[name][1])
+    return replace(base, metrics=metrics)
 
 
 def test_golden_passes_against_its_own_baseline(golden_run, baseline_file):
     result = gate(golden_run, read_baseline(baseline_file))
-    assert result.passed and result.verdict == "PASS"
+    assert result.passed and result.verdict == "PASS" and result.exit_code == 0
     result.raise_for_status()
+    assert set(result.already_failing) == {"multi-0001", "multi-0002", "multi-0003", "agg-0001", "agg-0002"}, \
+        "the five multi-step cases fail in the baseline too: they are named, not blocking"
 
 
 def test_saboteur_blocks_naming_every_buggy_case_and_every_failed_tier(baseline_file, capsys):
@@ -47,10 +50,22 @@ def test_saboteur_blocks_naming_every_buggy_case_and_every_failed_tier(baseline_
     assert "citation_precision 1.000 -> 0.375" in out
 
 
+def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
+    """Not blocked because everything failed: each case fails the check its tag names."""
+    result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file, adapter=BUGGY)
+    reasons = result.run.per_case.set_index("case_id")["fail_reasons"].map("; ".join)
+    assert "gold answer '249,000' appears in the prompt outside the retrieved sources" in reasons["buggy-leak-0001"]
+    assert "hours-sunday (never retrieved)" in reasons["buggy-leak-0001"]
+    assert "citation_resolvability: unresolvable citation" in reasons["buggy-cite-0002"]
+    assert "fail_closed_abstention: must abstain but answered" in reasons["buggy-refuse-0003"]
+    assert "fail_closed_abstention: must abstain but answered" in reasons["buggy-stale-0004"]  # a time-sensitive trap
+
+
 def test_time_sensitive_trap_catches_even_the_clean_hub(baseline_file):
-    result = api.gate_run(str(GOLDEN / "buggy"), baseline_file)
+    result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file)
     assert not result.passed
     assert "buggy-stale-0004" in result.tiers.iloc[0]["case_ids"]
+    assert result.tiers.iloc[0]["case_ids"] == ["buggy-stale-0004"], "the clean hub fails only the trap"
 
 
 def test_crashing_adapter_blocks_without_traceback(baseline_file, capsys):
@@ -60,7 +75,7 @@ def test_crashing_adapter_blocks_without_traceback(baseline_file, capsys):
 
 
 def test_metric_drop_exactly_at_tolerance_passes(golden_run):
-    base = with_metric(golden_run, faithfulness_rate=1.01, retrieval_recall_at_k=0.958333 + 0.02)
+    base = with_metric(golden_run, faithfulness_rate=1.01, retrieval_recall_at_k=golden_run.metric("retrieval_recall_at_k") + 0.02)
     deltas = gate(golden_run, base).metric_deltas.set_index("metric")
     assert deltas.at["faithfulness_rate", "passed"] and deltas.at["retrieval_recall_at_k", "passed"]
 
@@ -77,7 +92,7 @@ def test_zero_tolerance_metrics_block_on_any_drop(golden_run):
 
 
 def test_over_refusal_may_not_rise(golden_run, baseline_file):
-    result = api.gate_run(str(GOLDEN), baseline_file, adapter="plugins:make_abstain_on_dvd")
+    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
     deltas = result.metric_deltas.set_index("metric")
     assert not deltas.at["over_refusal_rate", "passed"] and deltas.at["over_refusal_rate", "delta"] > 0
     assert list(result.regressed["case_id"]) == ["single-0001"]
@@ -87,22 +102,50 @@ def test_over_refusal_may_not_rise(golden_run, baseline_file):
     assert info.value.result is result
 
 
-def test_new_and_changed_cases_must_pass(golden_run, tmp_path):
-    data = baseline_dict(golden_run)
-    del data["cases"]["agg-0001"]  # agg-0001 is new to this baseline, and fails its trajectory
-    data["cases"]["single-0002"]["fingerprint"] = "0" * 16  # single-0002 changed under the same id
-    result = gate(golden_run, Baseline("b.json", data))
+def test_new_and_changed_cases_must_pass(golden_run):
+    base = baseline_from_run(golden_run, "b.json")
+    cases = dict(base.cases)
+    del cases["agg-0001"]  # agg-0001 is new to this baseline, and fails its trajectory
+    cases["single-0002"] = replace(cases["single-0002"], fingerprint="0" * 16)  # changed under the same id
+    result = gate(golden_run, replace(base, cases=cases))
     new = result.new_failing.set_index("case_id")
     assert new.at["agg-0001", "status"] == "new"
     assert result.changed_cases == ["single-0002"] and "single-0002" not in new.index  # it passes
     assert not result.tiers.set_index("tier").at["tier 2: new cases pass", "passed"]
 
 
-def test_paired_test_says_when_a_movement_is_noise():
-    low, high, p = paired_bootstrap(np.array([-1.0] * 30))
-    assert (low, high, p) == (-1.0, -1.0, 0.0)
-    low, high, p = paired_bootstrap(np.array([0, 0, -1, 0, 1, 0, 0, -1.0]))
-    assert low < 0 < high and p > 0.05
+# --------------------------------------------------------------------------- the noise test
+
+
+def test_three_paired_cases_can_never_be_distinguishable_from_noise():
+    p, floor, moved = sign_flip_test(np.array([-1.0, -1.0, -1.0]))
+    assert (p, floor, moved) == (0.25, 0.25, 3), "exact: 2 of the 8 sign patterns are as extreme"
+    distinguishable, note = noise_note(p, floor, moved, 3)
+    assert not distinguishable and note.startswith("too few paired cases to tell")
+
+
+def test_exact_sign_flip_p_values():
+    assert sign_flip_test(np.array([1.0] * 8))[:2] == (2 / 256, 2 / 256)
+    p, _, moved = sign_flip_test(np.array([0, 0, -1, 0, 1, 0, 0, -1.0]))
+    assert moved == 3 and p == 1.0  # |sum| = 1 is matched or beaten by every pattern
+    assert sign_flip_test(np.zeros(5)) == (1.0, 1.0, 0)
+
+
+def test_monte_carlo_beyond_the_exact_limit_never_reports_zero():
+    p, floor, moved = sign_flip_test(np.array([1.0] * 40))
+    assert moved == 40 and p == floor == 1 / 10000
+    assert noise_note(p, floor, moved, 40)[0]
+
+
+def test_saboteur_on_golden_reports_honest_noise_notes(baseline_file):
+    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter=BUGGY)
+    notes = result.metric_deltas.set_index("metric")["note"]
+    assert notes["abstention_recall"].startswith("too few paired cases to tell (3 of 3 moved")
+    assert "p=0.000" not in " ".join(notes)
+    assert notes["citation_precision"] == "distinguishable from noise (p=4.9e-04, 12 of 12 paired cases moved)"
+
+
+# --------------------------------------------------------------------------- baselines
 
 
 def test_missing_baseline_exits_65(capsys, tmp_path):
@@ -112,9 +155,11 @@ def test_missing_baseline_exits_65(capsys, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("{not json", "not valid JSON"),
-    ('{"format": "other"}', "not a qaeval baseline"),
+    ('{"format": "other"}', "not a qaeval run record"),
     ('{"format": "qaeval-baseline/1", "metrics": {}, "cases": {}, "judge": {}, "dataset_fingerprint": "x"}',
-     "metric 'deterministic_pass_rate' missing"),
+     "metric 'deterministic_pass_rate' is missing"),
+    ('{"format": "qaeval-record", "version": 9}', "record version 9"),
+    ("[" * 100_000, "nested too deeply"),
 ])
 def test_corrupt_baseline_exits_65(tmp_path, capsys, content, message):
     path = tmp_path / "b.json"
@@ -124,6 +169,47 @@ def test_corrupt_baseline_exits_65(tmp_path, capsys, content, message):
     assert message in err and "Traceback" not in err
     with pytest.raises(BaselineError):
         read_baseline(path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["metrics"]["faithfulness_rate"].update(value="abc"), "metric 'faithfulness_rate'"),
+    (lambda d: d["metrics"]["rerank_mrr"].update(n="many"), "metric 'rerank_mrr'"),
+    (lambda d: d["cases"]["single-0001"].update(outcomes=5), "case 'single-0001' is malformed"),
+])
+def test_legacy_baseline_fields_of_the_wrong_type_exit_65(tmp_path, capsys, edit, message):
+    path = tmp_path / "old.json"
+    data = json.loads((GOLDEN.parent / "tests" / "data" / "baseline-0.1.json").read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(path)]) == 65
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_qaeval_01_baseline_still_gates(golden_run):
+    base = read_baseline(GOLDEN.parent / "tests" / "data" / "baseline-0.1.json")
+    assert base.legacy and base.cases["single-0001"].answer is None
+    result = gate(golden_run, base)
+    assert result.tiers["passed"].all(), result.summary_text()
+    assert any("qaeval 0.1 baseline" in n for n in result.all_notes())
+
+
+def test_a_failing_run_is_refused_as_baseline(tmp_path, capsys):
+    out = tmp_path / "x.json"
+    code = main(["baseline", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "not a green run, so not a baseline" in err and "--allow-failing" in err
+
+
+def test_allow_failing_keeps_it_and_the_gate_says_so(tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert main(["baseline", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--out", str(out), "--allow-failing"]) == 0
+    data = json.loads(out.read_text())
+    assert data["green"] is False and data["allowed_failing"] is True
+    capsys.readouterr()
+    main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--baseline", str(out)])
+    assert "the baseline was not green when it was written" in capsys.readouterr().out
 
 
 def test_tolerances_from_file_and_flags(tmp_path):
@@ -136,9 +222,12 @@ def test_tolerances_from_file_and_flags(tmp_path):
         load_tolerances(None, ["answer_correctness=0.1"])
     with pytest.raises(UsageError):
         load_tolerances(None, ["rerank_mrr=-1"])
+    path.write_text('{"rerank_mrr": 0.05, "rerank_mrr": 0.5}')
+    with pytest.raises(Exception, match="appears twice"):
+        load_tolerances(path)
 
 
-def test_tolerance_flags_do_not_excuse_a_regressed_case(golden_run, baseline_file, capsys):
+def test_tolerance_flags_do_not_excuse_a_regressed_case(baseline_file, capsys):
     args = ["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--baseline", baseline_file]
     assert main(args) == 1
     assert main([*args, "--tolerance", "over_refusal_rate=0.1", "--tolerance", "rerank_mrr=0.2",
@@ -147,11 +236,29 @@ def test_tolerance_flags_do_not_excuse_a_regressed_case(golden_run, baseline_fil
 
 
 def test_a_different_judge_than_the_baseline_is_noted(golden_run):
-    data = copy.deepcopy(baseline_dict(golden_run))
-    data["judge"]["model"] = "another-model"
-    result = gate(golden_run, Baseline("b.json", data))
+    base = baseline_from_run(golden_run, "b.json")
+    other = replace(base, judge={**base.judge, "model": "another-model"})
+    result = gate(golden_run, other)
     assert not result.judge_match and "the baseline by offline:another-model" in result.summary_text()
-    assert gate(golden_run, Baseline("b.json", baseline_dict(golden_run))).judge_match
+    assert gate(golden_run, base).judge_match
+
+
+def test_gate_with_labels_refuses_an_untrusted_judge_with_exit_2(baseline_file, capsys):
+    code = main(["gate", "--data", str(GOLDEN), "--baseline", baseline_file, "--labels", str(LABELS), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 2, "the tiers pass, but the judge that scored them is not trusted"
+    assert "GATE: BLOCK" in out and "judge calibration: RETUNE JUDGE" in out and "answer_correctness" in out
+    result = api.gate_run(str(GOLDEN), baseline=baseline_file, labels=str(LABELS))
+    assert result.tiers["passed"].all() and not result.ok
+    with pytest.raises(JudgeNotTrusted):
+        result.raise_for_status()
+
+
+def test_regressed_case_keeps_its_baseline_answer(baseline_file):
+    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
+    before = result.baseline.cases["single-0001"]
+    assert isinstance(before, BaselineCase) and before.passed and "Digital loans expire" in before.answer
+    assert result.run.per_case.set_index("case_id").at["single-0001", "abstained"]
 
 
 def test_unwritable_output_is_a_clear_error_not_a_traceback(tmp_path, capsys):

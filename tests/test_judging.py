@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_case
 from helpers import S1, S2, frames, output
 
-from qaeval.evaluation import score_outputs
-from qaeval.judging import (
-    AXES, AxisVerdict, JudgeConfig, JudgeResponse, OfflineJudge, Rubric, build_requests, hardest_decoy,
-    parse_verdict_json, score_with_judge,
+from qaeval import UsageError
+from qaeval.judges.offline import OfflineJudge
+from qaeval.scoring.evaluate import score_outputs
+from qaeval.scoring.judge import (
+    AXES, AxisVerdict, JudgeConfig, JudgeResponse, Rubric, build_requests, hardest_decoy, parse_verdict_json,
+    score_with_judge,
 )
 
 
@@ -24,9 +27,9 @@ class Scripted:
         return [JudgeResponse(r.case_id, list(self.verdicts), error=self.error) for r in requests]
 
 
-GOOD = [AxisVerdict("faithfulness", 2, "opened in 1964", "ok"),
-        AxisVerdict("answer_correctness", 2, "1964", "ok"),
-        AxisVerdict("citation_correctness", 2, "opened in 1964", "ok", target="s1")]
+GOOD = [AxisVerdict("faithfulness", 2, "Eastside Branch opened in 1964", "ok"),
+        AxisVerdict("answer_correctness", 2, "the Eastside Branch opened in 1964", "ok"),
+        AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore Street", "ok", target="s1")]
 
 
 def verdicts(tmp_path, judge, **fields):
@@ -37,11 +40,11 @@ def verdicts(tmp_path, judge, **fields):
 def test_valid_verdicts_get_credit_and_carry_the_config(tmp_path):
     v = verdicts(tmp_path, Scripted(GOOD))
     assert v["valid"].all() and v["credit"].all()
-    assert set(v["config"]) == {"scripted:fixed t=0 seed=0 rubric=v1"}
+    assert set(v["config"]) == {"scripted:fixed t=0 seed=0 rubric=v2"}
 
 
 def test_quote_not_in_cited_text_is_invalid_and_never_passes(tmp_path):
-    bad = [AxisVerdict("faithfulness", 2, "opened in 1965", "made up"), *GOOD[1:]]
+    bad = [AxisVerdict("faithfulness", 2, "Eastside Branch opened in 1965", "made up"), *GOOD[1:]]
     v = verdicts(tmp_path, Scripted(bad))
     row = v.loc[("faithfulness", "")]
     assert not row["valid"] and not row["credit"] and "not in the text" in row["invalid_reason"]
@@ -49,12 +52,12 @@ def test_quote_not_in_cited_text_is_invalid_and_never_passes(tmp_path):
 
 
 def test_answer_correctness_quote_must_come_from_the_answer(tmp_path):
-    bad = [GOOD[0], AxisVerdict("answer_correctness", 2, "Northgate", "quoted a snippet"), GOOD[2]]
+    bad = [GOOD[0], AxisVerdict("answer_correctness", 2, "Northgate Branch opened in 1978", "quoted a source"), GOOD[2]]
     assert not verdicts(tmp_path, Scripted(bad)).loc[("answer_correctness", ""), "valid"]
 
 
 def test_positive_score_without_quote_and_off_scale_score_are_invalid(tmp_path):
-    bad = [AxisVerdict("faithfulness", 1, "", ""), AxisVerdict("answer_correctness", 3, "1964", ""), GOOD[2]]
+    bad = [AxisVerdict("faithfulness", 1, "", ""), AxisVerdict("answer_correctness", 3, GOOD[1].quote, ""), GOOD[2]]
     v = verdicts(tmp_path, Scripted(bad))
     assert "no supporting quote" in v.loc[("faithfulness", ""), "invalid_reason"]
     assert "not 0, 1 or 2" in v.loc[("answer_correctness", ""), "invalid_reason"]
@@ -72,9 +75,9 @@ def test_missing_axis_in_reply_is_invalid(tmp_path):
 
 
 def test_weakest_citation_sets_citation_correctness(tmp_path):
-    both = [{"snippet_id": "s1", "claim": S1}, {"snippet_id": "s2", "claim": S2}]
-    judge = Scripted([*GOOD[:2], AxisVerdict("citation_correctness", 2, "1964", "", target="s1"),
-                      AxisVerdict("citation_correctness", 1, "Northgate", "", target="s2")])
+    both = [{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}]
+    judge = Scripted([*GOOD[:2], AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore", "", target="s1"),
+                      AxisVerdict("citation_correctness", 1, "Northgate Branch opened in 1978", "", target="s2")])
     suite, cases, outs, sources = frames(tmp_path, outputs=[output(answer=f"{S1} {S2}", citations=both)])
     run = score_outputs(suite, outs, judge)
     assert run.per_case.loc[0, "citation_correctness"] == 1
@@ -101,10 +104,92 @@ def test_hardest_decoy_is_the_most_similar_uncited_snippet():
 
 
 def test_rubric_is_versioned_text_in_the_package():
-    rubric = Rubric.load("v1")
-    assert rubric.version == "v1" and "quote" in rubric.system
-    for axis in AXES:
-        assert axis in rubric.system
+    for version in ("v1", "v2"):
+        rubric = Rubric.load(version)
+        assert rubric.version == version and "quote" in rubric.system
+        for axis in AXES:
+            assert axis in rubric.system
+    assert "at least three content words" in Rubric.load("v2").system
+    with pytest.raises(UsageError, match="no rubric version"):
+        Rubric.load("v9")
+
+
+def test_a_one_character_quote_earns_no_credit(tmp_path):
+    tiny = [AxisVerdict("faithfulness", 2, "a", "the quote is in the text"), *GOOD[1:]]
+    row = verdicts(tmp_path, Scripted(tiny)).loc[("faithfulness", "")]
+    assert not row["valid"] and not row["credit"] and "too small to check" in row["invalid_reason"]
+
+
+def test_a_short_text_may_be_quoted_whole(tmp_path):
+    judge = Scripted([GOOD[0], AxisVerdict("answer_correctness", 2, "$40", "it is the whole answer"), GOOD[2]])
+    v = verdicts(tmp_path, judge, answer="$40", citations=[{"source_id": "s1", "claim": S1}])
+    assert v.loc[("answer_correctness", ""), "valid"]
+    judge = Scripted([GOOD[0], AxisVerdict("answer_correctness", 2, "$40", "part of a longer answer"), GOOD[2]])
+    v = verdicts(tmp_path, judge, answer="A non-resident card costs $40 a year.",
+                 citations=[{"source_id": "s1", "claim": S1}])
+    assert not v.loc[("answer_correctness", ""), "valid"]
+
+
+class Raises:
+    config = JudgeConfig(name="raises", model="x")
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def judge(self, requests):
+        raise self.error
+
+
+@pytest.mark.parametrize("error, fragment", [
+    (RuntimeError("socket closed"), "the judge raised RuntimeError: socket closed"),
+    (SystemExit(0), "the judge called sys.exit(0)"),
+])
+def test_a_judge_that_raises_or_exits_gives_judge_errors_not_a_crash(tmp_path, error, fragment):
+    v = verdicts(tmp_path, Raises(error))
+    assert v["error"].eq(fragment).all() and not v["credit"].any()
+
+
+class Answers:
+    def __init__(self, responses):
+        self.config = JudgeConfig(name="odd", model="x")
+        self.responses = responses
+
+    def judge(self, requests):
+        return self.responses(requests)
+
+
+@pytest.mark.parametrize("responses, fragment", [
+    (lambda reqs: [], "the judge returned 0 responses for 1 requests"),
+    (lambda reqs: [JudgeResponse("someone-else", GOOD)], "in the place of 'case-0001'"),
+    (lambda reqs: ["not a response"], "not a JudgeResponse"),
+    (lambda reqs: 5, "the judge returned int, not a list"),
+    (lambda reqs: [JudgeResponse(reqs[0].case_id, "nonsense")], "not a list"),
+])
+def test_a_judge_answering_wrongly_fails_closed_per_case(tmp_path, responses, fragment):
+    v = verdicts(tmp_path, Answers(responses))
+    assert v["error"].str.contains(fragment, regex=False).all() and not v["credit"].any()
+
+
+def test_a_judge_without_config_is_a_usage_error(tmp_path):
+    class NoConfig:
+        def judge(self, requests):
+            return []
+
+    with pytest.raises(UsageError, match="has no config"):
+        verdicts(tmp_path, NoConfig())
+
+
+@pytest.mark.parametrize("reply, fragment", [
+    ('{"faithfulness": {"quote": "x", "score": 2}', "Expecting ',' delimiter"),  # truncated
+    ('Sorry, I cannot grade this.', "no JSON object"),
+    ("{}", "none of the expected axes"),
+    ('{"faithfulness": {"score": 2}, "citations": 5}', "'citations' is int"),
+    ('{"faithfulness": {"score": 2, "score": 0}}', "appears twice"),
+    (None, "not text"),
+])
+def test_malformed_replies_are_value_errors(reply, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        parse_verdict_json(reply)
 
 
 def test_offline_judge_rewards_quotes_and_penalises_verbose_answers(tmp_path):
@@ -116,7 +201,7 @@ def test_offline_judge_rewards_quotes_and_penalises_verbose_answers(tmp_path):
 
 def test_offline_judge_gives_no_credit_to_unsupported_answer(tmp_path):
     v = verdicts(tmp_path, OfflineJudge(), answer="The library lends telescopes on weekends.",
-                 citations=[{"snippet_id": "s1", "claim": "The library lends telescopes on weekends."}])
+                 citations=[{"source_id": "s1", "claim": "The library lends telescopes on weekends."}])
     assert v.loc[("faithfulness", ""), "score"] == 0 and not v.loc[("faithfulness", ""), "credit"]
     assert v.loc[("citation_correctness", "s1"), "score"] == 0
 
@@ -124,7 +209,7 @@ def test_offline_judge_gives_no_credit_to_unsupported_answer(tmp_path):
 def test_tolerant_parsing_of_fenced_json():
     text = 'Sure!\n```json\n{"faithfulness": {"quote": "a", "rationale": "r", "score": 2},' \
            ' "answer_correctness": {"quote": "", "rationale": "r", "score": 0},' \
-           ' "citations": [{"snippet_id": "s1", "quote": "a", "rationale": "r", "score": 1}]}\n```'
+           ' "citations": [{"source_id": "s1", "quote": "a", "rationale": "r", "score": 1}]}\n```'
     parsed = parse_verdict_json(text)
     assert [(v.axis, v.score, v.target) for v in parsed] == [
         ("faithfulness", 2, ""), ("answer_correctness", 0, ""), ("citation_correctness", 1, "s1")]

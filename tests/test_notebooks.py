@@ -15,7 +15,7 @@ from conftest import GOLDEN, LABELS, ROOT
 from papermill.exceptions import PapermillExecutionError
 
 from qaeval.cli import main
-from qaeval.reports import NOTEBOOKS, notebook_path
+from qaeval.reports.render import NOTEBOOKS, notebook_path
 
 TESTS = str(ROOT / "tests")
 
@@ -82,7 +82,7 @@ def test_gate_notebook_fails_under_papermill_on_block(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "gate", data=str(GOLDEN / "buggy"), adapter="qaeval.buggy_hub:make_adapter",
+        execute(tmp_path, "gate", data=str(GOLDEN / "buggy"), adapter="qaeval.system.saboteur:make_adapter",
                 baseline=str(baseline))
     assert info.value.ename == "GateBlocked"
     execute(tmp_path, "gate", data=str(GOLDEN), baseline=str(baseline))  # and passes on golden
@@ -92,7 +92,7 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
     baseline = tmp_path / "b.json"
     main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)])
     report = tmp_path / "reports" / "gate.html"
-    code = main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", "qaeval.buggy_hub:make_adapter",
+    code = main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", "qaeval.system.saboteur:make_adapter",
                  "--baseline", str(baseline), "--html", str(report)])
     assert code == 1 and "GATE: BLOCK" in capsys.readouterr().out
     page = report.read_text()

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from qaeval import DatasetError, api
-from qaeval.datasets import squad2_cases, write_jsonl
+from qaeval.data.importers import squad2_cases, write_jsonl
 
 SQUAD = ROOT.parent / "shared" / "data" / "squad2-small.json"
 

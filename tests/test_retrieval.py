@@ -8,7 +8,7 @@ import pytest
 from conftest import make_case
 from helpers import frames, output
 
-from qaeval.retrieval import case_retrieval, score_retrieval
+from qaeval.scoring.retrieval import case_retrieval, score_retrieval
 
 
 def test_perfect_single_gold_at_rank_one():

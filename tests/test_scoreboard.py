@@ -6,14 +6,14 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
+import pandas as pd  # noqa: F401
 from conftest import GOLDEN, make_case
 from helpers import frames, output
 
 from qaeval.cli import main
-from qaeval.evaluation import score_outputs
-from qaeval.judging import OfflineJudge
-from qaeval.metrics import METRIC_NAMES, bootstrap_weights, ratio_with_interval
+from qaeval.scoring.evaluate import score_outputs
+from qaeval.judges.offline import OfflineJudge
+from qaeval.scoring.metrics import METRIC_NAMES, METRICS, ratio_with_interval
 
 
 def test_reference_hub_shows_the_honest_profile(golden_run):
@@ -54,10 +54,24 @@ def test_abstention_is_not_counted_as_a_faithful_answer(tmp_path):
 def test_bootstrap_interval_is_reproducible_and_brackets_the_value():
     num = np.array([1, 0, 1, 1, 0, 1, 1, 1], dtype=float)
     den = np.ones(8)
-    w = bootstrap_weights(8, seed=0)
-    v, lo, hi, n = ratio_with_interval(num, den, w)
+    v, lo, hi, n = ratio_with_interval(num, den, seed=0)
     assert v == 0.75 and n == 8 and 0.3 < lo < 0.75 < hi <= 1.0
-    assert (lo, hi) == ratio_with_interval(num, den, bootstrap_weights(8, seed=0))[1:3]
+    assert (lo, hi) == ratio_with_interval(num, den, seed=0)[1:3]
+    assert (lo, hi) != ratio_with_interval(num, den, seed=1)[1:3]
+
+
+def test_every_metric_stays_in_zero_one(golden_run):
+    board = golden_run.scoreboard
+    assert ((board["value"] >= 0) & (board["value"] <= 1)).all()
+    assert ((board["ci_low"] >= 0) & (board["ci_high"] <= 1)).all()
+
+
+def test_each_metric_is_defined_once_with_direction_tolerance_and_drift_rule():
+    names = [m.name for m in METRICS]
+    assert len(set(names)) == len(names) == 10
+    over = {m.name: m for m in METRICS}["over_refusal_rate"]
+    assert not over.higher_is_better and over.drift == "both" and over.tolerance == 0.0
+    assert {m.name for m in METRICS if m.label_axis} == {"faithfulness_rate", "answer_correctness"}
 
 
 def test_slices_cover_difficulty_tag_and_split(golden_run):
@@ -72,7 +86,13 @@ def test_per_case_frame_joins_every_layer(golden_run):
     for column in ("grounding_isolation", "recall_at_k", "faithfulness", "trajectory_success", "case_passed"):
         assert column in pc.columns
     assert len(pc) == len(golden_run.suite)
-    assert isinstance(golden_run._repr_html_(), str)
+    assert "<table" in golden_run._repr_html_() and "GREEN" in golden_run._repr_html_()
+    assert not [c for c in pc.columns if "__" in c], "bookkeeping lives in .units, not in the frame people read"
+    assert list(golden_run.units.columns[:3]) == ["case_id", "deterministic_pass_rate__num", "deterministic_pass_rate__den"]
+
+
+def test_repr_is_short(golden_run):
+    assert len(repr(golden_run)) < 200 and "GREEN" in repr(golden_run)
 
 
 def test_run_command_prints_the_scoreboard(capsys):
@@ -83,16 +103,19 @@ def test_run_command_prints_the_scoreboard(capsys):
     assert "95% CI" in out and "judge calls" in out
 
 
-def test_baseline_is_reviewable_json(tmp_path, capsys):
+def test_baseline_is_a_reviewable_run_record(tmp_path, capsys):
     path = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(path)]) == 0
     first = path.read_text()
     data = json.loads(first)
-    assert data["format"] == "qaeval-baseline/1"
-    assert set(data["metrics"]) == set(METRIC_NAMES)
-    case = data["cases"]["multi-0001"]
-    assert case["passed"] is False and any("trajectory" in r for r in case["reasons"])
-    assert data["judge"]["name"] == "offline" and len(data["dataset_fingerprint"]) == 64
+    assert data["format"] == "qaeval-record" and data["version"] == 1 and data["baseline"] is True
+    assert [row["metric"] for row in data["scoreboard"]] == list(METRIC_NAMES)
+    case = next(c for c in data["cases"] if c["case_id"] == "multi-0001")
+    assert case["passed"] is False and any("trajectory" in r for r in case["fail_reasons"])
+    assert "prompt_to_model" not in case["output"] and len(case["output"]["prompt_sha256"]) == 64
+    assert data["meta"]["judge"]["name"] == "offline" and "created" not in data["meta"]
+    lines = first.splitlines()
+    assert sum(1 for line in lines if line.lstrip().startswith('{"case"')) == len(data["cases"]), "one case per line"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(path)]) == 0
     assert path.read_text() == first, "an unchanged system re-baselines to an empty diff"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from conftest import make_case
 from helpers import S1, S2, frames, output
 
-from qaeval.trajectory import score_trajectories
+from qaeval.scoring.trajectory import score_trajectories
 
 TWO_HOP = make_case(difficulty="multi-hop", gold_answer="14 years", gold_source_ids=["s1", "s2"],
                     question="How many years after Eastside did Northgate open?",
                     checkpoints=[{"kind": "cited", "source_id": "s1"}, {"kind": "cited", "source_id": "s2"},
                                  {"kind": "answer_mentions", "text": "14"}])
-BOTH = [{"snippet_id": "s1", "claim": S1}, {"snippet_id": "s2", "claim": S2}]
+BOTH = [{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}]
 
 
 def steps(tmp_path, case=TWO_HOP, **fields):

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.errors import DatasetError, DriftAlarm, Problem
-from qaeval.files import append_line, dumps_canonical, iter_jsonl
+from qaeval.files import append_line, dumps_canonical
 from qaeval.frames import frame
 from qaeval.plugins import contained
 from qaeval.record import clean, frame_rows, summary_dict
@@ -71,24 +71,41 @@ def history_problems(record: Any) -> list[str]:
 
 
 def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(records, notes). Torn lines (not JSON: a writer killed mid-line) are skipped and named in the
-    notes; a line that parses but is not a history record is a DatasetError."""
+    """(records, notes). A torn line (JSON cut short: a writer killed mid-line) is skipped and named in
+    the notes; anything else that is wrong (JSON only a lenient parser accepts, a line that is not a
+    history record, a file that is not a regular file) is a DatasetError naming every line."""
+    import json
+
+    from qaeval.files import NotRegularFile, StrictJSONError, loads_strict, read_bytes
+
     path = Path(path)
     if not path.exists():
         return [], [f"no history at {path} yet; it starts with this run"]
-    parse_problems: list[Problem] = []
+    try:
+        text = read_bytes(path).decode("utf-8", errors="replace")
+    except NotRegularFile as exc:
+        raise DatasetError(f"history is {exc}, not a file", file=str(path)) from None
     records: list[dict[str, Any]] = []
     bad: list[Problem] = []
-    for number, value in iter_jsonl(path, parse_problems):
+    notes: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except StrictJSONError as exc:
+            bad.append(Problem(str(path), number, str(exc)))
+            continue
+        except json.JSONDecodeError:
+            notes.append(f"skipped torn line {number} of {path}")
+            continue
         found = history_problems(value)
         if found:
             bad.extend(Problem(str(path), number, p) for p in found)
         else:
             records.append(value)
-    file_level = [p for p in parse_problems if p.line is None]
-    if file_level or bad:
-        raise DatasetError(file_level + bad)
-    notes = [f"skipped torn line {p.line} of {path}" for p in parse_problems]
+    if bad:
+        raise DatasetError(bad)
     return records, notes
 
 

@@ -108,6 +108,10 @@ def sign_flip_test(diffs: np.ndarray, *, seed: int = 0) -> tuple[float, float, i
     return (1 + extreme) / (MONTE_CARLO + 1), 1.0 / (MONTE_CARLO + 1), m
 
 
+def format_p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
 def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, str]:
     if paired == 0:
         return False, "no paired cases"
@@ -116,7 +120,7 @@ def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, s
     if floor > 0.05:
         return False, f"too few paired cases to tell ({moved} of {paired} moved; the smallest p reachable is {floor:.3f})"
     if p < 0.05:
-        return True, f"distinguishable from noise (p={p:.3f}, {moved} of {paired} paired cases moved)"
+        return True, f"distinguishable from noise (p={format_p(p)}, {moved} of {paired} paired cases moved)"
     return False, f"within noise (p={p:.2f}, {moved} of {paired} paired cases moved)"
 
 

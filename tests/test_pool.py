@@ -1,0 +1,228 @@
+"""The process boundary: adapters run in worker processes that hold no label, and whatever they do (snoop,
+tamper, exit, hang, spam, leave threads behind) costs only their own cases and never decides a verdict."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import GOLDEN, ROOT, make_case, write_cases
+
+from qaeval import UsageError, api, load_suite, run_suite
+from qaeval.record import write_record
+from qaeval.system.pool import LOG_LIMIT
+
+TESTS = str(ROOT / "tests")
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return load_suite(GOLDEN)
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, golden_run):
+    return str(write_record(golden_run, tmp_path_factory.mktemp("b") / "baseline.json", baseline=True))
+
+
+def secrets_of(suite) -> list[str]:
+    """Label strings a system must never be able to find: readable ids, expected behaviours, and gold
+    answers that appear verbatim in no source and no question."""
+    out = {"unanswerable_must_abstain"}
+    for case in suite:
+        out.add(case.id)
+        if case.gold_answer and not any(case.gold_answer in s.text for s in case.sources) \
+                and case.gold_answer not in case.question:
+            out.add(case.gold_answer)
+    return sorted(out)
+
+
+def snoop(monkeypatch, suite, **options):
+    hashes = [hashlib.sha256(s.encode()).hexdigest() for s in secrets_of(suite)]
+    monkeypatch.setenv("QAEVAL_TEST_SECRETS", ",".join(hashes))
+    frame = run_suite(suite, "plugins:make_snooper", **options)
+    found = [int(line.split()[1]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")]
+    scanned = [int(line.split()[4]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")]
+    return found, scanned
+
+
+def cli(*args, timeout=180, env=None):
+    """The real command line in a fresh process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "qaeval", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0", **(env or {})})
+
+
+# --------------------------------------------------------------------------- no label reaches the adapter
+
+
+def test_frame_walk_and_gc_scan_find_no_label_in_a_worker(monkeypatch, golden):
+    found, scanned = snoop(monkeypatch, golden)
+    assert len(found) == len(golden) and min(scanned) > 5000, "the snooper really searched its process"
+    assert sum(found) == 0, "no readable id, expected behaviour or hidden gold answer is in a worker"
+
+
+def test_the_same_snoop_in_the_harness_process_finds_the_labels(monkeypatch, golden):
+    """The check above can fail: inside the harness the very same adapter finds every secret."""
+    found, _ = snoop(monkeypatch, golden, isolation="none")
+    assert min(found) >= 15, "readable ids and the abstention label are all within reach in-process"
+
+
+def test_an_adapter_cannot_tamper_with_the_harness(baseline):
+    result = api.gate_run(str(GOLDEN), baseline=baseline, adapter="plugins:make_tamperer")
+    assert not result.ok, "an always-abstaining system must not pass by rewriting the cases"
+    assert result.run.metric("over_refusal_rate") == 1.0
+    assert len(result.regressed) == 7, "every answerable case that passed before regresses"
+    assert result.run.suite["single-0001"].expected_behavior == "answer"
+
+
+def test_workers_argv_environment_and_directory_name_no_data(tmp_path, monkeypatch):
+    data = write_cases(tmp_path / "secret-golden", [make_case(id="a")])
+    monkeypatch.setenv("MY_DATA_DIR", str(data))
+    monkeypatch.chdir(data)
+    frame = run_suite(load_suite(data), "plugins:make_reporter", data_dir=str(data))
+    seen = json.loads(frame["answer"][0])
+    assert "secret-golden" not in " ".join(seen["argv"])
+    assert "MY_DATA_DIR" not in seen["env"] and not any("secret-golden" in v for v in seen["env"].values())
+    assert "secret-golden" not in seen["cwd"]
+    assert seen["pid"] != os.getpid()
+
+
+def test_a_worker_sees_opaque_ids_only(golden):
+    frame = run_suite(golden, "plugins:make_reporter")
+    questions = [json.loads(a)["question"] for a in frame["answer"]]
+    assert questions == [c.question for c in golden], "results come back in suite order"
+
+
+# --------------------------------------------------------------------------- faults cost one case each
+
+
+@pytest.mark.parametrize("factory, reason", [
+    ("plugins:make_raising", "adapter raised RuntimeError: backend down"),
+    ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
+    ("plugins:make_os_exit", "adapter process exited with code 0"),
+])
+def test_raising_and_exiting_adapters_fail_their_cases_with_the_reason(golden, factory, reason):
+    frame = run_suite(golden.select(split="living"), factory, concurrency=2)
+    assert list(frame["error"]) == [reason] * 5
+
+
+def test_a_hang_that_swallows_every_exception_is_stopped_from_outside(golden):
+    living = golden.select(split="living")
+    frame = run_suite(living, "plugins:make_hanging", timeout=0.5, concurrency=5)
+    assert list(frame["error"]) == ["timed out after 0.5 s (its worker was stopped and replaced)"] * 5
+
+
+def test_one_failing_case_fails_exactly_one_case(baseline):
+    """With pandas 3, None in the error column once became a truthy NaN and failed every case."""
+    result = api.gate_run(str(GOLDEN), baseline=baseline, adapter="plugins:make_raises_on_one")
+    pc = result.run.per_case.set_index("case_id")
+    assert pc["error"].notna().sum() == 1 and pc.at["single-0002", "error"].startswith("adapter raised RuntimeError")
+    assert (~pc["case_passed"]).sum() == 6, "the known five multi-step failures and the one that raised"
+    assert result.run.judge_usage["calls"] == 11
+    assert list(result.regressed["case_id"]) == ["single-0002"]
+
+
+def test_printed_output_is_captured_per_case_and_bounded(golden):
+    frame = run_suite(golden.select(split="living"), "plugins:make_spammer")
+    logs = frame["logs"][0]
+    assert "fd1: faithfulness_rate 1.000 FAKE" in logs or "earlier bytes dropped" in logs
+    assert "noise line 1999" in logs and len(logs) <= LOG_LIMIT + 60
+    assert frame["error"].isna().all()
+
+
+def test_an_unshippable_adapter_object_suggests_isolation_none(golden):
+    class HoldsALock:
+        lock = threading.Lock()
+
+        def __init__(self):
+            self.held = threading.Lock()
+
+        def answer(self, case):
+            return None
+
+    with pytest.raises(UsageError, match="isolation='none'"):
+        run_suite(golden, HoldsALock())
+
+
+def test_adapter_objects_and_factories_are_shipped_to_the_workers(golden):
+    from qaeval.system.reference import ReferenceHub, make_adapter
+
+    by_name = run_suite(golden, "qaeval.system.reference:make_adapter")
+    for adapter in (ReferenceHub(), make_adapter):
+        frame = run_suite(golden, adapter)
+        assert list(frame["answer"]) == list(by_name["answer"])
+
+
+def test_async_adapters_are_awaited(golden):
+    for isolation in ("process", "none"):
+        frame = run_suite(golden, "plugins:make_async_hub", isolation=isolation)
+        assert frame["error"].isna().all() and frame["answer"].str.len().gt(0).sum() == 12
+
+
+def test_concurrency_keeps_suite_order_and_uses_several_workers(golden):
+    frame = run_suite(golden, "plugins:make_slow", concurrency=4)
+    assert list(frame["case_id"]) == [c.id for c in golden]
+    assert all(a == c.sources[0].text for a, c in zip(frame["answer"], golden))
+    pids = {line for logs in frame["logs"] for line in logs.splitlines() if line.startswith("pid ")}
+    assert len(pids) > 1
+
+
+def test_isolation_none_runs_in_this_process_and_says_so(golden):
+    result = api.run(str(GOLDEN), isolation="none", adapter="plugins:make_reporter")
+    assert {json.loads(a)["pid"] for a in result.outputs["answer"]} == {os.getpid()}
+    assert "boundary was NOT enforced" in result.summary_text()
+    assert not result.meta.boundary_enforced
+
+
+def test_a_factory_that_fails_is_a_usage_error_naming_it(golden):
+    with pytest.raises(UsageError, match="no credentials"):
+        run_suite(golden, "plugins:make_crashing_factory")
+    with pytest.raises(UsageError, match="cannot import module"):
+        run_suite(golden, "qaeval.nope:make")
+
+
+# --------------------------------------------------------------------------- the command line stays clean
+
+
+def test_cli_output_is_clean_of_everything_an_adapter_prints(baseline):
+    done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_spammer")
+    assert done.returncode == 0, done.stderr
+    assert "FAKE" not in done.stdout + done.stderr and "noise line" not in done.stdout + done.stderr
+    assert done.stdout.count("deterministic_pass_rate") == 1
+
+
+@pytest.mark.parametrize("factory, reason", [
+    ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
+    ("plugins:make_os_exit", "adapter process exited with code 0"),
+    ("plugins:make_hanging", "timed out after 1 s"),
+])
+def test_exits_and_hangs_block_the_gate_from_the_cli(baseline, factory, reason):
+    done = cli("gate", "--data", str(GOLDEN), "--adapter", factory, "--baseline", baseline, "--timeout", "1",
+               "--concurrency", "8")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "GATE: BLOCK" in done.stdout and "adapter error on 15" in done.stdout
+    record = ROOT / "tests"  # noqa: F841
+    assert "Traceback" not in done.stderr
+
+
+def test_a_lingering_thread_does_not_keep_the_cli_alive(baseline):
+    done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_lingerer", timeout=120)
+    assert done.returncode == 0 and "TIER 1" in done.stdout
+
+
+def test_a_lingering_thread_under_isolation_none_does_not_either():
+    done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_lingerer", "--isolation", "none", timeout=120)
+    assert done.returncode == 0 and "NOT enforced" in done.stdout
+
+
+def test_the_saboteur_reads_what_an_adapter_printed_in_the_record(tmp_path):
+    record = tmp_path / "r.json"
+    assert cli("run", "--data", str(GOLDEN / "buggy"), "--adapter", "plugins:make_spammer", "--save", str(record)).returncode == 0
+    data = json.loads(record.read_text())
+    assert all("noise line 1999" in line["output"]["logs"] for line in data["cases"])
+
