@@ -16,12 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qaeval import JudgeConfig, JudgeRequest, JudgeResponse
-from qaeval.judging import AxisVerdict
+from qaeval import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
+from qaeval.text import split_sentences
+
+
+def sentence_with(text: str, needle: str) -> str:
+    """The first sentence of ``text`` that contains ``needle`` (a quote worth checking), else ""."""
+    return next((s for s in split_sentences(text) if needle.lower() in s.lower()), "")
 
 
 class KeywordJudge:
-    """Example only: full credit when the gold answer's words appear in the answer."""
+    """Example only: full credit when the gold answer appears in the answer."""
 
     def __init__(self) -> None:
         self.config = JudgeConfig(name="keyword", model="example", temperature=0.0, seed=None)
@@ -30,16 +35,15 @@ class KeywordJudge:
         return [self.grade(r) for r in requests]
 
     def grade(self, req: JudgeRequest) -> JudgeResponse:
-        first_cited = req.citations[0].text if req.citations else ""
-        gold = (req.gold_answer or "").lower()
-        correct = bool(gold) and gold in req.answer.lower()
+        first_cited = split_sentences(req.citations[0].text)[0] if req.citations else ""
+        gold = req.gold_answer or ""
+        quote = sentence_with(req.answer, gold) if gold else ""
         verdicts = [
-            AxisVerdict("faithfulness", 2 if first_cited else 0, first_cited[:60], "quoted the cited snippet"),
-            AxisVerdict("answer_correctness", 2 if correct else 0,
-                        req.answer[req.answer.lower().find(gold):][: len(gold)] if correct else "", "keyword match"),
+            AxisVerdict("faithfulness", 2 if first_cited else 0, first_cited, "quoted the cited source"),
+            AxisVerdict("answer_correctness", 2 if quote else 0, quote, "the gold answer is in this sentence"),
         ]
-        verdicts += [AxisVerdict("citation_correctness", 2, c.text[:60], "cited text present", target=c.snippet_id)
-                     for c in req.citations]
+        verdicts += [AxisVerdict("citation_correctness", 2, split_sentences(c.text)[0], "cited text present",
+                                 target=c.source_id) for c in req.citations]
         return JudgeResponse(req.case_id, verdicts)
 
 

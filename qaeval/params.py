@@ -83,8 +83,9 @@ PARAMS: tuple[Param, ...] = (
     Param("save", "str", None, "write this command's run record to FILE", SCORING, metavar="FILE"),
     Param("judge_model", "str", None, "model id for an HTTP judge (else QAEVAL_JUDGE_MODEL)", SCORING, metavar="NAME"),
     Param("judge_base_url", "str", None, "endpoint for an HTTP judge (else OPENAI_BASE_URL)", SCORING, metavar="URL"),
-    Param("judge_concurrency", "int", 8, "judge calls in flight at once", SCORING, minimum=1, maximum=256, metavar="N"),
-    Param("judge_cache", "bool", True, "reuse cached verdicts (off: --no-judge-cache)", SCORING),
+    Param("judge_concurrency", "int", None, "judge calls in flight at once (else QAEVAL_JUDGE_CONCURRENCY, else 8)",
+          SCORING, minimum=1, maximum=256, metavar="N"),
+    Param("judge_cache", "bool", None, "reuse cached verdicts (else QAEVAL_JUDGE_CACHE, else on)", SCORING),
     Param("record", "str", None, "draw this saved run record instead of running anything", SCORING,
           metavar="FILE"),
 )

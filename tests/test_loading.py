@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from conftest import GOLDEN, make_case, write_cases
 
-from qaeval import DatasetError, load_suite
+from qaeval import DatasetError, FileAccessError, load_suite
 from qaeval.cli import main
 
 
@@ -134,7 +135,7 @@ def test_empty_suite_and_missing_folder(tmp_path):
     assert "empty" in problems_of(tmp_path)[0]
     (tmp_path / "nothing").mkdir()
     assert "no *.jsonl" in problems_of(tmp_path / "nothing")[0]
-    assert "no such directory" in problems_of(tmp_path / "missing")[0]
+    assert "no such folder" in problems_of(tmp_path / "missing")[0]
 
 
 def test_every_problem_in_a_load_is_reported_together(tmp_path):
@@ -172,3 +173,74 @@ def test_changing_a_case_changes_its_fingerprint(tmp_path):
     after = load_suite(tmp_path)
     assert before.cases[0].fingerprint != after.cases[0].fingerprint
     assert before.fingerprint != after.fingerprint
+
+
+def test_a_key_given_twice_is_an_error_not_a_silent_overwrite(tmp_path):
+    line = json.dumps(make_case()).replace('"gold_answer": "1964"', '"gold_answer": "1964", "gold_answer": "1978"')
+    (tmp_path / "cases.jsonl").write_text(line + "\n")
+    [problem] = problems_of(tmp_path)
+    assert "cases.jsonl:1" in problem and "'gold_answer' appears twice" in problem
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_literals_are_rejected(tmp_path, literal):
+    line = json.dumps(make_case(checkpoints=[{"kind": "aggregate_equals", "value": 1}]))
+    (tmp_path / "cases.jsonl").write_text(line.replace('"value": 1', f'"value": {literal}') + "\n")
+    [problem] = problems_of(tmp_path)
+    assert "cases.jsonl:1" in problem and f"{literal.lstrip('-')} is not valid JSON" in problem
+
+
+def test_deeply_nested_json_is_a_problem_not_a_crash(tmp_path):
+    (tmp_path / "cases.jsonl").write_text("[" * 100_000 + "\n")
+    [problem] = problems_of(tmp_path)
+    assert "cases.jsonl:1" in problem and "nested too deeply" in problem
+
+
+def test_a_fifo_named_jsonl_is_a_problem_and_never_blocks(tmp_path):
+    write_cases(tmp_path, [make_case()])
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    [problem] = problems_of(tmp_path)
+    assert "pipe.jsonl" in problem and "a FIFO" in problem
+
+
+def test_a_looping_symlink_and_a_folder_named_jsonl_are_problems(tmp_path):
+    write_cases(tmp_path, [make_case()])
+    (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+    (tmp_path / "folder.jsonl").mkdir()
+    found = problems_of(tmp_path)
+    assert any("loop.jsonl" in p and "loops" in p for p in found)
+    assert any("folder.jsonl" in p and "a folder" in p for p in found)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+def test_an_unreadable_file_exits_74(tmp_path, capsys):
+    write_cases(tmp_path, [make_case()])
+    (tmp_path / "cases.jsonl").chmod(0)
+    assert main(["validate", "--data", str(tmp_path)]) == 74
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_an_unreadable_file_is_a_file_access_error(tmp_path, monkeypatch):
+    """Simulated, so it runs as root too: the permission error becomes exit 74 naming the file."""
+    write_cases(tmp_path, [make_case()])
+    real_open = open
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith("cases.jsonl"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", denied)
+    with pytest.raises(FileAccessError, match="cannot read \\(Permission denied\\)"):
+        load_suite(tmp_path)
+
+
+def test_control_characters_in_ids_are_shown_not_obeyed(tmp_path, capsys):
+    write_cases(tmp_path, [make_case(id="evil\x1b[2J\x1b]0;pwned\x07", adversarial="tag\x1b[31m")])
+    assert main(["validate", "--data", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31m" in out
+    write_cases(tmp_path, [make_case(id="evil\x1b[2J", split="x")])
+    assert main(["validate", "--data", str(tmp_path)]) == 65
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "evil\\x1b[2J" in err

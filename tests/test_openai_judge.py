@@ -97,8 +97,8 @@ def test_changing_the_base_url_or_the_prompt_misses_the_cache(server, env, tmp_p
 
 def test_rubric_version_is_part_of_the_key():
     a = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
-    b = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", rubric_version="v2")
-    from qaeval.judging import JudgeRequest
+    b = OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", rubric_version="v1")
+    from qaeval.scoring.judge import JudgeRequest
 
     req = JudgeRequest("c", "q", "a", "g", (), ({"role": "user", "content": "x"},))
     assert a._key(req) != b._key(req)
@@ -197,14 +197,14 @@ def test_api_key_never_reaches_cache_baseline_report_or_output(env, tmp_path, ca
         assert main(["baseline", "--data", str(GOLDEN), "--judge", JUDGE, "--out", str(baseline)]) == 0
         history = tmp_path / "h.jsonl"
         assert main(["drift", "--data", str(GOLDEN), "--judge", JUDGE, "--timeseries", str(history)]) == 0
-        report = tmp_path / "gate.html"
+        report, record = tmp_path / "gate.html", tmp_path / "gate.json"
         assert main(["gate", "--data", str(GOLDEN), "--judge", JUDGE, "--baseline", str(baseline),
-                     "--html", str(report)]) == 0
+                     "--html", str(report), "--save", str(record)]) == 0
         run = judged()
     captured = capsys.readouterr()
     cache_bytes = b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
-    for blob in (baseline.read_text(), history.read_text(), report.read_text(), captured.out, captured.err,
-                 run.verdicts.to_csv(), cache_bytes.decode("latin-1"), str(run.judge_config.to_dict())):
+    for blob in (baseline.read_text(), history.read_text(), report.read_text(), record.read_text(), captured.out,
+                 captured.err, run.verdicts.to_csv(), cache_bytes.decode("latin-1"), str(run.judge_config.to_dict())):
         assert SECRET not in blob
     assert run.judge_config.base_url.rstrip("/") == s.url
 
@@ -227,7 +227,7 @@ def test_missing_model_or_key_is_a_usage_error(env, capsys):
 
 def test_missing_extra_says_how_to_install(env, monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(UsageError, match=r"pip install 'qaeval\[openai\]'"):
+    with pytest.raises(UsageError, match=r"pip install 'qaeval-harness\[openai\]'"):
         OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1")
 
 
@@ -237,3 +237,53 @@ def test_cache_is_sqlite_holding_replies_only(server, tmp_path):
     columns = [r[1] for r in db.execute("PRAGMA table_info(verdicts)")]
     assert columns == ["key", "reply", "prompt_tokens", "completion_tokens", "model", "created"]
     assert db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 12
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (dict(reply='{"faithfulness": {"quote": "x", "sco'), "unparseable judge reply"),
+    (dict(reply="{}"), "none of the expected axes"),
+    (dict(reply='{"faithfulness": {"score": 2}, "citations": 5}'), "'citations' is int"),
+    (dict(no_choices=True), "unparseable judge reply"),
+])
+def test_malformed_replies_are_judge_errors_not_crashes(env, capsys, options, fragment):
+    with FakeJudgeServer(**options) as s:
+        env.setenv("OPENAI_BASE_URL", s.url)
+        assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE]) == 0
+        run = judged()
+    assert run.verdicts["error"].str.contains(fragment, regex=False).all()
+    assert not run.per_case["case_passed"][~run.per_case["abstained"]].any()
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_corrupted_cache_file_is_moved_aside_and_rebuilt(server, tmp_path):
+    judged()
+    path = tmp_path / "cache" / "judge-verdicts.sqlite"
+    for extra in path.parent.glob("judge-verdicts.sqlite-*"):
+        extra.unlink()
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.warns(UserWarning, match="moved aside"):
+        run = judged()
+    assert run.verdicts["valid"].all() and server.calls == 24
+    assert list(path.parent.glob("judge-verdicts.sqlite.corrupt-*"))
+    judged()
+    assert server.calls == 24, "the rebuilt cache answers the next run"
+
+
+def test_a_cached_reply_that_no_longer_parses_is_a_miss(server, tmp_path):
+    judged()
+    db = sqlite3.connect(str(tmp_path / "cache" / "judge-verdicts.sqlite"))
+    key = db.execute("SELECT key FROM verdicts LIMIT 1").fetchone()[0]
+    db.execute("UPDATE verdicts SET reply = ? WHERE key = ?", ("{truncated", key))
+    db.commit()
+    db.close()
+    run = judged()
+    assert run.verdicts["error"].isna().all() and server.calls == 13, "only the broken entry is asked again"
+    assert run.judge_usage["cached"] == 11
+
+
+def test_settings_flags_reach_the_judge_without_the_environment(server, env, capsys):
+    env.delenv("QAEVAL_JUDGE_MODEL")
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE, "--judge-model", "flag-model",
+                 "--judge-concurrency", "2"]) == 0
+    assert {b["model"] for b in server.requests} == {"flag-model"}
+    assert "openai:flag-model" in capsys.readouterr().out

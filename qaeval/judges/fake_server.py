@@ -29,22 +29,30 @@ def grade(user_message: str) -> dict[str, Any]:
         match = re.search(rf"^{name}:\n(.*?)(?:\n\n[A-Z][A-Z ()]+:|\Z)", user_message, re.S | re.M)
         return match.group(1).strip() if match else ""
 
+    def first_words(text: str, n: int = 8) -> str:
+        return " ".join(text.split()[:n])
+
     answer = section("ANSWER")
     cited = re.sub(r"^\[[^\]]+\] ", "", section("CITED SNIPPETS").split("\n")[0])
-    citations = [dict(snippet_id=sid, quote=text.strip()[:40], rationale="the cited snippet states the claim", score=2)
+    citations = [dict(snippet_id=sid, quote=first_words(text.strip()), rationale="the cited source states the claim",
+                      score=2)
                  for sid, text in re.findall(r"- snippet_id=(.*)\n  claim: .*\n  cited: (.*)", user_message)]
     return {
-        "faithfulness": {"quote": cited[:40], "rationale": "the answer restates the cited snippet", "score": 2},
-        "answer_correctness": {"quote": answer[:30], "rationale": "deterministic stand-in grade", "score": 2},
+        "faithfulness": {"quote": first_words(cited), "rationale": "the answer restates the cited source", "score": 2},
+        "answer_correctness": {"quote": first_words(answer), "rationale": "deterministic stand-in grade", "score": 2},
         "citations": citations,
     }
 
 
 class FakeJudgeServer:
     def __init__(self, *, port: int = 0, latency: float = 0.0, fail_every: int = 0, fail_always: bool = False,
-                 reject_response_format: bool = False, garbage: bool = False) -> None:
+                 reject_response_format: bool = False, garbage: bool = False, reply: str | None = None,
+                 no_choices: bool = False) -> None:
+        """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
+        ``no_choices``: a completion whose ``choices`` is null."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
         self.reject_response_format, self.garbage = reject_response_format, garbage
+        self.reply, self.no_choices = reply, no_choices
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -113,11 +121,13 @@ class FakeJudgeServer:
                         return self._send(400, {"error": {"message": "response_format json_schema is not supported"}})
                     user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
                     content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
+                    if outer.reply is not None:
+                        content = outer.reply
+                    choices = None if outer.no_choices else [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]
                     self._send(200, {
                         "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
-                        "model": body.get("model", "fake"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
+                        "model": body.get("model", "fake"), "choices": choices,
                         "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(content.split()),
                                   "total_tokens": len(user.split()) + len(content.split())},
                     })

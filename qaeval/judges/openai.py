@@ -1,18 +1,20 @@
 """A judge behind any OpenAI-compatible chat-completions endpoint (OpenAI, Azure OpenAI, vLLM, Ollama,
-llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: ``pip install 'qaeval[openai]'``.
+llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: ``pip install 'qaeval-harness[openai]'``.
 
-Configuration, from the environment (the CLI's ``--judge-*`` flags set the same variables):
+``make_judge(settings)`` takes a ``JudgeSettings``: the CLI builds it from its ``--judge-*`` flags over
+the environment, the API and notebooks from their ``judge_*`` parameters; called with no settings it
+reads the environment itself (``JudgeSettings.from_env``):
 
 ===========================  =========================================================  ==========
 OPENAI_BASE_URL              the endpoint, e.g. ``http://localhost:11434/v1``             OpenAI's
 OPENAI_API_KEY               the key (a local server without auth needs none)            required for OpenAI
-QAEVAL_JUDGE_MODEL           the model id                                                required
+QAEVAL_JUDGE_MODEL           the model id (``--judge-model``)                             required
 QAEVAL_JUDGE_TEMPERATURE     sampling temperature                                        0
 QAEVAL_JUDGE_SEED            seed sent with every call                                   0
-QAEVAL_JUDGE_CONCURRENCY     calls in flight at once                                     8
+QAEVAL_JUDGE_CONCURRENCY     calls in flight at once (``--judge-concurrency``)            8
 QAEVAL_JUDGE_MAX_RETRIES     retries on 408/409/429/5xx and timeouts                     4
 QAEVAL_JUDGE_TIMEOUT         seconds per call                                            60
-QAEVAL_JUDGE_CACHE           ``off`` bypasses the verdict cache                          on
+QAEVAL_JUDGE_CACHE           ``off`` bypasses the verdict cache (``--no-judge-cache``)    on
 QAEVAL_CACHE_DIR             where the SQLite verdict cache lives                        .qaeval-cache
 ===========================  =========================================================  ==========
 
@@ -20,13 +22,13 @@ Cost: one call per answered case, grading all three axes at once (abstained and 
 nothing; a rerun with nothing changed costs nothing, from the cache). Retries use the SDK's exponential
 backoff with jitter and honour ``Retry-After``. Structured output is requested with a JSON schema; a
 server that rejects ``response_format`` is asked again without it and its reply parsed tolerantly.
-A call that never succeeds, or a reply that never parses, is a judge error for that case: recorded,
-never cached, and never a pass.
+A call that never succeeds, or a reply that never parses (truncated JSON, ``{}``, ``choices: null``),
+is a judge error for that case: recorded, never cached, and never a pass. A cached reply that no longer
+parses is a miss, not an error that sticks.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -35,25 +37,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from qaeval.errors import UsageError
 from qaeval.judges.cache import VerdictCache, cache_key
-from qaeval.judging import RUBRIC_VERSION, JudgeConfig, JudgeRequest, JudgeResponse, parse_verdict_json
-from qaeval.plugins import progress_enabled
+from qaeval.plugins import progress_bar
+from qaeval.scoring.judge import (
+    RUBRIC_VERSION, JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, parse_verdict_json, verdict_json_schema,
+)
 
-_AXIS = {
-    "type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
-    "properties": {"quote": {"type": "string"}, "rationale": {"type": "string"},
-                   "score": {"type": "integer", "enum": [0, 1, 2]}},
-}
-VERDICT_SCHEMA = {
-    "type": "object", "additionalProperties": False,
-    "required": ["faithfulness", "answer_correctness", "citations"],
-    "properties": {
-        "faithfulness": _AXIS,
-        "answer_correctness": _AXIS,
-        "citations": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False, "required": ["snippet_id", "quote", "rationale", "score"],
-            "properties": {"snippet_id": {"type": "string"}, **_AXIS["properties"]}}},
-    },
-}
+VERDICT_SCHEMA = verdict_json_schema()
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_verdict", "strict": True, "schema": VERDICT_SCHEMA}}
 
 
@@ -78,7 +67,7 @@ class OpenAIJudge:
         try:
             import openai
         except ImportError:
-            raise UsageError("the OpenAI judge needs the openai extra: pip install 'qaeval[openai]'") from None
+            raise UsageError("the OpenAI judge needs the openai extra: pip install 'qaeval-harness[openai]'") from None
         if not model:
             raise UsageError("no judge model: set QAEVAL_JUDGE_MODEL or pass --judge-model")
         if concurrency < 1:
@@ -105,26 +94,22 @@ class OpenAIJudge:
         todo = []
         for i, req in enumerate(requests):
             hit = self.cache.get(self._key(req)) if self.cache is not None else None
-            if hit is None:
-                todo.append(i)
-                continue
-            reply, pt, ct = hit
-            results[i] = JudgeResponse(req.case_id, parse_verdict_json(reply), prompt_tokens=pt,
-                                       completion_tokens=ct, cached=True)
+            if hit is not None:
+                reply, pt, ct = hit
+                try:
+                    results[i] = JudgeResponse(req.case_id, parse_verdict_json(reply), prompt_tokens=pt,
+                                               completion_tokens=ct, cached=True)
+                    continue
+                except ValueError:
+                    self.cache.forget(self._key(req))  # a reply that no longer parses is a miss
+            todo.append(i)
         if todo:
-            bar = None
-            if progress_enabled(len(todo), self.show_progress):
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=len(todo), desc="judge calls", leave=False)
-            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:
+            with progress_bar(len(todo), desc="judge calls", enabled=self.show_progress) as bar, \
+                    ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:
                 futures = {pool.submit(self._call, requests[i]): i for i in todo}
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
-                    if bar is not None:
-                        bar.update()
-            if bar is not None:
-                bar.close()
+                    bar.update()
         return [r for r in results if r is not None]
 
     def _create(self, req: JudgeRequest) -> Any:
@@ -162,7 +147,7 @@ class OpenAIJudge:
         try:
             reply = completion.choices[0].message.content or ""
             verdicts = parse_verdict_json(reply)
-        except (ValueError, IndexError, AttributeError) as exc:
+        except (ValueError, IndexError, AttributeError, TypeError, KeyError) as exc:
             return JudgeResponse(req.case_id, error=f"unparseable judge reply: {exc}", prompt_tokens=pt,
                                  completion_tokens=ct)
         if self.cache is not None:
@@ -170,31 +155,14 @@ class OpenAIJudge:
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
 
 
-def _env_number(name: str, default: float, kind: type = float) -> Any:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise UsageError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
-
-
-def make_judge() -> OpenAIJudge:
-    """Factory for ``--judge qaeval.judges.openai:make_judge``, configured from the environment."""
-    base_url = os.environ.get("OPENAI_BASE_URL") or None
-    api_key = os.environ.get("OPENAI_API_KEY") or None
-    if api_key is None and base_url is None:
+def make_judge(settings: JudgeSettings | None = None) -> OpenAIJudge:
+    """Factory for ``--judge qaeval.judges.openai:make_judge``. Without settings it reads the
+    environment (``JudgeSettings.from_env``)."""
+    settings = settings or JudgeSettings.from_env()
+    if settings.api_key is None and settings.base_url is None:
         raise UsageError("set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) to use the OpenAI judge")
-    cache = None
-    if os.environ.get("QAEVAL_JUDGE_CACHE", "on").strip().lower() not in ("off", "0", "false", "no"):
-        cache = VerdictCache(os.path.join(os.environ.get("QAEVAL_CACHE_DIR", ".qaeval-cache"), "judge-verdicts.sqlite"))
-    seed = os.environ.get("QAEVAL_JUDGE_SEED", "0")
-    return OpenAIJudge(
-        model=os.environ.get("QAEVAL_JUDGE_MODEL", ""), base_url=base_url, api_key=api_key,
-        temperature=_env_number("QAEVAL_JUDGE_TEMPERATURE", 0.0),
-        seed=None if seed.lower() == "none" else _env_number("QAEVAL_JUDGE_SEED", 0, int),
-        concurrency=_env_number("QAEVAL_JUDGE_CONCURRENCY", 8, int),
-        max_retries=_env_number("QAEVAL_JUDGE_MAX_RETRIES", 4, int),
-        timeout=_env_number("QAEVAL_JUDGE_TIMEOUT", 60.0), cache=cache,
-    )
+    cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
+    return OpenAIJudge(model=settings.model or "", base_url=settings.base_url, api_key=settings.api_key,
+                       temperature=settings.temperature, seed=settings.seed, concurrency=settings.concurrency,
+                       max_retries=settings.max_retries, timeout=settings.timeout, cache=cache,
+                       show_progress=settings.show_progress)

@@ -252,7 +252,7 @@ def scoreboard_table(run: RunResult) -> Html:
 def scoreboard_chart(run: RunResult) -> Chart:
     """Bars with interval whiskers, one per metric; n = 0 metrics are labelled, not drawn."""
     board = run.scoreboard.iloc[::-1]
-    fig = _figure(7.6, 3.9)
+    fig = _figure(7.0, 3.4)
     ax = fig.add_subplot()
     y = range(len(board))
     ax.barh(y, board["value"].fillna(0).to_numpy(),
@@ -275,36 +275,35 @@ def scoreboard_chart(run: RunResult) -> Chart:
     return Chart(fig, "Scoreboard: each metric's value with its 95% interval")
 
 
-def slice_heatmap(run: RunResult) -> Chart:
-    """Metric x group heatmap for every slicing column side by side; cells with n = 0 are grey."""
-    import matplotlib
-    import numpy as np
+def _heat(goodness: float) -> str:
+    """A background from red (0) through yellow to green (1), light enough to read text on."""
+    g = min(1.0, max(0.0, goodness))
+    red, green = (255, int(180 + 75 * g * 2)) if g < 0.5 else (int(255 - 120 * (g - 0.5) * 2), 235)
+    return f"rgb({red},{min(green, 235)},{150 + int(40 * g)})"
 
+
+def slice_table(run: RunResult) -> Html:
+    """Every metric for every group of every slice (difficulty, adversarial tag, split) as a colour-coded
+    table: green is good whatever the metric's direction, grey has nothing to measure (n = 0)."""
     s = run.slices
     groups = list(dict.fromkeys(zip(s["slice"], s["group"])))
-    metrics = list(run.scoreboard["metric"])
-    lower = {m for m in metrics if not BY_NAME[m].higher_is_better}
-    grid = np.full((len(metrics), len(groups)), np.nan)
-    ns = np.zeros_like(grid)
-    col = {g: j for j, g in enumerate(groups)}
-    row = {m: i for i, m in enumerate(metrics)}
-    for r in s.itertuples(index=False):
-        grid[row[r.metric], col[(r.slice, r.group)]] = r.value
-        ns[row[r.metric], col[(r.slice, r.group)]] = r.n
-    goodness = np.array([1 - g if m in lower else g for m, g in zip(metrics, grid)])
-    fig = _figure(2.4 + 0.95 * len(groups), 4.8)
-    ax = fig.add_subplot()
-    cmap = matplotlib.colormaps["RdYlGn"].copy()
-    cmap.set_bad("#e0e0e0")
-    ax.imshow(np.ma.masked_invalid(goodness), cmap=cmap, vmin=0, vmax=1, aspect="auto", alpha=0.85)
-    for i in range(len(metrics)):
-        for j in range(len(groups)):
-            text = "n=0" if ns[i, j] == 0 else f"{grid[i, j]:.2f}\n(n={int(ns[i, j])})"
-            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="#111")
-    ax.set_xticks(range(len(groups)), [f"{plain(g, 22)}\n[{plain(sl, 12)}]" for sl, g in groups], rotation=30,
-                  ha="right", fontsize=8)
-    ax.set_yticks(range(len(metrics)), [f"{m} (lower is better)" if m in lower else m for m in metrics], fontsize=8.5)
-    return Chart(fig, "Heatmap of every metric by difficulty, adversarial tag and split")
+    value = {(r.slice, r.group, r.metric): (r.value, r.n) for r in s.itertuples(index=False)}
+    head = "".join(f"<th>{esc(g)}<br><span class=na>{esc(sl)}</span></th>" for sl, g in groups)
+    rows = []
+    for m in run.scoreboard["metric"]:
+        higher = BY_NAME[m].higher_is_better
+        cells = []
+        for sl, g in groups:
+            v, n = value[(sl, g, m)]
+            if n == 0 or is_missing(v):
+                cells.append('<td class="num" style="background:#eceff1"><span class=na>n=0</span></td>')
+            else:
+                cells.append(f'<td class="num" style="background:{_heat(v if higher else 1 - v)}">{v:.2f}'
+                             f'<br><span class=na>n={n}</span></td>')
+        label = f"{m} (lower is better)" if not higher else m
+        rows.append(f"<tr><td class=id><code>{esc(label)}</code></td>{''.join(cells)}</tr>")
+    return Html(f'<table class="qaeval"><caption>Every metric by slice: green is good, grey has nothing to measure'
+                f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 # --------------------------------------------------------------------------- cases
