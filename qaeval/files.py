@@ -171,9 +171,21 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename)."""
+    """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename). A path that is a
+    device or a FIFO (``/dev/null``, ``/dev/stdout``) is written to, never replaced."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        try:
+            with open(path, "wb") as f:
+                f.write(payload)
+        except OSError as exc:
+            raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+        return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():

@@ -1,0 +1,146 @@
+"""The command line fails closed: no input a user can give ends in a traceback, no plugin chooses the exit
+code, nothing written is half written, and nothing printed is obeyed by the terminal."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+from conftest import GOLDEN, make_case, write_cases
+
+from qaeval.cli import main
+
+BUGGY = "qaeval.system.saboteur:make_adapter"
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "b.json"
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(path)]) == 0
+    return str(path)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--timeout", "inf", "timeout must be a finite number"),
+    ("--timeout", "1e300", "timeout must be at most 604800"),
+    ("--timeout", "0", "timeout must be at least 0.001"),
+    ("--concurrency", "0", "concurrency must be at least 1"),
+    ("--k", "many", "invalid int value"),
+    ("--isolation", "thread", "invalid choice"),
+    ("--executor", "tcp://1.2.3.4:1", "executor must be dask://HOST:PORT"),
+])
+def test_bad_values_are_usage_errors(capsys, flag, value, message):
+    assert main(["run", "--data", str(GOLDEN), flag, value]) == 64
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_required_flag_and_unknown_command_exit_64(capsys):
+    assert main(["gate", "--data", str(GOLDEN)]) == 64
+    assert main(["launch"]) == 64
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_factory_that_exits_cannot_choose_the_exit_code(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_exiting_factory"]) == 64
+    assert "called sys.exit(0)" in capsys.readouterr().err
+    assert main(["run", "--data", str(GOLDEN), "--judge", "plugins:make_exiting_factory"]) == 64
+
+
+def test_a_model_call_without_a_prompt_fails_grounding_not_the_harness(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_no_prompt"]) == 0
+    out = capsys.readouterr().out
+    assert "TIER 1: RED" in out and "deterministic_pass_rate         0.200" in out
+
+
+def test_saving_to_a_device_writes_to_it_and_never_replaces_it(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    assert main(["run", "--data", str(GOLDEN), "--save", str(fifo), "--quiet"]) == 0
+    reader.join(30)
+    assert json.loads(got[0])["format"] == "qaeval-record"
+    assert os.path.exists(fifo) and not os.path.isfile(fifo), "the FIFO is still a FIFO"
+
+
+def test_repeated_retrieved_ids_are_malformed_and_no_metric_leaves_zero_one(baseline, capsys):
+    assert main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_repeats", "--baseline", baseline]) == 1
+    out = capsys.readouterr().out
+    assert "adapter error on 12" in out
+    from qaeval import api
+
+    run = api.run(str(GOLDEN), adapter="plugins:make_repeats")
+    assert run.outputs["error"].dropna().str.contains("retrieved_ids lists").all()
+    board = run.scoreboard
+    assert ((board["value"].fillna(0) >= 0) & (board["value"].fillna(0) <= 1)).all()
+
+
+def test_an_abstention_that_still_answers_is_malformed(baseline, capsys):
+    assert main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstains_but_answers",
+                 "--baseline", baseline]) == 1
+    out = capsys.readouterr().out
+    assert "adapter error on 3" in out and "abstention_recall" in out
+
+
+def test_a_huge_aggregate_is_malformed_output_not_a_crash(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_huge_aggregate"]) == 0
+    assert "adapter errors: 15" in capsys.readouterr().out
+
+
+def test_a_failed_report_write_leaves_the_old_report_and_no_temporary(tmp_path, monkeypatch, capsys):
+    report = tmp_path / "run.html"
+    report.write_text("the previous report")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    code = main(["run", "--data", str(GOLDEN), "--html", str(report), "--quiet"])
+    monkeypatch.undo()
+    assert code == 74 and "No space left on device" in capsys.readouterr().err
+    assert report.read_text() == "the previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html"], "no temporary left behind"
+
+
+def test_a_failed_baseline_write_leaves_nothing(tmp_path, monkeypatch, capsys):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(tmp_path / "b.json")]) == 74
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gate_output_escapes_control_characters(tmp_path, capsys):
+    data = write_cases(tmp_path / "d", [make_case(id="x\x1b[2J\x1b]0;pwned\x07", adversarial="t\x1b[31m")])
+    base = tmp_path / "b.json"
+    assert main(["baseline", "--data", str(data), "--out", str(base)]) == 0
+    capsys.readouterr()
+    assert main(["gate", "--data", str(data), "--adapter", BUGGY, "--baseline", str(base)]) == 1
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err and "\x07" not in captured.out
+    assert "x\\x1b[2J\\x1b]0;pwned\\x07" in captured.out
+
+
+def test_the_exit_code_table_holds(baseline, tmp_path, capsys):
+    labels = GOLDEN / "calibration" / "human_labels.jsonl"
+    assert main(["run", "--data", str(GOLDEN)]) == 0
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", baseline]) == 0
+    assert main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--baseline", baseline]) == 1
+    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(labels)]) == 2
+    assert main(["validate", "--data", str(tmp_path / "none")]) == 65
+    capsys.readouterr()
+
+
+def test_version_and_help_exit_zero(capsys):
+    assert main(["--version"]) == 0
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--concurrency" in out and "--isolation" in out and "--executor" in out and "--save" in out
