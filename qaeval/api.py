@@ -266,6 +266,30 @@ def _as_run(record: str | Path | Result) -> RunResult:
     return run_
 
 
+# --------------------------------------------------------------------------- growing the golden set
+
+
+def import_cases(format: str, source: str | Path, out: str | Path, *, limit: int | None = None, seed: int | None = None,
+                 split: str = "frozen", prefix: str | None = None, labelled: bool = False) -> Any:
+    """Convert a public dataset into golden cases (or, for wice/expertqa/ares, a labelled set); returns the
+    import report (what was imported, what was refused and why)."""
+    from qaeval.data.importers import LABELLED_FORMATS, import_file
+
+    if labelled and format not in LABELLED_FORMATS:
+        raise UsageError(f"--labelled is for {', '.join(LABELLED_FORMATS)}; {format} holds QA cases")
+    return import_file(format, source, out, limit=limit, seed=seed, split=split, prefix=prefix)
+
+
+def add_case(data: str | Path, miss: Any = None, *, interactive: bool = False) -> tuple[str, Path]:
+    """Append one production miss (a miss file, or a dict in the golden case's field names) to the living
+    split; returns (its new id, the file it went to)."""
+    from qaeval.data.misses import add_case as _add
+
+    if miss is None and not interactive:
+        raise UsageError("add-case needs --from MISS.json (or --interactive)")
+    return _add(data, miss if miss is not None else {}, ask=input if interactive else None)
+
+
 # --------------------------------------------------------------------------- notebooks
 
 

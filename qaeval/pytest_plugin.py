@@ -1,1 +1,181 @@
-"""pytest plugin (placeholder until the golden-case collector lands)."""
+"""Golden cases as pytest tests (the ``pytest11`` entry point ``qaeval``; inert without ``--qaeval-data``).
+
+    pytest --qaeval-data golden                                   one test per golden case
+    pytest --qaeval-data golden --qaeval-adapter my_rag:make      ... against your system
+    pytest --qaeval-data golden --qaeval-baseline base.json       ... plus one gate test
+    pytest --qaeval-data golden -m qaeval -k "single-"            only golden cases, selected by id
+
+Each case is an item named by its id (``golden/frozen.jsonl::single-0001``); it fails with the checks or axes that
+fired and the answer beside the gold answer. The run goes through the same runner as ``qaeval run``
+(worker processes, ``--qaeval-concurrency``, ``--qaeval-isolation``), once for all selected cases, when
+the first of them runs; the gate item runs the whole suite against the baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MARKER = "qaeval"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("qaeval", "golden cases as tests (qaeval)")
+    group.addoption("--qaeval-data", metavar="DIR", help="collect one test per golden case in DIR")
+    group.addoption("--qaeval-adapter", metavar="MODULE:FACTORY", help="the system under test (default: the reference system)")
+    group.addoption("--qaeval-judge", metavar="MODULE:FACTORY", help="the judge (default: the offline judge)")
+    group.addoption("--qaeval-baseline", metavar="FILE", help="also collect a gate test against this baseline record")
+    group.addoption("--qaeval-concurrency", type=int, metavar="N", help="cases in flight (default 4)")
+    group.addoption("--qaeval-isolation", choices=("process", "none"), help="worker processes (default) or in-process")
+    group.addoption("--qaeval-timeout", type=float, metavar="SECONDS", help="per-case timeout (default 60)")
+
+
+class CaseFailed(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class _Runs:
+    """One run for all selected cases, made when the first of them needs it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.selected: list[str] | None = None
+        self._run: Any = None
+        self._full: Any = None
+
+    def _params(self) -> dict[str, Any]:
+        opt = self.config.getoption
+        return {k: v for k, v in dict(adapter=opt("qaeval_adapter"), judge=opt("qaeval_judge"),
+                                      concurrency=opt("qaeval_concurrency"), isolation=opt("qaeval_isolation"),
+                                      timeout=opt("qaeval_timeout")).items() if v is not None}
+
+    def run(self) -> Any:
+        if self._run is None:
+            from qaeval import api
+            from qaeval.data.cases import Suite, load_suite
+            from qaeval.scoring.evaluate import evaluate
+
+            suite = load_suite(self.config.getoption("qaeval_data"))
+            if self.selected is not None and len(self.selected) < len(suite):
+                suite = Suite(tuple(c for c in suite if c.id in set(self.selected)), suite.root)
+            p = api.check_parameters("run", data=str(suite.root), **self._params())
+            self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
+                                 concurrency=p["concurrency"], isolation=p["isolation"])
+            if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):
+                self._full = self._run
+        return self._run
+
+    def gate(self) -> Any:
+        from qaeval import api
+
+        if self._full is not None:
+            from qaeval.record import read_baseline
+            from qaeval.verdicts.gate import gate
+
+            return gate(self._full, read_baseline(self.config.getoption("qaeval_baseline")))
+        return api.gate_run(self.config.getoption("qaeval_data"), baseline=self.config.getoption("qaeval_baseline"),
+                            **self._params())
+
+
+class GoldenCaseItem(pytest.Item):
+    def __init__(self, *, case_id: str, runs: _Runs, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case_id = case_id
+        self.runs = runs
+        self.add_marker(MARKER)
+
+    def runtest(self) -> None:
+        run = self.runs.run()
+        row = run.per_case.set_index("case_id").loc[self.case_id]
+        if bool(row["case_passed"]):
+            return
+        answer = "(abstained)" if row["abstained"] else row["answer"]
+        if row["error"] is not None:
+            answer = f"(no answer: {row['error']})"
+        gold = row["gold_answer"] if row["gold_answer"] is not None else "(must abstain)"
+        lines = [f"golden case {self.case_id} failed:"] + [f"  - {r}" for r in row["fail_reasons"]]
+        lines += [f"  answer: {answer}", f"  gold:   {gold}"]
+        raise CaseFailed("\n".join(lines))
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"golden case {self.case_id}"
+
+
+class GateItem(pytest.Item):
+    def __init__(self, *, runs: _Runs, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runs = runs
+        self.add_marker(MARKER)
+
+    def runtest(self) -> None:
+        result = self.runs.gate()
+        if not result.ok:
+            raise CaseFailed(result.summary_text())
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, "qaeval gate"
+
+
+class GoldenFile(pytest.File):
+    """One ``*.jsonl`` of the golden folder: one item per case in it (and the gate, on the first file)."""
+
+    def collect(self) -> list[pytest.Item]:
+        from qaeval.data.cases import load_suite
+        from qaeval.errors import QaevalError
+
+        runs = self.config.stash[_RUNS]
+        try:
+            suite = load_suite(self.config.getoption("qaeval_data"))
+        except QaevalError as exc:
+            raise pytest.UsageError(f"--qaeval-data: {exc}") from None
+        here = str(self.path)
+        items: list[pytest.Item] = [GoldenCaseItem.from_parent(self, name=c.id, case_id=c.id, runs=runs)
+                                    for c in suite if str(Path(c.file).resolve()) == here]
+        first = min(str(Path(c.file).resolve()) for c in suite)
+        if self.config.getoption("qaeval_baseline") and here == first:
+            items.append(GateItem.from_parent(self, name="gate", runs=runs))
+        return items
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}: a golden case (or the gate) collected by qaeval")
+    data = config.getoption("qaeval_data", None)
+    if not data:
+        return
+    root = Path(data).resolve()
+    if not root.is_dir():
+        raise pytest.UsageError(f"--qaeval-data: no such folder: {data}")
+    config.stash[_RUNS] = _Runs(config)
+    if str(root) not in config.args:
+        config.args.append(str(root))  # collect the golden folder too, whatever else is collected
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    data = parent.config.getoption("qaeval_data", None)
+    if data and file_path.suffix == ".jsonl" and file_path.parent == Path(data).resolve():
+        return GoldenFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    runs = session.config.stash.get(_RUNS, None)
+    if runs is not None:
+        runs.selected = [i.case_id for i in session.items if isinstance(i, GoldenCaseItem)]
+
+
+_RUNS = pytest.StashKey[_Runs]()

@@ -1,64 +1,476 @@
-"""Turning public QA datasets into golden cases, for trying qaeval on real text.
+"""Public datasets into qaeval's formats: golden cases from QA data, labelled sets from human-labelled data.
 
-``squad2_cases`` reads a SQuAD 2.0 file (official format) and builds one case per question: the
-paragraph the question was written on is the gold source, and the next paragraphs of the same article
-are near-miss distractors (same topic, same vocabulary). SQuAD 2.0's unanswerable questions were
-written to look answerable from that very paragraph, so they become must-abstain cases that are much
-harder than an out-of-corpus question. None of these files ships with qaeval.
+``import_file(FORMAT, IN, OUT_DIR)`` streams the input (JSON arrays and objects are read item by item
+with ijson, JSONL and CSV line by line), so a large file imports in bounded memory; every record is
+either imported or refused with a reason, and the counts say so. The written file is loaded back as
+strictly as any golden file before the import reports success.
+
+Golden cases (``qaeval import FORMAT IN --out DIR`` writes ``DIR/<prefix>.jsonl``):
+
+squad2      SQuAD 2.0 (official JSON). One case per question: its paragraph is the gold source and the
+            next paragraphs of the same article are near-miss distractors. ``is_impossible`` questions
+            (written to look answerable from that paragraph) must be abstained on. single-hop; tag
+            ``squad2`` or ``squad2-unanswerable``.
+hotpotqa    HotpotQA, distractor setting (JSON array). One source per context title; the titles named
+            by ``supporting_facts`` are the gold sources, each also a ``retrieved`` checkpoint.
+            multi-hop; the question ``type`` (``bridge`` or ``comparison``) is the adversarial tag.
+musique     MuSiQue (JSON array or JSONL). One source per paragraph; ``is_supporting`` paragraphs are
+            the gold sources and ``retrieved`` checkpoints; ``question_decomposition`` gives the hops:
+            two or more is multi-hop (tag ``musique-<n>hop``), one is single-hop. ``answerable: false``
+            must be abstained on (gold answer null, no gold source).
+ragas       Rows as RAGAS users keep them (JSONL, or CSV with list columns as JSON): ``question``,
+            ``contexts`` (list of strings), ``ground_truth`` or ``reference`` (or ``ground_truths``, a
+            list, whose first item is taken), optional ``reference_contexts`` (the contexts that carry
+            the answer: the gold sources; without it a case has no gold source and no retrieval row).
+            single-hop.
+
+Labelled sets (``--labelled``; ``calibrate --labelled``), each row a claim, its evidence and a human score:
+
+wice        WiCE claim level (JSONL): the cited web page is one source (its sentences joined), the
+            claim is the answer citing it; ``supported`` 2, ``partially_supported`` 1,
+            ``not_supported`` 0 on faithfulness. No question.
+expertqa    ExpertQA (JSONL): every claim of every system answer that has evidence; each evidence
+            passage a source, the claim citing each; ``support`` Complete 2, Partial 1, Missing or
+            Incomplete 0 on faithfulness. A claim with no evidence, or a support of ``N/A`` or none at
+            all, is refused (nothing was judged against text).
+ares        ARES human annotations (TSV: Query, Document, Answer, Answer_Faithfulness_Label): the
+            document is the one source, the answer cites it; faithfulness 1 -> 2, 0 -> 0 (ARES's
+            few-shot files spell them ``[[Yes]]`` and ``[[No]]``: the same).
+
+``--limit N`` keeps the first N records imported (with ``--seed S``: a uniform sample of N, drawn by
+reservoir sampling so memory stays at N); ``--prefix`` names the ids (default: the format).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import DatasetError
+from qaeval.errors import DatasetError, FileAccessError, UsageError
+from qaeval.files import dumps_canonical, write_atomic
 
-FORMATS = ("squad2", "hotpotqa", "musique", "ragas", "wice", "expertqa", "ares")
+CASE_FORMATS = ("squad2", "hotpotqa", "musique", "ragas")
+LABELLED_FORMATS = ("wice", "expertqa", "ares")
+FORMATS = CASE_FORMATS + LABELLED_FORMATS
 
 
-def squad2_cases(path: str | Path, *, limit: int | None = None, distractors: int = 5,
-                 split: str = "frozen") -> list[dict[str, Any]]:
-    """Golden case dicts from a SQuAD 2.0 JSON file (raises DatasetError when absent or malformed)."""
-    path = Path(path)
+class Refused(Exception):
+    """A record that cannot become a case, and why (counted, never silently dropped)."""
+
+
+@dataclass
+class ImportReport:
+    format: str
+    source: str
+    out: str = ""
+    read: int = 0
+    imported: int = 0
+    left_by_limit: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def refuse(self, reason: str, where: str) -> None:
+        self.refused[reason] += 1
+        self.examples.setdefault(reason, where)
+
+    def summary_text(self) -> str:
+        lines = [f"imported {self.imported} of {self.read} {self.format} record(s) from {self.source} into {self.out}"]
+        if self.left_by_limit:
+            lines.append(f"  {self.left_by_limit} left out by --limit")
+        for reason, n in self.refused.most_common():
+            lines.append(f"  refused {n}: {reason} (first: {self.examples[reason]})")
+        accounted = self.imported + self.left_by_limit + sum(self.refused.values())
+        lines.append(f"  every record accounted for: {accounted} = {self.read}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- reading, streamed
+
+
+def _open(path: Path) -> io.BufferedReader:
+    if not path.exists():
+        raise DatasetError("input file not found (public datasets are not shipped with qaeval)", file=str(path))
     if not path.is_file():
-        raise DatasetError(f"SQuAD 2.0 file not found: {path} (it is not shipped with qaeval)", file=str(path))
+        raise DatasetError("input is not a regular file", file=str(path))
     try:
-        articles = json.loads(path.read_text(encoding="utf-8"))["data"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DatasetError(f"not a SQuAD 2.0 file: {exc}", file=str(path)) from None
-    cases: list[dict[str, Any]] = []
-    for a, article in enumerate(articles):
-        paragraphs = article["paragraphs"]
+        return open(path, "rb")
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
+def _first_char(path: Path) -> str:
+    with _open(path) as f:
+        head = f.read(4096).decode("utf-8-sig", errors="replace").lstrip()
+    return head[:1]
+
+
+def json_items(path: Path, prefix: str = "item") -> Iterator[tuple[str, Any]]:
+    """(position, item) for each item of a JSON array (``prefix`` in ijson's notation), streamed."""
+    import ijson
+
+    with _open(path) as f:
+        try:
+            for i, item in enumerate(ijson.items(f, prefix, use_float=True), start=1):
+                yield f"{path}:item {i}", item
+        except ijson.JSONError as exc:
+            raise DatasetError(f"not valid JSON ({exc})", file=str(path)) from None
+
+
+def jsonl_items(path: Path) -> Iterator[tuple[str, Any]]:
+    from qaeval.files import loads_strict
+
+    with _open(path) as f:
+        for number, raw in enumerate(f, start=1):
+            line = raw.decode("utf-8-sig", errors="strict").strip() if number == 1 else raw.decode("utf-8").strip()
+            if not line:
+                continue
+            try:
+                yield f"{path}:{number}", loads_strict(line)
+            except ValueError as exc:
+                raise DatasetError(f"line {number} is not valid JSON ({exc})", file=str(path)) from None
+
+
+def records(path: Path, *, array_prefix: str = "item") -> Iterator[tuple[str, Any]]:
+    """JSON array items or JSONL lines, whichever the file holds."""
+    return json_items(path, array_prefix) if _first_char(path) == "[" else jsonl_items(path)
+
+
+def csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[str, dict[str, str]]]:
+    csv.field_size_limit(1 << 30)
+    with _open(path) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        for row in reader:
+            yield f"{path}:{reader.line_num}", row
+
+
+# --------------------------------------------------------------------------- mapping rules
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Refused(f"{what} missing or empty")
+    return value
+
+
+def _slug(title: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:48] or "source"
+    slug, n = base, 2
+    while slug in taken:
+        slug, n = f"{base}-{n}", n + 1
+    taken.add(slug)
+    return slug
+
+
+def squad2_cases(path: Path, prefix: str, split: str, distractors: int = 5) -> Iterator[tuple[str, Any]]:
+    for where, article in json_items(path, "data.item"):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            yield where, Refused("an article without paragraphs")
+            continue
         for p, paragraph in enumerate(paragraphs):
+            qas = (paragraph.get("qas") or []) if isinstance(paragraph, dict) else []
             others = [(p + k) % len(paragraphs) for k in range(1, distractors + 1) if len(paragraphs) > k]
-            fixture = [p, *others]
-            sources = [{"id": f"a{a}p{i}", "title": article.get("title", ""), "text": paragraphs[i]["context"]}
-                       for i in sorted(set(fixture))]
-            for qa in paragraph["qas"]:
-                impossible = bool(qa.get("is_impossible")) or not qa.get("answers")
-                cases.append({
-                    "id": f"squad2-{qa['id']}",
-                    "question": qa["question"].strip() or "(empty question)",
-                    "sources": sources,
-                    "gold_answer": None if impossible else qa["answers"][0]["text"],
-                    "gold_source_ids": [] if impossible else [f"a{a}p{p}"],
-                    "expected_behavior": "unanswerable_must_abstain" if impossible else "answer",
-                    "difficulty": "single-hop",
-                    "split": split,
-                    "adversarial": "squad2-unanswerable" if impossible else "squad2",
-                })
-                if limit is not None and len(cases) >= limit:
-                    return cases
-    return cases
+            try:
+                sources = [{"id": f"p{i}", "title": article.get("title") or None,
+                            "text": _text(paragraphs[i].get("context"), "paragraph context")}
+                           for i in sorted({p, *others})]
+            except Refused as exc:
+                for qa in qas:
+                    yield where, exc
+                continue
+            for qa in qas:
+                here = f"{where}, question {qa.get('id', '?') if isinstance(qa, dict) else '?'}"
+                try:
+                    question = _text(qa.get("question"), "question").strip()
+                    impossible = bool(qa.get("is_impossible"))
+                    answers = [a.get("text") for a in qa.get("answers") or [] if isinstance(a, dict)]
+                    if not impossible and not any(isinstance(a, str) and a.strip() for a in answers):
+                        raise Refused("answerable question without an answer")
+                    gold = None if impossible else next(a for a in answers if isinstance(a, str) and a.strip())
+                    yield here, {
+                        "id": f"{prefix}-{_text(qa.get('id'), 'question id')}", "question": question,
+                        "sources": [{k: v for k, v in s.items() if v is not None} for s in sources],
+                        "gold_answer": gold, "gold_source_ids": [] if impossible else [f"p{p}"],
+                        "expected_behavior": "unanswerable_must_abstain" if impossible else "answer",
+                        "difficulty": "single-hop", "split": split,
+                        "adversarial": "squad2-unanswerable" if impossible else "squad2",
+                    }
+                except Refused as exc:
+                    yield here, exc
 
 
-def write_jsonl(cases: list[dict[str, Any]], folder: str | Path, name: str = "cases.jsonl") -> Path:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    with path.open("w", encoding="utf-8") as f:
-        for case in cases:
-            f.write(json.dumps(case, ensure_ascii=False) + "\n")
-    return path
+def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise Refused("a record that is not an object")
+    context = record.get("context")
+    if not isinstance(context, list) or not context:
+        raise Refused("no context paragraphs")
+    taken: set[str] = set()
+    sources, ids = [], {}
+    for item in context:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
+            raise Refused("a context entry that is not [title, sentences]")
+        title = _text(item[0], "context title")
+        text = "".join(s for s in item[1] if isinstance(s, str)).strip()
+        if not text:
+            raise Refused("an empty context paragraph")
+        if title in ids:
+            continue
+        ids[title] = _slug(title, taken)
+        sources.append({"id": ids[title], "title": title, "text": text})
+    supporting = [f[0] for f in record.get("supporting_facts") or [] if isinstance(f, list) and f]
+    if not supporting:
+        raise Refused("no supporting facts")
+    missing = [t for t in supporting if t not in ids]
+    if missing:
+        raise Refused("a supporting title that is not among the context paragraphs")
+    gold_ids = list(dict.fromkeys(ids[t] for t in supporting))
+    kind = record.get("type")
+    return {
+        "id": f"{prefix}-{_text(record.get('_id') or record.get('id'), 'id')}",
+        "question": _text(record.get("question"), "question").strip(), "sources": sources,
+        "gold_answer": _text(record.get("answer"), "answer").strip(), "gold_source_ids": gold_ids,
+        "expected_behavior": "answer", "difficulty": "multi-hop", "split": split,
+        **({"adversarial": kind} if isinstance(kind, str) and kind else {}),
+        "checkpoints": [{"kind": "retrieved", "source_id": g} for g in gold_ids],
+    }
+
+
+def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise Refused("a record that is not an object")
+    paragraphs = record.get("paragraphs")
+    if not isinstance(paragraphs, list) or not paragraphs:
+        raise Refused("no paragraphs")
+    sources, gold = [], []
+    for n, p in enumerate(paragraphs):
+        if not isinstance(p, dict):
+            raise Refused("a paragraph that is not an object")
+        sid = f"p{p.get('idx', n)}"
+        sources.append({"id": sid, "text": _text(p.get("paragraph_text"), "paragraph text"),
+                        **({"title": p["title"]} if isinstance(p.get("title"), str) and p["title"] else {})})
+        if p.get("is_supporting") is True:
+            gold.append(sid)
+    if len({s["id"] for s in sources}) != len(sources):
+        raise Refused("two paragraphs with the same idx")
+    hops = len(record.get("question_decomposition") or []) or 1
+    answerable = record.get("answerable", True) is not False
+    if answerable and not gold:
+        raise Refused("an answerable question with no supporting paragraph")
+    case = {
+        "id": f"{prefix}-{_text(record.get('id'), 'id')}", "question": _text(record.get("question"), "question").strip(),
+        "sources": sources, "gold_answer": _text(record.get("answer"), "answer").strip() if answerable else None,
+        "gold_source_ids": gold if answerable else [],
+        "expected_behavior": "answer" if answerable else "unanswerable_must_abstain",
+        "difficulty": "multi-hop" if hops >= 2 else "single-hop", "split": split, "adversarial": f"musique-{hops}hop",
+    }
+    if answerable and hops >= 2:
+        case["checkpoints"] = [{"kind": "retrieved", "source_id": g} for g in gold]
+    return case
+
+
+def _listish(value: Any, what: str) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise Refused(f"{what} is text, not a JSON list") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Refused(f"{what} is not a list of strings")
+    return value
+
+
+def ragas_case(record: Any, prefix: str, split: str, number: int) -> dict[str, Any]:
+    from qaeval.text import normalize
+
+    if not isinstance(record, dict):
+        raise Refused("a row that is not an object")
+    contexts = [c for c in _listish(record.get("contexts"), "contexts") if c.strip()]
+    if not contexts:
+        raise Refused("no contexts")
+    truth = record.get("ground_truth") or record.get("reference")
+    if not truth and record.get("ground_truths"):
+        truth = (_listish(record["ground_truths"], "ground_truths") or [None])[0]
+    truth = _text(truth, "ground_truth/reference")
+    references = record.get("reference_contexts")
+    gold: list[str] = []
+    if references not in (None, "", []):
+        wanted = {normalize(r) for r in _listish(references, "reference_contexts")}
+        gold = [f"c{i}" for i, c in enumerate(contexts, start=1) if normalize(c) in wanted]
+        if not gold:
+            raise Refused("reference_contexts that match none of the contexts")
+    sources = [{"id": f"c{i}", "text": c} for i, c in enumerate(contexts, start=1)]
+    return {"id": f"{prefix}-{number:05d}", "question": _text(record.get("question") or record.get("user_input"), "question"),
+            "sources": sources, "gold_answer": truth.strip(), "gold_source_ids": gold, "expected_behavior": "answer",
+            "difficulty": "single-hop", "split": split}
+
+
+# --------------------------------------------------------------------------- labelled sets
+
+
+def _labelled(cid: str, question: str, sources: list[dict[str, Any]], answer: str, score: int, reason: str) -> dict[str, Any]:
+    return {"id": cid, "question": question, "sources": sources,
+            "output": {"answer": answer, "citations": [{"source_id": s["id"], "claim": answer} for s in sources],
+                       "abstained": False},
+            "labels": {"faithfulness": {"score": score, "reason": reason}}}
+
+
+WICE_SCORES = {"supported": 2, "partially_supported": 1, "not_supported": 0}
+EXPERTQA_SCORES = {"Complete": 2, "Partial": 1, "Missing": 0, "Incomplete": 0}
+ARES_SCORES = {"1": 2, "1.0": 2, "[[Yes]]": 2, "Yes": 2, "0": 0, "0.0": 0, "[[No]]": 0, "No": 0}
+
+
+def wice_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
+    for where, record in jsonl_items(path):
+        try:
+            if not isinstance(record, dict):
+                raise Refused("a record that is not an object")
+            label = record.get("label")
+            if label not in WICE_SCORES:
+                raise Refused(f"label {label!r} is not supported/partially_supported/not_supported")
+            evidence = record.get("evidence")
+            if not isinstance(evidence, list) or not any(isinstance(s, str) and s.strip() for s in evidence):
+                raise Refused("no evidence text")
+            text = " ".join(s.strip() for s in evidence if isinstance(s, str) and s.strip())
+            meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+            cid = f"{prefix}-{meta.get('id') or where.rsplit(':', 1)[-1]}"
+            yield where, _labelled(cid, "", [{"id": "page", "text": text}], _text(record.get("claim"), "claim"),
+                                   WICE_SCORES[label], f"WiCE: {label}")
+        except Refused as exc:
+            yield where, exc
+
+
+def expertqa_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
+    for where, record in jsonl_items(path):
+        if not isinstance(record, dict) or not isinstance(record.get("answers"), dict):
+            yield where, Refused("a record without answers")
+            continue
+        question = record.get("question") if isinstance(record.get("question"), str) else ""
+        line = where.rsplit(":", 1)[-1]
+        for system, answer in record["answers"].items():
+            claims = answer.get("claims") if isinstance(answer, dict) else None
+            for n, claim in enumerate(claims or [], start=1):
+                here = f"{where}, {system} claim {n}"
+                try:
+                    if not isinstance(claim, dict):
+                        raise Refused("a claim that is not an object")
+                    support = claim.get("support")
+                    if support not in EXPERTQA_SCORES:
+                        raise Refused(f"support {support!r} is not a judgement of the evidence (N/A or none)")
+                    evidence = [e for e in claim.get("evidence") or [] if isinstance(e, str) and e.strip()]
+                    if not evidence:
+                        raise Refused("no evidence to judge the claim against")
+                    sources = [{"id": f"e{i}", "text": e.strip()} for i, e in enumerate(evidence, start=1)]
+                    cid = f"{prefix}-{line}-{re.sub(r'[^a-z0-9]+', '-', str(system).lower())}-{n}"
+                    yield here, _labelled(cid, question, sources, _text(claim.get("claim_string"), "claim"),
+                                          EXPERTQA_SCORES[support], f"ExpertQA expert: {support}")
+                except Refused as exc:
+                    yield here, exc
+
+
+def ares_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
+    for n, (where, row) in enumerate(csv_rows(path, delimiter="\t"), start=1):
+        try:
+            label = (row.get("Answer_Faithfulness_Label") or "").strip()
+            if label not in ARES_SCORES:
+                raise Refused(f"Answer_Faithfulness_Label {label!r} is not 0 or 1 (or [[No]] or [[Yes]])")
+            score = ARES_SCORES[label]
+            yield where, _labelled(f"{prefix}-{n:04d}", _text(row.get("Query"), "Query"),
+                                   [{"id": "doc", "text": _text(row.get("Document"), "Document")}],
+                                   _text(row.get("Answer"), "Answer"), score, f"ARES human label {label}")
+        except Refused as exc:
+            yield where, exc
+
+
+# --------------------------------------------------------------------------- the import
+
+
+def _produce(fmt: str, path: Path, prefix: str, split: str) -> Iterator[tuple[str, Any]]:
+    if fmt == "squad2":
+        yield from squad2_cases(path, prefix, split)
+    elif fmt in ("hotpotqa", "musique"):
+        build: Callable[[Any, str, str], dict[str, Any]] = hotpotqa_case if fmt == "hotpotqa" else musique_case
+        for where, record in records(path):
+            try:
+                yield where, build(record, prefix, split)
+            except Refused as exc:
+                yield where, exc
+    elif fmt == "ragas":
+        rows = csv_rows(path) if path.suffix.lower() == ".csv" else records(path)
+        for n, (where, record) in enumerate(rows, start=1):
+            try:
+                yield where, ragas_case(record, prefix, split, n)
+            except Refused as exc:
+                yield where, exc
+    else:
+        yield from {"wice": wice_rows, "expertqa": expertqa_rows, "ares": ares_rows}[fmt](path, prefix)
+
+
+def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int | None = None, seed: int | None = None,
+                split: str = "frozen", prefix: str | None = None) -> ImportReport:
+    """Convert ``source`` (a public dataset in ``fmt``) into ``out_dir/<prefix>.jsonl``: golden cases, or a
+    labelled set for the labelled formats. Refuses to overwrite an existing file."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
+    if split not in ("frozen", "living"):
+        raise UsageError(f"--split must be frozen or living, got {split!r}")
+    prefix = prefix or fmt
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", prefix):
+        raise UsageError(f"--prefix must be letters, digits, '-', '_' or '.', got {prefix!r}")
+    path = Path(source)
+    labelled = fmt in LABELLED_FORMATS
+    out = Path(out_dir) / f"{prefix}{'-labelled' if labelled else ''}.jsonl"
+    if out.exists():
+        raise UsageError(f"{out} exists; choose another --out or --prefix (an import never overwrites data)")
+    report = ImportReport(fmt, str(path), str(out))
+    kept: list[dict[str, Any]] = []
+    rng = random.Random(seed) if seed is not None else None
+    accepted = 0
+    seen_ids: set[str] = set()
+    for where, item in _produce(fmt, path, prefix, split):
+        report.read += 1
+        if isinstance(item, Refused):
+            report.refuse(str(item), where)
+            continue
+        if item["id"] in seen_ids:
+            report.refuse("an id that appeared earlier in the file", where)
+            continue
+        seen_ids.add(item["id"])
+        accepted += 1
+        if limit is None or len(kept) < limit:
+            kept.append(item)
+        elif rng is not None:  # reservoir sampling: every accepted record equally likely, memory bounded by limit
+            j = rng.randrange(accepted)
+            if j < limit:
+                kept[j] = item
+            report.left_by_limit += 1
+        else:
+            report.left_by_limit += 1
+    report.imported = len(kept)
+    if not kept:
+        raise DatasetError(f"nothing imported: {report.summary_text()}", file=str(path))
+    text = "".join(dumps_canonical(item) + "\n" for item in kept)
+    write_atomic(out, text)
+    try:
+        if labelled:
+            from qaeval.data.labels import load_labelled_set
+
+            load_labelled_set(out)
+        else:
+            from qaeval.data.cases import load_suite
+
+            load_suite(out.parent)  # with whatever else the folder holds: ids must be unique across files
+    except DatasetError:
+        out.unlink()
+        raise
+    return report

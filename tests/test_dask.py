@@ -1,0 +1,47 @@
+"""Scale-out: the same adapter calls on a Dask cluster give the same scoreboard as the local workers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import GOLDEN
+
+from qaeval import api
+from qaeval.cli import main
+
+distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install 'qaeval-harness[dask]')")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                                  silence_logs=50) as c:
+        yield c
+
+
+def test_dask_executor_gives_the_same_scoreboard(cluster, golden_run):
+    with distributed.Client(cluster) as client:
+        run = api.run(str(GOLDEN), executor=client.get_executor())
+    columns = ["metric", "value", "ci_low", "ci_high", "n"]
+    pd.testing.assert_frame_equal(run.scoreboard[columns], golden_run.scoreboard[columns])
+    assert run.meta.executor == "ClientExecutor" and run.outputs["error"].isna().all()
+
+
+def test_dask_url_on_the_command_line(cluster, capsys, tmp_path):
+    url = cluster.scheduler_address.replace("tcp://", "dask://")
+    record = tmp_path / "r.json"
+    assert main(["run", "--data", str(GOLDEN), "--executor", url, "--save", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "faithfulness_rate               1.000" in out
+    assert api.load_run(record).meta.executor == url
+
+
+def test_a_failing_adapter_on_dask_fails_its_cases_not_the_run(cluster):
+    with distributed.Client(cluster) as client:
+        run = api.run(str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter", executor=client.get_executor())
+    assert run.outputs["error"].isna().all() and not run.ok
+
+
+def test_an_unreachable_scheduler_is_a_usage_error(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--executor", "dask://127.0.0.1:9"]) == 64
+    assert "cannot reach the Dask scheduler" in capsys.readouterr().err
