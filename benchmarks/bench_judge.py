@@ -32,7 +32,7 @@ def main() -> None:
     from qaeval import api
     from qaeval.judges.fake_server import FakeJudgeServer
     from qaeval.judges.openai import OpenAIJudge
-    from qaeval.judging import build_requests
+    from qaeval.scoring.judge import build_requests
 
     run = api.run(str(ROOT / "golden"))
     base = build_requests(run.suite.to_frame(), run.outputs, run.suite.sources_frame())

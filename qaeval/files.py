@@ -135,36 +135,54 @@ def dumps_canonical(value: Any, **kw: Any) -> str:
 
 
 def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed value) for each non-blank line of a JSONL file; every problem (the
-    file itself, a line that is not strict JSON) goes to ``problems`` with its file and line."""
+    """Yield (line number, parsed value) for each non-blank line of a JSONL file, reading one line at a
+    time (memory does not grow with the file); every problem (the file itself, a line that is not UTF-8
+    or not strict JSON) goes to ``problems`` with its file and line."""
     where = str(path)
     try:
-        data = read_bytes(path)
+        info = os.stat(path)
     except FileNotFoundError:
         problems.append(Problem(where, None, "not found"))
         return
-    except NotRegularFile as exc:
-        problems.append(Problem(where, None, f"is {exc}, not a file"))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            problems.append(Problem(where, None, "is a symbolic link that loops, not a file"))
+            return
+        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+        problems.append(Problem(where, None, f"is {kind}, not a file"))
         return
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        problems.append(Problem(where, line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"))
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+    with handle:
+        offset = 0
         try:
-            value = loads_strict(line)
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError) and line.strip().startswith("["):
-                msg = "a JSON array; write one JSON object per line (JSONL), not an array"
-            else:
-                msg = json_error_text(exc)
-            problems.append(Problem(where, number, msg))
-            continue
-        yield number, value
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    problems.append(Problem(where, number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
+                                                           f"{offset + exc.start})"))
+                    offset += len(raw)
+                    continue
+                offset += len(raw)
+                if not line.strip():
+                    continue
+                try:
+                    value = loads_strict(line)
+                except ValueError as exc:
+                    if isinstance(exc, json.JSONDecodeError) and line.strip().startswith("["):
+                        msg = "a JSON array; write one JSON object per line (JSONL), not an array"
+                    else:
+                        msg = json_error_text(exc)
+                    problems.append(Problem(where, number, msg))
+                    continue
+                yield number, value
+        except OSError as exc:
+            raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
 
 
 # --------------------------------------------------------------------------- writing

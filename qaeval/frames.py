@@ -55,3 +55,45 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
 def is_missing(value: Any) -> bool:
     """True for None, NaN and pd.NA: the one test for a missing cell."""
     return _missing(value)
+
+
+class Rows:
+    """Collects a frame row by row into column lists (no dict per row is kept), then builds it."""
+
+    def __init__(self, schema: Mapping[str, str]) -> None:
+        self.schema = schema
+        self.columns: dict[str, list[Any]] = {name: [] for name in schema}
+
+    def add(self, **values: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(values[name])
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()), []))
+
+    def frame(self) -> pd.DataFrame:
+        return columns_frame(self.columns, self.schema)
+
+
+class RowsByKey:
+    """A frame's rows looked up by a key column (``case_id``), each built as a dict only when asked for, so
+    a hundred thousand rows are not a hundred thousand dicts at once."""
+
+    def __init__(self, df: pd.DataFrame, key: str = "case_id") -> None:
+        self.columns = {c: df[c].tolist() for c in df.columns}
+        self.index = {k: i for i, k in enumerate(self.columns[key])}
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {c: v[i] for c, v in self.columns.items()}
+
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        return self.row(self.index[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self) -> Iterable[dict[str, Any]]:
+        return (self.row(i) for i in range(len(self.index)))

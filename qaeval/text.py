@@ -39,7 +39,7 @@ def printable(text: str) -> str:
                         text)
 
 
-@lru_cache(maxsize=1 << 18)
+@lru_cache(maxsize=1 << 15)
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
     text = fold(text)
@@ -68,7 +68,7 @@ def content_terms(text: str) -> list[str]:
     return list(_content_terms(text or ""))
 
 
-@lru_cache(maxsize=1 << 18)  # snippets recur across hub, checks and judge: compute each once
+@lru_cache(maxsize=1 << 15)  # passages recur across hub, checks and judge: compute each once
 def _content_terms(text: str) -> tuple[str, ...]:
     return tuple(_stem(t) for t in normalize(text).split() if t not in STOPWORDS)
 

@@ -59,7 +59,7 @@ def test_gold_labels_are_not_attributes_or_keys(suite):
 def test_sources_carry_only_id_text_title(suite):
     view = make_view(suite.cases[0])
     for src in view.sources:
-        assert set(vars(src)) == {"id", "text", "title"}
+        assert set(type(src).__slots__) == {"id", "text", "title"} and not hasattr(src, "__dict__")
 
 
 def test_view_is_read_only(suite):

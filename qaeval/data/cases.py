@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -41,7 +42,7 @@ OPTIONAL = ("gold_answer", "adversarial", "checkpoints")
 SOURCE_FIELDS = ("id", "text", "title")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Source:
     """One passage of a case's frozen retrieval fixture."""
 
@@ -50,7 +51,7 @@ class Source:
     title: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GoldenCase:
     """One hand-curated case, labels included. Never handed to a system under test: see CaseView."""
 
@@ -270,14 +271,21 @@ def _case_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _build(raw: dict[str, Any], path: Path, line: int, fingerprint: str | None = None) -> GoldenCase:
+def _short(value: Any) -> Any:
+    """Short strings that recur across cases (source ids, titles, tags, enum values) are interned: a
+    hundred thousand cases need one "s1", not a hundred thousand."""
+    return sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
+
+
+def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None = None) -> GoldenCase:
     return GoldenCase(
         id=raw["id"], question=raw["question"],
-        sources=tuple(Source(s["id"], s["text"], s.get("title")) for s in raw["sources"]),
-        gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(raw["gold_source_ids"]),
-        expected_behavior=raw["expected_behavior"], difficulty=raw["difficulty"], split=raw["split"],
-        adversarial=raw.get("adversarial"), checkpoints=tuple(raw.get("checkpoints") or ()),
-        file=str(path), line=line, fingerprint=fingerprint or case_fingerprint(raw),
+        sources=tuple(Source(_short(s["id"]), s["text"], _short(s.get("title"))) for s in raw["sources"]),
+        gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(_short(g) for g in raw["gold_source_ids"]),
+        expected_behavior=_short(raw["expected_behavior"]), difficulty=_short(raw["difficulty"]),
+        split=_short(raw["split"]), adversarial=_short(raw.get("adversarial")),
+        checkpoints=tuple(raw.get("checkpoints") or ()), file=where, line=line,
+        fingerprint=fingerprint or case_fingerprint(raw),
     )
 
 
@@ -306,7 +314,7 @@ def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
         label = f"case {case_id!r}: " if _is_str(case_id) else ""
         problems.extend(Problem(where, number, label + p) for p in found)
         if not found:
-            cases.append(_build(raw, Path(where), number, (fingerprints or {}).get(case_id)))
+            cases.append(_build(raw, sys.intern(where), number, (fingerprints or {}).get(case_id)))
     if not cases and not problems:
         problems.append(Problem(root, None, "the suite is empty: no case in any *.jsonl file"))
     if problems:
@@ -331,15 +339,15 @@ def load_suite(data_dir: str | Path) -> Suite:
         raise DatasetError(f"{what}: the cases live in *.jsonl files inside a folder", file=str(root))
     problems: list[Problem] = []
     files = case_files(root)
-    entries = [(str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems)]
     if not files:
-        problems.append(Problem(str(root), None, "no *.jsonl files directly inside this folder"))
-    if problems and not entries:
-        raise DatasetError(problems)
-    try:
+        raise DatasetError([Problem(str(root), None, "no *.jsonl files directly inside this folder")])
+    entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
+    try:  # streamed: each line is validated and built as it is read, no file is held whole
         suite = build_suite(entries, str(root))
     except DatasetError as exc:
-        raise DatasetError(problems + exc.problems) from None
+        found = problems + [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message
+                                                             and problems)]
+        raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
     if problems:
         raise DatasetError(problems)
     return suite

@@ -32,6 +32,7 @@ An adapter error fails every check of its case, with the error as the reason.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.data.cases import source_bodies
-from qaeval.frames import frame, is_missing
+from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.text import content_terms, normalize, split_sentences
 
 CHECKS = ("grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention")
@@ -68,12 +69,11 @@ TEMPLATE_SAMPLE = 500
 
 def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
     """Word 4-grams shared by more than half of the prompts' remainders (what is left of each prompt
-    once its question and sources are cut out), learnt from at least three prompts and at most
-    ``TEMPLATE_SAMPLE`` of them (evenly spaced): the prompt template, not a leak."""
+    once its question and sources are cut out), learnt from at least three prompts (a run passes at
+    most ``TEMPLATE_SAMPLE`` of them, evenly spaced): the prompt template, not a leak."""
     if len(remainders) < TEMPLATE_MIN_PROMPTS:
         return frozenset()
-    step = max(1, len(remainders) // TEMPLATE_SAMPLE)
-    sample = remainders[::step]
+    sample = remainders
     counts: Counter[tuple[str, ...]] = Counter()
     for text in sample:
         words = text.split()
@@ -207,29 +207,27 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     reason (str).
     """
     bodies_by_case = source_bodies(sources)
-    outs = {row["case_id"]: row for row in outputs.to_dict("records")}
-    remainders: dict[str, str] = {}
-    for case in cases.itertuples(index=False):
-        out = outs[case.case_id]
-        if is_missing(out["error"]):
-            rest = prompt_remainder(case, out, bodies_by_case.get(case.case_id, {}))
-            if rest is not None:
-                remainders[case.case_id] = rest
-    template = learn_template(list(remainders.values()))
-    rows = []
+    outs = RowsByKey(outputs)
+    prompted = [case for case in cases.itertuples(index=False)
+                if case.case_id in outs and is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
+    sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
+    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], bodies_by_case.get(c.case_id, {}))
+                                           for c in sample) if r is not None])
+    rows = Rows(CHECK_SCHEMA)
     for case in cases.itertuples(index=False):
         out = outs[case.case_id]
         if not is_missing(out["error"]):
             reason = f"adapter error: {out['error']}"
-            rows.extend(dict(case_id=case.case_id, check=check, passed=False, reason=reason) for check in CHECKS)
+            for check in CHECKS:
+                rows.add(case_id=case.case_id, check=check, passed=False, reason=reason)
             continue
         bodies = bodies_by_case.get(case.case_id, {})
         results = (
-            check_grounding_isolation(case, out, bodies, template, remainders.get(case.case_id)),
+            check_grounding_isolation(case, out, bodies, template),
             check_citation_resolvability(out, bodies),
             check_citation_coverage(out, bodies),
             check_fail_closed(case, out),
         )
-        rows.extend(dict(case_id=case.case_id, check=check, passed=ok, reason=why)
-                    for check, (ok, why) in zip(CHECKS, results))
-    return frame(rows, CHECK_SCHEMA)
+        for check, (ok, why) in zip(CHECKS, results):
+            rows.add(case_id=case.case_id, check=check, passed=ok, reason=sys.intern(why) if len(why) < 120 else why)
+    return rows.frame()

@@ -30,7 +30,7 @@ import pandas as pd
 
 from qaeval.data.cases import GoldenCase, Suite, source_bodies
 from qaeval.errors import TierOneFailed
-from qaeval.frames import frame, is_missing
+from qaeval.frames import Rows, RowsByKey, frame, is_missing
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, effective_scores, judge_config_of, score_with_judge
@@ -108,8 +108,8 @@ def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.Dat
     idx = LayerIndex()
     for cid, check, passed, reason in zip(checks["case_id"], checks["check"], checks["passed"], checks["reason"]):
         idx.checks.setdefault(cid, {})[check] = (bool(passed), reason)
-    for row in retrieval.to_dict("records"):
-        idx.retrieval[row["case_id"]] = row
+    for row in RowsByKey(retrieval):
+        idx.retrieval[row["case_id"]] = {m: row[m] for m in RETRIEVAL_FIELDS}
     idx.scores = effective_scores(verdicts)
     for cid, error in zip(verdicts["case_id"], verdicts["error"]):
         if not is_missing(error):
@@ -194,15 +194,14 @@ def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, ret
     judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list).
     """
     idx = index_layers(checks, retrieval, verdicts, trajectory)
-    bodies = source_bodies(suite.sources_frame())
-    outs = {o["case_id"]: o for o in outputs.to_dict("records")}
-    rows, facts = [], []
+    outs = RowsByKey(outputs)
+    rows, facts = Rows(PER_CASE_SCHEMA), []
     for case in suite:
         out = outs[case.id]
-        f = case_facts(case, out, idx, bodies.get(case.id, {}))
-        rows.append(per_case_row(case, out, f, idx, fail_reasons(case, out, f, idx)))
+        f = case_facts(case, out, idx, {s.id: s.text for s in case.sources})
+        rows.add(**per_case_row(case, out, f, idx, fail_reasons(case, out, f, idx)))
         facts.append(f)
-    return frame(rows, PER_CASE_SCHEMA), units_frame([c.id for c in suite], facts)
+    return rows.frame(), units_frame([c.id for c in suite], facts)
 
 
 # --------------------------------------------------------------------------- the result

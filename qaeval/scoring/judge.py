@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from string import Template
@@ -34,7 +35,7 @@ import pandas as pd
 
 from qaeval.data.cases import source_bodies
 from qaeval.errors import UsageError
-from qaeval.frames import frame, is_missing
+from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
 from qaeval.text import content_terms, normalize
 
@@ -147,7 +148,7 @@ class JudgeRequest:
     answer: str
     gold_answer: str | None
     citations: tuple[CitedSource, ...]
-    messages: tuple[dict[str, str], ...]
+    messages: Sequence[dict[str, str]]  # the versioned rubric prompt, ready to send to a chat model
 
     @property
     def evidence(self) -> str:
@@ -231,6 +232,35 @@ class Rubric:
         return ({"role": "system", "content": self.system}, {"role": "user", "content": user})
 
 
+class Prompt(Sequence[dict[str, str]]):
+    """A request's chat messages, built from the rubric only when a judge reads them (the offline judge
+    never does), so a hundred thousand requests do not hold a hundred thousand prompts."""
+
+    __slots__ = ("_rubric", "_args")
+
+    def __init__(self, rubric: Rubric, question: str, answer: str, gold: str | None,
+                 citations: Sequence[CitedSource]) -> None:
+        self._rubric, self._args = rubric, (question, answer, gold, citations)
+
+    def _build(self) -> tuple[dict[str, str], ...]:
+        return self._rubric.messages(*self._args)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._build()[index]
+
+    def __len__(self) -> int:
+        return 2
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        return iter(self._build())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Prompt(rubric={self._rubric.version})"
+
+
 def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[str | None, str | None]:
     """The (id, text) among candidates most lexically similar to the claim (Jaccard on content terms)."""
     claim_terms = set(content_terms(claim))
@@ -252,7 +282,7 @@ def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataF
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
     requests = []
-    for out in outputs.to_dict("records"):
+    for out in RowsByKey(outputs):
         if not is_missing(out["error"]) or out["abstained"]:
             continue
         case_id = out["case_id"]
@@ -265,7 +295,7 @@ def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataF
             cited.append(CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text))
         g = gold[case_id] if isinstance(gold[case_id], str) else None
         requests.append(JudgeRequest(case_id, questions[case_id], out["answer"], g, tuple(cited),
-                                     rubric.messages(questions[case_id], out["answer"], g, cited)))
+                                     Prompt(rubric, questions[case_id], out["answer"], g, tuple(cited))))
     return requests
 
 
@@ -318,6 +348,11 @@ def _response_problem(req: JudgeRequest, resp: Any) -> str | None:
     return None
 
 
+def _shared(text: str) -> str:
+    """Short texts that recur verbatim across verdicts (a mechanical judge's rationales) are stored once."""
+    return sys.intern(text) if len(text) < 120 else text
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -333,7 +368,7 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
     config (the judge's label).
     """
     label = config.label()
-    rows: list[dict[str, Any]] = []
+    rows = Rows(VERDICT_SCHEMA)
     for req, resp in zip(requests, responses):
         problem = _response_problem(req, resp)
         base = dict(case_id=req.case_id, config=label, cached=False, prompt_tokens=None, completion_tokens=None)
@@ -344,8 +379,8 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         targets += [("citation_correctness", c.source_id, c.text, c.decoy_id) for c in req.citations]
         if problem is not None:
             for axis, target, _, decoy in targets:
-                rows.append(dict(base, axis=axis, target=target, score=None, quote="", rationale="", valid=False,
-                                 invalid_reason="judge error", error=problem, credit=False, decoy_id=decoy))
+                rows.add(**base, axis=axis, target=target, score=None, quote="", rationale="", valid=False,
+                         invalid_reason="judge error", error=problem, credit=False, decoy_id=decoy)
             continue
         by_axis: dict[tuple[str, str], AxisVerdict] = {}
         for v in resp.verdicts:
@@ -354,12 +389,11 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         for axis, target, text, decoy in targets:
             v = by_axis.get((axis, target))
             score, valid, why = validate_verdict(v, text)
-            rows.append(dict(base, axis=axis, target=target, score=score,
-                             quote=v.quote if v and isinstance(v.quote, str) else "",
-                             rationale=v.rationale if v and isinstance(v.rationale, str) else "",
-                             valid=valid, invalid_reason=why, error=None, credit=bool(valid and score == 2),
-                             decoy_id=decoy))
-    return frame(rows, VERDICT_SCHEMA)
+            rows.add(**base, axis=axis, target=target, score=score,
+                     quote=v.quote if v and isinstance(v.quote, str) else "",
+                     rationale=_shared(v.rationale) if v and isinstance(v.rationale, str) else "",
+                     valid=valid, invalid_reason=why, error=None, credit=bool(valid and score == 2), decoy_id=decoy)
+    return rows.frame()
 
 
 def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any]:

@@ -157,10 +157,10 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
     success       bool, the same on every row of a case: every step passed
     ============  ===========================================================
     """
-    from qaeval.frames import frame
+    from qaeval.frames import Rows, RowsByKey
 
-    outs = {o["case_id"]: o for o in outputs.to_dict("records")}
-    rows: list[dict[str, Any]] = []
+    outs = RowsByKey(outputs)
+    rows = Rows(TRAJECTORY_SCHEMA)
     for case in cases.itertuples(index=False):
         if case.difficulty not in MULTI_STEP:
             continue
@@ -173,6 +173,6 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
             steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), held, why))
         success = all(s[3] for s in steps)
         for step, kind, desc, passed, det in steps:
-            rows.append(dict(case_id=case.case_id, step=step, kind=kind, description=desc, passed=bool(passed),
-                             detail=det, success=success))
-    return frame(rows, TRAJECTORY_SCHEMA)
+            rows.add(case_id=case.case_id, step=step, kind=kind, description=desc, passed=bool(passed), detail=det,
+                     success=success)
+    return rows.frame()

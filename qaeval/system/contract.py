@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import secrets
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -229,7 +230,8 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
                 problems.append(f"citations[{i}].claim is too long")
             else:
                 seen.add((c["source_id"], c["claim"]))
-                citations.append({"source_id": c["source_id"], "claim": c["claim"]})
+                claim = answer if c["claim"] == answer else c["claim"]  # one string, not two equal copies
+                citations.append({"source_id": sys.intern(c["source_id"]), "claim": claim})
 
     retrieved: list[str] = []
     items = _items(data.get("retrieved_ids"), "list")
@@ -241,7 +243,7 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
         dupes = sorted({r for r in items if items.count(r) > 1}) if len(set(items)) != len(items) else []
         if dupes:
             problems.append(f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once")
-        retrieved = list(items)
+        retrieved = [sys.intern(r) for r in items]
 
     for flag in ("abstained", "model_was_called"):
         if not isinstance(data.get(flag), bool):
