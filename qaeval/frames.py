@@ -18,19 +18,22 @@ float       float64 (NaN when missing)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 DTYPES = {"text": object, "object": object, "bool": "bool", "boolean": "boolean", "int": "int64",
           "Int64": "Int64", "float": "float64"}
 
 
 def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+    return value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType"
 
 
 def column(values: Sequence[Any], kind: str) -> pd.Series:
+    import pandas as pd
+
     if kind == "text":
         return pd.Series([None if _missing(v) else v for v in values], dtype=object)
     if kind in ("Int64", "boolean"):
@@ -42,6 +45,8 @@ def column(values: Sequence[Any], kind: str) -> pd.Series:
 
 def frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.DataFrame:
     """A DataFrame with exactly the columns of ``schema`` ({column: kind}), in that order."""
+    import pandas as pd
+
     rows = list(rows)
     return pd.DataFrame({name: column([r[name] for r in rows], kind) for name, kind in schema.items()},
                         columns=list(schema))
@@ -49,6 +54,8 @@ def frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.Da
 
 def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str]) -> pd.DataFrame:
     """Like ``frame`` but from column lists."""
+    import pandas as pd
+
     return pd.DataFrame({name: column(columns[name], kind) for name, kind in schema.items()}, columns=list(schema))
 
 

@@ -6,6 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api, load_suite, run_suite
@@ -52,3 +53,23 @@ def test_custom_judge_skeleton_runs(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
     run = api.run(str(GOLDEN), judge="examples.custom_judge:make_judge")
     assert run.judge_config.name == "keyword" and run.verdicts["valid"].all()
+
+
+SQUAD = ROOT.parent / "shared" / "data" / "squad2-small.json"
+
+
+@pytest.mark.skipif(not SQUAD.is_file(), reason=f"real data absent: {SQUAD} is not part of a clone")
+def test_grow_the_golden_set_example_notebook_runs(tmp_path, monkeypatch):
+    import nbformat
+    import papermill
+
+    monkeypatch.setenv("QAEVAL_PROGRESS", "0")
+    out = tmp_path / "out.ipynb"
+    papermill.execute_notebook(str(ROOT / "examples" / "grow-the-golden-set.ipynb"), str(out), kernel_name="python3",
+                               progress_bar=False, cwd=str(ROOT),
+                               parameters={"squad": str(SQUAD), "workdir": str(tmp_path / "work"), "limit": 40})
+    text = str([c.get("outputs") for c in nbformat.read(out, as_version=4).cells])
+    assert "every record accounted for" in text and "added " in text
+    grown = load_suite(tmp_path / "work" / "golden")
+    assert len(grown) == 16 and sum(c.split == "living" for c in grown) == 6
+    assert len(load_suite(GOLDEN)) == 15, "the repository's own golden set is untouched"
