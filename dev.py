@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Set up and run qaeval with nothing but python3.
 
-    python3 dev.py demo    create .venv, install qaeval, run the whole demo pipeline into reports/
-    python3 dev.py test    create .venv, install qaeval with its test tools, run the test suite
+    python3 dev.py demo            create .venv, install qaeval, run the whole demo pipeline into reports/
+    python3 dev.py test            create .venv, install qaeval with its test tools, run the test suite
+    python3 dev.py test --oldest   the same in .venv-oldest, with the oldest versions qaeval claims to support
 
 Extra arguments after `test` go to pytest. Set QAEVAL_VENV to use another environment folder.
 """
@@ -17,9 +18,14 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-VENV = Path(os.environ.get("QAEVAL_VENV", ROOT / ".venv"))
-BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-PY = BIN / ("python.exe" if os.name == "nt" else "python")
+OLDEST = ROOT / ".ci" / "oldest.txt"
+
+
+def paths(oldest: bool) -> tuple[Path, Path, Path]:
+    default = ROOT / (".venv-oldest" if oldest else ".venv")
+    folder = Path(os.environ.get("QAEVAL_VENV" if not oldest else "QAEVAL_VENV_OLDEST", default))
+    bin_dir = folder / ("Scripts" if os.name == "nt" else "bin")
+    return folder, bin_dir, bin_dir / ("python.exe" if os.name == "nt" else "python")
 
 
 def sh(*args: str, ok: tuple[int, ...] = (0,), **kw) -> int:
@@ -30,54 +36,64 @@ def sh(*args: str, ok: tuple[int, ...] = (0,), **kw) -> int:
     return code
 
 
-def setup() -> None:
-    if not PY.exists():
-        print(f"creating {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    stamp = VENV / ".qaeval-installed"
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+def setup(oldest: bool = False) -> Path:
+    folder, bin_dir, python = paths(oldest)
+    if not python.exists():
+        print(f"creating {folder}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(folder)
+    stamp = folder / ".qaeval-installed"
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + (OLDEST.read_bytes() if oldest else b"")).hexdigest()
     if stamp.exists() and stamp.read_text() == want:
-        return
-    sh(str(PY), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    sh(str(PY), "-m", "pip", "install", "--quiet", "-e", ".[dev]")
+        return bin_dir
+    sh(str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    constraints = ["-c", str(OLDEST)] if oldest else []
+    sh(str(python), "-m", "pip", "install", "--quiet", *constraints, "-e", ".[dev]")
     stamp.write_text(want)
+    return bin_dir
 
 
-def qaeval(*args: str, expect: int) -> None:
-    sh(str(BIN / "qaeval"), *args, ok=(expect,))
-
-
-def demo() -> None:
+def demo(bin_dir: Path) -> None:
     reports = ROOT / "reports"
     reports.mkdir(exist_ok=True)
-    baseline, history = str(reports / "baseline.json"), reports / "drift-history.jsonl"
-    buggy = "qaeval.buggy_hub:make_adapter"
+    baseline = "golden/ci-baseline.json"  # the committed baseline of the reference system
+    history = reports / "drift-history.jsonl"
+    buggy = "qaeval.system.saboteur:make_adapter"
     os.environ["QAEVAL_PROGRESS"] = "0"
+
+    def qaeval(*args: str, expect: int) -> None:
+        sh(str(bin_dir / "qaeval"), *args, ok=(expect,))
+
     qaeval("validate", "--data", "golden", expect=0)
     qaeval("validate", "--data", "golden/buggy", expect=0)
-    qaeval("baseline", "--data", "golden", "--out", baseline, "--html", str(reports / "run.html"), expect=0)
-    qaeval("gate", "--data", "golden", "--baseline", baseline, "--html", str(reports / "gate-golden.html"), expect=0)
+    qaeval("run", "--data", "golden", "--save", "reports/run.json", "--html", "reports/run.html", expect=0)
+    qaeval("gate", "--data", "golden", "--baseline", baseline, "--html", "reports/gate-golden.html", expect=0)
     qaeval("gate", "--data", "golden/buggy", "--adapter", buggy, "--baseline", baseline,
-           "--html", str(reports / "gate.html"), expect=1)
+           "--save", "reports/gate-saboteur.json", "--html", "reports/gate.html", expect=1)
     qaeval("calibrate", "--data", "golden", "--labels", "golden/calibration/human_labels.jsonl",
-           "--html", str(reports / "calibrate.html"), expect=2)
+           "--html", "reports/calibrate.html", expect=2)
     history.unlink(missing_ok=True)
     for _ in range(4):
         qaeval("drift", "--data", "golden", "--timeseries", str(history), "--quiet", expect=0)
     qaeval("drift", "--data", "golden", "--timeseries", str(history), "--adapter", buggy,
-           "--html", str(reports / "drift.html"), expect=3)
-    print("\ndemo done: the gate passed golden, blocked the saboteur, calibration refused the offline judge,")
-    print(f"drift alarmed on the saboteur. Reports: {', '.join(sorted(p.name for p in reports.glob('*.html')))} in {reports}")
+           "--html", "reports/drift.html", expect=3)
+    qaeval("run", "--data", "golden", "--adapter", buggy, "--save", "reports/saboteur-run.json", "--quiet", expect=0)
+    qaeval("compare", baseline, "reports/saboteur-run.json", "--html", "reports/compare.html", expect=0)
+    qaeval("report", "reports/gate-saboteur.json", "--html", "reports/gate-from-record.html", expect=0)
+    print("\ndemo done: the gate passed golden against the committed baseline, blocked the saboteur, calibration")
+    print("refused the offline judge on answer correctness, drift alarmed on the saboteur, compare named every case")
+    print(f"it changed. Reports: {', '.join(sorted(p.name for p in reports.glob('*.html')))} in {reports}")
 
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in ("demo", "test", "setup"):
         sys.exit(__doc__)
-    setup()
+    oldest = argv[0] == "test" and "--oldest" in argv[1:]
+    bin_dir = setup(oldest)
     if argv[0] == "demo":
-        demo()
+        demo(bin_dir)
     elif argv[0] == "test":
-        sys.exit(subprocess.call([str(PY), "-m", "pytest", *argv[1:]], cwd=ROOT))
+        extra = [a for a in argv[1:] if a != "--oldest"]
+        sys.exit(subprocess.call([str(bin_dir / "python"), "-m", "pytest", *extra], cwd=ROOT))
 
 
 if __name__ == "__main__":

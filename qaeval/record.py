@@ -72,9 +72,10 @@ LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "te
 
 
 def clean(value: Any) -> Any:
-    """JSON-ready: NaN and pd.NA become null, numpy scalars become Python numbers, tuples lists."""
+    """JSON-ready: NaN and pd.NA become null, numpy scalars become Python numbers, tuples lists, and the
+    keys of every object sorted (so a record diffs cleanly)."""
     if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
     if value is None or value is pd.NA:
@@ -172,11 +173,17 @@ def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool =
     return record
 
 
+ORDER = ("format", "version", "kind", "baseline", "green", "allowed_failing", "meta", "notes", "labels", "scoreboard",
+         "slices", "gate", "calibration", "drift", "cases")
+
+
 def dumps_record(record: dict[str, Any]) -> str:
-    """Sorted keys, indented, with each case (and each scoreboard and slice row) on one line."""
-    body = {k: v for k, v in record.items() if k not in ("cases", "scoreboard", "slices")}
+    """A fixed order of sections (what a reviewer reads first comes first, the cases last), keys sorted
+    within them, and each case (and each scoreboard and slice row) on one line."""
+    keys = [k for k in ORDER if k in record] + sorted(k for k in record if k not in ORDER)
     placeholders = {key: f"@@{key}@@" for key in ("cases", "scoreboard", "slices") if key in record}
-    text = json.dumps({**body, **placeholders}, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    ordered = {k: placeholders.get(k, record[k]) for k in keys}
+    text = json.dumps(ordered, indent=1, ensure_ascii=False, allow_nan=False)
     for key, token in placeholders.items():
         items = record[key]
         block = "[]" if not items else "[\n" + ",\n".join("  " + dumps_canonical(item) for item in items) + "\n ]"

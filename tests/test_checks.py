@@ -95,6 +95,20 @@ def test_template_text_shared_by_most_prompts_is_not_a_leak(tmp_path):
     assert not result[(result["check"] == "grounding_isolation") & (result["case_id"] == "c0")]["passed"].item()
 
 
+def test_a_retrieved_passage_id_or_title_naming_the_answer_is_not_a_leak(tmp_path):
+    """HotpotQA passages are titled by the entity that is often the answer: '[the-exies] The Exies were ...'."""
+    case = make_case(gold_answer="Dunmore Street", question="Which street is Eastside on?",
+                     sources=[{"id": "dunmore-street", "title": "Dunmore Street", "text": S1},
+                              {"id": "s2", "text": S2}], gold_source_ids=["dunmore-street"])
+    prompt = f"Which street is Eastside on?\n[dunmore-street] (Dunmore Street) {S1}"
+    res = run_checks(tmp_path, case, prompt_to_model=prompt, retrieved_ids=["dunmore-street"],
+                     citations=[{"source_id": "dunmore-street", "claim": S1}])
+    assert res["grounding_isolation"][0] is True, res["grounding_isolation"]
+    unretrieved = run_checks(tmp_path / "b", case, prompt_to_model=prompt + "\n[s2] Dunmore Street", retrieved_ids=["s2"],
+                             citations=[{"source_id": "s2", "claim": S2}], answer=S2)
+    assert unretrieved["grounding_isolation"][0] is False, "a passage that was not retrieved still leaks"
+
+
 def test_a_lone_prompt_learns_no_template(tmp_path):
     case = make_case(gold_answer="2")
     res = run_checks(tmp_path, case, prompt_to_model=f"Answer in at most 2 sentences.\nWhen did the Eastside Branch open?\n{S1}")

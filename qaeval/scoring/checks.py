@@ -9,7 +9,8 @@ grounding_isolation
     source (a model cannot ground a claim in text it never saw); and the gold answer may appear in it
     only inside retrieved source bodies. Containment is tested on folded text: Unicode NFKC, invisible
     format characters (category Cf) removed, case, accents, punctuation and runs of whitespace ignored.
-    The leak detector removes from the prompt the question, every retrieved source body and the
+    The leak detector removes from the prompt the question, every retrieved source (its body, id and
+    title) and the
     prompt's *template* (text it shares with most other prompts of the run: any run of four words that
     more than half of the run's prompts still contain once their own question and sources are cut out,
     learnt only when the run has at least three prompts),
@@ -32,6 +33,7 @@ An adapter error fails every check of its case, with the error as the reason.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -56,11 +58,11 @@ def _contains(haystack: str, needle: str) -> bool:
 
 
 def _remove(text: str, pieces: Sequence[str]) -> str:
-    """``text`` (normalised) with every normalised piece cut out, longest first; each cut leaves a
-    separator, so words on either side never join into a match."""
+    """``text`` (normalised) with every occurrence of every normalised piece cut out, longest first; each
+    cut leaves a separator, so words on either side never join into a match."""
     out = f" {text} "
     for piece in sorted({p for p in pieces if p}, key=len, reverse=True):
-        out = out.replace(f" {piece} ", " | ")
+        out = re.sub(rf"(?<!\S){re.escape(piece)}(?!\S)", "|", out)
     return out
 
 
@@ -94,19 +96,22 @@ def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
 
 
-def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str]) -> str | None:
-    """The normalised prompt with its question and every retrieved source body cut out (None when no
-    prompt was recorded): where a leaked gold answer would have to be."""
+def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
+                     titles: Mapping[str, str | None] | None = None) -> str | None:
+    """The normalised prompt with its question and every retrieved source (body, id and title) cut out
+    (None when no prompt was recorded): where a leaked gold answer would have to be. A passage's id and
+    title are retrieved context too: "[the-exies] The Exies were ..." leaks nothing."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
     retrieved = [r for r in out["retrieved_ids"] if r in bodies]
-    return _remove(normalize(prompt), [normalize(case.question), *(normalize(bodies[r]) for r in retrieved)])
+    labels = [normalize(r) for r in retrieved] + [normalize(t) for t in ((titles or {}).get(r) for r in retrieved) if t]
+    return _remove(normalize(prompt), [normalize(case.question), *(normalize(bodies[r]) for r in retrieved), *labels])
 
 
 def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
                               template: frozenset[tuple[str, ...]] = frozenset(),
-                              remainder: str | None = None) -> tuple[bool, str]:
+                              remainder: str | None = None, titles: Mapping[str, str | None] | None = None) -> tuple[bool, str]:
     """Every way the prompt breaks isolation, not just the first (a leak is named even when the prompt
     also lacks a cited source)."""
     if not out["model_was_called"]:
@@ -126,7 +131,7 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
     if missing and retrieved:
         problems.append(f"cited source(s) {', '.join(dict.fromkeys(missing))} not in the prompt: the model never saw them")
     if case.gold_answer:
-        rest = remainder if remainder is not None else prompt_remainder(case, out, bodies) or ""
+        rest = remainder if remainder is not None else prompt_remainder(case, out, bodies, titles) or ""
         if _contains(_strip_template(rest, template), normalize(case.gold_answer)):
             problems.insert(0, f"gold answer {case.gold_answer!r} appears in the prompt outside the retrieved sources")
     if problems:
@@ -207,12 +212,16 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     reason (str).
     """
     bodies_by_case = source_bodies(sources)
+    titles_by_case: dict[str, dict[str, str | None]] = {}
+    for cid, sid, title in zip(sources["case_id"].tolist(), sources["source_id"].tolist(), sources["title"].tolist()):
+        if isinstance(title, str):
+            titles_by_case.setdefault(cid, {})[sid] = title
     outs = RowsByKey(outputs)
     prompted = [case for case in cases.itertuples(index=False)
                 if case.case_id in outs and is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
     sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
-    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], bodies_by_case.get(c.case_id, {}))
-                                           for c in sample) if r is not None])
+    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], bodies_by_case.get(c.case_id, {}),
+                                                            titles_by_case.get(c.case_id)) for c in sample) if r is not None])
     rows = Rows(CHECK_SCHEMA)
     for case in cases.itertuples(index=False):
         out = outs[case.case_id]
@@ -223,7 +232,7 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
             continue
         bodies = bodies_by_case.get(case.case_id, {})
         results = (
-            check_grounding_isolation(case, out, bodies, template),
+            check_grounding_isolation(case, out, bodies, template, titles=titles_by_case.get(case.case_id)),
             check_citation_resolvability(out, bodies),
             check_citation_coverage(out, bodies),
             check_fail_closed(case, out),
