@@ -35,11 +35,16 @@ def main() -> None:
 
     from qaeval import api
 
-    print("QA sets, the reference system, offline judge")
-    for fmt, name in QA:
+    def present(name: str) -> Path | None:
         path = data / name
         if not path.is_file():
             print(f"  {name}: absent ({path}); skipped")
+            return None
+        return path
+
+    print("QA sets, the reference system, offline judge")
+    for fmt, name in QA:
+        if (path := present(name)) is None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             report = api.import_cases(fmt, path, tmp)
@@ -52,9 +57,7 @@ def main() -> None:
 
     print("\nthe offline judge against human labels (faithfulness)")
     for fmt, name in LABELLED:
-        path = data / name
-        if not path.is_file():
-            print(f"  {name}: absent ({path}); skipped")
+        if (path := present(name)) is None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             report = api.import_cases(fmt, path, tmp, labelled=True, prefix=path.stem)

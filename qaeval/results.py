@@ -31,6 +31,7 @@ HTML_VIEWS: dict[type, Callable[[Any], str]] = {}
 class Result:
     kind: ClassVar[str] = "result"
     error_type: ClassVar[type[VerdictError]] = VerdictError
+    words: ClassVar[tuple[str, str]] = ("OK", "NOT OK")  # the verdict when ok, and when not
 
     @property
     def ok(self) -> bool:
@@ -38,7 +39,7 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        raise NotImplementedError
+        return self.words[0] if self.ok else self.words[1]
 
     @property
     def reason(self) -> str:

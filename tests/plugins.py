@@ -74,13 +74,21 @@ def notify_exits(alarms):
 not_callable = 42
 
 
-class AbstainOn:
+class WrapsHub:
+    """Test adapters that change one thing about the reference system."""
+
+    def __init__(self) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub = ReferenceHub()
+
+
+class AbstainOn(WrapsHub):
     """The reference hub, except that it abstains on questions containing a word (a wrong refusal)."""
 
     def __init__(self, word: str) -> None:
-        from qaeval.adapter import ReferenceHub
-
-        self.hub, self.word = ReferenceHub(), word
+        super().__init__()
+        self.word = word
 
     def answer(self, case):
         if self.word in case.question:
@@ -280,13 +288,8 @@ def make_slow():
     return Slow()
 
 
-class AsyncHub:
+class AsyncHub(WrapsHub):
     """The reference system behind an ``async def answer``."""
-
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub = ReferenceHub()
 
     async def answer(self, case):
         import asyncio
@@ -299,13 +302,10 @@ def make_async_hub():
     return AsyncHub()
 
 
-class RaisesOnThird:
-    """The reference system, except that the third case it is handed raises."""
+class RaisesOnThird(WrapsHub):
+    """The reference system, except that one case (the second of the frozen split) raises."""
 
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub, self.question = ReferenceHub(), "What does a non-resident pay for an annual library card?"
+    question = "What does a non-resident pay for an annual library card?"
 
     def answer(self, case):
         if case.question == self.question:
@@ -317,12 +317,7 @@ def make_raises_on_one():
     return RaisesOnThird()
 
 
-class CallsModelWithoutPrompt:
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub = ReferenceHub()
-
+class CallsModelWithoutPrompt(WrapsHub):
     def answer(self, case):
         out = self.hub.answer(case)
         out.prompt_to_model = None
@@ -333,13 +328,8 @@ def make_no_prompt():
     return CallsModelWithoutPrompt()
 
 
-class Repeats:
+class Repeats(WrapsHub):
     """Games retrieval by listing its first retrieved id five times."""
-
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub = ReferenceHub()
 
     def answer(self, case):
         out = self.hub.answer(case)
@@ -352,13 +342,8 @@ def make_repeats():
     return Repeats()
 
 
-class AbstainsButAnswers:
+class AbstainsButAnswers(WrapsHub):
     """Marks abstained on what it should refuse, but still shows the user an answer and a citation."""
-
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub = ReferenceHub()
 
     def answer(self, case):
         out = self.hub.answer(case)
@@ -381,13 +366,8 @@ def make_huge_aggregate():
     return HugeAggregate()
 
 
-class Counting:
+class Counting(WrapsHub):
     """The reference system that appends one line per call to the file named by QAEVAL_TEST_CALLS."""
-
-    def __init__(self) -> None:
-        from qaeval.system.reference import ReferenceHub
-
-        self.hub = ReferenceHub()
 
     def answer(self, case):
         import os

@@ -207,12 +207,18 @@ def squad2_cases(path: Path, prefix: str, split: str, distractors: int = 5) -> I
                     yield here, exc
 
 
-def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
+def _items_of(record: Any, key: str, what: str) -> list[Any]:
+    """A record's non-empty list field, or Refused."""
     if not isinstance(record, dict):
         raise Refused("a record that is not an object")
-    context = record.get("context")
-    if not isinstance(context, list) or not context:
-        raise Refused("no context paragraphs")
+    value = record.get(key)
+    if not isinstance(value, list) or not value:
+        raise Refused(f"no {what}")
+    return value
+
+
+def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
+    context = _items_of(record, "context", "context paragraphs")
     taken: set[str] = set()
     sources, ids = [], {}
     for item in context:
@@ -245,11 +251,7 @@ def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
 
 
 def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
-    if not isinstance(record, dict):
-        raise Refused("a record that is not an object")
-    paragraphs = record.get("paragraphs")
-    if not isinstance(paragraphs, list) or not paragraphs:
-        raise Refused("no paragraphs")
+    paragraphs = _items_of(record, "paragraphs", "paragraphs")
     sources, gold = [], []
     for n, p in enumerate(paragraphs):
         if not isinstance(p, dict):

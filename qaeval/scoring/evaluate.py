@@ -231,14 +231,11 @@ class RunResult(Result):
 
     kind = "run"
     error_type = TierOneFailed
+    words = ("GREEN", "RED")
 
     @property
     def ok(self) -> bool:
         return not self.tier_one_failures
-
-    @property
-    def verdict(self) -> str:
-        return "GREEN" if self.ok else "RED"
 
     @property
     def exit_code(self) -> int:

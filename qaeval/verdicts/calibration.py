@@ -108,6 +108,7 @@ class CalibrationResult(Result):
 
     kind = "calibrate"
     error_type = JudgeNotTrusted
+    words = ("TRUSTED", "RETUNE JUDGE")
 
     @property
     def weak_axes(self) -> list[str]:
@@ -121,10 +122,6 @@ class CalibrationResult(Result):
     @property
     def trusted(self) -> bool:
         return self.ok
-
-    @property
-    def verdict(self) -> str:
-        return "TRUSTED" if self.ok else "RETUNE JUDGE"
 
     @property
     def reason(self) -> str:

@@ -46,6 +46,7 @@ class Comparison(Result):
 
     kind = "compare"
     error_type = VerdictError
+    words = ("NO REGRESSION", "REGRESSED")
 
     @property
     def regressed(self) -> list[str]:
@@ -76,10 +77,6 @@ class Comparison(Result):
     @property
     def exit_code(self) -> int:
         return 0
-
-    @property
-    def verdict(self) -> str:
-        return "NO REGRESSION" if self.ok else "REGRESSED"
 
     @property
     def reason(self) -> str:

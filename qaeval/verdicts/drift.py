@@ -157,6 +157,7 @@ class DriftResult(Result):
 
     kind = "drift"
     error_type = DriftAlarm
+    words = ("OK", "ALARM")
 
     @property
     def ok(self) -> bool:
@@ -165,10 +166,6 @@ class DriftResult(Result):
     @property
     def alarmed(self) -> bool:
         return bool(self.alarms)
-
-    @property
-    def verdict(self) -> str:
-        return "OK" if self.ok else "ALARM"
 
     @property
     def reason(self) -> str:

@@ -254,6 +254,7 @@ class GateResult(Result):
 
     kind = "gate"
     error_type = GateBlocked
+    words = ("PASS", "BLOCK")
 
     @property
     def judge_trusted(self) -> bool:
@@ -266,10 +267,6 @@ class GateResult(Result):
     @property
     def passed(self) -> bool:
         return self.ok
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.ok else "BLOCK"
 
     @property
     def exit_code(self) -> int:
