@@ -122,7 +122,7 @@ def _score(value: Any) -> str:
 class Col:
     key: str
     header: str
-    kind: str = "text"  # text, html (already markup), num, id, int
+    kind: str = "text"  # text, html (already markup), htmlnum (markup, right-aligned), nowrap, num, id, int
     digits: int = 3
 
 
@@ -136,6 +136,10 @@ def html_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], *, cap
             value = row.get(c.key)
             if c.kind == "html":
                 cells.append(f"<td>{value if value is not None else ''}</td>")
+            elif c.kind == "htmlnum":
+                cells.append(f'<td class="num">{value if value is not None else ""}</td>')
+            elif c.kind == "nowrap":
+                cells.append(f'<td class="nowrap">{esc("" if is_missing(value) else value)}</td>')
             elif c.kind == "num":
                 cells.append(f'<td class="num">{_num(value, None, c.digits)}</td>')
             elif c.kind == "int":
@@ -621,9 +625,10 @@ def agreement_table(result: CalibrationResult) -> Html:
         note = ('<p>The overall figure clears the bar, yet the judge is refused: it is only as trustworthy as its '
                 "weakest axis, and an average hides the axis where it is wrong.</p>")
     return Html(note + html_table(rows, [
-        Col("axis", "axis", "id"), Col("n", "labels", "int"), Col("exact", "exact agreement", "html"),
-        Col("exact_ci", "95% CI (Wilson)"), Col("within", "within one", "html"), Col("within_ci", "95% CI"),
-        Col("mae", "MAE", "html"), Col("kappa", "kappa (quadratic)", "html"), Col("result", "result", "html"),
+        Col("axis", "axis", "id"), Col("n", "labels", "int"), Col("exact", "exact agreement", "htmlnum"),
+        Col("exact_ci", "95% CI (Wilson)", "nowrap"), Col("within", "within one", "htmlnum"),
+        Col("within_ci", "95% CI", "nowrap"), Col("mae", "MAE", "htmlnum"), Col("kappa", "kappa (quadratic)", "htmlnum"),
+        Col("result", "result", "html"),
         Col("status", "why")], caption="Agreement with human labels per axis (kappa is NaN when there is no spread "
                                        "to agree on)", bad=lambda r: "NOT TRUSTED" in (r["result"] or "")))
 
@@ -705,9 +710,10 @@ def drift_chart(result: DriftResult) -> Chart:
     bands = result.bands.set_index("metric")
     runs = hist.drop_duplicates("run").sort_values("run")
     times = _times(hist)
-    use_time = all(t is not None for t in times) and len(set(times)) == len(times)
+    use_time = bool(times) and all(t is not None for t in times)
     xs = times if use_time else list(runs["run"])
     commits = [(c or "")[:7] for c in runs["commit"]]
+    labels = [c if c and (i == 0 or c != commits[i - 1]) else "" for i, c in enumerate(commits)]  # where it changes
     metrics = list(bands.index)
     cols = 4
     rows = math.ceil(len(metrics) / cols)
@@ -722,8 +728,8 @@ def drift_chart(result: DriftResult) -> Chart:
             ax.fill_between([start, xs[-1]], b["low"], b["high"], color="#9fc5e8", alpha=0.45, lw=0)
         if b["alarm"]:
             ax.plot([xs[-1]], [b["current"]], marker="X", ms=11, color=FAIL_COLOR)
-        if len(xs) <= 12:
-            for x, v, c in zip(xs, series["value"], commits):
+        if len(xs) <= 40:
+            for x, v, c in zip(xs, series["value"], labels):
                 if c and not math.isnan(v):
                     ax.annotate(plain(c, 8), (x, v), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=6,
                                 color="#555")
@@ -741,7 +747,8 @@ def drift_chart(result: DriftResult) -> Chart:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("run (no times recorded)", fontsize=7)
         ax.spines[["top", "right"]].set_visible(False)
-    fig.suptitle("Each metric over time (labels: commit); band = trailing mean ± max(3σ, 0.02); ✕ = alarm", fontsize=9.5)
+    fig.suptitle("Each metric over time (labels: the commit, where it changes); band = trailing mean ± max(3σ, 0.02); "
+                 "✕ = alarm", fontsize=9.5)
     return Chart(fig, "Each metric's series over time with its band and alarms")
 
 

@@ -85,7 +85,7 @@ class RunMeta:
     def now(cls, **fields: Any) -> RunMeta:
         from qaeval import __version__
 
-        return cls(created=datetime.now(timezone.utc).isoformat(timespec="seconds"), git_commit=git_commit(),
+        return cls(created=datetime.now(timezone.utc).isoformat(timespec="milliseconds"), git_commit=git_commit(),
                    qaeval_version=__version__, python=platform.python_version(), **fields)
 
 

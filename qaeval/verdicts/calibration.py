@@ -176,7 +176,8 @@ class CalibrationResult(Result):
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
         return cls(run=run, pairs=frame(s["pairs"], PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
-                   confusion={axis: _matrix(np.array(m, dtype=int)) for axis, m in s["confusion"].items()},
+                   confusion={axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES
+                              if axis in s["confusion"]},
                    min_agreement=float(s["min_agreement"]), min_labels=int(s["min_labels"]),
                    judge_label=str(s["judge_label"]), source=str(s.get("source") or ""), notes=list(s.get("notes") or []))
 

@@ -186,6 +186,8 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
                 diffs.append(num / den - bn / bd)
         p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
         distinguishable, noise = noise_note(p, floor, moved, len(diffs))
+        if moved == 0 and diffs and not math.isnan(delta) and abs(delta) > _EPS:
+            noise += "; the change comes from cases counted on one side only"
         rows.append(dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
                          passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]), n_paired=len(diffs),
                          n_moved=moved, p_value=p if diffs else math.nan, distinguishable=distinguishable,
@@ -288,7 +290,9 @@ class GateResult(Result):
         if not self.judge_trusted:
             return f"the judge is not trusted ({self.calibration.reason}); its numbers cannot gate"
         if self.ok:
-            return f"every tier passed against {self.baseline.path}"
+            already = len(self.already_failing)
+            return f"every tier passed against {self.baseline.path}" + (
+                f"; {already} case(s) fail as they did in the baseline" if already else "")
         return "failed " + "; ".join(f"{r.tier} ({len(r.case_ids)} case(s))" if r.case_ids else r.tier
                                      for r in self.failed_tiers.itertuples(index=False))
 
