@@ -374,8 +374,13 @@ def _legacy_baseline(data: Mapping[str, Any], where: str) -> Baseline:
             problems.append(f"field {key!r} missing or not a {kind.__name__}")
     metrics: dict[str, tuple[float, int]] = {}
     cases: dict[str, BaselineCase] = {}
+    if not problems and not data["metrics"]:
+        problems.append("it holds no metric")
     if not problems:
         for m in METRIC_NAMES:
+            if m not in data["metrics"]:  # a metric defined since: not comparable, never a failure
+                metrics[m] = (math.nan, 0)
+                continue
             item = data["metrics"].get(m)
             value = item.get("value") if isinstance(item, dict) else "missing"
             n = item.get("n", 0) if isinstance(item, dict) else 0

@@ -33,7 +33,7 @@ from qaeval.results import HTML_VIEWS, Result
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AXES
-from qaeval.scoring.metrics import BY_NAME, format_interval, format_value
+from qaeval.scoring.metrics import BY_NAME, format_interval, format_number, format_value
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.compare import Comparison
 from qaeval.verdicts.drift import DriftResult
@@ -109,9 +109,9 @@ def mark(flag: Any, yes: str = "pass", no: str = "FAIL") -> str:
 
 
 def _num(value: Any, n: Any = 1, digits: int = 3) -> str:
-    if is_missing(value) or (n is not None and n == 0):
-        return '<span class="na">NaN (n=0)</span>' if n == 0 else '<span class="na">—</span>'
-    return f"{float(value):.{digits}f}"
+    if n == 0:
+        return '<span class="na">NaN (n=0)</span>'
+    return format_number(value, digits, missing='<span class="na">—</span>')
 
 
 def _score(value: Any) -> str:
@@ -239,7 +239,7 @@ def scoreboard_table(run: RunResult) -> Html:
                    ci=format_interval(r["ci_low"], r["ci_high"], r["n"]), n=r["n"],
                    better=f"{r['direction']} ({r['over']})")
         if ppi:
-            row.update(ppi="" if not r["n_labelled"] or is_missing(r["ppi_value"]) else f"{r['ppi_value']:.3f}",
+            row.update(ppi="" if not r["n_labelled"] else format_number(r["ppi_value"], missing=""),
                        ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
                        labels=r["n_labelled"] or "")
         rows.append(row)
@@ -614,9 +614,9 @@ def agreement_table(result: CalibrationResult) -> Html:
     for r in result.agreement.to_dict("records"):
         n = r["n"]
         rows.append(dict(axis=r["axis"], n=n, exact=_num(r["exact"], n, 2),
-                         exact_ci="" if not n else f"[{r['exact_low']:.2f}, {r['exact_high']:.2f}]",
+                         exact_ci=format_interval(r["exact_low"], r["exact_high"], n, digits=2),
                          within=_num(r["within_one"], n, 2),
-                         within_ci="" if not n else f"[{r['within_one_low']:.2f}, {r['within_one_high']:.2f}]",
+                         within_ci=format_interval(r["within_one_low"], r["within_one_high"], n, digits=2),
                          mae=_num(r["mae"], n, 2), kappa=_num(r["kappa"], None, 2),
                          result=mark(r["passed"], "ok", "NOT TRUSTED") if r["axis"] != "overall" else
                          '<span class="na">not gated</span>', status=r["status"]))
@@ -754,7 +754,7 @@ def drift_chart(result: DriftResult) -> Chart:
 
 def bands_table(result: DriftResult) -> Html:
     rows = [dict(metric=r["metric"], now=_num(r["current"], None),
-                 band="no band yet" if is_missing(r["low"]) else f"[{r['low']:.3f}, {r['high']:.3f}]",
+                 band=format_interval(r["low"], r["high"], r["window_n"]) or "no band yet",
                  runs=r["window_n"], rule=r["direction"], result=mark(not r["alarm"], "inside", "ALARM"))
             for r in result.bands.to_dict("records")]
     return Html(html_table(rows, [Col("metric", "metric", "id"), Col("now", "now", "html"), Col("band", "band"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -199,12 +200,21 @@ def ratio_with_interval(num: np.ndarray, den: np.ndarray, *, resamples: int = RE
     return _summarise(num2, den2, ratios[0])[0]
 
 
+def format_number(value: Any, digits: int = 3, missing: str = "NaN") -> str:
+    """A number as every summary and report shows it: fixed digits, or ``missing`` for None/NaN/NA."""
+    if value is None or value != value or type(value).__name__ == "NAType":
+        return missing
+    return f"{float(value):.{digits}f}"
+
+
 def format_value(value: float, n: int | float) -> str:
-    return "NaN (n=0)" if n == 0 or value != value else f"{value:.3f}"
+    return "NaN (n=0)" if n == 0 else format_number(value)
 
 
-def format_interval(low: float, high: float, n: int | float) -> str:
-    return "" if n == 0 or low != low else f"[{low:.3f}, {high:.3f}]"
+def format_interval(low: float, high: float, n: int | float, digits: int = 3) -> str:
+    if n == 0 or low != low:
+        return ""
+    return f"[{format_number(low, digits)}, {format_number(high, digits)}]"
 
 
 def format_scoreboard(board: pd.DataFrame) -> str:
@@ -219,7 +229,7 @@ def format_scoreboard(board: pd.DataFrame) -> str:
         ci = format_interval(row.ci_low, row.ci_high, row.n)
         better = f"{row.direction} ({row.over})"
         if ppi:
-            p = "" if row.n_labelled == 0 or row.ppi_value != row.ppi_value else f"{row.ppi_value:.3f}"
+            p = "" if row.n_labelled == 0 else format_number(row.ppi_value, missing="")
             pci = format_interval(row.ppi_ci_low, row.ppi_ci_high, row.n_labelled)
             lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {p:>6} {pci:<15} "
                          f"{row.n_labelled or '':>6}  {better}")

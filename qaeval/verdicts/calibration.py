@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import NormalDist
 from typing import Any
 
@@ -28,6 +29,7 @@ from qaeval.record import frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AXES
+from qaeval.scoring.metrics import format_interval, format_number
 
 DEFAULT_MIN_AGREEMENT = 0.7
 DEFAULT_MIN_LABELS = 10
@@ -147,9 +149,9 @@ class CalibrationResult(Result):
         lines = [f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bar {self.min_agreement:.2f} exact "
                  f"agreement on at least {self.min_labels} labels per axis" + (f"   labels: {self.source}" if self.source else "")]
         lines.append(f"  {'axis':<22} {'n':>4} {'exact':>6} {'95% CI':<13} {'within1':>8} {'MAE':>6} {'kappa':>6}")
-        f = lambda v: "NaN" if v != v else f"{v:.2f}"  # noqa: E731
+        f = partial(format_number, digits=2)
         for r in self.agreement.itertuples(index=False):
-            ci = "" if r.n == 0 else f"[{r.exact_low:.2f}, {r.exact_high:.2f}]"
+            ci = format_interval(r.exact_low, r.exact_high, r.n, digits=2)
             mark = "" if r.axis == "overall" else ("  ok" if r.passed else f"  <- {r.status}")
             lines.append(f"  {r.axis:<22} {r.n:>4} {f(r.exact):>6} {ci:<13} {f(r.within_one):>8} {f(r.mae):>6} "
                          f"{f(r.kappa):>6}{mark}")

@@ -24,7 +24,7 @@ from qaeval.results import Result
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AXES
-from qaeval.scoring.metrics import METRIC_NAMES
+from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.verdicts.gate import match_cases, metric_movements
 
 CASE_SCHEMA = {
@@ -88,10 +88,9 @@ class Comparison(Result):
     def summary_text(self) -> str:
         lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})"]
         lines.append(f"  {'metric':<26} {'before':>8} {'after':>8} {'delta':>8}  noise test")
-        fmt = lambda v: "NaN" if v != v else f"{v:.3f}"  # noqa: E731
         for r in self.metric_deltas.itertuples(index=False):
             mark = "" if r.passed else "  <- worse"
-            lines.append(f"  {r.metric:<26} {fmt(r.baseline):>8} {fmt(r.current):>8} {fmt(r.delta):>8}  {r.note}{mark}")
+            lines.append(f"  {r.metric:<26} {format_number(r.baseline):>8} {format_number(r.current):>8} {format_number(r.delta):>8}  {r.note}{mark}")
         changed = self.changed
         if len(changed):
             lines.append("")

@@ -37,7 +37,7 @@ from qaeval.plugins import contained
 from qaeval.record import clean, frame_rows, summary_dict
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES
+from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, format_number
 
 DEFAULT_WINDOW = 10
 MIN_HISTORY = 3
@@ -179,7 +179,7 @@ class DriftResult(Result):
 
     def summary_text(self) -> str:
         lines = [f"DRIFT: {self.verdict}   ({self.runs} runs in the series, window {self.window})"]
-        f = lambda v: "NaN" if v is None or v != v else f"{v:.3f}"  # noqa: E731
+        f = format_number
         for r in self.bands.itertuples(index=False):
             band = "no band" if r.low != r.low else f"[{f(r.low)}, {f(r.high)}]"
             mark = "  <- ALARM" if r.alarm else ""

@@ -38,7 +38,7 @@ from qaeval.frames import frame
 from qaeval.record import Baseline, BaselineCase, clean, frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, GATED
+from qaeval.scoring.metrics import BY_NAME, GATED, format_number
 
 DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 _EPS = 1e-9
@@ -360,11 +360,10 @@ class GateResult(Result):
             lines.append(f"  (already failing in the baseline, not blocking: {', '.join(self.already_failing)})")
         lines.append("")
         lines.append(f"  {'metric':<26} {'baseline':>9} {'current':>9} {'delta':>8} {'tol':>6}  noise test")
-        fmt = lambda v: "NaN" if v != v else f"{v:.3f}"  # noqa: E731
         for row in self.metric_deltas.itertuples(index=False):
             mark = "" if row.passed else "  <- BLOCK"
-            lines.append(f"  {row.metric:<26} {fmt(row.baseline):>9} {fmt(row.current):>9} "
-                         f"{fmt(row.delta):>8} {row.tolerance:>6.3f}  {row.note}{mark}")
+            lines.append(f"  {row.metric:<26} {format_number(row.baseline):>9} {format_number(row.current):>9} "
+                         f"{format_number(row.delta):>8} {row.tolerance:>6.3f}  {row.note}{mark}")
         return "\n".join(lines)
 
     def to_frame(self) -> pd.DataFrame:
