@@ -1,13 +1,13 @@
 """A skeleton custom judge. A judge is anything with a ``config`` (a JudgeConfig) and
 ``judge(requests) -> responses``, one JudgeResponse per JudgeRequest, in order.
 
-    qaeval calibrate --data golden --labels golden/calibration/human_labels.jsonl \
+    .venv/bin/qaeval calibrate --data golden --labels golden/calibration/human_labels.jsonl \
         --judge examples.custom_judge:make_judge
 
 Each request is one answered case: ``question``, ``answer``, ``gold_answer``, ``citations`` (each with the
-cited snippet text and its hardest decoy) and ``messages``, the versioned rubric prompt ready to send to a
+cited source text and its hardest decoy) and ``messages``, the versioned rubric prompt ready to send to a
 chat model. Return an AxisVerdict per axis (and one ``citation_correctness`` verdict per citation, with
-``target`` set to its snippet id). Quote before you score: qaeval checks every quote against the text it
+``target`` set to its source id). Quote before you score: qaeval checks every quote against the text it
 must come from and gives no credit to a verdict whose quote is not there. If your model cannot answer,
 set ``error`` on the response: that case fails closed, it is never scored 0 or passed.
 """

@@ -2,9 +2,9 @@
 it on the command line:
 
     QAEVAL_SUT_URL=http://localhost:8000/answer \
-        qaeval run --data golden --adapter examples.http_adapter:make_adapter
+        .venv/bin/qaeval run --data golden --adapter examples.http_adapter:make_adapter
 
-It sends only what the SUT may see (an opaque id, the question and the case's snippets) and maps the
+It sends only what the SUT may see (an opaque id, the question and the case's sources) and maps the
 service's JSON reply onto a SUTOutput. Adjust ``to_output`` to your service's field names. Errors and
 timeouts need no handling here: the runner records them as failed cases and goes on.
 """

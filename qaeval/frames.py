@@ -104,3 +104,37 @@ class RowsByKey:
 
     def __iter__(self) -> Iterable[dict[str, Any]]:
         return (self.row(i) for i in range(len(self.index)))
+
+
+def text_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` as a frame that shows its text in full in a notebook (wrapped, escaped, never cut at
+    pandas' column width); otherwise an ordinary DataFrame."""
+    return __getattr__("TextFrame")(df)
+
+
+def _text_frame_class() -> type:
+    import pandas as pd
+
+    class TextFrame(pd.DataFrame):
+        @property
+        def _constructor(self) -> type:
+            return TextFrame
+
+        def _repr_html_(self) -> str:  # type: ignore[override]
+            styler = pd.DataFrame(self).style.format(escape="html", na_rep="").hide(axis="index")
+            return styler.set_properties(**{"white-space": "pre-wrap", "text-align": "left",
+                                            "vertical-align": "top"}).to_html()
+
+        def __repr__(self) -> str:
+            with pd.option_context("display.max_colwidth", None, "display.width", 200):
+                return pd.DataFrame.__repr__(self)
+
+    return TextFrame
+
+
+def __getattr__(name: str) -> Any:  # TextFrame is built on first use, so importing this module needs no pandas
+    if name == "TextFrame":
+        cls = _text_frame_class()
+        globals()["TextFrame"] = cls
+        return cls
+    raise AttributeError(name)

@@ -126,3 +126,29 @@ def test_failing_cases_frame_shows_answer_gold_and_cited_text(golden_run):
     row = failing.set_index("case_id").loc["agg-0002"]
     assert row["gold_answer"] == "860,000" and "[visits-fy2024]" in row["cited"]
     assert isinstance(failing, pd.DataFrame)
+
+
+def test_failing_cases_show_their_whole_text_in_a_notebook(golden_run):
+    failing = golden_run.failing_cases()
+    import html
+
+    longest = max(failing["why"], key=len)
+    assert len(longest) > 60 and html.escape(longest) in failing._repr_html_(), "not cut at pandas' column width"
+    assert "white-space: pre-wrap" in failing._repr_html_()
+
+
+def test_progress_falls_back_to_a_text_bar_without_ipywidgets(monkeypatch):
+    import sys
+    import types
+
+    import tqdm
+    import tqdm.notebook
+
+    from qaeval.plugins import _tqdm_class
+
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # not installed
+    assert _tqdm_class() is tqdm.tqdm
+    monkeypatch.setitem(sys.modules, "ipywidgets", types.ModuleType("ipywidgets"))
+    assert _tqdm_class() is tqdm.notebook.tqdm

@@ -30,7 +30,7 @@ import pandas as pd
 
 from qaeval.data.cases import GoldenCase, Suite, source_bodies
 from qaeval.errors import TierOneFailed
-from qaeval.frames import Rows, RowsByKey, frame, is_missing
+from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, effective_scores, judge_config_of, score_with_judge
@@ -309,7 +309,8 @@ class RunResult(Result):
             cited="\n".join(f"[{c['source_id']}] {by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}"
                             for c in r["citations"]),
         ) for r in failing.to_dict("records")]
-        return frame(rows, {"case_id": "text", "why": "text", "answer": "text", "gold_answer": "text", "cited": "text"})
+        return text_frame(frame(rows, {"case_id": "text", "why": "text", "answer": "text", "gold_answer": "text",
+                                       "cited": "text"}))
 
     def summary_text(self) -> str:
         usage = self.judge_usage

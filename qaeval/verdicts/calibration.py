@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from qaeval.errors import JudgeNotTrusted
-from qaeval.frames import frame, is_missing
+from qaeval.frames import frame, is_missing, text_frame
 from qaeval.record import frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
@@ -142,8 +142,9 @@ class CalibrationResult(Result):
         """Compared labels where the judge and the person differ, largest gap first."""
         compared = self.pairs[self.pairs["status"] == "compared"]
         gap = (compared["human"] - compared["judge"].astype("int64")).abs()
-        return compared[gap > 0].assign(_gap=gap[gap > 0]).sort_values(["_gap", "axis", "case_id"],
-                                                                          ascending=[False, True, True]).drop(columns="_gap")
+        ordered = compared[gap > 0].assign(_gap=gap[gap > 0]).sort_values(["_gap", "axis", "case_id"],
+                                                                             ascending=[False, True, True])
+        return text_frame(ordered.drop(columns="_gap"))
 
     def summary_text(self) -> str:
         lines = [f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bar {self.min_agreement:.2f} exact "
