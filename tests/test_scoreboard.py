@@ -133,7 +133,8 @@ def test_failing_cases_show_their_whole_text_in_a_notebook(golden_run):
     import html
 
     longest = max(failing["why"], key=len)
-    assert len(longest) > 60 and html.escape(longest) in failing._repr_html_(), "not cut at pandas' column width"
+    shown = html.unescape(failing._repr_html_())
+    assert len(longest) > 60 and longest in shown, "not cut at pandas' column width"
     assert "white-space: pre-wrap" in failing._repr_html_()
 
 
