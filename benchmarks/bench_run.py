@@ -2,12 +2,14 @@
 """Time `qaeval run` end to end on synthetic suites of growing size.
 
     python benchmarks/bench_run.py                  # N = 1000, 2500, 5000, 10000; 5 runs each
-    python benchmarks/bench_run.py --sizes 10000 --repeat 3
+    python benchmarks/bench_run.py --sizes 100000 --repeat 3    # the memory target: under 1 GB
 
-Each case has 8 snippets (one gold, near-miss distractors); a fifth of them must be abstained on and a
+Each case has 8 passages (one gold, near-miss distractors); a fifth of them must be abstained on and a
 tenth are multi-hop. Every run is a fresh `qaeval run` process with the bundled hub and the offline
-judge, so the figure includes interpreter start, imports, loading and scoring. Prints the median wall
-time, the time per 1,000 cases (flat means linear) and the child's peak resident memory.
+judge (adapters in worker processes, concurrency 4), so the figure includes interpreter start, imports,
+loading, the workers and scoring. Prints the median wall time, the time per 1,000 cases (flat means
+linear) and the peak resident memory of the qaeval process (the largest child; run one size at a time
+to read it for that size).
 """
 
 from __future__ import annotations

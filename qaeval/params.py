@@ -59,7 +59,7 @@ PARAMS: tuple[Param, ...] = (
           "dask://HOST:PORT (needs the dask extra)", SCORING, metavar="URL"),
     Param("labels", "str", None, "hand labels (JSONL): calibrate compares the judge with them; run and gate "
           "add prediction-powered (PPI) estimates, and gate first refuses a judge they do not trust",
-          SCORING, metavar="FILE", required=()),
+          ("run", "gate", "calibrate"), metavar="FILE"),
     Param("labelled", "str", None, "a labelled set that carries its own outputs (no adapter is called)",
           ("calibrate",), metavar="FILE"),
     Param("min_agreement", "float", 0.7, "exact agreement every judge axis must reach", ("calibrate", "gate"),
@@ -86,8 +86,8 @@ PARAMS: tuple[Param, ...] = (
     Param("judge_concurrency", "int", None, "judge calls in flight at once (else QAEVAL_JUDGE_CONCURRENCY, else 8)",
           SCORING, minimum=1, maximum=256, metavar="N"),
     Param("judge_cache", "bool", None, "reuse cached verdicts (else QAEVAL_JUDGE_CACHE, else on)", SCORING),
-    Param("record", "str", None, "draw this saved run record instead of running anything", SCORING,
-          metavar="FILE"),
+    Param("record", "str", None, "draw this saved run record instead of running anything",
+          ("run", "gate", "calibrate", "drift"), metavar="FILE"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 

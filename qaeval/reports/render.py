@@ -22,11 +22,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qaeval.errors import QaevalError, ReportError
 from qaeval.files import write_atomic
 from qaeval.plugins import scoped_environ
+
+if TYPE_CHECKING:
+    from qaeval.verdicts.compare import Comparison
 
 NOTEBOOKS = ("run", "gate", "calibrate", "drift")
 TEMPLATES = Path(__file__).resolve().parent / "template"
@@ -140,7 +143,7 @@ def page(title: str, body: str) -> str:
             f"{body}</main></body></html>\n")
 
 
-def render_comparison(comparison: Any, html_path: str | Path) -> Path:
+def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
     from qaeval import reports as r
 
     body = (f"<h1>qaeval compare</h1>{r.banner(comparison).markup}"
