@@ -279,8 +279,16 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
                    frame(retrieval, RETRIEVAL_SCHEMA), frame(verdicts, VERDICT_SCHEMA),
                    frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True)
     labels = data.get("labels")
-    return replace(run, scoreboard=frame(data["scoreboard"], SCOREBOARD_SCHEMA), slices=frame(data["slices"], SLICE_SCHEMA),
-                   labels=frame(labels, LABEL_SCHEMA) if labels is not None else None, notes=list(data.get("notes") or []))
+    notes = list(data.get("notes") or [])
+    board, slices = frame(data["scoreboard"], SCOREBOARD_SCHEMA), frame(data["slices"], SLICE_SCHEMA)
+    missing = [m for m in METRIC_NAMES if m not in set(board["metric"])]
+    if missing:  # written before these metrics existed: every metric is recomputed from the stored layers
+        from qaeval.scoring.metrics import scoreboard_and_slices
+
+        board, slices = scoreboard_and_slices(run.units, run.per_case)
+        notes.append(f"scoreboard recomputed from the stored layers: the record predates {', '.join(missing)}")
+    return replace(run, scoreboard=board, slices=slices, labels=frame(labels, LABEL_SCHEMA) if labels is not None else None,
+                   notes=notes)
 
 
 def load_run(path: str | Path) -> Result:

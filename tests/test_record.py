@@ -164,3 +164,18 @@ def test_an_edited_record_case_is_caught(golden_run, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(RecordError, match="'split' is 'holdout'"):
         load_run(path)
+
+
+def test_a_record_older_than_a_metric_still_loads_and_gates(golden_run, tmp_path):
+    """Adding a metric must not break the baselines teams have committed."""
+    path = golden_run.save(tmp_path / "old.json", baseline=True)
+    data = json.loads(path.read_text())
+    data["scoreboard"] = [r for r in data["scoreboard"] if r["metric"] != "rerank_mrr"]
+    data["slices"] = [r for r in data["slices"] if r["metric"] != "rerank_mrr"]
+    for line in data["cases"]:
+        line["units"].pop("rerank_mrr")
+    path.write_text(json.dumps(data))
+    again = load_run(path)
+    assert again.metric("rerank_mrr") == golden_run.metric("rerank_mrr"), "recomputed from the stored layers"
+    assert any("predates rerank_mrr" in n for n in again.notes)
+    assert api.gate_run(str(GOLDEN), baseline=str(path)).ok
