@@ -31,9 +31,11 @@ def baseline(tmp_path_factory, golden_run):
 
 
 def secrets_of(suite) -> list[str]:
-    """Label strings a system must never be able to find: readable ids, expected behaviours, and gold
-    answers that appear verbatim in no source and no question."""
-    out = {"unanswerable_must_abstain"}
+    """Label strings a system must never be able to find: readable case ids, and gold answers that
+    appear verbatim in no source and no question. (Not the schema's vocabulary, such as the string
+    "unanswerable_must_abstain": it is a constant of any program that imports qaeval, and says nothing
+    about any case.)"""
+    out = set()
     for case in suite:
         out.add(case.id)
         if case.gold_answer and not any(case.gold_answer in s.text for s in case.sources) \
@@ -63,13 +65,13 @@ def cli(*args, timeout=180, env=None):
 def test_frame_walk_and_gc_scan_find_no_label_in_a_worker(monkeypatch, golden):
     found, scanned = snoop(monkeypatch, golden)
     assert len(found) == len(golden) and min(scanned) > 5000, "the snooper really searched its process"
-    assert sum(found) == 0, "no readable id, expected behaviour or hidden gold answer is in a worker"
+    assert sum(found) == 0, "no readable id or hidden gold answer is in a worker"
 
 
 def test_the_same_snoop_in_the_harness_process_finds_the_labels(monkeypatch, golden):
     """The check above can fail: inside the harness the very same adapter finds every secret."""
     found, _ = snoop(monkeypatch, golden, isolation="none")
-    assert min(found) >= 15, "readable ids and the abstention label are all within reach in-process"
+    assert min(found) >= 15, "the readable ids (and more) are all within reach in-process"
 
 
 def test_an_adapter_cannot_tamper_with_the_harness(baseline):
