@@ -126,6 +126,21 @@ class Col:
     digits: int = 3
 
 
+def _blank(value: Any) -> Any:
+    return "" if is_missing(value) else value
+
+
+_CELLS: dict[str, tuple[str, Callable[[Any, Col], str]]] = {  # kind: (the cell's class, the value as markup)
+    "text": ("", lambda v, c: esc(_blank(v))),
+    "html": ("", lambda v, c: "" if v is None else str(v)),
+    "htmlnum": ("num", lambda v, c: "" if v is None else str(v)),
+    "nowrap": ("nowrap", lambda v, c: esc(_blank(v))),
+    "num": ("num", lambda v, c: _num(v, None, c.digits)),
+    "int": ("num", lambda v, c: "" if _blank(v) == "" else esc(int(v))),
+    "id": ("id", lambda v, c: f"<code>{esc(v)}</code>"),
+}
+
+
 def html_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], *, caption: str | None = None,
                bad: Callable[[Mapping[str, Any]], bool] | None = None) -> str:
     head = "".join(f"<th>{esc(c.header)}</th>" for c in columns)
@@ -133,23 +148,11 @@ def html_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], *, cap
     for row in rows:
         cells = []
         for c in columns:
-            value = row.get(c.key)
-            if c.kind == "html":
-                cells.append(f"<td>{value if value is not None else ''}</td>")
-            elif c.kind == "htmlnum":
-                cells.append(f'<td class="num">{value if value is not None else ""}</td>')
-            elif c.kind == "nowrap":
-                cells.append(f'<td class="nowrap">{esc("" if is_missing(value) else value)}</td>')
-            elif c.kind == "num":
-                cells.append(f'<td class="num">{_num(value, None, c.digits)}</td>')
-            elif c.kind == "int":
-                cells.append(f'<td class="num">{"" if is_missing(value) or value == "" else esc(int(value))}</td>')
-            elif c.kind == "id":
-                cells.append(f'<td class="id"><code>{esc(value)}</code></td>')
-            else:
-                cells.append(f"<td>{esc('' if is_missing(value) else value)}</td>")
-        css = ' class="bad"' if bad is not None and bad(row) else ""
-        body.append(f"<tr{css}>{''.join(cells)}</tr>")
+            css, markup = _CELLS[c.kind]
+            attr = f' class="{css}"' if css else ""
+            cells.append(f"<td{attr}>{markup(row.get(c.key), c)}</td>")
+        attr = ' class="bad"' if bad is not None and bad(row) else ""
+        body.append(f"<tr{attr}>{''.join(cells)}</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return f'<table class="qaeval">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
