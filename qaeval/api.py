@@ -25,7 +25,7 @@ from qaeval import params as P
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
 from qaeval.errors import BaselineRefused, UsageError
-from qaeval.files import dumps_canonical, write_atomic
+from qaeval.files import write_atomic, write_jsonl
 from qaeval.plugins import build, resolve
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
@@ -255,7 +255,7 @@ def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | P
     """Check a filled sheet against the run it is for and write keyed labels (JSONL); returns
     (path, labels written, rows left blank)."""
     labels, blank = import_sheet(sheet, _as_run(record))
-    return write_atomic(out, "".join(dumps_canonical(label) + "\n" for label in labels)), len(labels), blank
+    return write_jsonl(out, labels), len(labels), blank
 
 
 def _as_run(record: str | Path | Result) -> RunResult:

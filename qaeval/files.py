@@ -21,7 +21,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -227,6 +227,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
         raise
     return path
+
+
+def write_jsonl(path: str | Path, items: Iterable[Any]) -> Path:
+    """Replace ``path`` with one canonical JSON line per item, all at once (see :func:`write_atomic`)."""
+    return write_atomic(path, "".join(dumps_canonical(item) + "\n" for item in items))
 
 
 @contextmanager

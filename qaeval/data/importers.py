@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.errors import DatasetError, FileAccessError, UsageError
-from qaeval.files import dumps_canonical, write_atomic
+from qaeval.files import write_jsonl
 
 CASE_FORMATS = ("squad2", "hotpotqa", "musique", "ragas")
 LABELLED_FORMATS = ("wice", "expertqa", "ares")
@@ -461,8 +461,7 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
     report.imported = len(kept)
     if not kept:
         raise DatasetError(f"nothing imported: {report.summary_text()}", file=str(path))
-    text = "".join(dumps_canonical(item) + "\n" for item in kept)
-    write_atomic(out, text)
+    write_jsonl(out, kept)
     try:
         if labelled:
             from qaeval.data.labels import load_labelled_set

@@ -34,7 +34,6 @@ from __future__ import annotations
 import csv
 import io
 import random
-from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -227,15 +226,6 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
     from qaeval.system.pool import OUTPUT_SCHEMA
 
     return Suite(tuple(cases), str(path)), frame(outputs, OUTPUT_SCHEMA), frame(labels, LABEL_SCHEMA)
-
-
-def write_labelled_set(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write labelled-set rows as JSONL (atomically); returns how many."""
-    from qaeval.files import dumps_canonical, write_atomic
-
-    lines = [dumps_canonical(r) for r in rows]
-    write_atomic(path, "".join(line + "\n" for line in lines))
-    return len(lines)
 
 
 # --------------------------------------------------------------------------- the spreadsheet round trip

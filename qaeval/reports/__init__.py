@@ -518,13 +518,6 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     return Html(note + "".join(parts))
 
 
-def failing_drilldown(run: RunResult) -> Html:
-    failing = run.per_case.loc[~run.per_case["case_passed"], "case_id"].tolist()
-    if not failing:
-        return empty_note("Every case passed.")
-    return drilldown(run, failing, open_failing=True)
-
-
 # --------------------------------------------------------------------------- gate
 
 

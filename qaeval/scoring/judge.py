@@ -22,7 +22,6 @@ explicit configuration the CLI and notebooks build; environment variables are re
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -492,13 +491,3 @@ def verdict_json_schema() -> dict[str, Any]:
     }
 
 
-def dumps_reply(verdicts: Sequence[AxisVerdict]) -> str:
-    """A verdict list as the JSON reply a model would give (for tests and fake judges)."""
-    out: dict[str, Any] = {"citations": []}
-    for v in verdicts:
-        item = {"quote": v.quote, "rationale": v.rationale, "score": v.score}
-        if v.axis == "citation_correctness":
-            out["citations"].append({"snippet_id": v.target, **item})
-        else:
-            out[v.axis] = item
-    return json.dumps(out)

@@ -286,10 +286,6 @@ def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: 
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def prompt_digest(prompt: str | None) -> str | None:
-    return None if prompt is None else "sha256:" + hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 OUTPUT_COLUMNS = [
     "case_id", "answer", "citations", "retrieved_ids", "abstained", "model_was_called", "prompt_to_model",
     "computed_aggregate", "error", "latency_s", "logs", "output_fingerprint",

@@ -57,7 +57,7 @@ from qaeval.files import loads_strict
 from qaeval.frames import frame
 from qaeval.plugins import progress_bar
 from qaeval.system.contract import (
-    OUTPUT_COLUMNS, Payload, make_payload, output_row, output_to_plain, validate_plain,
+    OUTPUT_COLUMNS, Payload, make_payload, output_row, validate_plain,
 )
 from qaeval.system.worker import FRAME_LIMIT, Caller, answer_one, build_adapter
 
@@ -577,7 +577,3 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
         raise RuntimeError(f"no result for {len(missing)} case(s), first {missing[0]}")
     return frame(rows, OUTPUT_SCHEMA)  # type: ignore[arg-type]
 
-
-def plain_output(output: Any) -> dict[str, Any]:
-    """An adapter's return value checked exactly as a worker's would be (for tests and notebooks)."""
-    return _reply_row("-", {"output": json.loads(json.dumps(output_to_plain(output)))}, 0.0)
