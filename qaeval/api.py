@@ -116,10 +116,12 @@ def _finish(result: Result, p: Mapping[str, Any]) -> Result:
     return result
 
 
-def _with_labels(run: RunResult, p: Mapping[str, Any]) -> RunResult:
-    if not p.get("labels"):
-        return run
-    return run.with_labels(load_labels(p["labels"], known_cases={c.id for c in run.suite}))
+def _labelled_run(p: Mapping[str, Any]) -> RunResult:
+    """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
+    against the suite before the system is called, so a bad labels file costs no run."""
+    suite = load_suite(p["data"])
+    labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
+    return _evaluate(p, suite).with_labels(labels)
 
 
 def _recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
@@ -145,7 +147,7 @@ def run(data: str | None = None, *, adapter: Any = None, judge: Any = None, k: i
     p = check_parameters("run", **given, **unknown)
     if p["record"]:
         return _recorded("run", p, RunResult)
-    return _finish(_with_labels(_evaluate(p), p), p)
+    return _finish(_labelled_run(p), p)
 
 
 def baseline(data: str | None = None, *, out: str | None = None, allow_failing: bool | None = None,
@@ -173,7 +175,7 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
         return _recorded("gate", p, GateResult)
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
     limits = load_tolerances(p["tolerances"], p["tolerance"])
-    current = _with_labels(_evaluate(p), p)
+    current = _labelled_run(p)
     calibration = None
     if current.labels is not None:
         calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],

@@ -103,6 +103,19 @@ def test_report_renders_a_record_without_calling_anything(tmp_path, spy):
     assert "PASS" in (tmp_path / "gate.html").read_text()
 
 
+@pytest.mark.parametrize("command", ["run", "gate"])
+def test_a_bad_labels_file_stops_before_the_system_is_called(tmp_path, spy, capsys, command):
+    baseline = tmp_path / "b.json"
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
+    bad = tmp_path / "labels.jsonl"
+    bad.write_text('{"case_id": "no-such-case", "axis": "faithfulness", "score": 2}\n')
+    extra = ["--baseline", str(baseline)] if command == "gate" else []
+    capsys.readouterr()
+    code = main([command, "--data", str(GOLDEN), "--adapter", "plugins:make_counting", "--labels", str(bad), *extra])
+    assert code == 65 and "no-such-case" in capsys.readouterr().err
+    assert calls(spy) == [], "the labels are checked against the suite before any case is answered"
+
+
 def test_compare_names_every_changed_case_and_metric(tmp_path, capsys):
     baseline, after = tmp_path / "b.json", tmp_path / "after.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
