@@ -32,6 +32,7 @@ from qaeval.record import read_baseline, write_record
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult, evaluate, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
+from qaeval.system.process import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
@@ -105,8 +106,11 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
     judge = make_judge(p)
     with ExitStack() as stack:
         executor, label = _executor(p, stack)
+        if p["isolation"] == "process":
+            stack.enter_context(harness_guard())  # the judge and anything the adapter left behind included
         result = evaluate(suite, p["adapter"], judge, k=p["k"], timeout=p["timeout"], concurrency=p["concurrency"],
-                          isolation=p["isolation"], executor=executor, executor_label=label)
+                          isolation=p["isolation"], executor=executor, executor_label=label,
+                          startup_timeout=p["startup_timeout"], max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024))
     return result
 
 

@@ -50,6 +50,11 @@ PARAMS: tuple[Param, ...] = (
     Param("k", "int", 5, "cut-off for retrieval metrics", SCORING, minimum=1),
     Param("timeout", "float", 60.0, "seconds one case may take before its worker is replaced", SCORING,
           minimum=0.001, maximum=MAX_TIMEOUT, metavar="SECONDS"),
+    Param("startup_timeout", "float", 120.0, "seconds a worker may take to build the adapter; past it the worker "
+          "is stopped, and the run fails if none started", SCORING, minimum=0.001, maximum=MAX_TIMEOUT,
+          metavar="SECONDS"),
+    Param("max_reply_mb", "float", 8.0, "largest reply one case may send back, in MiB; a bigger one stops its "
+          "worker and fails the case", SCORING, minimum=0.001, maximum=1024.0, metavar="MIB"),
     Param("concurrency", "int", 4, "cases in flight at once (one worker process each)", SCORING, minimum=1,
           maximum=512, metavar="N"),
     Param("isolation", "choice", "process", "process: adapters run in worker processes that never see a label; "

@@ -347,11 +347,12 @@ class RunResult(Result):
 def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
              concurrency: int = 4, isolation: str = "process", executor: Any = None,
              executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
-             adapter_name: str | None = None) -> RunResult:
-    """Run the adapter over the suite and score every layer."""
+             adapter_name: str | None = None, **limits: Any) -> RunResult:
+    """Run the adapter over the suite and score every layer. ``limits``: ``startup_timeout`` and
+    ``max_reply_bytes`` for ``run_suite``."""
     config = judge_config_of(judge)
     outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
-                        executor=executor, show_progress=show_progress)
+                        executor=executor, show_progress=show_progress, **limits)
     label = adapter_name or (adapter if isinstance(adapter, str) else
                              f"{type(adapter).__module__}.{type(adapter).__qualname__}")
     meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,

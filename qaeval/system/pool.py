@@ -34,35 +34,39 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import contextlib
 import io
 import json
 import os
 import queue
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from qaeval.data.cases import Suite, data_paths
+from qaeval.data.cases import Suite
 from qaeval.errors import UsageError, describe
-from qaeval.files import loads_strict
 from qaeval.frames import frame
 from qaeval.plugins import progress_bar
 from qaeval.system.contract import (
     OUTPUT_COLUMNS, Payload, make_payload, output_row, validate_plain,
 )
-from qaeval.system.worker import FRAME_LIMIT, Caller, answer_one, build_adapter
+from qaeval.system.process import (
+    DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, exit_reason, harness_guard, hidden_folders, parse,
+    scrub_sys_path,
+)
+from qaeval.system.worker import Caller, answer_one, build_adapter
 
 LOG_LIMIT = 2000
+ERROR_LIMIT = 2000
 STOP_GRACE = 1.0
+DEFAULT_STARTUP_TIMEOUT = 120.0
 ISOLATIONS = ("process", "none")
 
 OUTPUT_SCHEMA = {
@@ -128,254 +132,340 @@ def build_adapter_from(factory: Callable[[], Any]) -> Any:
 Done = Callable[[int, dict[str, Any]], None]
 
 
-def _reply_row(case_id: str, reply: Any, latency: float) -> dict[str, Any]:
-    """A worker's reply (plain data, untrusted) as an outputs row."""
+def _bounded_logs(value: Any, limit: int) -> str:
+    if not isinstance(value, str):
+        return ""
+    if len(value) <= limit:
+        return value
+    return f"[... {len(value) - limit} earlier characters dropped by the harness]\n" + value[-limit:]
+
+
+def _reply_row(case_id: str, reply: Any, latency: float, log_limit: int = LOG_LIMIT) -> dict[str, Any]:
+    """A worker's reply (plain data, untrusted) as an outputs row. Every limit is enforced here again:
+    the worker's own truncation is not trusted."""
     if not isinstance(reply, dict):
         return output_row(case_id, None, "the worker sent something that is not a reply", latency)
-    logs = reply.get("logs") if isinstance(reply.get("logs"), str) else ""
+    logs = _bounded_logs(reply.get("logs"), log_limit)
     if "error" in reply:
         error = reply["error"] if isinstance(reply["error"], str) and reply["error"] else "adapter failed"
+        if len(error) > ERROR_LIMIT:
+            error = error[:ERROR_LIMIT] + f" [... {len(error) - ERROR_LIMIT} more characters]"
         return output_row(case_id, None, error, latency, logs)
     fields, problems = validate_plain(reply.get("output"))
     if problems:
-        return output_row(case_id, None, "malformed output: " + "; ".join(problems), latency, logs)
+        return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:ERROR_LIMIT], latency, logs)
     return output_row(case_id, fields, None, latency, logs)
 
 
 # --------------------------------------------------------------------------- worker processes
 
 
-def _signal_name(code: int) -> str:
+@dataclass(frozen=True)
+class Limits:
+    """What one case may take and send back. ``timeout``: seconds per case; ``startup``: seconds for a
+    worker to build the adapter; ``frame``: bytes in one reply; ``logs``: characters of output kept."""
+
+    timeout: float = 60.0
+    startup: float = DEFAULT_STARTUP_TIMEOUT
+    frame: int = DEFAULT_FRAME_LIMIT
+    logs: int = LOG_LIMIT
+
+
+def _worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
+    """The environment and sys.path a worker gets: nothing that names the data folder."""
+    folders = hidden_folders(data_dir)
+    env = confined_env(os.environ, folders)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env, scrub_sys_path(sys.path, folders, os.getcwd())
+
+
+def _start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
     try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-def _exit_reason(code: int | None) -> str:
-    if code is None:
-        return "stopped answering"
-    if code < 0:
-        return f"was killed by {_signal_name(code)}"
-    return f"exited with code {code}"
+        proc = UserProcess("qaeval.system.worker", env=env, limit=limits.frame, what="the adapter's worker")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
+    try:
+        proc.channel.send({"setup": setup}, time.monotonic() + limits.startup)
+    except FrameError:
+        pass  # it died already, or does not read: its start-up deadline or its closed socket says so
+    return proc
 
 
 class _Worker:
-    __slots__ = ("popen", "conn", "state", "index", "case_id", "deadline", "sent_at", "stderr")
+    __slots__ = ("proc", "state", "index", "case_id", "opaque", "deadline", "sent_at", "answered")
 
-    def __init__(self, popen: subprocess.Popen[bytes], conn: Any) -> None:
-        self.popen, self.conn = popen, conn
+    def __init__(self, proc: UserProcess, startup: float) -> None:
+        self.proc = proc
         self.state = "starting"
-        self.index = -1
-        self.case_id = ""
-        self.deadline = self.sent_at = 0.0
-        self.stderr = popen.stderr
+        self.index, self.case_id, self.opaque = -1, "", ""
+        self.deadline = time.monotonic() + startup
+        self.sent_at = 0.0
+        self.answered: tuple[int, str, str] | None = None  # (index, case id, opaque id) of its last answer
 
-    def kill(self) -> None:
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)  # the worker leads its own process group
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.kill()
-        except OSError:
-            pass
-
-    def reap(self, wait: float = 2.0) -> int | None:
-        try:
-            return self.popen.wait(wait)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            try:
-                return self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                return None
-
-    def close(self) -> None:
-        for handle in (self.conn, self.stderr):
-            try:
-                if handle is not None:
-                    handle.close()
-            except OSError:
-                pass
-
-    def startup_error(self) -> str:
-        text = ""
-        try:
-            if self.stderr is not None:
-                os.set_blocking(self.stderr.fileno(), False)
-                text = (self.stderr.read() or b"").decode("utf-8", "replace")
-        except (OSError, ValueError):
-            pass
-        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
+    def fileno(self) -> int:
+        return self.proc.fileno()
 
 
 class ProcessPool:
     """Worker processes for one run (see the module docstring)."""
 
-    def __init__(self, spec: AdapterSpec, *, size: int, timeout: float, data_dir: str | None,
-                 log_limit: int = LOG_LIMIT) -> None:
-        self.spec, self.size, self.timeout, self.log_limit = spec, size, timeout, log_limit
-        hidden = data_paths(data_dir) if data_dir else []
-        self.env = {k: v for k, v in os.environ.items() if not any(h in v for h in hidden)}
-        package_root = str(Path(__file__).resolve().parents[2])
-        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, self.env.get("PYTHONPATH")) if p)
-        here = os.getcwd()
-        self.cwd = here if not any(Path(here).resolve().is_relative_to(Path(h).resolve()) for h in hidden
-                                   if os.path.isabs(h)) else os.path.expanduser("~")
-        self.sys_path = [os.path.abspath(p) if p else here for p in sys.path
-                         if not any(h in (p or here) for h in hidden if os.path.isabs(h))]
-
-    def _start(self) -> _Worker:
-        parent_end, child_end = socket.socketpair()
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "qaeval.system.worker", str(child_end.fileno())],
-                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, env=self.env, cwd=self.cwd, start_new_session=True)
-        except OSError as exc:
-            parent_end.close()
-            raise UsageError(f"cannot start a worker process ({exc.strerror or exc})") from None
-        finally:
-            child_end.close()
-        from multiprocessing.connection import Connection
-
-        worker = _Worker(popen, Connection(parent_end.detach()))
-        setup = {"adapter": self.spec.wire, "sys_path": self.sys_path, "log_limit": self.log_limit}
-        try:
-            worker.conn.send_bytes(json.dumps({"setup": setup}).encode())
-        except OSError:
-            pass  # it died already; the loop notices
-        return worker
+    def __init__(self, spec: AdapterSpec, *, size: int, limits: Limits, data_dir: str | None) -> None:
+        self.spec, self.size, self.limits = spec, size, limits
+        self.env, self.sys_path = _worker_env(data_dir)
 
     def run(self, suite: Suite, done: Done) -> None:
+        with harness_guard():
+            _PoolRun(self, suite, done).go()
+
+
+class _PoolRun:
+    """One pass of a pool over a suite: hand cases to idle workers, read replies as they arrive, enforce
+    every deadline, replace what failed."""
+
+    def __init__(self, pool: ProcessPool, suite: Suite, done: Done) -> None:
+        self.pool, self.limits, self.done = pool, pool.limits, done
+        self.cases = iter(enumerate(suite.cases))
+        self.undispatched = self.remaining = len(suite)
+        self.workers: list[_Worker] = []
+        self.ever_ready = False
+        self.start_failures = 0
+        self.last_start_error = ""
+
+    def go(self) -> None:
+        try:
+            for _ in range(min(self.pool.size, self.remaining)):
+                self.start()
+            while self.remaining > 0:
+                self.dispatch()
+                if not self.workers:  # no worker could be started: the cases left cannot be answered
+                    self.fail_undispatched()
+                    return
+                self.wait()
+                self.expire()
+        finally:
+            self.shutdown()
+
+    # ---- workers coming and going
+
+    def start(self) -> None:
+        proc = _start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits)
+        self.workers.append(_Worker(proc, self.limits.startup))
+
+    def retire(self, w: _Worker, reason: str) -> None:
+        """Stop a worker for good; its case (if it held one) fails with ``reason``; start another while
+        there are cases left to hand out."""
+        if w.state == "busy":
+            self.finish(w, output_row(w.case_id, None, reason, time.perf_counter() - w.sent_at))
+        elif w.state == "starting":
+            self.start_failures += 1
+            self.last_start_error = reason
+        w.proc.kill()
+        w.proc.reap(0.5)
+        w.proc.close()
+        self.workers.remove(w)
+        if self.undispatched and self.start_failures <= 2 * self.pool.size:
+            self.start()
+
+    def shutdown(self) -> None:
+        deadline = time.monotonic() + STOP_GRACE
+        for w in self.workers:
+            with contextlib.suppress(FrameError):
+                w.proc.channel.send({"stop": True}, time.monotonic() + 0.1)
+        for w in self.workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.popen.wait(max(0.0, deadline - time.monotonic()))
+            w.proc.kill()  # the group too: nothing the adapter started outlives the run
+            w.proc.reap(1.0)
+            w.proc.close()
+
+    def fail_undispatched(self) -> None:
+        reason = f"the adapter could not start in a worker: {self.last_start_error or 'no reason given'}"
+        for index, case in self.cases:
+            self.done(index, output_row(case.id, None, reason, 0.0))
+
+    # ---- cases going out and answers coming back
+
+    def dispatch(self) -> None:
+        for w in self.workers:
+            if w.state != "idle" or not self.undispatched:
+                continue
+            w.index, case = next(self.cases)
+            self.undispatched -= 1
+            payload: Payload = make_payload(case)
+            w.case_id, w.opaque = case.id, payload[0]
+            w.state, w.sent_at = "busy", time.perf_counter()
+            w.deadline = time.monotonic() + self.limits.timeout
+            with contextlib.suppress(FrameError):  # a worker that has gone or stopped reading: see expire()
+                w.proc.channel.send({"case": payload}, w.deadline)
+
+    def finish(self, w: _Worker, row: dict[str, Any]) -> None:
+        self.done(w.index, row)
+        self.remaining -= 1
+        w.answered = (w.index, w.case_id, w.opaque)
+        w.state, w.index = "idle", -1
+
+    def wait(self) -> None:
         from multiprocessing.connection import wait
 
-        cases = iter(enumerate(suite.cases))
-        undispatched = remaining = len(suite)
-        workers = [self._start() for _ in range(min(self.size, remaining))]
-        ever_ready = False
-        start_failures = 0
-        last_start_error = ""
+        now = time.monotonic()
+        deadlines = [w.deadline for w in self.workers if w.state in ("starting", "busy")]
+        timeout = min(0.5, max(0.0, min(deadlines) - now)) if deadlines else 0.5
+        for w in wait(list(self.workers), timeout=timeout):
+            if w in self.workers:
+                self.read(w)  # type: ignore[arg-type]
 
-        def finish(w: _Worker, row: dict[str, Any]) -> None:
-            nonlocal remaining
-            done(w.index, row)
-            remaining -= 1
-            w.state, w.index = "idle", -1
-
-        def retire(w: _Worker, reason: str) -> None:
-            """Stop a worker for good; its case (if it held one) fails with ``reason``; start another
-            while there are cases left to hand out."""
-            nonlocal start_failures, last_start_error
-            if w.state == "busy":
-                finish(w, output_row(w.case_id, None, reason, time.perf_counter() - w.sent_at))
-            elif w.state == "starting":
-                start_failures += 1
-                last_start_error = reason
-            w.kill()
-            w.reap(0.5)
-            w.close()
-            workers.remove(w)
-            if undispatched and start_failures <= 2 * self.size:
-                workers.append(self._start())
-
+    def read(self, w: _Worker) -> None:
         try:
-            while remaining > 0:
-                for w in workers:
-                    if w.state != "idle" or not undispatched:
-                        continue
-                    w.index, case = next(cases)
-                    undispatched -= 1
-                    w.case_id = case.id
-                    payload: Payload = make_payload(case)
-                    w.state, w.sent_at = "busy", time.perf_counter()
-                    w.deadline = w.sent_at + self.timeout
-                    try:
-                        w.conn.send_bytes(json.dumps({"case": payload}).encode())
-                    except OSError:
-                        pass  # the worker is gone; its end of the socket says so below
-                if not workers:  # no worker could be started: the cases left cannot be answered
-                    reason = f"the adapter could not start in a worker: {last_start_error or 'no reason given'}"
-                    for index, case in cases:
-                        done(index, output_row(case.id, None, reason, 0.0))
-                    return
-                now = time.perf_counter()
-                deadlines = [w.deadline for w in workers if w.state == "busy"]
-                wait_for = min(0.5, max(0.0, min(deadlines) - now)) if deadlines else 0.5
-                for conn in wait([w.conn for w in workers], timeout=wait_for):
-                    w = next(x for x in workers if x.conn is conn)
-                    self._receive(w, finish, retire, ever_ready)
-                    ever_ready = ever_ready or w.state in ("idle", "busy")
-                now = time.perf_counter()
-                for w in [w for w in workers if w.state == "busy" and now >= w.deadline]:
-                    retire(w, f"timed out after {self.timeout:g} s (its worker was stopped and replaced)")
-                for w in [w for w in workers if w.popen.poll() is not None]:
-                    if not w.conn.poll():  # dead, and nothing left to read from it
-                        retire(w, f"adapter process {_exit_reason(w.popen.returncode)}")
-        finally:
-            self._shutdown(workers)
-
-    def _receive(self, w: _Worker, finish: Callable[[_Worker, dict[str, Any]], None],
-                 retire: Callable[[_Worker, str], None], ever_ready: bool) -> None:
-        try:
-            raw = w.conn.recv_bytes(FRAME_LIMIT)
-        except (EOFError, OSError):
-            code = w.reap()
-            if w.state == "busy":
-                retire(w, f"adapter process {_exit_reason(code)}")
-            else:
-                detail = w.startup_error()
-                retire(w, f"worker {_exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else ""))
+            frames = w.proc.channel.pump()
+        except FrameError as exc:
+            self.broken(w, str(exc))
             return
-        try:
-            message = loads_strict(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            retire(w, "the worker sent something that is not JSON (it was stopped)")
-            return
-        if w.state == "busy":
-            finish(w, _reply_row(w.case_id, message, time.perf_counter() - w.sent_at))
-        elif w.state == "starting":
-            if isinstance(message, dict) and message.get("ready") is True:
-                w.state = "idle"
-                if w.stderr is not None:
-                    w.stderr.close()
-                    w.stderr = None
+        for raw in frames:
+            try:
+                message = parse(raw, what="the worker")
+            except FrameError as exc:
+                self.retire(w, f"{exc} (it was stopped)")
                 return
-            error = message.get("init_error") if isinstance(message, dict) else None
-            error = error if isinstance(error, str) else "the worker could not build the adapter"
-            if not ever_ready:
-                raise UsageError(f"adapter {self.spec.label}: {error}")
-            retire(w, error)
+            self.handle(w, message)
+            if w not in self.workers:
+                return
+        if w.proc.channel.closed and w in self.workers:
+            self.broken(w, "closed its end")
 
-    def _shutdown(self, workers: list[_Worker]) -> None:
-        for w in workers:
-            try:
-                w.conn.send_bytes(b'{"stop": true}')
-            except OSError:
-                pass
-        deadline = time.monotonic() + STOP_GRACE
-        for w in workers:
-            try:
-                w.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            w.kill()  # the group too: nothing the adapter started outlives the run
-            w.reap(1.0)
-            w.close()
+    def broken(self, w: _Worker, reason: str) -> None:
+        """The worker's socket closed, or it broke the framing."""
+        if w.proc.channel.closed:
+            code = w.proc.reap(0.5)
+            if w.state == "starting":
+                detail = w.proc.stderr_tail()
+                reason = f"worker {exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else "")
+            else:
+                reason = f"adapter process {exit_reason(code)}"
+        else:
+            reason = f"{reason} (it was stopped)"
+        self.retire(w, reason)
+
+    def handle(self, w: _Worker, message: Any) -> None:
+        if w.state == "starting":
+            self.on_setup_reply(w, message)
+            return
+        answers = message.get("id") if isinstance(message, dict) else None
+        if w.state == "busy" and answers == w.opaque:
+            self.finish(w, _reply_row(w.case_id, message, time.perf_counter() - w.sent_at, self.limits.logs))
+            return
+        if w.answered is not None and answers == w.answered[2]:  # a second reply to a case it already answered
+            index, case_id, _ = w.answered
+            self.done(index, output_row(case_id, None, "its worker sent a second reply for it (it was stopped)", 0.0))
+        why = "a reply for a case it was not asked" if w.state == "busy" else "a reply nobody asked for"
+        self.retire(w, f"its worker sent {why} (it was stopped)")
+
+    def on_setup_reply(self, w: _Worker, message: Any) -> None:
+        if isinstance(message, dict) and message.get("ready") is True:
+            w.state = "idle"
+            w.proc.started()
+            self.ever_ready = True
+            return
+        error = message.get("init_error") if isinstance(message, dict) else None
+        error = error[:ERROR_LIMIT] if isinstance(error, str) and error else "the worker could not build the adapter"
+        if not self.ever_ready:
+            raise UsageError(f"adapter {self.pool.spec.label}: {error}")
+        self.retire(w, error)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for w in [w for w in self.workers if w.state in ("starting", "busy") and now >= w.deadline]:
+            if w.state == "busy":
+                self.retire(w, f"timed out after {self.limits.timeout:g} s (its worker was stopped and replaced)")
+            elif not self.ever_ready:
+                raise UsageError(f"adapter {self.pool.spec.label} did not start: its factory had not returned "
+                                 f"after {self.limits.startup:g} s (--startup-timeout), so its worker was stopped")
+            else:
+                self.retire(w, f"a replacement worker did not start within {self.limits.startup:g} s")
+        for w in [w for w in self.workers if w.proc.popen.poll() is not None]:
+            self.read(w)  # what it sent before it went
+            if w in self.workers:
+                self.broken(w, "exited")
 
 
 # --------------------------------------------------------------------------- an executor (Dask)
 
 
+class RemoteWorkers:
+    """Adapter worker processes kept by one executor process (a Dask worker): built once per adapter,
+    one per thread that asks, each case under its deadline. The executor's own process runs only this
+    code, so what it returns is JSON text qaeval wrote, whatever the adapter does."""
+
+    _shared: RemoteWorkers | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.idle: dict[str, list[UserProcess]] = {}
+
+    @classmethod
+    def shared(cls) -> RemoteWorkers:
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def _take(self, spec_json: str, limits: Limits) -> UserProcess | str:
+        with self._lock:
+            pool = self.idle.setdefault(spec_json, [])
+            if pool:
+                return pool.pop()
+        env, sys_path = _worker_env(None)
+        spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
+        proc = _start_worker(spec, env, sys_path, limits)
+        try:
+            ready = parse(proc.channel.receive(time.monotonic() + limits.startup), what="the worker")
+        except FrameError as exc:
+            proc.kill()
+            proc.reap(0.5)
+            detail = proc.stderr_tail()
+            proc.close()
+            return f"adapter could not start: {exc}" + (f": {detail}" if detail else "")
+        if not (isinstance(ready, dict) and ready.get("ready") is True):
+            error = ready.get("init_error") if isinstance(ready, dict) else None
+            proc.stop()
+            return f"adapter could not start: {error if isinstance(error, str) else 'no reason given'}"[:ERROR_LIMIT]
+        proc.started()
+        return proc
+
+    def ask(self, spec_json: str, payload: list[Any], *, timeout: float, startup_timeout: float,
+            frame_limit: int) -> str:
+        limits = Limits(timeout=timeout, startup=startup_timeout, frame=frame_limit)
+        proc = self._take(spec_json, limits)
+        if isinstance(proc, str):
+            return json.dumps({"id": payload[0], "error": proc})
+        deadline = time.monotonic() + timeout
+        try:
+            proc.channel.send({"case": payload}, deadline)
+            reply = parse(proc.channel.receive(deadline), what="the worker")
+            if not isinstance(reply, dict) or reply.get("id") != payload[0]:
+                raise FrameError("the worker sent a reply for another case")
+        except FrameError as exc:
+            proc.kill()
+            code = proc.reap(0.5)
+            proc.close()
+            why = f"timed out after {timeout:g} s (its worker was stopped)" if "in time" in str(exc) else \
+                f"adapter process {exit_reason(code)}" if proc.channel.closed else f"{exc} (it was stopped)"
+            return json.dumps({"id": payload[0], "error": why})
+        with self._lock:
+            self.idle.setdefault(spec_json, []).append(proc)
+        return json.dumps(reply, allow_nan=False)
+
+
 def _run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int,
-                     timeout: float, done: Done) -> None:
+                     limits: Limits, done: Done) -> None:
     from qaeval.system.worker import answer_remote
 
     spec_json = json.dumps(spec.wire)
     pending: Iterator[tuple[int, Any]] = iter(enumerate(suite.cases))
-    in_flight: dict[cf.Future[str], tuple[int, str, float]] = {}
+    in_flight: dict[cf.Future[Any], tuple[int, str, str, float]] = {}
+    # The executor side stops a case at its own deadline; this one only catches a lost executor worker.
+    backstop = limits.timeout + limits.startup + 5.0
     exhausted = False
     while True:
         while not exhausted and len(in_flight) < concurrency:
@@ -384,36 +474,51 @@ def _run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, 
                 exhausted = True
                 break
             index, case = item
+            payload = make_payload(case)
             try:
-                future = executor.submit(answer_remote, spec_json, list(make_payload(case)))
+                future = executor.submit(answer_remote, spec_json, list(payload), limits.timeout, limits.startup,
+                                         limits.frame)
             except Exception as exc:  # noqa: BLE001  (a shut-down or broken executor)
                 done(index, output_row(case.id, None, f"the executor refused the call: {describe(exc)}", 0.0))
                 continue
-            in_flight[future] = (index, case.id, time.perf_counter())
+            in_flight[future] = (index, case.id, payload[0], time.perf_counter())
         if not in_flight:
             return
         now = time.perf_counter()
-        first_deadline = min(t for _, _, t in in_flight.values()) + timeout
+        first_deadline = min(t for *_, t in in_flight.values()) + backstop
         finished, _ = cf.wait(list(in_flight), timeout=max(0.0, first_deadline - now),
                               return_when=cf.FIRST_COMPLETED)
         for future in finished:
-            index, case_id, sent = in_flight.pop(future)
-            latency = time.perf_counter() - sent
-            try:
-                reply = loads_strict(future.result())
-            except BaseException as exc:  # noqa: BLE001
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                done(index, output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency))
-                continue
-            done(index, _reply_row(case_id, reply, latency))
+            index, case_id, opaque, sent = in_flight.pop(future)
+            done(index, _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits))
         now = time.perf_counter()
-        for future, (index, case_id, sent) in list(in_flight.items()):
-            if now - sent >= timeout:
+        for future, (index, case_id, _, sent) in list(in_flight.items()):
+            if now - sent >= backstop:
                 future.cancel()
                 del in_flight[future]
-                done(index, output_row(case_id, None, f"timed out after {timeout:g} s on the executor (the call "
-                                       "was abandoned; the executor cannot stop it)", now - sent))
+                done(index, output_row(case_id, None, f"the executor did not return the call within {backstop:g} s "
+                                       "(it was abandoned)", now - sent))
+
+
+def _executor_row(future: cf.Future[Any], case_id: str, opaque: str, latency: float, limits: Limits) -> dict[str, Any]:
+    """The reply an executor returned: JSON text written by qaeval on the executor's side, checked like
+    a socket reply."""
+    try:
+        text = future.result()
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency)
+    if not isinstance(text, str) or len(text) > limits.frame:
+        return output_row(case_id, None, "the executor returned something that is not a reply within the limits",
+                          latency)
+    try:
+        reply = parse(text.encode("utf-8", "surrogatepass"), what="the executor")
+    except FrameError as exc:
+        return output_row(case_id, None, str(exc), latency)
+    if not isinstance(reply, dict) or reply.get("id") != opaque:
+        return output_row(case_id, None, "the executor returned a reply for another case", latency)
+    return _reply_row(case_id, reply, latency, limits.logs)
 
 
 def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
@@ -533,11 +638,14 @@ def _run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeou
 
 def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency: int = 4,
               isolation: str = "process", executor: cf.Executor | None = None,
-              show_progress: bool | None = None, data_dir: str | None = None) -> pd.DataFrame:
+              show_progress: bool | None = None, data_dir: str | None = None,
+              startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, max_reply_bytes: int = DEFAULT_FRAME_LIMIT) -> pd.DataFrame:
     """Ask the adapter for every case of the suite.
 
-    ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. Returns
-    one row per case, in suite order:
+    ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. A worker that
+    has not built the adapter within ``startup_timeout`` seconds is stopped (a usage error when none
+    ever started); a reply over ``max_reply_bytes`` stops its worker and fails its case. Returns one row
+    per case, in suite order:
 
     ==================  ==================================================================
     case_id             readable case id (the adapter only ever saw an opaque one)
@@ -559,16 +667,18 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
     if executor is not None and isolation == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation='none'")
     spec = adapter_spec(adapter, ship=isolation == "process")
+    limits = Limits(timeout=timeout, startup=startup_timeout, frame=max_reply_bytes)
     rows: list[dict[str, Any] | None] = [None] * len(suite)
     with progress_bar(len(suite), desc="cases", enabled=show_progress) as bar:
         def done(index: int, row: dict[str, Any]) -> None:
-            rows[index] = row
-            bar.update()
+            if rows[index] is None:
+                bar.update()
+            rows[index] = row  # a later row for the same case is a failure found after it was answered
 
         if executor is not None:
-            _run_on_executor(executor, spec, suite, concurrency=concurrency, timeout=timeout, done=done)
+            _run_on_executor(executor, spec, suite, concurrency=concurrency, limits=limits, done=done)
         elif isolation == "process":
-            ProcessPool(spec, size=concurrency, timeout=timeout,
+            ProcessPool(spec, size=concurrency, limits=limits,
                         data_dir=data_dir if data_dir is not None else suite.root).run(suite, done)
         else:
             _run_in_process(spec, suite, concurrency=concurrency, timeout=timeout, done=done)
@@ -576,4 +686,3 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
     if missing:  # pragma: no cover  (every path above answers every case)
         raise RuntimeError(f"no result for {len(missing)} case(s), first {missing[0]}")
     return frame(rows, OUTPUT_SCHEMA)  # type: ignore[arg-type]
-

@@ -1,23 +1,25 @@
 """The worker side of the process boundary: ``python -m qaeval.system.worker FD``.
 
-A worker is a fresh interpreter started by the harness (``qaeval.system.pool``). It inherits nothing of
-the harness's memory: its argv names no data, its environment has had every variable that names a data
-folder removed, and its working directory is not inside one. It talks to the harness over one socket
-(file descriptor FD) in length-prefixed JSON frames, and nothing else:
+A worker is a fresh interpreter started by the harness (``qaeval.system.pool``, through
+``qaeval.system.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
+data, its environment has had every variable that names the data folder removed, its working directory
+is a private scratch folder, and before any user code is imported it gives up ``CAP_SYS_PTRACE``
+(Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
+descriptor FD) in length-prefixed JSON frames, and nothing else:
 
-    harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the log limit
+    harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits
                         {"case": [opaque_id, question, [[id, text, title], ...]]}   one per case
                         {"stop": true}
     worker -> harness   {"ready": true, "logs": "..."}   or   {"init_error": "...", "usage": bool}
-                        {"output": {...plain data...}, "logs": "..."}   or   {"error": "...", "logs": "..."}
+                        {"id": opaque_id, "output": {...plain data...}, "logs": "..."}
+                        or {"id": opaque_id, "error": "...", "logs": "..."}
 
+Every reply names the opaque id it answers; the harness enforces every limit again on what it receives.
 File descriptors 1 and 2 are pointed at a scratch file before the adapter is built, so nothing the
 adapter prints (``print``, ``os.write(1, ...)``, a C library's ``printf``) reaches the harness's
 terminal; after each case the last ``log_limit`` characters are sent back with its result. The
 worker ends with ``os._exit`` after its last case, so a thread the adapter left running cannot keep it
 alive, and it exits by itself when the harness goes away.
-
-``answer_remote`` is the same call for an executor (Dask): one case in, plain data out.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import asyncio
 import base64
 import inspect
 import io
-import json
 import os
 import signal
 import sys
@@ -35,7 +36,6 @@ import threading
 import time
 from typing import Any
 
-FRAME_LIMIT = 64 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- building the adapter
@@ -143,21 +143,25 @@ class FdCapture:
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         text = data.decode("utf-8", errors="replace")
-        dropped = start + max(0, len(text) - self.limit)
-        if len(text) > self.limit:
-            text = text[-self.limit:]
-        return (f"[... {dropped} earlier bytes dropped]\n" if dropped else "") + text
+        if not start and len(text) <= self.limit:
+            return text
+        keep = max(0, self.limit - 60)  # room for the note, so the whole stays within the limit
+        note = f"[... {start + len(text) - keep} earlier bytes dropped]\n"
+        return note + text[len(text) - keep:]
 
 
 # --------------------------------------------------------------------------- the worker process
 
 
-def _send(conn: Any, message: dict[str, Any]) -> None:
-    data = json.dumps(message, allow_nan=False).encode("ascii")
-    if len(data) > FRAME_LIMIT:
-        data = json.dumps({"error": f"the adapter's output is {len(data)} bytes; the limit is {FRAME_LIMIT}",
-                           "logs": message.get("logs", "")[-1000:]}).encode()
-    conn.send_bytes(data)
+def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
+    from qaeval.system.process import HEADER, encode
+
+    data = encode(message)
+    if len(data) - HEADER.size > limit:
+        data = encode({k: v for k, v in message.items() if k == "id"} | {
+            "error": f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)",
+            "logs": str(message.get("logs", ""))[-1000:]})
+    sock.sendall(data)
 
 
 def _watch_parent(parent: int) -> None:
@@ -168,15 +172,17 @@ def _watch_parent(parent: int) -> None:
 
 
 def main(fd: int) -> None:
-    from multiprocessing.connection import Connection
+    import socket
 
+    from qaeval.system.process import drop_ptrace, read_frame
+
+    drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
-    conn = Connection(fd)
-    setup = json.loads(conn.recv_bytes())["setup"]
+    sock = socket.socket(fileno=fd)
+    setup = read_frame(sock)["setup"]
+    limit = int(setup["frame_limit"])
     sys.argv = ["qaeval-worker"]
-    here = os.getcwd()
-    sys.path[:] = [p for p in setup["sys_path"]] + [p for p in sys.path if p not in setup["sys_path"]]
-    sys.path[:] = [here if p == "" else p for p in sys.path]
+    sys.path[:] = [p for p in setup["sys_path"]] + [p for p in sys.path if p and p not in setup["sys_path"]]
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     capture = FdCapture(int(setup["log_limit"]))
     try:
@@ -184,22 +190,23 @@ def main(fd: int) -> None:
     except BaseException as exc:  # noqa: BLE001
         from qaeval.errors import UsageError, describe
 
-        _send(conn, {"init_error": describe(exc), "usage": isinstance(exc, UsageError), "logs": capture.take()})
+        _send(sock, {"init_error": describe(exc), "usage": isinstance(exc, UsageError), "logs": capture.take()}, limit)
         os._exit(0)
-    _send(conn, {"ready": True, "logs": capture.take()})
+    _send(sock, {"ready": True, "logs": capture.take()}, limit)
     while True:
         try:
-            message = json.loads(conn.recv_bytes())
+            message = read_frame(sock)
         except (EOFError, OSError):
             break
         if "case" not in message:
             break
-        reply = answer_one(call, message["case"])
+        reply = {"id": message["case"][0], **answer_one(call, message["case"])}
         reply["logs"] = capture.take()
         try:
-            _send(conn, reply)
+            _send(sock, reply, limit)
         except (TypeError, ValueError) as exc:  # text the adapter produced that JSON cannot carry
-            _send(conn, {"error": f"the adapter's output cannot be sent back ({exc})", "logs": ""})
+            _send(sock, {"id": reply["id"], "error": f"the adapter's output cannot be sent back ({exc})", "logs": ""},
+                  limit)
         except OSError:
             break
     os._exit(0)
@@ -207,30 +214,15 @@ def main(fd: int) -> None:
 
 # --------------------------------------------------------------------------- on an executor
 
-_REMOTE: dict[str, Caller] = {}
-_REMOTE_LOCK = threading.Lock()
 
+def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:
+    """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
+    started from here (``qaeval.system.pool.RemoteWorkers``), never in the executor's process, so it
+    cannot touch what the executor sends back. Returns the reply as JSON text."""
+    from qaeval.system.pool import RemoteWorkers
 
-def answer_remote(spec_json: str, payload: list[Any]) -> str:
-    """One case on an executor's worker (a Dask worker, a process pool): build the adapter once per
-    process and spec, answer, and return plain data as JSON text. Python-level output is captured."""
-    import contextlib
-    import hashlib
-
-    key = hashlib.sha256(spec_json.encode()).hexdigest()
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        try:
-            with _REMOTE_LOCK:
-                if key not in _REMOTE:
-                    _REMOTE[key] = Caller(build_adapter(json.loads(spec_json)))
-            reply = answer_one(_REMOTE[key], payload)
-        except BaseException as exc:  # noqa: BLE001
-            from qaeval.errors import describe
-
-            reply = {"error": f"adapter could not start: {describe(exc)}"}
-    reply["logs"] = buffer.getvalue()[-4000:]
-    return json.dumps(reply, allow_nan=False)
+    return RemoteWorkers.shared().ask(spec_json, payload, timeout=timeout, startup_timeout=startup_timeout,
+                                      frame_limit=frame_limit)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,456 @@
+"""A process that runs user code, and the one way the harness talks to it.
+
+Adapters, custom judges and notify hooks are the user's code. Each runs in a fresh interpreter started
+here, and everything that crosses between it and the harness is a *frame*: a 4-byte big-endian length
+and that many bytes of JSON text. This module owns the rules every such process gets:
+
+- **Bounded reads.** The harness never blocks on a read: bytes are taken as they arrive
+  (``Channel.pump``) and a frame is whole only when all of its announced bytes are in. A half-sent
+  frame simply never completes; the caller's deadline then kills the process. A header that announces
+  more than the frame limit kills it at once.
+- **Bounded parsing.** A frame is parsed only when it holds at most ``MAX_CONTAINERS`` JSON objects and
+  arrays, so a reply cannot make the harness build millions of empty dicts.
+- **Bounded writes.** Sending waits at most until the deadline, so a process that stops reading cannot
+  block the harness.
+- **What the process is given.** Its environment loses every variable whose value names the data
+  folder as a path (``confined_env``), its working directory is a private scratch folder, its
+  argv names no data, and (Linux) it drops ``CAP_SYS_PTRACE`` before any user code runs
+  (``drop_ptrace``), so even as root it cannot read the harness's memory once the harness is
+  non-dumpable.
+- **What the harness does meanwhile** (``harness_guard``, Linux): it is non-dumpable, so
+  ``/proc/<harness>/mem``, ``fd/`` and ``environ`` cannot be opened by its children, and it is a child
+  subreaper, so a descendant that escapes its process group (``fork``, ``setsid``, ``fork``) is reparented
+  to the harness and killed when the guard ends.
+
+Nothing here imports pandas: the worker side imports this module too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+HEADER = struct.Struct("!I")
+DEFAULT_FRAME_LIMIT = 8 * 1024 * 1024
+MAX_CONTAINERS = 200_000
+_READ_CHUNK = 1 << 16
+
+
+class FrameError(Exception):
+    """The other side broke the protocol (too big, not JSON, closed); the message says how."""
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def encode(message: Any) -> bytes:
+    data = json.dumps(message, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return HEADER.pack(len(data)) + data
+
+
+def parse(raw: bytes | bytearray, *, what: str = "the process") -> Any:
+    """JSON text from the other side, parsed within a memory bound. Duplicate keys, NaN and
+    infinities, unpaired surrogates and too many containers are all refused with FrameError."""
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers > MAX_CONTAINERS:
+        raise FrameError(f"{what} sent a frame with {containers} JSON objects and arrays; the limit is "
+                         f"{MAX_CONTAINERS}")
+    from qaeval.files import loads_strict
+
+    try:
+        return loads_strict(bytes(raw).decode("utf-8"))
+    except RecursionError:
+        raise FrameError(f"{what} sent JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FrameError(f"{what} sent something that is not JSON ({str(exc)[:200]})") from None
+
+
+class Channel:
+    """The harness's end of a socket to a user-code process: frames in, frames out, never blocking
+    past a deadline."""
+
+    def __init__(self, sock: socket.socket, *, limit: int = DEFAULT_FRAME_LIMIT, what: str = "the process") -> None:
+        self.sock, self.limit, self.what = sock, limit, what
+        self.sock.setblocking(False)
+        self.buffer = bytearray()
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, message: Any, deadline: float) -> None:
+        """Send one frame; FrameError if the other side has gone or does not read it by ``deadline``
+        (a ``time.monotonic()`` value)."""
+        data = memoryview(encode(message))
+        while data:
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FrameError(f"{self.what} did not read its input in time") from None
+                select.select([], [self.sock], [], left)
+                continue
+            except OSError as exc:
+                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})") from None
+            data = data[sent:]
+
+    def pump(self) -> list[bytes]:
+        """Take whatever bytes have arrived (never blocking) and return the frames now complete.
+        FrameError when the other side closed or announced a frame over the limit; frames completed
+        before that are kept in ``self.pending`` for the caller."""
+        self.pending: list[bytes] = []
+        while True:
+            try:
+                chunk = self.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.closed = True
+                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})") from None
+            if not chunk:
+                self.closed = True
+                break
+            self.buffer += chunk
+            self._split()
+            if len(chunk) < _READ_CHUNK:
+                break
+        frames, self.pending = self.pending, []
+        if self.closed and not frames:
+            raise FrameError(f"{self.what} closed its end" + (" in the middle of a frame" if self.buffer else ""))
+        return frames
+
+    def _split(self) -> None:
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if size > self.limit:
+                raise FrameError(f"{self.what} announced a frame of {size} bytes; the limit is {self.limit}")
+            if len(self.buffer) < HEADER.size + size:
+                return
+            self.pending.append(bytes(self.buffer[HEADER.size:HEADER.size + size]))
+            del self.buffer[:HEADER.size + size]
+
+    def receive(self, deadline: float) -> bytes:
+        """Block (up to ``deadline``) for one whole frame. FrameError on a timeout or a broken frame."""
+        while True:
+            frames = self.pump()
+            if frames:
+                if len(frames) > 1:
+                    raise FrameError(f"{self.what} sent {len(frames)} frames where one was expected")
+                return frames[0]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FrameError(f"{self.what} did not answer in time")
+            select.select([self.sock], [], [], left)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+# --------------------------------------------------------------------------- the child's side
+
+
+def read_frame(sock: socket.socket) -> Any:
+    """Block for one frame from the harness (trusted) and parse it; EOFError when it has gone."""
+    header = _read_exact(sock, HEADER.size)
+    (size,) = HEADER.unpack(header)
+    return json.loads(_read_exact(sock, size))
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_frame(sock: socket.socket, message: Any) -> None:
+    sock.sendall(encode(message))
+
+
+_CAP_SYS_PTRACE = 19
+_PR_CAPBSET_DROP = 24
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_ptrace() -> bool:
+    """Linux: give up CAP_SYS_PTRACE for this process and everything it starts (the bounding set), so a
+    root worker cannot read a non-dumpable harness's memory. Returns whether it is now without it."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)  # needs CAP_SETPCAP; harmless without
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return False
+    mask = ~(1 << _CAP_SYS_PTRACE) & 0xFFFFFFFF
+    data[0].effective &= mask
+    data[0].permitted &= mask
+    data[0].inheritable &= mask
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return False
+    return not has_ptrace()
+
+
+def has_ptrace() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
+    except OSError:
+        pass
+    return False
+
+
+# --------------------------------------------------------------------------- the harness's side
+
+
+def _path_tokens(value: str) -> Iterator[str]:
+    for part in value.split(os.pathsep):
+        for token in part.replace("=", " ").replace(",", " ").replace(";", " ").split():
+            yield token.strip("'\"")
+
+
+def _names_folder(token: str, folders: list[str]) -> bool:
+    if token.startswith("file://"):
+        token = token[len("file://"):]
+    if "://" in token or not token:
+        return False
+    candidates = {os.path.abspath(token)}
+    with contextlib.suppress(OSError, ValueError):
+        candidates.add(os.path.realpath(token))
+    return any(c == f or c.startswith(f.rstrip(os.sep) + os.sep) for c in candidates for f in folders)
+
+
+def hidden_folders(data_dir: str | os.PathLike[str] | None) -> list[str]:
+    """The data folder as absolute paths (as given and with symlinks resolved)."""
+    if data_dir is None:
+        return []
+    given = os.fspath(data_dir)
+    folders = {os.path.abspath(given)}
+    with contextlib.suppress(OSError, ValueError):
+        folders.add(os.path.realpath(given))
+    return sorted(f for f in folders if f != os.sep)
+
+
+def confined_env(environ: Mapping[str, str], folders: list[str]) -> dict[str, str]:
+    """``environ`` less every variable whose value names one of ``folders`` (or a path inside one) as a
+    path: whole path components only, so ``--data data`` keeps ``HF_HOME=/mnt/data/hf`` and URLs."""
+    if not folders:
+        return dict(environ)
+    return {k: v for k, v in environ.items() if not any(_names_folder(t, folders) for t in _path_tokens(v))}
+
+
+def scrub_sys_path(paths: Iterable[str], folders: list[str], here: str) -> list[str]:
+    """``sys.path`` for a child: absolute, and without entries inside the data folder."""
+    out = []
+    for p in paths:
+        full = os.path.abspath(p) if p else here
+        if not _names_folder(full, folders):
+            out.append(full)
+    return out
+
+
+class UserProcess:
+    """One fresh interpreter running ``python -m MODULE FD`` with the rules above: its own process
+    group, a private scratch working directory, a confined environment, stdout discarded and stderr
+    kept (the last lines explain a start-up failure)."""
+
+    def __init__(self, module: str, *, env: Mapping[str, str], limit: int = DEFAULT_FRAME_LIMIT,
+                 what: str = "the process") -> None:
+        parent_end, child_end = socket.socketpair()
+        self.scratch = tempfile.mkdtemp(prefix="qaeval-scratch-")
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", module, str(child_end.fileno())],
+                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, env=dict(env), cwd=self.scratch, start_new_session=True)
+        except OSError as exc:
+            parent_end.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise OSError(f"cannot start a worker process ({exc.strerror or exc})") from None
+        finally:
+            child_end.close()
+        self.channel = Channel(parent_end, limit=limit, what=what)
+        self.stderr = self.popen.stderr
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def fileno(self) -> int:
+        return self.channel.fileno()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # the process leads its own group
+        with contextlib.suppress(OSError):
+            self.popen.kill()
+
+    def reap(self, wait: float = 2.0) -> int | None:
+        try:
+            return self.popen.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            try:
+                return self.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                return None
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.stderr is not None:
+            with contextlib.suppress(OSError):
+                self.stderr.close()
+            self.stderr = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Ask it to stop, give it ``grace`` seconds, then kill its group and clean up."""
+        with contextlib.suppress(FrameError):
+            self.channel.send({"stop": True}, time.monotonic() + min(grace, 0.2))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(grace)
+        self.kill()
+        self.reap(1.0)
+        self.close()
+
+    def stderr_tail(self) -> str:
+        text = ""
+        try:
+            if self.stderr is not None:
+                os.set_blocking(self.stderr.fileno(), False)
+                text = (self.stderr.read(1 << 16) or b"").decode("utf-8", "replace")
+        except (OSError, ValueError):
+            pass
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        return lines[-1][:500] if lines else ""
+
+    def started(self) -> None:
+        """The process said it is ready: its stderr is no longer read."""
+        if self.stderr is not None:
+            with contextlib.suppress(OSError):
+                self.stderr.close()
+            self.stderr = None
+
+
+def exit_reason(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# --------------------------------------------------------------------------- guarding the harness
+
+_guard_depth = 0
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(x) for x in text.split()]
+    except (OSError, ValueError):
+        pass
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def sweep_escaped(keep: set[int]) -> int:
+    """Kill and reap every child of this process that is not in ``keep`` (escaped descendants that
+    were reparented here). Returns how many were killed."""
+    me, killed = os.getpid(), 0
+    for _ in range(20):  # killing one may orphan its own children onto us: repeat until none are left
+        strays = [p for p in _children_of(me) if p not in keep]
+        if not strays:
+            break
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        for pid in strays:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+    return killed
+
+
+@contextlib.contextmanager
+def harness_guard() -> Iterator[None]:
+    """For the duration of a run with user code out of process (Linux): the harness is non-dumpable
+    and a child subreaper; on the way out every descendant that escaped is killed. Nested uses share
+    the outermost guard. Elsewhere a no-op."""
+    global _guard_depth
+    libc = _libc()
+    if libc is None or _guard_depth:
+        _guard_depth += 1
+        try:
+            yield
+        finally:
+            _guard_depth -= 1
+        return
+    was_dumpable = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    flag = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+    before = set(_children_of(os.getpid()))
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _guard_depth += 1
+    try:
+        yield
+    finally:
+        _guard_depth -= 1
+        sweep_escaped(before)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, flag.value, 0, 0, 0)
+        if was_dumpable == 1:
+            libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
