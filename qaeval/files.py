@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -110,17 +111,54 @@ def _no_constants(name: str) -> Any:
     raise StrictJSONError(f"{name} is not valid JSON (use null or a finite number)")
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _at(text: str, index: int) -> str:
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line} column {column}" if line > 1 else f"column {column}"
+
+
+def _unpaired_surrogate(text: str) -> str | None:
+    """Where ``text`` (valid JSON) holds a surrogate that is not half of a pair: Python would parse it into a
+    string that no UTF-8 file can hold. An escape counts only when its backslash is not itself escaped."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"U+{ord(text[exc.start]):04X} at {_at(text, exc.start)}"
+    escapes = _SURROGATE_ESCAPE.finditer(text)
+    for m in escapes:
+        first = m.start()
+        while first and text[first - 1] == "\\":
+            first -= 1
+        if (m.start() - first) % 2:
+            continue  # "\\ud800" is a backslash and the letters ud800
+        if m.group()[3] in "89abAB":
+            low = _SURROGATE_ESCAPE.match(text, m.end())
+            if low is not None and low.group()[3] in "cdefCDEF":
+                next(escapes, None)
+                continue
+        return f"{m.group()} at {_at(text, m.start())}"
+    return None
+
+
 def loads_strict(text: str) -> Any:
     """Parse JSON strictly. Raises ValueError (StrictJSONError or json.JSONDecodeError) with a message a
     person can act on."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except RecursionError:
         raise StrictJSONError("nested too deeply to be data") from None
     except (StrictJSONError, json.JSONDecodeError):
         raise
     except ValueError as exc:  # e.g. an integer literal longer than Python converts
         raise StrictJSONError(str(exc).split(";")[0].split(":")[0]) from None
+    where = _unpaired_surrogate(text)
+    if where is not None:
+        raise StrictJSONError(f"an unpaired surrogate ({where}) is not valid Unicode text")
+    return value
 
 
 def json_error_text(exc: ValueError) -> str:

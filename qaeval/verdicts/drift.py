@@ -5,8 +5,9 @@ isolation, judge config, dataset fingerprint and qaeval's version (``qaeval.reco
 same short form of a run a record carries). Appends take an exclusive lock, write the whole line in one
 call, check it was all written and fsync (``qaeval.files.append_line``); a line a killed writer left
 torn is skipped by readers, who say so. A line that parses but is not a history record (a metric that
-is not a number, alarms that are not a list) is bad data: the command stops with exit 65 naming it,
-before anything is appended, so a retry does not add a line either.
+is not a rate in [0, 1] or null, a count that is not a whole number, alarms that are not a list, a time
+that is not ISO 8601 or falls outside the years 1970 to 2999) is bad data: the command stops with exit
+65 naming the line and field, before anything is appended, so a retry does not add a line either.
 
 The band for each metric is the trailing window's mean plus or minus max(3 standard deviations,
 ``min_width``), over the earlier runs that did not alarm on that metric (each line lists its alarms), so
@@ -16,8 +17,9 @@ both ways for over_refusal_rate. With fewer than ``min_history`` earlier runs th
 alarm, and the result says so.
 
 The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
-``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code: if
-it raises or calls ``sys.exit`` that is noted and the verdict (and exit code 3) stands.
+``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code,
+run by the commands in its own process (``qaeval.system.usercode``): if it raises, exits (even with
+``os._exit``) or runs past ``--hook-timeout``, that is noted and the verdict (and exit code 3) stands.
 """
 
 from __future__ import annotations
@@ -48,11 +50,46 @@ BAND_SCHEMA = {"metric": "text", "current": "float", "mean": "float", "low": "fl
                "window_n": "int", "direction": "text", "alarm": "bool"}
 
 
+EARLIEST_YEAR, LATEST_YEAR = 1970, 2999  # a run's time outside these is a typo (and no chart can draw it)
+
+
 def _is_number(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _metric_problems(metrics: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, value in metrics.items():
+        if not _is_number(value):
+            problems.append(f"metric {name!r} is {value!r}, not a number or null")
+        elif value is not None and name in BY_NAME and not 0.0 <= value <= 1.0:
+            problems.append(f"metric {name!r} is {value!r}, outside [0, 1] (every metric is a rate)")
+    return problems
+
+
+def _time_problem(value: Any) -> str | None:
+    from datetime import datetime
+
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return "'time' must be a string"
+    try:
+        year = datetime.fromisoformat(value).year
+    except ValueError:
+        return f"'time' is {value!r}, not an ISO 8601 date and time"
+    if not EARLIEST_YEAR <= year <= LATEST_YEAR:
+        return f"'time' is {value!r}, outside the years {EARLIEST_YEAR} to {LATEST_YEAR}"
+    return None
+
+
 def history_problems(record: Any) -> list[str]:
+    """What is wrong with one parsed history line (nothing: an empty list). Every metric is a rate in
+    [0, 1] or null, counts are whole numbers >= 0, the time is ISO 8601 within plausible years."""
     if not isinstance(record, dict):
         return [f"a history line must be a JSON object, got {type(record).__name__}"]
     problems = []
@@ -60,11 +97,21 @@ def history_problems(record: Any) -> list[str]:
     if not isinstance(metrics, dict):
         problems.append("'metrics' missing or not an object")
     else:
-        problems += [f"metric {k!r} is {v!r}, not a number or null" for k, v in metrics.items() if not _is_number(v)]
+        problems += _metric_problems(metrics)
+    counts = record.get("n", {})
+    if not isinstance(counts, dict):
+        problems.append(f"'n' is {counts!r}, not an object of counts")
+    else:
+        problems += [f"'n' of {k!r} is {v!r}, not a whole number >= 0" for k, v in counts.items() if not _is_count(v)]
+    if "cases" in record and not _is_count(record["cases"]):
+        problems.append(f"'cases' is {record['cases']!r}, not a whole number >= 0")
     alarms = record.get("alarms", [])
     if not isinstance(alarms, list) or not all(isinstance(a, str) for a in alarms):
         problems.append(f"'alarms' is {alarms!r}, not a list of metric names")
-    for key in ("time", "git_commit", "dataset_fingerprint"):
+    time_problem = _time_problem(record.get("time"))
+    if time_problem is not None:
+        problems.append(time_problem)
+    for key in ("git_commit", "dataset_fingerprint"):
         if record.get(key) is not None and not isinstance(record.get(key), str):
             problems.append(f"{key!r} must be a string")
     return problems
@@ -233,5 +280,8 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
         ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
         if not ok:
             notes.append(f"{why}; the alarm stands")
+        output = getattr(notify, "output", "")  # what a hook run in its own process printed
+        if isinstance(output, str) and output:
+            notes.append(f"the notify hook printed: {output}")
     return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
                        window=window, timeseries=str(timeseries))

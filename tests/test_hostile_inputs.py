@@ -1,0 +1,128 @@
+"""Hostile files at the edge: bad Unicode, bad numbers, bad nesting, formulas, and outputs aimed at inputs.
+
+Each is a load error (65) or a usage error (64) with the file and line or both paths named, before
+anything runs or is written; none is an internal error (70)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import GOLDEN, make_case, write_cases
+
+from qaeval.cli import main
+from qaeval.files import loads_strict
+from qaeval.scoring.metrics import METRIC_NAMES
+
+LONE = "\\ud800"  # as written in a JSON file: an escape for half of a surrogate pair
+
+
+def history_line(**changes) -> str:
+    line = {"metrics": {m: 0.9 for m in METRIC_NAMES}, "n": {m: 10 for m in METRIC_NAMES}, "cases": 10,
+            "time": "2024-05-01T12:00:00.000+00:00", "alarms": []}
+    line["metrics"]["over_refusal_rate"] = 0.1
+    line.update(changes)
+    return json.dumps(line)
+
+
+# --------------------------------------------------------------------------- unpaired surrogates (item 15)
+
+
+@pytest.mark.parametrize("text, where", [
+    ('"a\\ud800b"', "\\ud800 at column 3"),
+    ('{"x":\n "\\udc00"}', "\\udc00 at line 2 column 3"),
+    ('["\\ud83d\\ud83d\\ude00"]', "\\ud83d at column 3"),  # a high half followed by a whole pair
+    ('"\\ud83d\\\\ude00"', "\\ud83d at column 2"),  # the low half's backslash is escaped: not a pair
+])
+def test_the_strict_loader_refuses_unpaired_surrogates_and_says_where(text, where):
+    with pytest.raises(ValueError, match="unpaired surrogate") as info:
+        loads_strict(text)
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize("text, value", [
+    ('"\\ud83d\\ude00"', "\U0001F600"),  # an escaped pair is one character
+    ('"\\\\ud800"', "\\ud800"),  # an escaped backslash, then letters
+    ('"\\\\\\\\ud800"', "\\\\ud800"),
+])
+def test_the_strict_loader_accepts_pairs_and_escaped_backslashes(text, value):
+    assert loads_strict(text) == value
+
+
+@pytest.fixture
+def spy(tmp_path, monkeypatch):
+    """The file plugins:make_counting appends one line to per call of the system."""
+    path = tmp_path / "calls.txt"
+    monkeypatch.setenv("QAEVAL_TEST_CALLS", str(path))
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_case_with_an_unpaired_surrogate_is_a_load_error_with_file_and_line(tmp_path, capsys, spy, command):
+    data = tmp_path / "d"
+    data.mkdir()
+    cases = data / "cases.jsonl"
+    second = json.dumps(make_case(id="bad-0002")).replace("When did", f"When{LONE} did")
+    cases.write_text(json.dumps(make_case(id="ok-0001")) + "\n" + second + "\n")
+    extra = ["--adapter", "plugins:make_counting", "--quiet"] if command == "run" else []
+    assert main([command, "--data", str(data), *extra]) == 65
+    err = capsys.readouterr().err
+    assert f"{cases}:2: an unpaired surrogate (\\ud800 at column" in err and "Traceback" not in err
+    assert not spy.exists(), "the system was called"
+
+
+def test_a_labels_reason_with_an_unpaired_surrogate_stops_calibrate_before_the_run(tmp_path, capsys, spy):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"case_id": "single-0001", "axis": "faithfulness", "score": 2, "reason": "ok"}\n'
+                      f'{{"case_id": "single-0002", "axis": "faithfulness", "score": 2, "reason": "x{LONE}"}}\n')
+    record = tmp_path / "cal.json"
+    code = main(["calibrate", "--data", str(GOLDEN), "--labels", str(labels), "--save", str(record),
+                 "--adapter", "plugins:make_counting", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 65 and f"{labels}:2: an unpaired surrogate" in err and "Traceback" not in err
+    assert not record.exists() and not spy.exists(), "the system was called although the labels cannot be read"
+
+
+# --------------------------------------------------------------------------- hand-edited history (item 17)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(metrics={m: 5.0 for m in METRIC_NAMES}), "metric 'faithfulness_rate' is 5.0, outside [0, 1]"),
+    (dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "rerank_mrr": 1e200}), "metric 'rerank_mrr' is 1e+200, outside [0, 1]"),
+    (dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "abstention_recall": -0.5}), "metric 'abstention_recall' is -0.5"),
+    (dict(n={"faithfulness_rate": -3}), "'n' of 'faithfulness_rate' is -3, not a whole number"),
+    (dict(n={"faithfulness_rate": 2.5}), "'n' of 'faithfulness_rate' is 2.5"),
+    (dict(cases=True), "'cases' is True"),
+    (dict(time="0001-01-01T00:00:00+00:00"), "'time' is '0001-01-01T00:00:00+00:00', outside the years 1970 to 2999"),
+    (dict(time="9999-12-31T23:59:59+00:00"), "'time' is '9999-12-31T23:59:59+00:00', outside the years"),
+    (dict(time="last tuesday"), "'time' is 'last tuesday', not an ISO 8601 date and time"),
+    (dict(time=20240501), "'time' must be a string"),
+])
+def test_a_history_line_with_impossible_numbers_or_times_is_refused_before_the_append(tmp_path, capsys, changes, message):
+    series = tmp_path / "s.jsonl"
+    series.write_text("".join(history_line() + "\n" for _ in range(3)) + history_line(**changes) + "\n")
+    before = series.read_bytes()
+    assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 65
+    err = capsys.readouterr().err
+    assert f"{series}:4: {message}" in err and "Traceback" not in err
+    assert series.read_bytes() == before
+
+
+def test_a_history_line_of_rates_at_5_cannot_widen_the_band_for_the_saboteur(tmp_path, capsys):
+    series = tmp_path / "s.jsonl"
+    series.write_text("".join(history_line() + "\n" for _ in range(4))
+                      + history_line(metrics={m: 5.0 for m in METRIC_NAMES}) + "\n")
+    before = series.read_bytes()
+    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet",
+                 "--adapter", "qaeval.system.saboteur:make_adapter"])
+    captured = capsys.readouterr()
+    assert code == 65 and "DRIFT: OK" not in captured.out
+    assert f"{series}:5: metric" in captured.err and "outside [0, 1]" in captured.err
+    assert series.read_bytes() == before
+
+
+def test_an_honest_history_still_drifts(tmp_path, capsys):
+    series = tmp_path / "s.jsonl"
+    series.write_text("".join(history_line(time=f"20{y}-01-01T00:00:00+00:00") + "\n" for y in (23, 24)))
+    assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 0
+    assert len(series.read_text().splitlines()) == 3
