@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 from conftest import GOLDEN
 
-from qaeval import api
+from qaeval import api, load_suite, run_suite
 from qaeval.cli import main
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install 'qaeval-harness[dask]')")
@@ -45,3 +47,23 @@ def test_a_failing_adapter_on_dask_fails_its_cases_not_the_run(cluster):
 def test_an_unreachable_scheduler_is_a_usage_error(capsys):
     assert main(["run", "--data", str(GOLDEN), "--executor", "dask://127.0.0.1:9"]) == 64
     assert "cannot reach the Dask scheduler" in capsys.readouterr().err
+
+
+def test_nothing_an_adapter_returns_is_unpickled_by_the_harness(cluster, tmp_path, monkeypatch):
+    marker = tmp_path / "unpickled-in-the-harness"
+    monkeypatch.setenv("QAEVAL_TEST_MARKER", str(marker))
+    with distributed.Client(cluster) as client:
+        worker_pids = set(client.run(os.getpid).values())
+        suite = load_suite(GOLDEN).select(split="living")
+        frame = run_suite(suite, "hostile_adapters:make_pickler", executor=client.get_executor())
+    assert frame["error"].isna().all(), frame["error"].tolist()
+    adapter_pids = {int(a) for a in frame["answer"]}
+    assert not adapter_pids & worker_pids, "the adapter ran inside a Dask worker's own process"
+    assert not marker.exists()
+
+
+def test_a_hang_on_dask_is_stopped_by_the_executor_side(cluster):
+    with distributed.Client(cluster) as client:
+        suite = load_suite(GOLDEN).select(split="living")
+        frame = run_suite(suite, "plugins:make_hanging", executor=client.get_executor(), timeout=1.0)
+    assert frame["error"].str.startswith("timed out after 1 s (its worker was stopped)").all(), frame["error"].tolist()

@@ -269,6 +269,9 @@ class _PoolRun:
             self.start()
 
     def shutdown(self) -> None:
+        for w in list(self.workers):  # a reply that arrived with or after the last answer is still checked
+            if w.state == "idle":
+                self.read(w)
         deadline = time.monotonic() + STOP_GRACE
         for w in self.workers:
             with contextlib.suppress(FrameError):

@@ -1,0 +1,154 @@
+"""The boundary's promises under attack from inside a worker (issue 17): every read has a deadline,
+every reply names its case and is held to the harness's limits, the harness cannot be read through
+/proc, escaped processes do not outlive the run, and honest environments are left alone."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import GOLDEN, ROOT
+
+from qaeval import load_suite, run_suite
+from qaeval.data.cases import Suite
+from qaeval.system.pool import LOG_LIMIT
+from qaeval.system.process import MAX_CONTAINERS, confined_env, hidden_folders
+
+TESTS = str(ROOT / "tests")
+QAEVAL = [sys.executable, "-m", "qaeval.cli"]
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+
+
+@pytest.fixture(scope="module")
+def living():
+    return load_suite(GOLDEN).select(split="living")
+
+
+def first(suite):
+    return Suite(suite.cases[:1], suite.root)
+
+
+def cli(*args: str, cwd: str = TESTS) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": os.pathsep.join([str(ROOT), TESTS])}
+    start = time.monotonic()
+    done = subprocess.run([*QAEVAL, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return done, time.monotonic() - start
+
+
+# --------------------------------------------------------------------------- hangs are bounded
+
+
+def test_an_adapter_factory_that_never_returns_is_a_usage_error_within_the_startup_timeout():
+    done, elapsed = cli("gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"),
+                        "--adapter", "hostile_adapters:make_never_starts", "--startup-timeout", "2")
+    assert done.returncode == 64, done.stderr
+    assert "did not start" in done.stderr and "--startup-timeout" in done.stderr
+    assert elapsed < 30, f"took {elapsed:.1f} s with a 2 s start-up deadline"
+
+
+@pytest.mark.parametrize("adapter", ["make_half_header", "make_half_body"])
+def test_a_half_sent_frame_times_out_its_case(living, adapter):
+    start = time.monotonic()
+    frame = run_suite(living, f"hostile_adapters:{adapter}", timeout=1.0, concurrency=2)
+    elapsed = time.monotonic() - start
+    assert frame["error"].str.startswith("timed out after 1 s").all(), frame["error"].tolist()
+    assert elapsed < 30, f"{len(living)} cases with a 1 s deadline took {elapsed:.1f} s"
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+def test_logs_past_the_limit_are_cut_by_the_harness(living):
+    frame = run_suite(first(living), "hostile_adapters:make_huge_logs", timeout=5)
+    logs = frame["logs"][0]
+    assert frame["error"].isna().all(), frame["error"].tolist()
+    assert len(logs) <= LOG_LIMIT + 80 and "dropped by the harness" in logs
+
+
+def test_a_frame_over_the_limit_stops_its_worker(living):
+    frame = run_suite(first(living), "hostile_adapters:make_huge_frame", timeout=30)
+    assert "announced a frame of 16777216 bytes; the limit is 8388608" in frame["error"][0]
+
+
+def test_a_frame_of_too_many_containers_is_not_parsed(living):
+    frame = run_suite(first(living), "hostile_adapters:make_many_dicts", timeout=30)
+    assert f"the limit is {MAX_CONTAINERS}" in frame["error"][0], frame["error"][0]
+
+
+def test_a_reply_for_another_case_fails_the_case(living):
+    frame = run_suite(living, "hostile_adapters:make_other_id", timeout=30, concurrency=2)
+    assert frame["error"].str.contains("a reply for a case it was not asked").all(), frame["error"].tolist()
+
+
+def test_a_second_reply_fails_the_case_it_answered(living):
+    frame = run_suite(living, "hostile_adapters:make_twice", timeout=30, concurrency=1)
+    errors = frame["error"].tolist()
+    # every case but the last is followed by another, so its extra frame is always seen
+    assert all(e and ("second reply" in e or "not asked" in e) for e in errors[:-1]), errors
+
+
+def test_a_reply_over_the_configured_limit_fails_on_the_worker_side(living):
+    frame = run_suite(first(living), "qaeval.system.reference:make_adapter",
+                      max_reply_bytes=200)
+    assert "the limit is 200" in frame["error"][0]
+
+
+# --------------------------------------------------------------------------- the operating system
+
+
+@linux_only
+def test_the_harness_cannot_be_read_through_proc(living):
+    frame = run_suite(first(living), "hostile_adapters:make_proc_reader")
+    found = json.loads(frame["answer"][0])
+    # memory (where the labels live) and the harness's open files (CI's stdout) are closed to a worker;
+    # /proc/<pid>/environ is the harness's starting environment, which the worker got anyway, less the
+    # variables naming the data folder (the README says so)
+    assert (found["mem"], found["fd/1"]) == ("PermissionError", "PermissionError"), found
+    libc = ctypes.CDLL(None)
+    assert libc.prctl(3, 0, 0, 0, 0) == 1, "the harness is dumpable again after the run"
+
+
+@linux_only
+def test_a_process_that_escapes_the_group_does_not_outlive_the_run(living):
+    frame = run_suite(first(living), "hostile_adapters:make_escaper")
+    pid = int(frame["answer"][0])
+    assert not os.path.exists(f"/proc/{pid}"), f"escaped process {pid} is still alive"
+
+
+def test_the_worker_works_in_a_scratch_folder_that_is_gone_afterwards(living, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    frame = run_suite(first(living), "plugins:make_reporter")
+    seen = json.loads(frame["answer"][0])
+    assert seen["cwd"] != str(tmp_path) and "qaeval-scratch-" in seen["cwd"]
+    assert not os.path.exists(seen["cwd"])
+
+
+# --------------------------------------------------------------------------- honest users
+
+
+def test_the_environment_filter_matches_whole_paths(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    shutil.copytree(GOLDEN, data, ignore=shutil.ignore_patterns("buggy", "calibration", "*.json"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", "/mnt/data/hf")
+    monkeypatch.setenv("SERVICE_URL", "http://models.internal/data/v1")
+    monkeypatch.setenv("ABS_DATA", str(data / "living.jsonl"))
+    monkeypatch.setenv("REL_DATA", "./data")
+    monkeypatch.setenv("SEARCH", f"/opt/x{os.pathsep}{data}")
+    suite = load_suite("data").select(split="living")
+    frame = run_suite(first(suite), "plugins:make_reporter", data_dir="data")
+    env = json.loads(frame["answer"][0])["env"]
+    assert env["HF_HOME"] == "/mnt/data/hf" and env["SERVICE_URL"] == "http://models.internal/data/v1"
+    assert "ABS_DATA" not in env and "REL_DATA" not in env and "SEARCH" not in env
+
+
+def test_a_data_folder_named_bin_keeps_path():
+    folders = hidden_folders("bin")
+    env = confined_env({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}, folders)
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
