@@ -126,3 +126,58 @@ def test_an_honest_history_still_drifts(tmp_path, capsys):
     series.write_text("".join(history_line(time=f"20{y}-01-01T00:00:00+00:00") + "\n" for y in (23, 24)))
     assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 0
     assert len(series.read_text().splitlines()) == 3
+
+
+# --------------------------------------------------------------------------- spreadsheet formulas (item 14)
+
+
+FORMULAS = ['=HYPERLINK("http://127.0.0.1/x?"&A1,"click")', "-5 degrees", "+1", "@SUM(A1:A2)", "\tx", "\rx",
+            "'=already quoted", "''+two quotes", "'plain quote", "plain"]
+
+
+def hostile_run(tmp_path):
+    """A run whose case ids, questions and answers would each start a formula in a spreadsheet."""
+    from helpers import output, outputs_frame
+
+    from qaeval import load_suite
+    from qaeval.judges.offline import OfflineJudge
+    from qaeval.scoring.evaluate import score_outputs
+
+    ids = [f"{text}-{n}" for n, text in enumerate(FORMULAS)]
+    data = write_cases(tmp_path / "d", [make_case(id=i, question=f"{text} When did the Eastside Branch open?")
+                                        for i, text in zip(ids, FORMULAS)])
+    rows = [output(i, answer=text, citations=[{"source_id": "s1", "claim": text}]) for i, text in zip(ids, FORMULAS)]
+    return score_outputs(load_suite(data), outputs_frame(rows), OfflineJudge())
+
+
+def test_a_label_sheet_starts_no_cell_with_a_formula_and_imports_back_unchanged(tmp_path):
+    import csv
+
+    from qaeval import api
+
+    run = hostile_run(tmp_path)
+    sheet = tmp_path / "sheet.csv"
+    api.label_export(run, sheet)
+    rows = list(csv.DictReader(sheet.open(newline="")))
+    assert rows, "the sheet has rows"
+    for row in rows:
+        for column, cell in row.items():
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), f"{column} starts a formula: {cell!r}"
+    from qaeval.data.labels import sheet_value
+
+    answers = {r["case_id"]: r["answer"] for r in run.per_case.to_dict("records")}
+    for row in rows:
+        case_id = sheet_value(row["case_id"])
+        assert sheet_value(row["answer"]) == answers[case_id], "the quote comes off exactly"
+        assert sheet_value(row["question"]) == run.suite[case_id].question
+    for row in rows:
+        row["score"], row["reason"] = "2", "-5 is right"
+    with sheet.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    path, n, blank = api.label_import(sheet, run, tmp_path / "labels.jsonl")
+    labels = [json.loads(line) for line in path.read_text().splitlines()]
+    assert n == len(rows) and blank == 0
+    assert {label["case_id"] for label in labels} == set(answers), "every hostile case id came back as it was"
+    assert {label["reason"] for label in labels} == {"-5 is right"}

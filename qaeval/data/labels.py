@@ -26,7 +26,10 @@ The spreadsheet round trip: ``export_sheet`` writes one CSV row per answered cas
 answer, cited sources, gold answer where the axis needs it, the output fingerprint, and empty
 ``score`` and ``reason`` columns; the judge's own score is withheld so annotators are not anchored);
 ``import_sheet`` checks a filled sheet against the run it is for (scores 0/1/2, known cases, current
-fingerprints) and gives keyed labels. Rows left blank are counted, never silently dropped.
+fingerprints) and gives keyed labels. Rows left blank are counted, never silently dropped. A cell that a
+spreadsheet would run as a formula (one starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return: an answer such as ``=HYPERLINK(...)``) is written with one leading ``'`` (OWASP's advice on CSV
+injection), and ``import_sheet`` takes exactly that quote off again, so the round trip changes no text.
 """
 
 from __future__ import annotations
@@ -231,6 +234,25 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
 # --------------------------------------------------------------------------- the spreadsheet round trip
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
+
+
+def sheet_cell(value: Any) -> Any:
+    """A value as a spreadsheet cell that no spreadsheet runs: one leading ``'`` when it would otherwise
+    start a formula, or when it already starts with quotes before such a character (so that
+    ``sheet_value`` undoes exactly this, whatever the text)."""
+    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def sheet_value(cell: str) -> str:
+    """The text a sheet cell stands for: ``sheet_cell`` undone."""
+    if cell.startswith("'") and cell.lstrip("'").startswith(FORMULA_STARTS):
+        return cell[1:]
+    return cell
+
+
 def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) -> tuple[str, int]:
     """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
     by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
@@ -239,7 +261,7 @@ def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) ->
         picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
         answered = [r for r in answered if r["case_id"] in picked]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n")  # RFC 4180: a cell with a CR is quoted
     writer.writeheader()
     for r in answered:
         cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
@@ -247,10 +269,10 @@ def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) ->
         for axis in AXES:
             if axis == "citation_correctness" and not r["citations"]:
                 continue
-            writer.writerow(dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
-                                 question=r["question"], answer=r["answer"], cited=cited,
-                                 gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "",
-                                 score="", reason=""))
+            row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
+                       question=r["question"], answer=r["answer"], cited=cited,
+                       gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "", score="", reason="")
+            writer.writerow({k: sheet_cell(v) for k, v in row.items()})
     return buffer.getvalue(), len(answered)
 
 
@@ -268,19 +290,20 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
     labels: list[dict[str, Any]] = []
     blank = 0
     seen: dict[tuple[str, str], int] = {}
-    for row in reader:
+    for cells in reader:
         line = reader.line_num
-        cid, axis = (row.get("case_id") or "").strip(), (row.get("axis") or "").strip()
-        score_text = (row.get("score") or "").strip()
+        row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
+        cid, axis = row.get("case_id", ""), row.get("axis", "")
+        score_text = row.get("score", "")
         if not score_text:
             blank += 1
             continue
         found = []
         if cid not in fingerprints:
             found.append(f"case {cid!r} is not in the run")
-        elif (row.get("output_fingerprint") or "").strip() != fingerprints[cid]:
+        elif row.get("output_fingerprint", "") != fingerprints[cid]:
             found.append(f"stale: case {cid!r} has a different output now (fingerprint "
-                         f"{(row.get('output_fingerprint') or '').strip()!r}, the run has {fingerprints[cid]!r})")
+                         f"{row.get('output_fingerprint', '')!r}, the run has {fingerprints[cid]!r})")
         if axis not in AXES:
             found.append(f"axis {axis!r} is not one of {', '.join(AXES)}")
         if score_text not in ("0", "1", "2"):
@@ -291,7 +314,7 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
             problems.extend(Problem(where, line, p) for p in found)
             continue
         seen[(cid, axis)] = line
-        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=(row.get("reason") or "").strip(),
+        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=row.get("reason", ""),
                            output_fingerprint=fingerprints[cid]))
     if problems:
         raise DatasetError(problems)
