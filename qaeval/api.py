@@ -26,12 +26,12 @@ from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
 from qaeval.errors import BaselineRefused, UsageError
 from qaeval.files import write_atomic, write_jsonl
-from qaeval.plugins import build, resolve
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult, evaluate, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
+from qaeval.system import usercode
 from qaeval.system.process import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
@@ -65,8 +65,6 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
         checked["executor"] = executor
     elif executor is not None and not isinstance(executor, str):
         raise UsageError(f"executor must be dask://HOST:PORT or a concurrent.futures.Executor, got {type(executor).__name__}")
-    if command == "drift" and isinstance(checked.get("notify"), str):
-        resolve(checked["notify"], what="notify hook")  # a typo is a usage error before anything runs
     if command == "calibrate" and not checked.get("record") and not checked["labels"] and not checked["labelled"]:
         raise UsageError("calibrate needs labels (keyed hand labels for a run) or labelled (a labelled set)")
     if command == "calibrate" and not checked.get("labelled") and not checked.get("record") and not checked["data"]:
@@ -83,9 +81,10 @@ def _settings(p: Mapping[str, Any]) -> JudgeSettings:
 
 
 def make_judge(p: Mapping[str, Any]) -> Any:
-    judge = build(p["judge"], what="judge", settings=_settings(p))
-    judge_config_of(judge)
-    return judge
+    """The command's judge: a built-in one in this process, any other in its own process
+    (``qaeval.system.usercode``). Close it with ``close_judge``."""
+    return usercode.make_judge(p["judge"], settings=_settings(p), isolation=p["isolation"],
+                               timeout=p["judge_timeout"], startup=p["startup_timeout"], data_dir=p.get("data"))
 
 
 def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
@@ -105,6 +104,7 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
     suite = suite if suite is not None else load_suite(p["data"])
     judge = make_judge(p)
     with ExitStack() as stack:
+        stack.callback(usercode.close_judge, judge)
         executor, label = _executor(p, stack)
         if p["isolation"] == "process":
             stack.enter_context(harness_guard())  # the judge and anything the adapter left behind included
@@ -221,8 +221,9 @@ def drift_run(data: str | None = None, *, timeseries: str | None = None, window:
         return _recorded("drift", p, DriftResult)
     frozen = load_suite(p["data"]).select(split="frozen")
     hook: Callable[..., Any] | None = None
-    if p["notify"] is not None:
-        hook = resolve(p["notify"], what="notify hook") if isinstance(p["notify"], str) else p["notify"]
+    if p["notify"] is not None:  # checked before the run: a typo is a usage error before anything runs
+        hook = usercode.notify_hook(p["notify"], isolation=p["isolation"], timeout=p["hook_timeout"],
+                                    startup=p["startup_timeout"], data_dir=p["data"])
     return _finish(drift(_evaluate(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 

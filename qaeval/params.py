@@ -93,6 +93,14 @@ PARAMS: tuple[Param, ...] = (
     Param("judge_cache", "bool", None, "reuse cached verdicts (else QAEVAL_JUDGE_CACHE, else on)", SCORING),
     Param("record", "str", None, "draw this saved run record instead of running anything",
           ("run", "gate", "calibrate", "drift"), metavar="FILE"),
+    Param("judge_timeout", "float", 300.0, "seconds a custom judge (one run in its own process) may take to "
+          "answer each chunk of 16 requests; past it its process is killed and those cases are judge errors, "
+          "and after two chunks lost in a row it is not asked again (the built-in judges do not use it: the "
+          "HTTP judge has its own per-call timeout)", SCORING, minimum=0.001, maximum=MAX_TIMEOUT,
+          metavar="SECONDS"),
+    Param("hook_timeout", "float", 60.0, "seconds the notify hook (run in its own process) may take; past it "
+          "its process is killed, noted, and the alarm stands", ("drift",), minimum=0.001, maximum=MAX_TIMEOUT,
+          metavar="SECONDS"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 

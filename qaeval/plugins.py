@@ -3,7 +3,9 @@ progress bars.
 
 Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
 raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
-verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through.
+verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
+hooks run in their own processes (``qaeval.system.usercode``); the proxies that call them raise
+``UserCodeFailed`` with a finished description when the user's code failed over there.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from qaeval.errors import QaevalError, UsageError, describe
+
+
+class UserCodeFailed(QaevalError):
+    """User code run in another process failed; the message says how (raised, exited, hung)."""
 
 
 def _import_path() -> None:
@@ -65,6 +71,8 @@ def contained(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> t
         return True, fn(*args, **kwargs)
     except KeyboardInterrupt:
         raise
+    except UserCodeFailed as exc:
+        return False, str(exc)
     except BaseException as exc:  # noqa: BLE001
         return False, f"{what} {_did(exc)}"
 

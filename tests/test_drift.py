@@ -9,7 +9,6 @@ import os
 import pytest
 from conftest import GOLDEN
 
-import plugins
 from qaeval.cli import main
 from qaeval.errors import FileAccessError
 from qaeval.files import append_line
@@ -94,17 +93,18 @@ def test_two_writers_at_once_never_interleave(tmp_path):
     assert len(records) == 120 and notes == []
 
 
-def test_drift_command_appends_and_alarms_with_notify(tmp_path, capsys):
+def test_drift_command_appends_and_alarms_with_notify(tmp_path, capsys, monkeypatch):
     series = tmp_path / "series.jsonl"
     for _ in range(3):
         assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 0
     assert "history too short" in capsys.readouterr().out
-    plugins.ALARMS.clear()
+    monkeypatch.setenv("QAEVAL_TEST_ALARMS", str(tmp_path / "alarms.jsonl"))  # the hook runs in its own process
     code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet",
-                 "--adapter", "qaeval.system.saboteur:make_adapter", "--notify", "plugins:notify"])
+                 "--adapter", "qaeval.system.saboteur:make_adapter", "--notify", "hostile_plugins:notify_to_file"])
     out = capsys.readouterr().out
     assert code == 3 and "DRIFT: ALARM" in out and "abstention_recall dropped below its band" in out
-    assert {a["metric"] for a in plugins.ALARMS} >= {"abstention_recall", "citation_precision"}
+    alarms = json.loads((tmp_path / "alarms.jsonl").read_text())
+    assert {a["metric"] for a in alarms} >= {"abstention_recall", "citation_precision"}
     records, _ = read_history(series)
     assert len(records) == 4
     assert records[-1]["cases"] == 10, "drift re-runs the frozen split only"

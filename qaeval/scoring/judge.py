@@ -12,8 +12,10 @@ correctness; case and runs of whitespace ignored); or when a positive score's qu
 check: fewer than three content words, unless it is the whole of a text that is itself shorter.
 
 A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
-of responses, or a response for another case, every affected case records a judge error (distinct from
-a score of 0, and never a pass) and the run goes on.
+of responses, a response for another case, or text that is not valid Unicode, every affected case
+records a judge error (distinct from a score of 0, and never a pass) and the run goes on. The commands
+run every judge but the two built-in ones in its own process (``qaeval.system.usercode``), so a judge
+that ends its process, hangs or patches the harness's classes costs only its cases.
 
 Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
 ``judge(requests) -> responses``. A judge factory may take ``settings`` (``JudgeSettings``): the
@@ -335,15 +337,33 @@ def validate_verdict(verdict: AxisVerdict | None, source_text: str) -> tuple[int
     return score, True, ""
 
 
+def not_unicode(text: Any) -> bool:
+    """Whether a string holds an unpaired surrogate (JSON's "\\ud800"), which no file can store."""
+    if not isinstance(text, str):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+NOT_UNICODE = "the judge's reply has text that is not valid Unicode (an unpaired surrogate)"
+
+
 def _response_problem(req: JudgeRequest, resp: Any) -> str | None:
     if not isinstance(resp, JudgeResponse):
         return f"the judge returned {type(resp).__name__}, not a JudgeResponse"
     if resp.case_id != req.case_id:
         return f"the judge answered case {resp.case_id!r} in the place of {req.case_id!r}"
     if resp.error:
-        return str(resp.error)
+        error = str(resp.error)
+        return error.encode("utf-8", "backslashreplace").decode("utf-8") if not_unicode(error) else error
     if not isinstance(resp.verdicts, list):
         return f"the judge's verdicts are {type(resp.verdicts).__name__}, not a list"
+    if any(not_unicode(getattr(v, name, "")) for v in resp.verdicts if isinstance(v, AxisVerdict)
+           for name in ("axis", "quote", "rationale", "target")):
+        return NOT_UNICODE
     return None
 
 
@@ -470,6 +490,8 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
                                         target=text_of(item.get("snippet_id") or item.get("source_id"))))
     if not verdicts:
         raise ValueError("the reply has none of the expected axes")
+    if any(not_unicode(t) for v in verdicts for t in (v.quote, v.rationale, v.target)):
+        raise ValueError("the reply has text that is not valid Unicode (an unpaired surrogate)")
     return verdicts
 
 

@@ -1,0 +1,140 @@
+"""The process a custom judge or a notify hook runs in: ``python -m qaeval.system.host FD``.
+
+Started by ``qaeval.system.usercode`` (which describes the frames it speaks over socket FD). It gives
+up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
+file (nothing the user's code prints reaches the harness's terminal), builds the judge or hook, and
+answers until told to stop or until the harness goes away. Every way the user's code can fail in a
+call (raise, ``sys.exit``, return the wrong thing) is sent back as text; ``os._exit`` or a hang ends
+the call from the harness's side instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from qaeval.system.process import drop_ptrace, read_frame, write_frame
+
+LOG_LIMIT = 2000
+
+
+def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
+    """The judge or hook from its spec; UsageError (or whatever the user's code raised) if it cannot be."""
+    from qaeval.errors import UsageError
+    from qaeval.plugins import build as build_plugin
+    from qaeval.plugins import resolve
+    from qaeval.scoring.judge import judge_config_of
+    from qaeval.system.usercode import settings_from_plain
+
+    what = "judge" if role == "judge" else "notify hook"
+    if "name" in spec:
+        target: Any = spec["name"] if role == "judge" else resolve(spec["name"], what=what)
+    else:
+        import cloudpickle
+
+        target = cloudpickle.loads(base64.b64decode(spec["pickle"]))
+    if role == "hook":
+        if not callable(target):
+            raise UsageError(f"the notify hook is a {type(target).__name__}, not callable")
+        return target
+    if not callable(getattr(target, "judge", None)):
+        target = build_plugin(target, what="judge", settings=settings_from_plain(settings or {}, os.environ))
+    judge_config_of(target)
+    return target
+
+
+def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
+    from qaeval.errors import describe
+    from qaeval.plugins import contained
+    from qaeval.system.usercode import request_from_plain, response_to_plain
+
+    requests = [request_from_plain(r) for r in plain_requests]
+    ok, value = contained(obj.judge, requests, what="the judge")
+    if not ok:
+        return {"error": value}
+    try:
+        responses = list(value)
+    except TypeError:
+        return {"error": f"the judge returned {type(value).__name__}, not a list"}
+    except BaseException as exc:  # noqa: BLE001  (an iterable that fails while read)
+        return {"error": f"the judge's responses could not be read: {describe(exc)}"}
+    try:
+        return {"responses": [response_to_plain(r) for r in responses]}
+    except BaseException as exc:  # noqa: BLE001  (a response whose attributes fail when read)
+        return {"error": f"the judge's responses could not be read: {describe(exc)}"}
+
+
+def notify(hook: Any, alarms: list[dict[str, Any]]) -> dict[str, Any]:
+    from qaeval.plugins import contained
+
+    ok, why = contained(hook, alarms, what="the notify hook")
+    return {"done": True} if ok else {"error": why}
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        write_frame(sock, message)
+    except (TypeError, ValueError) as exc:  # something the user's code produced that JSON cannot carry
+        write_frame(sock, {"error": f"the reply cannot be sent back ({str(exc)[:200]})"})
+
+
+def main(fd: int) -> None:
+    drop_ptrace()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
+    sock = socket.socket(fileno=fd)
+    setup = read_frame(sock)["setup"]
+    sys.argv = ["qaeval-host"]
+    sys.path[:] = list(setup["sys_path"]) + [p for p in sys.path if p not in setup["sys_path"]]
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
+    from qaeval.system.worker import FdCapture
+
+    capture = FdCapture(LOG_LIMIT)
+    role = setup["role"]
+    try:
+        obj = build(role, setup["spec"], setup["settings"])
+    except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
+        from qaeval.errors import UsageError, describe
+
+        what = "judge" if role == "judge" else "notify hook"
+        message = str(exc) if isinstance(exc, UsageError) else f"the {what} {describe(exc)}"
+        _send(sock, {"init_error": message, "usage": isinstance(exc, UsageError)})
+        os._exit(0)
+    ready: dict[str, Any] = {"ready": True}
+    if role == "judge":
+        ready["config"] = obj.config.to_dict()
+    _send(sock, ready)
+    capture.take()
+    while True:
+        try:
+            message = read_frame(sock)
+        except (EOFError, OSError):
+            break
+        if "judge" in message:
+            reply = judge(obj, message["judge"])
+        elif "notify" in message:
+            reply = notify(obj, message["notify"])
+        else:
+            break
+        reply["logs"] = capture.take()
+        try:
+            _send(sock, reply)
+        except OSError:
+            break
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
