@@ -181,3 +181,45 @@ def test_a_label_sheet_starts_no_cell_with_a_formula_and_imports_back_unchanged(
     assert n == len(rows) and blank == 0
     assert {label["case_id"] for label in labels} == set(answers), "every hostile case id came back as it was"
     assert {label["reason"] for label in labels} == {"-5 is right"}
+
+
+# --------------------------------------------------------------------------- importers (item 16)
+
+
+@pytest.mark.parametrize("fmt, name, content, line", [
+    ("ragas", "rows.jsonl", b'{"question": "q"}\n{"question": "caf\xe9"}\n', 2),
+    ("ragas", "rows.csv", b"question,contexts,ground_truth\ncaf\xe9,\"[\"\"x\"\"]\",y\n", 2),
+    ("hotpotqa", "dev.json", b'[{"question": "caf\xe9"}]', 1),
+    ("ares", "ares.tsv", b"Query\tDocument\tAnswer\tAnswer_Faithfulness_Label\nq\td\xff\ta\t1\n", 2),
+])
+def test_an_import_that_is_not_utf8_is_a_load_error_with_line_and_offset(tmp_path, capsys, fmt, name, content, line):
+    source = tmp_path / name
+    source.write_bytes(content)
+    offset = content.index(b"\xe9" if b"\xe9" in content else b"\xff")
+    assert main(["import", fmt, str(source), "--out", str(tmp_path / "out")]) == 65
+    err = capsys.readouterr().err
+    assert f"{source}:{line}: not valid UTF-8 (byte 0x{content[offset]:02x} at offset {offset})" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_an_import_nested_30000_deep_is_refused_in_bounded_memory(tmp_path):
+    """Before, ijson kept a prefix per level: 30,000 levels took 2.3 GB. Each import runs in a fresh
+    interpreter that reports its exit code and peak memory."""
+    import subprocess
+    import sys
+
+    deep = 30_000
+    cases = {"hotpotqa": ("array.json", "[" * deep + "]" * deep),
+             "squad2": ("squad.json", '{"data": [' + "[" * deep + "]" * deep + "]}"),
+             "musique": ("objects.jsonl", '{"a": ' * deep + "1" + "}" * deep + "\n")}
+    script = ("import resource, sys\nfrom qaeval.cli import main\ncode = main(sys.argv[1:])\n"
+              "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    for fmt, (name, text) in cases.items():
+        source = tmp_path / name
+        source.write_text(text)
+        done = subprocess.run([sys.executable, "-c", script, "import", fmt, str(source), "--out", str(tmp_path / fmt)],
+                              capture_output=True, text=True, timeout=120)
+        code, peak_mb = (int(x) for x in done.stdout.split()[-2:])
+        assert code == 65, done.stderr
+        assert "nested" in done.stderr and str(source) in done.stderr and "Traceback" not in done.stderr
+        assert peak_mb < 400, f"{fmt}: peak {peak_mb} MB to refuse a {len(text) // 1000} kB file"

@@ -39,13 +39,16 @@ ares        ARES human annotations (TSV: Query, Document, Answer, Answer_Faithfu
 
 ``--limit N`` keeps the first N records imported (with ``--seed S``: a uniform sample of N, drawn by
 reservoir sampling so memory stays at N); ``--prefix`` names the ids (default: the format).
+
+Hostile input is bad data (exit 65), found in bounded memory before a case is written: bytes that are
+not UTF-8 (the line and byte offset named), JSON arrays or objects nested more than ``MAX_DEPTH`` deep.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
-import json
 import random
 import re
 from collections import Counter
@@ -54,8 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import DatasetError, FileAccessError, UsageError
-from qaeval.files import write_jsonl
+from qaeval.errors import DatasetError, FileAccessError, Problem, UsageError
+from qaeval.files import loads_strict, write_jsonl
 
 CASE_FORMATS = ("squad2", "hotpotqa", "musique", "ragas")
 LABELLED_FORMATS = ("wice", "expertqa", "ares")
@@ -106,6 +109,59 @@ def _open(path: Path) -> io.BufferedReader:
         raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
 
 
+MAX_DEPTH = 100  # arrays and objects nested deeper than this are refused (the public datasets nest < 10)
+
+
+def check_utf8(path: Path) -> None:
+    """Read the whole input once, in bounded chunks: bytes that are not UTF-8 are a DatasetError naming
+    the line and byte offset, before any record is read."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, lines = 0, 1
+    with _open(path) as f:
+        while True:
+            chunk = f.read(1 << 20)
+            held = len(decoder.getstate()[0])  # the start of a character cut by the previous chunk
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as exc:
+                at = offset - held + exc.start
+                line = lines + chunk.count(b"\n", 0, max(0, exc.start - held))
+                raise DatasetError([Problem(str(path), line, f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset "
+                                                            f"{at})")]) from None
+            if not chunk:
+                return
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+
+
+def check_depth(path: Path) -> None:
+    """Stream a JSON file's structure once: nesting deeper than MAX_DEPTH is a DatasetError, found in
+    memory that does not grow with the depth (ijson would keep a prefix per level)."""
+    import ijson
+
+    depth = 0
+    with _open(path) as f:
+        try:
+            for event, _ in ijson.basic_parse(f):
+                if event in ("start_map", "start_array"):
+                    depth += 1
+                    if depth > MAX_DEPTH:
+                        raise DatasetError(f"arrays or objects nested more than {MAX_DEPTH} deep: not a dataset",
+                                           file=str(path))
+                elif event in ("end_map", "end_array"):
+                    depth -= 1
+        except ijson.JSONError as exc:
+            raise DatasetError(f"not valid JSON ({_ijson_reason(exc)})", file=str(path)) from None
+
+
+def _ijson_reason(exc: Exception) -> str:
+    """ijson's complaint as one line of text (its C parser gives bytes and a drawing of the spot)."""
+    reason = exc.args[0] if exc.args else exc
+    if isinstance(reason, bytes):
+        reason = reason.decode("utf-8", errors="replace")
+    return str(reason).strip().splitlines()[0] if str(reason).strip() else type(exc).__name__
+
+
 def _first_char(path: Path) -> str:
     with _open(path) as f:
         head = f.read(4096).decode("utf-8-sig", errors="replace").lstrip()
@@ -116,17 +172,16 @@ def json_items(path: Path, prefix: str = "item") -> Iterator[tuple[str, Any]]:
     """(position, item) for each item of a JSON array (``prefix`` in ijson's notation), streamed."""
     import ijson
 
+    check_depth(path)
     with _open(path) as f:
         try:
             for i, item in enumerate(ijson.items(f, prefix, use_float=True), start=1):
                 yield f"{path}:item {i}", item
         except ijson.JSONError as exc:
-            raise DatasetError(f"not valid JSON ({exc})", file=str(path)) from None
+            raise DatasetError(f"not valid JSON ({_ijson_reason(exc)})", file=str(path)) from None
 
 
 def jsonl_items(path: Path) -> Iterator[tuple[str, Any]]:
-    from qaeval.files import loads_strict
-
     with _open(path) as f:
         for number, raw in enumerate(f, start=1):
             line = raw.decode("utf-8-sig", errors="strict").strip() if number == 1 else raw.decode("utf-8").strip()
@@ -282,7 +337,7 @@ def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
 def _listish(value: Any, what: str) -> list[str]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads_strict(value)
         except ValueError:
             raise Refused(f"{what} is text, not a JSON list") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -439,6 +494,7 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
     rng = random.Random(seed) if seed is not None else None
     accepted = 0
     seen_ids: set[str] = set()
+    check_utf8(path)
     for where, item in _produce(fmt, path, prefix, split):
         report.read += 1
         if isinstance(item, Refused):
