@@ -2,7 +2,7 @@
 """Time `qaeval run` end to end on synthetic suites of growing size.
 
     python benchmarks/bench_run.py                  # N = 1000, 2500, 5000, 10000; 5 runs each
-    python benchmarks/bench_run.py --sizes 100000 --repeat 3    # the memory target: under 1 GB
+    python benchmarks/bench_run.py --sizes 100000 --repeat 3    # 100k cases, the memory target: under 1 GB
 
 Each case has 8 passages (one gold, near-miss distractors); a fifth of them must be abstained on and a
 tenth are multi-hop. Every run is a fresh `qaeval run` process with the bundled hub and the offline

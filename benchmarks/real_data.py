@@ -15,6 +15,7 @@ people on real text.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,16 +30,21 @@ SHOWN = ("deterministic_pass_rate", "abstention_recall", "over_refusal_rate", "r
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(DEFAULT))
+    parser.add_argument("--data", default=str(DEFAULT),
+                        help=f"folder holding the public files (default: {DEFAULT})")
     args = parser.parse_args()
     data = Path(args.data)
+    if not data.is_dir():
+        sys.exit(f"real_data.py: {data} is not a folder; pass --data DIR, the folder that holds the files listed in "
+                 "../shared/data/README.md")
+    print(f"data: {data}")
 
     from qaeval import api
 
     def present(name: str) -> Path | None:
         path = data / name
         if not path.is_file():
-            print(f"  {name}: absent ({path}); skipped")
+            print(f"  {name}: absent ({path}); skipped (pass --data DIR to read it elsewhere)")
             return None
         return path
 
