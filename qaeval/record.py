@@ -46,7 +46,7 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.audit import Audit
+from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
@@ -312,7 +312,8 @@ def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: p
         audit.problem(f"is a baseline (prompts kept as hashes) of kind {data['kind']!r}; only a run can be")
     hashed = bool(data.get("baseline"))
     for i, (line, case) in enumerate(zip(lines, suite.cases)):
-        audit.same(f"cases[{i}].case_id", line["case_id"], case.id, "its case")
+        if line["case_id"] != case.id:
+            audit.disagree(f"cases[{i}].case_id", line["case_id"], case.id, "its case")
         if ("prompt_sha256" in line["output"]) != hashed:
             audit.problem(f"cases[{i}].output ({case.id}) keeps its prompt "
                           f"{'in full' if hashed else 'as a hash'}, but the record is "
@@ -346,8 +347,8 @@ def _audit_checks(audit: Audit, lines: list[Any], computed: pd.DataFrame, hashed
         if not audit.same(f"cases[{i}].checks ({cid}) names", [row[0] for row in stored], [c for c, _ in rows], BASIS):
             continue
         for j, (row, (check, passed)) in enumerate(zip(stored, rows)):
-            if not (hashed and check == "grounding_isolation"):
-                audit.same(f"cases[{i}].checks[{j}] ({cid}, {check}) passed", row[1], passed, BASIS)
+            if not same(row[1], passed) and not (hashed and check == "grounding_isolation"):
+                audit.disagree(f"cases[{i}].checks[{j}] ({cid}, {check}) passed", row[1], passed, BASIS)
 
 
 RETRIEVAL_VALUES = ("k", "n_gold", "n_retrieved", "recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
@@ -363,7 +364,8 @@ def _audit_retrieval(audit: Audit, lines: list[Any], computed: pd.DataFrame) -> 
                           f"case has {'gold sources' if row is not None else 'no gold source'}")
             continue
         for name, value in zip(RETRIEVAL_VALUES, (row or ())[1:]):
-            audit.same(f"cases[{i}].retrieval.{name} ({cid})", stored.get(name), value, BASIS)
+            if not same(stored.get(name), value):
+                audit.disagree(f"cases[{i}].retrieval.{name} ({cid})", stored.get(name), value, BASIS)
 
 
 TRAJECTORY_VALUES = ("step", "kind", "passed", "success")
@@ -378,7 +380,8 @@ def _audit_trajectory(audit: Audit, lines: list[Any], computed: pd.DataFrame) ->
             continue
         for j, (step, row) in enumerate(zip(stored, rows)):
             for name, value in zip(TRAJECTORY_VALUES[1:], row[1:]):
-                audit.same(f"cases[{i}].trajectory[{j}].{name} ({cid})", step.get(name), value, BASIS)
+                if not same(step.get(name), value):
+                    audit.disagree(f"cases[{i}].trajectory[{j}].{name} ({cid})", step.get(name), value, BASIS)
 
 
 def judged_texts(case: GoldenCase, out: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -410,23 +413,26 @@ def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
                 score, valid, _ = validate_verdict(AxisVerdict(axis, v.get("score"), v.get("quote") or ""), text)
             else:  # a judge error: no score, never valid
                 score, valid = None, False
-            field = f"cases[{i}].verdicts[{j}] ({cid}, {axis}{' ' + target if target else ''})"
-            audit.same(f"{field}.score", v.get("score"), score, basis)
-            audit.same(f"{field}.valid", v.get("valid"), valid, basis)
-            audit.same(f"{field}.credit", v.get("credit"), valid and score == 2, basis)
+            for name, value in (("score", score), ("valid", valid), ("credit", valid and score == 2)):
+                if not same(v.get(name), value):
+                    audit.disagree(f"cases[{i}].verdicts[{j}] ({cid}, {axis}{' ' + target if target else ''}).{name}",
+                                   v.get(name), value, basis)
 
 
 def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: pd.DataFrame | None) -> None:
     """Per-case pass/fail and units, green, and the scoreboard's and slices' values, n and PPI columns.
     Bootstrap intervals are not drawn again (they cost as much as the rest of a load and decide nothing)."""
     basis = "its layers"
-    units = run.units.to_dict("records")
-    for i, (line, passed, row) in enumerate(zip(data["cases"], run.per_case["case_passed"].tolist(), units)):
-        cid = line["case_id"]
-        audit.same(f"cases[{i}].passed ({cid})", line["passed"], passed, basis)
-        for m, pair in line["units"].items():
-            if m in METRIC_NAMES:
-                audit.same(f"cases[{i}].units.{m} ({cid})", pair, [row[f"{m}__num"], row[f"{m}__den"]], basis)
+    lines = data["cases"]
+    for i, (line, passed) in enumerate(zip(lines, run.per_case["case_passed"].tolist())):
+        if not same(line["passed"], passed):
+            audit.disagree(f"cases[{i}].passed ({line['case_id']})", line["passed"], passed, basis)
+    for m in METRIC_NAMES:  # a unit the record predates is left out of it, and recomputed
+        pairs = zip(run.units[f"{m}__num"].tolist(), run.units[f"{m}__den"].tolist())
+        for i, (line, (num, den)) in enumerate(zip(lines, pairs)):
+            stored = line["units"].get(m, ...)
+            if stored is not ... and not same(stored, [num, den]):
+                audit.disagree(f"cases[{i}].units.{m} ({line['case_id']})", stored, [num, den], basis)
     audit.same("green", data.get("green"), run.ok)
     board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0)
     if labels is not None:
@@ -475,14 +481,19 @@ def load_run(path: str | Path) -> Result:
     try:
         if kind == "gate":
             from qaeval.verdicts.gate import GateResult
-            return GateResult.from_section(run, section)
-        if kind == "calibrate":
+            result: Any = GateResult.from_section(run, section)
+        elif kind == "calibrate":
             from qaeval.verdicts.calibration import CalibrationResult
-            return CalibrationResult.from_section(run, section)
-        from qaeval.verdicts.drift import DriftResult
-        return DriftResult.from_section(run, section)
+            result = CalibrationResult.from_section(run, section)
+        else:
+            from qaeval.verdicts.drift import DriftResult
+            result = DriftResult.from_section(run, section)
+        audit = Audit(where)
+        result.audit_section(audit, section)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise RecordError(f"the {kind} section is malformed ({type(exc).__name__}: {exc})", file=where) from None
+    audit.done()
+    return result
 
 
 # --------------------------------------------------------------------------- baselines

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from qaeval.audit import Audit
 from qaeval.errors import JudgeNotTrusted
 from qaeval.frames import frame, is_missing, text_frame
 from qaeval.record import frame_rows
@@ -37,8 +38,10 @@ DEFAULT_MIN_LABELS = 10
 PAIR_SCHEMA = {
     "case_id": "text", "axis": "text", "human": "int", "judge": "Int64", "status": "text", "agree": "boolean",
     "reason": "text", "judge_quote": "text", "judge_rationale": "text", "judge_valid": "boolean",
-    "output_fingerprint": "text",
+    "output_fingerprint": "text", "label_fingerprint": "text",
 }
+AGREEMENT_VALUES = ("n", "exact", "exact_low", "exact_high", "within_one", "within_one_low", "within_one_high", "mae",
+                    "kappa", "passed")
 AGREEMENT_SCHEMA = {
     "axis": "text", "n": "int", "exact": "float", "exact_low": "float", "exact_high": "float", "within_one": "float",
     "within_one_low": "float", "within_one_high": "float", "mae": "float", "kappa": "float", "passed": "bool",
@@ -178,11 +181,42 @@ class CalibrationResult(Result):
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
-        return cls(run=run, pairs=frame(s["pairs"], PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
+        pairs = [{"label_fingerprint": None, **p} for p in s["pairs"]]  # not kept before qaeval checked records
+        return cls(run=run, pairs=frame(pairs, PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
                    confusion={axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES
                               if axis in s["confusion"]},
                    min_agreement=float(s["min_agreement"]), min_labels=int(s["min_labels"]),
                    judge_label=str(s["judge_label"]), source=str(s.get("source") or ""), notes=list(s.get("notes") or []))
+
+    def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "calibration") -> None:
+        """Calibrate again from the run's cases and the labels the pairs carry (case, axis, the person's
+        score and the output fingerprint the label was given on), with the record's bar and minimum, and
+        note where the section disagrees: each pair's status, judge score and agreement, every axis's
+        figures and pass, the confusion matrices. The labels themselves are what people said."""
+        if isinstance(self.min_agreement, bool) or not 0 <= self.min_agreement <= 1 or self.min_labels < 1:
+            audit.problem(f"{prefix} bar {self.min_agreement!r} / minimum {self.min_labels!r} is out of range")
+            return
+        bad = [j for j, p in enumerate(s["pairs"]) if p.get("axis") not in AXES or p.get("human") not in (0, 1, 2)
+               or isinstance(p.get("human"), bool)]
+        if bad:
+            audit.problem(f"{prefix}.pairs[{bad[0]}] is not a label: an axis of {', '.join(AXES)} and a score 0, 1 or 2")
+            return
+        labels = frame([dict(case_id=p.get("case_id"), axis=p["axis"], human=p["human"], reason=p.get("reason"),
+                             output_fingerprint=p.get("label_fingerprint")) for p in s["pairs"]],
+                       {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text"})
+        again = calibrate(self.run, labels, min_agreement=self.min_agreement, min_labels=self.min_labels)
+        for j, (stored, row) in enumerate(zip(s["pairs"], again.pairs.to_dict("records"))):
+            for column in ("status", "judge", "agree", "judge_valid", "output_fingerprint"):
+                audit.same(f"{prefix}.pairs[{j}].{column} ({row['case_id']}, {row['axis']})", stored.get(column),
+                           row[column])
+        if not audit.same(f"{prefix}.agreement axes", [r.get("axis") for r in s["agreement"]],
+                          again.agreement["axis"].tolist()):
+            return
+        for j, (stored, row) in enumerate(zip(s["agreement"], again.agreement.to_dict("records"))):
+            for column in AGREEMENT_VALUES:
+                audit.same(f"{prefix}.agreement[{j}].{column} ({row['axis']})", stored.get(column), row[column])
+        for axis, matrix in again.confusion.items():
+            audit.same(f"{prefix}.confusion.{axis}", s["confusion"].get(axis), matrix.to_numpy().tolist())
 
 
 def _matrix(values: np.ndarray) -> pd.DataFrame:
@@ -223,7 +257,7 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
                          reason=lab.get("reason") or "", judge_quote=verdict.get("quote") or "",
                          judge_rationale=verdict.get("rationale") or "",
                          judge_valid=verdict.get("valid") if verdict else None,
-                         output_fingerprint=current_fp))
+                         output_fingerprint=current_fp, label_fingerprint=None if is_missing(fp) else fp))
     pairs = frame(rows, PAIR_SCHEMA)
     compared = pairs[pairs["status"] == "compared"]
     agreement = [agreement_row(axis, compared[compared["axis"] == axis], min_agreement, min_labels) for axis in AXES]

@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.audit import Audit
 from qaeval.errors import DatasetError, DriftAlarm, Problem
 from qaeval.files import append_line, dumps_canonical
 from qaeval.frames import frame
@@ -45,7 +46,8 @@ DEFAULT_WINDOW = 10
 MIN_HISTORY = 3
 MIN_WIDTH = 0.02
 
-HISTORY_SCHEMA = {"run": "int", "time": "text", "commit": "text", "metric": "text", "value": "float", "current": "bool"}
+HISTORY_SCHEMA = {"run": "int", "time": "text", "commit": "text", "metric": "text", "value": "float", "current": "bool",
+                  "alarmed": "bool"}
 BAND_SCHEMA = {"metric": "text", "current": "float", "mean": "float", "low": "float", "high": "float",
                "window_n": "int", "direction": "text", "alarm": "bool"}
 
@@ -201,6 +203,7 @@ class DriftResult(Result):
     notes: list[str] = field(default_factory=list)
     window: int = DEFAULT_WINDOW
     timeseries: str = ""
+    min_history: int = MIN_HISTORY
 
     kind = "drift"
     error_type = DriftAlarm
@@ -241,13 +244,49 @@ class DriftResult(Result):
 
     def record_section(self) -> dict[str, Any]:
         return dict(line=self.record, history=frame_rows(self.history), bands=frame_rows(self.bands),
-                    alarms=clean(self.alarms), notes=self.notes, window=self.window, timeseries=self.timeseries)
+                    alarms=clean(self.alarms), notes=self.notes, window=self.window, timeseries=self.timeseries,
+                    min_history=self.min_history)
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> DriftResult:
         return cls(run=run, record=dict(s["line"]), history=frame(s["history"], HISTORY_SCHEMA),
                    bands=frame(s["bands"], BAND_SCHEMA), alarms=[dict(a) for a in s["alarms"]],
-                   notes=list(s.get("notes") or []), window=int(s["window"]), timeseries=str(s.get("timeseries") or ""))
+                   notes=list(s.get("notes") or []), window=int(s["window"]), timeseries=str(s.get("timeseries") or ""),
+                   min_history=int(s.get("min_history", MIN_HISTORY)))
+
+    def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "drift") -> None:
+        """Decide the drift again: the appended line from the run's scoreboard, then the bands and alarms
+        from the earlier runs the record's history holds (their values and which metrics each alarmed
+        on), with the record's window and minimum history. Whether that history is the series file it
+        names is not checked."""
+        if self.window < 1 or self.min_history < 1:
+            audit.problem(f"{prefix} window {self.window} / min_history {self.min_history} is out of range")
+            return
+        line = summary_dict(self.run)
+        for key in ("metrics", "n", "cases", "dataset_fingerprint"):
+            audit.same(f"{prefix}.line.{key}", self.record.get(key), line[key])
+        hist = self.history
+        runs = hist["run"].drop_duplicates().tolist()
+        current = hist.loc[hist["current"], "run"].drop_duplicates().tolist()
+        if runs != list(range(len(runs))) or current != runs[-1:] or \
+                not all(len(group) == len(METRIC_NAMES) for _, group in hist.groupby("run")):
+            audit.problem(f"{prefix}.history is not one row per metric for runs 0, 1, ..., the last one current")
+            return
+        earlier = [dict(metrics=dict(zip(g["metric"], (None if v != v else v for v in g["value"]))),
+                        alarms=g.loc[g["alarmed"], "metric"].tolist()) for _, g in hist[~hist["current"]].groupby("run")]
+        now = hist[hist["current"]]
+        audit.same(f"{prefix}.history (current run)", dict(zip(now["metric"], (None if v != v else v for v in now["value"]))), line["metrics"])
+        bands, alarms, _ = compare(earlier, line, window=self.window, min_history=self.min_history)
+        audit.same(f"{prefix}.history (current run's alarms)", now.loc[now["alarmed"], "metric"].tolist(),
+                   [a["metric"] for a in alarms])
+        audit.same(f"{prefix}.line.alarms", self.record.get("alarms"), [a["metric"] for a in alarms])
+        if not audit.same(f"{prefix}.bands metrics", [b.get("metric") for b in s["bands"]], bands["metric"].tolist()):
+            return
+        for j, (stored, row) in enumerate(zip(s["bands"], bands.to_dict("records"))):
+            for column in ("current", "mean", "low", "high", "window_n", "alarm"):
+                audit.same(f"{prefix}.bands[{j}].{column} ({row['metric']})", stored.get(column), row[column])
+        audit.same(f"{prefix}.alarms", [[a.get(k) for k in ("metric", "current", "low", "high", "mean")] for a in s["alarms"]],
+                   [[a[k] for k in ("metric", "current", "low", "high", "mean")] for a in alarms])
 
 
 def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:
@@ -256,7 +295,8 @@ def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.D
         for m in METRIC_NAMES:
             v = r["metrics"].get(m)
             rows.append(dict(run=i, time=r.get("time"), commit=r.get("git_commit"), metric=m,
-                             value=math.nan if v is None else float(v), current=i == len(history)))
+                             value=math.nan if v is None else float(v), current=i == len(history),
+                             alarmed=m in (r.get("alarms") or [])))
     return frame(rows, HISTORY_SCHEMA)
 
 
@@ -284,4 +324,4 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
         if isinstance(output, str) and output:
             notes.append(f"the notify hook printed: {output}")
     return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
-                       window=window, timeseries=str(timeseries))
+                       window=window, timeseries=str(timeseries), min_history=min_history)

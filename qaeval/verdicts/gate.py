@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from qaeval.audit import Audit
 from qaeval.errors import DatasetError, GateBlocked, JudgeNotTrusted, UsageError
 from qaeval.files import loads_strict, read_text
 from qaeval.frames import frame
@@ -160,6 +161,25 @@ def tier_one(run: RunResult) -> dict[str, Any]:
     return dict(tier="tier 1: deterministic checks", passed=not bad, detail=detail, case_ids=bad)
 
 
+MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
+
+
+def movement(name: str, tol: float, baseline: Baseline, board: pd.DataFrame) -> dict[str, Any]:
+    """How one gated metric moved from the baseline's value to the run's (``board``: the scoreboard
+    indexed by metric), and whether that is within its tolerance: the part of a metric_deltas row that
+    decides."""
+    metric = BY_NAME[name]
+    b, n_base = baseline.metrics.get(name, (math.nan, 0))
+    c = float(board.at[name, "value"])
+    delta = round(c - b, 9) + 0.0 if not (math.isnan(b) or math.isnan(c)) else math.nan
+    if math.isnan(delta):
+        ok = True
+    else:
+        ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
+    return dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
+                passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]))
+
+
 def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float],
                      matched: list[str]) -> pd.DataFrame:
     """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test."""
@@ -168,15 +188,9 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
     rows = []
     for name, tol in tolerances.items():
         nums, dens = run.units[f"{name}__num"].to_numpy(), run.units[f"{name}__den"].to_numpy()
-        metric = BY_NAME[name]
-        b, n_base = baseline.metrics.get(name, (math.nan, 0))
-        c = float(board.at[name, "value"])
-        delta = round(c - b, 9) + 0.0 if not (math.isnan(b) or math.isnan(c)) else math.nan
-        if math.isnan(delta):
-            ok, note = True, "not comparable (n=0 on one side)"
-        else:
-            ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
-            note = ""
+        moved_by = movement(name, tol, baseline, board)
+        delta = moved_by["delta"]
+        note = "not comparable (n=0 on one side)" if math.isnan(delta) else ""
         base_units = baseline.outcomes(name)
         diffs = []
         for cid in matched:
@@ -188,10 +202,8 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
         distinguishable, noise = noise_note(p, floor, moved, len(diffs))
         if moved == 0 and diffs and not math.isnan(delta) and abs(delta) > _EPS:
             noise += "; the change comes from cases counted on one side only"
-        rows.append(dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
-                         passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]), n_paired=len(diffs),
-                         n_moved=moved, p_value=p if diffs else math.nan, distinguishable=distinguishable,
-                         note=note or noise))
+        rows.append(dict(**moved_by, n_paired=len(diffs), n_moved=moved, p_value=p if diffs else math.nan,
+                         distinguishable=distinguishable, note=note or noise))
     return frame(rows, DELTA_SCHEMA)
 
 
@@ -415,6 +427,66 @@ class GateResult(Result):
                    match=CaseMatch(list(m["matched"]), list(m["changed"]), list(m["new"]), list(m["removed"])),
                    calibration=calibration, notes=list(s.get("notes") or []))
 
+    def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "gate") -> None:
+        """Decide the gate again from the run's cases and the baseline as the record embeds it (its
+        metrics, the cases it kept, which cases were matched, changed and new), with the tolerances its
+        metric_deltas name, and note where the section disagrees: the match, every metric movement and
+        its pass, the regressed and new failing cases, and every tier's pass and cases.
+
+        Not decided again: the noise test columns (the record keeps baseline units only for the cases
+        that matter, so the pairs behind the test are not all there; the test informs, it does not
+        decide), the cases ``removed`` since the baseline (listed by the baseline alone), and whether
+        the embedded baseline is the baseline file it names."""
+        if self.calibration is not None:
+            self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
+        tolerances = _recorded_tolerances(audit, s["metric_deltas"], prefix)
+        if tolerances is None:
+            return
+        match = match_cases(self.run, self.baseline)
+        for name in ("matched", "changed", "new"):
+            audit.same(f"{prefix}.match.{name}", s["match"][name], getattr(match, name))
+        still_there = [c for c in self.match.removed if c in self.run.suite]
+        if still_there:
+            audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
+        board = self.run.scoreboard.set_index("metric")
+        moves = [movement(name, tol, self.baseline, board) for name, tol in tolerances.items()]
+        for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
+            for column in MOVEMENT[1:]:
+                audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
+        tiers, regressed, new_failing = decide(self.run, self.baseline, match,
+                                               frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}))
+        for name, stored, computed, columns in (
+                ("regressed", s["regressed"], regressed, ("case_id", "baseline_state", "current_state")),
+                ("new_failing", s["new_failing"], new_failing, ("case_id", "status", "baseline_state"))):
+            audit.same(f"{prefix}.{name}", [[row.get(c) for c in columns] for row in stored],
+                       [list(r) for r in zip(*(computed[c].tolist() for c in columns))])
+        if not audit.same(f"{prefix}.tiers", [t.get("tier") for t in s["tiers"]], tiers["tier"].tolist()):
+            return
+        # the baseline cases the record did not keep: none of them was named by a tier (those are kept)
+        unkept = (set(match.matched) | set(match.changed)) - set(s["baseline_cases"])
+        for j, (stored, row) in enumerate(zip(s["tiers"], tiers.to_dict("records"))):
+            audit.same(f"{prefix}.tiers[{j}].passed", stored.get("passed"), row["passed"])
+            audit.same(f"{prefix}.tiers[{j}].case_ids", stored.get("case_ids"),
+                       [c for c in row["case_ids"] if c not in unkept])
+
+
+def _recorded_tolerances(audit: Audit, rows: list[Any], prefix: str) -> dict[str, float] | None:
+    """The tolerances a gate record was decided with (one per gated metric), or None when they are not."""
+    tolerances: dict[str, float] = {}
+    found = len(audit.problems)
+    for j, row in enumerate(rows):
+        name, tol = row.get("metric"), row.get("tolerance")
+        if name not in DEFAULT_TOLERANCES or name in tolerances:
+            audit.problem(f"{prefix}.metric_deltas[{j}] names {name!r}: not a gated metric, or named twice")
+        elif isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+            audit.problem(f"{prefix}.metric_deltas[{j}].tolerance ({name}) is {tol!r}, not a finite number >= 0")
+        else:
+            tolerances[name] = float(tol)
+    missing = [m for m in DEFAULT_TOLERANCES if m not in tolerances]
+    if missing:
+        audit.problem(f"{prefix}.metric_deltas has no row for {', '.join(missing)}")
+    return None if len(audit.problems) > found else tolerances
+
 
 def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | None = None, *,
          calibration: Any = None) -> GateResult:
@@ -422,6 +494,14 @@ def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | N
     tolerances = dict(DEFAULT_TOLERANCES if tolerances is None else tolerances)
     match = match_cases(run, baseline)
     deltas = metric_movements(run, baseline, tolerances, match.matched)
+    tiers, regressed, new_failing = decide(run, baseline, match, deltas)
+    return GateResult(run=run, baseline=baseline, tiers=tiers, metric_deltas=deltas,
+                      regressed=regressed, new_failing=new_failing, match=match, calibration=calibration)
+
+
+def decide(run: RunResult, baseline: Baseline, match: CaseMatch,
+           deltas: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(tiers, regressed, new_failing): the four tiers from the matched cases and the metric movements."""
     regressed = regressions(run, baseline, match.matched)
     new_failing = new_cases(run, baseline, match)
     n_new = len(match.new) + len(match.changed)
@@ -435,5 +515,4 @@ def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | N
              detail=f"{len(new_failing)} of {n_new} new or changed case(s) fail" if len(new_failing)
              else f"{n_new} new or changed case(s), all pass", case_ids=new_failing["case_id"].tolist()),
     ]
-    return GateResult(run=run, baseline=baseline, tiers=frame(tiers, TIER_SCHEMA), metric_deltas=deltas,
-                      regressed=regressed, new_failing=new_failing, match=match, calibration=calibration)
+    return frame(tiers, TIER_SCHEMA), regressed, new_failing
