@@ -160,8 +160,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not root.is_dir():
         raise pytest.UsageError(f"--qaeval-data: no such folder: {data}")
     config.stash[_RUNS] = _Runs(config)
-    if str(root) not in config.args:
-        config.args.append(str(root))  # collect the golden folder too, whatever else is collected
+    if getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = [str(root)]  # no paths given: the golden cases only, not the project's own tests
+    elif str(root) not in config.args:
+        config.args.append(str(root))  # paths given: those, and the golden folder too
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
