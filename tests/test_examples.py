@@ -73,3 +73,19 @@ def test_grow_the_golden_set_example_notebook_runs_as_written(tmp_path, monkeypa
     grown = load_suite(tmp_path / "work" / "golden")
     assert len(grown) == 16 and sum(c.split == "living" for c in grown) == 6
     assert len(load_suite(GOLDEN)) == 15, "the repository's own golden set is untouched"
+
+
+def test_readme_commands_never_write_over_the_demo_reports():
+    """Following the README after `python3 dev.py demo` must not turn the demo's BLOCK page into a PASS."""
+    import re
+
+    demo = set(re.findall(r"reports/[\w.-]+", (ROOT / "dev.py").read_text()))
+    assert {"reports/gate.html", "reports/compare.html", "reports/run.json"} <= demo
+    commands = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("    ")]
+    written = set()
+    for line in commands:
+        written |= set(re.findall(r"(?:--save|--html|--out|-o)\s+(reports/[\w.-]+)", line))
+        written |= {m.removesuffix(".ipynb") + ".html" for m in re.findall(r"nbconvert .*?(reports/[\w.-]+\.ipynb)", line)}
+        written |= set(re.findall(r"papermill \S+ (reports/[\w.-]+)", line))
+    assert written, "the README's commands were not found"
+    assert not written & demo, f"README commands overwrite the demo's {sorted(written & demo)}"
