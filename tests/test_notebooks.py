@@ -211,6 +211,8 @@ def test_golden_run_report_is_light(tmp_path):
     report = tmp_path / "run.html"
     assert main(["run", "--data", str(GOLDEN), "--html", str(report), "--quiet"]) == 0
     assert report.stat().st_size < 150_000, f"{report.stat().st_size} bytes"
+    page = report.read_text()
+    assert "qaeval run report" in page and "qaeval.params" not in page, "notebook plumbing is not for reviewers"
 
 
 def test_nbconvert_template_qaeval_renders_papermill_output(tmp_path, baseline):
