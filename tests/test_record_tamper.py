@@ -1,0 +1,329 @@
+"""A saved record is checked against itself when it is loaded (issue 17, item 6).
+
+Every verdict and figure that follows from a record's per-case layers is derived again on load; a
+record edited so that what it says disagrees with its own data is a RecordError (exit 65) naming the
+field, by every path that loads one: report, compare, gate --baseline, the verbs' ``record=``,
+load_run and label export. The records here are real (the golden set and the saboteur), edited the
+way an attacker would edit them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import GOLDEN, LABELS
+
+from qaeval import RecordError, api, load_run
+from qaeval.cli import main
+from qaeval.errors import BaselineError
+from qaeval.scoring.metrics import METRIC_NAMES
+
+SABOTEUR = "qaeval.system.saboteur:make_adapter"
+CI_BASELINE = GOLDEN / "ci-baseline.json"
+
+
+def edited(source: Path, target: Path, edit: Callable[[dict[str, Any]], Any]) -> Path:
+    data = json.loads(source.read_text())
+    edit(data)
+    target.write_text(json.dumps(data))
+    return target
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> dict[str, Path]:
+    """The saboteur gated against the committed baseline (BLOCK), the golden run, the saboteur's run."""
+    tmp = tmp_path_factory.mktemp("records")
+    paths = {name: tmp / f"{name}.json" for name in ("gate", "good", "bad")}
+    assert main(["gate", "--data", str(GOLDEN), "--adapter", SABOTEUR, "--baseline", str(CI_BASELINE),
+                 "--save", str(paths["gate"]), "--quiet"]) == 1
+    assert main(["run", "--data", str(GOLDEN), "--save", str(paths["good"]), "--quiet"]) == 0
+    assert main(["run", "--data", str(GOLDEN), "--adapter", SABOTEUR, "--save", str(paths["bad"]), "--quiet"]) == 0
+    return paths
+
+
+def every_tier_passed(data: dict[str, Any]) -> None:
+    for tier in data["gate"]["tiers"]:
+        tier["passed"] = True
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def test_a_gate_record_whose_tiers_all_say_passed_draws_no_pass_page(records, tmp_path, capsys):
+    forged = edited(records["gate"], tmp_path / "forged.json", every_tier_passed)
+    html = tmp_path / "forged.html"
+    capsys.readouterr()
+    assert main(["report", str(forged), "--html", str(html)]) == 65
+    err = capsys.readouterr().err
+    assert "record gate.tiers[0].passed says true but its cases give false" in err
+    assert "record gate.tiers[2].passed says true but its cases give false" in err
+    assert "Traceback" not in err
+    assert not html.exists(), "no page is drawn from a record that disagrees with itself"
+
+
+def test_gate_run_with_a_forged_record_raises(records, tmp_path):
+    forged = edited(records["gate"], tmp_path / "forged.json", every_tier_passed)
+    with pytest.raises(RecordError, match=r"gate\.tiers\[1\]\.passed says true but its cases give false"):
+        api.gate_run(record=str(forged))
+
+
+def test_a_forged_gate_that_also_rewrites_the_verdict_and_case_lines_is_caught(records, tmp_path):
+    """Clearing the tiers' cases, the regressed list and every case's own pass/fail does not help: the
+    case lines still hold the outputs and checks that fail."""
+    def forge(data: dict[str, Any]) -> None:
+        every_tier_passed(data)
+        for tier in data["gate"]["tiers"]:
+            tier["case_ids"] = []
+        data["gate"]["regressed"] = []
+        data["green"] = True
+        for line in data["cases"]:
+            line["passed"], line["fail_reasons"] = True, []
+
+    forged = edited(records["gate"], tmp_path / "forged.json", forge)
+    with pytest.raises(RecordError) as caught:
+        load_run(forged)
+    message = str(caught.value)
+    assert "record cases[0].passed (single-0001) says true but its layers give false" in message
+    assert "record green says true but its cases give false" in message
+
+
+def test_a_gate_record_with_a_case_moved_out_of_the_matched_list_is_caught(records, tmp_path):
+    def forge(data: dict[str, Any]) -> None:
+        data["gate"]["match"]["matched"].remove("single-0001")
+        data["gate"]["match"]["removed"].append("single-0001")
+
+    forged = edited(records["gate"], tmp_path / "forged.json", forge)
+    with pytest.raises(RecordError, match=r"gate\.match\.matched says .* but its cases give"):
+        load_run(forged)
+
+
+def test_a_gate_record_with_a_metric_movement_edited_is_caught(records, tmp_path):
+    def forge(data: dict[str, Any]) -> None:
+        row = next(r for r in data["gate"]["metric_deltas"] if r["metric"] == "citation_precision")
+        row["current"], row["delta"], row["passed"] = 1.0, 0.0, True
+
+    forged = edited(records["gate"], tmp_path / "forged.json", forge)
+    with pytest.raises(RecordError) as caught:
+        load_run(forged)
+    message = str(caught.value)
+    assert "gate.metric_deltas[1].current (citation_precision) says 1.0 but its cases give 0.4" in message
+    assert "gate.metric_deltas[1].passed (citation_precision) says true but its cases give false" in message
+
+
+def test_the_committed_baseline_still_gates_and_the_saboteur_still_blocks(records):
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(CI_BASELINE), "--quiet"]) == 0
+    again = load_run(records["gate"])
+    assert (again.verdict, again.exit_code) == ("BLOCK", 1)
+    assert len(again.blocking_cases) == 15
+
+
+def test_an_edited_baseline_is_refused_before_the_gate_runs(tmp_path, capsys):
+    def forge(data: dict[str, Any]) -> None:
+        row = next(r for r in data["scoreboard"] if r["metric"] == "faithfulness_rate")
+        row["value"] = 0.0  # a baseline that was never any good lets every later run through
+
+    forged = edited(CI_BASELINE, tmp_path / "baseline.json", forge)
+    capsys.readouterr()
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(forged), "--quiet"]) == 65
+    assert "scoreboard[1].value (faithfulness_rate) says 0.0 but its cases give 1.0" in capsys.readouterr().err
+    with pytest.raises(BaselineError):
+        api.gate_run(str(GOLDEN), baseline=str(forged))
+
+
+# --------------------------------------------------------------------------- compare and the run layers
+
+
+def swap_in_the_good_run(good: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """The saboteur's record with the golden run's checks, outcomes and scoreboard pasted in."""
+    def forge(data: dict[str, Any]) -> None:
+        for line, honest in zip(data["cases"], good["cases"]):
+            for key in ("checks", "passed", "fail_reasons", "units"):
+                line[key] = honest[key]
+        for key in ("scoreboard", "slices", "green"):
+            data[key] = good[key]
+    return forge
+
+
+def test_compare_refuses_a_run_whose_checks_and_scoreboard_were_swapped(records, tmp_path, capsys):
+    good = json.loads(records["good"].read_text())
+    forged = edited(records["bad"], tmp_path / "after.json", swap_in_the_good_run(good))
+    capsys.readouterr()
+    assert main(["compare", str(records["good"]), str(forged)]) == 65
+    captured = capsys.readouterr()
+    assert "NO REGRESSION" not in captured.out
+    assert "record cases[0].checks[1] (single-0001, citation_resolvability) passed says true but its case and output " \
+           "give false" in captured.err
+
+
+def test_compare_refuses_an_edited_scoreboard_value(records, tmp_path, capsys):
+    def forge(data: dict[str, Any]) -> None:
+        data["scoreboard"][METRIC_NAMES.index("abstention_recall")]["value"] = 1.0
+
+    forged = edited(records["bad"], tmp_path / "after.json", forge)
+    capsys.readouterr()
+    assert main(["compare", str(records["good"]), str(forged)]) == 65
+    assert "record scoreboard[5].value (abstention_recall) says 1.0 but its cases give 0.0" in capsys.readouterr().err
+
+
+def _line(data: dict[str, Any], case_id: str) -> dict[str, Any]:
+    return next(line for line in data["cases"] if line["case_id"] == case_id)
+
+
+def _flip_check(data: dict[str, Any]) -> None:
+    _line(data, "single-0002")["checks"][1][1] = True
+
+
+def _retrieval(data: dict[str, Any]) -> None:
+    _line(data, "single-0002")["retrieval"]["recall_at_k"] = 1.0
+    _line(data, "single-0002")["retrieval"]["mrr"] = 0.25
+
+
+def _credit(data: dict[str, Any]) -> None:
+    verdict = _line(data, "single-0002")["verdicts"][0]
+    verdict["valid"], verdict["credit"], verdict["quote"] = True, True, "words that are in no source at all"
+
+
+def _trajectory(data: dict[str, Any]) -> None:
+    for step in _line(data, "multi-0001")["trajectory"]:
+        step["passed"] = step["success"] = not step["success"]
+
+
+def _units(data: dict[str, Any]) -> None:
+    _line(data, "abstain-0001")["units"]["abstention_recall"] = [1.0, 1.0]
+
+
+def _slice(data: dict[str, Any]) -> None:
+    row = next(r for r in data["slices"] if r["metric"] == "abstention_recall" and r["slice"] == "split")
+    row["value"] = 1.0
+
+
+def _dropped_slice(data: dict[str, Any]) -> None:
+    data["slices"] = [r for r in data["slices"] if not (r["metric"] == "citation_precision" and r["slice"] == "split")]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_flip_check, "record cases[1].checks[1] (single-0002, citation_resolvability) passed says true but its case and "
+                  "output give false"),
+    (_retrieval, "record cases[1].retrieval.mrr (single-0002) says 0.25 but its case and output give 1.0"),
+    (_credit, "record cases[1].verdicts[0] (single-0002, faithfulness).valid says true but its quote and sources give false"),
+    (_trajectory, "record cases[4].trajectory[0].success (multi-0001) says true but its case and output give false"),
+    (_units, "record cases[8].units.abstention_recall (abstain-0001) says [1.0, 1.0] but its layers give [0.0, 1.0]"),
+    (_slice, "(split, frozen, abstention_recall) says 1.0 but its cases give 0.0"),
+    (_dropped_slice, "record slices has no row for split, frozen, citation_precision"),
+])
+def test_an_edited_layer_of_a_run_record_is_named(records, tmp_path, edit, message):
+    forged = edited(records["bad"], tmp_path / "bad.json", edit)
+    with pytest.raises(RecordError) as caught:
+        load_run(forged)
+    assert message in str(caught.value)
+
+
+def test_label_export_from_an_edited_record_exits_65(records, tmp_path, capsys):
+    forged = edited(records["bad"], tmp_path / "bad.json", _credit)
+    capsys.readouterr()
+    assert main(["label", "export", str(forged), "--out", str(tmp_path / "sheet.csv")]) == 65
+    assert "verdicts[0] (single-0002, faithfulness).credit says true" in capsys.readouterr().err
+    assert not (tmp_path / "sheet.csv").exists()
+
+
+def test_a_baseline_record_keeps_prompts_as_hashes_and_its_grounding_is_taken_as_recorded(tmp_path):
+    """A baseline holds no prompts, so grounding_isolation cannot be derived again; every other check is.
+    Hashing one prompt in a full run record (to hide a forged grounding check) is refused."""
+    baseline = tmp_path / "b.json"
+    shutil.copy(CI_BASELINE, baseline)
+    assert load_run(baseline).ok
+
+    def hide_one_prompt(data: dict[str, Any]) -> None:
+        line = data["cases"][0]
+        line["output"]["prompt_sha256"] = "0" * 64
+        line["output"].pop("prompt_to_model")
+
+    run = api.run(str(GOLDEN), save=str(tmp_path / "run.json"))
+    forged = edited(tmp_path / "run.json", tmp_path / "forged.json", hide_one_prompt)
+    with pytest.raises(RecordError, match=r"cases\[0\]\.output \(single-0001\) keeps its prompt as a hash"):
+        load_run(forged)
+    assert run.ok
+
+
+# --------------------------------------------------------------------------- calibration and drift
+
+
+@pytest.fixture(scope="module")
+def calibration_record(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cal") / "cal.json"
+    api.calibrate_run(str(GOLDEN), labels=str(LABELS), save=str(path))
+    return path
+
+
+def test_a_calibration_record_that_hides_disagreements_as_stale_is_caught(calibration_record, tmp_path):
+    def forge(data: dict[str, Any]) -> None:
+        for pair in data["calibration"]["pairs"]:
+            if pair["status"] == "compared" and not pair["agree"]:
+                pair["status"], pair["judge"], pair["agree"] = "stale", None, None
+
+    forged = edited(calibration_record, tmp_path / "cal.json", forge)
+    with pytest.raises(RecordError, match=r"calibration\.pairs\[\d+\]\.status \(.*\) says \"stale\" but its cases "
+                                          r"give \"compared\""):
+        load_run(forged)
+
+
+def test_a_calibration_record_with_an_axis_edited_to_pass_is_caught(calibration_record, tmp_path):
+    def forge(data: dict[str, Any]) -> None:
+        for row in data["calibration"]["agreement"]:
+            row["passed"] = True
+
+    original = load_run(calibration_record)
+    forged = edited(calibration_record, tmp_path / "cal.json", forge)
+    if original.ok:
+        pytest.skip("the golden labels trust the judge: nothing to forge")
+    with pytest.raises(RecordError, match=r"calibration\.agreement\[\d\]\.passed \(\w+\) says true but its cases give false"):
+        api.calibrate_run(record=str(forged))
+
+
+@pytest.fixture(scope="module")
+def drift_record(tmp_path_factory, golden_run) -> Path:
+    """The saboteur's frozen split after three honest runs: an alarm."""
+    tmp = tmp_path_factory.mktemp("drift")
+    series = tmp / "history.jsonl"
+    board = golden_run.scoreboard.set_index("metric")
+    line = {"metrics": {m: None if board.at[m, "value"] != board.at[m, "value"] else float(board.at[m, "value"])
+                        for m in METRIC_NAMES}, "alarms": [], "time": "2026-01-01T00:00:00+00:00"}
+    series.write_text("".join(json.dumps(line) + "\n" for _ in range(3)))
+    result = api.drift_run(str(GOLDEN), timeseries=str(series), adapter=SABOTEUR, save=str(tmp / "drift.json"))
+    assert result.alarmed
+    return tmp / "drift.json"
+
+
+def test_a_drift_record_whose_alarms_were_removed_is_caught(drift_record, tmp_path):
+    def forge(data: dict[str, Any]) -> None:
+        data["drift"]["alarms"], data["drift"]["line"]["alarms"] = [], []
+        for band in data["drift"]["bands"]:
+            band["alarm"], band["low"] = False, 0.0
+
+    forged = edited(drift_record, tmp_path / "drift.json", forge)
+    with pytest.raises(RecordError) as caught:
+        api.drift_run(record=str(forged))
+    message = str(caught.value)
+    assert "drift.line.alarms says [] but its cases give [" in message
+    assert "drift.bands[3].alarm (citation_precision) says false but its cases give true" in message
+
+
+def test_a_drift_record_whose_history_was_widened_is_caught(drift_record, tmp_path):
+    """Earlier runs' values are what the band is made from: editing one moves the band the record says."""
+    def forge(data: dict[str, Any]) -> None:
+        row = next(r for r in data["drift"]["history"] if r["metric"] == "citation_precision" and r["run"] == 0)
+        row["value"] = 0.0
+
+    forged = edited(drift_record, tmp_path / "drift.json", forge)
+    with pytest.raises(RecordError, match=r"drift\.bands\[3\]\.(mean|low) \(citation_precision\) says"):
+        load_run(forged)
+
+
+def test_honest_records_of_every_kind_load_as_they_were(records, calibration_record, drift_record):
+    for path in (*records.values(), calibration_record, drift_record):
+        assert load_run(path).summary_text()
