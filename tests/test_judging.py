@@ -164,6 +164,11 @@ class Answers:
     (lambda reqs: ["not a response"], "not a JudgeResponse"),
     (lambda reqs: 5, "the judge returned int, not a list"),
     (lambda reqs: [JudgeResponse(reqs[0].case_id, "nonsense")], "not a list"),
+    (lambda reqs: [JudgeResponse(reqs[0].case_id, [*GOOD[:2], AxisVerdict("citation_correctness", 2,
+                                                                          "opened in 1964 on Dunmore Street",
+                                                                          "half a pair \ud800", target="s1")])],
+     "not valid Unicode (an unpaired surrogate)"),
+    (lambda reqs: [JudgeResponse(reqs[0].case_id, error="down \udc80")], "down \\udc80"),
 ])
 def test_a_judge_answering_wrongly_fails_closed_per_case(tmp_path, responses, fragment):
     v = verdicts(tmp_path, Answers(responses))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 
@@ -23,6 +24,7 @@ def env(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("QAEVAL_JUDGE_MODEL", "judge-model-a")
     monkeypatch.setenv("QAEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("QAEVAL_CACHE_KEY", str(tmp_path / "state" / "cache-key"))
     monkeypatch.setenv("QAEVAL_JUDGE_MAX_RETRIES", "4")
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
     monkeypatch.chdir(tmp_path)
@@ -235,7 +237,7 @@ def test_cache_is_sqlite_holding_replies_only(server, tmp_path):
     judged()
     db = sqlite3.connect(str(tmp_path / "cache" / "judge-verdicts.sqlite"))
     columns = [r[1] for r in db.execute("PRAGMA table_info(verdicts)")]
-    assert columns == ["key", "reply", "prompt_tokens", "completion_tokens", "model", "created"]
+    assert columns == ["key", "reply", "prompt_tokens", "completion_tokens", "model", "created", "mac"]
     assert db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 12
 
 
@@ -276,7 +278,8 @@ def test_a_cached_reply_that_no_longer_parses_is_a_miss(server, tmp_path):
     db.execute("UPDATE verdicts SET reply = ? WHERE key = ?", ("{truncated", key))
     db.commit()
     db.close()
-    run = judged()
+    with pytest.warns(UserWarning, match="1 cached judge verdict"):
+        run = judged()
     assert run.verdicts["error"].isna().all() and server.calls == 13, "only the broken entry is asked again"
     assert run.judge_usage["cached"] == 11
 
@@ -287,3 +290,97 @@ def test_settings_flags_reach_the_judge_without_the_environment(server, env, cap
                  "--judge-concurrency", "2"]) == 0
     assert {b["model"] for b in server.requests} == {"flag-model"}
     assert "openai:flag-model" in capsys.readouterr().out
+
+
+ZERO = json.dumps({"faithfulness": {"quote": "", "rationale": "unsupported", "score": 0},
+                   "answer_correctness": {"quote": "", "rationale": "wrong", "score": 0}, "citations": []})
+
+
+def cache_rows(tmp_path) -> dict[str, str]:
+    with sqlite3.connect(str(tmp_path / "cache" / "judge-verdicts.sqlite")) as db:
+        return dict(db.execute("SELECT key, reply FROM verdicts"))
+
+
+def faithfulness(run) -> float:
+    return run.scoreboard.set_index("metric").at["faithfulness_rate", "value"]
+
+
+def test_a_cache_row_edited_to_a_perfect_score_is_not_used(server, tmp_path):
+    perfect = cache_rows(tmp_path) if judged() else {}  # what full marks look like, per key
+    (tmp_path / "cache" / "judge-verdicts.sqlite").unlink()
+    server.reply = ZERO
+    assert faithfulness(judged()) == 0.0 and server.calls == 24
+    with sqlite3.connect(str(tmp_path / "cache" / "judge-verdicts.sqlite")) as db:
+        db.executemany("UPDATE verdicts SET reply = ? WHERE key = ?", [(r, k) for k, r in perfect.items()])
+    with pytest.warns(UserWarning, match="12 cached judge verdict"):
+        run = judged()
+    assert server.calls == 36, "every edited row was a miss and was asked again"
+    assert faithfulness(run) == 0.0 and run.judge_usage["cached"] == 0
+    assert set(cache_rows(tmp_path).values()) == {ZERO}, "and rewritten with the judge's real reply"
+    judged()
+    assert server.calls == 36, "rewritten rows authenticate"
+
+
+def test_the_cache_key_is_made_once_outside_the_cache_folder_and_private(server, tmp_path):
+    judged()
+    key = tmp_path / "state" / "cache-key"
+    assert (key.stat().st_mode & 0o777) == 0o600 and len(key.read_text().strip()) == 64
+    assert not any(p.name == "cache-key" for p in (tmp_path / "cache").iterdir())
+    first = key.read_text()
+    judged()
+    assert key.read_text() == first and server.calls == 12
+
+
+def test_another_key_authenticates_nothing(server, env, tmp_path):
+    judged()
+    env.setenv("QAEVAL_CACHE_KEY", str(tmp_path / "other-key"))
+    with pytest.warns(UserWarning, match="failed authentication"):
+        judged()
+    assert server.calls == 24
+
+
+def test_an_unsigned_cache_from_before_is_asked_again_and_signed(server, tmp_path):
+    path = tmp_path / "cache" / "judge-verdicts.sqlite"
+    path.parent.mkdir()
+    with sqlite3.connect(str(path)) as db:  # the table as qaeval wrote it before rows were signed
+        db.execute("CREATE TABLE verdicts (key TEXT PRIMARY KEY, reply TEXT NOT NULL, prompt_tokens INTEGER, "
+                   "completion_tokens INTEGER, model TEXT, created TEXT DEFAULT CURRENT_TIMESTAMP)")
+    judged()
+    with sqlite3.connect(str(path)) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM verdicts")]
+        db.executemany("UPDATE verdicts SET mac = NULL, reply = ? WHERE key = ?", [(ZERO, k) for k in keys])
+    with pytest.warns(UserWarning, match="12 cached"):
+        run = judged()
+    assert server.calls == 24 and run.verdicts["valid"].all()
+
+
+def test_a_bad_cache_key_file_is_a_file_access_error(server, tmp_path, capsys):
+    key = tmp_path / "state" / "cache-key"
+    key.parent.mkdir()
+    key.write_text("not a key")
+    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE]) == 74
+    assert "the judge cache's key is not 64 hex digits" in capsys.readouterr().err
+
+
+SURROGATE = json.dumps({"faithfulness": {"quote": "", "rationale": "HALF broken", "score": 0},
+                        "answer_correctness": {"quote": "", "rationale": "x", "score": 0},
+                        "citations": []}).replace("HALF", "\\ud800")  # JSON's escape for half a pair
+
+
+def test_a_reply_with_an_unpaired_surrogate_is_a_judge_error_never_cached(env, tmp_path, capsys):
+    assert "\\ud800" in SURROGATE and json.loads(SURROGATE)["faithfulness"]["rationale"] == "\ud800 broken"
+    record = tmp_path / "gate.json"
+    codes = {}
+    for name, reply in (("surrogate", SURROGATE), ("garbage", "I think it is fine.")):
+        with FakeJudgeServer(reply=reply) as s:
+            env.setenv("OPENAI_BASE_URL", s.url)
+            codes[name] = main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"),
+                                "--judge", JUDGE, "--save", str(record)])
+            if name == "surrogate":
+                saved = api.load_run(record)
+                assert saved.run.verdicts["error"].str.contains("unpaired surrogate").all()
+                assert not (tmp_path / "cache" / "judge-verdicts.sqlite").exists() or not cache_rows(tmp_path)
+                main(["run", "--data", str(GOLDEN), "--judge", JUDGE])
+                assert s.calls == 24, "never cached: the rerun asks again"
+    assert codes["surrogate"] == codes["garbage"], "an unparseable reply is an unparseable reply"
+    assert "Traceback" not in capsys.readouterr().err

@@ -24,12 +24,15 @@ backoff with jitter and honour ``Retry-After``. Structured output is requested w
 server that rejects ``response_format`` is asked again without it and its reply parsed tolerantly.
 A call that never succeeds, or a reply that never parses (truncated JSON, ``{}``, ``choices: null``),
 is a judge error for that case: recorded, never cached, and never a pass. A cached reply that no longer
-parses is a miss, not an error that sticks.
+parses is a miss, not an error that sticks, and so is a cached reply whose signature does not check
+(``qaeval.judges.cache``): the cache cannot be edited into a verdict. A reply with text that is not
+valid Unicode (an unpaired surrogate) does not parse.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -92,6 +95,7 @@ class OpenAIJudge:
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         results: list[JudgeResponse | None] = [None] * len(requests)
         todo = []
+        rejected = self.cache.rejected if self.cache is not None else 0
         for i, req in enumerate(requests):
             hit = self.cache.get(self._key(req)) if self.cache is not None else None
             if hit is not None:
@@ -103,6 +107,9 @@ class OpenAIJudge:
                 except ValueError:
                     self.cache.forget(self._key(req))  # a reply that no longer parses is a miss
             todo.append(i)
+        if self.cache is not None and self.cache.rejected > rejected:
+            warnings.warn(f"{self.cache.rejected - rejected} cached judge verdict(s) in {self.cache.path} failed "
+                          "authentication (edited, or written by an older qaeval) and are asked again", stacklevel=2)
         if todo:
             with progress_bar(len(todo), desc="judge calls", enabled=self.show_progress) as bar, \
                     ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:

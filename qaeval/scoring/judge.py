@@ -490,8 +490,6 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
                                         target=text_of(item.get("snippet_id") or item.get("source_id"))))
     if not verdicts:
         raise ValueError("the reply has none of the expected axes")
-    if any(not_unicode(t) for v in verdicts for t in (v.quote, v.rationale, v.target)):
-        raise ValueError("the reply has text that is not valid Unicode (an unpaired surrogate)")
     return verdicts
 
 

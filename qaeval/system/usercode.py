@@ -53,7 +53,8 @@ from typing import Any
 from qaeval.errors import UsageError, describe
 from qaeval.plugins import UserCodeFailed, build, resolve
 from qaeval.scoring.judge import (
-    AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of,
+    NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of,
+    not_unicode,
 )
 from qaeval.system.process import (
     FrameError, UserProcess, confined_env, exit_reason, harness_guard, hidden_folders, parse, scrub_sys_path,
@@ -205,6 +206,9 @@ def response_to_plain(resp: Any) -> dict[str, Any]:
     """One of the judge's responses as JSON (in the host). A JudgeResponse in name only is sent as what it is."""
     if not isinstance(resp, JudgeResponse):
         return {"not_a_response": type(resp).__name__}
+    if any(not_unicode(getattr(v, name, "")) for v in (resp.verdicts if isinstance(resp.verdicts, list) else [])
+           for name in ("axis", "quote", "rationale", "target")):
+        return {"case_id": resp.case_id if isinstance(resp.case_id, str) else "", "verdicts": [], "error": NOT_UNICODE}
     verdicts: Any = resp.verdicts
     if isinstance(verdicts, list):
         verdicts = [dict(axis=v.axis if isinstance(v.axis, str) else "", score=_scalar(v.score),
