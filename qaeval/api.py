@@ -25,7 +25,7 @@ from qaeval import params as P
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
 from qaeval.errors import BaselineRefused, UsageError
-from qaeval.files import write_atomic, write_jsonl
+from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
 from qaeval.results import Result
@@ -71,7 +71,20 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
         raise UsageError("calibrate with labels needs data (the cases the labels are for)")
     if checked.get("executor") is not None and checked["isolation"] == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
+    check_outputs(checked)
     return checked
+
+
+OUTPUT_PARAMS = {"save": "record", "out": "record"}
+INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after")
+
+
+def check_outputs(p: Mapping[str, Any], *, html: str | Path | None = None) -> None:
+    """Before anything runs: refuse (UsageError) an output of a command (its parameters ``p``, and the
+    ``html`` report the command line adds) that would overwrite one of its inputs, or data in its data
+    folder (``qaeval.files.refuse_overwrite``)."""
+    outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
+    refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
 
 
 def _settings(p: Mapping[str, Any]) -> JudgeSettings:
@@ -254,6 +267,7 @@ def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
         raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
     run_ = _as_run(record)
+    refuse_overwrite([("out", out, "sheet")], [("record", record)], data=run_.meta.data)
     text, n = export_sheet(run_, sample=sample, seed=seed)
     return write_atomic(out, text), n
 
@@ -261,7 +275,9 @@ def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int
 def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | Path) -> tuple[Path, int, int]:
     """Check a filled sheet against the run it is for and write keyed labels (JSONL); returns
     (path, labels written, rows left blank)."""
-    labels, blank = import_sheet(sheet, _as_run(record))
+    run_ = _as_run(record)
+    refuse_overwrite([("out", out, "labels")], [("sheet", sheet), ("record", record)], data=run_.meta.data)
+    labels, blank = import_sheet(sheet, run_)
     return write_jsonl(out, labels), len(labels), blank
 
 
@@ -358,4 +374,5 @@ def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> 
     from qaeval.reports.render import render_record
 
     result = _load_run(record)
+    refuse_overwrite([("html", html, "report")], [("record", record)], data=_as_run(result).meta.data)
     return result, render_record(record, html, kind=result.kind, show_code=show_code)

@@ -131,6 +131,7 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
             "drift": api.drift_run}[args.command]
     env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
+    api.check_outputs(params, html=args.html)  # before anything runs: no output may overwrite an input
     with scoped_environ(env):
         result = verb(**params)
     notes = []
@@ -153,6 +154,7 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         result, path = api.report(args.record, args.html, show_code=args.show_code)
         return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, [f"report: {path}"]
     if args.command == "compare":
+        api.check_outputs({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)
         notes = []
         if args.html:

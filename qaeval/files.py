@@ -226,6 +226,70 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
 # --------------------------------------------------------------------------- writing
 
 
+# What qaeval puts near the top of a file it wrote, by kind of output: an existing file inside a data
+# folder may be replaced only by an output of the same kind that finds its own mark in it.
+OUTPUT_MARKS = {"record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
+                "report": (b'class="qaeval-report"',)}
+OUTPUT_WORDS = {"record": "run record", "report": "HTML report", "sheet": "label sheet", "labels": "labels file"}
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _written_as(path: str, kind: str) -> bool:
+    """An existing regular file whose first 64 KiB carry qaeval's mark for ``kind``."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    return any(mark in head for mark in OUTPUT_MARKS.get(kind, ()))
+
+
+def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[tuple[str, Any]] = (),
+                     data: Any = None) -> None:
+    """Raise UsageError (exit 64), naming both paths, when a command's output would destroy data.
+
+    ``outputs`` are (parameter, path, kind) and ``inputs`` (parameter, path); ``None`` is skipped. An output
+    may not be an input (the same file by resolved path, or by ``os.path.samefile`` for a hard link) nor
+    another output. Inside the data folder ``data`` (a folder of cases; a file is taken as one more input)
+    an output may not be a ``*.jsonl`` directly in it (the next load would read it as cases), and may
+    replace an existing file only if qaeval wrote it as the same kind (a run record, an HTML report).
+    Call it before the command does any work."""
+    from qaeval.errors import UsageError
+
+    outs = [(name, os.fspath(path), kind) for name, path, kind in outputs if path is not None]
+    ins = [(name, os.fspath(path)) for name, path in inputs if isinstance(path, (str, os.PathLike))]
+    folder = None
+    if isinstance(data, (str, os.PathLike)) and os.fspath(data):
+        if os.path.isdir(data):
+            folder = os.path.realpath(data)
+        elif os.path.isfile(data):
+            ins.append(("data", os.fspath(data)))
+    for i, (name, path, kind) in enumerate(outs):
+        for other, given in [*ins, *((n, p) for n, p, _ in outs[:i])]:
+            if _same_file(path, given):
+                raise UsageError(f"refusing to write {name} {path}: it is {other} {given}, which this command reads "
+                                 "or writes as well; choose another path")
+        real = os.path.realpath(path)
+        if folder is None or os.path.commonpath([real, folder]) != folder:
+            continue
+        if os.path.dirname(real) == folder and real.endswith(".jsonl"):
+            raise UsageError(f"refusing to write {name} {path}: a *.jsonl file in the data folder {data} is read as "
+                             "golden cases; write outputs outside the data folder")
+        if os.path.lexists(path) and not _written_as(path, kind):
+            raise UsageError(f"refusing to write {name} {path}: it is inside the data folder {data} and is not a "
+                             f"{OUTPUT_WORDS[kind]} qaeval wrote; write outputs outside the data folder")
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename). A path that is a
     device or a FIFO (``/dev/null``, ``/dev/stdout``) is written to, never replaced."""

@@ -6,6 +6,7 @@ anything runs or is written; none is an internal error (70)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import GOLDEN, make_case, write_cases
@@ -223,3 +224,81 @@ def test_an_import_nested_30000_deep_is_refused_in_bounded_memory(tmp_path):
         assert code == 65, done.stderr
         assert "nested" in done.stderr and str(source) in done.stderr and "Traceback" not in done.stderr
         assert peak_mb < 400, f"{fmt}: peak {peak_mb} MB to refuse a {len(text) // 1000} kB file"
+
+
+# --------------------------------------------------------------------------- outputs aimed at inputs (item 13)
+
+
+@pytest.fixture
+def golden_copy(tmp_path):
+    """A copy of the golden folder (cases, baseline, calibration labels) and its bytes, to prove nothing changed."""
+    import shutil
+
+    folder = tmp_path / "G"
+    shutil.copytree(GOLDEN, folder)
+    return folder, {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def unchanged(snapshot) -> bool:
+    return all(p.read_bytes() == data for p, data in snapshot.items())
+
+
+@pytest.mark.parametrize("argv, output, other", [
+    (["run", "--data", "{G}", "--save", "{G}/frozen.jsonl"], "{G}/frozen.jsonl", "data folder {G}"),
+    (["run", "--data", "{G}", "--save", "{G}/new.jsonl"], "{G}/new.jsonl", "data folder {G}"),
+    (["gate", "--data", "{G}", "--baseline", "{G}/ci-baseline.json", "--html", "{G}/ci-baseline.json"],
+     "{G}/ci-baseline.json", "baseline {G}/ci-baseline.json"),
+    (["gate", "--data", "{G}", "--baseline", "{G}/ci-baseline.json", "--html", "{G}/calibration/human_labels.jsonl"],
+     "{G}/calibration/human_labels.jsonl", "data folder {G}"),
+    (["run", "--data", "{G}", "--labels", "{G}/calibration/human_labels.jsonl", "--save",
+      "{G}/calibration/human_labels.jsonl"], "{G}/calibration/human_labels.jsonl", "labels {G}/calibration/human_labels.jsonl"),
+    (["baseline", "--data", "{G}", "--out", "{T}/b.json", "--save", "{T}/b.json"], "{T}/b.json", "out {T}/b.json"),
+    (["drift", "--data", "{G}", "--timeseries", "{T}/series.jsonl", "--save", "{T}/series.jsonl"], "{T}/series.jsonl",
+     "timeseries {T}/series.jsonl"),
+])
+def test_an_output_that_would_overwrite_an_input_is_a_usage_error_before_anything_runs(golden_copy, tmp_path, capsys,
+                                                                                       spy, argv, output, other):
+    folder, snapshot = golden_copy
+    fill = lambda s: s.format(G=folder, T=tmp_path)  # noqa: E731
+    code = main([fill(a) for a in argv] + ["--adapter", "plugins:make_counting", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 64, err
+    assert f"refusing to write" in err and fill(output) in err and fill(other) in err
+    assert unchanged(snapshot) and not spy.exists(), "the system was called or an input changed"
+    assert not (folder / "new.jsonl").exists()
+
+
+def test_a_hard_link_to_an_input_is_the_same_file(golden_copy, tmp_path, capsys):
+    folder, snapshot = golden_copy
+    link = tmp_path / "elsewhere.json"
+    os.link(folder / "ci-baseline.json", link)
+    code = main(["gate", "--data", str(folder), "--baseline", str(link), "--save", str(folder / "ci-baseline.json")])
+    assert code == 64 and f"baseline {link}" in capsys.readouterr().err
+    assert unchanged(snapshot)
+
+
+def test_label_export_and_import_never_overwrite_the_data_folder_they_came_from(golden_copy, tmp_path, capsys):
+    folder, snapshot = golden_copy
+    record = tmp_path / "run.json"
+    assert main(["run", "--data", str(folder), "--save", str(record), "--quiet"]) == 0
+    labels = folder / "calibration" / "human_labels.jsonl"
+    assert main(["label", "export", str(record), "--out", str(labels)]) == 64
+    assert f"refusing to write out {labels}" in capsys.readouterr().err
+    assert main(["label", "export", str(record), "--out", str(record)]) == 64
+    sheet = tmp_path / "sheet.csv"
+    assert main(["label", "export", str(record), "--out", str(sheet)]) == 0
+    assert main(["label", "import", str(sheet), "--record", str(record), "--out", str(labels)]) == 64
+    assert main(["label", "import", str(sheet), "--record", str(record), "--out", str(sheet)]) == 64
+    assert unchanged(snapshot)
+
+
+def test_honest_outputs_still_work_including_a_baseline_kept_in_the_data_folder(golden_copy, tmp_path, capsys):
+    folder, _ = golden_copy
+    baseline = folder / "ci-baseline.json"
+    assert main(["baseline", "--data", str(folder), "--out", str(baseline), "--quiet"]) == 0, "a record over a record"
+    report = folder / "gate.html"
+    for _ in range(2):  # the second time replaces the report it wrote the first time
+        assert main(["gate", "--data", str(folder), "--baseline", str(baseline), "--quiet", "--html", str(report),
+                     "--save", str(tmp_path / "gate.json")]) == 0, capsys.readouterr().err
+    assert main(["report", str(tmp_path / "gate.json"), "--html", str(tmp_path / "gate.json")]) == 64
+    assert main(["compare", str(baseline), str(tmp_path / "gate.json"), "--html", str(baseline)]) == 64
