@@ -302,3 +302,20 @@ def test_honest_outputs_still_work_including_a_baseline_kept_in_the_data_folder(
                      "--save", str(tmp_path / "gate.json")]) == 0, capsys.readouterr().err
     assert main(["report", str(tmp_path / "gate.json"), "--html", str(tmp_path / "gate.json")]) == 64
     assert main(["compare", str(baseline), str(tmp_path / "gate.json"), "--html", str(baseline)]) == 64
+
+
+@pytest.mark.parametrize("content, message", [
+    (f'[{{"id": "s1", "text": "x{LONE}"}}]', "an unpaired surrogate"),
+    ('[{"id": "s1", "text": "x"', "not valid JSON"),
+])
+def test_add_case_interactive_reads_the_passages_file_strictly(suite_dir, tmp_path, content, message):
+    from qaeval.data.misses import add_case
+    from qaeval.errors import DatasetError
+
+    sources = tmp_path / "sources.json"
+    sources.write_text(content)
+    answers = iter(["When did Northgate open?", str(sources), "1978", "s1", ""])
+    with pytest.raises(DatasetError) as info:
+        add_case(suite_dir, {}, ask=lambda prompt: next(answers))
+    assert str(sources) in str(info.value) and message in str(info.value)
+    assert not (suite_dir / "living.jsonl").exists()

@@ -23,7 +23,7 @@ from typing import Any
 
 from qaeval.data.cases import GoldenCase, Suite, build_suite, load_suite
 from qaeval.errors import DatasetError, Problem
-from qaeval.files import dumps_canonical, loads_strict, read_bytes, read_text, write_atomic
+from qaeval.files import dumps_canonical, json_error_text, loads_strict, read_bytes, read_text, write_atomic
 from qaeval.text import normalize
 
 MISS_FIELDS = {"question", "sources", "gold_answer", "gold_source_ids", "expected_behavior", "difficulty",
@@ -53,12 +53,17 @@ def find_duplicate(suite: Suite, question: str, sources: list[tuple[str, str]]) 
     return next((c for c in suite if _identity(c.question, [(s.id, s.text) for s in c.sources]) == wanted), None)
 
 
-def read_miss(path: str | Path) -> dict[str, Any]:
-    text = read_text(path, "miss file")
+def read_json(path: str | Path, what: str) -> Any:
+    """One strict JSON value from a file; anything wrong with it is a DatasetError naming the file."""
+    text = read_text(path, what)
     try:
-        miss = loads_strict(text)
+        return loads_strict(text)
     except ValueError as exc:
-        raise DatasetError(f"not valid JSON ({exc})", file=str(path)) from None
+        raise DatasetError(f"not valid JSON ({json_error_text(exc)})", file=str(path)) from None
+
+
+def read_miss(path: str | Path) -> dict[str, Any]:
+    miss = read_json(path, "miss file")
     if not isinstance(miss, dict):
         raise DatasetError("a miss file holds one JSON object", file=str(path))
     return miss
@@ -72,7 +77,7 @@ def ask_missing(miss: dict[str, Any], ask: Callable[[str], str]) -> dict[str, An
         miss["question"] = ask("Question the system got wrong: ").strip()
     if not miss.get("sources"):
         path = ask("JSON file with the passages it saw ([{\"id\", \"text\", \"title\"?}, ...]): ").strip()
-        miss["sources"] = loads_strict(read_text(path, "passages file"))
+        miss["sources"] = read_json(path, "passages file")
     if "gold_answer" not in miss and miss.get("expected_behavior") != "unanswerable_must_abstain":
         gold = ask("The right answer (leave empty if the system must abstain): ").strip()
         if gold:
