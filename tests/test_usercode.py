@@ -45,7 +45,7 @@ def test_a_judge_that_calls_os_exit_cannot_end_the_gate(tmp_path):
     done, _ = gate(tmp_path, "hostile_plugins:make_exiting_judge")
     assert done.returncode == 1 and "GATE: BLOCK" in done.stdout, done.stdout + done.stderr
     verdicts = saved(tmp_path).run.verdicts
-    assert verdicts["error"].str.contains("the judge's process exited with code 0").all()
+    assert verdicts["error"].str.contains("the judge's process exited with code 0 while judging").all()
 
 
 def test_a_judge_that_patches_the_gate_result_does_not_pass_the_gate(tmp_path):
@@ -145,7 +145,7 @@ def drift(tmp_path: Path, hook: str, *extra: str) -> tuple[subprocess.CompletedP
 def test_a_hook_that_calls_os_exit_cannot_hide_the_alarm(tmp_path):
     done, _ = drift(tmp_path, "hostile_plugins:notify_os_exit")
     assert done.returncode == 3 and "DRIFT: ALARM" in done.stdout, done.stdout + done.stderr
-    assert "the notify hook's process exited with code 0; the alarm stands" in done.stdout
+    assert "the notify hook's process exited with code 0 before it finished; the alarm stands" in done.stdout
 
 
 def test_a_hook_that_hangs_is_killed_within_its_deadline(tmp_path):
@@ -166,3 +166,28 @@ def test_an_unknown_hook_is_a_usage_error_before_anything_runs(tmp_path):
     with pytest.raises(UsageError, match="has no attribute 'nope'"):
         api.drift_run(str(GOLDEN), timeseries=str(series), notify="hostile_plugins:nope")
     assert not series.exists()
+
+
+def test_the_built_in_judges_and_isolation_none_stay_in_this_process():
+    from qaeval.judges.offline import OfflineJudge
+
+    assert isinstance(api.make_judge(api.check_parameters("run", data=str(GOLDEN))), OfflineJudge)
+    p = api.check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge", isolation="none")
+    assert type(api.make_judge(p)).__name__ == "MisreportingJudge"
+    p = api.check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge")
+    judge = api.make_judge(p)
+    try:
+        assert isinstance(judge, usercode.JudgeProcess) and judge.config.name == "hostile"
+    finally:
+        usercode.close_judge(judge)
+
+
+def test_a_hook_function_from_the_api_is_shipped_to_its_own_process(tmp_path):
+    seen = tmp_path / "seen.txt"
+
+    def hook(alarms):
+        seen.write_text(f"{os.getpid()} {len(alarms)}")
+
+    result = api.drift_run(str(GOLDEN), timeseries=str(alarming_series(tmp_path)), notify=hook)
+    pid, count = seen.read_text().split()
+    assert result.alarmed and int(count) == len(result.alarms) and int(pid) != os.getpid()

@@ -103,18 +103,18 @@ def main(fd: int) -> None:
 
     capture = FdCapture(LOG_LIMIT)
     role = setup["role"]
+    ready: dict[str, Any] = {"ready": True}
     try:
         obj = build(role, setup["spec"], setup["settings"])
+        if role == "judge":
+            ready["config"] = obj.config.to_dict()
     except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
         from qaeval.errors import UsageError, describe
 
         what = "judge" if role == "judge" else "notify hook"
-        message = str(exc) if isinstance(exc, UsageError) else f"the {what} {describe(exc)}"
-        _send(sock, {"init_error": message, "usage": isinstance(exc, UsageError)})
+        message = str(exc) if isinstance(exc, UsageError) else f"the {what} could not be built: {describe(exc)}"
+        _send(sock, {"init_error": message})
         os._exit(0)
-    ready: dict[str, Any] = {"ready": True}
-    if role == "judge":
-        ready["config"] = obj.config.to_dict()
     _send(sock, ready)
     capture.take()
     while True:

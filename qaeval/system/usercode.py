@@ -8,7 +8,7 @@ environment without the data folder, and (Linux) no ``CAP_SYS_PTRACE``, while th
 non-dumpable (``harness_guard``). Only plain JSON crosses, in frames, and every read has a deadline:
 
     harness -> host   {"setup": {"role": "judge"|"hook", "spec": {...}, "sys_path": [...], "settings": {...}}}
-    host -> harness   {"ready": true, "config": {...}}   or   {"init_error": "...", "usage": bool}
+    host -> harness   {"ready": true, "config": {...}}   or   {"init_error": "..."}
     harness -> host   {"judge": [request, ...]}          ->   {"responses": [...]}   or   {"error": "..."}
                       {"notify": [alarm, ...]}           ->   {"done": true, "logs": "..."}  or  {"error": "..."}
                       {"stop": true}
@@ -140,22 +140,22 @@ class _Launch:
             proc.channel.send({"setup": setup}, deadline)
             reply = parse(proc.channel.receive(deadline), what=what)
         except FrameError as exc:
-            raise UserCodeFailed(lost(proc, exc, deadline, f"{what} did not start within {timeout:g} s (--startup-timeout)")) from None
+            raise UserCodeFailed(lost(proc, exc, deadline, late=f"{what} did not start within {timeout:g} s "
+                                      "(--startup-timeout)", doing="before it was ready")) from None
         if isinstance(reply, dict) and reply.get("ready") is True:
             proc.started()
             return proc, reply
         proc.stop(0.2)
         if isinstance(reply, dict) and isinstance(reply.get("init_error"), str):
-            error = _text(reply["init_error"], 500)
-            raise UsageError(error if reply.get("usage") is True else f"{what} could not be built: {error}")
+            raise UsageError(_text(reply["init_error"], 500))
         raise UserCodeFailed(f"{what} sent something other than its start-up reply")
 
 
-def lost(proc: UserProcess, exc: FrameError, deadline: float, late: str) -> str:
-    """Kill and clean up a host that failed us, and say why: it exited, it took too long (``late``), or
-    it broke the protocol."""
+def lost(proc: UserProcess, exc: FrameError, deadline: float, *, late: str, doing: str) -> str:
+    """Kill and clean up a host that failed us, and say why: it exited (``doing`` what), it took too long
+    (``late``), or it broke the protocol."""
     if proc.channel.closed:
-        why = f"{proc.channel.what}'s process {exit_reason(proc.reap(2.0))}"
+        why = f"{proc.channel.what}'s process {exit_reason(proc.reap(2.0))} {doing}"
         tail = proc.stderr_tail()
         if tail:
             why += f" ({_text(tail, 300)})"
@@ -357,7 +357,8 @@ class JudgeProcess:
         except FrameError as exc:
             proc, self.proc = self.proc, None
             assert proc is not None
-            why = lost(proc, exc, deadline, f"the judge did not answer within {self.timeout:g} s")
+            why = lost(proc, exc, deadline, late=f"the judge did not answer within {self.timeout:g} s",
+                       doing="while judging")
             return self._errors(chunk, why), why
         return self._decode(reply, chunk), ""
 
@@ -441,8 +442,8 @@ class HookProcess:
                 proc.channel.send({"notify": [_plain_alarm(a) for a in alarms]}, deadline)
                 reply = parse(proc.channel.receive(deadline), what="the notify hook")
             except FrameError as exc:
-                raise UserCodeFailed(lost(proc, exc, deadline,
-                                          f"the notify hook did not finish within {self.timeout:g} s")) from None
+                raise UserCodeFailed(lost(proc, exc, deadline, doing="before it finished",
+                                          late=f"the notify hook did not finish within {self.timeout:g} s")) from None
             proc.stop(0.5)
         if isinstance(reply, dict) and isinstance(reply.get("logs"), str):
             self.output = _text(reply["logs"], 500).strip()
