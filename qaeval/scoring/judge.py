@@ -82,6 +82,9 @@ class JudgeSettings:
     ``from_env`` is the one place that reads environment variables (OPENAI_BASE_URL, OPENAI_API_KEY,
     QAEVAL_JUDGE_*); explicit values (CLI flags, notebook parameters) win over them. The API key is
     held here only to be handed to the client: it is never part of a record, a cache key or a report.
+    A custom judge runs in its own process and gets these settings as JSON without the key; its
+    ``settings.api_key`` is read there from OPENAI_API_KEY, and its working directory is a scratch
+    folder (``cache_dir`` arrives as an absolute path).
     """
 
     model: str | None = None
