@@ -30,7 +30,11 @@ drift           (kind drift) the history line appended, the series, bands and al
 
 Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
 version and names what is wrong (exit 65); ``load_run`` gives back the result object, whose frames
-equal the ones that were saved. A baseline written by qaeval 0.1 (``qaeval-baseline/1``: metrics and
+equal the ones that were saved, once the record has been checked against itself: what its per-case
+layers determine is derived again and compared with what it says (``qaeval.audit``; a disagreement is
+a RecordError naming the field). Every path that reads a record (report, compare, gate's baseline, the
+verbs' ``record=``, label export, the notebooks) goes through ``run_from_record``, and so through the
+check. A baseline written by qaeval 0.1 (``qaeval-baseline/1``: metrics and
 per-case outcomes, no outputs) can still be gated against (``read_baseline``).
 """
 
@@ -50,7 +54,7 @@ from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
-from qaeval.frames import frame, is_missing
+from qaeval.frames import frame
 from qaeval.results import Result
 from qaeval.scoring.checks import CHECK_SCHEMA, check_outputs
 from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
@@ -340,6 +344,9 @@ def _by_case(df: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, list[tuple
 def _audit_checks(audit: Audit, lines: list[Any], computed: pd.DataFrame, hashed: bool) -> None:
     """Each check's pass/fail. A baseline keeps prompts as hashes, so its grounding_isolation results
     cannot be derived again and are taken as recorded."""
+    recorded = [(row[0], row[1]) for line in lines for row in line["checks"]]
+    if recorded == list(zip(computed["check"].tolist(), computed["passed"].tolist())):
+        return  # the common case, cheaply: every check as recorded (a stored 1 reads as true, as it loads)
     expected = _by_case(computed, ("check", "passed"))
     for i, line in enumerate(lines):
         cid, stored = line["case_id"], line["checks"]

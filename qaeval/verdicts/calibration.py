@@ -181,7 +181,7 @@ class CalibrationResult(Result):
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
-        pairs = [{"label_fingerprint": None, **p} for p in s["pairs"]]  # not kept before qaeval checked records
+        pairs = [{"label_fingerprint": None, **p} for p in s["pairs"]]  # older records did not keep it
         return cls(run=run, pairs=frame(pairs, PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
                    confusion={axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES
                               if axis in s["confusion"]},

@@ -275,7 +275,8 @@ class DriftResult(Result):
         earlier = [dict(metrics=dict(zip(g["metric"], (None if v != v else v for v in g["value"]))),
                         alarms=g.loc[g["alarmed"], "metric"].tolist()) for _, g in hist[~hist["current"]].groupby("run")]
         now = hist[hist["current"]]
-        audit.same(f"{prefix}.history (current run)", dict(zip(now["metric"], (None if v != v else v for v in now["value"]))), line["metrics"])
+        audit.same(f"{prefix}.history (current run)",
+                   dict(zip(now["metric"], (None if v != v else v for v in now["value"]))), line["metrics"])
         bands, alarms, _ = compare(earlier, line, window=self.window, min_history=self.min_history)
         audit.same(f"{prefix}.history (current run's alarms)", now.loc[now["alarmed"], "metric"].tolist(),
                    [a["metric"] for a in alarms])
@@ -285,8 +286,8 @@ class DriftResult(Result):
         for j, (stored, row) in enumerate(zip(s["bands"], bands.to_dict("records"))):
             for column in ("current", "mean", "low", "high", "window_n", "alarm"):
                 audit.same(f"{prefix}.bands[{j}].{column} ({row['metric']})", stored.get(column), row[column])
-        audit.same(f"{prefix}.alarms", [[a.get(k) for k in ("metric", "current", "low", "high", "mean")] for a in s["alarms"]],
-                   [[a[k] for k in ("metric", "current", "low", "high", "mean")] for a in alarms])
+        keys = ("metric", "current", "low", "high", "mean")
+        audit.same(f"{prefix}.alarms", [[a.get(k) for k in keys] for a in s["alarms"]], [[a[k] for k in keys] for a in alarms])
 
 
 def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:
