@@ -65,8 +65,9 @@ def show(value: Any, limit: int = 80) -> str:
 class Audit:
     """The disagreements found in one record."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, written_by: str | None = None) -> None:
         self.where = where
+        self.written_by = written_by  # the qaeval version that wrote the record
         self.problems: list[str] = []
 
     def same(self, field: str, stored: Any, computed: Any, basis: str = "its cases") -> bool:
@@ -90,4 +91,9 @@ class Audit:
         listed = self.problems[:SHOWN]
         if len(self.problems) > SHOWN:
             listed.append(f"... and {len(self.problems) - SHOWN} more disagreement(s)")
+        from qaeval import __version__
+
+        if self.written_by != __version__:
+            listed.append(f"the record was written by qaeval {self.written_by or '(unknown version)'} and this is "
+                          f"{__version__}: if a definition changed in between, write the record again")
         raise RecordError([Problem(self.where, None, p) for p in listed])

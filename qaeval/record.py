@@ -282,7 +282,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
         verdicts += [{"case_id": cid, "cached": False, **v} for v in line["verdicts"]]
         trajectory += [{"case_id": cid, **t} for t in line["trajectory"]]
     outputs_frame = frame(outputs, OUTPUT_SCHEMA)
-    audit = Audit(where)
+    audit = Audit(where, meta.qaeval_version)
     audit_layers(audit, data, suite, outputs_frame, meta.k)
     audit.done()  # before anything is added up from the layers
     run = assemble(suite, meta, outputs_frame, frame(checks, CHECK_SCHEMA),
@@ -495,7 +495,7 @@ def load_run(path: str | Path) -> Result:
         else:
             from qaeval.verdicts.drift import DriftResult
             result = DriftResult.from_section(run, section)
-        audit = Audit(where)
+        audit = Audit(where, run.meta.qaeval_version)
         result.audit_section(audit, section)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise RecordError(f"the {kind} section is malformed ({type(exc).__name__}: {exc})", file=where) from None

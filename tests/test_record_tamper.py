@@ -72,6 +72,20 @@ def test_gate_run_with_a_forged_record_raises(records, tmp_path):
         api.gate_run(record=str(forged))
 
 
+def test_a_record_from_another_version_that_disagrees_says_so(records, tmp_path):
+    """A definition may change between versions: the message says which wrote the record."""
+    def forge(data: dict[str, Any]) -> None:
+        every_tier_passed(data)
+        data["meta"]["qaeval_version"] = "0.0.1"
+
+    with pytest.raises(RecordError) as caught:
+        load_run(edited(records["gate"], tmp_path / "old.json", forge))
+    assert "the record was written by qaeval 0.0.1 and this is" in str(caught.value)
+    with pytest.raises(RecordError) as caught:
+        load_run(edited(records["gate"], tmp_path / "forged.json", every_tier_passed))
+    assert "written by" not in str(caught.value)
+
+
 def test_a_forged_gate_that_also_rewrites_the_verdict_and_case_lines_is_caught(records, tmp_path):
     """Clearing the tiers' cases, the regressed list and every case's own pass/fail does not help: the
     case lines still hold the outputs and checks that fail."""
