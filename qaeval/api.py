@@ -210,12 +210,14 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
         return _recorded("calibrate", p, CalibrationResult)
     if p["labelled"]:
         suite, outputs, label_frame = load_labelled_set(p["labelled"])
-        judge = make_judge(p)
         from qaeval.scoring.evaluate import RunMeta
 
-        meta = RunMeta.now(adapter=f"(outputs carried by {p['labelled']})", judge=judge_config_of(judge),
-                           isolation="process", k=p["k"], data=p["labelled"])
-        current = score_outputs(suite, outputs, judge, meta=meta)
+        with ExitStack() as stack:
+            judge = make_judge(p)
+            stack.callback(usercode.close_judge, judge)  # whatever scoring raises, its process is stopped
+            meta = RunMeta.now(adapter=f"(outputs carried by {p['labelled']})", judge=judge_config_of(judge),
+                               isolation="process", k=p["k"], data=p["labelled"])
+            current = score_outputs(suite, outputs, judge, meta=meta)
         source = p["labelled"]
     else:
         suite = load_suite(p["data"])

@@ -13,6 +13,15 @@ GOLDEN = ROOT / "golden"
 LABELS = GOLDEN / "calibration" / "human_labels.jsonl"
 sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and hooks for tests
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_key_in_a_temporary_folder(tmp_path_factory):
+    """The judge cache's signing key goes to a temporary folder, never the user's ~/.local/state."""
+    import os
+
+    if "QAEVAL_CACHE_KEY" not in os.environ:
+        os.environ["QAEVAL_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
+
 BASE_CASE: dict[str, Any] = {
     "id": "case-0001",
     "question": "When did the Eastside Branch open?",
