@@ -291,10 +291,8 @@ def test_a_calibration_record_with_an_axis_edited_to_pass_is_caught(calibration_
         for row in data["calibration"]["agreement"]:
             row["passed"] = True
 
-    original = load_run(calibration_record)
+    assert load_run(calibration_record).verdict == "RETUNE JUDGE", "the golden labels refuse the offline judge"
     forged = edited(calibration_record, tmp_path / "cal.json", forge)
-    if original.ok:
-        pytest.skip("the golden labels trust the judge: nothing to forge")
     with pytest.raises(RecordError, match=r"calibration\.agreement\[\d\]\.passed \(\w+\) says true but its cases give false"):
         api.calibrate_run(record=str(forged))
 
