@@ -85,6 +85,9 @@ class Forger:
         if self.mode == "many_dicts":
             _write_raw(_frame([{}] * 600_000))
             time.sleep(3600)
+        if self.mode == "huge_error":
+            _write_raw(_frame({"id": case.id, "error": "e" * 100_000, "logs": ""}))
+            time.sleep(3600)
         if self.mode == "other_id":
             _write_raw(_frame({"id": "0123456789abcdef", "output": _honest(case), "logs": ""}))
             time.sleep(3600)
@@ -188,3 +191,16 @@ class Pickler:
 
 def make_pickler():
     return Pickler()
+
+
+def make_huge_error():
+    return Forger("huge_error")
+
+
+class Long:
+    def answer(self, case):
+        return SUTOutput(answer="word " * 250_000, abstained=False)
+
+
+def make_long():
+    return Long()

@@ -152,3 +152,10 @@ def test_a_data_folder_named_bin_keeps_path():
     folders = hidden_folders("bin")
     env = confined_env({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}, folders)
     assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_error_text_is_cut_by_the_harness_and_a_huge_answer_is_malformed(living):
+    error = run_suite(first(living), "hostile_adapters:make_huge_error", timeout=30)["error"][0]
+    assert error.startswith("eeee") and error.endswith("[... 98000 more characters]")
+    answer = run_suite(first(living), "hostile_adapters:make_long")["error"][0]
+    assert answer == "malformed output: answer is 1250000 characters long (limit 1000000)"
