@@ -33,7 +33,9 @@ expertqa    ExpertQA (JSONL): every claim of every system answer that has eviden
             passage a source, the claim citing each; ``support`` Complete 2, Partial 1, Missing or
             Incomplete 0 on faithfulness. A claim with no evidence, or a support of ``N/A`` or none at
             all, is refused (nothing was judged against text).
-ares        ARES human annotations (TSV: Query, Document, Answer, Answer_Faithfulness_Label): the
+ares        ARES human annotations (TSV: Query or Question, Document, Answer,
+            Answer_Faithfulness_Label; ARES's files spell the question both ways, and the other
+            columns they carry, such as the other labels, Reaction and Sources, are ignored): the
             document is the one source, the answer cites it; faithfulness 1 -> 2, 0 -> 0 (ARES's
             few-shot files spell them ``[[Yes]]`` and ``[[No]]``: the same).
 
@@ -440,7 +442,8 @@ def ares_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
             if label not in ARES_SCORES:
                 raise Refused(f"Answer_Faithfulness_Label {label!r} is not 0 or 1 (or [[No]] or [[Yes]])")
             score = ARES_SCORES[label]
-            yield where, _labelled(f"{prefix}-{n:04d}", _text(row.get("Query"), "Query"),
+            question = row.get("Query", row.get("Question"))  # ARES's files name the column either way
+            yield where, _labelled(f"{prefix}-{n:04d}", _text(question, "Query (or Question)"),
                                    [{"id": "doc", "text": _text(row.get("Document"), "Document")}],
                                    _text(row.get("Answer"), "Answer"), score, f"ARES human label {label}")
         except Refused as exc:
