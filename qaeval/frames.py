@@ -17,6 +17,7 @@ float       float64 (NaN when missing)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -138,3 +139,29 @@ def __getattr__(name: str) -> Any:  # TextFrame is built on first use, so import
         globals()["TextFrame"] = cls
         return cls
     raise AttributeError(name)
+
+
+# --------------------------------------------------------------------------- plain values
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: NaN and pd.NA become null, numpy scalars become Python numbers, tuples lists, and the
+    keys of every object sorted (so a record diffs cleanly)."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    import pandas as pd
+
+    if value is None or value is pd.NA:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def frame_rows(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    cols = columns or list(df.columns)
+    return [clean(dict(zip(cols, values))) for values in zip(*(df[c].tolist() for c in cols))] if len(df) else []

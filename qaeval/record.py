@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +51,10 @@ import pandas as pd
 
 from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
+from qaeval.data.labels import labelled_suite_from_raw
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
-from qaeval.frames import frame
+from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import Result
 from qaeval.scoring.checks import CHECK_SCHEMA, check_outputs
 from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
@@ -63,11 +63,12 @@ from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA
 from qaeval.scoring.ppi import apply_ppi
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA, score_retrieval
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA, score_trajectories
-from qaeval.system.pool import OUTPUT_SCHEMA
+from qaeval.system.contract import OUTPUT_SCHEMA
+from qaeval.verdicts.baseline import Baseline, baseline_from_run
 
 FORMAT = "qaeval-record"
 VERSION = 1
-LEGACY_BASELINE = "qaeval-baseline/1"
+LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
 KINDS = ("run", "gate", "calibrate", "drift")
 VOLATILE_META = ("created", "git_commit", "python")
 LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
@@ -75,39 +76,6 @@ LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "te
 
 
 # --------------------------------------------------------------------------- plain values
-
-
-def clean(value: Any) -> Any:
-    """JSON-ready: NaN and pd.NA become null, numpy scalars become Python numbers, tuples lists, and the
-    keys of every object sorted (so a record diffs cleanly)."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if value is None or value is pd.NA:
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def frame_rows(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    cols = columns or list(df.columns)
-    return [clean(dict(zip(cols, values))) for values in zip(*(df[c].tolist() for c in cols))] if len(df) else []
-
-
-def summary_dict(run: RunResult) -> dict[str, Any]:
-    """The short form of a run: its metrics, their n and how it was made (a drift history line)."""
-    board = run.scoreboard.set_index("metric")
-    return dict(
-        metrics={m: clean(float(board.at[m, "value"])) for m in METRIC_NAMES},
-        n={m: int(board.at[m, "n"]) for m in METRIC_NAMES},
-        cases=len(run.suite), adapter=run.meta.adapter, isolation=run.meta.isolation,
-        judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
-        git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
-    )
 
 
 # --------------------------------------------------------------------------- run -> record
@@ -264,8 +232,10 @@ def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
 def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     meta = _meta(data["meta"], where)
     lines = data["cases"]
-    suite = suite_from_raw([line["case"] for line in lines], meta.data or where, file=where,
-                           fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines})
+    labelled = data["kind"] == "calibrate" and data.get("calibration", {}).get("labelled") is True
+    build = labelled_suite_from_raw if labelled else suite_from_raw  # a labelled set's cases are checked as such
+    suite = build([line["case"] for line in lines], meta.data or where, file=where,
+                  fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines})
     outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []
     for line in lines:
         cid = line["case_id"]
@@ -506,110 +476,6 @@ def load_run(path: str | Path) -> Result:
 # --------------------------------------------------------------------------- baselines
 
 
-@dataclass(frozen=True)
-class BaselineCase:
-    fingerprint: str
-    passed: bool
-    fail_reasons: list[str]
-    units: dict[str, tuple[float, float]]
-    answer: str | None = None
-    abstained: bool | None = None
-    citations: list[dict[str, str]] | None = None
-    output_fingerprint: str | None = None
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What the gate compares against: the last green run (a record), or a qaeval 0.1 baseline."""
-
-    path: str
-    dataset_fingerprint: str
-    judge: dict[str, Any] | None
-    metrics: dict[str, tuple[float, int]]
-    cases: dict[str, BaselineCase]
-    green: bool = True
-    allowed_failing: bool = False
-    legacy: bool = False
-    created: str | None = None
-    git_commit: str | None = None
-    adapter: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
-        return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
-
-    def summary(self) -> dict[str, Any]:
-        return clean(dict(path=self.path, dataset_fingerprint=self.dataset_fingerprint, judge=self.judge,
-                          green=self.green, allowed_failing=self.allowed_failing, legacy=self.legacy,
-                          created=self.created, git_commit=self.git_commit, adapter=self.adapter))
-
-
-def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:
-    board = run.scoreboard.set_index("metric")
-    units = run.units.set_index("case_id")
-    cases = {}
-    for row in run.per_case.to_dict("records"):
-        cid = row["case_id"]
-        cases[cid] = BaselineCase(
-            fingerprint=run.suite[cid].fingerprint, passed=bool(row["case_passed"]), fail_reasons=list(row["fail_reasons"]),
-            units={m: (float(units.at[cid, f"{m}__num"]), float(units.at[cid, f"{m}__den"])) for m in METRIC_NAMES},
-            answer=row["answer"], abstained=bool(row["abstained"]), citations=list(row["citations"]),
-            output_fingerprint=row["output_fingerprint"])
-    data = data or {}
-    return Baseline(
-        path=path, dataset_fingerprint=run.dataset_fingerprint, judge=run.meta.judge.to_dict(),
-        metrics={m: (float(board.at[m, "value"]), int(board.at[m, "n"])) for m in METRIC_NAMES}, cases=cases,
-        green=bool(data.get("green", run.ok)), allowed_failing=bool(data.get("allowed_failing", False)),
-        created=run.meta.created, git_commit=run.meta.git_commit, adapter=run.meta.adapter)
-
-
-def _legacy_baseline(data: Mapping[str, Any], where: str) -> Baseline:
-    problems = []
-    for key, kind in (("dataset_fingerprint", str), ("metrics", dict), ("cases", dict), ("judge", dict)):
-        if not isinstance(data.get(key), kind):
-            problems.append(f"field {key!r} missing or not a {kind.__name__}")
-    metrics: dict[str, tuple[float, int]] = {}
-    cases: dict[str, BaselineCase] = {}
-    if not problems and not data["metrics"]:
-        problems.append("it holds no metric")
-    if not problems:
-        for m in METRIC_NAMES:
-            if m not in data["metrics"]:  # a metric defined since: not comparable, never a failure
-                metrics[m] = (math.nan, 0)
-                continue
-            item = data["metrics"].get(m)
-            value = item.get("value") if isinstance(item, dict) else "missing"
-            n = item.get("n", 0) if isinstance(item, dict) else 0
-            if not (value is None or isinstance(value, (int, float)) and not isinstance(value, bool)) or \
-                    isinstance(n, bool) or not isinstance(n, int):
-                problems.append(f"metric {m!r} is missing or not a number with an integer n")
-                continue
-            metrics[m] = (math.nan if value is None else float(value), n)
-        for cid, case in data["cases"].items():
-            ok = isinstance(case, dict) and isinstance(case.get("passed"), bool) and \
-                isinstance(case.get("fingerprint"), str) and isinstance(case.get("outcomes"), dict)
-            units: dict[str, tuple[float, float]] = {}
-            if ok:
-                for m, pair in case["outcomes"].items():
-                    if not (isinstance(pair, list) and len(pair) == 2 and all(
-                            v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
-                        ok = False
-                        break
-                    if pair[0] is not None and pair[1]:
-                        units[m] = (float(pair[0]), float(pair[1]))
-            if not ok:
-                problems.append(f"case {cid!r} is malformed")
-                break
-            reasons = case.get("reasons") if isinstance(case.get("reasons"), list) else []
-            cases[cid] = BaselineCase(case["fingerprint"], case["passed"], [str(r) for r in reasons], units)
-    if problems:
-        raise BaselineError("baseline is corrupt: " + "; ".join(problems), file=where)
-    return Baseline(where, data["dataset_fingerprint"], data["judge"], metrics, cases, legacy=True,
-                    adapter=data.get("adapter") if isinstance(data.get("adapter"), str) else None,
-                    notes=["a qaeval 0.1 baseline: it holds no answers, so regressed cases cannot be shown "
-                           "beside their baseline answer; write a new one with `qaeval baseline`"])
-
-
 def read_baseline(path: str | Path | None) -> Baseline:
     """Read the baseline to gate against. Missing or corrupt is a BaselineError (exit 65), never a pass."""
     if path is None:
@@ -625,7 +491,8 @@ def read_baseline(path: str | Path | None) -> Baseline:
     except ValueError as exc:
         raise BaselineError(f"baseline is not valid JSON ({exc})", file=where) from None
     if isinstance(data, dict) and data.get("format") == LEGACY_BASELINE:
-        return _legacy_baseline(data, where)
+        raise BaselineError("a qaeval 0.1 baseline (qaeval-baseline/1), which this version no longer reads: "
+                            "write a new one with `qaeval baseline`", file=where)
     try:
         record = read_record(path, what="baseline")
         run = run_from_record(record, where)

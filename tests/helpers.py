@@ -9,7 +9,7 @@ from conftest import make_case, write_cases
 from qaeval import load_suite
 from qaeval.frames import frame
 from qaeval.system.contract import output_fingerprint
-from qaeval.system.pool import OUTPUT_SCHEMA
+from qaeval.system.contract import OUTPUT_SCHEMA
 
 S1 = "The Eastside Branch opened in 1964 on Dunmore Street."
 S2 = "The Northgate Branch opened in 1978 and is the smallest location."

@@ -21,76 +21,20 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qaeval.errors import DatasetError, FileAccessError, Problem
+from qaeval.data.schema import (
+    DIFFICULTIES, EXPECTED_BEHAVIORS, OPTIONAL, REQUIRED, SOURCE_FIELDS, SPLITS, GoldenCase, Source,
+    checkpoint_problems,
+)
 from qaeval.files import iter_jsonl
-from qaeval.scoring.trajectory import checkpoint_problems
 
 if TYPE_CHECKING:
     import pandas as pd
-
-EXPECTED_BEHAVIORS = ("answer", "unanswerable_must_abstain")
-DIFFICULTIES = ("single-hop", "multi-hop", "aggregation")
-SPLITS = ("frozen", "living")
-
-REQUIRED = ("id", "question", "sources", "gold_source_ids", "expected_behavior", "difficulty", "split")
-OPTIONAL = ("gold_answer", "adversarial", "checkpoints")
-SOURCE_FIELDS = ("id", "text", "title")
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """One passage of a case's frozen retrieval fixture."""
-
-    id: str
-    text: str
-    title: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenCase:
-    """One hand-curated case, labels included. Never handed to a system under test: see CaseView."""
-
-    id: str
-    question: str
-    sources: tuple[Source, ...]
-    gold_answer: str | None
-    gold_source_ids: tuple[str, ...]
-    expected_behavior: str
-    difficulty: str
-    split: str
-    adversarial: str | None = None
-    checkpoints: tuple[Mapping[str, Any], ...] = ()
-    file: str = ""
-    line: int = 0
-    fingerprint: str = field(default="", compare=False)
-
-    def to_raw(self) -> dict[str, Any]:
-        """The case as a JSON object in the golden format (optional fields only when set)."""
-        raw: dict[str, Any] = dict(
-            id=self.id, question=self.question,
-            sources=[{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
-                     for s in self.sources],
-            gold_answer=self.gold_answer, gold_source_ids=list(self.gold_source_ids),
-            expected_behavior=self.expected_behavior, difficulty=self.difficulty, split=self.split)
-        if self.adversarial is not None:
-            raw["adversarial"] = self.adversarial
-        if self.checkpoints:
-            raw["checkpoints"] = [dict(cp) for cp in self.checkpoints]
-        return raw
-
-    @property
-    def must_abstain(self) -> bool:
-        return self.expected_behavior == "unanswerable_must_abstain"
-
-    @property
-    def multi_step(self) -> bool:
-        return self.difficulty in ("multi-hop", "aggregation")
-
 
 CASE_COLUMNS = [
     "case_id", "split", "difficulty", "expected_behavior", "must_abstain", "adversarial", "question",

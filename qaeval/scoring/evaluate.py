@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.data.cases import GoldenCase, Suite, source_bodies
+from qaeval.data.cases import GoldenCase, Suite
 from qaeval.errors import TierOneFailed
 from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
 from qaeval.results import Result

@@ -40,7 +40,6 @@ from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
 from qaeval.text import content_terms, normalize
 
-AXES = ("faithfulness", "answer_correctness", "citation_correctness")
 RUBRIC_VERSION = "v2"
 MIN_QUOTE_TERMS = 3
 

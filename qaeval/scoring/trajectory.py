@@ -21,53 +21,15 @@ appears in the normalised answer, or the gold answer is a number equal to ``comp
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from qaeval.data.schema import MULTI_STEP, as_number
 from qaeval.frames import is_missing
 from qaeval.text import normalize
 
 if TYPE_CHECKING:
     import pandas as pd
-
-CHECKPOINT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "retrieved": {"source_id": (str,)},
-    "cited": {"source_id": (str,)},
-    "aggregate_equals": {"value": (int, float), "tolerance": (int, float)},
-    "answer_mentions": {"text": (str,)},
-}
-_OPTIONAL = {("aggregate_equals", "tolerance")}
-
-MULTI_STEP = ("multi-hop", "aggregation")
-
-
-def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
-    """Why a checkpoint is malformed (empty list when it is fine). Used by the loader."""
-    if not isinstance(checkpoint, Mapping):
-        return [f"checkpoint must be an object, got {type(checkpoint).__name__}"]
-    kind = checkpoint.get("kind")
-    if kind not in CHECKPOINT_FIELDS:
-        return [f"checkpoint kind {kind!r} is not one of {sorted(CHECKPOINT_FIELDS)}"]
-    problems = []
-    fields = CHECKPOINT_FIELDS[kind]
-    for key in checkpoint:
-        if key != "kind" and key not in fields:
-            problems.append(f"checkpoint {kind!r} has unknown field {key!r}")
-    for key, types in fields.items():
-        if key not in checkpoint:
-            if (kind, key) not in _OPTIONAL:
-                problems.append(f"checkpoint {kind!r} needs field {key!r}")
-            continue
-        value = checkpoint[key]
-        if isinstance(value, bool) or not isinstance(value, types):
-            problems.append(f"checkpoint {kind!r} field {key!r} must be {types[0].__name__}")
-        elif isinstance(value, (int, float)) and _as_number(value) is None:
-            problems.append(f"checkpoint {kind!r} field {key!r} must be a finite number")
-        elif key == "source_id" and value not in source_ids:
-            problems.append(f"checkpoint names source {value!r}, which is not in the case's sources")
-    return problems
-
 
 def describe_checkpoint(checkpoint: Mapping[str, Any]) -> str:
     kind = checkpoint["kind"]
@@ -76,23 +38,6 @@ def describe_checkpoint(checkpoint: Mapping[str, Any]) -> str:
     if kind == "aggregate_equals":
         return f"aggregate = {checkpoint['value']}"
     return f"answer mentions {checkpoint['text']!r}"
-
-
-def _as_number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:
-            return None
-        return number if math.isfinite(number) else None
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*", value)
-        if match:
-            number = float(value.replace(",", "").strip())
-            return number if math.isfinite(number) else None
-    return None
 
 
 def _checkpoint_holds(cp: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[bool, str]:
@@ -109,7 +54,7 @@ def _checkpoint_holds(cp: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[bo
             return False, "cited but never retrieved"
         return True, "cited and retrieved"
     if kind == "aggregate_equals":
-        got = _as_number(out.get("computed_aggregate"))
+        got = as_number(out.get("computed_aggregate"))
         if got is None:
             return False, "no numeric aggregate reported"
         ok = abs(got - float(cp["value"])) <= float(cp.get("tolerance", 0))
@@ -127,8 +72,8 @@ def end_state_reached(gold_answer: str | None, out: Mapping[str, Any]) -> tuple[
         return False, "abstained"
     if gold_answer is None:
         return False, "no gold answer"
-    gold_number = _as_number(gold_answer)
-    got = _as_number(out.get("computed_aggregate"))
+    gold_number = as_number(gold_answer)
+    got = as_number(out.get("computed_aggregate"))
     if gold_number is not None and got is not None:
         ok = math.isclose(gold_number, got, rel_tol=1e-9, abs_tol=1e-9)
         return ok, f"aggregate {got:g} vs gold {gold_number:g}"

@@ -286,10 +286,11 @@ def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: 
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-OUTPUT_COLUMNS = [
-    "case_id", "answer", "citations", "retrieved_ids", "abstained", "model_was_called", "prompt_to_model",
-    "computed_aggregate", "error", "latency_s", "logs", "output_fingerprint",
-]
+OUTPUT_SCHEMA = {
+    "case_id": "text", "answer": "text", "citations": "object", "retrieved_ids": "object", "abstained": "bool",
+    "model_was_called": "bool", "prompt_to_model": "text", "computed_aggregate": "object", "error": "text",
+    "latency_s": "float", "logs": "text", "output_fingerprint": "text",
+}
 
 
 def output_row(case_id: str, fields: dict[str, Any] | None, error: str | None, latency: float,

@@ -55,7 +55,7 @@ from qaeval.errors import UsageError, describe
 from qaeval.frames import frame
 from qaeval.plugins import progress_bar
 from qaeval.system.contract import (
-    OUTPUT_COLUMNS, Payload, make_payload, output_row, validate_plain,
+    OUTPUT_SCHEMA, Payload, make_payload, output_row, validate_plain,
 )
 from qaeval.system.process import (
     DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, exit_reason, harness_guard, hidden_folders, parse,
@@ -69,12 +69,6 @@ STOP_GRACE = 1.0
 DEFAULT_STARTUP_TIMEOUT = 120.0
 ISOLATIONS = ("process", "none")
 
-OUTPUT_SCHEMA = {
-    "case_id": "text", "answer": "text", "citations": "object", "retrieved_ids": "object", "abstained": "bool",
-    "model_was_called": "bool", "prompt_to_model": "text", "computed_aggregate": "object", "error": "text",
-    "latency_s": "float", "logs": "text", "output_fingerprint": "text",
-}
-assert list(OUTPUT_SCHEMA) == OUTPUT_COLUMNS
 
 
 # --------------------------------------------------------------------------- naming the adapter

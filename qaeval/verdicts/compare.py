@@ -19,12 +19,12 @@ import pandas as pd
 
 from qaeval.errors import VerdictError
 from qaeval.frames import frame
-from qaeval.record import baseline_from_run
 from qaeval.results import Result
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.judge import AXES
+from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
+from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.gate import match_cases, metric_movements
 
 CASE_SCHEMA = {

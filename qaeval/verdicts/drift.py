@@ -1,7 +1,7 @@
 """Drift: re-run the frozen split, compare each metric with its band, then append the run to a series.
 
 The series is JSONL, append-only, one line per run: its metrics and their n, time, git commit, adapter,
-isolation, judge config, dataset fingerprint and qaeval's version (``qaeval.record.summary_dict``, the
+isolation, judge config, dataset fingerprint and qaeval's version (``summary_dict``, the
 same short form of a run a record carries). Appends take an exclusive lock, write the whole line in one
 call, check it was all written and fsync (``qaeval.files.append_line``); a line a killed writer left
 torn is skipped by readers, who say so. A line that parses but is not a history record (a metric that
@@ -35,9 +35,8 @@ import pandas as pd
 from qaeval.audit import Audit
 from qaeval.errors import DatasetError, DriftAlarm, Problem
 from qaeval.files import append_line, dumps_canonical
-from qaeval.frames import frame
+from qaeval.frames import clean, frame, frame_rows
 from qaeval.plugins import contained
-from qaeval.record import clean, frame_rows, summary_dict
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, format_number
@@ -288,6 +287,18 @@ class DriftResult(Result):
                 audit.same(f"{prefix}.bands[{j}].{column} ({row['metric']})", stored.get(column), row[column])
         keys = ("metric", "current", "low", "high", "mean")
         audit.same(f"{prefix}.alarms", [[a.get(k) for k in keys] for a in s["alarms"]], [[a[k] for k in keys] for a in alarms])
+
+
+def summary_dict(run: RunResult) -> dict[str, Any]:
+    """The short form of a run: its metrics, their n and how it was made (a drift history line)."""
+    board = run.scoreboard.set_index("metric")
+    return dict(
+        metrics={m: clean(float(board.at[m, "value"])) for m in METRIC_NAMES},
+        n={m: int(board.at[m, "n"]) for m in METRIC_NAMES},
+        cases=len(run.suite), adapter=run.meta.adapter, isolation=run.meta.isolation,
+        judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
+        git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
+    )
 
 
 def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:

@@ -35,11 +35,11 @@ import pandas as pd
 from qaeval.audit import Audit
 from qaeval.errors import DatasetError, GateBlocked, JudgeNotTrusted, UsageError
 from qaeval.files import loads_strict, read_text
-from qaeval.frames import frame
-from qaeval.record import Baseline, BaselineCase, clean, frame_rows
+from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import BY_NAME, GATED, format_number
+from qaeval.verdicts.baseline import Baseline, BaselineCase
 
 DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 _EPS = 1e-9
@@ -414,7 +414,7 @@ class GateResult(Result):
             path=b["path"], dataset_fingerprint=b["dataset_fingerprint"], judge=b.get("judge"),
             metrics={m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()},
             cases=cases, green=bool(b.get("green", True)), allowed_failing=bool(b.get("allowed_failing", False)),
-            legacy=bool(b.get("legacy", False)), created=b.get("created"), git_commit=b.get("git_commit"),
+            created=b.get("created"), git_commit=b.get("git_commit"),
             adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []))
         calibration = None
         if s.get("calibration"):

@@ -1,0 +1,150 @@
+"""The vocabulary of qaeval's data, defined once: the golden case's fields and values, its checkpoint
+rules, the judge's axes and the label schema.
+
+Everything above this module (the loader, the system boundary, scoring, verdicts, records, reports)
+takes these names from here. It imports nothing else of qaeval's, so ``import
+qaeval.data`` stays light (no pandas).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Axis = Literal["faithfulness", "answer_correctness", "citation_correctness"]
+AXES: tuple[Axis, ...] = get_args(Axis)
+ExpectedBehavior = Literal["answer", "unanswerable_must_abstain"]
+Difficulty = Literal["single-hop", "multi-hop", "aggregation"]
+Split = Literal["frozen", "living"]
+
+EXPECTED_BEHAVIORS: tuple[ExpectedBehavior, ...] = get_args(ExpectedBehavior)
+DIFFICULTIES: tuple[Difficulty, ...] = get_args(Difficulty)
+SPLITS: tuple[Split, ...] = get_args(Split)
+
+REQUIRED = ("id", "question", "sources", "gold_source_ids", "expected_behavior", "difficulty", "split")
+OPTIONAL = ("gold_answer", "adversarial", "checkpoints")
+SOURCE_FIELDS = ("id", "text", "title")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One passage of a case's frozen retrieval fixture."""
+
+    id: str
+    text: str
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenCase:
+    """One hand-curated case, labels included. Never handed to a system under test: see CaseView."""
+
+    id: str
+    question: str
+    sources: tuple[Source, ...]
+    gold_answer: str | None
+    gold_source_ids: tuple[str, ...]
+    expected_behavior: str
+    difficulty: str
+    split: str
+    adversarial: str | None = None
+    checkpoints: tuple[Mapping[str, Any], ...] = ()
+    file: str = ""
+    line: int = 0
+    fingerprint: str = field(default="", compare=False)
+
+    def to_raw(self) -> dict[str, Any]:
+        """The case as a JSON object in the golden format (optional fields only when set)."""
+        raw: dict[str, Any] = dict(
+            id=self.id, question=self.question,
+            sources=[{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
+                     for s in self.sources],
+            gold_answer=self.gold_answer, gold_source_ids=list(self.gold_source_ids),
+            expected_behavior=self.expected_behavior, difficulty=self.difficulty, split=self.split)
+        if self.adversarial is not None:
+            raw["adversarial"] = self.adversarial
+        if self.checkpoints:
+            raw["checkpoints"] = [dict(cp) for cp in self.checkpoints]
+        return raw
+
+    @property
+    def must_abstain(self) -> bool:
+        return self.expected_behavior == "unanswerable_must_abstain"
+
+    @property
+    def multi_step(self) -> bool:
+        return self.difficulty in ("multi-hop", "aggregation")
+
+
+# --------------------------------------------------------------------------- checkpoints (multi-step cases)
+
+CHECKPOINT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "retrieved": {"source_id": (str,)},
+    "cited": {"source_id": (str,)},
+    "aggregate_equals": {"value": (int, float), "tolerance": (int, float)},
+    "answer_mentions": {"text": (str,)},
+}
+_OPTIONAL = {("aggregate_equals", "tolerance")}
+
+MULTI_STEP: tuple[Difficulty, ...] = ("multi-hop", "aggregation")
+
+
+def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
+    """Why a checkpoint is malformed (empty list when it is fine). Used by the loader."""
+    if not isinstance(checkpoint, Mapping):
+        return [f"checkpoint must be an object, got {type(checkpoint).__name__}"]
+    kind = checkpoint.get("kind")
+    if kind not in CHECKPOINT_FIELDS:
+        return [f"checkpoint kind {kind!r} is not one of {sorted(CHECKPOINT_FIELDS)}"]
+    problems = []
+    fields = CHECKPOINT_FIELDS[kind]
+    for key in checkpoint:
+        if key != "kind" and key not in fields:
+            problems.append(f"checkpoint {kind!r} has unknown field {key!r}")
+    for key, types in fields.items():
+        if key not in checkpoint:
+            if (kind, key) not in _OPTIONAL:
+                problems.append(f"checkpoint {kind!r} needs field {key!r}")
+            continue
+        value = checkpoint[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            problems.append(f"checkpoint {kind!r} field {key!r} must be {types[0].__name__}")
+        elif isinstance(value, (int, float)) and as_number(value) is None:
+            problems.append(f"checkpoint {kind!r} field {key!r} must be a finite number")
+        elif key == "source_id" and value not in source_ids:
+            problems.append(f"checkpoint names source {value!r}, which is not in the case's sources")
+    return problems
+
+
+def as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) else None
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*[-+]?[\d,]*\.?\d+\s*", value)
+        if match:
+            number = float(value.replace(",", "").strip())
+            return number if math.isfinite(number) else None
+    return None
+
+
+
+# --------------------------------------------------------------------------- labels
+
+LABEL_FIELDS = {"case_id", "axis", "score", "reason", "output_fingerprint"}
+LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
+                "line": "int"}
+LABEL_SCORES = (0, 1, 2)
+
+
+def score_ok(score: Any) -> bool:
+    """A human or judge score is 0, 1 or 2 (and not a bool)."""
+    return not isinstance(score, bool) and score in LABEL_SCORES
