@@ -24,6 +24,7 @@ from typing import Any
 from qaeval import params as P
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
+from qaeval.data.schema import AXES
 from qaeval.errors import BaselineRefused, UsageError
 from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
@@ -33,7 +34,7 @@ from qaeval.scoring.evaluate import RunResult, evaluate, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.system import usercode
 from qaeval.system.process import harness_guard
-from qaeval.verdicts.calibration import CalibrationResult, calibrate
+from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, load_tolerances
@@ -183,11 +184,12 @@ def baseline(data: str | None = None, *, out: str | None = None, allow_failing: 
 
 def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances: str | None = None,
              tolerance: list[str] | str | None = None, labels: str | None = None, min_agreement: float | None = None,
-             min_labels: int | None = None, **options: Any) -> GateResult:
+             min_labels: int | None = None, min_kappa: float | None = None, **options: Any) -> GateResult:
     """Gate a fresh run against a baseline record. With ``labels`` the judge is calibrated first and a
     judge it does not trust blocks (exit 2)."""
     p = check_parameters("gate", data=data, baseline=baseline, tolerances=tolerances, tolerance=tolerance,
-                         labels=labels, min_agreement=min_agreement, min_labels=min_labels, **options)
+                         labels=labels, min_agreement=min_agreement, min_labels=min_labels, min_kappa=min_kappa,
+                         **options)
     if p["record"]:
         return _recorded("gate", p, GateResult)
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
@@ -196,20 +198,23 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     calibration = None
     if current.labels is not None:
         calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
-                                source=p["labels"])
+                                min_kappa=p["min_kappa"], source=p["labels"])
     return _finish(gate(current, base, limits, calibration=calibration), p)
 
 
 def calibrate_run(data: str | None = None, *, labels: str | None = None, labelled: str | None = None,
-                  min_agreement: float | None = None, min_labels: int | None = None, **options: Any) -> CalibrationResult:
+                  min_agreement: float | None = None, min_labels: int | None = None, min_kappa: float | None = None,
+                  axes: list[str] | str | None = None, **options: Any) -> CalibrationResult:
     """Compare the judge with human labels: keyed labels on a fresh run of ``data``, or a labelled set
-    that carries its own outputs (no adapter is called)."""
+    that carries its own outputs (no adapter is called). The verdict is on ``axes`` (default: the axes
+    a labelled set labels; all three for keyed labels)."""
     p = check_parameters("calibrate", data=data, labels=labels, labelled=labelled, min_agreement=min_agreement,
-                         min_labels=min_labels, **options)
+                         min_labels=min_labels, min_kappa=min_kappa, axes=axes, **options)
     if p["record"]:
         return _recorded("calibrate", p, CalibrationResult)
     if p["labelled"]:
         suite, outputs, label_frame = load_labelled_set(p["labelled"])
+        chosen = axes_to_assess(p["axes"], label_frame["axis"].unique().tolist())  # a bad axis costs no judge call
         from qaeval.scoring.evaluate import RunMeta
 
         with ExitStack() as stack:
@@ -220,11 +225,13 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
             current = score_outputs(suite, outputs, judge, meta=meta)
         source = p["labelled"]
     else:
+        chosen = axes_to_assess(p["axes"], AXES)
         suite = load_suite(p["data"])
         label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
         current = _evaluate(p, suite)
         source = p["labels"]
-    result = calibrate(current, label_frame, min_agreement=p["min_agreement"], min_labels=p["min_labels"], source=source)
+    result = calibrate(current, label_frame, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
+                       min_kappa=p["min_kappa"], axes=chosen, source=source, labelled=bool(p["labelled"]))
     return _finish(result, p)
 
 

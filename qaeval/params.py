@@ -71,6 +71,11 @@ PARAMS: tuple[Param, ...] = (
           minimum=0.0, maximum=1.0, metavar="X"),
     Param("min_labels", "int", 10, "labels an axis needs before its agreement can certify the judge",
           ("calibrate", "gate"), minimum=1, metavar="N"),
+    Param("min_kappa", "float", 0.4, "quadratic-weighted kappa every judge axis must reach where the people's "
+          "scores vary (0.4: moderate agreement; a judge that always gives one score has 0)", ("calibrate", "gate"),
+          minimum=0.0, maximum=1.0, metavar="X"),
+    Param("axes", "list", (), "an axis the verdict is on (repeatable, or comma-separated; default: the axes a "
+          "labelled set labels, all three for keyed labels)", ("calibrate",), metavar="AXIS"),
     Param("baseline", "str", None, "the baseline run record to gate against", ("gate",), metavar="FILE",
           required=("gate",)),
     Param("tolerances", "str", None, 'JSON file {"metric": tolerance} over the defaults', ("gate",), metavar="FILE"),

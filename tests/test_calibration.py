@@ -58,7 +58,7 @@ def test_demo_labels_cover_every_axis_with_reasons():
 def test_judge_is_trusted_when_every_axis_agrees_on_enough_labels(golden_run):
     rows = sum((agreeing(golden_run, a) for a in ("faithfulness", "answer_correctness", "citation_correctness")), [])
     result = calibrate(golden_run, labels(rows))
-    assert result.trusted and result.verdict == "TRUSTED" and result.exit_code == 0
+    assert result.ok and result.verdict == "TRUSTED" and result.exit_code == 0
     result.raise_for_status()
 
 
@@ -68,7 +68,7 @@ def test_too_few_labels_cannot_certify_an_axis(golden_run):
     result = calibrate(golden_run, labels(rows), min_labels=10)
     assert result.weak_axes == ["answer_correctness"], "4 labels agreeing perfectly still certify nothing"
     assert "too few labels to certify (4 < 10)" in result.reason
-    assert calibrate(golden_run, labels(rows), min_labels=4).trusted
+    assert calibrate(golden_run, labels(rows), min_labels=4).ok
 
 
 def test_good_overall_average_does_not_save_a_weak_axis(golden_run):
@@ -178,8 +178,11 @@ def test_a_labelled_set_calibrates_with_no_adapter(tmp_path, capsys):
     path.write_text("".join(json.dumps(labelled_row(i, 2 if i % 2 else 0)) + "\n" for i in range(12)))
     code = main(["calibrate", "--labelled", str(path), "--adapter", "plugins:make_raising"])
     out = capsys.readouterr().out
-    assert code == 2, "answer and citation correctness have no labels: not trusted"
-    assert "faithfulness" in out and "1.00" in out and "no usable label on answer_correctness" in out
+    assert code == 0, "the set labels faithfulness only, and the verdict is on the axes it labels"
+    assert "faithfulness" in out and "1.00" in out and "not assessed: answer_correctness, citation_correctness" in out
+    code = main(["calibrate", "--labelled", str(path), "--axes", "faithfulness,answer_correctness"])
+    out = capsys.readouterr().out
+    assert code == 2 and "no usable label on answer_correctness" in out, "an axis asked for needs labels"
     result = api.calibrate_run(labelled=str(path), min_labels=10)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert row["n"] == 12 and row["exact"] == 1.0, "the offline judge sees the unsupported claims"

@@ -45,7 +45,7 @@ from qaeval.data.cases import GoldenCase, Source, Suite, case_fingerprint
 from qaeval.errors import DatasetError, Problem
 from qaeval.files import iter_jsonl, read_text
 from qaeval.frames import frame
-from qaeval.scoring.judge import AXES
+from qaeval.data.schema import AXES
 from qaeval.system.contract import output_row, validate_plain
 
 if TYPE_CHECKING:
@@ -118,9 +118,9 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
 # --------------------------------------------------------------------------- labelled sets
 
 
-def _labelled_problems(raw: dict[str, Any]) -> list[str]:
-    problems = [f"unknown field {k!r}" for k in raw if k not in SET_FIELDS]
-    problems += [f"missing required field {k!r}" for k in ("id", "sources", "output", "labels") if k not in raw]
+def _case_problems(raw: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """What is wrong with a labelled case's id, question, gold answer and sources; and its source ids."""
+    problems = []
     if "id" in raw and not (isinstance(raw["id"], str) and raw["id"].strip()):
         problems.append("'id' must be a non-empty string")
     if not isinstance(raw.get("question", ""), str):
@@ -144,6 +144,14 @@ def _labelled_problems(raw: dict[str, Any]) -> list[str]:
                     problems.append(f"sources[{i}].title must be a string")
                 else:
                     ids.add(s["id"])
+    return problems, ids
+
+
+def _labelled_problems(raw: dict[str, Any]) -> list[str]:
+    problems = [f"unknown field {k!r}" for k in raw if k not in SET_FIELDS]
+    problems += [f"missing required field {k!r}" for k in ("id", "sources", "output", "labels") if k not in raw]
+    found, ids = _case_problems(raw)
+    problems += found
     out = raw.get("output")
     if "output" in raw:
         if not isinstance(out, dict):
@@ -182,6 +190,46 @@ def _plain_output(out: dict[str, Any]) -> dict[str, Any]:
                 computed_aggregate=None)
 
 
+LABELLED_CASE = dict(expected_behavior="answer", difficulty="single-hop", split="frozen")  # what the set's cases are
+STORED_FIELDS = {"id", "question", "sources", "gold_answer", "gold_source_ids", *LABELLED_CASE}  # as to_raw writes them
+
+
+def _labelled_case(raw: dict[str, Any], gold_ids: tuple[str, ...], file: str, line: int, fingerprint: str) -> GoldenCase:
+    return GoldenCase(id=raw["id"], question=raw.get("question") or "",
+                      sources=tuple(Source(s["id"], s["text"], s.get("title")) for s in raw["sources"]),
+                      gold_answer=raw.get("gold_answer"), gold_source_ids=gold_ids, **LABELLED_CASE, file=file,
+                      line=line, fingerprint=fingerprint)
+
+
+def labelled_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints: dict[str, str]) -> Suite:
+    """The cases of a labelled set as a run record stores them (``GoldenCase.to_raw``), checked by the
+    labelled set's rules (the question may be empty, the gold answer absent; the gold sources are the
+    cited ones) rather than a golden case's. Raises DatasetError listing every problem."""
+    problems: list[Problem] = []
+    cases: list[GoldenCase] = []
+    for number, raw in enumerate(raws, start=1):
+        if not isinstance(raw, dict):
+            problems.append(Problem(file, number, "a stored case must be a JSON object"))
+            continue
+        found, ids = _case_problems(raw)
+        found += [f"unknown field {k!r}" for k in raw if k not in STORED_FIELDS]
+        found += [f"missing required field {k!r}" for k in ("id", "sources") if k not in raw]
+        found += [f"{k!r} is {raw.get(k)!r}, not {v!r} as in a labelled set" for k, v in LABELLED_CASE.items()
+                  if raw.get(k) != v]
+        gold_ids = raw.get("gold_source_ids")
+        if not (isinstance(gold_ids, list) and all(isinstance(g, str) and g in ids for g in gold_ids)
+                and len(set(gold_ids)) == len(gold_ids)):
+            found.append("'gold_source_ids' must list source ids of the case (the cited ones), each once")
+        if found:
+            problems += [Problem(file, number, f"case {raw.get('id')!r}: {p}") for p in found]
+            continue
+        cases.append(_labelled_case(raw, tuple(gold_ids), file, number,
+                                    fingerprints.get(raw["id"]) or case_fingerprint(raw)))
+    if problems:
+        raise DatasetError(problems)
+    return Suite(tuple(cases), root)
+
+
 def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFrame]:
     """(suite, outputs, labels) from a labelled set, strictly: every problem with its file and line."""
     path = Path(path)
@@ -209,14 +257,9 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
         if found:
             problems.extend(where((f"case {cid!r}: " if isinstance(cid, str) else "") + p) for p in found)
             continue
-        gold = raw.get("gold_answer")
         cited_ids = tuple(dict.fromkeys(c["source_id"] for c in fields["citations"]))
-        cases.append(GoldenCase(
-            id=cid, question=raw.get("question") or "", sources=tuple(Source(s["id"], s["text"], s.get("title"))
-                                                                     for s in raw["sources"]),
-            gold_answer=gold, gold_source_ids=cited_ids, expected_behavior="answer", difficulty="single-hop",
-            split="frozen", file=str(path), line=number,
-            fingerprint=case_fingerprint({k: v for k, v in raw.items() if k != "labels"})))
+        cases.append(_labelled_case(raw, cited_ids, str(path), number,
+                                    case_fingerprint({k: v for k, v in raw.items() if k != "labels"})))
         row = output_row(cid, fields, None, 0.0)
         outputs.append(row)
         for axis, item in raw["labels"].items():
@@ -226,7 +269,7 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
         problems.append(Problem(str(path), None, "no labelled cases in the file"))
     if problems:
         raise DatasetError(problems)
-    from qaeval.system.pool import OUTPUT_SCHEMA
+    from qaeval.system.contract import OUTPUT_SCHEMA
 
     return Suite(tuple(cases), str(path)), frame(outputs, OUTPUT_SCHEMA), frame(labels, LABEL_SCHEMA)
 

@@ -6,9 +6,26 @@ never compared with a verdict on different text.
 
 Per axis and overall: n, exact agreement and within-one agreement each with a 95% Wilson interval,
 mean absolute error, quadratic-weighted Cohen's kappa, and a 3x3 confusion matrix per axis (rows:
-human, columns: judge). The judge is TRUSTED only when *every* axis has at least ``min_labels`` usable
-labels and reaches ``min_agreement`` exact agreement; a good overall average does not save a weak
-axis, and an axis with too few labels cannot certify anything ("too few labels to certify").
+human, columns: judge). The verdict is on the *assessed* axes (``axes``: all three by default; a
+labelled set that labels only some of them is assessed on those, and the others are reported as not
+assessed). The judge is TRUSTED only when every assessed axis clears three bars:
+
+- ``labels``: at least ``min_labels`` usable labels ("too few labels to certify");
+- ``exact``: at least ``min_agreement`` exact agreement; a good overall average does not save a weak
+  axis;
+- ``kappa``: where the people's scores have spread (more than one distinct score), a quadratic-weighted
+  kappa of at least ``min_kappa``. Exact agreement alone rewards a judge that cannot tell answers
+  apart when one score dominates: a judge that always answers 2 agrees exactly on 73% of ExpertQA's
+  faithfulness labels, with a kappa of 0.00. The default floor, 0.4, is where Landis and Koch (1977)
+  begin "moderate" agreement and Fleiss (1981) "fair to good": well above the 0 of chance or of a
+  constant judge, and below the 0.44 the offline judge reaches on the demo's answer correctness, where
+  it fails the exact bar instead. Where the people gave one score only, kappa cannot measure
+  discrimination (it is 0 or undefined whatever the judge does): the axis is judged on exact agreement
+  alone, and its row says so (``spread`` false).
+
+The agreement frame's ``failed`` column names the bars an assessed axis missed (``labels``, ``exact``,
+``kappa``, comma-separated; empty when it passed), ``assessed`` whether the axis decides the verdict,
+``spread`` whether kappa could measure discrimination on it, and ``status`` says it in words.
 """
 
 from __future__ import annotations
@@ -24,16 +41,16 @@ import numpy as np
 import pandas as pd
 
 from qaeval.audit import Audit
-from qaeval.errors import JudgeNotTrusted
-from qaeval.frames import frame, is_missing, text_frame
-from qaeval.record import frame_rows
+from qaeval.data.schema import AXES
+from qaeval.errors import JudgeNotTrusted, UsageError
+from qaeval.frames import frame, frame_rows, is_missing, text_frame
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.judge import AXES
 from qaeval.scoring.metrics import format_interval, format_number
 
 DEFAULT_MIN_AGREEMENT = 0.7
 DEFAULT_MIN_LABELS = 10
+DEFAULT_MIN_KAPPA = 0.4
 
 PAIR_SCHEMA = {
     "case_id": "text", "axis": "text", "human": "int", "judge": "Int64", "status": "text", "agree": "boolean",
@@ -41,12 +58,13 @@ PAIR_SCHEMA = {
     "output_fingerprint": "text", "label_fingerprint": "text",
 }
 AGREEMENT_VALUES = ("n", "exact", "exact_low", "exact_high", "within_one", "within_one_low", "within_one_high", "mae",
-                    "kappa", "passed")
+                    "kappa", "spread", "assessed", "passed", "failed")
 AGREEMENT_SCHEMA = {
     "axis": "text", "n": "int", "exact": "float", "exact_low": "float", "exact_high": "float", "within_one": "float",
-    "within_one_low": "float", "within_one_high": "float", "mae": "float", "kappa": "float", "passed": "bool",
-    "status": "text",
+    "within_one_low": "float", "within_one_high": "float", "mae": "float", "kappa": "float", "spread": "bool",
+    "assessed": "bool", "passed": "bool", "failed": "text", "status": "text",
 }
+ONE_SCORE = "the people gave one score only, so discrimination could not be measured"
 
 
 def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -75,28 +93,63 @@ def quadratic_kappa(human: np.ndarray, judge: np.ndarray, categories: int = 3) -
     return float(1 - (weights * observed).sum() / denominator)
 
 
-def agreement_row(name: str, pairs: pd.DataFrame, bar: float, min_labels: int, *, gated: bool = True) -> dict[str, Any]:
+def axes_to_assess(asked: list[str] | tuple[str, ...], labelled: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The axes a calibration is decided on, in axis order: those ``asked`` for (each item may list
+    several, comma-separated), else those ``labelled``. An unknown name is a usage error."""
+    names = [a.strip() for item in asked for a in item.split(",") if a.strip()] or list(labelled)
+    unknown = [a for a in names if a not in AXES]
+    if unknown:
+        raise UsageError(f"axes: {', '.join(repr(a) for a in unknown)} is not an axis; the axes are {', '.join(AXES)}")
+    return tuple(a for a in AXES if a in names)
+
+
+def _failures(n: int, exact: float, kappa: float, spread: bool, *, bar: float, min_labels: int,
+              min_kappa: float) -> dict[str, str]:
+    """The bars an assessed axis missed, each with what it says."""
+    failed = {}
+    if n < min_labels:
+        failed["labels"] = f"too few labels to certify ({n} < {min_labels})"
+    if exact < bar - 1e-12:
+        failed["exact"] = f"weak: exact agreement {exact:.2f} < {bar:.2f}"
+    if spread and kappa < min_kappa - 1e-12:
+        failed["kappa"] = f"cannot tell answers apart: quadratic kappa {kappa:.2f} < {min_kappa:.2f}"
+    return failed
+
+
+def _decide(n: int, exact: float, kappa: float, spread: bool, *, assessed: bool, bar: float, min_labels: int,
+            min_kappa: float) -> tuple[bool, str, str]:
+    """(passed, failed bars, status) of one axis."""
+    if not assessed:
+        return False, "", "not assessed: not among the axes calibrated"
+    if n == 0:
+        return False, "labels", "no usable label"
+    failed = _failures(n, exact, kappa, spread, bar=bar, min_labels=min_labels, min_kappa=min_kappa)
+    words = "; ".join(failed.values()) or "ok"
+    if not spread:
+        words += f" on exact agreement alone: {ONE_SCORE}" if not failed else f" ({ONE_SCORE})"
+    return not failed, ",".join(failed), words
+
+
+def agreement_row(name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int, min_kappa: float,
+                  assessed: bool) -> dict[str, Any]:
+    """One row of the agreement frame. ``assessed`` rows decide the verdict; the overall row and axes
+    not assessed show their figures without deciding anything."""
     h = pairs["human"].to_numpy(int)
     j = pairs["judge"].astype("int64").to_numpy() if len(pairs) else np.zeros(0, dtype=int)
     n = int(h.size)
-    if n == 0:
-        return dict(axis=name, n=0, exact=math.nan, exact_low=math.nan, exact_high=math.nan, within_one=math.nan,
-                    within_one_low=math.nan, within_one_high=math.nan, mae=math.nan, kappa=math.nan, passed=False,
-                    status="no usable label" if gated else "not gated")
-    exact_hits = int((h == j).sum())
-    within_hits = int((abs(h - j) <= 1).sum())
-    exact = exact_hits / n
-    if not gated:
-        status, passed = "not gated: every axis must pass on its own", True
-    elif n < min_labels:
-        status, passed = f"too few labels to certify ({n} < {min_labels})", False
-    elif exact < bar - 1e-12:
-        status, passed = f"weak: exact agreement {exact:.2f} < {bar:.2f}", False
+    spread = bool(np.unique(h).size > 1)
+    exact_hits, within_hits = int((h == j).sum()), int((abs(h - j) <= 1).sum())
+    exact, kappa = (exact_hits / n if n else math.nan), quadratic_kappa(h, j)
+    if name == "overall":
+        passed, failed, status = True, "", "not gated: every axis must pass on its own"
     else:
-        status, passed = "ok", True
+        passed, failed, status = _decide(n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels,
+                                         min_kappa=min_kappa)
     return dict(axis=name, n=n, exact=exact, **dict(zip(("exact_low", "exact_high"), wilson(exact_hits, n))),
-                within_one=within_hits / n, **dict(zip(("within_one_low", "within_one_high"), wilson(within_hits, n))),
-                mae=float(abs(h - j).mean()), kappa=quadratic_kappa(h, j), passed=passed, status=status)
+                within_one=within_hits / n if n else math.nan,
+                **dict(zip(("within_one_low", "within_one_high"), wilson(within_hits, n))),
+                mae=float(abs(h - j).mean()) if n else math.nan, kappa=kappa, spread=spread,
+                assessed=assessed and name != "overall", passed=passed, failed=failed, status=status)
 
 
 @dataclass(repr=False)
@@ -107,39 +160,66 @@ class CalibrationResult(Result):
     confusion: dict[str, pd.DataFrame]
     min_agreement: float
     min_labels: int
+    min_kappa: float
+    axes: tuple[str, ...]  # the assessed axes, in axis order
     judge_label: str
     source: str = ""
+    labelled: bool = False  # the run's cases and outputs came from a labelled set (qaeval.data.labels)
     notes: list[str] = field(default_factory=list)
 
     kind = "calibrate"
     error_type = JudgeNotTrusted
     words = ("TRUSTED", "RETUNE JUDGE")
 
+    def _axes_where(self, mask: pd.Series) -> list[str]:
+        rows = self.agreement[self.agreement["axis"].isin(AXES) & mask]
+        return rows["axis"].tolist()
+
     @property
     def weak_axes(self) -> list[str]:
-        rows = self.agreement[self.agreement["axis"].isin(AXES)]
-        return rows.loc[~rows["passed"], "axis"].tolist()
+        """Assessed axes that missed a bar."""
+        return self._axes_where(self.agreement["assessed"] & ~self.agreement["passed"])
+
+    @property
+    def not_assessed(self) -> list[str]:
+        return self._axes_where(~self.agreement["assessed"])
+
+    @property
+    def unmeasured_axes(self) -> list[str]:
+        """Assessed axes with labels on which the people gave one score only: kappa cannot measure there
+        whether the judge tells answers apart, so they were judged on exact agreement alone."""
+        a = self.agreement
+        return self._axes_where(a["assessed"] & (a["n"] > 0) & ~a["spread"])
 
     @property
     def ok(self) -> bool:
         return not self.weak_axes
 
     @property
-    def trusted(self) -> bool:
-        return self.ok
+    def bars_text(self) -> str:
+        return (f"{self.min_agreement:.2f} exact agreement and {self.min_kappa:.2f} quadratic kappa (where people's "
+                f"scores vary) on at least {self.min_labels} labels")
 
     @property
     def reason(self) -> str:
         rows = self.agreement.set_index("axis")
         if self.ok:
-            return (f"every axis reaches {self.min_agreement:.2f} exact agreement on at least "
-                    f"{self.min_labels} labels")
-        return "; ".join(f"{axis}: {rows.at[axis, 'status']}" for axis in self.weak_axes)
+            which = "every axis" if not self.not_assessed else f"every assessed axis ({', '.join(self.axes)})"
+            parts = [f"{which} reaches {self.bars_text}"]
+            if self.unmeasured_axes:
+                parts.append(f"on {', '.join(self.unmeasured_axes)} {ONE_SCORE}")
+        else:
+            parts = [f"{axis}: {rows.at[axis, 'status']}" for axis in self.weak_axes]
+        if self.not_assessed:
+            parts.append(f"not assessed: {', '.join(self.not_assessed)}")
+        return "; ".join(parts)
 
     @property
     def overall_clears_bar(self) -> bool:
-        overall = self.agreement.set_index("axis").loc["overall"]
-        return bool(overall["n"] and overall["exact"] >= self.min_agreement - 1e-12)
+        """Whether the assessed axes pooled (when there are several) would clear the exact and kappa bars."""
+        o = self.agreement.set_index("axis").loc["overall"]
+        kappa_ok = not o["spread"] or o["kappa"] >= self.min_kappa - 1e-12
+        return bool(len(self.axes) > 1 and o["n"] and o["exact"] >= self.min_agreement - 1e-12 and kappa_ok)
 
     def disagreements(self) -> pd.DataFrame:
         """Compared labels where the judge and the person differ, largest gap first."""
@@ -150,17 +230,22 @@ class CalibrationResult(Result):
         return text_frame(ordered.drop(columns="_gap"))
 
     def summary_text(self) -> str:
-        lines = [f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bar {self.min_agreement:.2f} exact "
-                 f"agreement on at least {self.min_labels} labels per axis" + (f"   labels: {self.source}" if self.source else "")]
+        lines = [f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bars per axis: {self.bars_text}"
+                 + (f"   labels: {self.source}" if self.source else "")]
         lines.append(f"  {'axis':<22} {'n':>4} {'exact':>6} {'95% CI':<13} {'within1':>8} {'MAE':>6} {'kappa':>6}")
         f = partial(format_number, digits=2)
         for r in self.agreement.itertuples(index=False):
             ci = format_interval(r.exact_low, r.exact_high, r.n, digits=2)
-            mark = "" if r.axis == "overall" else ("  ok" if r.passed else f"  <- {r.status}")
             lines.append(f"  {r.axis:<22} {r.n:>4} {f(r.exact):>6} {ci:<13} {f(r.within_one):>8} {f(r.mae):>6} "
-                         f"{f(r.kappa):>6}{mark}")
+                         f"{f(r.kappa):>6}{_mark(r)}")
         if not self.ok and self.overall_clears_bar:
             lines.append("  the overall figure clears the bar, but the judge is only as good as its weakest axis")
+        passed_alone = [a for a in self.unmeasured_axes if a not in self.weak_axes]
+        if passed_alone:
+            lines.append(f"  exact alone: on {', '.join(passed_alone)} {ONE_SCORE} (kappa needs more than one score)")
+        if self.not_assessed:
+            lines.append(f"  not assessed: {', '.join(self.not_assessed)} (calibrated on {', '.join(self.axes)}; "
+                         "--axes chooses); the judge's numbers on them are not certified")
         excluded = self.pairs[self.pairs["status"] != "compared"]
         if len(excluded):
             lines.append(f"  {len(excluded)} label(s) left out: " + "; ".join(
@@ -176,8 +261,9 @@ class CalibrationResult(Result):
     def record_section(self) -> dict[str, Any]:
         return dict(pairs=frame_rows(self.pairs), agreement=frame_rows(self.agreement),
                     confusion={axis: m.to_numpy().tolist() for axis, m in self.confusion.items()},
-                    min_agreement=self.min_agreement, min_labels=self.min_labels, judge_label=self.judge_label,
-                    source=self.source, notes=self.notes)
+                    min_agreement=self.min_agreement, min_labels=self.min_labels, min_kappa=self.min_kappa,
+                    axes=list(self.axes), judge_label=self.judge_label, source=self.source, labelled=self.labelled,
+                    notes=self.notes)
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
@@ -186,15 +272,21 @@ class CalibrationResult(Result):
                    confusion={axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES
                               if axis in s["confusion"]},
                    min_agreement=float(s["min_agreement"]), min_labels=int(s["min_labels"]),
-                   judge_label=str(s["judge_label"]), source=str(s.get("source") or ""), notes=list(s.get("notes") or []))
+                   min_kappa=float(s["min_kappa"]), axes=tuple(s["axes"]), judge_label=str(s["judge_label"]),
+                   source=str(s.get("source") or ""), labelled=s["labelled"], notes=list(s.get("notes") or []))
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "calibration") -> None:
         """Calibrate again from the run's cases and the labels the pairs carry (case, axis, the person's
-        score and the output fingerprint the label was given on), with the record's bar and minimum, and
+        score and the output fingerprint the label was given on), with the record's bars, minimum and axes, and
         note where the section disagrees: each pair's status, judge score and agreement, every axis's
         figures and pass, the confusion matrices. The labels themselves are what people said."""
-        if isinstance(self.min_agreement, bool) or not 0 <= self.min_agreement <= 1 or self.min_labels < 1:
-            audit.problem(f"{prefix} bar {self.min_agreement!r} / minimum {self.min_labels!r} is out of range")
+        if not (0 <= self.min_agreement <= 1 and 0 <= self.min_kappa <= 1 and self.min_labels >= 1):
+            audit.problem(f"{prefix} bars {self.min_agreement!r} (exact), {self.min_kappa!r} (kappa) / minimum "
+                          f"{self.min_labels!r} are out of range")
+            return
+        if not self.axes or list(self.axes) != [a for a in AXES if a in self.axes] or not isinstance(self.labelled, bool):
+            audit.problem(f"{prefix}.axes {list(self.axes)!r} are not axes of {', '.join(AXES)} in that order, or "
+                          f"{prefix}.labelled {self.labelled!r} is not true or false")
             return
         bad = [j for j, p in enumerate(s["pairs"]) if p.get("axis") not in AXES or p.get("human") not in (0, 1, 2)
                or isinstance(p.get("human"), bool)]
@@ -204,7 +296,8 @@ class CalibrationResult(Result):
         labels = frame([dict(case_id=p.get("case_id"), axis=p["axis"], human=p["human"], reason=p.get("reason"),
                              output_fingerprint=p.get("label_fingerprint")) for p in s["pairs"]],
                        {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text"})
-        again = calibrate(self.run, labels, min_agreement=self.min_agreement, min_labels=self.min_labels)
+        again = calibrate(self.run, labels, min_agreement=self.min_agreement, min_labels=self.min_labels,
+                          min_kappa=self.min_kappa, axes=self.axes)
         for j, (stored, row) in enumerate(zip(s["pairs"], again.pairs.to_dict("records"))):
             for column in ("status", "judge", "agree", "judge_valid", "output_fingerprint"):
                 audit.same(f"{prefix}.pairs[{j}].{column} ({row['case_id']}, {row['axis']})", stored.get(column),
@@ -219,13 +312,24 @@ class CalibrationResult(Result):
             audit.same(f"{prefix}.confusion.{axis}", s["confusion"].get(axis), matrix.to_numpy().tolist())
 
 
+def _mark(r: Any) -> str:
+    """What the summary's table says after an axis's figures."""
+    if r.axis == "overall":
+        return ""
+    if not r.assessed:
+        return "  not assessed"
+    if not r.passed:
+        return f"  <- {r.status}"
+    return "  ok" if r.spread else "  ok (exact alone)"
+
+
 def _matrix(values: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(values, index=pd.Index([0, 1, 2], name="human"), columns=pd.Index([0, 1, 2], name="judge"))
 
 
-def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-              min_labels: int = DEFAULT_MIN_LABELS, source: str = "") -> CalibrationResult:
-    """Compare the judge's effective scores in ``run`` with human ``labels``. Pure."""
+def _pair_rows(run: RunResult, labels: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each label beside the judge's effective score on the same case and axis (a case's weakest
+    citation for citation correctness), with whether they could be compared."""
     pc = run.per_case.set_index("case_id")
     verdicts = {(r["case_id"], r["axis"]): r for r in run.verdicts.to_dict("records")
                 if r["axis"] != "citation_correctness"}
@@ -258,10 +362,22 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
                          judge_rationale=verdict.get("rationale") or "",
                          judge_valid=verdict.get("valid") if verdict else None,
                          output_fingerprint=current_fp, label_fingerprint=None if is_missing(fp) else fp))
-    pairs = frame(rows, PAIR_SCHEMA)
+    return rows
+
+
+def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DEFAULT_MIN_AGREEMENT,
+              min_labels: int = DEFAULT_MIN_LABELS, min_kappa: float = DEFAULT_MIN_KAPPA,
+              axes: tuple[str, ...] = AXES, source: str = "", labelled: bool = False) -> CalibrationResult:
+    """Compare the judge's effective scores in ``run`` with human ``labels``, deciding on ``axes``
+    (a non-empty selection of ``AXES``; see ``axes_to_assess``). Pure."""
+    if not axes or set(axes) - set(AXES):
+        raise ValueError(f"axes must be a non-empty selection of {', '.join(AXES)}, got {axes!r}")
+    axes = tuple(a for a in AXES if a in axes)
+    pairs = frame(_pair_rows(run, labels), PAIR_SCHEMA)
     compared = pairs[pairs["status"] == "compared"]
-    agreement = [agreement_row(axis, compared[compared["axis"] == axis], min_agreement, min_labels) for axis in AXES]
-    agreement.append(agreement_row("overall", compared, min_agreement, min_labels, gated=False))
+    bars = dict(bar=min_agreement, min_labels=min_labels, min_kappa=min_kappa)
+    agreement = [agreement_row(axis, compared[compared["axis"] == axis], assessed=axis in axes, **bars) for axis in AXES]
+    agreement.append(agreement_row("overall", compared[compared["axis"].isin(axes)], assessed=False, **bars))
     confusion = {}
     for axis in AXES:
         sub = compared[compared["axis"] == axis]
@@ -269,8 +385,8 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
         for h, j in zip(sub["human"], sub["judge"]):
             matrix[int(h), int(j)] += 1
         confusion[axis] = _matrix(matrix)
-    notes = [f"no usable label on {axis}: it cannot be trusted" for axis in AXES
+    notes = [f"no usable label on {axis}: it cannot be trusted" for axis in axes
              if not len(compared[compared["axis"] == axis])]
     return CalibrationResult(run=run, pairs=pairs, agreement=frame(agreement, AGREEMENT_SCHEMA), confusion=confusion,
-                             min_agreement=min_agreement, min_labels=min_labels, judge_label=run.judge_config.label(),
-                             source=source, notes=notes)
+                             min_agreement=min_agreement, min_labels=min_labels, min_kappa=min_kappa, axes=axes,
+                             judge_label=run.judge_config.label(), source=source, labelled=labelled, notes=notes)
