@@ -1,0 +1,345 @@
+"""The frozen corpus: ``corpus.jsonl`` beside the cases, read from disk, never held whole in memory.
+
+One passage per line: ``{"id": ..., "text": ..., "title": ...}`` (``title`` optional). The file is
+checked as strictly as the cases: a line that is not UTF-8 or not strict JSON (a key twice, ``NaN``, an
+unpaired surrogate), a line that is not an object, an unknown field, an id or text that is not a
+non-empty string, a title that is not a string, a duplicate id, an empty corpus. Every problem is
+collected with its file and line (the first ``MAX_PROBLEMS`` are listed, then a count) and raised as one
+``DatasetError`` (exit 65). A UTF-8 byte-order mark, CRLF line endings and blank lines are accepted.
+
+``Corpus.open(path)`` reads the file once, streaming: it validates every line, computes the sha256 of the
+file's bytes (the ``fingerprint``) and keeps, per passage, only where its line is (offset, length, line
+number) and a 64-bit hash of its id, in numpy arrays: about 28 bytes a passage. ``corpus[id]`` reads that
+one line back with ``os.pread``; iteration reads the file in order in blocks. The file stays open, so a
+corpus replaced by a rename keeps reading the bytes it fingerprinted; one changed in place is refused
+on the next read.
+
+``Corpus.export(folder)`` hands the corpus to another process without telling it where the data folder
+is: a hard link (or a copy) under a neutral name in a folder of the caller's choosing.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from qaeval.errors import DatasetError, FileAccessError, Problem
+from qaeval.files import json_error_text, loads_strict
+
+CORPUS_FILE = "corpus.jsonl"
+PASSAGE_FIELDS = ("id", "text", "title")
+MAX_PROBLEMS = 100
+_BLOCK = 1 << 20  # bytes read at a time while iterating
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One passage: its id, its text and, optionally, the title that heads it."""
+
+    id: str
+    text: str
+    title: str | None = None
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def passage_problems(raw: Any) -> list[str]:
+    """What is wrong with one parsed line of a corpus (empty when it is a valid passage)."""
+    if not isinstance(raw, dict):
+        kind = "a JSON array" if isinstance(raw, list) else type(raw).__name__
+        return [f"each line must be one passage object {{id, text, title?}}, got {kind}"]
+    problems = [f"unknown field {key!r}; a passage has id, text and an optional title"
+                for key in raw if key not in PASSAGE_FIELDS]
+    if not _is_str(raw.get("id")):
+        problems.append("'id' must be a non-empty string")
+    if not _is_str(raw.get("text")):
+        problems.append("'text' must be a non-empty string")
+    if raw.get("title") is not None and not isinstance(raw["title"], str):
+        problems.append("'title' must be a string or null")
+    return problems
+
+
+class _Problems:
+    """Problems of one load: the first MAX_PROBLEMS kept, the rest counted."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.kept: list[Problem] = []
+        self.more = 0
+
+    def add(self, line: int | None, message: str) -> None:
+        if len(self.kept) < MAX_PROBLEMS:
+            self.kept.append(Problem(self.file, line, message))
+        else:
+            self.more += 1
+
+    def raise_any(self) -> None:
+        if not self.kept:
+            return
+        found = sorted(self.kept, key=lambda p: p.line or 0)
+        if self.more:
+            found.append(Problem(self.file, None, f"... and {self.more} more problems not listed"))
+        raise DatasetError(found)
+
+
+def _open_regular(path: Path) -> Any:
+    """An open binary handle on a regular file; a missing or non-regular file is a DatasetError."""
+    where = str(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise DatasetError("corpus file not found", file=where) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DatasetError("is a symbolic link that loops, not a file", file=where) from None
+        raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
+            "not a regular file"
+        raise DatasetError(f"is {kind}, not a corpus file", file=where)
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
+class _Index:
+    """Where each passage's line is, built while streaming the file once."""
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.lines = array("i")
+        self.hashes = array("q")
+
+    def add(self, offset: int, length: int, line: int, passage_id: str) -> None:
+        self.offsets.append(offset)
+        self.lengths.append(length)
+        self.lines.append(line)
+        self.hashes.append(hash(passage_id))
+
+
+def _scan(handle: Any, problems: _Problems) -> tuple[_Index, str]:
+    """Validate every line of an open corpus file; returns the index of valid passages and the sha256 of
+    every byte read."""
+    index, digest, offset = _Index(), hashlib.sha256(), 0
+    for number, raw in enumerate(handle, start=1):
+        digest.update(raw)
+        start, offset = offset, offset + len(raw)
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw, start = raw[3:], start + 3
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.add(number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {start + exc.start})")
+            continue
+        if not text.strip():
+            continue
+        try:
+            value = loads_strict(text)
+        except ValueError as exc:
+            problems.add(number, json_error_text(exc))
+            continue
+        found = passage_problems(value)
+        label = f"passage {value['id']!r}: " if isinstance(value, dict) and _is_str(value.get("id")) else ""
+        for message in found:
+            problems.add(number, label + message)
+        if not found:
+            index.add(start, len(raw), number, value["id"])
+    return index, digest.hexdigest()
+
+
+def _parse(raw: bytes) -> Passage:
+    value = json.loads(raw)
+    return Passage(value["id"], value["text"], value.get("title"))
+
+
+class Corpus:
+    """A read-only, validated ``corpus.jsonl``: ``len()``, ``id in corpus``, ``corpus[id]`` (a Passage,
+    KeyError when absent), iteration over Passages in file order, and ``fingerprint`` (sha256 of the
+    file's bytes). Two corpora are equal when their bytes are. Close it (or use ``with``) when done."""
+
+    def __init__(self, handle: Any, path: Path, index: _Index, fingerprint: str) -> None:
+        import numpy as np
+
+        self.path = path
+        self.fingerprint = fingerprint
+        self._handle = handle
+        self._fd = handle.fileno()
+        info = os.fstat(self._fd)
+        self._stamp = (info.st_size, info.st_mtime_ns)
+        self._offsets = np.frombuffer(index.offsets, dtype=np.int64)
+        self._lengths = np.frombuffer(index.lengths, dtype=np.int64)
+        self._lines = np.frombuffer(index.lines, dtype=np.dtype(f"i{index.lines.itemsize}"))
+        hashes = np.frombuffer(index.hashes, dtype=np.int64)
+        self._order = np.argsort(hashes, kind="stable")
+        self._sorted = hashes[self._order]
+        self._order = self._order.astype(np.int32)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Corpus:
+        """Read and validate a corpus file. Raises DatasetError listing every problem (exit 65), or
+        FileAccessError when the file cannot be read (exit 74)."""
+        path = Path(path)
+        handle = _open_regular(path)
+        problems = _Problems(str(path))
+        try:
+            index, fingerprint = _scan(handle, problems)
+            corpus = cls(handle, path, index, fingerprint)
+            corpus._check_duplicates(problems)
+        except OSError as exc:
+            handle.close()
+            raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
+        except BaseException:
+            handle.close()
+            raise
+        if not len(corpus) and not problems.kept:
+            problems.add(None, "the corpus is empty: no passage in the file")
+        if problems.kept:
+            corpus.close()
+        problems.raise_any()
+        return corpus
+
+    def _check_duplicates(self, problems: _Problems) -> None:
+        """Rows whose id hashes collide are read back: the same id twice is a problem, first line named."""
+        import numpy as np
+
+        equal = np.flatnonzero(self._sorted[1:] == self._sorted[:-1])
+        first_seen: dict[str, int] = {}
+        for position in np.union1d(equal, equal + 1):
+            row = int(self._order[position])
+            passage_id = self._read(row).id
+            line = int(self._lines[row])
+            if passage_id in first_seen and first_seen[passage_id] != line:
+                problems.add(line, f"duplicate id {passage_id!r} (first at line {first_seen[passage_id]})")
+            first_seen.setdefault(passage_id, line)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def _rows(self, passage_id: str) -> range:
+        h = hash(passage_id)
+        lo = int(self._sorted.searchsorted(h, "left"))
+        hi = int(self._sorted.searchsorted(h, "right"))
+        return range(lo, hi)
+
+    def _find(self, passage_id: object) -> Passage | None:
+        if not isinstance(passage_id, str):
+            return None
+        for position in self._rows(passage_id):
+            passage = self._read(int(self._order[position]))
+            if passage.id == passage_id:
+                return passage
+        return None
+
+    def __contains__(self, passage_id: object) -> bool:
+        return self._find(passage_id) is not None
+
+    def __getitem__(self, passage_id: str) -> Passage:
+        passage = self._find(passage_id)
+        if passage is None:
+            raise KeyError(passage_id)
+        return passage
+
+    def get(self, passage_id: str, default: Passage | None = None) -> Passage | None:
+        passage = self._find(passage_id)
+        return default if passage is None else passage
+
+    def __iter__(self) -> Iterator[Passage]:
+        """Every passage in file order, read in blocks (memory does not grow with the corpus)."""
+        block, block_start = b"", 0
+        for row in range(len(self)):
+            offset, length = int(self._offsets[row]), int(self._lengths[row])
+            if offset + length > block_start + len(block):
+                self._check_unchanged()
+                block, block_start = self._pread(max(_BLOCK, length), offset), offset
+            yield _parse(block[offset - block_start: offset - block_start + length])
+
+    def _read(self, row: int) -> Passage:
+        self._check_unchanged()
+        return _parse(self._pread(int(self._lengths[row]), int(self._offsets[row])))
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        try:
+            return os.pread(self._fd, size, offset)
+        except OSError as exc:
+            raise FileAccessError(self.path, f"cannot read ({exc.strerror or exc})") from None
+
+    def _check_unchanged(self) -> None:
+        info = os.fstat(self._fd)
+        if (info.st_size, info.st_mtime_ns) != self._stamp:
+            raise DatasetError("the corpus file changed on disk after it was opened and checked; open it again",
+                               file=str(self.path))
+
+    def export(self, folder: str | os.PathLike[str]) -> Path:
+        """The corpus file under the neutral name ``corpus.jsonl`` inside ``folder``: a hard link when the
+        filesystem allows one, else a copy. Open it with ``Corpus.open`` in another process: the path
+        says nothing about the data folder. The bytes are the ones this corpus fingerprinted (a file
+        replaced since it was opened is copied from the open handle, not linked)."""
+        target = Path(folder) / CORPUS_FILE
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(target):
+                os.unlink(target)
+            if not self._link(target):
+                self._copy(target)
+        except OSError as exc:
+            raise FileAccessError(target, f"cannot export the corpus ({exc.strerror or exc})") from None
+        self._check_unchanged()
+        return target
+
+    def _link(self, target: Path) -> bool:
+        try:
+            os.link(self.path, target)
+        except OSError:  # another filesystem, or links not allowed here
+            return False
+        if os.stat(target).st_ino == os.fstat(self._fd).st_ino:
+            return True
+        os.unlink(target)  # the path now names another file: copy the bytes this corpus read
+        return False
+
+    def _copy(self, target: Path) -> None:
+        with open(target, "wb") as out:
+            offset = 0
+            while block := self._pread(_BLOCK, offset):
+                out.write(block)
+                offset += len(block)
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> Corpus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Corpus) and other.fingerprint == self.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        return f"<Corpus of {len(self)} passages, sha256 {self.fingerprint[:12]}>"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a Corpus is not pickled: export() it to a folder and Corpus.open() it there")
+
+
+def load_corpus(folder: str | os.PathLike[str]) -> Corpus | None:
+    """The corpus of a data folder (``FOLDER/corpus.jsonl``), or None when the folder has none."""
+    path = Path(folder) / CORPUS_FILE
+    if not os.path.lexists(path):
+        return None
+    return Corpus.open(path)
