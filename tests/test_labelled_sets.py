@@ -175,7 +175,8 @@ def test_a_labelled_calibration_record_loads_as_what_it_is(tmp_path):
     loaded = api.load_run(record)
     assert isinstance(loaded, CalibrationResult) and loaded.labelled and loaded.reason == saved.reason
     assert [c.question for c in loaded.run.suite] == [""] * 6 and loaded.run.suite.cases[0].gold_answer is None
-    assert main(["report", str(record), "--html", str(tmp_path / "again.html")]) == 2
+    assert main(["report", str(record), "--html", str(tmp_path / "again.html")]) == 0, "report draws, it does not judge"
+    assert "RETUNE JUDGE" in (tmp_path / "again.html").read_text()
 
 
 def test_a_labelled_record_with_a_case_that_is_not_a_labelled_case_is_refused(tmp_path):
