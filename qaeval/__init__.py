@@ -8,7 +8,8 @@ The package is laid out along the path data takes:
     qaeval.scoring     the four layers (checks, retrieval, judge, trajectory) and the metrics
     qaeval.judges      judges: the offline mechanical one and an OpenAI-compatible HTTP one
     qaeval.verdicts    gate, calibration, drift and compare
-    qaeval.record      the run record: save, load, baselines
+    qaeval.pipeline    runs a task: the system over the suite, then scoring
+    qaeval.record      the run record: save, load, reading baselines
     qaeval.reports     what notebooks and HTML reports draw, and rendering them
     qaeval.api         the verbs the CLI and the notebooks share
 
@@ -35,7 +36,7 @@ _EXPORTS = {
     "JudgeError": "qaeval.errors", "JudgeNotTrusted": "qaeval.errors", "QaevalError": "qaeval.errors",
     "RecordError": "qaeval.errors", "ReportError": "qaeval.errors", "TierOneFailed": "qaeval.errors",
     "UsageError": "qaeval.errors",
-    "RunResult": "qaeval.scoring.evaluate", "evaluate": "qaeval.scoring.evaluate",
+    "RunResult": "qaeval.scoring.evaluate", "evaluate": "qaeval.pipeline",
     "score_outputs": "qaeval.scoring.evaluate",
     "AxisVerdict": "qaeval.scoring.judge", "JudgeClient": "qaeval.scoring.judge",
     "JudgeConfig": "qaeval.scoring.judge", "JudgeRequest": "qaeval.scoring.judge",
@@ -48,10 +49,15 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_RESULTS = ("qaeval.scoring", "qaeval.pipeline", "qaeval.record")
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'qaeval' has no attribute {name!r}")
+    if module.startswith(_RESULTS):  # results save and draw themselves: the verbs wire that up
+        importlib.import_module("qaeval.api")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -29,8 +29,9 @@ from qaeval.errors import BaselineRefused, UsageError
 from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
-from qaeval.results import Result
-from qaeval.scoring.evaluate import RunResult, evaluate, score_outputs
+from qaeval.pipeline import evaluate
+from qaeval.results import VIEW_LOADERS, Result
+from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.system import usercode
 from qaeval.system.process import harness_guard
@@ -39,7 +40,11 @@ from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, load_tolerances
 
-NOTEBOOK_FOR = {"run": "run", "baseline": "run", "gate": "gate", "calibrate": "calibrate", "drift": "drift"}
+def _load_views() -> None:
+    import qaeval.reports  # noqa: F401  (registers how each result draws itself)
+
+
+VIEW_LOADERS.append(_load_views)  # loaded the first time a notebook displays a result, not before
 
 
 def version() -> str:
@@ -256,14 +261,11 @@ def load_run(path: str | Path) -> Result:
 
 def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
     """Two runs (records or results) side by side."""
-    def as_run(x: Any) -> tuple[RunResult, str]:
-        result = _load_run(x) if isinstance(x, (str, Path)) else x
-        run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
-        if not isinstance(run_, RunResult):
-            raise UsageError(f"{x!r} holds no run to compare")
+    def labelled(x: Any) -> tuple[RunResult, str]:
+        run_ = _as_run(x)
         return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
 
-    (b, b_label), (a, a_label) = as_run(before), as_run(after)
+    (b, b_label), (a, a_label) = labelled(before), labelled(after)
     return _compare(b, a, before_label=b_label, after_label=a_label)
 
 
@@ -291,10 +293,11 @@ def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | P
 
 
 def _as_run(record: str | Path | Result) -> RunResult:
+    """The run inside a record path or a result (a gate, calibration or drift result holds one)."""
     result = _load_run(record) if isinstance(record, (str, Path)) else record
     run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
     if not isinstance(run_, RunResult):
-        raise UsageError("that record holds no run")
+        raise UsageError(f"{record!r} holds no run")
     return run_
 
 

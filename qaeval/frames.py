@@ -28,7 +28,8 @@ DTYPES = {"text": object, "object": object, "bool": "bool", "boolean": "boolean"
           "Int64": "Int64", "float": "float64"}
 
 
-def _missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """True for None, NaN and pd.NA: the one test for a missing cell."""
     return value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType"
 
 
@@ -36,11 +37,11 @@ def column(values: Sequence[Any], kind: str) -> pd.Series:
     import pandas as pd
 
     if kind == "text":
-        return pd.Series([None if _missing(v) else v for v in values], dtype=object)
+        return pd.Series([None if is_missing(v) else v for v in values], dtype=object)
     if kind in ("Int64", "boolean"):
-        return pd.Series([pd.NA if _missing(v) else v for v in values], dtype=DTYPES[kind])
+        return pd.Series([pd.NA if is_missing(v) else v for v in values], dtype=DTYPES[kind])
     if kind == "float":
-        return pd.Series([float("nan") if _missing(v) else float(v) for v in values], dtype="float64")
+        return pd.Series([float("nan") if is_missing(v) else float(v) for v in values], dtype="float64")
     return pd.Series(list(values), dtype=DTYPES[kind])
 
 
@@ -58,11 +59,6 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
     import pandas as pd
 
     return pd.DataFrame({name: column(columns[name], kind) for name, kind in schema.items()}, columns=list(schema))
-
-
-def is_missing(value: Any) -> bool:
-    """True for None, NaN and pd.NA: the one test for a missing cell."""
-    return _missing(value)
 
 
 class Rows:

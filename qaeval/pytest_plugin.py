@@ -57,7 +57,7 @@ class _Runs:
         if self._run is None:
             from qaeval import api
             from qaeval.data.cases import Suite, load_suite
-            from qaeval.scoring.evaluate import evaluate
+            from qaeval.pipeline import evaluate
 
             suite = load_suite(self.config.getoption("qaeval_data"))
             if self.selected is not None and len(self.selected) < len(suite):

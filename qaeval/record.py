@@ -55,7 +55,7 @@ from qaeval.data.labels import labelled_suite_from_raw
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
 from qaeval.frames import clean, frame, frame_rows
-from qaeval.results import Result
+from qaeval.results import WRITERS, Result
 from qaeval.scoring.checks import CHECK_SCHEMA, check_outputs
 from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
 from qaeval.scoring.judge import VERDICT_SCHEMA, AxisVerdict, JudgeConfig, validate_verdict
@@ -168,6 +168,9 @@ def dumps_record(record: dict[str, Any]) -> str:
 def write_record(result: Result, path: str | Path, *, baseline: bool = False, allowed_failing: bool = False) -> Path:
     """Write ``result`` as a run record at ``path`` (atomically)."""
     return write_atomic(path, dumps_record(to_record(result, baseline=baseline, allowed_failing=allowed_failing)))
+
+
+WRITERS[:] = [write_record]  # what ``Result.save`` calls
 
 
 # --------------------------------------------------------------------------- record -> run

@@ -12,13 +12,15 @@
 ``repr()``             one short line
 =====================  ==========================================================================
 
-Results hold data and say what it means in text; how they look in HTML is the report layer's business:
-``qaeval.reports`` registers a view for each result type in ``HTML_VIEWS`` when it is imported.
+Results hold data and say what it means in text. The layers above them plug in what results cannot
+know without importing upwards: ``qaeval.record`` installs the writer ``save`` uses (``WRITERS``) when it
+is imported, and ``qaeval.reports`` a view per result type for ``_repr_html_`` (``HTML_VIEWS``).
+``qaeval.api`` imports the record and registers a loader for the views (``VIEW_LOADERS``), so a notebook
+gets rich views without the command line paying for the report layer.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +28,8 @@ from typing import Any, ClassVar
 from qaeval.errors import VerdictError
 
 HTML_VIEWS: dict[type, Callable[[Any], str]] = {}
+WRITERS: list[Callable[..., Path]] = []
+VIEW_LOADERS: list[Callable[[], None]] = []  # called once, the first time a view is missing
 
 
 class Result:
@@ -59,13 +63,15 @@ class Result:
 
     def save(self, path: str | Path, **options: Any) -> Path:
         """Write this result as a run record (see ``qaeval.record``)."""
-        from qaeval.record import write_record
+        if not WRITERS:
+            from qaeval.errors import UsageError
 
-        return write_record(self, path, **options)
+            raise UsageError("saving a result needs the record layer: import qaeval.record (qaeval.api does)")
+        return WRITERS[0](self, path, **options)
 
     def _repr_html_(self) -> str:
-        if type(self) not in HTML_VIEWS:
-            importlib.import_module("qaeval.reports")  # registers the views
+        while type(self) not in HTML_VIEWS and VIEW_LOADERS:
+            VIEW_LOADERS.pop()()
         view = HTML_VIEWS.get(type(self))
         return view(self) if view is not None else f"<pre>{_escape(self.summary_text())}</pre>"
 

@@ -33,7 +33,7 @@ def with_metric(golden_run, **values):
 
 def test_golden_passes_against_its_own_baseline(golden_run, baseline_file):
     result = gate(golden_run, read_baseline(baseline_file))
-    assert result.passed and result.verdict == "PASS" and result.exit_code == 0
+    assert result.ok and result.verdict == "PASS" and result.exit_code == 0
     result.raise_for_status()
     assert set(result.already_failing) == {"multi-0001", "multi-0002", "multi-0003", "agg-0001", "agg-0002"}, \
         "the five multi-step cases fail in the baseline too: they are named, not blocking"
@@ -64,7 +64,7 @@ def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
 
 def test_time_sensitive_trap_catches_even_the_clean_hub(baseline_file):
     result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file)
-    assert not result.passed
+    assert not result.ok
     assert "buggy-stale-0004" in result.tiers.iloc[0]["case_ids"]
     assert result.tiers.iloc[0]["case_ids"] == ["buggy-stale-0004"], "the clean hub fails only the trap"
 
@@ -83,7 +83,7 @@ def test_metric_drop_exactly_at_tolerance_passes(golden_run):
 
 def test_metric_drop_just_past_tolerance_blocks(golden_run):
     result = gate(golden_run, with_metric(golden_run, faithfulness_rate=1.0101))
-    assert not result.passed
+    assert not result.ok
     assert "faithfulness_rate 1.010 -> 1.000" in result.tiers.set_index("tier").at["tier 2: metrics vs baseline", "detail"]
 
 

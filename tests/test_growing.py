@@ -272,7 +272,7 @@ def pytest_in(tmp_path, *args):
 
 def test_pytest_plugin_fails_one_test_per_buggy_case_with_the_check_that_fired(tmp_path):
     done = pytest_in(tmp_path, "--qaeval-data", str(GOLDEN / "buggy"), "--qaeval-adapter",
-                     "qaeval.buggy_hub:make_adapter")
+                     "qaeval.system.saboteur:make_adapter")
     assert done.returncode == 1
     assert "4 failed" in done.stdout and "passed" not in done.stdout
     for case_id, check in (("buggy-leak-0001", "grounding_isolation: gold answer '249,000' appears"),

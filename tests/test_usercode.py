@@ -190,4 +190,4 @@ def test_a_hook_function_from_the_api_is_shipped_to_its_own_process(tmp_path):
 
     result = api.drift_run(str(GOLDEN), timeseries=str(alarming_series(tmp_path)), notify=hook)
     pid, count = seen.read_text().split()
-    assert result.alarmed and int(count) == len(result.alarms) and int(pid) != os.getpid()
+    assert not result.ok and int(count) == len(result.alarms) and int(pid) != os.getpid()

@@ -1,8 +1,8 @@
-"""The edge that runs everything: the system over the suite, then every scoring layer, then the scoreboard.
+"""From outputs to a scored run: every scoring layer, the per-case outcome rules, then the scoreboard.
 
-``evaluate(suite, adapter, judge)`` returns a ``RunResult`` holding one DataFrame per layer, the
+``score_outputs(suite, outputs, judge)`` returns a ``RunResult`` holding one DataFrame per layer, the
 per-case frame that joins them, the per-case metric units, the scoreboard and the per-slice frame.
-``score_outputs`` does the same for outputs that were already collected (a labelled set, a record).
+Calling the system is ``qaeval.pipeline``'s business; this module is pure apart from the judge call.
 
 How one case's row is put together, step by step:
 
@@ -37,7 +37,6 @@ from qaeval.scoring.judge import JudgeClient, JudgeConfig, effective_scores, jud
 from qaeval.scoring.metrics import CaseFacts, format_scoreboard, scoreboard_and_slices, units_frame
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
-from qaeval.system.pool import run_suite
 
 RETRIEVAL_FIELDS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
 PER_CASE_SCHEMA = {
@@ -342,23 +341,6 @@ class RunResult(Result):
 
 
 # --------------------------------------------------------------------------- entry points
-
-
-def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
-             concurrency: int = 4, isolation: str = "process", executor: Any = None,
-             executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
-             adapter_name: str | None = None, **limits: Any) -> RunResult:
-    """Run the adapter over the suite and score every layer. ``limits``: ``startup_timeout`` and
-    ``max_reply_bytes`` for ``run_suite``."""
-    config = judge_config_of(judge)
-    outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
-                        executor=executor, show_progress=show_progress, **limits)
-    label = adapter_name or (adapter if isinstance(adapter, str) else
-                             f"{type(adapter).__module__}.{type(adapter).__qualname__}")
-    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
-                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
-                       k=k, timeout=timeout, data=suite.root)
-    return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed)
 
 
 def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, meta: RunMeta | None = None,

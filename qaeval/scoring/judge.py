@@ -48,7 +48,6 @@ VERDICT_SCHEMA = {
     "valid": "bool", "invalid_reason": "text", "error": "text", "credit": "bool", "decoy_id": "text",
     "prompt_tokens": "Int64", "completion_tokens": "Int64", "cached": "bool", "config": "text",
 }
-VERDICT_COLUMNS = list(VERDICT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -136,10 +135,6 @@ class CitedSource:
     text: str
     decoy_id: str | None
     decoy_text: str | None
-
-    @property
-    def snippet_id(self) -> str:  # the older name
-        return self.source_id
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,8 @@ SCOREBOARD_SCHEMA = {
     "metric": "text", "value": "float", "ci_low": "float", "ci_high": "float", "n": "int", "direction": "text",
     "over": "text", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float", "n_labelled": "int",
 }
-SCOREBOARD_COLUMNS = list(SCOREBOARD_SCHEMA)
 SLICE_SCHEMA = {"slice": "text", "group": "text", "metric": "text", "value": "float", "ci_low": "float",
                 "ci_high": "float", "n": "int"}
-SLICE_COLUMNS = list(SLICE_SCHEMA)
 SLICE_BY = ("difficulty", "adversarial", "split")
 RESAMPLES = 1000
 

@@ -27,18 +27,14 @@ from qaeval.data.cases import GoldenCase, Source
 class Citation:
     """One citation: the source the SUT points at and the part of its answer that source supports.
 
-    ``Citation(source_id, claim)``; ``snippet_id`` is accepted as the older name of ``source_id``.
+    ``Citation(source_id, claim)``.
     """
 
     __slots__ = ("source_id", "claim")
 
-    def __init__(self, source_id: str | None = None, claim: str = "", *, snippet_id: str | None = None) -> None:
-        self.source_id = source_id if source_id is not None else snippet_id
+    def __init__(self, source_id: str, claim: str = "") -> None:
+        self.source_id = source_id
         self.claim = claim
-
-    @property
-    def snippet_id(self) -> str | None:
-        return self.source_id
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Citation) and (self.source_id, self.claim) == (other.source_id, other.claim)

@@ -213,10 +213,6 @@ class DriftResult(Result):
         return not self.alarms
 
     @property
-    def alarmed(self) -> bool:
-        return bool(self.alarms)
-
-    @property
     def reason(self) -> str:
         if self.alarms:
             return "alarm on " + ", ".join(a["metric"] for a in self.alarms)

@@ -279,10 +279,6 @@ class GateResult(Result):
         return self.judge_trusted and bool(self.tiers["passed"].all())
 
     @property
-    def passed(self) -> bool:
-        return self.ok
-
-    @property
     def exit_code(self) -> int:
         if not self.judge_trusted:
             return JudgeNotTrusted.exit_code

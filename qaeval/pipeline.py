@@ -1,0 +1,33 @@
+"""The one place that runs a task: ask the system under test for every case, then score what came back.
+
+``evaluate(suite, adapter, judge)`` is what ``qaeval run`` and every scoring command do: the worker pool
+(``qaeval.system.pool``) collects the outputs, the scoring layers turn them into a ``RunResult``. It sits
+above both, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
+from qaeval.data.cases import Suite
+from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
+from qaeval.scoring.judge import JudgeClient, judge_config_of
+from qaeval.system.pool import run_suite
+
+
+def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
+             concurrency: int = 4, isolation: str = "process", executor: Any = None,
+             executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
+             adapter_name: str | None = None, **limits: Any) -> RunResult:
+    """Run the adapter over the suite and score every layer. ``limits``: ``startup_timeout`` and
+    ``max_reply_bytes`` for ``run_suite``."""
+    config = judge_config_of(judge)
+    outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
+                        executor=executor, show_progress=show_progress, **limits)
+    label = adapter_name or (adapter if isinstance(adapter, str) else
+                             f"{type(adapter).__module__}.{type(adapter).__qualname__}")
+    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
+                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
+                       k=k, timeout=timeout, data=suite.root)
+    return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed)
