@@ -132,7 +132,7 @@ def _kernel_error(error: Any, report: Path) -> QaevalError:
 def page(title: str, body: str) -> str:
     """A whole report page around already-escaped markup, with the template's stylesheet (for reports
     drawn without a notebook, such as ``qaeval compare``)."""
-    from qaeval.reports import esc
+    from qaeval.reports.html import esc
 
     css = (TEMPLATES / "qaeval" / "report.css").read_text("utf-8")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -144,11 +144,12 @@ def page(title: str, body: str) -> str:
 
 
 def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
-    from qaeval import reports as r
+    from qaeval.reports.compare import compare_cases, compare_metrics
+    from qaeval.reports.html import banner, facts_html
 
-    body = (f"<h1>qaeval compare</h1>{r.banner(comparison).markup}"
-            + r.facts_html({"before": comparison.before_label, "after": comparison.after_label,
-                            "cases before": len(comparison.before.suite), "cases after": len(comparison.after.suite)})
-            + "<h2>Metrics</h2>" + r.compare_metrics(comparison).markup
-            + "<h2>What changed, case by case</h2>" + r.compare_cases(comparison).markup)
+    body = (f"<h1>qaeval compare</h1>{banner(comparison).markup}"
+            + facts_html({"before": comparison.before_label, "after": comparison.after_label,
+                 "cases before": len(comparison.before.suite), "cases after": len(comparison.after.suite)})
+            + "<h2>Metrics</h2>" + compare_metrics(comparison).markup
+            + "<h2>What changed, case by case</h2>" + compare_cases(comparison).markup)
     return write_atomic(html_path, page("qaeval compare", body))

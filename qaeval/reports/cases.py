@@ -1,0 +1,309 @@
+"""The per-case drill-down: a plain ``<details>`` per case (no script), failing cases first.
+
+Each case opens with its question, gold answer and why it fails, then its answer (beside the baseline's
+for a regressed case), then named sections, each a function of the case (``SECTIONS``): the passages in
+the order the system ranked them with the judge's quote marked (``<mark>``) inside the passage it must
+come from, each citation with its hardest decoy, the judge's axes with quote and rationale, the checks,
+the trajectory, the prompt and what the adapter printed.
+
+``CaseIndex`` is the run's scored layers looked up by case id; every report module reads cases
+through it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from qaeval.data.schema import GoldenCase, Source
+from qaeval.frames import is_missing
+from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score
+from qaeval.scoring.evaluate import RunResult
+from qaeval.verdicts.baseline import Baseline
+
+FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
+ALL_FULL_UP_TO = 60  # suites this small get every case in full
+CITATION_AXIS = "citation_correctness"
+Row = Mapping[str, Any]
+Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
+
+
+# --------------------------------------------------------------------------- the layers by case
+
+
+@dataclass(frozen=True)
+class CaseRows:
+    """Everything a run scored for one case."""
+
+    output: Row  # the system's output (qaeval.system.contract)
+    outcome: Row  # the case's row of ``RunResult.per_case``: case_passed, fail_reasons, ...
+    checks: list[Row] = field(default_factory=list)
+    verdicts: list[Row] = field(default_factory=list)
+    trajectory: list[Row] = field(default_factory=list)
+
+
+def _grouped(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r["case_id"], []).append(r)
+    return out
+
+
+class CaseIndex:
+    """The scored layers of a run, looked up by case id: ``index[case_id]`` is a ``CaseRows``."""
+
+    def __init__(self, run: RunResult) -> None:
+        self.run = run
+        self._outputs = {r["case_id"]: r for r in run.outputs.to_dict("records")}
+        self._outcomes = {r["case_id"]: r for r in run.per_case.to_dict("records")}
+        self._checks = _grouped(run.checks.to_dict("records"))
+        self._verdicts = _grouped(run.verdicts.to_dict("records"))
+        self._trajectory = _grouped(run.trajectory.to_dict("records"))
+
+    def __getitem__(self, case_id: str) -> CaseRows:
+        return CaseRows(self._outputs[case_id], self._outcomes[case_id], self._checks.get(case_id, []),
+                        self._verdicts.get(case_id, []), self._trajectory.get(case_id, []))
+
+    def passed(self, case_id: str) -> bool:
+        return bool(self._outcomes[case_id]["case_passed"])
+
+
+# --------------------------------------------------------------------------- one case
+
+
+@dataclass(frozen=True)
+class CaseDetail:
+    """What one drill-down draws from: the case, its scored rows, and how much to show."""
+
+    case: GoldenCase
+    rows: CaseRows
+    full: bool
+    baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows.outcome["case_passed"])
+
+    @cached_property
+    def by_axis(self) -> dict[str, Row]:
+        return {v["axis"]: v for v in self.rows.verdicts if v["axis"] != CITATION_AXIS}
+
+    @cached_property
+    def by_citation(self) -> dict[str, Row]:
+        return {v["target"]: v for v in self.rows.verdicts if v["axis"] == CITATION_AXIS}
+
+    @cached_property
+    def cited(self) -> set[str]:
+        return {c["source_id"] for c in self.rows.output["citations"]}
+
+    def quote(self, axis: str) -> str:
+        return self.by_axis.get(axis, {}).get("quote", "") or ""
+
+
+def highlight(text: str, quotes: Iterable[str]) -> str:
+    """``text`` escaped, with every quote found in it (case and runs of whitespace ignored) marked."""
+    spans: list[tuple[int, int]] = []
+    for quote in quotes:
+        words = (quote or "").split()
+        if not words:
+            continue
+        found = re.search(r"\s+".join(re.escape(w) for w in words), text, flags=re.IGNORECASE)
+        if found:
+            spans.append(found.span())
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if start < at:
+            continue
+        out += [esc(text[at:start]), "<mark>", esc(text[start:end]), "</mark>"]
+        at = end
+    out.append(esc(text[at:]))
+    return "".join(out)
+
+
+def verdict_line(v: Row) -> str:
+    """One judge verdict: the score, whether it was valid, the quote and the rationale."""
+    if not is_missing(v.get("error")):
+        return f'<span class="bad">judge error</span>: {esc(v["error"])}'
+    valid = "" if v["valid"] else f' <span class="bad">invalid: {esc(v["invalid_reason"])}</span>'
+    quote = f" · quote: “{esc(v['quote'])}”" if v["quote"] else ""
+    why = f" · {esc(v['rationale'])}" if v["rationale"] else ""
+    return f"<b>{score(v['score'])}</b>{valid}{quote}{why}"
+
+
+def _summary(view: CaseDetail, tags: Tags) -> str:
+    case, reasons = view.case, view.rows.outcome["fail_reasons"]
+    tag_html = "".join(f'<span class="tag {c}">{esc(t)}</span>' for t, c in tags)
+    kind = esc(case.difficulty) + (" · " + esc(case.adversarial) if case.adversarial else "")
+    why = " — " + esc(first_reason(reasons, 140)) if reasons else ""
+    return f'<summary>{mark(view.passed)} <code>{esc(case.id)}</code> {tag_html}<span class="na">{kind}</span>{why}</summary>'
+
+
+def _about(view: CaseDetail) -> str:
+    """The question, the gold answer and why the case fails."""
+    case, reasons = view.case, view.rows.outcome["fail_reasons"]
+    gold = esc(case.gold_answer) if case.gold_answer is not None else "<span class=na>(must abstain)</span>"
+    parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>",
+             f"<dt>Gold answer</dt><dd>{gold}</dd>"]
+    if reasons:
+        parts.append('<dt>Why it fails</dt><dd><ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in reasons)
+                     + "</ul></dd>")
+    return "".join(parts) + "</dl>"
+
+
+def _answer_block(title: str, answer: Any, abstained: Any, quote: str = "", state: str = "") -> str:
+    if abstained:
+        body = '<span class="na">(abstained)</span>'
+    elif answer is None:
+        body = '<span class="na">(not recorded)</span>'
+    else:
+        body = highlight(str(answer), [quote]) if quote else esc(answer)
+    note = f' <span class="na">({esc(state)})</span>' if state else ""
+    return f"<div><b>{esc(title)}</b>{note}<br>{body}</div>"
+
+
+def _answers(view: CaseDetail) -> str:
+    """The answer with the judge's answer-correctness quote marked, beside the baseline's when compared."""
+    out = view.rows.output
+    if not is_missing(out["error"]):
+        now = f'<div><b>Answer</b><br><span class="bad">adapter error</span>: {esc(out["error"])}</div>'
+    else:
+        now = _answer_block("Answer", out["answer"], out["abstained"], view.quote("answer_correctness"))
+    b = view.baseline
+    if b is not None:
+        before = _answer_block("Baseline answer", b.answer, b.abstained,
+                               state="passed in the baseline" if b.passed else "failed in the baseline")
+        return f'<div class="side">{before}{now}</div>'
+    return now if view.full else f'<div class="side">{now}</div>'
+
+
+# --------------------------------------------------------------------------- the named sections
+
+
+def _passage(view: CaseDetail, sid: str, rank: int, source: Source | None, retrieved: bool) -> str:
+    cited = sid in view.cited
+    labels = [f"#{rank}" if retrieved else "not retrieved", f"[{sid}]"]
+    if cited:
+        labels.append("cited")
+    if sid in view.case.gold_source_ids:
+        labels.append("gold")
+    quotes = [view.by_citation[sid]["quote"]] if sid in view.by_citation else []
+    if cited and view.quote("faithfulness"):
+        quotes.append(view.quote("faithfulness"))
+    text = highlight(source.text, quotes) if source is not None else '<span class="bad">(not in the fixture)</span>'
+    title = f" — {esc(source.title)}" if source is not None and source.title else ""
+    css = "cited" if cited else ("" if retrieved else "unretrieved")
+    return f'<div class="passage {css}"><span class="pid">{esc(" · ".join(labels))}{title}</span>{text}</div>'
+
+
+def passages_section(view: CaseDetail) -> str:
+    """The passages the system retrieved, best first, then the case's other passages (in short form:
+    only retrieved or cited ones). A case may have no passages of its own."""
+    retrieved = list(view.rows.output["retrieved_ids"])
+    sources = {s.id: s for s in view.case.sources}
+    order = [*retrieved, *[sid for sid in sources if sid not in retrieved]]
+    items = [_passage(view, sid, rank, sources.get(sid), sid in retrieved)
+             for rank, sid in enumerate(order, start=1)
+             if view.full or sid in retrieved or sid in view.cited]
+    return "<h3>Passages, in the order the system ranked them</h3>" + ("".join(items) or
+                                                                       '<p class="qaeval-empty">none</p>')
+
+
+def citations_section(view: CaseDetail) -> str:
+    citations = view.rows.output["citations"]
+    if not citations:
+        return ""
+    rows = []
+    for c in citations:
+        v = view.by_citation.get(c["source_id"], {})
+        rows.append(dict(source=c["source_id"], claim=c["claim"],
+                         verdict=verdict_line(v) if v else '<span class="na">not judged</span>',
+                         decoy=v.get("decoy_id") or "—"))
+    return "<h3>Citations</h3>" + html_table(rows, [Col("source", "source", "id"), Col("claim", "claim"),
+                                                    Col("verdict", "judge (score · quote · rationale)", "html"),
+                                                    Col("decoy", "hardest decoy", "id")])
+
+
+def judge_section(view: CaseDetail) -> str:
+    by_axis = view.by_axis
+    if not by_axis:
+        return ""
+    return "<h3>Judge</h3><dl>" + "".join(
+        f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
+        for axis in ("faithfulness", "answer_correctness") if axis in by_axis) + "</dl>"
+
+
+def checks_section(view: CaseDetail) -> str:
+    return "<h3>Checks</h3><dl>" + "".join(
+        f"<dt>{esc(c['check'].replace('_', ' '))}</dt><dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
+        for c in view.rows.checks) + "</dl>"
+
+
+def trajectory_section(view: CaseDetail) -> str:
+    steps = view.rows.trajectory
+    if not steps:
+        return ""
+    return "<h3>Trajectory</h3><dl>" + "".join(
+        f"<dt>{esc(s['step'])}</dt><dd>{mark(s['passed'], 'held', 'failed')} {esc(s['description'])}: "
+        f"{esc(s['detail'])}</dd>" for s in steps) + "</dl>"
+
+
+def prompt_section(view: CaseDetail) -> str:
+    out = view.rows.output
+    prompt = out["prompt_to_model"]
+    if not out["model_was_called"] and is_missing(prompt):
+        return ""
+    body = esc(prompt) if not is_missing(prompt) else "(no prompt recorded)"
+    return f'<details class="more"><summary>Prompt sent to the model</summary><pre>{body}</pre></details>'
+
+
+def logs_section(view: CaseDetail) -> str:
+    logs = view.rows.output.get("logs")
+    if not logs:
+        return ""
+    return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
+
+
+SECTIONS: tuple[Callable[[CaseDetail], str], ...] = (
+    passages_section, citations_section, judge_section, checks_section, trajectory_section, prompt_section,
+    logs_section)
+
+
+def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
+    """One case's ``<details>``: the summary line, what the case asks and why it fails, the answers,
+    then every section (a passing case in short form shows no sections)."""
+    parts = [_about(view), _answers(view)]
+    if view.full or not view.passed:
+        parts += [section(view) for section in SECTIONS]
+    css = "pass" if view.passed else "fail"
+    return (f'<details class="case {css}" id="case-{esc(view.case.id)}"{" open" if open_ else ""}>{_summary(view, tags)}'
+            f'<div class="case-body">{"".join(parts)}</div></details>')
+
+
+# --------------------------------------------------------------------------- many cases
+
+
+def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline: Baseline | None = None,
+              tags: Mapping[str, Tags] | None = None, open_failing: bool = False) -> Html:
+    """One collapsible section per case, failing first. Suites of up to ``ALL_FULL_UP_TO`` cases get
+    every case in full; larger ones get the first ``FULL_DRILLDOWN`` failing cases in full and the
+    rest in short form (question, answer, cited passages), so the page stays usable at thousands."""
+    idx = CaseIndex(run)
+    ids = list(case_ids) if case_ids is not None else list(run.per_case["case_id"])
+    if not ids:
+        return empty_note("No case to show.")
+    failing = [c for c in ids if not idx.passed(c)]
+    passing = [c for c in ids if idx.passed(c)]
+    everything_full = len(run.suite) <= ALL_FULL_UP_TO
+    parts = []
+    for n, cid in enumerate([*failing, *passing]):
+        view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
+                        baseline=baseline.cases.get(cid) if baseline is not None else None)
+        parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
+    note = ""
+    if not everything_full and len(failing) > FULL_DRILLDOWN:
+        note = (f'<p class="qaeval-empty">The first {FULL_DRILLDOWN} failing cases are drawn in full, the rest in '
+                "short form; the run record holds everything.</p>")
+    return Html(note + "".join(parts))

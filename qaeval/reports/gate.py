@@ -1,0 +1,77 @@
+"""What the gate report draws: the tiers, each gated metric against the baseline, the cases that block
+(each once, with the tiers it trips), the failing cases that do not, and whether the judge was checked
+against people before it gated (the movement chart is ``qaeval.reports.charts.delta_chart``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qaeval.reports.calibration import agreement_table
+from qaeval.reports.cases import Tags, drilldown
+from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num
+from qaeval.reports.run import run_facts, run_notes
+from qaeval.verdicts.gate import GateResult
+
+
+def gate_facts(result: GateResult) -> tuple[dict[str, Any], list[str]]:
+    """The baseline the run was gated against, then the run's facts; the gate's notes."""
+    b = result.baseline
+    made = ", ".join(x for x in (b.created, (b.git_commit or "")[:10]) if x) or None
+    return {"baseline": b.path, "baseline made": made, **run_facts(result.run)}, \
+        result.all_notes() or run_notes(result.run)
+
+
+def tier_table(result: GateResult) -> Html:
+    rows = [dict(tier=r["tier"], result=mark(r["passed"]), detail=r["detail"], cases=len(r["case_ids"]) or "",
+                 passed=r["passed"]) for r in result.tiers.to_dict("records")]
+    return Html(html_table(rows, [Col("tier", "tier"), Col("result", "result", "html"), Col("detail", "detail"),
+                                  Col("cases", "cases", "int")],
+                           caption="Tiers: each blocking case is shown once below, with the tiers it trips",
+                           bad=lambda r: failed(r["passed"])))
+
+
+def delta_table(result: GateResult) -> Html:
+    rows = [dict(metric=r["metric"], baseline=num(r["baseline"], r["n_baseline"]), current=num(r["current"], r["n_current"]),
+                 delta=delta(r["delta"]),
+                 tolerance=f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
+                 result=mark(r["passed"], "within", "BLOCKS"), noise=r["note"], passed=r["passed"])
+            for r in result.metric_deltas.to_dict("records")]
+    return Html(html_table(rows, [Col("metric", "metric", "id"), Col("baseline", "baseline", "html"),
+                                  Col("current", "now", "html"), Col("delta", "change", "html"),
+                                  Col("tolerance", "allowed"), Col("result", "result", "html"),
+                                  Col("noise", "noise test (informs; tolerances decide)")],
+                           caption="Gated metrics against the baseline", bad=lambda r: failed(r["passed"])))
+
+
+def blocking_cases(result: GateResult) -> Html:
+    """Each case a failed tier names, once, with the tiers it trips and, when it regressed, the
+    baseline's answer beside the new one."""
+    ids = result.blocking_cases
+    if not ids:
+        return empty_note("No case blocks.")
+    tripped: dict[str, list[tuple[str, str]]] = {}
+    for r in result.failed_tiers.to_dict("records"):
+        for cid in r["case_ids"]:
+            tripped.setdefault(cid, []).append((r["tier"].split(": ", 1)[-1], "fail"))
+    return drilldown(result.run, ids, baseline=result.baseline, tags=tripped, open_failing=True)
+
+
+def not_blocking(result: GateResult) -> Html:
+    """Failing cases that do not block, labelled with why (already failing in the baseline)."""
+    blocking = set(result.blocking_cases)
+    pc = result.run.per_case
+    failing = [c for c in pc.loc[~pc["case_passed"], "case_id"] if c not in blocking]
+    if not failing:
+        return empty_note("No other case fails.")
+    already = set(result.already_failing)
+    tags: dict[str, Tags] = {c: [("already failing in the baseline" if c in already else "not blocking", "was")]
+                             for c in failing}
+    return drilldown(result.run, failing, baseline=result.baseline, tags=tags)
+
+
+def gate_calibration(result: GateResult) -> Html:
+    """With labels, whether the judge was trusted before it gated; without, say it was not checked."""
+    if result.calibration is None:
+        return empty_note("No labels were given (gate --labels FILE), so the judge was not checked against people "
+                          "before its numbers gated this change.")
+    return banner(result.calibration) + agreement_table(result.calibration)

@@ -1,0 +1,115 @@
+"""What the run report draws: how the run was made, the scoreboard, every metric by slice, and every
+case on one line (the drill-down is ``qaeval.reports.cases``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qaeval.data.schema import AXES
+from qaeval.frames import is_missing
+from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score
+from qaeval.scoring.checks import CHECKS
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.metrics import BY_NAME, format_interval, format_number, format_value
+
+
+def run_facts(run: RunResult) -> dict[str, Any]:
+    """The facts line of a run: its size, system, boundary, judge and what the judge cost."""
+    usage = run.judge_usage
+    meta = run.meta
+    return {
+        "cases": len(run.suite), "adapter": meta.adapter,
+        "boundary": "enforced (worker processes)" if meta.boundary_enforced and not meta.executor else
+        f"executor {meta.executor}" if meta.executor else "NOT enforced (isolation none)",
+        "concurrency": meta.concurrency, "judge": meta.judge.label(),
+        "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
+        "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
+        "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
+        "commit": (meta.git_commit or "")[:10] or None, "time": meta.created,
+    }
+
+
+def run_notes(run: RunResult) -> list[str]:
+    return list(run.notes) + ([] if run.meta.boundary_enforced else
+                              ["isolation none: the boundary was NOT enforced in this run"])
+
+
+def _scoreboard_row(r: dict[str, Any], ppi: bool) -> dict[str, Any]:
+    row = dict(metric=r["metric"], value=format_value(r["value"], r["n"]),
+               ci=format_interval(r["ci_low"], r["ci_high"], r["n"]), n=r["n"],
+               better=f"{r['direction']} ({r['over']})")
+    if ppi:
+        row.update(ppi="" if not r["n_labelled"] else format_number(r["ppi_value"], missing=""),
+                   ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
+                   labels=r["n_labelled"] or "")
+    return row
+
+
+def scoreboard_table(run: RunResult) -> Html:
+    """Each headline metric with its interval and n; with human labels, the PPI estimate beside it."""
+    board = run.scoreboard
+    ppi = bool((board["n_labelled"] > 0).any())
+    rows = [_scoreboard_row(r, ppi) for r in board.to_dict("records")]
+    cols = [Col("metric", "metric", "id"), Col("value", "value"), Col("ci", "95% CI"), Col("n", "n", "int")]
+    if ppi:
+        cols += [Col("ppi", "PPI estimate"), Col("ppi_ci", "PPI 95% CI"), Col("labels", "labelled")]
+    cols.append(Col("better", "better"))
+    caption = "Headline metrics with 95% bootstrap intervals over cases"
+    if ppi:
+        caption += "; PPI: corrected by human labels (prediction-powered inference), with its own interval"
+    return Html(html_table(rows, cols, caption=caption))
+
+
+def heat(goodness: float) -> str:
+    """A background from red (0) through yellow to green (1), light enough to read text on."""
+    g = min(1.0, max(0.0, goodness))
+    red, green = (255, int(180 + 75 * g * 2)) if g < 0.5 else (int(255 - 120 * (g - 0.5) * 2), 235)
+    return f"rgb({red},{min(green, 235)},{150 + int(40 * g)})"
+
+
+def _slice_cell(value: Any, n: int, higher: bool) -> str:
+    if n == 0 or is_missing(value):
+        return '<td class="num" style="background:#eceff1"><span class=na>n=0</span></td>'
+    return (f'<td class="num" style="background:{heat(value if higher else 1 - value)}">{value:.2f}'
+            f'<br><span class=na>n={n}</span></td>')
+
+
+def slice_table(run: RunResult) -> Html:
+    """Every metric for every group of every slice (difficulty, adversarial tag, split) as a colour-coded
+    table: green is good whatever the metric's direction, grey has nothing to measure (n = 0)."""
+    s = run.slices
+    groups = list(dict.fromkeys(zip(s["slice"], s["group"])))
+    value = {(r.slice, r.group, r.metric): (r.value, r.n) for r in s.itertuples(index=False)}
+    head = "".join(f"<th>{esc(g)}<br><span class=na>{esc(sl)}</span></th>" for sl, g in groups)
+    rows = []
+    for m in run.scoreboard["metric"]:
+        higher = BY_NAME[m].higher_is_better
+        cells = "".join(_slice_cell(*value[(sl, g, m)], higher) for sl, g in groups)
+        label = f"{m} (lower is better)" if not higher else m
+        rows.append(f"<tr><td class=id><code>{esc(label)}</code></td>{cells}</tr>")
+    return Html(f'<table class="qaeval"><caption>Every metric by slice: green is good, grey has nothing to measure'
+                f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _case_row(r: dict[str, Any]) -> dict[str, Any]:
+    failed_checks = [c.replace("_", " ") for c in CHECKS if not r[c]]
+    return dict(
+        case_id=r["case_id"], result=mark(r["case_passed"]),
+        kind=esc(f"{r['difficulty']}{' · ' + r['adversarial'] if r['adversarial'] else ''}"),
+        checks=mark(not failed_checks, "4/4", ", ".join(failed_checks) or "failed"),
+        retrieval="—" if is_missing(r["recall_at_k"]) else f"R@k {r['recall_at_k']:.2f} · MRR {r['mrr']:.2f}",
+        judge=" · ".join(f"{a[0].upper()} {score(r[a])}" for a in AXES),
+        trajectory=mark(r["trajectory_success"], "reached", "failed"),
+        why=esc(first_reason(r["fail_reasons"])),
+    )
+
+
+def cases_table(run: RunResult) -> Html:
+    """Every case on one line (failing first), narrow enough not to scroll sideways."""
+    pc = run.per_case.sort_values("case_passed", kind="stable")
+    rows = [_case_row(r) for r in pc.to_dict("records")]
+    cols = [Col("case_id", "case", "id"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
+            Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
+            Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]
+    return Html(html_table(rows, cols, caption="Every case (failing first); F, A, C: the judge's faithfulness, "
+                                               "answer correctness and citation correctness, 0 to 2"))
