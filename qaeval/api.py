@@ -23,7 +23,8 @@ from typing import Any
 
 from qaeval import params as P
 from qaeval.data.cases import Suite, load_suite
-from qaeval.data.labels import export_sheet, import_sheet, load_labelled_set, load_labels
+from qaeval.data.labels import load_labels
+from qaeval.system.labelled import load_labelled_set
 from qaeval.data.schema import AXES
 from qaeval.errors import BaselineRefused, UsageError
 from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
@@ -33,12 +34,13 @@ from qaeval.pipeline import evaluate
 from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
-from qaeval.system import usercode
+from qaeval.judges import usercode
 from qaeval.system.process import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, load_tolerances
+from qaeval.verdicts.sheets import export_sheet, import_sheet
 
 def _load_views() -> None:
     import qaeval.reports  # noqa: F401  (registers how each result draws itself)
@@ -101,7 +103,7 @@ def _settings(p: Mapping[str, Any]) -> JudgeSettings:
 
 def make_judge(p: Mapping[str, Any]) -> Any:
     """The command's judge: a built-in one in this process, any other in its own process
-    (``qaeval.system.usercode``). Close it with ``close_judge``."""
+    (``qaeval.judges.usercode``). Close it with ``close_judge``."""
     return usercode.make_judge(p["judge"], settings=_settings(p), isolation=p["isolation"],
                                timeout=p["judge_timeout"], startup=p["startup_timeout"], data_dir=p.get("data"))
 

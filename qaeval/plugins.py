@@ -4,7 +4,7 @@ progress bars.
 Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
 raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
 verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.system.usercode``); the proxies that call them raise
+hooks run in their own processes (``qaeval.judges.usercode``); the proxies that call them raise
 ``UserCodeFailed`` with a finished description when the user's code failed over there.
 """
 

@@ -52,6 +52,7 @@ import pandas as pd
 from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
 from qaeval.data.labels import labelled_suite_from_raw
+from qaeval.data.schema import LABEL_SCHEMA
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
 from qaeval.frames import clean, frame, frame_rows
@@ -71,8 +72,6 @@ VERSION = 1
 LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
 KINDS = ("run", "gate", "calibrate", "drift")
 VOLATILE_META = ("created", "git_commit", "python")
-LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
-                "line": "int"}
 
 
 # --------------------------------------------------------------------------- plain values

@@ -13,7 +13,8 @@ from conftest import GOLDEN, LABELS
 
 from qaeval import DatasetError, JudgeNotTrusted, api
 from qaeval.cli import main
-from qaeval.data.labels import LABEL_SCHEMA, load_labelled_set, load_labels
+from qaeval.data.labels import LABEL_SCHEMA, load_labels
+from qaeval.system.labelled import load_labelled_set
 from qaeval.frames import frame
 from qaeval.verdicts.calibration import calibrate, quadratic_kappa, wilson
 

@@ -164,7 +164,7 @@ def test_a_label_sheet_starts_no_cell_with_a_formula_and_imports_back_unchanged(
     for row in rows:
         for column, cell in row.items():
             assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), f"{column} starts a formula: {cell!r}"
-    from qaeval.data.labels import sheet_value
+    from qaeval.verdicts.sheets import sheet_value
 
     answers = {r["case_id"]: r["answer"] for r in run.per_case.to_dict("records")}
     for row in rows:

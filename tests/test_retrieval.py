@@ -13,7 +13,7 @@ from qaeval.scoring.retrieval import case_retrieval, score_retrieval
 
 def test_perfect_single_gold_at_rank_one():
     r = case_retrieval(["a"], ["a", "b", "c"], 5)
-    assert r == dict(recall_at_k=1.0, precision_at_k=pytest.approx(1 / 3), mrr=1.0, ndcg_at_k=1.0)
+    assert r == dict(recall_at_k=1.0, precision_at_k=pytest.approx(1 / 5), mrr=1.0, ndcg_at_k=1.0)
 
 
 def test_gold_at_rank_two_and_outside_k():
@@ -22,9 +22,14 @@ def test_gold_at_rank_two_and_outside_k():
     assert r["ndcg_at_k"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))
 
 
-def test_empty_ranking_has_zero_recall_and_undefined_precision():
+def test_empty_ranking_scores_zero():
     r = case_retrieval(["a"], [], 5)
-    assert r["recall_at_k"] == 0 and r["mrr"] == 0 and math.isnan(r["precision_at_k"])
+    assert r["recall_at_k"] == 0 and r["mrr"] == 0 and r["precision_at_k"] == 0
+
+
+def test_precision_divides_by_k_as_trec_eval_does():
+    """One gold among two retrieved at k = 5 is P@5 = 0.2 (trec_eval), not 0.5 (hits / retrieved)."""
+    assert case_retrieval(["a"], ["a", "b"], 5)["precision_at_k"] == pytest.approx(0.2)
 
 
 def test_cases_without_gold_sources_have_no_row(tmp_path):

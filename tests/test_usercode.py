@@ -16,7 +16,7 @@ from conftest import GOLDEN, ROOT
 from qaeval import api
 from qaeval.errors import UsageError
 from qaeval.scoring.judge import JudgeSettings
-from qaeval.system import usercode
+from qaeval.judges import usercode
 
 SABOTEUR = "qaeval.system.saboteur:make_adapter"
 BASELINE = str(GOLDEN / "ci-baseline.json")

@@ -523,9 +523,9 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
     write_jsonl(out, kept)
     try:
         if labelled:
-            from qaeval.data.labels import load_labelled_set
+            from qaeval.data.labels import read_labelled_set
 
-            load_labelled_set(out)
+            read_labelled_set(out)
         else:
             from qaeval.data.cases import load_suite
 

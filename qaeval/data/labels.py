@@ -22,47 +22,29 @@ calibrate a judge with no adapter at all::
 ``output.retrieved_ids`` defaults to the cited sources; ``labels`` holds one or more axes. Every field
 is checked as strictly as a golden case, and every problem is reported with its file and line.
 
-The spreadsheet round trip: ``export_sheet`` writes one CSV row per answered case and axis (question,
-answer, cited sources, gold answer where the axis needs it, the output fingerprint, and empty
-``score`` and ``reason`` columns; the judge's own score is withheld so annotators are not anchored);
-``import_sheet`` checks a filled sheet against the run it is for (scores 0/1/2, known cases, current
-fingerprints) and gives keyed labels. Rows left blank are counted, never silently dropped. A cell that a
-spreadsheet would run as a formula (one starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
-return: an answer such as ``=HYPERLINK(...)``) is written with one leading ``'`` (OWASP's advice on CSV
-injection), and ``import_sheet`` takes exactly that quote off again, so the round trip changes no text.
+Checking a labelled set's outputs against the output contract is the system layer's part
+(``qaeval.system.labelled``); the spreadsheet round trip of labels for a run is ``qaeval.verdicts.sheets``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import random
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qaeval.data.cases import GoldenCase, Source, Suite, case_fingerprint
+from qaeval.data.schema import AXES, LABEL_FIELDS, LABEL_SCHEMA, score_ok
 from qaeval.errors import DatasetError, Problem
-from qaeval.files import iter_jsonl, read_text
+from qaeval.files import iter_jsonl
 from qaeval.frames import frame
-from qaeval.data.schema import AXES
-from qaeval.system.contract import output_row, validate_plain
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from qaeval.scoring.evaluate import RunResult
 
-LABEL_FIELDS = {"case_id", "axis", "score", "reason", "output_fingerprint"}
-LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
-                "line": "int"}
 SET_FIELDS = {"id", "question", "sources", "gold_answer", "output", "labels"}
 OUTPUT_FIELDS = {"answer", "citations", "retrieved_ids", "abstained"}
-SHEET_COLUMNS = ["case_id", "axis", "output_fingerprint", "question", "answer", "cited", "gold_answer", "score", "reason"]
-
-
-def _score_ok(score: Any) -> bool:
-    return not isinstance(score, bool) and score in (0, 1, 2)
 
 
 def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.DataFrame:
@@ -93,7 +75,7 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
             found.append(f"case {cid!r} is not in the data")
         if "axis" in raw and axis not in AXES:
             found.append(f"'axis' is {axis!r}; expected one of {', '.join(AXES)}")
-        if "score" in raw and not _score_ok(score):
+        if "score" in raw and not score_ok(score):
             found.append(f"'score' is {score!r}; expected 0, 1 or 2")
         for key in ("reason", "output_fingerprint"):
             if key in raw and raw[key] is not None and not isinstance(raw[key], str):
@@ -173,7 +155,7 @@ def _labelled_problems(raw: dict[str, Any]) -> list[str]:
             for axis, item in labels.items():
                 if axis not in AXES:
                     problems.append(f"labels has unknown axis {axis!r}; expected {', '.join(AXES)}")
-                elif not isinstance(item, dict) or set(item) - {"score", "reason"} or not _score_ok(item.get("score")):
+                elif not isinstance(item, dict) or set(item) - {"score", "reason"} or not score_ok(item.get("score")):
                     problems.append(f"labels.{axis} must be {{\"score\": 0|1|2, \"reason\"?: str}}")
                 elif item.get("reason") is not None and not isinstance(item["reason"], str):
                     problems.append(f"labels.{axis}.reason must be a string")
@@ -230,14 +212,23 @@ def labelled_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprin
     return Suite(tuple(cases), root)
 
 
-def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFrame]:
-    """(suite, outputs, labels) from a labelled set, strictly: every problem with its file and line."""
+@dataclass(frozen=True)
+class LabelledLine:
+    """One line of a labelled set, checked as data: its case, its output as plain data (checked against
+    the output contract by ``qaeval.system.labelled``), and the people's scores by axis."""
+
+    case: GoldenCase
+    output: dict[str, Any]
+    labels: dict[str, dict[str, Any]]
+
+
+def read_labelled_set(path: str | Path) -> list[LabelledLine]:
+    """The lines of a labelled set, strictly: every problem with its file and line (DatasetError)."""
     path = Path(path)
     if not path.exists():
         raise DatasetError("labelled set not found", file=str(path))
     problems: list[Problem] = []
-    cases: list[GoldenCase] = []
-    outputs, labels = [], []
+    lines: list[LabelledLine] = []
     seen: dict[str, int] = {}
     for number, raw in iter_jsonl(path, problems):
         where = partial(Problem, str(path), number)
@@ -245,10 +236,6 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
             problems.append(where("each line must be one JSON object"))
             continue
         found = _labelled_problems(raw)
-        fields = None
-        if not found:
-            fields, more = validate_plain(_plain_output(raw["output"]))
-            found += [f"output: {p}" for p in more]
         cid = raw.get("id")
         if isinstance(cid, str) and cid in seen:
             found.append(f"duplicate id {cid!r} (first on line {seen[cid]})")
@@ -257,110 +244,12 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
         if found:
             problems.extend(where((f"case {cid!r}: " if isinstance(cid, str) else "") + p) for p in found)
             continue
-        cited_ids = tuple(dict.fromkeys(c["source_id"] for c in fields["citations"]))
-        cases.append(_labelled_case(raw, cited_ids, str(path), number,
-                                    case_fingerprint({k: v for k, v in raw.items() if k != "labels"})))
-        row = output_row(cid, fields, None, 0.0)
-        outputs.append(row)
-        for axis, item in raw["labels"].items():
-            labels.append(dict(case_id=cid, axis=axis, human=int(item["score"]), reason=item.get("reason") or "",
-                               output_fingerprint=row["output_fingerprint"], line=number))
-    if not cases and not problems:
+        cited = tuple(dict.fromkeys(c["source_id"] for c in raw["output"].get("citations", [])))
+        case = _labelled_case(raw, cited, str(path), number,
+                              case_fingerprint({k: v for k, v in raw.items() if k != "labels"}))
+        lines.append(LabelledLine(case, _plain_output(raw["output"]), raw["labels"]))
+    if not lines and not problems:
         problems.append(Problem(str(path), None, "no labelled cases in the file"))
     if problems:
         raise DatasetError(problems)
-    from qaeval.system.contract import OUTPUT_SCHEMA
-
-    return Suite(tuple(cases), str(path)), frame(outputs, OUTPUT_SCHEMA), frame(labels, LABEL_SCHEMA)
-
-
-# --------------------------------------------------------------------------- the spreadsheet round trip
-
-
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
-
-
-def sheet_cell(value: Any) -> Any:
-    """A value as a spreadsheet cell that no spreadsheet runs: one leading ``'`` when it would otherwise
-    start a formula, or when it already starts with quotes before such a character (so that
-    ``sheet_value`` undoes exactly this, whatever the text)."""
-    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
-
-
-def sheet_value(cell: str) -> str:
-    """The text a sheet cell stands for: ``sheet_cell`` undone."""
-    if cell.startswith("'") and cell.lstrip("'").startswith(FORMULA_STARTS):
-        return cell[1:]
-    return cell
-
-
-def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) -> tuple[str, int]:
-    """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
-    by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
-    answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
-    if sample is not None and sample < len(answered):
-        picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
-        answered = [r for r in answered if r["case_id"] in picked]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n")  # RFC 4180: a cell with a CR is quoted
-    writer.writeheader()
-    for r in answered:
-        cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
-                          f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
-        for axis in AXES:
-            if axis == "citation_correctness" and not r["citations"]:
-                continue
-            row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
-                       question=r["question"], answer=r["answer"], cited=cited,
-                       gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "", score="", reason="")
-            writer.writerow({k: sheet_cell(v) for k, v in row.items()})
-    return buffer.getvalue(), len(answered)
-
-
-def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]], int]:
-    """(keyed labels, rows left blank) from a filled sheet, checked against ``run``: every row with a bad
-    score, an unknown case or axis, or a fingerprint that no longer matches is a problem with its line."""
-    where = str(path)
-    text = read_text(path, "label sheet")
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in ("case_id", "axis", "output_fingerprint", "score", "reason") if c not in (reader.fieldnames or [])]
-    if missing:
-        raise DatasetError(f"not a label sheet: no {', '.join(missing)} column(s)", file=where)
-    fingerprints = dict(zip(run.per_case["case_id"], run.per_case["output_fingerprint"]))
-    problems: list[Problem] = []
-    labels: list[dict[str, Any]] = []
-    blank = 0
-    seen: dict[tuple[str, str], int] = {}
-    for cells in reader:
-        line = reader.line_num
-        row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
-        cid, axis = row.get("case_id", ""), row.get("axis", "")
-        score_text = row.get("score", "")
-        if not score_text:
-            blank += 1
-            continue
-        found = []
-        if cid not in fingerprints:
-            found.append(f"case {cid!r} is not in the run")
-        elif row.get("output_fingerprint", "") != fingerprints[cid]:
-            found.append(f"stale: case {cid!r} has a different output now (fingerprint "
-                         f"{row.get('output_fingerprint', '')!r}, the run has {fingerprints[cid]!r})")
-        if axis not in AXES:
-            found.append(f"axis {axis!r} is not one of {', '.join(AXES)}")
-        if score_text not in ("0", "1", "2"):
-            found.append(f"score {score_text!r} is not 0, 1 or 2")
-        if not found and (cid, axis) in seen:
-            found.append(f"a second score for {cid} / {axis} (first on line {seen[(cid, axis)]})")
-        if found:
-            problems.extend(Problem(where, line, p) for p in found)
-            continue
-        seen[(cid, axis)] = line
-        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=row.get("reason", ""),
-                           output_fingerprint=fingerprints[cid]))
-    if problems:
-        raise DatasetError(problems)
-    if not labels:
-        raise DatasetError(f"no row has a score ({blank} left blank)", file=where)
-    return labels, blank
+    return lines

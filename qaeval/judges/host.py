@@ -1,6 +1,6 @@
-"""The process a custom judge or a notify hook runs in: ``python -m qaeval.system.host FD``.
+"""The process a custom judge or a notify hook runs in: ``python -m qaeval.judges.host FD``.
 
-Started by ``qaeval.system.usercode`` (which describes the frames it speaks over socket FD). It gives
+Started by ``qaeval.judges.usercode`` (which describes the frames it speaks over socket FD). It gives
 up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
 file (nothing the user's code prints reaches the harness's terminal), builds the judge or hook, and
 answers until told to stop or until the harness goes away. Every way the user's code can fail in a
@@ -16,10 +16,9 @@ import signal
 import socket
 import sys
 import threading
-import time
 from typing import Any
 
-from qaeval.system.process import drop_ptrace, read_frame, write_frame
+from qaeval.system.process import drop_ptrace, read_frame, watch_parent, write_frame
 
 LOG_LIMIT = 2000
 
@@ -30,7 +29,7 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
     from qaeval.plugins import build as build_plugin
     from qaeval.plugins import resolve
     from qaeval.scoring.judge import judge_config_of
-    from qaeval.system.usercode import settings_from_plain
+    from qaeval.judges.usercode import settings_from_plain
 
     what = "judge" if role == "judge" else "notify hook"
     if "name" in spec:
@@ -52,7 +51,7 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
 def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
     from qaeval.errors import describe
     from qaeval.plugins import contained
-    from qaeval.system.usercode import request_from_plain, response_to_plain
+    from qaeval.judges.usercode import request_from_plain, response_to_plain
 
     requests = [request_from_plain(r) for r in plain_requests]
     ok, value = contained(obj.judge, requests, what="the judge")
@@ -77,13 +76,6 @@ def notify(hook: Any, alarms: list[dict[str, Any]]) -> dict[str, Any]:
     return {"done": True} if ok else {"error": why}
 
 
-def _watch_parent(parent: int) -> None:
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(3)
-
-
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
         write_frame(sock, message)
@@ -98,7 +90,7 @@ def main(fd: int) -> None:
     setup = read_frame(sock)["setup"]
     sys.argv = ["qaeval-host"]
     sys.path[:] = list(setup["sys_path"]) + [p for p in sys.path if p not in setup["sys_path"]]
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
+    threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     from qaeval.system.worker import FdCapture
 
     capture = FdCapture(LOG_LIMIT)

@@ -2,7 +2,7 @@
 
 A judge other than the two built-in ones (``qaeval.judges.offline:make_judge``, the mechanical default,
 and ``qaeval.judges.openai:make_judge``), and every notify hook, is the user's code. Like an adapter it
-runs in a fresh interpreter (``python -m qaeval.system.host FD``, started by
+runs in a fresh interpreter (``python -m qaeval.judges.host FD``, started by
 ``qaeval.system.process.UserProcess``): its own process group, a private scratch working directory, an
 environment without the data folder, and (Linux) no ``CAP_SYS_PTRACE``, while the harness is
 non-dumpable (``harness_guard``). Only plain JSON crosses, in frames, and every read has a deadline:
@@ -61,7 +61,7 @@ from qaeval.system.process import (
 )
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
-HOST = "qaeval.system.host"
+HOST = "qaeval.judges.host"
 CHUNK = 16
 MAX_LOST = 2
 TEXT_LIMIT = 2000

@@ -7,11 +7,18 @@ case_id         readable case id
 k               the cut-off
 n_gold          number of gold sources
 n_retrieved     length of the system's ranking
-recall_at_k     gold sources in the top k / gold sources
-precision_at_k  gold sources in the top k / snippets in the top k (NaN when nothing was retrieved)
+recall_at_k     |gold in the top k| / |gold|
+precision_at_k  |gold in the top k| / k, as trec_eval's P@k: a ranking shorter than k is not
+                rewarded for it (one gold among two retrieved scores 0.2 at k = 5, not 0.5)
 mrr             1 / rank of the first gold source in the whole ranking, 0 when none is retrieved
-ndcg_at_k       binary-relevance nDCG over the top k
+ndcg_at_k       binary relevance: DCG@k = sum over ranks i <= k of rel_i / log2(i + 1), divided by
+                the ideal DCG@k of min(|gold|, k) relevant passages at the top
 ==============  ===============================================================================
+
+Definitions as trec_eval and ir-measures state them (``P@k``, ``R@k``, ``RR``, ``nDCG@k`` with binary
+relevance). qaeval 0.2 divided precision by the number retrieved (``min(k, n_retrieved)``); records
+written before this change are refused on load with a note that a definition may have changed: write
+them again.
 
 Cases without gold sources (typically must-abstain cases) have no row: there is nothing to recall.
 An adapter error counts as an empty ranking. A source listed twice counts once, at its first rank (the
@@ -38,7 +45,7 @@ def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, flo
     top = ranking[:k]
     hits = [1.0 if r in gold_set else 0.0 for r in top]
     recall = sum(hits) / len(gold_set) if gold_set else math.nan
-    precision = sum(hits) / len(top) if top else math.nan
+    precision = sum(hits) / k
     mrr = 0.0
     for rank, r in enumerate(ranking, start=1):
         if r in gold_set:

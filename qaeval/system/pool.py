@@ -454,10 +454,16 @@ class RemoteWorkers:
         return json.dumps(reply, allow_nan=False)
 
 
+def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:
+    """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
+    started from there (``RemoteWorkers``), never in the executor's process, so it cannot touch what the
+    executor sends back. Returns the reply as JSON text."""
+    return RemoteWorkers.shared().ask(spec_json, payload, timeout=timeout, startup_timeout=startup_timeout,
+                                      frame_limit=frame_limit)
+
+
 def _run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int,
                      limits: Limits, done: Done) -> None:
-    from qaeval.system.worker import answer_remote
-
     spec_json = json.dumps(spec.wire)
     pending: Iterator[tuple[int, Any]] = iter(enumerate(suite.cases))
     in_flight: dict[cf.Future[Any], tuple[int, str, str, float]] = {}

@@ -187,6 +187,14 @@ def write_frame(sock: socket.socket, message: Any) -> None:
     sock.sendall(encode(message))
 
 
+def watch_parent(parent: int) -> None:
+    """Run on a daemon thread in a child: exit when the harness that started it is gone."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
 _CAP_SYS_PTRACE = 19
 _PR_CAPBSET_DROP = 24
 _PR_SET_DUMPABLE = 4

@@ -33,7 +33,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from typing import Any
 
 
@@ -164,17 +163,10 @@ def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
     sock.sendall(data)
 
 
-def _watch_parent(parent: int) -> None:
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(3)
-
-
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.process import drop_ptrace, read_frame
+    from qaeval.system.process import drop_ptrace, read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
@@ -183,7 +175,7 @@ def main(fd: int) -> None:
     limit = int(setup["frame_limit"])
     sys.argv = ["qaeval-worker"]
     sys.path[:] = [p for p in setup["sys_path"]] + [p for p in sys.path if p and p not in setup["sys_path"]]
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
+    threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     capture = FdCapture(int(setup["log_limit"]))
     try:
         call = Caller(build_adapter(setup["adapter"]))
@@ -210,19 +202,6 @@ def main(fd: int) -> None:
         except OSError:
             break
     os._exit(0)
-
-
-# --------------------------------------------------------------------------- on an executor
-
-
-def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:
-    """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
-    started from here (``qaeval.system.pool.RemoteWorkers``), never in the executor's process, so it
-    cannot touch what the executor sends back. Returns the reply as JSON text."""
-    from qaeval.system.pool import RemoteWorkers
-
-    return RemoteWorkers.shared().ask(spec_json, payload, timeout=timeout, startup_timeout=startup_timeout,
-                                      frame_limit=frame_limit)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ alarm, and the result says so.
 
 The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
 ``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code,
-run by the commands in its own process (``qaeval.system.usercode``): if it raises, exits (even with
+run by the commands in its own process (``qaeval.judges.usercode``): if it raises, exits (even with
 ``os._exit``) or runs past ``--hook-timeout``, that is noted and the verdict (and exit code 3) stands.
 """
 

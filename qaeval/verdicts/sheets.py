@@ -1,0 +1,114 @@
+"""The spreadsheet round trip of labels for a run's outputs.
+
+``export_sheet`` writes one CSV row per answered case and axis (question, answer, cited sources, gold
+answer where the axis needs it, the output fingerprint, and empty ``score`` and ``reason`` columns; the
+judge's own score is withheld so annotators are not anchored); ``import_sheet`` checks a filled sheet
+against the run it is for (scores 0/1/2, known cases, current fingerprints) and gives keyed labels
+(``qaeval.data.labels``). Rows left blank are counted, never silently dropped. A cell that a spreadsheet
+would run as a formula (one starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: an
+answer such as ``=HYPERLINK(...)``) is written with one leading ``'`` (OWASP's advice on CSV injection),
+and ``import_sheet`` takes exactly that quote off again, so the round trip changes no text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+from qaeval.data.schema import AXES
+from qaeval.errors import DatasetError, Problem
+from qaeval.files import read_text
+from qaeval.scoring.evaluate import RunResult
+
+SHEET_COLUMNS = ["case_id", "axis", "output_fingerprint", "question", "answer", "cited", "gold_answer", "score", "reason"]
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
+
+
+def sheet_cell(value: Any) -> Any:
+    """A value as a spreadsheet cell that no spreadsheet runs: one leading ``'`` when it would otherwise
+    start a formula, or when it already starts with quotes before such a character (so that
+    ``sheet_value`` undoes exactly this, whatever the text)."""
+    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def sheet_value(cell: str) -> str:
+    """The text a sheet cell stands for: ``sheet_cell`` undone."""
+    if cell.startswith("'") and cell.lstrip("'").startswith(FORMULA_STARTS):
+        return cell[1:]
+    return cell
+
+
+def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) -> tuple[str, int]:
+    """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
+    by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
+    answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
+    if sample is not None and sample < len(answered):
+        picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
+        answered = [r for r in answered if r["case_id"] in picked]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n")  # RFC 4180: a cell with a CR is quoted
+    writer.writeheader()
+    for r in answered:
+        cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
+                          f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
+        for axis in AXES:
+            if axis == "citation_correctness" and not r["citations"]:
+                continue
+            row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
+                       question=r["question"], answer=r["answer"], cited=cited,
+                       gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "", score="", reason="")
+            writer.writerow({k: sheet_cell(v) for k, v in row.items()})
+    return buffer.getvalue(), len(answered)
+
+
+def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]], int]:
+    """(keyed labels, rows left blank) from a filled sheet, checked against ``run``: every row with a bad
+    score, an unknown case or axis, or a fingerprint that no longer matches is a problem with its line."""
+    where = str(path)
+    text = read_text(path, "label sheet")
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("case_id", "axis", "output_fingerprint", "score", "reason") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DatasetError(f"not a label sheet: no {', '.join(missing)} column(s)", file=where)
+    fingerprints = dict(zip(run.per_case["case_id"], run.per_case["output_fingerprint"]))
+    problems: list[Problem] = []
+    labels: list[dict[str, Any]] = []
+    blank = 0
+    seen: dict[tuple[str, str], int] = {}
+    for cells in reader:
+        line = reader.line_num
+        row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
+        cid, axis = row.get("case_id", ""), row.get("axis", "")
+        score_text = row.get("score", "")
+        if not score_text:
+            blank += 1
+            continue
+        found = []
+        if cid not in fingerprints:
+            found.append(f"case {cid!r} is not in the run")
+        elif row.get("output_fingerprint", "") != fingerprints[cid]:
+            found.append(f"stale: case {cid!r} has a different output now (fingerprint "
+                         f"{row.get('output_fingerprint', '')!r}, the run has {fingerprints[cid]!r})")
+        if axis not in AXES:
+            found.append(f"axis {axis!r} is not one of {', '.join(AXES)}")
+        if score_text not in ("0", "1", "2"):
+            found.append(f"score {score_text!r} is not 0, 1 or 2")
+        if not found and (cid, axis) in seen:
+            found.append(f"a second score for {cid} / {axis} (first on line {seen[(cid, axis)]})")
+        if found:
+            problems.extend(Problem(where, line, p) for p in found)
+            continue
+        seen[(cid, axis)] = line
+        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=row.get("reason", ""),
+                           output_fingerprint=fingerprints[cid]))
+    if problems:
+        raise DatasetError(problems)
+    if not labels:
+        raise DatasetError(f"no row has a score ({blank} left blank)", file=where)
+    return labels, blank
