@@ -78,6 +78,19 @@ def test_rows_are_marked_bad_from_their_data():
     assert _bad_rows(table) == ["b"], "the row's data decides, whatever its cells say"
 
 
+def test_axes_a_labelled_set_does_not_label_are_not_assessed_rather_than_not_trusted():
+    from conftest import ROOT
+
+    result = api.calibrate_run(labelled=str(ROOT / "examples" / "labelled-set.jsonl"))
+    assert result.axes == ("faithfulness",)
+    markup = report.agreement_table(result).markup
+    rows = {axis: bad for bad, axis in re.findall(r'<tr( class="bad")?><td class="id"><code>([^<]+)</code>', markup)}
+    assert rows == {"faithfulness": ' class="bad"', "answer_correctness": "", "citation_correctness": "", "overall": ""}
+    assert markup.count("NOT TRUSTED") == 1 and markup.count("not assessed</span>") == 2
+    facts = report.facts(result).markup
+    assert "<b>axes</b>faithfulness<" in facts and "<b>kappa floor</b>0.40" in facts
+
+
 class OwnIndex:
     """A system that retrieves from an index of its own: its passage ids are not among the case's."""
 
@@ -113,12 +126,12 @@ def test_compare_headers_escape_a_label_once(golden_run):
     assert "<th>a&amp;b &lt;old&gt;</th>" in head, "not escaped twice (&amp;amp;)"
 
 
-def test_every_result_type_gets_its_view_as_an_ipython_formatter(golden_run):
-    from IPython.core.formatters import DisplayFormatter
+def test_importing_the_reports_gives_every_result_type_its_view(golden_run):
+    from qaeval.results import HTML_VIEWS
+    from qaeval.verdicts.calibration import CalibrationResult
+    from qaeval.verdicts.compare import Comparison
+    from qaeval.verdicts.gate import GateResult
 
-    class Shell:
-        display_formatter = DisplayFormatter()
-
-    report.register(Shell)
-    shown = Shell.display_formatter.formatters["text/html"](golden_run)
+    assert {type(golden_run), GateResult, CalibrationResult, DriftResult, Comparison} <= set(HTML_VIEWS)
+    shown = golden_run._repr_html_()
     assert shown == report.view(golden_run) and "qaeval-banner" in shown and "<table" in shown

@@ -12,7 +12,7 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 ``calibration``     agreement with people per axis, disagreements, agreeing labels
 ``drift``           alarms and bands
 ``compare``         metrics before and after, cases that changed
-``views``           each result's facts line and its rich view in IPython (``register``)
+``views``           each result's facts line and its rich view in a notebook (``register``)
 ``render``          executing a notebook and rendering the page (the ``qaeval`` nbconvert template)
 ==================  ==========================================================================
 
@@ -32,8 +32,7 @@ from qaeval.reports.drift import alarms_list, bands_table
 from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, not_blocking, tier_table
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.run import cases_table, scoreboard_table, slice_table
-from qaeval.reports.views import MAIN_TABLES, facts, register, view
-from qaeval.results import HTML_VIEWS
+from qaeval.reports.views import facts, register, view
 
 __all__ = [
     "Chart", "Html", "agreeing_labels", "agreement_table", "alarms_list", "bands_table", "banner", "blocking_cases",
@@ -43,4 +42,3 @@ __all__ = [
 ]
 
 register()
-HTML_VIEWS.update(dict.fromkeys(MAIN_TABLES, view))  # until results.py looks views up no more (issue 18, item 2)

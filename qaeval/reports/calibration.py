@@ -14,20 +14,29 @@ OVERALL = "overall"  # the agreement row over every axis: shown, never gated
 
 
 def calibration_facts(result: CalibrationResult) -> tuple[dict[str, Any], list[str]]:
-    return {"labels": result.source, "judge": result.judge_label, "bar": f"{result.min_agreement:.2f} exact agreement",
+    return {"labels": result.source, "judge": result.judge_label, "axes": ", ".join(result.axes),
+            "bar": f"{result.min_agreement:.2f} exact agreement",
+            "kappa floor": f"{result.min_kappa:.2f} where people's scores vary",
             "labels needed per axis": result.min_labels, "cases": len(result.run.suite)}, list(result.notes)
+
+
+def _agreement_result(r: dict[str, Any]) -> str:
+    """The verdict on one axis: an axis not assessed (and the overall row) decides nothing."""
+    if r["axis"] == OVERALL:
+        return '<span class="na">not gated</span>'
+    if not r["assessed"]:
+        return '<span class="na">not assessed</span>'
+    return mark(r["passed"], "ok", "NOT TRUSTED")
 
 
 def _agreement_row(r: dict[str, Any]) -> dict[str, Any]:
     n = r["n"]
-    gated = r["axis"] != OVERALL
     return dict(axis=r["axis"], n=n, exact=num(r["exact"], n, 2),
                 exact_ci=format_interval(r["exact_low"], r["exact_high"], n, digits=2),
                 within=num(r["within_one"], n, 2),
                 within_ci=format_interval(r["within_one_low"], r["within_one_high"], n, digits=2),
-                mae=num(r["mae"], n, 2), kappa=num(r["kappa"], None, 2),
-                result=mark(r["passed"], "ok", "NOT TRUSTED") if gated else '<span class="na">not gated</span>',
-                status=r["status"], refused=gated and failed(r["passed"]))
+                mae=num(r["mae"], n, 2), kappa=num(r["kappa"], None, 2), result=_agreement_result(r),
+                status=r["status"], refused=bool(r["assessed"]) and failed(r["passed"]))
 
 
 def agreement_table(result: CalibrationResult) -> Html:

@@ -1,7 +1,8 @@
 """Each result as a whole: its facts line, and the rich view a notebook shows for it.
 
-``register()`` installs ``view`` as IPython's ``text/html`` formatter for every result type, so a
-result left as a cell's last expression in Jupyter or VS Code shows its banner and main table.
+``register()`` (run when ``qaeval.reports`` is imported) installs ``view`` as every result type's
+``_repr_html_`` (``qaeval.results.HTML_VIEWS``), so a result left as a cell's last expression in
+Jupyter or VS Code shows its banner and main table.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from qaeval.reports.drift import alarms_list, bands_table, drift_facts
 from qaeval.reports.gate import delta_table, gate_facts, tier_table
 from qaeval.reports.html import Html, banner, facts_html, notes_html
 from qaeval.reports.run import run_facts, run_notes, scoreboard_table
-from qaeval.results import Result
+from qaeval.results import HTML_VIEWS, Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.compare import Comparison
@@ -56,17 +57,6 @@ def view(result: Result) -> str:
     return '<div class="qaeval-view">' + "".join(p.markup for p in parts) + "</div>"
 
 
-def register(shell: Any = None) -> None:
-    """Show every result type through ``view`` in IPython (``shell``, else the running one); outside
-    IPython there is nothing to do."""
-    if shell is None:
-        try:
-            from IPython import get_ipython
-        except ImportError:
-            return
-        shell = get_ipython()
-    if shell is None:
-        return
-    formatter = shell.display_formatter.formatters["text/html"]
-    for cls in MAIN_TABLES:
-        formatter.for_type(cls, view)
+def register() -> None:
+    """Draw every result type's rich view with ``view``."""
+    HTML_VIEWS.update(dict.fromkeys(MAIN_TABLES, view))
