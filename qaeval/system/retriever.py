@@ -25,8 +25,8 @@ The relevance floor. BM25 scores depend on corpus statistics and question length
 means the same thing on two corpora or as the per-case reference system's floor. The floor is therefore
 applied to ``coverage``, the share of the question's content terms a passage contains (title included):
 exactly the relevance ``qaeval.system.reference.lexical_scores`` computes over a case's own sources.
-BM25 proposes candidates; a candidate below the floor is dropped; the first ``k`` survivors are
-returned. With the same floor (0.5), a question that would abstain over its case's fixture because no
+BM25 proposes ``CANDIDATES * k`` passages; those below the floor are dropped; the first ``k`` survivors
+are returned. With the same floor (0.5), a question that would abstain over its case's fixture because no
 passage holds half its content terms abstains over the corpus for the same reason.
 """
 
@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 SCHEMA = "1"
-CANDIDATES = 50  # BM25 candidates looked at for the floor, at least (more when k is larger)
+CANDIDATES = 4  # with a floor, BM25 proposes CANDIDATES * k passages for the k that clear it
 COMMON = 1000  # a word in more passages than this ranks nothing while the question has a rarer one
 _TOKENIZER = "porter unicode61 remove_diacritics 2"
 _BATCH = 5000
@@ -209,7 +209,7 @@ class CorpusRetriever:
         if not words or k <= 0:
             return []
         rare = [w for w in words if not self._common(w)] or words
-        limit = k if floor <= 0 else max(CANDIDATES, 4 * k)
+        limit = k if floor <= 0 else CANDIDATES * k
         found = self._db().execute(
             "SELECT ids.id, hits.score FROM (SELECT rowid AS row, -rank AS score FROM passages "
             "WHERE passages MATCH ? ORDER BY rank LIMIT ?) AS hits JOIN ids USING (row) "
