@@ -25,7 +25,32 @@ from qaeval.text import printable
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means "judge not trusted"
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+        raise UsageError(f"{message}{_did_you_mean(self, message)} (see `{self.prog} --help`)")
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    flags = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags += _flags(sub)
+    return sorted(set(flags))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """For an unknown flag, the known flag closest to it, if one is close."""
+    import difflib
+
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    known = _flags(parser)
+    for word in message.split(":", 1)[1].split():
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.7)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def _add_params(p: argparse.ArgumentParser, command: str) -> None:
@@ -36,7 +61,8 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
             continue
         target = judge_group if param.name.startswith("judge_") and param.name != "judge" else p
         default = P.default(param.name)
-        shown = f" (default {default})" if default not in (None, [], (), False) and param.kind != "bool" else ""
+        shown = f" (default {default})" if default not in (None, [], (), False) and param.kind != "bool" \
+            and "default" not in param.help else ""
         kwargs: dict[str, Any] = dict(dest=param.name, default=None, help=param.help + shown)
         if param.name == "judge_cache":
             target.add_argument("--no-judge-cache", dest="judge_cache", action="store_const", const=False,
@@ -186,26 +212,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         text, code, notes = _dispatch(args)
+    except BaseException as exc:  # noqa: BLE001
+        return _failed(exc)
+    try:
         _emit(text, sys.stdout)
         for note in notes:
             _emit(note, sys.stderr)
-        return code
-    except QaevalError as exc:
+    except BrokenPipeError:  # `qaeval ... | head`: the reader left; the command's own exit code stands
+        _quiet_stdout()
+    return code
+
+
+def _quiet_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain either
+
+
+def _failed(exc: BaseException) -> int:
+    """The exit code for what a command raised, said in one line (a trace only for qaeval's own bugs)."""
+    if isinstance(exc, QaevalError):
         _emit(f"qaeval: {exc}", sys.stderr)
         return exit_code_for(exc)
-    except OSError as exc:  # a path the user gave cannot be read or written
+    if isinstance(exc, BrokenPipeError):  # the reader of our output left before we wrote it
+        _quiet_stdout()
+        return 0
+    if isinstance(exc, OSError):  # a path the user gave cannot be read or written
         where = f": {exc.filename}" if exc.filename else ""
         _emit(f"qaeval: {exc.strerror or exc}{where}", sys.stderr)
         return 74
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         _emit("qaeval: interrupted", sys.stderr)
         return 130
-    except SystemExit as exc:  # argparse's --help and --version
+    if isinstance(exc, SystemExit):  # argparse's --help and --version
         return exc.code if isinstance(exc.code, int) else 0
-    except Exception:  # a bug in qaeval, not the user's mistake: say so, with the trace
-        traceback.print_exc()
+    if isinstance(exc, Exception):  # a bug in qaeval, not the user's mistake: say so, with the trace
+        traceback.print_exception(exc)
         _emit("qaeval: internal error (exit 70); please report it with the trace above", sys.stderr)
         return 70
+    raise exc
 
 
 def entry() -> NoReturn:

@@ -144,3 +144,36 @@ def test_version_and_help_exit_zero(capsys):
     assert main(["run", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--concurrency" in out and "--isolation" in out and "--executor" in out and "--save" in out
+
+
+def test_a_misspelt_flag_gets_a_suggestion(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--adpter", "x"]) == 64
+    assert "did you mean --adapter?" in capsys.readouterr().err
+
+
+def test_help_gives_each_default_once(capsys):
+    assert main(["calibrate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--judge MODULE:FACTORY the judge")
+    judge = text[start:text.index(" --k K ", start)]
+    assert judge.count("default") == 1, judge
+
+
+def test_an_adapter_that_cannot_be_imported_is_named_once(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "nope.mod:make"]) == 64
+    err = capsys.readouterr().err.strip()
+    assert err == "qaeval: adapter 'nope.mod:make': cannot import module 'nope.mod' (No module named 'nope')", err
+
+
+def test_a_reader_that_leaves_early_gets_no_complaint_and_the_verdict_stands():
+    import subprocess
+    import sys
+
+    done = subprocess.Popen([sys.executable, "-m", "qaeval.cli", "gate", "--data", str(GOLDEN / "buggy"),
+                             "--adapter", "qaeval.system.saboteur:make_adapter", "--baseline",
+                             str(GOLDEN / "ci-baseline.json"), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done.stdout.close()  # as `| head -0` would
+    err = done.stderr.read().decode()
+    assert done.wait(timeout=300) == 1, err
+    assert "Broken pipe" not in err and "Traceback" not in err, err

@@ -44,6 +44,19 @@ def grade(user_message: str) -> dict[str, Any]:
     }
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that gave up (a judge timeout) is not an error worth a traceback on stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeJudgeServer:
     def __init__(self, *, port: int = 0, latency: float = 0.0, fail_every: int = 0, fail_always: bool = False,
                  reject_response_format: bool = False, garbage: bool = False, reply: str | None = None,
@@ -60,7 +73,7 @@ class FakeJudgeServer:
         self.failures_sent = 0
         self._count = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._server = _QuietServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

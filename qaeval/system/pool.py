@@ -367,7 +367,8 @@ class _PoolRun:
         error = message.get("init_error") if isinstance(message, dict) else None
         error = error[:ERROR_LIMIT] if isinstance(error, str) and error else "the worker could not build the adapter"
         if not self.ever_ready:
-            raise UsageError(f"adapter {self.pool.spec.label}: {error}")
+            usage = isinstance(message, dict) and message.get("usage") is True
+            raise UsageError(error if usage else f"adapter {self.pool.spec.label}: {error}")
         self.retire(w, error)
 
     def expire(self) -> None:

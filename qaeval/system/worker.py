@@ -182,7 +182,8 @@ def main(fd: int) -> None:
     except BaseException as exc:  # noqa: BLE001
         from qaeval.errors import UsageError, describe
 
-        _send(sock, {"init_error": describe(exc), "usage": isinstance(exc, UsageError), "logs": capture.take()}, limit)
+        usage = isinstance(exc, UsageError)  # its message already names the adapter and what is wrong
+        _send(sock, {"init_error": str(exc) if usage else describe(exc), "usage": usage, "logs": capture.take()}, limit)
         os._exit(0)
     _send(sock, {"ready": True, "logs": capture.take()}, limit)
     while True:
