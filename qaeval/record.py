@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ import pandas as pd
 from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
 from qaeval.data.labels import labelled_suite_from_raw
-from qaeval.data.schema import LABEL_SCHEMA
+from qaeval.data.schema import CITATION_CORRECTNESS, LABEL_SCHEMA
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
 from qaeval.frames import clean, frame, frame_rows
@@ -66,15 +66,31 @@ from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA, score_retrieval
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA, score_trajectories
 from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.verdicts.baseline import Baseline, baseline_from_run
+from qaeval.verdicts.calibration import CalibrationResult
+from qaeval.verdicts.drift import DriftResult
+from qaeval.verdicts.gate import GateResult
 
 FORMAT = "qaeval-record"
 VERSION = 1
 LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
-KINDS = ("run", "gate", "calibrate", "drift")
 VOLATILE_META = ("created", "git_commit", "python")
 
 
 # --------------------------------------------------------------------------- plain values
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of record: the result class it holds and the key of the section that class adds."""
+
+    name: str
+    result: type
+    section: str | None
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("run", RunResult, None), Kind("gate", GateResult, "gate"),
+    Kind("calibrate", CalibrationResult, "calibration"), Kind("drift", DriftResult, "drift"))}
 
 
 # --------------------------------------------------------------------------- run -> record
@@ -134,15 +150,14 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
 
 def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
     """The record of any result: its run, plus the section its kind adds."""
-    if isinstance(result, RunResult):
-        return run_record(result, baseline=baseline, allowed_failing=allowed_failing)
-    section = getattr(result, "record_section", None)
-    run = getattr(result, "run", None)
-    if section is None or not isinstance(run, RunResult):
+    kind = KINDS.get(result.kind)
+    if kind is None or not isinstance(result, kind.result):
         raise TypeError(f"{type(result).__name__} cannot be saved as a run record")
-    record = run_record(run, baseline=baseline, allowed_failing=allowed_failing)
-    record["kind"] = result.kind
-    record[result.kind if result.kind != "calibrate" else "calibration"] = clean(section())
+    if kind.section is None:
+        return run_record(result, baseline=baseline, allowed_failing=allowed_failing)
+    record = run_record(result.run, baseline=baseline, allowed_failing=allowed_failing)
+    record["kind"] = kind.name
+    record[kind.section] = clean(result.record_section())
     return record
 
 
@@ -374,7 +389,7 @@ def judged_texts(case: GoldenCase, out: Mapping[str, Any]) -> list[tuple[str, st
     for c in out["citations"]:
         cited.setdefault(c["source_id"], bodies.get(c["source_id"], ""))
     return [("faithfulness", "", "\n".join(cited.values())), ("answer_correctness", "", out["answer"]),
-            *(("citation_correctness", c["source_id"], bodies.get(c["source_id"], "")) for c in out["citations"])]
+            *((CITATION_CORRECTNESS, c["source_id"], bodies.get(c["source_id"], "")) for c in out["citations"])]
 
 
 def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
@@ -451,26 +466,18 @@ def load_run(path: str | Path) -> Result:
     where = str(path)
     data = read_record(path)
     run = run_from_record(data, where)
-    kind = data["kind"]
-    if kind == "run":
+    kind = KINDS[data["kind"]]
+    if kind.section is None:
         return run
-    section = data.get(kind if kind != "calibrate" else "calibration")
+    section = data.get(kind.section)
     if not isinstance(section, dict):
-        raise RecordError(f"a {kind} record without its {kind} section", file=where)
+        raise RecordError(f"a {kind.name} record without its {kind.section} section", file=where)
     try:
-        if kind == "gate":
-            from qaeval.verdicts.gate import GateResult
-            result: Any = GateResult.from_section(run, section)
-        elif kind == "calibrate":
-            from qaeval.verdicts.calibration import CalibrationResult
-            result = CalibrationResult.from_section(run, section)
-        else:
-            from qaeval.verdicts.drift import DriftResult
-            result = DriftResult.from_section(run, section)
+        result: Any = kind.result.from_section(run, section)
         audit = Audit(where, run.meta.qaeval_version)
         result.audit_section(audit, section)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise RecordError(f"the {kind} section is malformed ({type(exc).__name__}: {exc})", file=where) from None
+        raise RecordError(f"the {kind.section} section is malformed ({type(exc).__name__}: {exc})", file=where) from None
     audit.done()
     return result
 

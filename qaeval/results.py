@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from qaeval.errors import VerdictError
 
@@ -32,8 +32,11 @@ WRITERS: list[Callable[..., Path]] = []
 VIEW_LOADERS: list[Callable[[], None]] = []  # called once, the first time a view is missing
 
 
+ResultKind = Literal["run", "gate", "calibrate", "drift", "compare"]
+
+
 class Result:
-    kind: ClassVar[str] = "result"
+    kind: ClassVar[ResultKind]
     error_type: ClassVar[type[VerdictError]] = VerdictError
     words: ClassVar[tuple[str, str]] = ("OK", "NOT OK")  # the verdict when ok, and when not
 

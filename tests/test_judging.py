@@ -7,10 +7,11 @@ from conftest import make_case
 from helpers import S1, S2, frames, output
 
 from qaeval import UsageError
+from qaeval.data.schema import AXES
 from qaeval.judges.offline import OfflineJudge
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import (
-    AXES, AxisVerdict, JudgeConfig, JudgeResponse, Rubric, build_requests, hardest_decoy, parse_verdict_json,
+    AxisVerdict, JudgeConfig, JudgeResponse, Rubric, build_requests, hardest_decoy, parse_verdict_json,
     score_with_judge,
 )
 

@@ -16,6 +16,9 @@ from typing import Any, Literal, get_args
 
 Axis = Literal["faithfulness", "answer_correctness", "citation_correctness"]
 AXES: tuple[Axis, ...] = get_args(Axis)
+FAITHFULNESS: Axis = "faithfulness"
+ANSWER_CORRECTNESS: Axis = "answer_correctness"
+CITATION_CORRECTNESS: Axis = "citation_correctness"  # graded per citation: a verdict's target is the source id
 ExpectedBehavior = Literal["answer", "unanswerable_must_abstain"]
 Difficulty = Literal["single-hop", "multi-hop", "aggregation"]
 Split = Literal["frozen", "living"]

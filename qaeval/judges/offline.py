@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
 from qaeval.text import content_terms, split_sentences, tokens
 
@@ -82,7 +83,7 @@ class OfflineJudge:
             else:
                 score = 0
             quote = _best_sentence(c.text, set(claim)) if score else ""
-            verdicts.append(AxisVerdict("citation_correctness", score, quote,
+            verdicts.append(AxisVerdict(CITATION_CORRECTNESS, score, quote,
                                         f"claim overlap {cited:.0%} with the cited source, "
                                         f"{decoy:.0%} with decoy {c.decoy_id}", target=c.source_id))
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pandas as pd
 
@@ -44,7 +44,8 @@ from qaeval.data.cases import source_bodies
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.text import content_terms, normalize, split_sentences
 
-CHECKS = ("grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention")
+CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention"]
+CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 CHECK_SCHEMA = {"case_id": "text", "check": "text", "passed": "bool", "reason": "text"}
 COVERAGE_OVERLAP = 0.6
 TEMPLATE_NGRAM = 4

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.errors import TierOneFailed
 from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
@@ -115,7 +116,7 @@ def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.Dat
             idx.judge_errors.setdefault(cid, error)
     for cid, axis, target, valid, score in zip(verdicts["case_id"], verdicts["axis"], verdicts["target"],
                                                verdicts["valid"], verdicts["score"]):
-        if axis == "citation_correctness":
+        if axis == CITATION_CORRECTNESS:
             idx.supported[(cid, target)] = bool(valid) and not is_missing(score) and int(score) >= 1
     for cid, passed, success, description, detail in zip(trajectory["case_id"], trajectory["passed"],
                                                           trajectory["success"], trajectory["description"],
@@ -174,7 +175,7 @@ def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
         deterministic_passed=facts.deterministic_passed,
         **{m: retr.get(m, math.nan) for m in RETRIEVAL_FIELDS},
         faithfulness=facts.faithfulness, answer_correctness=facts.answer_correctness,
-        citation_correctness=idx.scores.get((case.id, "citation_correctness")),
+        citation_correctness=idx.scores.get((case.id, CITATION_CORRECTNESS)),
         judge_error=idx.judge_errors.get(case.id),
         trajectory_success=facts.trajectory_success if case.multi_step else None,
         case_passed=not reasons, fail_reasons=reasons,

@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import pandas as pd
 
 from qaeval.data.cases import source_bodies
+from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.errors import UsageError
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
@@ -392,7 +393,7 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
             base.update(prompt_tokens=_count(resp.prompt_tokens), completion_tokens=_count(resp.completion_tokens),
                         cached=resp.cached is True)
         targets = [("faithfulness", "", req.evidence, None), ("answer_correctness", "", req.answer, None)]
-        targets += [("citation_correctness", c.source_id, c.text, c.decoy_id) for c in req.citations]
+        targets += [(CITATION_CORRECTNESS, c.source_id, c.text, c.decoy_id) for c in req.citations]
         if problem is not None:
             for axis, target, _, decoy in targets:
                 rows.add(**base, axis=axis, target=target, score=None, quote="", rationale="", valid=False,
@@ -401,7 +402,7 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         by_axis: dict[tuple[str, str], AxisVerdict] = {}
         for v in resp.verdicts:
             if isinstance(v, AxisVerdict):
-                by_axis.setdefault((v.axis, v.target if v.axis == "citation_correctness" else ""), v)
+                by_axis.setdefault((v.axis, v.target if v.axis == CITATION_CORRECTNESS else ""), v)
         for axis, target, text, decoy in targets:
             v = by_axis.get((axis, target))
             score, valid, why = validate_verdict(v, text)
@@ -482,7 +483,7 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
         raise ValueError(f"'citations' is {type(citations).__name__}, not a list")
     for item in citations or []:
         if isinstance(item, dict):
-            verdicts.append(AxisVerdict("citation_correctness", item.get("score"), text_of(item.get("quote")),
+            verdicts.append(AxisVerdict(CITATION_CORRECTNESS, item.get("score"), text_of(item.get("quote")),
                                         text_of(item.get("rationale")),
                                         target=text_of(item.get("snippet_id") or item.get("source_id"))))
     if not verdicts:

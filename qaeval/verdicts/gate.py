@@ -151,12 +151,11 @@ def tier_one(run: RunResult) -> dict[str, Any]:
     bad = run.tier_one_failures
     detail = "all deterministic checks green, no adapter error"
     if bad:
-        failing = run.checks[~run.checks["passed"]]
-        errors = run.outputs["error"].notna().sum()
-        parts = [f"adapter error on {errors}"] if errors else []
+        errored = run.outputs.loc[run.outputs["error"].notna(), "case_id"]
+        failing = run.checks[~run.checks["passed"] & ~run.checks["case_id"].isin(errored)]  # not by text
+        parts = [f"adapter error on {len(errored)}"] if len(errored) else []
         parts += [f"{check} failed on {len(ids)}" for check, ids in
-                  sorted(failing[~failing["reason"].str.startswith("adapter error")].groupby("check")["case_id"]
-                         .apply(list).items())]
+                  sorted(failing.groupby("check")["case_id"].apply(list).items())]
         detail = f"{len(bad)} case(s) not green: " + ", ".join(parts)
     return dict(tier="tier 1: deterministic checks", passed=not bad, detail=detail, case_ids=bad)
 

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from qaeval.data.schema import AXES
+from qaeval.data.schema import AXES, CITATION_CORRECTNESS
 from qaeval.errors import DatasetError, Problem
 from qaeval.files import read_text
 from qaeval.scoring.evaluate import RunResult
@@ -58,7 +58,7 @@ def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) ->
         cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
                           f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
         for axis in AXES:
-            if axis == "citation_correctness" and not r["citations"]:
+            if axis == CITATION_CORRECTNESS and not r["citations"]:
                 continue
             row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
                        question=r["question"], answer=r["answer"], cited=cited,
