@@ -27,6 +27,7 @@ from qaeval.data.labels import load_labels
 from qaeval.system.labelled import load_labelled_set
 from qaeval.data.schema import AXES
 from qaeval.errors import BaselineRefused, UsageError
+from qaeval.export import TrecExport, write_trec
 from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
@@ -269,6 +270,12 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 
     (b, b_label), (a, a_label) = labelled(before), labelled(after)
     return _compare(b, a, before_label=b_label, after_label=a_label)
+
+
+def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
+    """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx;
+    returns what was written."""
+    return write_trec(_as_run(record), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
 
 
 # --------------------------------------------------------------------------- labels

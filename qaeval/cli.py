@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--record", required=True, metavar="RECORD", help="the run the labels are for")
     i.add_argument("--out", required=True, metavar="LABELS.jsonl")
 
+    p = sub.add_parser("export", help="write a run record's retrieval in another tool's format")
+    esub = p.add_subparsers(dest="export_format", required=True, parser_class=_Parser)
+    e = esub.add_parser("trec", help="run.trec and qrels.trec, for trec_eval, ir-measures and ranx")
+    e.add_argument("record", metavar="RECORD")
+    e.add_argument("--out", required=True, metavar="DIR", help="the folder to write into (created if needed)")
+
     from qaeval.data import importers
 
     p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
@@ -193,6 +199,8 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             return f"wrote a sheet for {n} answered case(s) to {path}: fill the score (0, 1, 2) and reason columns", 0, []
         path, n, blank = api.label_import(args.sheet, args.record, args.out)
         return f"wrote {n} label(s) to {path}" + (f"; {blank} row(s) left blank were not imported" if blank else ""), 0, []
+    if args.command == "export":
+        return api.export_trec(args.record, args.out).summary_text(), 0, []
     if args.command == "import":
         report_ = api.import_cases(args.format, args.input, args.out, limit=args.limit, seed=args.seed,
                                    split=args.split, prefix=args.prefix, labelled=args.labelled)

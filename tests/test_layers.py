@@ -21,7 +21,7 @@ LAYERS = (
     ("verdicts", ("qaeval.verdicts",)),
     ("record", ("qaeval.record",)),
     ("reports", ("qaeval.reports",)),
-    ("verbs", ("qaeval.pipeline", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__")),
+    ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__")),
 )
 
 
