@@ -114,7 +114,7 @@ def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
     if value is None:
         return None, None
     if isinstance(value, str):
-        from qaeval.system.pool import executor_from_url
+        from qaeval.system.remote import executor_from_url
 
         executor, close = executor_from_url(value)
         stack.callback(close)

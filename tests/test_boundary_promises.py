@@ -17,7 +17,7 @@ from conftest import GOLDEN, ROOT
 
 from qaeval import load_suite, run_suite
 from qaeval.data.cases import Suite
-from qaeval.system.pool import LOG_LIMIT
+from qaeval.system.calls import LOG_LIMIT
 from qaeval.system.process import MAX_CONTAINERS, confined_env, hidden_folders
 
 TESTS = str(ROOT / "tests")

@@ -15,7 +15,7 @@ from conftest import GOLDEN, ROOT, make_case, write_cases
 
 from qaeval import UsageError, api, load_suite, run_suite
 from qaeval.record import write_record
-from qaeval.system.pool import LOG_LIMIT
+from qaeval.system.calls import LOG_LIMIT
 
 TESTS = str(ROOT / "tests")
 

@@ -1,0 +1,142 @@
+"""What every way of calling an adapter shares: naming it, the limits a case is held to, starting a
+worker process, and reading a reply (untrusted plain data) into an outputs row.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qaeval.errors import UsageError, describe
+from qaeval.system.contract import output_row, validate_plain
+from qaeval.system.process import (
+    DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, hidden_folders, scrub_sys_path,
+)
+from qaeval.system.worker import build_adapter
+
+LOG_LIMIT = 2000
+ERROR_LIMIT = 2000
+DEFAULT_STARTUP_TIMEOUT = 120.0
+
+# --------------------------------------------------------------------------- naming the adapter
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """An adapter as the boundary carries it: a label for records, what a worker needs to build it,
+    and how to build it in this process."""
+
+    label: str
+    wire: dict[str, str]
+    build_here: Callable[[], Any]
+
+
+def adapter_spec(adapter: Any, *, ship: bool) -> AdapterSpec:
+    """From a ``module:factory`` name, a zero-argument factory, or an adapter object. With ``ship``,
+    a factory or object is serialised with cloudpickle (as Dask does); one that cannot be is a usage
+    error that suggests ``isolation="none"``."""
+    if isinstance(adapter, str):
+        return AdapterSpec(adapter, {"name": adapter}, lambda: build_adapter({"name": adapter}))
+    if callable(getattr(adapter, "answer", None)):
+        label = f"{type(adapter).__module__}.{type(adapter).__qualname__} (an object)"
+        build_here: Callable[[], Any] = lambda: adapter  # noqa: E731
+    elif callable(adapter):
+        label = f"{getattr(adapter, '__module__', '?')}.{getattr(adapter, '__qualname__', repr(adapter))} (a factory)"
+        build_here = lambda: build_adapter_from(adapter)  # noqa: E731
+    else:
+        raise UsageError(f"adapter must be a module:factory name, a zero-argument factory or an object with "
+                         f"answer(case); got {type(adapter).__name__}")
+    wire: dict[str, str] = {}
+    if ship:
+        import cloudpickle
+
+        try:
+            blob = cloudpickle.dumps(adapter)
+        except Exception as exc:  # noqa: BLE001
+            raise UsageError(f"the adapter cannot be shipped to worker processes ({describe(exc)}); build it in "
+                             "the worker from a module:factory name or a zero-argument factory, or pass "
+                             "isolation='none' to run it in this process") from None
+        wire = {"pickle": base64.b64encode(blob).decode()}
+    return AdapterSpec(label, wire, build_here)
+
+
+def build_adapter_from(factory: Callable[[], Any]) -> Any:
+    adapter = factory()
+    if not callable(getattr(adapter, "answer", None)):
+        raise UsageError(f"the adapter factory returned {type(adapter).__name__}, which has no answer(case) method")
+    return adapter
+
+
+# --------------------------------------------------------------------------- results
+
+
+Done = Callable[[int, dict[str, Any]], None]
+
+
+def _bounded_logs(value: Any, limit: int) -> str:
+    if not isinstance(value, str):
+        return ""
+    if len(value) <= limit:
+        return value
+    return f"[... {len(value) - limit} earlier characters dropped by the harness]\n" + value[-limit:]
+
+
+def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = LOG_LIMIT) -> dict[str, Any]:
+    """A worker's reply (plain data, untrusted) as an outputs row. Every limit is enforced here again:
+    the worker's own truncation is not trusted."""
+    if not isinstance(reply, dict):
+        return output_row(case_id, None, "the worker sent something that is not a reply", latency)
+    logs = _bounded_logs(reply.get("logs"), log_limit)
+    if "error" in reply:
+        error = reply["error"] if isinstance(reply["error"], str) and reply["error"] else "adapter failed"
+        if len(error) > ERROR_LIMIT:
+            error = error[:ERROR_LIMIT] + f" [... {len(error) - ERROR_LIMIT} more characters]"
+        return output_row(case_id, None, error, latency, logs)
+    fields, problems = validate_plain(reply.get("output"))
+    if problems:
+        return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:ERROR_LIMIT], latency, logs)
+    return output_row(case_id, fields, None, latency, logs)
+
+
+# --------------------------------------------------------------------------- limits and workers
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one case may take and send back. ``timeout``: seconds per case; ``startup``: seconds for a
+    worker to build the adapter; ``frame``: bytes in one reply; ``logs``: characters of output kept."""
+
+    timeout: float = 60.0
+    startup: float = DEFAULT_STARTUP_TIMEOUT
+    frame: int = DEFAULT_FRAME_LIMIT
+    logs: int = LOG_LIMIT
+
+
+def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
+    """The environment and sys.path a worker gets: nothing that names the data folder."""
+    folders = hidden_folders(data_dir)
+    env = confined_env(os.environ, folders)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env, scrub_sys_path(sys.path, folders, os.getcwd())
+
+
+def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
+    try:
+        proc = UserProcess("qaeval.system.worker", env=env, limit=limits.frame, what="the adapter's worker")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
+    try:
+        proc.channel.send({"setup": setup}, time.monotonic() + limits.startup)
+    except FrameError:
+        pass  # it died already, or does not read: its start-up deadline or its closed socket says so
+    return proc
+
+

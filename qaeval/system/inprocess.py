@@ -1,0 +1,117 @@
+"""Adapter calls in this process (``isolation="none"``), on daemon threads, for stepping through an
+adapter under a debugger. Nothing is enforced: the adapter shares this process's memory, a timeout
+abandons its thread, and ``os._exit`` ends the harness. Every output of such a run says so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+from qaeval.data.cases import Suite
+from qaeval.errors import UsageError, describe
+from qaeval.system.calls import LOG_LIMIT, AdapterSpec, Done, reply_row
+from qaeval.system.contract import Payload, make_payload, output_row
+from qaeval.system.worker import Caller, answer_one
+
+
+
+class _ThreadOutput(io.TextIOBase):
+    """Stands in for sys.stdout/sys.stderr during an in-process run: writes from an adapter's thread go
+    to that thread's buffer, everything else to the real stream."""
+
+    def __init__(self, real: Any, buffers: dict[int, io.StringIO]) -> None:
+        self.real, self.buffers = real, buffers
+
+    def write(self, text: str) -> int:
+        buffer = self.buffers.get(threading.get_ident())
+        if buffer is None:
+            return self.real.write(text)
+        return buffer.write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() not in self.buffers:
+            self.real.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.real, "isatty", lambda: False)())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.real, "encoding", "utf-8")
+
+
+def run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeout: float, done: Done) -> None:
+    try:
+        adapter = spec.build_here()
+    except UsageError:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise UsageError(f"adapter {spec.label}: the factory {describe(exc)}") from None
+    if not callable(getattr(adapter, "answer", None)):
+        raise UsageError(f"the adapter ({type(adapter).__name__}) has no answer(case) method")
+    jobs: queue.SimpleQueue[tuple[int, str, Payload] | None] = queue.SimpleQueue()
+    results: queue.SimpleQueue[tuple[int, dict[str, Any], str]] = queue.SimpleQueue()
+    started: dict[int, tuple[str, float]] = {}
+    buffers: dict[int, io.StringIO] = {}
+
+    def loop() -> None:
+        call = Caller(adapter)
+        buffer = buffers[threading.get_ident()] = io.StringIO()
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            index, case_id, payload = job
+            started[index] = (case_id, time.perf_counter())
+            reply = answer_one(call, payload)
+            text = buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+            results.put((index, reply, text[-LOG_LIMIT:]))
+
+    def spawn() -> None:
+        threading.Thread(target=loop, daemon=True, name="qaeval-adapter").start()
+
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ThreadOutput(real_out, buffers), _ThreadOutput(real_err, buffers)
+    remaining = len(suite)
+    recorded: set[int] = set()
+    try:
+        for index, case in enumerate(suite.cases):
+            jobs.put((index, case.id, make_payload(case)))
+        for _ in range(min(concurrency, remaining)):
+            spawn()
+        while remaining:
+            try:
+                index, reply, logs = results.get(timeout=0.05)
+            except queue.Empty:
+                now = time.perf_counter()
+                for i, (case_id, t0) in list(started.items()):
+                    if i not in recorded and now - t0 >= timeout:
+                        recorded.add(i)
+                        remaining -= 1
+                        done(i, output_row(case_id, None, f"timed out after {timeout:g} s (isolation none: its "
+                                           "thread was abandoned, not stopped)", now - t0))
+                        spawn()  # the stuck thread keeps its slot busy; add one in its place
+                continue
+            if index in recorded:
+                continue
+            recorded.add(index)
+            remaining -= 1
+            case_id, t0 = started[index]
+            done(index, reply_row(case_id, json.loads(json.dumps(reply)), time.perf_counter() - t0)
+                 | {"logs": logs})
+    finally:
+        sys.stdout, sys.stderr = real_out, real_err
+        for _ in range(concurrency + len(suite)):
+            jobs.put(None)
+
+

@@ -1,0 +1,175 @@
+"""Adapter calls on a ``concurrent.futures.Executor`` (a Dask cluster's, for scale-out).
+
+The executor runs ``answer_remote``, qaeval's own code; the adapter runs in a worker process that
+``RemoteWorkers`` starts beside it, with the same rules and deadlines as the local pool, so what the
+executor carries back is JSON text qaeval wrote, checked here like a socket reply. Nothing an adapter
+returns is unpickled by the harness.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from qaeval.data.cases import Suite
+from qaeval.errors import UsageError, describe
+from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
+from qaeval.system.contract import make_payload, output_row
+from qaeval.system.process import FrameError, UserProcess, exit_reason, parse
+
+
+
+class RemoteWorkers:
+    """Adapter worker processes kept by one executor process (a Dask worker): built once per adapter,
+    one per thread that asks, each case under its deadline. The executor's own process runs only this
+    code, so what it returns is JSON text qaeval wrote, whatever the adapter does."""
+
+    _shared: RemoteWorkers | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.idle: dict[str, list[UserProcess]] = {}
+
+    @classmethod
+    def shared(cls) -> RemoteWorkers:
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def _take(self, spec_json: str, limits: Limits) -> UserProcess | str:
+        with self._lock:
+            pool = self.idle.setdefault(spec_json, [])
+            if pool:
+                return pool.pop()
+        env, sys_path = worker_env(None)
+        spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
+        proc = start_worker(spec, env, sys_path, limits)
+        try:
+            ready = parse(proc.channel.receive(time.monotonic() + limits.startup), what="the worker")
+        except FrameError as exc:
+            proc.kill()
+            proc.reap(0.5)
+            detail = proc.stderr_tail()
+            proc.close()
+            return f"adapter could not start: {exc}" + (f": {detail}" if detail else "")
+        if not (isinstance(ready, dict) and ready.get("ready") is True):
+            error = ready.get("init_error") if isinstance(ready, dict) else None
+            proc.stop()
+            return f"adapter could not start: {error if isinstance(error, str) else 'no reason given'}"[:ERROR_LIMIT]
+        proc.started()
+        return proc
+
+    def ask(self, spec_json: str, payload: list[Any], *, timeout: float, startup_timeout: float,
+            frame_limit: int) -> str:
+        limits = Limits(timeout=timeout, startup=startup_timeout, frame=frame_limit)
+        proc = self._take(spec_json, limits)
+        if isinstance(proc, str):
+            return json.dumps({"id": payload[0], "error": proc})
+        deadline = time.monotonic() + timeout
+        try:
+            proc.channel.send({"case": payload}, deadline)
+            reply = parse(proc.channel.receive(deadline), what="the worker")
+            if not isinstance(reply, dict) or reply.get("id") != payload[0]:
+                raise FrameError("the worker sent a reply for another case")
+        except FrameError as exc:
+            proc.kill()
+            code = proc.reap(0.5)
+            proc.close()
+            why = f"timed out after {timeout:g} s (its worker was stopped)" if "in time" in str(exc) else \
+                f"adapter process {exit_reason(code)}" if proc.channel.closed else f"{exc} (it was stopped)"
+            return json.dumps({"id": payload[0], "error": why})
+        with self._lock:
+            self.idle.setdefault(spec_json, []).append(proc)
+        return json.dumps(reply, allow_nan=False)
+
+
+def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:
+    """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
+    started from there (``RemoteWorkers``), never in the executor's process, so it cannot touch what the
+    executor sends back. Returns the reply as JSON text."""
+    return RemoteWorkers.shared().ask(spec_json, payload, timeout=timeout, startup_timeout=startup_timeout,
+                                      frame_limit=frame_limit)
+
+
+def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int,
+                     limits: Limits, done: Done) -> None:
+    spec_json = json.dumps(spec.wire)
+    pending: Iterator[tuple[int, Any]] = iter(enumerate(suite.cases))
+    in_flight: dict[cf.Future[Any], tuple[int, str, str, float]] = {}
+    # The executor side stops a case at its own deadline; this one only catches a lost executor worker.
+    backstop = limits.timeout + limits.startup + 5.0
+    exhausted = False
+    while True:
+        while not exhausted and len(in_flight) < concurrency:
+            item = next(pending, None)
+            if item is None:
+                exhausted = True
+                break
+            index, case = item
+            payload = make_payload(case)
+            try:
+                future = executor.submit(answer_remote, spec_json, list(payload), limits.timeout, limits.startup,
+                                         limits.frame)
+            except Exception as exc:  # noqa: BLE001  (a shut-down or broken executor)
+                done(index, output_row(case.id, None, f"the executor refused the call: {describe(exc)}", 0.0))
+                continue
+            in_flight[future] = (index, case.id, payload[0], time.perf_counter())
+        if not in_flight:
+            return
+        now = time.perf_counter()
+        first_deadline = min(t for *_, t in in_flight.values()) + backstop
+        finished, _ = cf.wait(list(in_flight), timeout=max(0.0, first_deadline - now),
+                              return_when=cf.FIRST_COMPLETED)
+        for future in finished:
+            index, case_id, opaque, sent = in_flight.pop(future)
+            done(index, _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits))
+        now = time.perf_counter()
+        for future, (index, case_id, _, sent) in list(in_flight.items()):
+            if now - sent >= backstop:
+                future.cancel()
+                del in_flight[future]
+                done(index, output_row(case_id, None, f"the executor did not return the call within {backstop:g} s "
+                                       "(it was abandoned)", now - sent))
+
+
+def _executor_row(future: cf.Future[Any], case_id: str, opaque: str, latency: float, limits: Limits) -> dict[str, Any]:
+    """The reply an executor returned: JSON text written by qaeval on the executor's side, checked like
+    a socket reply."""
+    try:
+        text = future.result()
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency)
+    if not isinstance(text, str) or len(text) > limits.frame:
+        return output_row(case_id, None, "the executor returned something that is not a reply within the limits",
+                          latency)
+    try:
+        reply = parse(text.encode("utf-8", "surrogatepass"), what="the executor")
+    except FrameError as exc:
+        return output_row(case_id, None, str(exc), latency)
+    if not isinstance(reply, dict) or reply.get("id") != opaque:
+        return output_row(case_id, None, "the executor returned a reply for another case", latency)
+    return reply_row(case_id, reply, latency, limits.logs)
+
+
+def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
+    """``dask://HOST:PORT`` -> (an executor on that Dask scheduler, a function that closes it)."""
+    if not url.startswith("dask://"):
+        raise UsageError(f"executor must be dask://HOST:PORT, got {url!r}")
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--executor dask:// needs the dask extra: pip install 'qaeval-harness[dask]'") from None
+    try:
+        client = Client("tcp://" + url.removeprefix("dask://"), timeout="10s")
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"cannot reach the Dask scheduler at {url}: {describe(exc)}") from None
+    return client.get_executor(), client.close
+
+
