@@ -34,8 +34,8 @@ equal the ones that were saved, once the record has been checked against itself:
 layers determine is derived again and compared with what it says (``qaeval.audit``; a disagreement is
 a RecordError naming the field). Every path that reads a record (report, compare, gate's baseline, the
 verbs' ``record=``, label export, the notebooks) goes through ``run_from_record``, and so through the
-check. A baseline written by qaeval 0.1 (``qaeval-baseline/1``: metrics and
-per-case outcomes, no outputs) can still be gated against (``read_baseline``).
+check (``qaeval.record_check``). A baseline written by qaeval 0.1 (``qaeval-baseline/1``) is refused by
+name: write a new one.
 """
 
 from __future__ import annotations
@@ -49,26 +49,26 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.audit import Audit, same
-from qaeval.data.cases import GoldenCase, Suite, suite_from_raw
+from qaeval.audit import Audit
+from qaeval.data.cases import suite_from_raw
 from qaeval.data.labels import labelled_suite_from_raw
-from qaeval.data.schema import CITATION_CORRECTNESS, LABEL_SCHEMA
+from qaeval.data.schema import LABEL_SCHEMA
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
 from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import WRITERS, Result
-from qaeval.scoring.checks import CHECK_SCHEMA, check_outputs
+from qaeval.scoring.checks import CHECK_SCHEMA
 from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
-from qaeval.scoring.judge import VERDICT_SCHEMA, AxisVerdict, JudgeConfig, validate_verdict
+from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig
 from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA, scoreboard_and_slices
-from qaeval.scoring.ppi import apply_ppi
-from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA, score_retrieval
-from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA, score_trajectories
+from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
+from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
 from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.verdicts.baseline import Baseline, baseline_from_run
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
+from qaeval.record_check import audit_layers, audit_outcomes
 
 FORMAT = "qaeval-record"
 VERSION = 1
@@ -286,179 +286,6 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
         board, slices = scoreboard_and_slices(run.units, run.per_case)
         notes.append(f"scoreboard recomputed from the stored layers: the record predates {', '.join(missing)}")
     return replace(run, scoreboard=board, slices=slices, labels=labels, notes=notes)
-
-
-# --------------------------------------------------------------------------- the record checked against itself
-#
-# Every layer that is a pure function of the stored case and output (the deterministic checks, retrieval,
-# the trajectory, and whether each judge verdict counts) is derived again and must agree with what the
-# record stores; then what the layers add up to (per-case pass/fail and units, green, the scoreboard's
-# values, n and PPI columns, the slices) must agree too. See qaeval.audit for what is compared.
-
-def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: pd.DataFrame, k: int) -> None:
-    lines = data["cases"]
-    if not isinstance(data.get("baseline"), bool):
-        audit.problem(f"baseline is {data.get('baseline')!r}, not true or false")
-    elif data["baseline"] and data["kind"] != "run":
-        audit.problem(f"is a baseline (prompts kept as hashes) of kind {data['kind']!r}; only a run can be")
-    hashed = bool(data.get("baseline"))
-    for i, (line, case) in enumerate(zip(lines, suite.cases)):
-        if line["case_id"] != case.id:
-            audit.disagree(f"cases[{i}].case_id", line["case_id"], case.id, "its case")
-        if ("prompt_sha256" in line["output"]) != hashed:
-            audit.problem(f"cases[{i}].output ({case.id}) keeps its prompt "
-                          f"{'in full' if hashed else 'as a hash'}, but the record is "
-                          f"{'a baseline' if hashed else 'not a baseline'}")
-    if audit.problems:
-        return
-    cases, sources = suite.to_frame(), suite.sources_frame()
-    _audit_checks(audit, lines, check_outputs(cases, outputs, sources), hashed)
-    _audit_retrieval(audit, lines, score_retrieval(cases, outputs, k=k))
-    _audit_trajectory(audit, lines, score_trajectories(cases, outputs))
-    _audit_verdicts(audit, lines, suite)
-
-
-BASIS = "its case and output"
-
-
-def _by_case(df: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, list[tuple[Any, ...]]]:
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    for cid, *values in zip(df["case_id"].tolist(), *(df[c].tolist() for c in columns)):
-        out.setdefault(cid, []).append(tuple(values))
-    return out
-
-
-def _audit_checks(audit: Audit, lines: list[Any], computed: pd.DataFrame, hashed: bool) -> None:
-    """Each check's pass/fail. A baseline keeps prompts as hashes, so its grounding_isolation results
-    cannot be derived again and are taken as recorded."""
-    recorded = [(row[0], row[1]) for line in lines for row in line["checks"]]
-    if recorded == list(zip(computed["check"].tolist(), computed["passed"].tolist())):
-        return  # the common case, cheaply: every check as recorded (a stored 1 reads as true, as it loads)
-    expected = _by_case(computed, ("check", "passed"))
-    for i, line in enumerate(lines):
-        cid, stored = line["case_id"], line["checks"]
-        rows = expected[cid]
-        if not audit.same(f"cases[{i}].checks ({cid}) names", [row[0] for row in stored], [c for c, _ in rows], BASIS):
-            continue
-        for j, (row, (check, passed)) in enumerate(zip(stored, rows)):
-            if not same(row[1], passed) and not (hashed and check == "grounding_isolation"):
-                audit.disagree(f"cases[{i}].checks[{j}] ({cid}, {check}) passed", row[1], passed, BASIS)
-
-
-RETRIEVAL_VALUES = ("k", "n_gold", "n_retrieved", "recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
-
-
-def _audit_retrieval(audit: Audit, lines: list[Any], computed: pd.DataFrame) -> None:
-    expected = {row[0]: row for row in zip(computed["case_id"].tolist(),
-                                           *(computed[c].tolist() for c in RETRIEVAL_VALUES))}
-    for i, line in enumerate(lines):
-        cid, stored, row = line["case_id"], line["retrieval"], expected.get(line["case_id"])
-        if (stored is None) != (row is None):
-            audit.problem(f"cases[{i}].retrieval ({cid}) is {'missing' if stored is None else 'present'}, but the "
-                          f"case has {'gold sources' if row is not None else 'no gold source'}")
-            continue
-        for name, value in zip(RETRIEVAL_VALUES, (row or ())[1:]):
-            if not same(stored.get(name), value):
-                audit.disagree(f"cases[{i}].retrieval.{name} ({cid})", stored.get(name), value, BASIS)
-
-
-TRAJECTORY_VALUES = ("step", "kind", "passed", "success")
-
-
-def _audit_trajectory(audit: Audit, lines: list[Any], computed: pd.DataFrame) -> None:
-    expected = _by_case(computed, TRAJECTORY_VALUES)
-    for i, line in enumerate(lines):
-        cid, stored, rows = line["case_id"], line["trajectory"], expected.get(line["case_id"], [])
-        if not audit.same(f"cases[{i}].trajectory ({cid}) steps", [t.get("step") for t in stored],
-                          [row[0] for row in rows], BASIS):
-            continue
-        for j, (step, row) in enumerate(zip(stored, rows)):
-            for name, value in zip(TRAJECTORY_VALUES[1:], row[1:]):
-                if not same(step.get(name), value):
-                    audit.disagree(f"cases[{i}].trajectory[{j}].{name} ({cid})", step.get(name), value, BASIS)
-
-
-def judged_texts(case: GoldenCase, out: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(axis, target, the text its quote must come from) for every verdict an output gets: none when it
-    failed or abstained; faithfulness against the cited sources, answer correctness against the answer,
-    and one citation verdict per citation against its source (as ``judge.build_requests`` sends them)."""
-    if out.get("error") is not None or out["abstained"]:
-        return []
-    bodies = {s.id: s.text for s in case.sources}
-    cited: dict[str, str] = {}
-    for c in out["citations"]:
-        cited.setdefault(c["source_id"], bodies.get(c["source_id"], ""))
-    return [("faithfulness", "", "\n".join(cited.values())), ("answer_correctness", "", out["answer"]),
-            *((CITATION_CORRECTNESS, c["source_id"], bodies.get(c["source_id"], "")) for c in out["citations"])]
-
-
-def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
-    """The judge's scores and quotes are what the judge said; whether each verdict counts (valid, credit)
-    follows from them and the sources, as ``judge.validate_verdict`` decides it."""
-    basis = "its quote and sources"
-    for i, (line, case) in enumerate(zip(lines, suite.cases)):
-        cid, stored = line["case_id"], line["verdicts"]
-        texts = judged_texts(case, line["output"])
-        if not audit.same(f"cases[{i}].verdicts ({cid}) axes", [[v.get("axis"), v.get("target")] for v in stored],
-                          [[axis, target] for axis, target, _ in texts], "its output"):
-            continue
-        for j, (v, (axis, target, text)) in enumerate(zip(stored, texts)):
-            if v.get("error") is None:
-                score, valid, _ = validate_verdict(AxisVerdict(axis, v.get("score"), v.get("quote") or ""), text)
-            else:  # a judge error: no score, never valid
-                score, valid = None, False
-            for name, value in (("score", score), ("valid", valid), ("credit", valid and score == 2)):
-                if not same(v.get(name), value):
-                    audit.disagree(f"cases[{i}].verdicts[{j}] ({cid}, {axis}{' ' + target if target else ''}).{name}",
-                                   v.get(name), value, basis)
-
-
-def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: pd.DataFrame | None) -> None:
-    """Per-case pass/fail and units, green, and the scoreboard's and slices' values, n and PPI columns.
-    Bootstrap intervals are not drawn again (they cost as much as the rest of a load and decide nothing)."""
-    basis = "its layers"
-    lines = data["cases"]
-    for i, (line, passed) in enumerate(zip(lines, run.per_case["case_passed"].tolist())):
-        if not same(line["passed"], passed):
-            audit.disagree(f"cases[{i}].passed ({line['case_id']})", line["passed"], passed, basis)
-    for m in METRIC_NAMES:  # a unit the record predates is left out of it, and recomputed
-        pairs = zip(run.units[f"{m}__num"].tolist(), run.units[f"{m}__den"].tolist())
-        for i, (line, (num, den)) in enumerate(zip(lines, pairs)):
-            stored = line["units"].get(m, ...)
-            if stored is not ... and not same(stored, [num, den]):
-                audit.disagree(f"cases[{i}].units.{m} ({line['case_id']})", stored, [num, den], basis)
-    audit.same("green", data.get("green"), run.ok)
-    board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0)
-    if labels is not None:
-        board, _ = apply_ppi(board, run.units, run.per_case, labels)
-    # a metric the record predates is recomputed, not compared; one this qaeval does not know is left alone
-    named = {row.get("metric") for row in data["scoreboard"]} & set(METRIC_NAMES)
-    _audit_rows(audit, "scoreboard", data["scoreboard"], board[board["metric"].isin(named)], ("metric",),
-                ("value", "n", "direction", "ppi_value", "ppi_ci_low", "ppi_ci_high", "n_labelled"))
-    _audit_rows(audit, "slices", data["slices"], slices[slices["metric"].isin(named)], ("slice", "group", "metric"),
-                ("value", "n"))
-
-
-def _audit_rows(audit: Audit, name: str, stored: list[Any], computed: pd.DataFrame, key: tuple[str, ...],
-                values: tuple[str, ...]) -> None:
-    """Stored rows against computed ones matched on ``key`` (its last part the metric): each computed
-    row stored exactly once, no row the cases do not give (rows of metrics not computed are left alone)."""
-    expected = {tuple(r[k] for k in key): r for r in frame_rows(computed)}
-    metrics = {ident[-1] for ident in expected}
-    seen: set[tuple[Any, ...]] = set()
-    for j, row in enumerate(stored):
-        ident = tuple(row.get(k) for k in key)
-        label = ", ".join(str(v) for v in ident)
-        if ident[-1] not in metrics:
-            continue
-        if ident in seen or ident not in expected:
-            audit.problem(f"{name}[{j}] ({label}) is {'a repeated row' if ident in seen else 'a row its cases do not give'}")
-            continue
-        seen.add(ident)
-        for column in values:
-            audit.same(f"{name}[{j}].{column} ({label})", row.get(column), expected[ident][column])
-    for ident in expected.keys() - seen:
-        audit.problem(f"{name} has no row for {', '.join(str(v) for v in ident)}, which its cases give")
 
 
 def load_run(path: str | Path) -> Result:

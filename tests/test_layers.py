@@ -19,7 +19,7 @@ LAYERS = (
     ("system", ("qaeval.system",)),
     ("scoring", ("qaeval.scoring", "qaeval.judges")),
     ("verdicts", ("qaeval.verdicts",)),
-    ("record", ("qaeval.record",)),
+    ("record", ("qaeval.record", "qaeval.record_check")),
     ("reports", ("qaeval.reports",)),
     ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__")),
 )
