@@ -47,10 +47,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from qaeval.audit import Audit
-from qaeval.data.cases import suite_from_raw
+from qaeval.data.cases import GoldenCase, suite_from_raw
 from qaeval.data.labels import labelled_suite_from_raw
 from qaeval.data.schema import LABEL_SCHEMA
 from qaeval.errors import BaselineError, DatasetError, RecordError
@@ -59,6 +58,7 @@ from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import WRITERS, Result
 from qaeval.scoring.checks import CHECK_SCHEMA
 from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
+from qaeval.scoring.index import CaseIndex, CaseRows
 from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig
 from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA, scoreboard_and_slices
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
@@ -96,35 +96,24 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 # --------------------------------------------------------------------------- run -> record
 
 
-def _case_line(run: RunResult, index: int, *, baseline: bool, by_case: Mapping[str, Any]) -> dict[str, Any]:
-    case = run.suite.cases[index]
-    out = by_case["outputs"][case.id]
-    output = {k: out[k] for k in OUTPUT_SCHEMA if k != "case_id"}
+def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool) -> dict[str, Any]:
+    output = {k: rows.output[k] for k in OUTPUT_SCHEMA if k != "case_id"}
     if baseline:
         prompt = output.pop("prompt_to_model")
         output["prompt_sha256"] = None if prompt is None else hashlib.sha256(prompt.encode()).hexdigest()
         for key in ("latency_s", "logs"):
             output.pop(key)
-    pc = by_case["per_case"][case.id]
     verdicts = [{k: v for k, v in row.items() if k != "case_id" and not (baseline and k == "cached")}
-                for row in by_case["verdicts"].get(case.id, [])]
+                for row in rows.verdicts]
     return clean(dict(
         case_id=case.id, case=case.to_raw(), fingerprint=case.fingerprint, output=output,
-        checks=[[r["check"], r["passed"], r["reason"]] for r in by_case["checks"].get(case.id, [])],
-        retrieval={k: v for k, v in by_case["retrieval"][case.id].items() if k != "case_id"}
-        if case.id in by_case["retrieval"] else None,
+        checks=[[r["check"], r["passed"], r["reason"]] for r in rows.checks],
+        retrieval={k: v for k, v in rows.retrieval.items() if k != "case_id"} if rows.retrieval is not None else None,
         verdicts=verdicts,
-        trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in by_case["trajectory"].get(case.id, [])],
-        passed=pc["case_passed"], fail_reasons=pc["fail_reasons"],
-        units={m: [by_case["units"][case.id][f"{m}__num"], by_case["units"][case.id][f"{m}__den"]] for m in METRIC_NAMES},
+        trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in rows.trajectory],
+        passed=rows.outcome["case_passed"], fail_reasons=rows.outcome["fail_reasons"],
+        units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in METRIC_NAMES},
     ))
-
-
-def _group(df: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in frame_rows(df):
-        out.setdefault(row["case_id"], []).append(row)
-    return out
 
 
 def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
@@ -133,18 +122,12 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
     if baseline:
         for key in VOLATILE_META:
             meta.pop(key, None)
-    by_case = dict(
-        outputs={r["case_id"]: r for r in run.outputs.to_dict("records")},
-        per_case={r["case_id"]: r for r in run.per_case[["case_id", "case_passed", "fail_reasons"]].to_dict("records")},
-        units={r["case_id"]: r for r in run.units.to_dict("records")},
-        checks=_group(run.checks), verdicts=_group(run.verdicts), trajectory=_group(run.trajectory),
-        retrieval={r["case_id"]: r for r in frame_rows(run.retrieval)},
-    )
+    index = CaseIndex(run)
     return dict(
         format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
         allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
         labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
-        cases=[_case_line(run, i, baseline=baseline, by_case=by_case) for i in range(len(run.suite))],
+        cases=[_case_line(case, index[case.id], baseline=baseline) for case in run.suite.cases],
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +22,7 @@ from qaeval.data.schema import GoldenCase, Source
 from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score
 from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.index import CaseIndex, CaseRows
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
@@ -34,41 +35,7 @@ Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
 # --------------------------------------------------------------------------- the layers by case
 
 
-@dataclass(frozen=True)
-class CaseRows:
-    """Everything a run scored for one case."""
-
-    output: Row  # the system's output (qaeval.system.contract)
-    outcome: Row  # the case's row of ``RunResult.per_case``: case_passed, fail_reasons, ...
-    checks: list[Row] = field(default_factory=list)
-    verdicts: list[Row] = field(default_factory=list)
-    trajectory: list[Row] = field(default_factory=list)
-
-
-def _grouped(rows: Iterable[Row]) -> dict[str, list[Row]]:
-    out: dict[str, list[Row]] = {}
-    for r in rows:
-        out.setdefault(r["case_id"], []).append(r)
-    return out
-
-
-class CaseIndex:
-    """The scored layers of a run, looked up by case id: ``index[case_id]`` is a ``CaseRows``."""
-
-    def __init__(self, run: RunResult) -> None:
-        self.run = run
-        self._outputs = {r["case_id"]: r for r in run.outputs.to_dict("records")}
-        self._outcomes = {r["case_id"]: r for r in run.per_case.to_dict("records")}
-        self._checks = _grouped(run.checks.to_dict("records"))
-        self._verdicts = _grouped(run.verdicts.to_dict("records"))
-        self._trajectory = _grouped(run.trajectory.to_dict("records"))
-
-    def __getitem__(self, case_id: str) -> CaseRows:
-        return CaseRows(self._outputs[case_id], self._outcomes[case_id], self._checks.get(case_id, []),
-                        self._verdicts.get(case_id, []), self._trajectory.get(case_id, []))
-
-    def passed(self, case_id: str) -> bool:
-        return bool(self._outcomes[case_id]["case_passed"])
+# ``CaseIndex`` and ``CaseRows`` come from ``qaeval.scoring.index``, the run's one per-case index.
 
 
 # --------------------------------------------------------------------------- one case
