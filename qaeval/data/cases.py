@@ -11,7 +11,9 @@ as one ``DatasetError`` before anything is scored. A file that exists but cannot
 ``FileAccessError`` (exit 74).
 
 A case's passages are its ``sources``: each one ``{id, text, title?}``, the frozen fixture the system
-retrieves over.
+retrieves over. When DIR also holds ``corpus.jsonl`` (``qaeval.data.corpus``; not a case file), a case may
+omit ``sources``: it is then a *corpus case*, whose gold source ids (and checkpoint source ids) must be
+passages of the corpus. The corpus is indexed on disk, not read into memory; a folder may mix both kinds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qaeval.data.corpus import CORPUS_FILE, Corpus, load_corpus
 from qaeval.errors import DatasetError, FileAccessError, Problem
 from qaeval.data.schema import (
     DIFFICULTIES, EXPECTED_BEHAVIORS, OPTIONAL, REQUIRED, SOURCE_FIELDS, SPLITS, GoldenCase, Source,
@@ -48,6 +51,12 @@ class Suite:
 
     cases: tuple[GoldenCase, ...]
     root: str
+    corpus: Corpus | None = None
+
+    @property
+    def corpus_fingerprint(self) -> str | None:
+        """sha256 of the corpus file's bytes, or None when the suite has no corpus."""
+        return None if self.corpus is None else self.corpus.fingerprint
 
     def __len__(self) -> int:
         return len(self.cases)
@@ -78,7 +87,7 @@ class Suite:
         kept = tuple(c for c in self.cases if split is None or c.split == split)
         if not kept:
             raise DatasetError(f"no case in split {split!r}", file=self.root)
-        return Suite(kept, self.root)
+        return Suite(kept, self.root, self.corpus)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per case. Columns: see ``CASE_COLUMNS``; list-valued columns hold Python lists, and
@@ -139,14 +148,15 @@ def _is_str(value: Any, *, allow_empty: bool = False) -> bool:
     return isinstance(value, str) and (allow_empty or bool(value.strip()))
 
 
-def _case_problems(raw: dict[str, Any]) -> list[str]:
+def _case_problems(raw: dict[str, Any], corpus: Corpus | None = None) -> list[str]:
     problems: list[str] = []
     for key in raw:
         if key not in REQUIRED and key not in OPTIONAL:
             problems.append(f"unknown field {key!r}")
     for key in REQUIRED:
-        if key not in raw:
-            problems.append(f"missing required field {key!r}")
+        if key not in raw and not (key == "sources" and corpus is not None):
+            hint = f" (or put a {CORPUS_FILE} beside the cases)" if key == "sources" else ""
+            problems.append(f"missing required field {key!r}{hint}")
 
     if "id" in raw and not _is_str(raw["id"]):
         problems.append("'id' must be a non-empty string")
@@ -201,6 +211,10 @@ def _case_problems(raw: dict[str, Any]) -> list[str]:
                 for gid in gold_ids:
                     if gid not in source_ids:
                         problems.append(f"gold source id {gid!r} is not in the case's sources")
+            elif "sources" not in raw and corpus is not None:
+                for gid in gold_ids:
+                    if gid not in corpus:
+                        problems.append(f"gold source id {gid!r} is not in the corpus ({CORPUS_FILE})")
 
     if "adversarial" in raw and raw["adversarial"] is not None and not _is_str(raw["adversarial"]):
         problems.append("'adversarial' must be a non-empty string")
@@ -211,7 +225,8 @@ def _case_problems(raw: dict[str, Any]) -> list[str]:
             problems.append("'checkpoints' must be a list")
         else:
             for i, cp in enumerate(cps):
-                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, source_ids))
+                known = corpus if "sources" not in raw and corpus is not None else source_ids
+                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, known))  # type: ignore[arg-type]
     return problems
 
 
@@ -223,8 +238,8 @@ def _short(value: Any) -> Any:
 
 def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None = None) -> GoldenCase:
     return GoldenCase(
-        id=raw["id"], question=raw["question"],
-        sources=tuple(Source(_short(s["id"]), s["text"], _short(s.get("title"))) for s in raw["sources"]),
+        id=raw["id"], question=raw["question"], from_corpus="sources" not in raw,
+        sources=tuple(Source(_short(s["id"]), s["text"], _short(s.get("title"))) for s in raw.get("sources", ())),
         gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(_short(g) for g in raw["gold_source_ids"]),
         expected_behavior=_short(raw["expected_behavior"]), difficulty=_short(raw["difficulty"]),
         split=_short(raw["split"]), adversarial=_short(raw.get("adversarial")),
@@ -234,10 +249,11 @@ def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None =
 
 
 def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
-                fingerprints: Mapping[str, str] | None = None) -> Suite:
+                fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
     """Validate raw case objects, each with the file and line it came from, into a Suite. Raises one
     DatasetError listing every problem. ``fingerprints`` (by case id) keeps the identity a case had
-    when it was first loaded, for cases read back from a run record."""
+    when it was first loaded, for cases read back from a run record. With a ``corpus``, a case without
+    ``sources`` is a corpus case."""
     problems: list[Problem] = []
     cases: list[GoldenCase] = []
     seen: dict[str, str] = {}
@@ -248,7 +264,7 @@ def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
         if not isinstance(raw, dict):
             problems.append(Problem(where, number, f"each line must be a JSON object, got {type(raw).__name__}"))
             continue
-        found = _case_problems(raw)
+        found = _case_problems(raw, corpus)
         case_id = raw.get("id")
         if _is_str(case_id):
             if case_id in seen:
@@ -263,13 +279,13 @@ def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
         problems.append(Problem(root, None, "the suite is empty: no case in any *.jsonl file"))
     if problems:
         raise DatasetError(problems)
-    return Suite(tuple(cases), root)
+    return Suite(tuple(cases), root, corpus)
 
 
 def case_files(root: Path) -> list[Path]:
     """The ``*.jsonl`` entries directly inside a folder, whatever they are (the loader says what is wrong)."""
     try:
-        return sorted(p for p in root.iterdir() if p.name.endswith(".jsonl"))
+        return sorted(p for p in root.iterdir() if p.name.endswith(".jsonl") and p.name != CORPUS_FILE)
     except OSError as exc:
         raise FileAccessError(root, f"cannot list ({exc.strerror or exc})") from None
 
@@ -285,22 +301,27 @@ def load_suite(data_dir: str | Path) -> Suite:
     files = case_files(root)
     if not files:
         raise DatasetError([Problem(str(root), None, "no *.jsonl files directly inside this folder")])
+    corpus = load_corpus(root)
     entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
     try:  # streamed: each line is validated and built as it is read, no file is held whole
-        suite = build_suite(entries, str(root))
+        suite = build_suite(entries, str(root), corpus=corpus)
     except DatasetError as exc:
+        if corpus is not None:
+            corpus.close()
         found = problems + [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message
                                                              and problems)]
         raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
     if problems:
+        if corpus is not None:
+            corpus.close()
         raise DatasetError(problems)
     return suite
 
 
 def suite_from_raw(raws: Iterable[Mapping[str, Any]], root: str, *, file: str,
-                   fingerprints: Mapping[str, str] | None = None) -> Suite:
+                   fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
     """A Suite from stored case objects (a run record), validated as strictly as a load."""
-    return build_suite(((file, i, dict(r)) for i, r in enumerate(raws, start=1)), root, fingerprints)
+    return build_suite(((file, i, dict(r)) for i, r in enumerate(raws, start=1)), root, fingerprints, corpus)
 
 
 def data_paths(data_dir: str | Path) -> list[str]:

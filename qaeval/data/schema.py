@@ -58,13 +58,15 @@ class GoldenCase:
     file: str = ""
     line: int = 0
     fingerprint: str = field(default="", compare=False)
+    from_corpus: bool = False  # no sources of its own: its passages are the suite's corpus
 
     def to_raw(self) -> dict[str, Any]:
         """The case as a JSON object in the golden format (optional fields only when set)."""
-        raw: dict[str, Any] = dict(
-            id=self.id, question=self.question,
-            sources=[{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
-                     for s in self.sources],
+        raw: dict[str, Any] = dict(id=self.id, question=self.question)
+        if not self.from_corpus:
+            raw["sources"] = [{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
+                              for s in self.sources]
+        raw.update(
             gold_answer=self.gold_answer, gold_source_ids=list(self.gold_source_ids),
             expected_behavior=self.expected_behavior, difficulty=self.difficulty, split=self.split)
         if self.adversarial is not None:
