@@ -314,14 +314,15 @@ def _as_run(record: str | Path | Result) -> RunResult:
 
 
 def import_cases(format: str, source: str | Path, out: str | Path, *, limit: int | None = None, seed: int | None = None,
-                 split: str = "frozen", prefix: str | None = None, labelled: bool = False) -> Any:
+                 split: str = "frozen", prefix: str | None = None, labelled: bool = False, corpus: bool = False) -> Any:
     """Convert a public dataset into golden cases (or, for wice/expertqa/ares, a labelled set); returns the
-    import report (what was imported, what was refused and why)."""
+    import report (what was imported, what was refused and why). With ``corpus`` (squad2, hotpotqa,
+    musique), every paragraph of the file goes into ``OUT/corpus.jsonl`` and the cases carry no sources."""
     from qaeval.data.importers import LABELLED_FORMATS, import_file
 
     if labelled and format not in LABELLED_FORMATS:
         raise UsageError(f"--labelled is for {', '.join(LABELLED_FORMATS)}; {format} holds QA cases")
-    return import_file(format, source, out, limit=limit, seed=seed, split=split, prefix=prefix)
+    return import_file(format, source, out, limit=limit, seed=seed, split=split, prefix=prefix, corpus=corpus)
 
 
 def add_case(data: str | Path, miss: Any = None, *, interactive: bool = False) -> tuple[str, Path]:

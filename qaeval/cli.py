@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", metavar="TEXT", help="prefix for the case ids (default: the format's name)")
     p.add_argument("--labelled", action="store_true",
                    help="(wice, expertqa, ares) write a labelled set for calibrate --labelled instead of cases")
+    p.add_argument("--corpus", action="store_true",
+                   help="(squad2, hotpotqa, musique) pool every paragraph of IN into DIR/corpus.jsonl; "
+                        "the cases name their gold passages by corpus id and carry no sources")
 
     p = sub.add_parser("add-case", help="turn one production miss into a living-split regression case")
     p.add_argument("--data", required=True, metavar="DIR")
@@ -203,7 +206,8 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         return api.export_trec(args.record, args.out).summary_text(), 0, []
     if args.command == "import":
         report_ = api.import_cases(args.format, args.input, args.out, limit=args.limit, seed=args.seed,
-                                   split=args.split, prefix=args.prefix, labelled=args.labelled)
+                                   split=args.split, prefix=args.prefix, labelled=args.labelled,
+                                   corpus=args.corpus)
         return report_.summary_text(), 0, []
     if args.command == "add-case":
         case_id, path = api.add_case(args.data, args.miss, interactive=args.interactive)

@@ -39,6 +39,15 @@ ares        ARES human annotations (TSV: Query or Question, Document, Answer,
             document is the one source, the answer cites it; faithfulness 1 -> 2, 0 -> 0 (ARES's
             few-shot files spell them ``[[Yes]]`` and ``[[No]]``: the same).
 
+``--corpus`` (squad2, hotpotqa, musique): every paragraph of the file, of every record (refused ones and
+those left out by ``--limit`` too), is pooled into ``DIR/corpus.jsonl`` (``qaeval.data.pooling``: the same
+text is one passage, its id the title's slug and a digest of the text, the same on every import), and
+the cases carry no ``sources``: their gold source ids (and checkpoints) are corpus ids: the question's
+paragraph for SQuAD (none when unanswerable), the ``supporting_facts`` titles' paragraphs for HotpotQA,
+the ``is_supporting`` paragraphs for MuSiQue. The file's records are read once (after the UTF-8 and
+nesting checks every import makes); the corpus is streamed to disk as it is pooled and put in place
+all at once, never over an existing one.
+
 ``--limit N`` keeps the first N records imported (with ``--seed S``: a uniform sample of N, drawn by
 reservoir sampling so memory stays at N); ``--prefix`` names the ids (default: the format).
 
@@ -51,14 +60,18 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import os
 import random
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qaeval.data.corpus import CORPUS_FILE
+from qaeval.data.pooling import PassagePool, corpus_case
 from qaeval.errors import DatasetError, FileAccessError, Problem, UsageError
 from qaeval.files import loads_strict, write_jsonl
 
@@ -81,6 +94,9 @@ class ImportReport:
     left_by_limit: int = 0
     refused: Counter[str] = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    corpus: str = ""  # with --corpus: the corpus written, its passages and the paragraphs merged into them
+    pooled: int = 0
+    merged: int = 0
 
     def refuse(self, reason: str, where: str) -> None:
         self.refused[reason] += 1
@@ -94,6 +110,9 @@ class ImportReport:
             lines.append(f"  refused {n}: {reason} (first: {self.examples[reason]})")
         accounted = self.imported + self.left_by_limit + sum(self.refused.values())
         lines.append(f"  every record accounted for: {accounted} = {self.read}")
+        if self.corpus:
+            lines.append(f"pooled {self.pooled} passage(s) from every record of the file into {self.corpus} "
+                         f"({self.merged} duplicate paragraph(s) merged)")
         return "\n".join(lines)
 
 
@@ -226,42 +245,57 @@ def _slug(title: str, taken: set[str]) -> str:
     return slug
 
 
-def squad2_cases(path: Path, prefix: str, split: str, distractors: int = 5) -> Iterator[tuple[str, Any]]:
-    for where, article in json_items(path, "data.item"):
-        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
-        if not isinstance(paragraphs, list):
-            yield where, Refused("an article without paragraphs")
-            continue
-        for p, paragraph in enumerate(paragraphs):
-            qas = (paragraph.get("qas") or []) if isinstance(paragraph, dict) else []
-            others = [(p + k) % len(paragraphs) for k in range(1, distractors + 1) if len(paragraphs) > k]
-            try:
-                sources = [{"id": f"p{i}", "title": article.get("title") or None,
-                            "text": _text(paragraphs[i].get("context"), "paragraph context")}
-                           for i in sorted({p, *others})]
-            except Refused as exc:
-                for qa in qas:
-                    yield where, exc
-                continue
+def squad2_passages(article: Any) -> Iterator[tuple[str | None, str]]:
+    """(title, text) of every paragraph of an article that has text."""
+    paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+    for paragraph in paragraphs if isinstance(paragraphs, list) else []:
+        context = paragraph.get("context") if isinstance(paragraph, dict) else None
+        if isinstance(context, str) and context.strip():
+            yield article.get("title") or None, context
+
+
+def squad2_cases(where: str, article: Any, prefix: str, split: str, distractors: int = 5) -> Iterator[tuple[str, Any]]:
+    """The cases of one SQuAD article (or the reasons its questions are refused)."""
+    paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+    if not isinstance(paragraphs, list):
+        yield where, Refused("an article without paragraphs")
+        return
+    for p, paragraph in enumerate(paragraphs):
+        qas = (paragraph.get("qas") or []) if isinstance(paragraph, dict) else []
+        others = [(p + k) % len(paragraphs) for k in range(1, distractors + 1) if len(paragraphs) > k]
+        try:
+            sources = [{"id": f"p{i}", "title": article.get("title") or None,
+                        "text": _text(paragraphs[i].get("context"), "paragraph context")}
+                       for i in sorted({p, *others})]
+        except Refused as exc:
             for qa in qas:
-                here = f"{where}, question {qa.get('id', '?') if isinstance(qa, dict) else '?'}"
-                try:
-                    question = _text(qa.get("question"), "question").strip()
-                    impossible = bool(qa.get("is_impossible"))
-                    answers = [a.get("text") for a in qa.get("answers") or [] if isinstance(a, dict)]
-                    if not impossible and not any(isinstance(a, str) and a.strip() for a in answers):
-                        raise Refused("answerable question without an answer")
-                    gold = None if impossible else next(a for a in answers if isinstance(a, str) and a.strip())
-                    yield here, {
-                        "id": f"{prefix}-{_text(qa.get('id'), 'question id')}", "question": question,
-                        "sources": [{k: v for k, v in s.items() if v is not None} for s in sources],
-                        "gold_answer": gold, "gold_source_ids": [] if impossible else [f"p{p}"],
-                        "expected_behavior": "unanswerable_must_abstain" if impossible else "answer",
-                        "difficulty": "single-hop", "split": split,
-                        "adversarial": "squad2-unanswerable" if impossible else "squad2",
-                    }
-                except Refused as exc:
-                    yield here, exc
+                yield where, exc
+            continue
+        for qa in qas:
+            here = f"{where}, question {qa.get('id', '?') if isinstance(qa, dict) else '?'}"
+            try:
+                yield here, _squad2_case(qa, sources, f"p{p}", prefix, split)
+            except Refused as exc:
+                yield here, exc
+
+
+def _squad2_case(qa: Any, sources: list[dict[str, Any]], gold_id: str, prefix: str, split: str) -> dict[str, Any]:
+    if not isinstance(qa, dict):
+        raise Refused("a question that is not an object")
+    question = _text(qa.get("question"), "question").strip()
+    impossible = bool(qa.get("is_impossible"))
+    answers = [a.get("text") for a in qa.get("answers") or [] if isinstance(a, dict)]
+    if not impossible and not any(isinstance(a, str) and a.strip() for a in answers):
+        raise Refused("answerable question without an answer")
+    gold = None if impossible else next(a for a in answers if isinstance(a, str) and a.strip())
+    return {
+        "id": f"{prefix}-{_text(qa.get('id'), 'question id')}", "question": question,
+        "sources": [{k: v for k, v in s.items() if v is not None} for s in sources],
+        "gold_answer": gold, "gold_source_ids": [] if impossible else [gold_id],
+        "expected_behavior": "unanswerable_must_abstain" if impossible else "answer",
+        "difficulty": "single-hop", "split": split,
+        "adversarial": "squad2-unanswerable" if impossible else "squad2",
+    }
 
 
 def _items_of(record: Any, key: str, what: str) -> list[Any]:
@@ -274,15 +308,32 @@ def _items_of(record: Any, key: str, what: str) -> list[Any]:
     return value
 
 
+def _hotpotqa_paragraph(item: Any) -> tuple[Any, str]:
+    """(title, text) of one context entry, the sentences joined; Refused when it is not [title, sentences]."""
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
+        raise Refused("a context entry that is not [title, sentences]")
+    return item[0], "".join(s for s in item[1] if isinstance(s, str)).strip()
+
+
+def hotpotqa_passages(record: Any) -> Iterator[tuple[str | None, str]]:
+    """(title, text) of every context paragraph of a record that has a title and text."""
+    context = record.get("context") if isinstance(record, dict) else None
+    for item in context if isinstance(context, list) else []:
+        try:
+            title, text = _hotpotqa_paragraph(item)
+        except Refused:
+            continue
+        if isinstance(title, str) and title.strip() and text:
+            yield title, text
+
+
 def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
     context = _items_of(record, "context", "context paragraphs")
     taken: set[str] = set()
     sources, ids = [], {}
     for item in context:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
-            raise Refused("a context entry that is not [title, sentences]")
-        title = _text(item[0], "context title")
-        text = "".join(s for s in item[1] if isinstance(s, str)).strip()
+        title, text = _hotpotqa_paragraph(item)
+        title = _text(title, "context title")
         if not text:
             raise Refused("an empty context paragraph")
         if title in ids:
@@ -305,6 +356,15 @@ def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
         **({"adversarial": kind} if isinstance(kind, str) and kind else {}),
         "checkpoints": [{"kind": "retrieved", "source_id": g} for g in gold_ids],
     }
+
+
+def musique_passages(record: Any) -> Iterator[tuple[str | None, str]]:
+    """(title, text) of every paragraph of a record that has text."""
+    paragraphs = record.get("paragraphs") if isinstance(record, dict) else None
+    for p in paragraphs if isinstance(paragraphs, list) else []:
+        text = p.get("paragraph_text") if isinstance(p, dict) else None
+        if isinstance(text, str) and text.strip():
+            yield (p["title"] if isinstance(p.get("title"), str) and p["title"] else None), text
 
 
 def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
@@ -453,16 +513,39 @@ def ares_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
 # --------------------------------------------------------------------------- the import
 
 
-def _produce(fmt: str, path: Path, prefix: str, split: str) -> Iterator[tuple[str, Any]]:
-    if fmt == "squad2":
-        yield from squad2_cases(path, prefix, split)
-    elif fmt in ("hotpotqa", "musique"):
-        build: Callable[[Any, str, str], dict[str, Any]] = hotpotqa_case if fmt == "hotpotqa" else musique_case
-        for where, record in records(path):
-            try:
-                yield where, build(record, prefix, split)
-            except Refused as exc:
-                yield where, exc
+def _one_case(build: Callable[[Any, str, str], dict[str, Any]]) -> Callable[..., Iterator[tuple[str, Any]]]:
+    def cases(where: str, record: Any, prefix: str, split: str) -> Iterator[tuple[str, Any]]:
+        try:
+            yield where, build(record, prefix, split)
+        except Refused as exc:
+            yield where, exc
+    return cases
+
+
+# format: (its records' place in a JSON file, the cases of one record, the passages of one record)
+POOLED = {
+    "squad2": ("data.item", squad2_cases, squad2_passages),
+    "hotpotqa": ("item", _one_case(hotpotqa_case), hotpotqa_passages),
+    "musique": ("item", _one_case(musique_case), musique_passages),
+}
+
+
+def _pooled(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | None) -> Iterator[tuple[str, Any]]:
+    """Cases of a format with paragraphs, read once: with a pool, every paragraph of every record (kept,
+    refused or left by --limit) is pooled first, and each case names its passages by corpus id."""
+    array_prefix, cases_of, passages_of = POOLED[fmt]
+    reader = json_items(path, array_prefix) if fmt == "squad2" else records(path, array_prefix=array_prefix)
+    for where, record in reader:
+        if pool is not None:
+            for title, text in passages_of(record):
+                pool.add(title, text)
+        for here, item in cases_of(where, record, prefix, split):
+            yield here, item if pool is None or isinstance(item, Refused) else corpus_case(item, pool)
+
+
+def _produce(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | None) -> Iterator[tuple[str, Any]]:
+    if fmt in POOLED:
+        yield from _pooled(fmt, path, prefix, split, pool)
     elif fmt == "ragas":
         rows = csv_rows(path) if path.suffix.lower() == ".csv" else records(path)
         for n, (where, record) in enumerate(rows, start=1):
@@ -474,12 +557,12 @@ def _produce(fmt: str, path: Path, prefix: str, split: str) -> Iterator[tuple[st
         yield from {"wice": wice_rows, "expertqa": expertqa_rows, "ares": ares_rows}[fmt](path, prefix)
 
 
-def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int | None = None, seed: int | None = None,
-                split: str = "frozen", prefix: str | None = None) -> ImportReport:
-    """Convert ``source`` (a public dataset in ``fmt``) into ``out_dir/<prefix>.jsonl``: golden cases, or a
-    labelled set for the labelled formats. Refuses to overwrite an existing file."""
+def _checked_prefix(fmt: str, limit: int | None, split: str, prefix: str | None, corpus: bool) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if corpus and fmt not in POOLED:
+        raise UsageError(f"--corpus is for {', '.join(POOLED)} (a passage pool read from the whole file); "
+                         f"{fmt} rows carry their own passages")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     if split not in ("frozen", "living"):
@@ -487,18 +570,17 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
     prefix = prefix or fmt
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", prefix):
         raise UsageError(f"--prefix must be letters, digits, '-', '_' or '.', got {prefix!r}")
-    path = Path(source)
-    labelled = fmt in LABELLED_FORMATS
-    out = Path(out_dir) / f"{prefix}{'-labelled' if labelled else ''}.jsonl"
-    if out.exists():
-        raise UsageError(f"{out} exists; choose another --out or --prefix (an import never overwrites data)")
-    report = ImportReport(fmt, str(path), str(out))
+    return prefix
+
+
+def _collect(report: ImportReport, items: Iterator[tuple[str, Any]], limit: int | None,
+             seed: int | None) -> list[dict[str, Any]]:
+    """The records kept: all, the first ``limit``, or (with a seed) a uniform sample of ``limit``."""
     kept: list[dict[str, Any]] = []
     rng = random.Random(seed) if seed is not None else None
     accepted = 0
     seen_ids: set[str] = set()
-    check_utf8(path)
-    for where, item in _produce(fmt, path, prefix, split):
+    for where, item in items:
         report.read += 1
         if isinstance(item, Refused):
             report.refuse(str(item), where)
@@ -518,19 +600,69 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
         else:
             report.left_by_limit += 1
     report.imported = len(kept)
-    if not kept:
-        raise DatasetError(f"nothing imported: {report.summary_text()}", file=str(path))
-    write_jsonl(out, kept)
+    return kept
+
+
+def _check_written(out: Path, labelled: bool, corpus: Path | None) -> None:
+    """Read the written file back as strictly as any (with the folder's other case files), or, for corpus
+    cases, check that every id is unique and every gold or checkpoint passage is in the written corpus."""
+    if labelled:
+        from qaeval.data.labels import read_labelled_set
+
+        read_labelled_set(out)
+    elif corpus is None:
+        from qaeval.data.cases import load_suite
+
+        load_suite(out.parent)  # with whatever else the folder holds: ids must be unique across files
+    else:
+        _check_corpus_cases(out, corpus)
+
+
+def _check_corpus_cases(out: Path, corpus_file: Path) -> None:
+    from qaeval.data.corpus import Corpus
+    from qaeval.files import iter_jsonl
+
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    with Corpus.open(corpus_file) as corpus:
+        for line, case in iter_jsonl(out, problems):
+            if case["id"] in seen:
+                problems.append(Problem(str(out), line, f"duplicate id {case['id']!r}"))
+            seen.add(case["id"])
+            named = [*case["gold_source_ids"], *(cp["source_id"] for cp in case.get("checkpoints", []))]
+            problems += [Problem(str(out), line, f"case {case['id']!r}: passage {pid!r} is not in {corpus_file}")
+                         for pid in named if pid not in corpus]
+    if problems:
+        raise DatasetError(problems)
+
+
+def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int | None = None, seed: int | None = None,
+                split: str = "frozen", prefix: str | None = None, corpus: bool = False) -> ImportReport:
+    """Convert ``source`` (a public dataset in ``fmt``) into ``out_dir/<prefix>.jsonl``: golden cases, or a
+    labelled set for the labelled formats. With ``corpus``, every paragraph of the file is pooled into
+    ``out_dir/corpus.jsonl`` and the cases name their gold passages by corpus id. Refuses to overwrite an
+    existing file."""
+    prefix = _checked_prefix(fmt, limit, split, prefix, corpus)
+    path = Path(source)
+    labelled = fmt in LABELLED_FORMATS
+    out = Path(out_dir) / f"{prefix}{'-labelled' if labelled else ''}.jsonl"
+    for taken in (out, Path(out_dir) / CORPUS_FILE) if corpus else (out,):
+        if os.path.lexists(taken):
+            raise UsageError(f"{taken} exists; choose another --out{'' if corpus else ' or --prefix'} "
+                             "(an import never overwrites data)")
+    report = ImportReport(fmt, str(path), str(out))
+    check_utf8(path)
+    with PassagePool(out_dir) if corpus else nullcontext() as pool:
+        kept = _collect(report, _produce(fmt, path, prefix, split, pool), limit, seed)
+        if not kept:
+            raise DatasetError(f"nothing imported: {report.summary_text()}", file=str(path))
+        if pool is not None:
+            report.corpus, report.pooled, report.merged = str(pool.publish()), pool.pooled, pool.merged
     try:
-        if labelled:
-            from qaeval.data.labels import read_labelled_set
-
-            read_labelled_set(out)
-        else:
-            from qaeval.data.cases import load_suite
-
-            load_suite(out.parent)  # with whatever else the folder holds: ids must be unique across files
-    except DatasetError:
-        out.unlink()
+        write_jsonl(out, kept)
+        _check_written(out, labelled, Path(report.corpus) if corpus else None)
+    except BaseException:
+        for written in (out, Path(report.corpus)) if corpus else (out,):
+            written.unlink(missing_ok=True)
         raise
     return report

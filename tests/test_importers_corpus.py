@@ -1,0 +1,196 @@
+"""``qaeval import squad2|hotpotqa|musique IN --out DIR --corpus``: every paragraph of the file pooled once
+into DIR/corpus.jsonl (records refused or left out by --limit included, the same text merged into one
+passage whose id is the same on every import), and cases without sources whose gold ids are corpus ids."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import pytest
+from conftest import ROOT
+
+from qaeval import DatasetError, UsageError
+from qaeval.cli import main
+from qaeval.data import pooling
+from qaeval.data.corpus import Corpus
+from qaeval.data.importers import import_file
+
+SHARED = ROOT.parent / "shared" / "data"
+
+SQUAD = {"version": "v2.0", "data": [{"title": "Harbor", "paragraphs": [
+    {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": [
+        {"id": "q1", "question": "When did Eastside open?", "answers": [{"text": "1964", "answer_start": 31}],
+         "is_impossible": False},
+        {"id": "q2", "question": "When did Eastside close?", "answers": [], "is_impossible": True}]},
+    {"context": "The Northgate Branch opened in 1978.", "qas": [
+        {"id": "q3", "question": "When did Northgate open?", "answers": [], "is_impossible": False}]},
+    {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": []}]}]}
+
+HOTPOT = [{"_id": "h1", "question": "Which opened first, Eastside or Northgate?", "answer": "Eastside", "type": "comparison",
+           "supporting_facts": [["Eastside", 0], ["Northgate", 0]],
+           "context": [["Eastside", ["Eastside opened in 1964.", " It has a Maker Lab."]],
+                       ["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]},
+          {"_id": "h2", "question": "Who?", "answer": "x", "type": "bridge", "supporting_facts": [["Missing", 0]],
+           "context": [["Eastside", ["Eastside opened in 1964."]]]},
+          {"_id": "h3", "question": "When did Northgate open?", "answer": "1978", "type": "bridge",
+           "supporting_facts": [["Northgate", 0]],
+           "context": [["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]}]
+
+MUSIQUE = [{"id": "2hop__1", "question": "Where was the founder of Eastside born?", "answer": "Harbor City",
+            "answerable": True, "question_decomposition": [{"id": 1}, {"id": 2}],
+            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
+                            "is_supporting": True},
+                           {"idx": 1, "title": "Ada Park", "paragraph_text": "Ada Park was born in Harbor City.",
+                            "is_supporting": True},
+                           {"idx": 2, "title": "Printing", "paragraph_text": "Printing costs 10 cents.",
+                            "is_supporting": False}]},
+           {"id": "2hop__2", "question": "Where was the founder of Westside born?", "answer": "", "answerable": False,
+            "question_decomposition": [{"id": 1}, {"id": 2}],
+            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
+                            "is_supporting": False}]}]
+
+
+def write(path, value):
+    path.write_text(json.dumps(value))
+    return path
+
+
+def read_cases(path):
+    return {c["id"]: c for c in map(json.loads, path.read_text().splitlines())}
+
+
+def read_corpus(folder):
+    """{text: passage} of DIR/corpus.jsonl, after Corpus.open has accepted the file."""
+    with Corpus.open(folder / "corpus.jsonl") as corpus:
+        passages = list(corpus)
+    assert len({p.text for p in passages}) == len(passages), "one passage per distinct text"
+    return {p.text: p for p in passages}
+
+
+def test_squad2_pools_every_paragraph_and_names_the_questions_paragraph(tmp_path):
+    report = import_file("squad2", write(tmp_path / "s.json", SQUAD), tmp_path / "out", corpus=True)
+    assert (report.read, report.imported, report.pooled, report.merged) == (3, 2, 2, 1)
+    by_text = read_corpus(tmp_path / "out")
+    eastside = by_text["The Eastside Branch opened in 1964 on Dunmore Street."]
+    assert "The Northgate Branch opened in 1978." in by_text, "a refused question's paragraph is still pooled"
+    assert eastside.title == "Harbor" and eastside.id.startswith("harbor-")
+    cases = read_cases(tmp_path / "out" / "squad2.jsonl")
+    assert all("sources" not in c for c in cases.values())
+    assert cases["squad2-q1"]["gold_source_ids"] == [eastside.id]
+    assert cases["squad2-q2"]["gold_source_ids"] == [] and cases["squad2-q2"]["gold_answer"] is None
+    assert "pooled 2 passage(s)" in report.summary_text() and "(1 duplicate paragraph(s) merged)" in report.summary_text()
+
+
+def test_hotpotqa_supporting_paragraphs_are_the_gold_ids_and_shared_paragraphs_are_one_passage(tmp_path):
+    report = import_file("hotpotqa", write(tmp_path / "h.json", HOTPOT), tmp_path / "out", corpus=True)
+    assert (report.imported, report.pooled, report.merged) == (2, 4, 2)
+    by_text = read_corpus(tmp_path / "out")
+    assert "Eastside opened in 1964." in by_text, "the refused record's paragraph is pooled"
+    east, north = by_text["Eastside opened in 1964. It has a Maker Lab."], by_text["Northgate opened in 1978."]
+    cases = read_cases(tmp_path / "out" / "hotpotqa.jsonl")
+    assert cases["hotpotqa-h1"]["gold_source_ids"] == [east.id, north.id]
+    assert cases["hotpotqa-h3"]["gold_source_ids"] == [north.id], "the same paragraph in two records: one id"
+    assert [cp["source_id"] for cp in cases["hotpotqa-h1"]["checkpoints"]] == [east.id, north.id]
+
+
+def test_musique_is_supporting_paragraphs_are_the_gold_ids(tmp_path):
+    report = import_file("musique", write(tmp_path / "m.json", MUSIQUE), tmp_path / "out", corpus=True)
+    assert (report.imported, report.pooled, report.merged) == (2, 3, 1)
+    by_text = read_corpus(tmp_path / "out")
+    cases = read_cases(tmp_path / "out" / "musique.jsonl")
+    assert cases["musique-2hop__1"]["gold_source_ids"] == [by_text["Eastside was founded by Ada Park."].id,
+                                                           by_text["Ada Park was born in Harbor City."].id]
+    assert cases["musique-2hop__2"]["gold_source_ids"] == []
+
+
+def test_two_sources_with_one_text_become_one_gold_id(tmp_path):
+    record = copy.deepcopy(MUSIQUE[0])
+    record["paragraphs"][1]["paragraph_text"] = record["paragraphs"][0]["paragraph_text"]
+    import_file("musique", write(tmp_path / "m.json", [record]), tmp_path / "out", corpus=True)
+    [case] = read_cases(tmp_path / "out" / "musique.jsonl").values()
+    assert len(case["gold_source_ids"]) == 1 and len(case["checkpoints"]) == 1
+
+
+def test_limit_keeps_fewer_cases_but_pools_every_passage_with_the_same_ids(tmp_path):
+    path = write(tmp_path / "h.json", HOTPOT)
+    full = import_file("hotpotqa", path, tmp_path / "all", corpus=True)
+    first = import_file("hotpotqa", path, tmp_path / "first", corpus=True, limit=1)
+    sampled = import_file("hotpotqa", path, tmp_path / "sampled", corpus=True, limit=1, seed=3)
+    assert first.imported == sampled.imported == 1 and first.left_by_limit == 1
+    assert first.pooled == sampled.pooled == full.pooled == 4
+    corpus = (tmp_path / "all" / "corpus.jsonl").read_bytes()
+    assert (tmp_path / "first" / "corpus.jsonl").read_bytes() == corpus
+    assert (tmp_path / "sampled" / "corpus.jsonl").read_bytes() == corpus
+
+
+def test_ids_that_would_collide_get_a_suffix(tmp_path, monkeypatch):
+    """Different texts whose digests share the first ten hex digits (forced here) keep distinct ids."""
+    monkeypatch.setattr(pooling, "_key", lambda text: bytes(5) + hashlib.sha256(text.encode()).digest()[:11])
+    with pooling.PassagePool(tmp_path) as pool:
+        first, second = pool.add("Eastside", "One text."), pool.add("Eastside", "Another text.")
+        pool.publish()
+    assert (first, second) == ("eastside-0000000000", "eastside-0000000000-2")
+    assert len(read_corpus(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("fmt", ["ragas", "wice"])
+def test_corpus_is_a_usage_error_for_formats_without_paragraphs(tmp_path, capsys, fmt):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("{}\n")
+    assert main(["import", fmt, str(path), "--out", str(tmp_path / "out"), "--corpus"]) == 64
+    assert "--corpus is for squad2, hotpotqa, musique" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_corpus_is_never_replaced(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "corpus.jsonl").write_text('{"id": "mine", "text": "Kept as it is."}\n')
+    assert main(["import", "squad2", str(write(tmp_path / "s.json", SQUAD)), "--out", str(out), "--corpus"]) == 64
+    err = capsys.readouterr().err
+    assert "corpus.jsonl exists" in err and "never overwrites" in err
+    assert sorted(p.name for p in out.iterdir()) == ["corpus.jsonl"]
+    assert (out / "corpus.jsonl").read_text() == '{"id": "mine", "text": "Kept as it is."}\n'
+
+
+def test_nothing_imported_leaves_no_corpus_behind(tmp_path):
+    with pytest.raises(DatasetError, match="nothing imported"):
+        import_file("hotpotqa", write(tmp_path / "h.json", [HOTPOT[1]]), tmp_path / "out", corpus=True)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_cli_reports_the_pool(tmp_path, capsys):
+    assert main(["import", "musique", str(write(tmp_path / "m.json", MUSIQUE)), "--out", str(tmp_path / "out"),
+                 "--corpus"]) == 0
+    assert "pooled 3 passage(s) from every record of the file" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["corpus.jsonl", "musique.jsonl"]
+
+
+def test_a_squad_question_that_is_not_an_object_is_refused_with_a_reason(tmp_path):
+    """Before: an AttributeError (exit 70) from qa.get on a list."""
+    squad = copy.deepcopy(SQUAD)
+    squad["data"][0]["paragraphs"][0]["qas"].append(["not", "an", "object"])
+    report = import_file("squad2", write(tmp_path / "s.json", squad), tmp_path / "out")
+    assert report.refused["a question that is not an object"] == 1
+
+
+def test_usage_errors_come_before_anything_is_read(tmp_path):
+    with pytest.raises(UsageError, match="--corpus is for"):
+        import_file("ares", tmp_path / "missing.tsv", tmp_path / "out", corpus=True)
+
+
+@pytest.mark.skipif(not (SHARED / "squad2-small.json").exists(), reason="../shared/data/squad2-small.json not present")
+def test_the_shared_squad2_excerpt_imports_with_a_corpus(tmp_path):
+    source = SHARED / "squad2-small.json"
+    distinct = {p["context"] for a in json.loads(source.read_text())["data"] for p in a["paragraphs"]}
+    report = import_file("squad2", source, tmp_path / "out", corpus=True)
+    assert (report.imported, report.pooled, report.merged) == (626, len(distinct), 0)
+    with Corpus.open(tmp_path / "out" / "corpus.jsonl") as corpus:
+        assert len(corpus) == 87
+        cases = read_cases(tmp_path / "out" / "squad2.jsonl")
+        gold = [g for c in cases.values() for g in c["gold_source_ids"]]
+        assert gold and all(g in corpus for g in gold)
+    assert sum(not c["gold_source_ids"] for c in cases.values()) == sum(
+        c["expected_behavior"] == "unanswerable_must_abstain" for c in cases.values())
