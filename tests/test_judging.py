@@ -11,9 +11,9 @@ from qaeval.data.schema import AXES
 from qaeval.judges.offline import OfflineJudge
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import (
-    AxisVerdict, JudgeConfig, JudgeResponse, Rubric, build_requests, hardest_decoy, parse_verdict_json,
-    score_with_judge,
+    AxisVerdict, JudgeConfig, JudgeResponse, build_requests, hardest_decoy, score_with_judge,
 )
+from qaeval.scoring.rubric import Rubric, parse_verdict_json
 
 
 class Scripted:

@@ -41,9 +41,8 @@ from urllib.parse import urlsplit, urlunsplit
 from qaeval.errors import UsageError
 from qaeval.judges.cache import VerdictCache, cache_key
 from qaeval.plugins import progress_bar
-from qaeval.scoring.judge import (
-    RUBRIC_VERSION, JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, parse_verdict_json, verdict_json_schema,
-)
+from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
+from qaeval.scoring.rubric import RUBRIC_VERSION, parse_verdict_json, verdict_json_schema
 
 VERDICT_SCHEMA = verdict_json_schema()
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_verdict", "strict": True, "schema": VERDICT_SCHEMA}}
