@@ -9,9 +9,9 @@ import hashlib
 import json
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, make_case
 
-from qaeval import DatasetError, UsageError
+from qaeval import DatasetError, UsageError, load_suite
 from qaeval.cli import main
 from qaeval.data import pooling
 from qaeval.data.corpus import Corpus
@@ -194,3 +194,24 @@ def test_the_shared_squad2_excerpt_imports_with_a_corpus(tmp_path):
         assert gold and all(g in corpus for g in gold)
     assert sum(not c["gold_source_ids"] for c in cases.values()) == sum(
         c["expected_behavior"] == "unanswerable_must_abstain" for c in cases.values())
+
+
+def test_the_written_folder_loads_as_a_suite_with_its_corpus(tmp_path):
+    import_file("hotpotqa", write(tmp_path / "h.json", HOTPOT), tmp_path / "out", corpus=True)
+    suite = load_suite(tmp_path / "out")
+    try:
+        assert len(suite.corpus) == 4 and all(c.from_corpus for c in suite.cases)
+        assert suite.corpus_fingerprint == hashlib.sha256((tmp_path / "out" / "corpus.jsonl").read_bytes()).hexdigest()
+    finally:
+        suite.corpus.close()
+
+
+def test_a_folder_that_does_not_load_afterwards_gets_neither_file(tmp_path):
+    """Ids must be unique across the folder's files: a clash undoes the cases and the corpus alike."""
+    out = tmp_path / "out"
+    out.mkdir()
+    clash = make_case(id="squad2-q1")
+    (out / "mine.jsonl").write_text(json.dumps(clash) + "\n")
+    with pytest.raises(DatasetError, match="duplicate id 'squad2-q1'"):
+        import_file("squad2", write(tmp_path / "s.json", SQUAD), out, corpus=True)
+    assert sorted(p.name for p in out.iterdir()) == ["mine.jsonl"]

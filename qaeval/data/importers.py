@@ -603,37 +603,19 @@ def _collect(report: ImportReport, items: Iterator[tuple[str, Any]], limit: int 
     return kept
 
 
-def _check_written(out: Path, labelled: bool, corpus: Path | None) -> None:
-    """Read the written file back as strictly as any (with the folder's other case files), or, for corpus
-    cases, check that every id is unique and every gold or checkpoint passage is in the written corpus."""
+def _check_written(out: Path, labelled: bool) -> None:
+    """Read the written file back as strictly as any, with whatever else the folder holds: case ids must be
+    unique across its files, and a corpus case's gold and checkpoint passages must be in its corpus."""
     if labelled:
         from qaeval.data.labels import read_labelled_set
 
         read_labelled_set(out)
-    elif corpus is None:
-        from qaeval.data.cases import load_suite
+        return
+    from qaeval.data.cases import load_suite
 
-        load_suite(out.parent)  # with whatever else the folder holds: ids must be unique across files
-    else:
-        _check_corpus_cases(out, corpus)
-
-
-def _check_corpus_cases(out: Path, corpus_file: Path) -> None:
-    from qaeval.data.corpus import Corpus
-    from qaeval.files import iter_jsonl
-
-    problems: list[Problem] = []
-    seen: set[str] = set()
-    with Corpus.open(corpus_file) as corpus:
-        for line, case in iter_jsonl(out, problems):
-            if case["id"] in seen:
-                problems.append(Problem(str(out), line, f"duplicate id {case['id']!r}"))
-            seen.add(case["id"])
-            named = [*case["gold_source_ids"], *(cp["source_id"] for cp in case.get("checkpoints", []))]
-            problems += [Problem(str(out), line, f"case {case['id']!r}: passage {pid!r} is not in {corpus_file}")
-                         for pid in named if pid not in corpus]
-    if problems:
-        raise DatasetError(problems)
+    corpus = load_suite(out.parent).corpus
+    if corpus is not None:
+        corpus.close()
 
 
 def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int | None = None, seed: int | None = None,
@@ -660,7 +642,7 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
             report.corpus, report.pooled, report.merged = str(pool.publish()), pool.pooled, pool.merged
     try:
         write_jsonl(out, kept)
-        _check_written(out, labelled, Path(report.corpus) if corpus else None)
+        _check_written(out, labelled)
     except BaseException:
         for written in (out, Path(report.corpus)) if corpus else (out,):
             written.unlink(missing_ok=True)
