@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, make_case
@@ -215,3 +217,29 @@ def test_a_folder_that_does_not_load_afterwards_gets_neither_file(tmp_path):
     with pytest.raises(DatasetError, match="duplicate id 'squad2-q1'"):
         import_file("squad2", write(tmp_path / "s.json", SQUAD), out, corpus=True)
     assert sorted(p.name for p in out.iterdir()) == ["mine.jsonl"]
+
+
+def test_pooling_a_large_file_streams_in_bounded_memory(tmp_path):
+    """100 MB of HotpotQA records, every paragraph distinct: the pool keeps a digest and an id per passage,
+    not its text, so memory does not grow with the file (26,000 passages pooled, 10 cases kept)."""
+    script = f"""
+import json, os, resource, sys
+sys.path.insert(0, {str(ROOT)!r})
+from qaeval.data.importers import import_file
+record = {{"_id": "h", "question": "Q?", "answer": "A", "type": "bridge", "supporting_facts": [["T0", 0], ["T1", 0]]}}
+with open({str(tmp_path / 'big.json')!r}, "w") as f:
+    f.write("[")
+    for i in range(2600):
+        record["_id"] = f"h{{i}}"
+        record["context"] = [[f"T{{j}}", [f"Record {{i}}, paragraph {{j}}. " + "x " * 2000]] for j in range(10)]
+        f.write(("," if i else "") + json.dumps(record))
+    f.write("]")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+report = import_file("hotpotqa", {str(tmp_path / 'big.json')!r}, {str(tmp_path / 'out')!r}, limit=10, corpus=True)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(os.path.getsize({str(tmp_path / 'big.json')!r}), report.pooled, report.imported, (after - before) // 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, timeout=300)
+    size, pooled, imported, grew_mib = map(int, done.stdout.split())
+    assert size > 100_000_000 and (pooled, imported) == (26_000, 10)
+    assert grew_mib < 60, f"memory grew by {grew_mib} MiB while pooling {size // 2**20} MiB"
