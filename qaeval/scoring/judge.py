@@ -37,7 +37,7 @@ from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.errors import UsageError
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
-from qaeval.scoring.rubric import RUBRIC_VERSION, Prompt, Rubric
+from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
 from qaeval.text import content_terms, normalize
 
 MIN_QUOTE_TERMS = 3
@@ -126,17 +126,6 @@ class JudgeSettings:
 
 
 @dataclass(frozen=True)
-class CitedSource:
-    """One citation as the judge sees it: the claim, the cited source's text and its hardest decoy."""
-
-    source_id: str
-    claim: str
-    text: str
-    decoy_id: str | None
-    decoy_text: str | None
-
-
-@dataclass(frozen=True)
 class JudgeRequest:
     """One call's worth of grading: an answered case with its cited sources and decoys."""
 
@@ -153,15 +142,6 @@ class JudgeRequest:
         for c in self.citations:
             seen.setdefault(c.source_id, c.text)
         return "\n".join(seen.values())
-
-
-@dataclass
-class AxisVerdict:
-    axis: str
-    score: Any
-    quote: str = ""
-    rationale: str = ""
-    target: str = ""
 
 
 @dataclass

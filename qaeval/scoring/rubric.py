@@ -13,15 +13,34 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.errors import UsageError
 
-if TYPE_CHECKING:
-    from qaeval.scoring.judge import AxisVerdict, CitedSource
-
 RUBRIC_VERSION = "v2"
+
+
+@dataclass(frozen=True)
+class CitedSource:
+    """One citation as the judge sees it: the claim, the cited source's text and its hardest decoy."""
+
+    source_id: str
+    claim: str
+    text: str
+    decoy_id: str | None
+    decoy_text: str | None
+
+
+@dataclass
+class AxisVerdict:
+    """One axis's verdict as a judge gives it (for citation correctness, ``target`` is the source id)."""
+
+    axis: str
+    score: Any
+    quote: str = ""
+    rationale: str = ""
+    target: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +107,6 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
     """Parse a judge's JSON reply (tolerating code fences and prose around the object). Raises
     ValueError for anything that is not a usable verdict: not text, no object, truncated JSON, no axes."""
     from qaeval.files import loads_strict
-    from qaeval.scoring.judge import AxisVerdict
 
     if not isinstance(text, str):
         raise ValueError(f"the reply is {type(text).__name__}, not text")
