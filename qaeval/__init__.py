@@ -30,7 +30,7 @@ _EXPORTS = {
     "CaseView": "qaeval.system.contract", "Citation": "qaeval.system.contract",
     "SUTOutput": "qaeval.system.contract", "SystemAdapter": "qaeval.system.contract",
     "GoldenCase": "qaeval.data.cases", "Source": "qaeval.data.cases", "Suite": "qaeval.data.cases",
-    "load_suite": "qaeval.data.cases",
+    "load_suite": "qaeval.data.cases", "Corpus": "qaeval.data.corpus", "Passage": "qaeval.data.corpus",
     "BaselineError": "qaeval.errors", "BaselineRefused": "qaeval.errors", "DatasetError": "qaeval.errors",
     "DriftAlarm": "qaeval.errors", "FileAccessError": "qaeval.errors", "GateBlocked": "qaeval.errors",
     "JudgeError": "qaeval.errors", "JudgeNotTrusted": "qaeval.errors", "QaevalError": "qaeval.errors",

@@ -205,16 +205,39 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
     return data
 
 
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "adapter": (str,), "isolation": (str,), "concurrency": (int,), "executor": (str, type(None)), "k": (int,),
+    "timeout": (int, float, type(None)), "data": (str,), "created": (str, type(None)),
+    "git_commit": (str, type(None)), "qaeval_version": (str,), "python": (str,),
+}
+JUDGE_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "model": (str,), "temperature": (int, float), "seed": (int, type(None)),
+    "prompt_version": (str,), "base_url": (str, type(None)),
+}
+
+
+def _typed(raw: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], prefix: str, where: str) -> dict[str, Any]:
+    """The known fields of a record section, each of the type it must have; a field of another type is a
+    RecordError naming it (a bug in qaeval is not a malformed record: it is not caught here)."""
+    problems = [f"{prefix}.{name} is {type(raw[name]).__name__}, not {' or '.join(t.__name__ for t in kinds)}"
+                for name, kinds in types.items()
+                if name in raw and (not isinstance(raw[name], kinds) or isinstance(raw[name], bool) and bool not in kinds)]
+    if problems:
+        raise RecordError("record is malformed: " + "; ".join(problems), file=where)
+    return {name: raw[name] for name in types if name in raw}
+
+
 def _meta(data: Mapping[str, Any], where: str) -> RunMeta:
-    raw = dict(data)
-    judge = raw.pop("judge", None)
+    judge = data.get("judge")
     if not isinstance(judge, dict):
         raise RecordError("record meta has no judge config", file=where)
-    known = set(RunMeta.__dataclass_fields__)
-    try:
-        return RunMeta(judge=JudgeConfig.from_dict(judge), **{k: v for k, v in raw.items() if k in known})
-    except TypeError as exc:
-        raise RecordError(f"record meta is malformed ({exc})", file=where) from None
+    fields = _typed(data, META_TYPES, "meta", where)
+    if "adapter" not in fields:
+        raise RecordError("record is malformed: meta.adapter is missing", file=where)
+    config = _typed(judge, JUDGE_TYPES, "meta.judge", where)
+    if not {"name", "model"} <= set(config):
+        raise RecordError("record is malformed: meta.judge needs name and model", file=where)
+    return RunMeta(judge=JudgeConfig(**config), **fields)
 
 
 def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
@@ -245,6 +268,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
             out["prompt_to_model"] = None
         out.setdefault("latency_s", None)
         out.setdefault("logs", "")
+        out.setdefault("passages", [])  # a record written before systems returned passages
         outputs.append({"case_id": cid, **out})
         checks += [dict(case_id=cid, check=c, passed=p, reason=r) for c, p, r in line["checks"]]
         if line["retrieval"] is not None:

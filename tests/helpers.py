@@ -16,7 +16,7 @@ S2 = "The Northgate Branch opened in 1978 and is the smallest location."
 
 
 def output(case_id: str = "case-0001", **fields: Any) -> dict[str, Any]:
-    row = dict(case_id=case_id, answer=S1, citations=[{"source_id": "s1", "claim": S1}], retrieved_ids=["s1", "s2"],
+    row = dict(case_id=case_id, answer=S1, citations=[{"source_id": "s1", "claim": S1}], retrieved_ids=["s1", "s2"], passages=[],
                abstained=False, model_was_called=True, prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}",
                computed_aggregate=None, error=None, latency_s=0.0, logs="")
     row.update(fields)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import make_case, write_cases
 
-from qaeval import load_suite
+from qaeval import Citation, Passage, SUTOutput, load_suite
 from qaeval.errors import DatasetError
 
 PASSAGES = [
@@ -83,3 +83,52 @@ def test_a_bad_corpus_is_a_load_error_naming_its_file(tmp_path):
     with pytest.raises(DatasetError) as err:
         load_suite(folder)
     assert err.value.problems[0].file.endswith("corpus.jsonl") and err.value.problems[0].line == 1
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+def _fields(**changes: Any) -> tuple[Any, list[str]]:
+    from qaeval.system.contract import output_to_plain, validate_plain
+
+    out = SUTOutput(answer=PASSAGES[0]["text"], citations=[Citation("p-eastside", PASSAGES[0]["text"])],
+                    model_was_called=True, prompt_to_model="q")
+    for key, value in changes.items():
+        setattr(out, key, value)
+    return validate_plain(json.loads(json.dumps(output_to_plain(out))))
+
+
+def test_passages_alone_give_the_ranking_and_cross_the_boundary():
+    fields, problems = _fields(passages=[Passage("own-1", "Own text."), Passage("p-eastside", "x", "Eastside")])
+    assert problems == []
+    assert fields["retrieved_ids"] == ["own-1", "p-eastside"]
+    assert fields["passages"] == [{"id": "own-1", "text": "Own text.", "title": None},
+                                  {"id": "p-eastside", "text": "x", "title": "Eastside"}]
+    fields, problems = _fields(retrieved_ids=["own-1"], passages=[Passage("own-1", "Own text.")])
+    assert problems == [] and fields["retrieved_ids"] == ["own-1"]
+    fields, _ = _fields(retrieved_ids=["p-eastside"])
+    assert fields["passages"] == []
+
+
+@pytest.mark.parametrize("passages, retrieved, reason", [
+    ([Passage("a", "x"), Passage("a", "y")], [], "passages lists 'a' more than once"),
+    (["a"], [], "passages[0] is str, not Passage"),
+    ([{"id": "a", "text": "x"}], [], "passages[0] is dict, not Passage"),
+    ([Passage("a", 5)], [], "passages[0].text must be a non-empty str"),  # type: ignore[arg-type]
+    ([Passage("", "x")], [], "passages[0].id must be a non-empty str"),
+    ([Passage("a", "x", 3)], [], "passages[0].title is int"),  # type: ignore[arg-type]
+    ([Passage("a", "x")], ["b"], "retrieved_ids and passages disagree"),
+    ([Passage("a", "x"), Passage("b", "y")], ["b", "a"], "retrieved_ids and passages disagree"),
+    (("tuple",), [], "passages is tuple, not a list"),
+    ([Passage(str(i), "x") for i in range(1001)], [], "passages holds 1001 passages (limit 1000)"),
+])
+def test_bad_passages_are_malformed_output_with_the_reason(passages, retrieved, reason):
+    fields, problems = _fields(passages=passages, retrieved_ids=retrieved)
+    assert fields is None and any(reason in p for p in problems), problems
+
+
+def test_qaeval_exports_passage_and_corpus():
+    import qaeval
+    from qaeval.data.corpus import Corpus
+
+    assert qaeval.Passage is Passage and qaeval.Corpus is Corpus

@@ -7,8 +7,9 @@ process. The opaque id is a random token drawn per run; the mapping back lives i
 
 The SUT answers with a ``SUTOutput``. What comes back is checked before anything scores it
 (``output_row``): wrong types, a source id retrieved or a citation given twice, an abstention that
-still carries an answer or a citation, a number that is not finite are *malformed output*, a failed
-case with the reason, never a crash and never a score.
+still carries an answer or a citation, a number that is not finite, passages that are not
+``Passage`` objects or name an id twice, ``retrieved_ids`` that disagree with ``passages`` are
+*malformed output*, a failed case with the reason, never a crash and never a score.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from qaeval.data.cases import GoldenCase, Source
+from qaeval.data.corpus import Passage
 
 
 class Citation:
@@ -55,7 +57,10 @@ class SUTOutput:
 
     answer              the answer text ("" when abstaining)
     citations           list of Citation (none when abstaining)
-    retrieved_ids       source ids the system retrieved, best first, each once
+    retrieved_ids       source ids the system retrieved, best first, each once (the ranking; taken
+                        from ``passages`` when only those are given)
+    passages            list of Passage: what the system retrieved, in rank order, with the text it
+                        used (required for ids its own index holds that are in no source or corpus)
     abstained           True when the system declined to answer
     model_was_called    True when a language model was invoked for this case
     prompt_to_model     the exact prompt sent to the model, or None when none was sent
@@ -65,6 +70,7 @@ class SUTOutput:
     answer: str = ""
     citations: list[Citation] = field(default_factory=list)
     retrieved_ids: list[str] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
     abstained: bool = False
     model_was_called: bool = False
     prompt_to_model: str | None = None
@@ -147,7 +153,8 @@ class SystemAdapter(Protocol):
 
 # --------------------------------------------------------------------------- what comes back
 
-MAX_TEXT = 1_000_000  # characters in one answer, claim or prompt before the output is refused
+MAX_TEXT = 1_000_000  # characters in one answer, claim, prompt or passage before the output is refused
+MAX_PASSAGES = 1000  # passages in one output
 
 
 def output_to_plain(output: Any) -> dict[str, Any]:
@@ -165,12 +172,14 @@ def output_to_plain(output: Any) -> dict[str, Any]:
             return value if math.isfinite(value) else {"__type__": f"non-finite float {value!r}"}
         if isinstance(value, Citation):
             return {"source_id": plain(value.source_id), "claim": plain(value.claim)}
+        if isinstance(value, (Passage, Source)):
+            return {"passage": {"id": plain(value.id), "text": plain(value.text), "title": plain(value.title)}}
         if isinstance(value, (list, tuple)):
             return {"__type__": type(value).__name__, "items": [plain(v) for v in value]}
         return {"__type__": type(value).__name__}
 
     return {name: plain(getattr(output, name, None)) for name in (
-        "answer", "citations", "retrieved_ids", "abstained", "model_was_called", "prompt_to_model",
+        "answer", "citations", "retrieved_ids", "passages", "abstained", "model_was_called", "prompt_to_model",
         "computed_aggregate")}
 
 
@@ -229,6 +238,8 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
                 claim = answer if c["claim"] == answer else c["claim"]  # one string, not two equal copies
                 citations.append({"source_id": sys.intern(c["source_id"]), "claim": claim})
 
+    passages, found = _passages(data.get("passages"))
+    problems += found
     retrieved: list[str] = []
     items = _items(data.get("retrieved_ids"), "list")
     if items is None:
@@ -240,6 +251,11 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
         if dupes:
             problems.append(f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once")
         retrieved = [sys.intern(r) for r in items]
+        if passages and not retrieved:
+            retrieved = [p["id"] for p in passages]
+        elif passages and retrieved != [p["id"] for p in passages]:
+            problems.append("retrieved_ids and passages disagree (passages are the ranking with its text: "
+                            "give the same ids in the same order, or passages alone)")
 
     for flag in ("abstained", "model_was_called"):
         if not isinstance(data.get(flag), bool):
@@ -258,14 +274,54 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
         if citations:
             problems.append("abstained but still cited sources (an abstention carries no citation)")
     if not problems:
-        texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values())]
+        texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values()),
+                 *(v for p in passages for v in p.values())]
         if any(isinstance(t, str) and not _is_text(t) for t in texts):
             problems.append("a string in the output is not valid Unicode text (an unpaired surrogate)")
     if problems:
         return None, problems
-    return dict(answer=answer, citations=citations, retrieved_ids=retrieved, abstained=data["abstained"],
+    return dict(answer=answer, citations=citations, retrieved_ids=retrieved, passages=passages,
+                abstained=data["abstained"],
                 model_was_called=data["model_was_called"], prompt_to_model=prompt,
                 computed_aggregate=agg), []
+
+
+def _passage_problem(i: int, item: Any) -> str | None:
+    if not (isinstance(item, dict) and set(item) == {"passage"} and isinstance(item["passage"], dict)):
+        return f"passages[{i}] is {_type_name(item)}, not Passage"
+    p = item["passage"]
+    if not set(p) <= {"id", "text", "title"}:
+        return f"passages[{i}] has unknown fields {sorted(set(p) - {'id', 'text', 'title'})}"
+    if not isinstance(p.get("id"), str) or not p["id"].strip():
+        return f"passages[{i}].id must be a non-empty str"
+    if not isinstance(p.get("text"), str) or not p["text"].strip():
+        return f"passages[{i}].text must be a non-empty str"
+    if p.get("title") is not None and not isinstance(p["title"], str):
+        return f"passages[{i}].title is {_type_name(p['title'])}, not a str or None"
+    if len(p["text"]) + len(p.get("title") or "") > MAX_TEXT:
+        return f"passages[{i}] ({p['id']!r}) is too long (limit {MAX_TEXT} characters)"
+    return None
+
+
+def _passages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The output's passages as {id, text, title} dicts, or the problems with them."""
+    if value is None or value == {"__type__": "list", "items": []}:
+        return [], []
+    items = _items(value, "list")
+    if items is None:
+        return [], [f"passages is {_type_name(value)}, not a list"]
+    if len(items) > MAX_PASSAGES:
+        return [], [f"passages holds {len(items)} passages (limit {MAX_PASSAGES})"]
+    problems = [why for i, item in enumerate(items) if (why := _passage_problem(i, item))]
+    if problems:
+        return [], problems
+    passages = [{"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
+                for p in items]
+    ids = [p["id"] for p in passages]
+    dupes = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if dupes:
+        return [], [f"passages lists {', '.join(repr(d) for d in dupes)} more than once"]
+    return passages, []
 
 
 def output_problems(output: Any) -> list[str]:
@@ -283,7 +339,8 @@ def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: 
 
 
 OUTPUT_SCHEMA = {
-    "case_id": "text", "answer": "text", "citations": "object", "retrieved_ids": "object", "abstained": "bool",
+    "case_id": "text", "answer": "text", "citations": "object", "retrieved_ids": "object", "passages": "object",
+    "abstained": "bool",
     "model_was_called": "bool", "prompt_to_model": "text", "computed_aggregate": "object", "error": "text",
     "latency_s": "float", "logs": "text", "output_fingerprint": "text",
 }
@@ -293,7 +350,7 @@ def output_row(case_id: str, fields: dict[str, Any] | None, error: str | None, l
                logs: str = "") -> dict[str, Any]:
     """One row of the outputs frame: a well-formed output, or a failed case with its reason."""
     if fields is None or error is not None:
-        fields = dict(answer="", citations=[], retrieved_ids=[], abstained=False, model_was_called=False,
+        fields = dict(answer="", citations=[], retrieved_ids=[], passages=[], abstained=False, model_was_called=False,
                       prompt_to_model=None, computed_aggregate=None)
         error = error or "no output"
     row = dict(case_id=case_id, **fields, error=error, latency_s=float(latency), logs=logs)
