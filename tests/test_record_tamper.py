@@ -339,3 +339,25 @@ def test_a_drift_record_whose_history_was_widened_is_caught(drift_record, tmp_pa
 def test_honest_records_of_every_kind_load_as_they_were(records, calibration_record, drift_record):
     for path in (*records.values(), calibration_record, drift_record):
         assert load_run(path).summary_text()
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("meta", "k"), "five", "meta.k is str, not int"),
+    (("meta", "concurrency"), True, "meta.concurrency is bool, not int"),
+    (("meta", "judge", "temperature"), "hot", "meta.judge.temperature is str, not int or float"),
+])
+def test_a_meta_field_of_the_wrong_type_is_named(tmp_path, capsys, path, value, message):
+    """A field of the wrong type is a RecordError naming it, not a crash somewhere later (exit 70)."""
+    from qaeval.cli import main
+
+    record = tmp_path / "r.json"
+    assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
+    data = json.loads(record.read_text())
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    record.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["report", str(record), "--html", str(tmp_path / "r.html")]) == 65
+    assert message in capsys.readouterr().err
