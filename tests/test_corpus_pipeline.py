@@ -132,3 +132,75 @@ def test_qaeval_exports_passage_and_corpus():
     from qaeval.data.corpus import Corpus
 
     assert qaeval.Passage is Passage and qaeval.Corpus is Corpus
+
+
+# --------------------------------------------------------------------------- the worker's corpus
+
+
+class OwnIndex:
+    """A system with its own index over the corpus: word overlap, one passage of its own beside."""
+
+    def __init__(self, corpus: Any, *, alter: str | None = None) -> None:
+        import os
+
+        self.where = (str(corpus.path), os.getcwd())
+        self.passages = {p.id: p for p in corpus}
+        self.passages["own-note"] = Passage("own-note", "A note only this system's index holds.")
+        self.alter = alter
+
+    def answer(self, case: Any) -> SUTOutput:
+        print("corpus", self.where[0], "cwd", self.where[1])
+        words = set(case.question.lower().replace("?", "").split())
+        ranked = sorted(self.passages.values(), key=lambda p: -len(words & set(p.text.lower().split())))[:2]
+        ranked = [Passage(p.id, self.alter if p.id == self.alter_id(ranked) else p.text, p.title) for p in ranked]
+        ranked.append(self.passages["own-note"])
+        best = ranked[0]
+        prompt = f"Question: {case.question}\n" + "\n".join(f"{p.title or ''}\n{p.text}" for p in ranked)
+        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], passages=ranked,
+                         model_was_called=True, prompt_to_model=prompt)
+
+    def alter_id(self, ranked: list[Passage]) -> str | None:
+        return ranked[0].id if self.alter else None
+
+
+def make_own_index(corpus=None):
+    return OwnIndex(corpus)
+
+
+def make_altering(corpus=None):
+    return OwnIndex(corpus, alter="The Eastside Branch opened in 1971 on Dunmore Street.")
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_factory_with_a_corpus_parameter_gets_the_corpus_and_never_the_data_folder(tmp_path, isolation):
+    from qaeval import run_suite
+
+    folder = corpus_folder(tmp_path)
+    suite = load_suite(folder)
+    outputs = run_suite(suite, make_own_index, isolation=isolation, concurrency=1, show_progress=False)
+    row = outputs.iloc[0]
+    assert row["error"] is None, row["error"]
+    assert row["retrieved_ids"] == ["p-eastside", "p-northgate", "own-note"]
+    assert row["passages"][2] == {"id": "own-note", "text": "A note only this system's index holds.", "title": None}
+    if isolation == "process":
+        corpus_path, cwd = row["logs"].split()[1], row["logs"].split()[3]
+        for shown in (corpus_path, cwd):
+            assert str(folder) not in shown and str(folder.resolve()) not in shown
+        assert corpus_path.startswith(cwd), "the worker's copy sits in its own scratch folder"
+    else:
+        assert row["logs"].split()[1] == str(folder / "corpus.jsonl"), "in process: the same corpus object"
+
+
+def test_a_corpus_case_view_carries_the_question_and_no_passages(tmp_path):
+    from qaeval.system.contract import make_view
+
+    case = load_suite(corpus_folder(tmp_path)).cases[0]
+    view = make_view(case)
+    assert view.question == case.question and view.sources == ()
+
+
+def test_a_factory_without_a_corpus_parameter_is_called_as_before(tmp_path):
+    from qaeval.system.worker import call_factory
+
+    assert call_factory(lambda: "plain", corpus=object()) == "plain"
+    assert call_factory(lambda corpus: corpus, corpus="c") == "c"

@@ -11,14 +11,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qaeval.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
 from qaeval.system.process import (
     DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, hidden_folders, scrub_sys_path,
 )
-from qaeval.system.worker import build_adapter
+from qaeval.system.worker import build_adapter, call_factory
+
+if TYPE_CHECKING:
+    from qaeval.data.corpus import Corpus
 
 LOG_LIMIT = 2000
 ERROR_LIMIT = 2000
@@ -30,25 +33,26 @@ DEFAULT_STARTUP_TIMEOUT = 120.0
 @dataclass(frozen=True)
 class AdapterSpec:
     """An adapter as the boundary carries it: a label for records, what a worker needs to build it,
-    and how to build it in this process."""
+    how to build it in this process, and the corpus a factory with a ``corpus`` parameter receives."""
 
     label: str
     wire: dict[str, str]
     build_here: Callable[[], Any]
+    corpus: Corpus | None = None
 
 
-def adapter_spec(adapter: Any, *, ship: bool) -> AdapterSpec:
-    """From a ``module:factory`` name, a zero-argument factory, or an adapter object. With ``ship``,
-    a factory or object is serialised with cloudpickle (as Dask does); one that cannot be is a usage
-    error that suggests ``isolation="none"``."""
+def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> AdapterSpec:
+    """From a ``module:factory`` name, a zero-argument factory (or one taking ``corpus``), or an
+    adapter object. With ``ship``, a factory or object is serialised with cloudpickle (as Dask does);
+    one that cannot be is a usage error that suggests ``isolation="none"``."""
     if isinstance(adapter, str):
-        return AdapterSpec(adapter, {"name": adapter}, lambda: build_adapter({"name": adapter}))
+        return AdapterSpec(adapter, {"name": adapter}, lambda: build_adapter({"name": adapter}, corpus), corpus)
     if callable(getattr(adapter, "answer", None)):
         label = f"{type(adapter).__module__}.{type(adapter).__qualname__} (an object)"
         build_here: Callable[[], Any] = lambda: adapter  # noqa: E731
     elif callable(adapter):
         label = f"{getattr(adapter, '__module__', '?')}.{getattr(adapter, '__qualname__', repr(adapter))} (a factory)"
-        build_here = lambda: build_adapter_from(adapter)  # noqa: E731
+        build_here = lambda: build_adapter_from(adapter, corpus)  # noqa: E731
     else:
         raise UsageError(f"adapter must be a module:factory name, a zero-argument factory or an object with "
                          f"answer(case); got {type(adapter).__name__}")
@@ -63,11 +67,11 @@ def adapter_spec(adapter: Any, *, ship: bool) -> AdapterSpec:
                              "the worker from a module:factory name or a zero-argument factory, or pass "
                              "isolation='none' to run it in this process") from None
         wire = {"pickle": base64.b64encode(blob).decode()}
-    return AdapterSpec(label, wire, build_here)
+    return AdapterSpec(label, wire, build_here, corpus)
 
 
-def build_adapter_from(factory: Callable[[], Any]) -> Any:
-    adapter = factory()
+def build_adapter_from(factory: Callable[..., Any], corpus: Corpus | None = None) -> Any:
+    adapter = call_factory(factory, corpus)
     if not callable(getattr(adapter, "answer", None)):
         raise UsageError(f"the adapter factory returned {type(adapter).__name__}, which has no answer(case) method")
     return adapter
@@ -133,6 +137,8 @@ def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str],
     except OSError as exc:
         raise UsageError(str(exc)) from None
     setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
+    if spec.corpus is not None:  # a link (or copy) in the worker's own scratch folder: no data folder path
+        setup["corpus"] = str(spec.corpus.export(proc.scratch))
     try:
         proc.channel.send({"setup": setup}, time.monotonic() + limits.startup)
     except FrameError:

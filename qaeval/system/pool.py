@@ -292,7 +292,7 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
         raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
     if executor is not None and isolation == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation='none'")
-    spec = adapter_spec(adapter, ship=isolation == "process")
+    spec = adapter_spec(adapter, ship=isolation == "process", corpus=suite.corpus)
     limits = Limits(timeout=timeout, startup=startup_timeout, frame=max_reply_bytes)
     rows: list[dict[str, Any] | None] = [None] * len(suite)
     with progress_bar(len(suite), desc="cases", enabled=show_progress) as bar:

@@ -7,7 +7,9 @@ is a private scratch folder, and before any user code is imported it gives up ``
 (Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
 descriptor FD) in length-prefixed JSON frames, and nothing else:
 
-    harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits
+    harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits and,
+                                                    for a suite with a corpus, the path of its copy in
+                                                    the worker's scratch folder
                         {"case": [opaque_id, question, [[id, text, title], ...]]}   one per case
                         {"stop": true}
     worker -> harness   {"ready": true, "logs": "..."}   or   {"init_error": "...", "usage": bool}
@@ -40,20 +42,30 @@ from typing import Any
 # --------------------------------------------------------------------------- building the adapter
 
 
-def build_adapter(spec: dict[str, Any]) -> Any:
+def call_factory(factory: Any, corpus: Any) -> Any:
+    """Call an adapter factory, with ``corpus=`` when its signature names a ``corpus`` parameter."""
+    try:
+        takes_corpus = "corpus" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        takes_corpus = False
+    return factory(corpus=corpus) if takes_corpus else factory()
+
+
+def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
     """The adapter object from a spec: {"name": "module:factory"} or {"pickle": base64 cloudpickle of an
-    adapter object or a zero-argument factory}."""
+    adapter object or a factory}. A factory with a ``corpus`` parameter gets ``corpus`` (a read-only
+    ``qaeval.Corpus``, or None when the suite has none)."""
     from qaeval.errors import UsageError
     from qaeval.plugins import resolve
 
     if "name" in spec:
-        obj = resolve(spec["name"], what="adapter")()
+        obj = call_factory(resolve(spec["name"], what="adapter"), corpus)
     else:
         import cloudpickle
 
         obj = cloudpickle.loads(base64.b64decode(spec["pickle"]))
         if not callable(getattr(obj, "answer", None)) and callable(obj):
-            obj = obj()
+            obj = call_factory(obj, corpus)
     if not callable(getattr(obj, "answer", None)):
         raise UsageError(f"the adapter ({type(obj).__name__}) has no answer(case) method")
     return obj
@@ -163,6 +175,14 @@ def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
     sock.sendall(data)
 
 
+def _open_corpus(path: str | None) -> Any:
+    if path is None:
+        return None
+    from qaeval.data.corpus import Corpus
+
+    return Corpus.open(path)
+
+
 def main(fd: int) -> None:
     import socket
 
@@ -178,7 +198,7 @@ def main(fd: int) -> None:
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     capture = FdCapture(int(setup["log_limit"]))
     try:
-        call = Caller(build_adapter(setup["adapter"]))
+        call = Caller(build_adapter(setup["adapter"], _open_corpus(setup.get("corpus"))))
     except BaseException as exc:  # noqa: BLE001
         from qaeval.errors import UsageError, describe
 
