@@ -204,3 +204,83 @@ def test_a_factory_without_a_corpus_parameter_is_called_as_before(tmp_path):
 
     assert call_factory(lambda: "plain", corpus=object()) == "plain"
     assert call_factory(lambda corpus: corpus, corpus="c") == "c"
+
+
+# --------------------------------------------------------------------------- checks on what the system used
+
+
+def _run(folder: Path, adapter: Any, isolation: str = "none"):
+    from qaeval import api
+
+    return api.run(str(folder), adapter=adapter, isolation=isolation, concurrency=1)
+
+
+def _checks(result, case_id: str = "case-0001") -> dict[str, tuple[bool, str]]:
+    rows = result.checks[result.checks["case_id"] == case_id]
+    return {c: (bool(p), r) for c, p, r in zip(rows["check"], rows["passed"], rows["reason"])}
+
+
+def test_a_system_with_its_own_index_scores_and_passes(tmp_path):
+    result = _run(corpus_folder(tmp_path, [corpus_case(), make_case(id="own-0001")]), make_own_index, "process")
+    checks = _checks(result)
+    assert all(ok for ok, _ in checks.values()), checks
+    assert "2 passage(s) match their frozen text, 1 of the system's own" in checks["passage_fidelity"][1]
+    row = result.retrieval.set_index("case_id").loc["case-0001"]
+    assert row["recall_at_k"] == 1.0 and row["n_retrieved"] == 3 and row["precision_at_k"] == pytest.approx(1 / 5), \
+        "the system's own passage counts as non-gold (precision@5 over 5 ranks)"
+    assert result.ok, result.reason
+
+
+def test_altered_text_for_a_corpus_id_fails_passage_fidelity_with_the_reason(tmp_path):
+    result = _run(corpus_folder(tmp_path), make_altering)
+    ok, reason = _checks(result)["passage_fidelity"]
+    assert not ok
+    assert "the system's passage 'p-eastside' differs from the frozen corpus" in reason and "1971" in reason
+    assert not result.ok
+
+
+def test_unicode_and_whitespace_differences_are_not_infidelity():
+    from qaeval.scoring.checks import check_passage_fidelity
+
+    frozen = {"p": ("The ﬁrst  branch\nopened.", None, "frozen corpus")}
+    out = {"passages": [{"id": "p", "text": " The first branch opened. ", "title": None}]}
+    assert check_passage_fidelity(out, frozen)[0]
+
+
+def _grounding(prompt: str) -> tuple[bool, str]:
+    from qaeval.scoring.checks import check_grounding_isolation, prompt_remainder
+
+    case = type("C", (), {"question": "Which branch opened in 1964?", "gold_answer": "Eastside"})()
+    out = {"model_was_called": True, "prompt_to_model": prompt, "retrieved_ids": ["p-eastside"], "citations": []}
+    bodies, titles = {"p-eastside": PASSAGES[0]["text"]}, {"p-eastside": "Eastside"}
+    return check_grounding_isolation(case, out, bodies, remainder=prompt_remainder(case, out, bodies, titles))
+
+
+def test_a_gold_answer_equal_to_a_title_is_context_only_where_the_title_heads_its_passage():
+    body = PASSAGES[0]["text"]
+    assert _grounding(f"Which branch opened in 1964?\n[p-eastside] Eastside\n{body}")[0]
+    assert _grounding(f"Which branch opened in 1964?\nEastside: {body}")[0]
+    ok, reason = _grounding(f"Which branch opened in 1964? (hint: Eastside)\n[p-eastside] Eastside\n{body}")
+    assert not ok and "gold answer 'Eastside' appears in the prompt outside the retrieved sources" in reason
+
+
+class BadPassages:
+    def __init__(self, corpus: Any) -> None:
+        self.corpus = corpus
+
+    def answer(self, case: Any) -> SUTOutput:
+        text = self.corpus["p-eastside"].text
+        return SUTOutput(answer=text, citations=[Citation("p-eastside", text)], retrieved_ids=["p-northgate"],
+                         passages=[Passage("p-eastside", text)], model_was_called=True, prompt_to_model=text)
+
+
+def make_bad_passages(corpus=None):
+    return BadPassages(corpus)
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_disagreeing_passages_are_a_failed_case_with_the_reason_not_a_traceback(tmp_path, isolation):
+    result = _run(corpus_folder(tmp_path), make_bad_passages, isolation)
+    error = result.outputs.iloc[0]["error"]
+    assert error.startswith("malformed output: ") and "retrieved_ids and passages disagree" in error
+    assert not result.ok

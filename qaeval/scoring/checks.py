@@ -1,7 +1,9 @@
 """Layer 1: deterministic trust checks. No model, cheap enough for every commit.
 
-``check_outputs(cases, outputs, sources)`` returns one row per (case, check) with columns
-``case_id, check, passed, reason``. The four checks:
+``check_outputs(cases, outputs, sources, corpus=None)`` returns one row per (case, check) with columns
+``case_id, check, passed, reason``. The checks look at the passages the system really used: for each
+id it retrieved or cited, the text it returned in its ``passages``, else the frozen text of that id
+(the case's sources, else the suite's corpus). The five checks:
 
 grounding_isolation
     When a model was called, its recorded prompt must exist and carry the question; when something was
@@ -9,8 +11,9 @@ grounding_isolation
     source (a model cannot ground a claim in text it never saw); and the gold answer may appear in it
     only inside retrieved source bodies. Containment is tested on folded text: Unicode NFKC, invisible
     format characters (category Cf) removed, case, accents, punctuation and runs of whitespace ignored.
-    The leak detector removes from the prompt the question, every retrieved source (its body, id and
-    title) and the
+    The leak detector removes from the prompt the question, every retrieved passage (its body, headed
+    by its id and title where they head it: a title is context only there, so a gold answer that
+    equals a title and appears a second time elsewhere in the prompt is a leak) and the
     prompt's *template* (text it shares with most other prompts of the run: any run of four words that
     more than half of the run's prompts still contain once their own question and sources are cut out,
     learnt only when the run has at least three prompts),
@@ -18,7 +21,8 @@ grounding_isolation
     string and exactly that: a paraphrased leak gets through, and a gold answer that is a very common
     word can trip it.
 citation_resolvability
-    Every citation names a source the system retrieved (and that exists in the case's fixture).
+    Every citation names a passage the system retrieved and whose text is known (its own ``passages``,
+    else the corpus or the case's sources).
 citation_coverage
     Every load-bearing answer sentence carries a resolvable citation whose claim covers it. Answers are
     split with ``qaeval.text.split_sentences``. A sentence is load-bearing when it has at least two
@@ -27,6 +31,10 @@ citation_coverage
 fail_closed_abstention
     A must-abstain case is abstained on; a case with nothing retrieved calls no model and gives no
     answer.
+passage_fidelity
+    Text the system returns for an id that the frozen corpus or the case's sources hold matches it once
+    both are folded (Unicode NFKC, runs of whitespace): a stale production index shows up here. Ids
+    unknown to both are the system's own and pass (they count as non-gold in retrieval).
 
 An adapter error fails every check of its case, with the error as the reason.
 """
@@ -34,17 +42,18 @@ An adapter error fails every check of its case, with the error as the reason.
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import pandas as pd
 
-from qaeval.data.cases import source_bodies
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.text import content_terms, normalize, split_sentences
 
-CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention"]
+CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
+                    "passage_fidelity"]
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 CHECK_SCHEMA = {"case_id": "text", "check": "text", "passed": "bool", "reason": "text"}
 COVERAGE_OVERLAP = 0.6
@@ -100,15 +109,20 @@ def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
 
 def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
                      titles: Mapping[str, str | None] | None = None) -> str | None:
-    """The normalised prompt with its question and every retrieved source (body, id and title) cut out
-    (None when no prompt was recorded): where a leaked gold answer would have to be. A passage's id and
-    title are retrieved context too: "[the-exies] The Exies were ..." leaks nothing."""
+    """The normalised prompt with its question and every retrieved passage cut out (None when no prompt
+    was recorded): where a leaked gold answer would have to be. A passage's id and title are context
+    where they head its body ("[the-exies] The Exies\nThe Exies were ..." leaks nothing); a second
+    copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages)."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
     retrieved = [r for r in out["retrieved_ids"] if r in bodies]
-    labels = [normalize(r) for r in retrieved] + [normalize(t) for t in ((titles or {}).get(r) for r in retrieved) if t]
-    return _remove(normalize(prompt), [normalize(case.question), *(normalize(bodies[r]) for r in retrieved), *labels])
+    pieces = [normalize(case.question)]
+    for r in retrieved:
+        body, rid, title = normalize(bodies[r]), normalize(r), normalize((titles or {}).get(r) or "")
+        heads = [f"{title} {body}", f"{rid} {title} {body}", f"{title} {rid} {body}"] if title else []
+        pieces += [*heads, f"{rid} {body}", body, rid]
+    return _remove(normalize(prompt), pieces)
 
 
 def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
@@ -141,6 +155,31 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
     return True, "prompt carries the question and its sources; no gold answer outside them"
 
 
+def fold(text: str) -> str:
+    """Text as passage fidelity compares it: Unicode NFKC, runs of whitespace as one space, no edges."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def check_passage_fidelity(out: Mapping[str, Any], frozen: Mapping[str, tuple[str, str | None, str]]) -> tuple[bool, str]:
+    """``frozen``: {id: (text, title, where)} for ids the corpus or the case's sources hold."""
+    differ = []
+    for p in out["passages"]:
+        known = frozen.get(p["id"])
+        if known is not None and fold(p["text"]) != fold(known[0]):
+            differ.append(f"the system's passage {p['id']!r} differs from the {known[2]}: {first_difference(p['text'], known[0])}")
+    if differ:
+        return False, "; ".join(differ)
+    own = sum(1 for p in out["passages"] if p["id"] not in frozen)
+    return True, f"{len(out['passages']) - own} passage(s) match their frozen text, {own} of the system's own"
+
+
+def first_difference(given: str, frozen: str, width: int = 30) -> str:
+    a, b = fold(given), fold(frozen)
+    i = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, i - 10)
+    return f"system {a[start:i + width]!r} vs frozen {b[start:i + width]!r}"
+
+
 def _resolvable(out: Mapping[str, Any], bodies: Mapping[str, str]) -> list[dict[str, str]]:
     retrieved = set(out["retrieved_ids"])
     return [c for c in out["citations"] if c["source_id"] in retrieved and c["source_id"] in bodies]
@@ -151,7 +190,7 @@ def check_citation_resolvability(out: Mapping[str, Any], bodies: Mapping[str, st
     bad = []
     for c in out["citations"]:
         if c["source_id"] not in bodies:
-            bad.append(f"{c['source_id']} (not in the fixture)")
+            bad.append(f"{c['source_id']} (not in the fixture: no passage of the system's, the corpus's or the case's)")
         elif c["source_id"] not in retrieved:
             bad.append(f"{c['source_id']} (never retrieved)")
     if bad:
@@ -206,24 +245,66 @@ def check_fail_closed(case: Any, out: Mapping[str, Any]) -> tuple[bool, str]:
     return True, "abstained as required" if case.must_abstain else "ok"
 
 
-def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
-    """Run the four deterministic checks.
+Frozen = dict[str, dict[str, tuple[str, "str | None", str]]]  # {case: {id: (text, title, where)}}
+
+
+def frozen_passages(sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None) -> Frozen:
+    """Per case, the frozen text of every id it holds or its output names: the case's sources, then
+    (for ids the output retrieved, cited or returned) the corpus, read one passage at a time."""
+    frozen: Frozen = {}
+    for cid, sid, title, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
+                                     sources["title"].tolist(), sources["text"].tolist()):
+        frozen.setdefault(cid, {})[sid] = (text, title if isinstance(title, str) else None, "case's frozen sources")
+    if corpus is None:
+        return frozen
+    for cid, retrieved, citations, passages in zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist(),
+                                                   outputs["citations"].tolist(), outputs["passages"].tolist()):
+        add_from_corpus(frozen.setdefault(cid, {}), dict(retrieved_ids=retrieved, citations=citations,
+                                                         passages=passages), corpus)
+    return frozen
+
+
+def add_from_corpus(held: dict[str, tuple[str, str | None, str]], out: Mapping[str, Any], corpus: Any) -> None:
+    """Add to ``held`` the corpus passage of every id the output names that ``held`` lacks."""
+    named = [*out["retrieved_ids"], *(c["source_id"] for c in out["citations"]), *(p["id"] for p in out["passages"])]
+    for pid in named:
+        if pid not in held and (p := corpus.get(pid)) is not None:
+            held[pid] = (p.text, p.title, "frozen corpus")
+
+
+def case_bodies(case: Any, out: Mapping[str, Any], corpus: Any = None) -> dict[str, str]:
+    """{id: text} of the passages one case's output used (see ``used_passages``)."""
+    held = {s.id: (s.text, s.title, "case's frozen sources") for s in case.sources}
+    if corpus is not None:
+        add_from_corpus(held, out, corpus)
+    return used_passages(held, out)[0]
+
+
+def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str | None]]:
+    """(bodies, titles) of what the system used: its own passages' text, else the frozen text by id."""
+    bodies = {pid: text for pid, (text, _, _) in frozen.items()}
+    titles = {pid: title for pid, (_, title, _) in frozen.items()}
+    for p in out["passages"]:
+        bodies[p["id"]] = p["text"]
+        titles[p["id"]] = p["title"] if p["title"] is not None else titles.get(p["id"])
+    return bodies, titles
+
+
+def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None) -> pd.DataFrame:
+    """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
-    ``Suite.sources_frame()``. Returns one row per (case, check): case_id, check, passed (bool),
-    reason (str).
+    ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
+    (case, check): case_id, check, passed (bool), reason (str).
     """
-    bodies_by_case = source_bodies(sources)
-    titles_by_case: dict[str, dict[str, str | None]] = {}
-    for cid, sid, title in zip(sources["case_id"].tolist(), sources["source_id"].tolist(), sources["title"].tolist()):
-        if isinstance(title, str):
-            titles_by_case.setdefault(cid, {})[sid] = title
+    frozen = frozen_passages(sources, outputs, corpus)
     outs = RowsByKey(outputs)
+    used = {cid: used_passages(frozen.get(cid, {}), outs[cid]) for cid in cases["case_id"].tolist() if cid in outs}
     prompted = [case for case in cases.itertuples(index=False)
                 if case.case_id in outs and is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
     sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
-    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], bodies_by_case.get(c.case_id, {}),
-                                                            titles_by_case.get(c.case_id)) for c in sample) if r is not None])
+    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], *used[c.case_id]) for c in sample)
+                               if r is not None])
     rows = Rows(CHECK_SCHEMA)
     for case in cases.itertuples(index=False):
         out = outs[case.case_id]
@@ -232,12 +313,13 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
             for check in CHECKS:
                 rows.add(case_id=case.case_id, check=check, passed=False, reason=reason)
             continue
-        bodies = bodies_by_case.get(case.case_id, {})
+        bodies, titles = used[case.case_id]
         results = (
-            check_grounding_isolation(case, out, bodies, template, titles=titles_by_case.get(case.case_id)),
+            check_grounding_isolation(case, out, bodies, template, titles=titles),
             check_citation_resolvability(out, bodies),
             check_citation_coverage(out, bodies),
             check_fail_closed(case, out),
+            check_passage_fidelity(out, frozen.get(case.case_id, {})),
         )
         for check, (ok, why) in zip(CHECKS, results):
             rows.add(case_id=case.case_id, check=check, passed=ok, reason=sys.intern(why) if len(why) < 120 else why)

@@ -171,7 +171,7 @@ def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
         adversarial=case.adversarial, question=case.question, gold_answer=case.gold_answer, answer=out["answer"],
         abstained=bool(out["abstained"]), error=out["error"], output_fingerprint=out["output_fingerprint"],
         retrieved_ids=out["retrieved_ids"], citations=out["citations"],
-        **{check: idx.checks[case.id][check][0] for check in layer1.CHECKS},
+        **{check: idx.checks[case.id].get(check, (True, ""))[0] for check in layer1.CHECKS},  # absent: older record
         deterministic_passed=facts.deterministic_passed,
         **{m: retr.get(m, math.nan) for m in RETRIEVAL_FIELDS},
         faithfulness=facts.faithfulness, answer_correctness=facts.answer_correctness,
@@ -198,7 +198,7 @@ def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, ret
     rows, facts = Rows(PER_CASE_SCHEMA), []
     for case in suite:
         out = outs[case.id]
-        f = case_facts(case, out, idx, {s.id: s.text for s in case.sources})
+        f = case_facts(case, out, idx, layer1.case_bodies(case, out, suite.corpus))
         rows.add(**per_case_row(case, out, f, idx, fail_reasons(case, out, f, idx)))
         facts.append(f)
     return rows.frame(), units_frame([c.id for c in suite], facts)
@@ -344,6 +344,29 @@ class RunResult(Result):
 # --------------------------------------------------------------------------- entry points
 
 
+def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
+    """``sources`` (``Suite.sources_frame()``) plus, per case, the passages its output used that its
+    sources do not hold (from the system's ``passages``, else the corpus): what the judge grades against."""
+    outs = RowsByKey(outputs)
+    rows = []
+    for case in suite:
+        out = outs[case.id] if case.id in outs else None
+        if out is None or not (out["passages"] or (suite.corpus is not None and out["retrieved_ids"])):
+            continue
+        own = {s.id for s in case.sources}
+        held: dict[str, tuple[str, str | None, str]] = {}
+        if suite.corpus is not None:
+            layer1.add_from_corpus(held, out, suite.corpus)
+        bodies, titles = layer1.used_passages(held, out)
+        rows += [(case.id, pid, titles.get(pid), text, pid in case.gold_source_ids)
+                 for pid, text in bodies.items() if pid not in own]
+    if not rows:
+        return sources
+    extra = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)
+    extra["is_gold"] = extra["is_gold"].astype(bool)
+    return pd.concat([sources, extra], ignore_index=True)
+
+
 def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, meta: RunMeta | None = None,
                   k: int | None = None, bootstrap_seed: int = 0) -> RunResult:
     """Score outputs that were already collected (pure apart from the judge call)."""
@@ -352,9 +375,9 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     cases, sources = suite.to_frame(), suite.sources_frame()
-    checks = layer1.check_outputs(cases, outputs, sources)
+    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus)
     retrieval = score_retrieval(cases, outputs, k=meta.k)
-    verdicts = score_with_judge(judge, cases, outputs, sources)
+    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
     trajectory = score_trajectories(cases, outputs)
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed)
 
