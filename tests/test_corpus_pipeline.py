@@ -284,3 +284,23 @@ def test_disagreeing_passages_are_a_failed_case_with_the_reason_not_a_traceback(
     error = result.outputs.iloc[0]["error"]
     assert error.startswith("malformed output: ") and "retrieved_ids and passages disagree" in error
     assert not result.ok
+
+
+# --------------------------------------------------------------------------- the reference system over a corpus
+
+
+def test_the_reference_system_retrieves_over_the_corpus_and_abstains_out_of_it(tmp_path, monkeypatch):
+    from qaeval.system import reference
+
+    monkeypatch.setattr(reference, "INDEX_CACHE", tmp_path / "index-cache")
+    out_of_corpus = corpus_case(id="abstain-0001", question="Who painted the ceiling of the chapel?",
+                                gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain")
+    folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus, make_case(id="own-0001")])
+    result = _run(folder, reference.make_adapter)
+    outputs = result.outputs.set_index("case_id")
+    assert outputs.loc["case-0001", "retrieved_ids"][0] == "p-eastside"
+    assert outputs.loc["case-0001", "passages"][0]["text"] == PASSAGES[0]["text"]
+    assert outputs.loc["abstain-0001", "abstained"] and not outputs.loc["abstain-0001", "model_was_called"]
+    assert outputs.loc["own-0001", "retrieved_ids"][0] == "s1" and outputs.loc["own-0001", "passages"] == []
+    assert result.ok, result.reason
+    assert list((tmp_path / "index-cache").glob("fts5-*.sqlite")), "the index is cached by the corpus's fingerprint"

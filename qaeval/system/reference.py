@@ -8,11 +8,24 @@ source verbatim and citing it. When nothing clears the floor it abstains without
 What that buys and costs is the honest profile qaeval should show: faithful and correctly cited by
 construction, fail-closed on out-of-corpus questions, weak on answer correctness (a quoted passage is
 not a short answer) and unable to do any multi-step case (it never combines two sources or computes).
+
+Given a corpus (its factory takes ``corpus``), a corpus case (one without sources) is answered by BM25
+over the whole corpus (``qaeval.system.retriever.CorpusRetriever``, SQLite FTS5), built once per worker
+or opened from the index cache keyed by the corpus's fingerprint (``INDEX_CACHE``: ``$QAEVAL_INDEX_CACHE``,
+else ``qaeval-index`` in the temporary folder), with the same relevance floor: an out-of-corpus question
+still abstains without a model call. It returns the passages it used. A case with its own sources is
+answered over them, as without a corpus.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
 from qaeval.data.cases import Source
+from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
 from qaeval.text import content_terms
 
@@ -35,7 +48,7 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
     return [scored[i] for i in order]
 
 
-def build_prompt(question: str, passages: list[Source]) -> str:
+def build_prompt(question: str, passages: list[Source] | list[Passage]) -> str:
     """The prompt the hub records: an instruction, the question and the retrieved passage bodies."""
     lines = [
         "Answer the question using only the passages below. Cite the passage you rely on by its id.",
@@ -52,11 +65,19 @@ def build_prompt(question: str, passages: list[Source]) -> str:
 class ReferenceHub:
     """Lexical retrieval with a relevance floor, then a verbatim quote of the best source."""
 
-    def __init__(self, *, floor: float = RELEVANCE_FLOOR, top_k: int = TOP_K) -> None:
+    def __init__(self, *, floor: float = RELEVANCE_FLOOR, top_k: int = TOP_K, corpus: Corpus | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+        from qaeval.system.retriever import CorpusRetriever
+
         self.floor = floor
         self.top_k = top_k
+        self.corpus = corpus
+        self.retriever = None if corpus is None else CorpusRetriever.build(corpus, cache_dir=cache_dir)
 
-    def retrieve(self, case: CaseView) -> list[Source]:
+    def retrieve(self, case: CaseView) -> list[Any]:
+        if not case.sources and self.retriever is not None and self.corpus is not None:
+            found = self.retriever.search(case.question, self.top_k, floor=self.floor)
+            return [self.corpus[pid] for pid, _ in found]
         ranked = lexical_scores(case.question, case.sources)
         return [src for relevance, _, src in ranked if relevance >= self.floor][: self.top_k]
 
@@ -70,12 +91,17 @@ class ReferenceHub:
             answer=best.text,
             citations=[Citation(best.id, best.text)],
             retrieved_ids=[s.id for s in retrieved],
+            passages=[p for p in retrieved if isinstance(p, Passage)],
             abstained=False,
             model_was_called=True,
             prompt_to_model=build_prompt(case.question, retrieved),
         )
 
 
-def make_adapter() -> ReferenceHub:
-    """Factory for ``--adapter qaeval.system.reference:make_adapter`` (the default)."""
-    return ReferenceHub()
+INDEX_CACHE = Path(os.environ.get("QAEVAL_INDEX_CACHE") or Path(tempfile.gettempdir()) / "qaeval-index")
+
+
+def make_adapter(corpus: Corpus | None = None) -> ReferenceHub:
+    """Factory for ``--adapter qaeval.system.reference:make_adapter`` (the default). With a corpus, its
+    BM25 index is built once per worker (or opened from ``INDEX_CACHE``)."""
+    return ReferenceHub(corpus=corpus, cache_dir=INDEX_CACHE if corpus is not None else None)
