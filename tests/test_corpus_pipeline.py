@@ -304,3 +304,17 @@ def test_the_reference_system_retrieves_over_the_corpus_and_abstains_out_of_it(t
     assert outputs.loc["own-0001", "retrieved_ids"][0] == "s1" and outputs.loc["own-0001", "passages"] == []
     assert result.ok, result.reason
     assert list((tmp_path / "index-cache").glob("fts5-*.sqlite")), "the index is cached by the corpus's fingerprint"
+
+
+def test_the_own_index_example_scores_and_passes(tmp_path, monkeypatch):
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    out_of_corpus = corpus_case(id="abstain-0001", question="Who painted the ceiling of the chapel?",
+                                gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain")
+    folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus])
+    result = _run(folder, "examples.own_index_adapter:make_adapter", "process")
+    assert result.ok, result.reason
+    outputs = result.outputs.set_index("case_id")
+    assert outputs.loc["case-0001", "passages"][0]["id"] == "p-eastside"
+    assert outputs.loc["abstain-0001", "abstained"]
