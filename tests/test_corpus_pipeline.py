@@ -318,3 +318,17 @@ def test_the_own_index_example_scores_and_passes(tmp_path, monkeypatch):
     outputs = result.outputs.set_index("case_id")
     assert outputs.loc["case-0001", "passages"][0]["id"] == "p-eastside"
     assert outputs.loc["abstain-0001", "abstained"]
+
+
+def test_a_runs_corpus_excerpt_stands_in_for_the_corpus_when_cases_are_read_back(tmp_path):
+    from qaeval.data.cases import suite_from_raw
+    from qaeval.scoring.checks import check_outputs
+    from qaeval.scoring.evaluate import corpus_excerpt
+
+    result = _run(corpus_folder(tmp_path, [corpus_case(), make_case(id="own-0001")]), make_altering)
+    excerpt = corpus_excerpt(result.suite, result.outputs)
+    assert set(excerpt) == {"p-eastside", "p-northgate"}, "gold, retrieved and cited corpus passages only"
+    back = suite_from_raw([c.to_raw() for c in result.suite], "rec", file="rec.json", corpus=excerpt)
+    again = check_outputs(back.to_frame(), result.outputs, back.sources_frame(), excerpt)
+    assert again["passed"].tolist() == result.checks["passed"].tolist()
+    assert "differs from the frozen corpus" in " ".join(again["reason"])

@@ -30,6 +30,7 @@ import pandas as pd
 
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.data.cases import GoldenCase, Suite
+from qaeval.data.corpus import Passage
 from qaeval.errors import TierOneFailed
 from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
 from qaeval.results import Result
@@ -301,7 +302,9 @@ class RunResult(Result):
         """Cases that did not pass: why, the answer beside the gold answer and the cited sources' text.
         Shown in full (wrapped, not cut) in a notebook."""
         failing = self.per_case[~self.per_case["case_passed"]]
-        by_key = {(c.id, s.id): s.text for c in self.suite for s in c.sources}
+        outs = RowsByKey(self.outputs)
+        by_key = {(c.id, pid): text for c in self.suite if c.id in set(failing["case_id"])
+                  for pid, text in layer1.case_bodies(c, outs[c.id], self.suite.corpus).items()}
         rows = [dict(
             case_id=r["case_id"], why="; ".join(r["fail_reasons"]),
             answer="(abstained)" if r["abstained"] else r["answer"],
@@ -342,6 +345,27 @@ class RunResult(Result):
 
 
 # --------------------------------------------------------------------------- entry points
+
+
+def corpus_excerpt(suite: Suite, outputs: pd.DataFrame) -> dict[str, Passage]:
+    """The corpus passages a run touched: every corpus case's gold passages and every corpus passage an
+    output retrieved, cited or returned (what a record keeps instead of the whole corpus). Empty
+    without a corpus. A mapping like this one can stand in for the corpus when cases are read back
+    (``suite_from_raw(..., corpus=excerpt)``): loading and the checks only look passages up by id."""
+    corpus = suite.corpus
+    if corpus is None:
+        return {}
+    outs = RowsByKey(outputs)
+    kept: dict[str, Passage] = {}
+    for case in suite:
+        out = outs[case.id] if case.id in outs else None
+        named = [*(case.gold_source_ids if case.from_corpus else ()), *((out or {}).get("retrieved_ids") or ()),
+                 *(c["source_id"] for c in (out or {}).get("citations") or ()),
+                 *(p["id"] for p in (out or {}).get("passages") or ())]
+        for pid in named:
+            if pid not in kept and (passage := corpus.get(pid)) is not None:
+                kept[pid] = passage
+    return kept
 
 
 def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
