@@ -57,7 +57,8 @@ from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
 from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import WRITERS, Result
 from qaeval.scoring.checks import CHECK_SCHEMA
-from qaeval.scoring.evaluate import RunMeta, RunResult, assemble
+from qaeval.data.corpus import Passage
+from qaeval.scoring.evaluate import RunMeta, RunResult, assemble, corpus_excerpt
 from qaeval.scoring.index import CaseIndex, CaseRows
 from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig
 from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA, scoreboard_and_slices
@@ -123,12 +124,38 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
         for key in VOLATILE_META:
             meta.pop(key, None)
     index = CaseIndex(run)
+    corpus = _corpus_section(run)
     return dict(
         format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
         allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
         labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
         cases=[_case_line(case, index[case.id], baseline=baseline) for case in run.suite.cases],
-    )
+    ) | ({"corpus": corpus} if corpus is not None else {})
+
+
+def _corpus_section(run: RunResult) -> dict[str, Any] | None:
+    """What a record keeps of a run's corpus: its fingerprint and size, and the passages the run touched
+    (every corpus case's gold passages, every corpus passage an output named), not the whole corpus."""
+    corpus = run.suite.corpus
+    if corpus is None:
+        return None
+    passages = corpus_excerpt(run.suite, run.outputs).values()
+    return clean(dict(fingerprint=corpus.fingerprint, size=len(corpus),
+                      passages=[{"id": p.id, "text": p.text, "title": p.title} for p in passages]))
+
+
+class StoredCorpus(dict):  # type: ignore[type-arg]
+    """The passages a record kept, standing in for the corpus its run was made on (id -> Passage)."""
+
+    def __init__(self, section: Mapping[str, Any], where: str) -> None:
+        if not (isinstance(section, dict) and isinstance(section.get("fingerprint"), str)
+                and isinstance(section.get("size"), int) and isinstance(section.get("passages"), list)):
+            raise RecordError("record is malformed: corpus needs fingerprint, size and passages", file=where)
+        try:
+            super().__init__((p["id"], Passage(p["id"], p["text"], p.get("title"))) for p in section["passages"])
+        except (KeyError, TypeError) as exc:
+            raise RecordError(f"record is malformed: a corpus passage ({exc})", file=where) from None
+        self.fingerprint, self.size = section["fingerprint"], section["size"]
 
 
 def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
@@ -145,7 +172,7 @@ def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool =
 
 
 ORDER = ("format", "version", "kind", "baseline", "green", "allowed_failing", "meta", "notes", "labels", "scoreboard",
-         "slices", "gate", "calibration", "drift", "cases")
+         "slices", "gate", "calibration", "drift", "corpus", "cases")
 
 
 def dumps_record(record: dict[str, Any]) -> str:
@@ -257,8 +284,10 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     lines = data["cases"]
     labelled = data["kind"] == "calibrate" and data.get("calibration", {}).get("labelled") is True
     build = labelled_suite_from_raw if labelled else suite_from_raw  # a labelled set's cases are checked as such
+    corpus = StoredCorpus(data["corpus"], where) if "corpus" in data else None
+    extra = {"corpus": corpus} if corpus is not None else {}
     suite = build([line["case"] for line in lines], meta.data or where, file=where,
-                  fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines})
+                  fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines}, **extra)
     outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []
     for line in lines:
         cid = line["case_id"]

@@ -18,7 +18,7 @@ from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.frames import frame_rows
-from qaeval.scoring.checks import check_outputs
+from qaeval.scoring.checks import case_bodies, check_outputs
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AxisVerdict, validate_verdict
 from qaeval.scoring.metrics import METRIC_NAMES, scoreboard_and_slices
@@ -44,7 +44,7 @@ def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: p
     if audit.problems:
         return
     cases, sources = suite.to_frame(), suite.sources_frame()
-    _audit_checks(audit, lines, check_outputs(cases, outputs, sources), hashed)
+    _audit_checks(audit, lines, check_outputs(cases, outputs, sources, suite.corpus), hashed)
     _audit_retrieval(audit, lines, score_retrieval(cases, outputs, k=k))
     _audit_trajectory(audit, lines, score_trajectories(cases, outputs))
     _audit_verdicts(audit, lines, suite)
@@ -112,13 +112,13 @@ def _audit_trajectory(audit: Audit, lines: list[Any], computed: pd.DataFrame) ->
                     audit.disagree(f"cases[{i}].trajectory[{j}].{name} ({cid})", step.get(name), value, BASIS)
 
 
-def judged_texts(case: GoldenCase, out: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def judged_texts(case: GoldenCase, out: Mapping[str, Any], corpus: Any = None) -> list[tuple[str, str, str]]:
     """(axis, target, the text its quote must come from) for every verdict an output gets: none when it
     failed or abstained; faithfulness against the cited sources, answer correctness against the answer,
     and one citation verdict per citation against its source (as ``judge.build_requests`` sends them)."""
     if out.get("error") is not None or out["abstained"]:
         return []
-    bodies = {s.id: s.text for s in case.sources}
+    bodies = case_bodies(case, {**out, "passages": out.get("passages") or []}, corpus)  # what the judge was sent
     cited: dict[str, str] = {}
     for c in out["citations"]:
         cited.setdefault(c["source_id"], bodies.get(c["source_id"], ""))
@@ -132,7 +132,7 @@ def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
     basis = "its quote and sources"
     for i, (line, case) in enumerate(zip(lines, suite.cases)):
         cid, stored = line["case_id"], line["verdicts"]
-        texts = judged_texts(case, line["output"])
+        texts = judged_texts(case, line["output"], suite.corpus)
         if not audit.same(f"cases[{i}].verdicts ({cid}) axes", [[v.get("axis"), v.get("target")] for v in stored],
                           [[axis, target] for axis, target, _ in texts], "its output"):
             continue

@@ -44,6 +44,7 @@ class Baseline:
     git_commit: str | None = None
     adapter: str | None = None
     notes: list[str] = field(default_factory=list)
+    corpus_fingerprint: str | None = None  # sha256 of the frozen corpus the baseline ran on, if any
 
     def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
         return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
@@ -51,7 +52,8 @@ class Baseline:
     def summary(self) -> dict[str, Any]:
         return clean(dict(path=self.path, dataset_fingerprint=self.dataset_fingerprint, judge=self.judge,
                           green=self.green, allowed_failing=self.allowed_failing,
-                          created=self.created, git_commit=self.git_commit, adapter=self.adapter))
+                          created=self.created, git_commit=self.git_commit, adapter=self.adapter,
+                          corpus_fingerprint=self.corpus_fingerprint))
 
 
 def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:
@@ -70,4 +72,5 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
         path=path, dataset_fingerprint=run.dataset_fingerprint, judge=run.meta.judge.to_dict(),
         metrics={m: (float(board.at[m, "value"]), int(board.at[m, "n"])) for m in METRIC_NAMES}, cases=cases,
         green=bool(data.get("green", run.ok)), allowed_failing=bool(data.get("allowed_failing", False)),
-        created=run.meta.created, git_commit=run.meta.git_commit, adapter=run.meta.adapter)
+        created=run.meta.created, git_commit=run.meta.git_commit, adapter=run.meta.adapter,
+        corpus_fingerprint=run.suite.corpus_fingerprint)

@@ -309,6 +309,11 @@ class GateResult(Result):
         if not self.dataset_match:
             notes.append(f"the data differs from the baseline's: {len(self.match.changed)} case(s) changed, "
                          f"{len(self.match.new)} new, {len(self.match.removed)} no longer present")
+        corpus, base_corpus = self.run.suite.corpus_fingerprint, self.baseline.corpus_fingerprint
+        if corpus != base_corpus:
+            short = lambda f: f[:12] if f else "none"  # noqa: E731
+            notes.append(f"the corpus changed since the baseline (fingerprint {short(base_corpus)} -> {short(corpus)}): "
+                         "retrieval and grounding may move for that reason alone")
         if not self.run.meta.boundary_enforced:
             notes.append("isolation none: the boundary was not enforced in this run")
         return notes
@@ -370,7 +375,8 @@ class GateResult(Result):
             metrics={m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()},
             cases=cases, green=bool(b.get("green", True)), allowed_failing=bool(b.get("allowed_failing", False)),
             created=b.get("created"), git_commit=b.get("git_commit"),
-            adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []))
+            adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []),
+            corpus_fingerprint=b.get("corpus_fingerprint"))
         calibration = None
         if s.get("calibration"):
             from qaeval.verdicts.calibration import CalibrationResult

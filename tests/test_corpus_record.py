@@ -1,0 +1,52 @@
+"""A run over a frozen corpus saves, loads, gates and exports like any other: the record keeps the
+corpus's fingerprint and size and the passages the run touched (not the whole corpus), and reading it
+back checks the record against those passages."""
+
+from __future__ import annotations
+
+import json
+
+from qaeval.cli import main
+
+CORPUS = [{"id": f"p{i}", "title": f"Branch {i}", "text": f"The Branch {i} library opened in {1950 + i} and lends "
+           f"{i} thousand books a year to its readers."} for i in range(40)]
+CASES = [{"id": f"c{i}", "question": f"When did the Branch {i} library open?", "gold_answer": str(1950 + i),
+          "gold_source_ids": [f"p{i}"], "expected_behavior": "answer", "difficulty": "single-hop",
+          "split": "frozen"} for i in range(0, 40, 4)]
+
+
+def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in CORPUS))
+    (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    record = tmp_path / "run.json"
+    assert main(["run", "--data", str(data), "--save", str(record), "--quiet"]) == 0
+    saved = json.loads(record.read_text())
+    kept = {p["id"] for p in saved["corpus"]["passages"]}
+    assert saved["corpus"]["size"] == 40 and len(saved["corpus"]["fingerprint"]) == 64
+    assert {c["gold_source_ids"][0] for c in CASES} <= kept < {p["id"] for p in CORPUS}, "only what the run touched"
+    assert main(["report", str(record), "--html", str(tmp_path / "run.html")]) == 0
+    assert main(["gate", "--data", str(data), "--baseline", str(record), "--quiet"]) == 0
+    assert main(["export", "trec", str(record), "--out", str(tmp_path / "trec")]) == 0
+    capsys.readouterr()
+    edited = json.loads(record.read_text())
+    edited["corpus"]["passages"][0]["text"] = "Something else entirely, which grounds nothing at all here."
+    record.write_text(json.dumps(edited))
+    assert main(["report", str(record), "--html", str(tmp_path / "again.html")]) == 65
+    assert "record cases[" in capsys.readouterr().err
+
+
+def test_the_gate_says_when_the_corpus_changed_since_the_baseline(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in CORPUS))
+    (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    baseline = tmp_path / "baseline.json"
+    assert main(["baseline", "--data", str(data), "--out", str(baseline), "--quiet"]) == 0
+    extra = {"id": "p99", "text": "A passage added to the corpus after the baseline was written."}
+    with (data / "corpus.jsonl").open("a") as f:
+        f.write(json.dumps(extra) + "\n")
+    capsys.readouterr()
+    main(["gate", "--data", str(data), "--baseline", str(baseline)])
+    assert "the corpus changed since the baseline" in capsys.readouterr().out
