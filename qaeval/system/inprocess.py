@@ -46,7 +46,7 @@ class _ThreadOutput(io.TextIOBase):
         return getattr(self.real, "encoding", "utf-8")
 
 
-def run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeout: float, done: Done) -> None:
+def _build(spec: AdapterSpec) -> Any:
     try:
         adapter = spec.build_here()
     except UsageError:
@@ -57,61 +57,80 @@ def run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeout
         raise UsageError(f"adapter {spec.label}: the factory {describe(exc)}") from None
     if not callable(getattr(adapter, "answer", None)):
         raise UsageError(f"the adapter ({type(adapter).__name__}) has no answer(case) method")
-    jobs: queue.SimpleQueue[tuple[int, str, Payload] | None] = queue.SimpleQueue()
-    results: queue.SimpleQueue[tuple[int, dict[str, Any], str]] = queue.SimpleQueue()
-    started: dict[int, tuple[str, float]] = {}
-    buffers: dict[int, io.StringIO] = {}
+    return adapter
 
-    def loop() -> None:
-        call = Caller(adapter)
-        buffer = buffers[threading.get_ident()] = io.StringIO()
+
+class _ThreadRun:
+    """One pass over a suite on daemon threads: a queue of cases, a queue of replies, deadlines watched
+    from here (a thread past its deadline is abandoned and another takes its slot)."""
+
+    def __init__(self, adapter: Any, suite: Suite, *, timeout: float, done: Done) -> None:
+        self.adapter, self.suite, self.timeout, self.done = adapter, suite, timeout, done
+        self.jobs: queue.SimpleQueue[tuple[int, str, Payload] | None] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[tuple[int, dict[str, Any], str]] = queue.SimpleQueue()
+        self.started: dict[int, tuple[str, float]] = {}
+        self.buffers: dict[int, io.StringIO] = {}
+        self.recorded: set[int] = set()
+        self.remaining = len(suite)
+
+    def loop(self) -> None:
+        call = Caller(self.adapter)
+        buffer = self.buffers[threading.get_ident()] = io.StringIO()
         while True:
-            job = jobs.get()
+            job = self.jobs.get()
             if job is None:
                 return
             index, case_id, payload = job
-            started[index] = (case_id, time.perf_counter())
+            self.started[index] = (case_id, time.perf_counter())
             reply = answer_one(call, payload)
             text = buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
-            results.put((index, reply, text[-LOG_LIMIT:]))
+            self.results.put((index, reply, text[-LOG_LIMIT:]))
 
-    def spawn() -> None:
-        threading.Thread(target=loop, daemon=True, name="qaeval-adapter").start()
+    def spawn(self) -> None:
+        threading.Thread(target=self.loop, daemon=True, name="qaeval-adapter").start()
 
-    real_out, real_err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _ThreadOutput(real_out, buffers), _ThreadOutput(real_err, buffers)
-    remaining = len(suite)
-    recorded: set[int] = set()
-    try:
-        for index, case in enumerate(suite.cases):
-            jobs.put((index, case.id, make_payload(case)))
-        for _ in range(min(concurrency, remaining)):
-            spawn()
-        while remaining:
+    def record(self, index: int, row: dict[str, Any]) -> None:
+        self.recorded.add(index)
+        self.remaining -= 1
+        self.done(index, row)
+
+    def expire(self) -> None:
+        now = time.perf_counter()
+        for i, (case_id, t0) in list(self.started.items()):
+            if i not in self.recorded and now - t0 >= self.timeout:
+                self.record(i, output_row(case_id, None, f"timed out after {self.timeout:g} s (isolation none: its "
+                                          "thread was abandoned, not stopped)", now - t0))
+                self.spawn()  # the stuck thread keeps its slot busy; add one in its place
+
+    def go(self, concurrency: int) -> None:
+        for index, case in enumerate(self.suite.cases):
+            self.jobs.put((index, case.id, make_payload(case)))
+        for _ in range(min(concurrency, self.remaining)):
+            self.spawn()
+        while self.remaining:
             try:
-                index, reply, logs = results.get(timeout=0.05)
+                index, reply, logs = self.results.get(timeout=0.05)
             except queue.Empty:
-                now = time.perf_counter()
-                for i, (case_id, t0) in list(started.items()):
-                    if i not in recorded and now - t0 >= timeout:
-                        recorded.add(i)
-                        remaining -= 1
-                        done(i, output_row(case_id, None, f"timed out after {timeout:g} s (isolation none: its "
-                                           "thread was abandoned, not stopped)", now - t0))
-                        spawn()  # the stuck thread keeps its slot busy; add one in its place
+                self.expire()
                 continue
-            if index in recorded:
-                continue
-            recorded.add(index)
-            remaining -= 1
-            case_id, t0 = started[index]
-            done(index, reply_row(case_id, json.loads(json.dumps(reply)), time.perf_counter() - t0)
-                 | {"logs": logs})
+            if index not in self.recorded:
+                case_id, t0 = self.started[index]
+                self.record(index, reply_row(case_id, json.loads(json.dumps(reply)), time.perf_counter() - t0)
+                            | {"logs": logs})
+
+    def stop(self, concurrency: int) -> None:
+        for _ in range(concurrency + len(self.suite)):
+            self.jobs.put(None)
+
+
+def run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeout: float, done: Done) -> None:
+    run = _ThreadRun(_build(spec), suite, timeout=timeout, done=done)
+    real_out, real_err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ThreadOutput(real_out, run.buffers), _ThreadOutput(real_err, run.buffers)
+    try:
+        run.go(concurrency)
     finally:
         sys.stdout, sys.stderr = real_out, real_err
-        for _ in range(concurrency + len(suite)):
-            jobs.put(None)
-
-
+        run.stop(concurrency)
