@@ -204,3 +204,18 @@ class Long:
 
 def make_long():
     return Long()
+
+
+class CorpusVandal:
+    """Writes over the corpus file it was handed, then answers."""
+
+    def __init__(self, corpus) -> None:
+        with open(corpus.path, "r+b") as handle:
+            handle.write(b'{"id": "x", "text": "vandalised"}\n')
+
+    def answer(self, case):
+        return SUTOutput(abstained=True)
+
+
+def make_corpus_vandal(corpus=None):
+    return CorpusVandal(corpus)

@@ -50,3 +50,13 @@ def test_the_gate_says_when_the_corpus_changed_since_the_baseline(tmp_path, caps
     capsys.readouterr()
     main(["gate", "--data", str(data), "--baseline", str(baseline)])
     assert "the corpus changed since the baseline" in capsys.readouterr().out
+
+
+def test_a_system_that_writes_to_its_corpus_leaves_the_users_corpus_alone(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    text = "".join(json.dumps(p) + "\n" for p in CORPUS)
+    (data / "corpus.jsonl").write_text(text)
+    (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    assert main(["run", "--data", str(data), "--adapter", "hostile_adapters:make_corpus_vandal", "--quiet"]) == 0
+    assert (data / "corpus.jsonl").read_text() == text, "the worker's corpus is a copy, not the user's file"

@@ -15,7 +15,7 @@ corpus replaced by a rename keeps reading the bytes it fingerprinted; one change
 on the next read.
 
 ``Corpus.export(folder)`` hands the corpus to another process without telling it where the data folder
-is: a hard link (or a copy) under a neutral name in a folder of the caller's choosing.
+is: a copy under a neutral name in a folder of the caller's choosing (never a link to the user's file).
 """
 
 from __future__ import annotations
@@ -282,31 +282,20 @@ class Corpus:
                                file=str(self.path))
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
-        """The corpus file under the neutral name ``corpus.jsonl`` inside ``folder``: a hard link when the
-        filesystem allows one, else a copy. Open it with ``Corpus.open`` in another process: the path
-        says nothing about the data folder. The bytes are the ones this corpus fingerprinted (a file
-        replaced since it was opened is copied from the open handle, not linked)."""
+        """A copy of the corpus file under the neutral name ``corpus.jsonl`` inside ``folder``, made from
+        the bytes this corpus fingerprinted. Open it with ``Corpus.open`` in another process: the path says
+        nothing about the data folder. A copy, never a link: a link would let the process that reads it
+        write to the user's own corpus."""
         target = Path(folder) / CORPUS_FILE
         try:
             Path(folder).mkdir(parents=True, exist_ok=True)
             if os.path.lexists(target):
                 os.unlink(target)
-            if not self._link(target):
-                self._copy(target)
+            self._copy(target)
         except OSError as exc:
             raise FileAccessError(target, f"cannot export the corpus ({exc.strerror or exc})") from None
         self._check_unchanged()
         return target
-
-    def _link(self, target: Path) -> bool:
-        try:
-            os.link(self.path, target)
-        except OSError:  # another filesystem, or links not allowed here
-            return False
-        if os.stat(target).st_ino == os.fstat(self._fd).st_ino:
-            return True
-        os.unlink(target)  # the path now names another file: copy the bytes this corpus read
-        return False
 
     def _copy(self, target: Path) -> None:
         with open(target, "wb") as out:
