@@ -61,7 +61,8 @@ class _Runs:
 
             suite = load_suite(self.config.getoption("qaeval_data"))
             if self.selected is not None and len(self.selected) < len(suite):
-                suite = Suite(tuple(c for c in suite if c.id in set(self.selected)), suite.root)
+                wanted = set(self.selected)
+                suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
             p = api.check_parameters("run", data=str(suite.root), **self._params())
             self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
                                  concurrency=p["concurrency"], isolation=p["isolation"])
