@@ -159,3 +159,17 @@ def test_error_text_is_cut_by_the_harness_and_a_huge_answer_is_malformed(living)
     assert error.startswith("eeee") and error.endswith("[... 98000 more characters]")
     answer = run_suite(first(living), "hostile_adapters:make_long")["error"][0]
     assert answer == "malformed output: answer is 1250000 characters long (limit 1000000)"
+
+
+def test_a_long_ranking_is_refused_at_once_not_checked_for_duplicates_pair_by_pair():
+    """200,000 ids with one repeat used to be checked with list.count per id (quadratic: hours)."""
+    from qaeval.system.contract import validate_plain
+
+    ids = [f"d{i}" for i in range(200_000)] + ["d0"]
+    plain = {"answer": "", "citations": {"__type__": "list", "items": []}, "abstained": True,
+             "retrieved_ids": {"__type__": "list", "items": ids}, "model_was_called": False,
+             "prompt_to_model": None, "computed_aggregate": None}
+    start = time.monotonic()
+    fields, problems = validate_plain(plain)
+    assert fields is None and problems == ["retrieved_ids holds 200001 ids (limit 1000)"]
+    assert time.monotonic() - start < 5

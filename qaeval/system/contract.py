@@ -19,6 +19,7 @@ import json
 import math
 import secrets
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -211,68 +212,18 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
         return None, [f"the worker sent {type(data).__name__}, not an output"]
     if "not_output" in data:
         return None, [f"adapter returned {data['not_output']}, not SUTOutput"]
-    problems: list[str] = []
     answer = data.get("answer")
-    if not isinstance(answer, str):
-        problems.append(f"answer is {_type_name(answer)}, not str")
-    elif len(answer) > MAX_TEXT:
-        problems.append(f"answer is {len(answer)} characters long (limit {MAX_TEXT})")
-
-    citations: list[dict[str, str]] = []
-    items = _items(data.get("citations"), "list")
-    if items is None:
-        problems.append(f"citations is {_type_name(data.get('citations'))}, not a list")
-    else:
-        seen: set[tuple[str, str]] = set()
-        for i, c in enumerate(items):
-            if not (isinstance(c, dict) and set(c) == {"source_id", "claim"}):
-                problems.append(f"citations[{i}] is {_type_name(c)}, not Citation")
-            elif not isinstance(c["source_id"], str) or not isinstance(c["claim"], str):
-                problems.append(f"citations[{i}] must have a str source_id and a str claim")
-            elif (c["source_id"], c["claim"]) in seen:
-                problems.append(f"citations[{i}] repeats citation of {c['source_id']!r} with the same claim")
-            elif len(c["claim"]) > MAX_TEXT:
-                problems.append(f"citations[{i}].claim is too long")
-            else:
-                seen.add((c["source_id"], c["claim"]))
-                claim = answer if c["claim"] == answer else c["claim"]  # one string, not two equal copies
-                citations.append({"source_id": sys.intern(c["source_id"]), "claim": claim})
-
+    problems = _answer_problems(answer)
+    citations, found = _citations(data.get("citations"), answer)
+    problems += found
     passages, found = _passages(data.get("passages"))
     problems += found
-    retrieved: list[str] = []
-    items = _items(data.get("retrieved_ids"), "list")
-    if items is None:
-        problems.append(f"retrieved_ids is {_type_name(data.get('retrieved_ids'))}, not a list")
-    elif not all(isinstance(r, str) for r in items):
-        problems.append("retrieved_ids must hold only strings")
-    else:
-        dupes = sorted({r for r in items if items.count(r) > 1}) if len(set(items)) != len(items) else []
-        if dupes:
-            problems.append(f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once")
-        retrieved = [sys.intern(r) for r in items]
-        if passages and not retrieved:
-            retrieved = [p["id"] for p in passages]
-        elif passages and retrieved != [p["id"] for p in passages]:
-            problems.append("retrieved_ids and passages disagree (passages are the ranking with its text: "
-                            "give the same ids in the same order, or passages alone)")
-
-    for flag in ("abstained", "model_was_called"):
-        if not isinstance(data.get(flag), bool):
-            problems.append(f"{flag} is {_type_name(data.get(flag))}, not bool")
-    prompt = data.get("prompt_to_model")
-    if prompt is not None and not isinstance(prompt, str):
-        problems.append(f"prompt_to_model is {_type_name(prompt)}, not a str or None")
-    elif isinstance(prompt, str) and len(prompt) > MAX_TEXT:
-        problems.append(f"prompt_to_model is {len(prompt)} characters long (limit {MAX_TEXT})")
-    agg = data.get("computed_aggregate")
-    if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float, str))):
-        problems.append(f"computed_aggregate is {_type_name(agg)}, not a number, a str or None")
+    retrieved, found = _retrieved(data.get("retrieved_ids"), passages)
+    problems += found
+    problems += _scalar_problems(data)
     if data.get("abstained") is True and not problems:
-        if isinstance(answer, str) and answer.strip():
-            problems.append("abstained but still returned answer text (an abstention carries no answer)")
-        if citations:
-            problems.append("abstained but still cited sources (an abstention carries no citation)")
+        problems += _abstention_problems(answer, citations)
+    prompt, agg = data.get("prompt_to_model"), data.get("computed_aggregate")
     if not problems:
         texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values()),
                  *(v for p in passages for v in p.values())]
@@ -281,9 +232,85 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
     if problems:
         return None, problems
     return dict(answer=answer, citations=citations, retrieved_ids=retrieved, passages=passages,
-                abstained=data["abstained"],
-                model_was_called=data["model_was_called"], prompt_to_model=prompt,
+                abstained=data["abstained"], model_was_called=data["model_was_called"], prompt_to_model=prompt,
                 computed_aggregate=agg), []
+
+
+def _answer_problems(answer: Any) -> list[str]:
+    if not isinstance(answer, str):
+        return [f"answer is {_type_name(answer)}, not str"]
+    if len(answer) > MAX_TEXT:
+        return [f"answer is {len(answer)} characters long (limit {MAX_TEXT})"]
+    return []
+
+
+def _citations(value: Any, answer: Any) -> tuple[list[dict[str, str]], list[str]]:
+    items = _items(value, "list")
+    if items is None:
+        return [], [f"citations is {_type_name(value)}, not a list"]
+    if len(items) > MAX_PASSAGES:
+        return [], [f"citations holds {len(items)} citations (limit {MAX_PASSAGES})"]
+    citations: list[dict[str, str]] = []
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(items):
+        if not (isinstance(c, dict) and set(c) == {"source_id", "claim"}):
+            problems.append(f"citations[{i}] is {_type_name(c)}, not Citation")
+        elif not isinstance(c["source_id"], str) or not isinstance(c["claim"], str):
+            problems.append(f"citations[{i}] must have a str source_id and a str claim")
+        elif (c["source_id"], c["claim"]) in seen:
+            problems.append(f"citations[{i}] repeats citation of {c['source_id']!r} with the same claim")
+        elif len(c["claim"]) > MAX_TEXT:
+            problems.append(f"citations[{i}].claim is too long")
+        else:
+            seen.add((c["source_id"], c["claim"]))
+            claim = answer if c["claim"] == answer else c["claim"]  # one string, not two equal copies
+            citations.append({"source_id": sys.intern(c["source_id"]), "claim": claim})
+    return citations, problems
+
+
+def _retrieved(value: Any, passages: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The ranking: ``retrieved_ids``, or the passages' ids when only they were given."""
+    items = _items(value, "list")
+    if items is None:
+        return [], [f"retrieved_ids is {_type_name(value)}, not a list"]
+    if len(items) > MAX_PASSAGES:
+        return [], [f"retrieved_ids holds {len(items)} ids (limit {MAX_PASSAGES})"]
+    if not all(isinstance(r, str) for r in items):
+        return [], ["retrieved_ids must hold only strings"]
+    dupes = sorted(r for r, n in Counter(items).items() if n > 1)
+    if dupes:
+        return [], [f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once"]
+    retrieved = [sys.intern(r) for r in items]
+    if passages and not retrieved:
+        return [p["id"] for p in passages], []
+    if passages and retrieved != [p["id"] for p in passages]:
+        return [], ["retrieved_ids and passages disagree (passages are the ranking with its text: "
+                    "give the same ids in the same order, or passages alone)"]
+    return retrieved, []
+
+
+def _scalar_problems(data: dict[str, Any]) -> list[str]:
+    problems = [f"{flag} is {_type_name(data.get(flag))}, not bool"
+                for flag in ("abstained", "model_was_called") if not isinstance(data.get(flag), bool)]
+    prompt = data.get("prompt_to_model")
+    if prompt is not None and not isinstance(prompt, str):
+        problems.append(f"prompt_to_model is {_type_name(prompt)}, not a str or None")
+    elif isinstance(prompt, str) and len(prompt) > MAX_TEXT:
+        problems.append(f"prompt_to_model is {len(prompt)} characters long (limit {MAX_TEXT})")
+    agg = data.get("computed_aggregate")
+    if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float, str))):
+        problems.append(f"computed_aggregate is {_type_name(agg)}, not a number, a str or None")
+    return problems
+
+
+def _abstention_problems(answer: Any, citations: list[dict[str, str]]) -> list[str]:
+    problems = []
+    if isinstance(answer, str) and answer.strip():
+        problems.append("abstained but still returned answer text (an abstention carries no answer)")
+    if citations:
+        problems.append("abstained but still cited sources (an abstention carries no citation)")
+    return problems
 
 
 def _passage_problem(i: int, item: Any) -> str | None:
@@ -317,8 +344,7 @@ def _passages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
         return [], problems
     passages = [{"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
                 for p in items]
-    ids = [p["id"] for p in passages]
-    dupes = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    dupes = sorted(i for i, n in Counter(p["id"] for p in passages).items() if n > 1)
     if dupes:
         return [], [f"passages lists {', '.join(repr(d) for d in dupes)} more than once"]
     return passages, []
