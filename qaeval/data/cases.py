@@ -149,84 +149,89 @@ def _is_str(value: Any, *, allow_empty: bool = False) -> bool:
 
 
 def _case_problems(raw: dict[str, Any], corpus: Corpus | None = None) -> list[str]:
-    problems: list[str] = []
-    for key in raw:
-        if key not in REQUIRED and key not in OPTIONAL:
-            problems.append(f"unknown field {key!r}")
+    """Why a raw case is not a golden case (empty when it is), step by step."""
+    problems = _field_problems(raw, corpus)
+    source_ids, found = _source_problems(raw)
+    problems += found + _value_problems(raw) + _gold_problems(raw, source_ids, corpus)
+    if "checkpoints" in raw:
+        cps = raw["checkpoints"]
+        if not isinstance(cps, list):
+            problems.append("'checkpoints' must be a list")
+        else:
+            known = corpus if "sources" not in raw and corpus is not None else source_ids
+            for i, cp in enumerate(cps):
+                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, known))  # type: ignore[arg-type]
+    return problems
+
+
+def _field_problems(raw: dict[str, Any], corpus: Corpus | None) -> list[str]:
+    problems = [f"unknown field {key!r}" for key in raw if key not in REQUIRED and key not in OPTIONAL]
     for key in REQUIRED:
         if key not in raw and not (key == "sources" and corpus is not None):
             hint = f" (or put a {CORPUS_FILE} beside the cases)" if key == "sources" else ""
             problems.append(f"missing required field {key!r}{hint}")
+    for key in ("id", "question"):
+        if key in raw and not _is_str(raw[key]):
+            problems.append(f"{key!r} must be a non-empty string")
+    return problems
 
-    if "id" in raw and not _is_str(raw["id"]):
-        problems.append("'id' must be a non-empty string")
-    if "question" in raw and not _is_str(raw["question"]):
-        problems.append("'question' must be a non-empty string")
 
+def _source_problems(raw: dict[str, Any]) -> tuple[set[str], list[str]]:
+    """(the case's own source ids, what is wrong with its sources)."""
     source_ids: set[str] = set()
-    sources = raw.get("sources")
-    if "sources" in raw:
-        if not isinstance(sources, list):
-            problems.append("'sources' must be a list of {id, text, title?} objects")
+    if "sources" not in raw:
+        return source_ids, []
+    sources = raw["sources"]
+    if not isinstance(sources, list):
+        return source_ids, ["'sources' must be a list of {id, text, title?} objects"]
+    problems: list[str] = []
+    for i, src in enumerate(sources):
+        where = f"sources[{i}]"
+        if not isinstance(src, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        problems += [f"{where} has unknown field {key!r}" for key in src if key not in SOURCE_FIELDS]
+        if not _is_str(src.get("id")):
+            problems.append(f"{where}.id must be a non-empty string")
+        elif src["id"] in source_ids:
+            problems.append(f"{where}.id {src['id']!r} is not unique within the case")
         else:
-            for i, src in enumerate(sources):
-                where = f"sources[{i}]"
-                if not isinstance(src, dict):
-                    problems.append(f"{where} must be an object")
-                    continue
-                for key in src:
-                    if key not in SOURCE_FIELDS:
-                        problems.append(f"{where} has unknown field {key!r}")
-                if not _is_str(src.get("id")):
-                    problems.append(f"{where}.id must be a non-empty string")
-                elif src["id"] in source_ids:
-                    problems.append(f"{where}.id {src['id']!r} is not unique within the case")
-                else:
-                    source_ids.add(src["id"])
-                if not _is_str(src.get("text")):
-                    problems.append(f"{where}.text must be a non-empty string")
-                if "title" in src and src["title"] is not None and not isinstance(src["title"], str):
-                    problems.append(f"{where}.title must be a string")
+            source_ids.add(src["id"])
+        if not _is_str(src.get("text")):
+            problems.append(f"{where}.text must be a non-empty string")
+        if "title" in src and src["title"] is not None and not isinstance(src["title"], str):
+            problems.append(f"{where}.title must be a string")
+    return source_ids, problems
 
-    for key, allowed in (("expected_behavior", EXPECTED_BEHAVIORS), ("difficulty", DIFFICULTIES),
-                         ("split", SPLITS)):
-        if key in raw and raw[key] not in allowed:
-            problems.append(f"{key!r} is {raw[key]!r}; expected one of {', '.join(allowed)}")
 
+def _value_problems(raw: dict[str, Any]) -> list[str]:
+    problems = [f"{key!r} is {raw[key]!r}; expected one of {', '.join(allowed)}"
+                for key, allowed in (("expected_behavior", EXPECTED_BEHAVIORS), ("difficulty", DIFFICULTIES),
+                                     ("split", SPLITS))
+                if key in raw and raw[key] not in allowed]
     must_abstain = raw.get("expected_behavior") == "unanswerable_must_abstain"
     gold = raw.get("gold_answer")
     if gold is not None and not _is_str(gold):
         problems.append("'gold_answer' must be a non-empty string or null")
     elif gold is None and not must_abstain and raw.get("expected_behavior") in EXPECTED_BEHAVIORS:
         problems.append("an answerable case needs a non-empty 'gold_answer'")
-
-    if "gold_source_ids" in raw:
-        gold_ids = raw["gold_source_ids"]
-        if not isinstance(gold_ids, list) or not all(_is_str(g) for g in gold_ids):
-            problems.append("'gold_source_ids' must be a list of strings")
-        else:
-            if len(set(gold_ids)) != len(gold_ids):
-                problems.append("'gold_source_ids' lists an id twice")
-            if isinstance(sources, list):
-                for gid in gold_ids:
-                    if gid not in source_ids:
-                        problems.append(f"gold source id {gid!r} is not in the case's sources")
-            elif "sources" not in raw and corpus is not None:
-                for gid in gold_ids:
-                    if gid not in corpus:
-                        problems.append(f"gold source id {gid!r} is not in the corpus ({CORPUS_FILE})")
-
     if "adversarial" in raw and raw["adversarial"] is not None and not _is_str(raw["adversarial"]):
         problems.append("'adversarial' must be a non-empty string")
+    return problems
 
-    if "checkpoints" in raw:
-        cps = raw["checkpoints"]
-        if not isinstance(cps, list):
-            problems.append("'checkpoints' must be a list")
-        else:
-            for i, cp in enumerate(cps):
-                known = corpus if "sources" not in raw and corpus is not None else source_ids
-                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, known))  # type: ignore[arg-type]
+
+def _gold_problems(raw: dict[str, Any], source_ids: set[str], corpus: Corpus | None) -> list[str]:
+    if "gold_source_ids" not in raw:
+        return []
+    gold_ids = raw["gold_source_ids"]
+    if not isinstance(gold_ids, list) or not all(_is_str(g) for g in gold_ids):
+        return ["'gold_source_ids' must be a list of strings"]
+    problems = ["'gold_source_ids' lists an id twice"] if len(set(gold_ids)) != len(gold_ids) else []
+    if isinstance(raw.get("sources"), list):
+        problems += [f"gold source id {gid!r} is not in the case's sources" for gid in gold_ids if gid not in source_ids]
+    elif "sources" not in raw and corpus is not None:
+        problems += [f"gold source id {gid!r} is not in the corpus ({CORPUS_FILE})" for gid in gold_ids
+                     if gid not in corpus]
     return problems
 
 
