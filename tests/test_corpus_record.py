@@ -15,11 +15,16 @@ CASES = [{"id": f"c{i}", "question": f"When did the Branch {i} library open?", "
           "split": "frozen"} for i in range(0, 40, 4)]
 
 
-def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
+def corpus_folder(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in CORPUS))
     (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    return data
+
+
+def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
+    data = corpus_folder(tmp_path)
     record = tmp_path / "run.json"
     assert main(["run", "--data", str(data), "--save", str(record), "--quiet"]) == 0
     saved = json.loads(record.read_text())
@@ -38,10 +43,7 @@ def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
 
 
 def test_the_gate_says_when_the_corpus_changed_since_the_baseline(tmp_path, capsys):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in CORPUS))
-    (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    data = corpus_folder(tmp_path)
     baseline = tmp_path / "baseline.json"
     assert main(["baseline", "--data", str(data), "--out", str(baseline), "--quiet"]) == 0
     extra = {"id": "p99", "text": "A passage added to the corpus after the baseline was written."}
@@ -53,10 +55,7 @@ def test_the_gate_says_when_the_corpus_changed_since_the_baseline(tmp_path, caps
 
 
 def test_a_system_that_writes_to_its_corpus_leaves_the_users_corpus_alone(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    text = "".join(json.dumps(p) + "\n" for p in CORPUS)
-    (data / "corpus.jsonl").write_text(text)
-    (data / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    data = corpus_folder(tmp_path)
+    text = (data / "corpus.jsonl").read_text()
     assert main(["run", "--data", str(data), "--adapter", "hostile_adapters:make_corpus_vandal", "--quiet"]) == 0
     assert (data / "corpus.jsonl").read_text() == text, "the worker's corpus is a copy, not the user's file"

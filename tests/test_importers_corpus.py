@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from conftest import ROOT, make_case
+from test_growing import MUSIQUE  # the same small MuSiQue file as the plain importer's tests
 
 from qaeval import DatasetError, UsageError, load_suite
 from qaeval.cli import main
@@ -40,18 +41,6 @@ HOTPOT = [{"_id": "h1", "question": "Which opened first, Eastside or Northgate?"
            "supporting_facts": [["Northgate", 0]],
            "context": [["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]}]
 
-MUSIQUE = [{"id": "2hop__1", "question": "Where was the founder of Eastside born?", "answer": "Harbor City",
-            "answerable": True, "question_decomposition": [{"id": 1}, {"id": 2}],
-            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
-                            "is_supporting": True},
-                           {"idx": 1, "title": "Ada Park", "paragraph_text": "Ada Park was born in Harbor City.",
-                            "is_supporting": True},
-                           {"idx": 2, "title": "Printing", "paragraph_text": "Printing costs 10 cents.",
-                            "is_supporting": False}]},
-           {"id": "2hop__2", "question": "Where was the founder of Westside born?", "answer": "", "answerable": False,
-            "question_decomposition": [{"id": 1}, {"id": 2}],
-            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
-                            "is_supporting": False}]}]
 
 
 def write(path, value):
