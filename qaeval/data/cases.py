@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -327,14 +326,3 @@ def suite_from_raw(raws: Iterable[Mapping[str, Any]], root: str, *, file: str,
                    fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
     """A Suite from stored case objects (a run record), validated as strictly as a load."""
     return build_suite(((file, i, dict(r)) for i, r in enumerate(raws, start=1)), root, fingerprints, corpus)
-
-
-def data_paths(data_dir: str | Path) -> list[str]:
-    """Spellings of a data folder worth keeping away from a system under test (as given, absolute)."""
-    given = str(data_dir)
-    paths = {given, os.path.abspath(given)}
-    try:
-        paths.add(str(Path(given).resolve()))
-    except OSError:
-        pass
-    return sorted(p for p in paths if p and p not in (".", "/"))
