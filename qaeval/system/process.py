@@ -51,7 +51,12 @@ _READ_CHUNK = 1 << 16
 
 
 class FrameError(Exception):
-    """The other side broke the protocol (too big, not JSON, closed); the message says how."""
+    """The other side broke the protocol (too big, not JSON, closed) or missed its deadline
+    (``timed_out``); the message says how."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 # --------------------------------------------------------------------------- frames
@@ -102,7 +107,7 @@ class Channel:
             except BlockingIOError:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise FrameError(f"{self.what} did not read its input in time") from None
+                    raise FrameError(f"{self.what} did not read its input in time", timed_out=True) from None
                 select.select([], [self.sock], [], left)
                 continue
             except OSError as exc:
@@ -154,7 +159,7 @@ class Channel:
                 return frames[0]
             left = deadline - time.monotonic()
             if left <= 0:
-                raise FrameError(f"{self.what} did not answer in time")
+                raise FrameError(f"{self.what} did not answer in time", timed_out=True)
             select.select([self.sock], [], [], left)
 
     def close(self) -> None:

@@ -80,7 +80,7 @@ class RemoteWorkers:
             proc.kill()
             code = proc.reap(0.5)
             proc.close()
-            why = f"timed out after {timeout:g} s (its worker was stopped)" if "in time" in str(exc) else \
+            why = f"timed out after {timeout:g} s (its worker was stopped)" if exc.timed_out else \
                 f"adapter process {exit_reason(code)}" if proc.channel.closed else f"{exc} (it was stopped)"
             return json.dumps({"id": payload[0], "error": why})
         with self._lock:
