@@ -239,6 +239,33 @@ def test_altered_text_for_a_corpus_id_fails_passage_fidelity_with_the_reason(tmp
     assert not result.ok
 
 
+def _passage_labels(html: str, case_id: str) -> dict[str, str]:
+    import re
+    from html import unescape
+
+    block = html.split(f'id="case-{case_id}"', 1)[1].split('<details class="case', 1)[0]
+    return {m.group(2): unescape(m.group(1)) for m in re.finditer(r'<span class="pid">([^<]*\[([^\]]+)\][^<]*)</span>', block)}
+
+
+def test_the_drilldown_says_where_each_passage_came_from_and_diffs_an_altered_one(tmp_path):
+    from qaeval.api import load_run
+    from qaeval.record import write_record
+    from qaeval.reports.cases import drilldown
+
+    result = _run(corpus_folder(tmp_path, [corpus_case(), make_case(id="own-0001")]), make_altering)
+    write_record(result, tmp_path / "run.json")
+    for shown in (result, load_run(tmp_path / "run.json")):  # the record's corpus excerpt is enough
+        html = str(drilldown(shown))
+        corpus_case_labels, own_case_labels = _passage_labels(html, "case-0001"), _passage_labels(html, "own-0001")
+        assert "from the corpus" in corpus_case_labels["p-eastside"]
+        assert "from the corpus" in corpus_case_labels["p-northgate"]
+        assert "the system's own" in corpus_case_labels["own-note"]
+        assert "from the case" in own_case_labels["s1"] and "not retrieved" in own_case_labels["s1"]
+        assert "from the corpus" in own_case_labels["p-eastside"], "a corpus id a case with sources retrieved"
+        assert "<del>1964</del> <ins>1971</ins>" in html, "the word diff shows the frozen word struck, the new one added"
+        assert html.count('<div class="fidelity">') == 2, "one altered passage in each case, nothing else"
+
+
 def test_unicode_and_whitespace_differences_are_not_infidelity():
     from qaeval.scoring.checks import check_passage_fidelity
 

@@ -32,6 +32,8 @@ def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
     assert saved["corpus"]["size"] == 40 and len(saved["corpus"]["fingerprint"]) == 64
     assert {c["gold_source_ids"][0] for c in CASES} <= kept < {p["id"] for p in CORPUS}, "only what the run touched"
     assert main(["report", str(record), "--html", str(tmp_path / "run.html")]) == 0
+    assert "top 5 over a frozen corpus of 40 passages" in (tmp_path / "run.html").read_text(), \
+        "the report states k and the whole corpus's size, not the excerpt's"
     assert main(["gate", "--data", str(data), "--baseline", str(record), "--quiet"]) == 0
     assert main(["export", "trec", str(record), "--out", str(tmp_path / "trec")]) == 0
     capsys.readouterr()

@@ -12,22 +12,23 @@ through it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from qaeval.data.schema import GoldenCase, Source
+from qaeval.data.schema import CITATION_CORRECTNESS, GoldenCase
 from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score
+from qaeval.scoring.checks import fold as fold_passage
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
 ALL_FULL_UP_TO = 60  # suites this small get every case in full
-CITATION_AXIS = "citation_correctness"
 Row = Mapping[str, Any]
 Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
 
@@ -49,6 +50,7 @@ class CaseDetail:
     rows: CaseRows
     full: bool
     baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
+    corpus: Mapping[str, Any] | None = None  # the run's corpus (or the passages its record kept)
 
     @property
     def passed(self) -> bool:
@@ -56,11 +58,11 @@ class CaseDetail:
 
     @cached_property
     def by_axis(self) -> dict[str, Row]:
-        return {v["axis"]: v for v in self.rows.verdicts if v["axis"] != CITATION_AXIS}
+        return {v["axis"]: v for v in self.rows.verdicts if v["axis"] != CITATION_CORRECTNESS}
 
     @cached_property
     def by_citation(self) -> dict[str, Row]:
-        return {v["target"]: v for v in self.rows.verdicts if v["axis"] == CITATION_AXIS}
+        return {v["target"]: v for v in self.rows.verdicts if v["axis"] == CITATION_CORRECTNESS}
 
     @cached_property
     def cited(self) -> set[str]:
@@ -149,9 +151,50 @@ def _answers(view: CaseDetail) -> str:
 # --------------------------------------------------------------------------- the named sections
 
 
-def _passage(view: CaseDetail, sid: str, rank: int, source: Source | None, retrieved: bool) -> str:
+@dataclass(frozen=True)
+class Shown:
+    """One passage as the drill-down draws it: the text the system used and where that text came from."""
+
+    text: str | None
+    title: str | None
+    origin: str  # "case" (its frozen sources), "corpus" (the frozen corpus) or "system only"
+    frozen: str | None = None  # the frozen text, when the system returned a different one
+
+
+def shown_passage(view: CaseDetail, sid: str) -> Shown:
+    """Where passage ``sid`` came from: the case's sources, the corpus (the record keeps the passages its
+    run touched), or only the system's output; and the frozen text when the system's differs from it."""
+    source = next((s for s in view.case.sources if s.id == sid), None)
+    held = source if source is not None else (view.corpus.get(sid) if view.corpus is not None else None)
+    origin = "case" if source is not None else ("corpus" if held is not None else "system only")
+    given = next((p for p in view.rows.output.get("passages") or () if p["id"] == sid), None)
+    if given is None:
+        return Shown(held.text if held is not None else None, held.title if held is not None else None, origin)
+    title = given.get("title") or (held.title if held is not None else None)
+    differs = held is not None and fold_passage(given["text"]) != fold_passage(held.text)
+    return Shown(given["text"], title, origin, held.text if differs else None)
+
+
+def word_diff(frozen: str, given: str) -> str:
+    """``given`` against ``frozen`` word by word, escaped: removed words in ``<del>``, added in ``<ins>``."""
+    a, b = fold_passage(frozen).split(), fold_passage(given).split()
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(esc(" ".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(f"<del>{esc(' '.join(a[i1:i2]))}</del>")
+        if j2 > j1:
+            out.append(f"<ins>{esc(' '.join(b[j1:j2]))}</ins>")
+    return " ".join(out)
+
+
+def _passage(view: CaseDetail, sid: str, rank: int, retrieved: bool) -> str:
+    shown = shown_passage(view, sid)
     cited = sid in view.cited
-    labels = [f"#{rank}" if retrieved else "not retrieved", f"[{sid}]"]
+    labels = [f"#{rank}" if retrieved else "not retrieved", f"[{sid}]", f"from the {shown.origin}"
+              if shown.origin != "system only" else "the system's own"]
     if cited:
         labels.append("cited")
     if sid in view.case.gold_source_ids:
@@ -159,19 +202,24 @@ def _passage(view: CaseDetail, sid: str, rank: int, source: Source | None, retri
     quotes = [view.by_citation[sid]["quote"]] if sid in view.by_citation else []
     if cited and view.quote("faithfulness"):
         quotes.append(view.quote("faithfulness"))
-    text = highlight(source.text, quotes) if source is not None else '<span class="bad">(not in the fixture)</span>'
-    title = f" — {esc(source.title)}" if source is not None and source.title else ""
+    text = highlight(shown.text, quotes) if shown.text is not None else '<span class="bad">(not in the fixture)</span>'
+    if shown.frozen is not None:
+        text += (f'<div class="fidelity"><span class="bad">differs from the frozen {esc(shown.origin)}</span> '
+                 f"(frozen → the system's, words removed struck, added underlined): "
+                 f"{word_diff(shown.frozen, shown.text or '')}</div>")
+    title = f" — {esc(shown.title)}" if shown.title else ""
     css = "cited" if cited else ("" if retrieved else "unretrieved")
     return f'<div class="passage {css}"><span class="pid">{esc(" · ".join(labels))}{title}</span>{text}</div>'
 
 
 def passages_section(view: CaseDetail) -> str:
-    """The passages the system retrieved, best first, then the case's other passages (in short form:
-    only retrieved or cited ones). A case may have no passages of its own."""
+    """The passages the system retrieved, best first, each saying where its text came from (the case,
+    the corpus, or only the system) with a word diff where the system's text differs from the frozen
+    one; then the case's other passages and any cited passage it did not retrieve (in short form: only
+    retrieved or cited ones). A case may have no passages of its own."""
     retrieved = list(view.rows.output["retrieved_ids"])
-    sources = {s.id: s for s in view.case.sources}
-    order = [*retrieved, *[sid for sid in sources if sid not in retrieved]]
-    items = [_passage(view, sid, rank, sources.get(sid), sid in retrieved)
+    order = list(dict.fromkeys([*retrieved, *(s.id for s in view.case.sources), *sorted(view.cited)]))
+    items = [_passage(view, sid, rank, sid in retrieved)
              for rank, sid in enumerate(order, start=1)
              if view.full or sid in retrieved or sid in view.cited]
     return "<h3>Passages, in the order the system ranked them</h3>" + ("".join(items) or
@@ -267,7 +315,7 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     parts = []
     for n, cid in enumerate([*failing, *passing]):
         view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
-                        baseline=baseline.cases.get(cid) if baseline is not None else None)
+                        baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus)
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:

@@ -25,8 +25,21 @@ def run_facts(run: RunResult) -> dict[str, Any]:
         "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
         "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
+        "retrieval": retrieval_scope(run),
         "commit": (meta.git_commit or "")[:10] or None, "time": meta.created,
     }
+
+
+def retrieval_scope(run: RunResult) -> str:
+    """What retrieval was measured over: the cutoff k, and the corpus's size when the folder has one
+    (a record keeps an excerpt of the corpus and the size of the whole)."""
+    corpus = run.suite.corpus
+    if corpus is None:
+        return f"top {run.meta.k} over each case's own passages"
+    size = getattr(corpus, "size", None) or len(corpus)
+    own = sum(1 for case in run.suite if not case.from_corpus)
+    mixed = f"; {own} case(s) over their own passages" if own else ""
+    return f"top {run.meta.k} over a frozen corpus of {size:,} passages{mixed}"
 
 
 def run_notes(run: RunResult) -> list[str]:
