@@ -3,6 +3,7 @@
 
     python benchmarks/bench_run.py                  # N = 1000, 2500, 5000, 10000; 5 runs each
     python benchmarks/bench_run.py --sizes 100000 --repeat 3    # 100k cases, the memory target: under 1 GB
+    python benchmarks/bench_run.py --sizes 10000 --case-kb 4 --isolation none   # long cases: under 8 s
 
 Each case has 8 passages (one gold, near-miss distractors); a fifth of them must be abstained on and a
 tenth are multi-hop. Every run is a fresh `qaeval run` process with the bundled hub and the offline
@@ -29,12 +30,24 @@ WORDS = ("branch library card loan renewal fine hold printer museum pass garden 
          "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop").split()
 
 
-def make_case(i: int, rng: random.Random) -> dict:
+def filler(rng: random.Random, chars: int) -> str:
+    """Sentences of real-sentence length (12 to 25 words) until ``chars`` characters."""
+    out: list[str] = []
+    while sum(len(s) + 1 for s in out) < chars:
+        words = [rng.choice(WORDS) for _ in range(rng.randint(12, 25))]
+        out.append(" ".join(words).capitalize() + ".")
+    return " ".join(out)
+
+
+def make_case(i: int, rng: random.Random, pad: int = 0) -> dict:
     topic = rng.sample(WORDS, 3)
     gold_text = f"The {topic[0]} {topic[1]} policy sets {topic[2]} limits at {i % 97} items per month for patrons."
     sources = [{"id": f"s{j}", "text": f"The {rng.choice(WORDS)} {rng.choice(WORDS)} note mentions "
-                f"{topic[j % 3]} and {rng.choice(WORDS)} on page {j}. Staff review it every {j + 2} weeks."}
+                f"{topic[j % 3]} and {rng.choice(WORDS)} on page {j}. Staff review it every {j + 2} weeks."
+                + (" " + filler(rng, pad) if pad else "")}
                for j in range(7)]
+    if pad:
+        gold_text = filler(rng, pad // 2) + " " + gold_text + " " + filler(rng, pad // 2)
     sources.insert(rng.randrange(8), {"id": "gold", "title": topic[0], "text": gold_text})
     kind = i % 10
     case = {"id": f"bench-{i:06d}", "sources": sources, "split": "frozen" if i % 3 else "living"}
@@ -51,17 +64,20 @@ def make_case(i: int, rng: random.Random) -> dict:
     return case
 
 
-def write_suite(folder: Path, n: int) -> None:
+def write_suite(folder: Path, n: int, case_kb: float = 0) -> None:
+    """``case_kb``: pad every passage with sentences so a case line is about that many KB (0: short)."""
     rng = random.Random(n)
+    pad = max(0, int(case_kb * 1024 / 8) - 230)
     with open(folder / "cases.jsonl", "w", encoding="utf-8") as f:
         for i in range(n):
-            f.write(json.dumps(make_case(i, rng)) + "\n")
+            f.write(json.dumps(make_case(i, rng, pad)) + "\n")
 
 
-def time_run(folder: Path) -> tuple[float, float]:
+def time_run(folder: Path, isolation: str) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet"],
+    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet",
+                           "--isolation", isolation],
                           capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
@@ -74,13 +90,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2500, 5000, 10000])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--case-kb", type=float, default=0,
+                        help="pad passages with real-length sentences so each case is about this many KB")
+    parser.add_argument("--isolation", default="process", choices=["process", "none"])
     args = parser.parse_args()
     print(f"{'cases':>7} {'median s':>9} {'min s':>7} {'s per 1k':>9} {'peak MiB':>9}")
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            write_suite(folder, n)
-            runs = [time_run(folder) for _ in range(args.repeat)]
+            write_suite(folder, n, args.case_kb)
+            runs = [time_run(folder, args.isolation) for _ in range(args.repeat)]
         times = [t for t, _ in runs]
         med = statistics.median(times)
         print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {max(m for _, m in runs):>9.0f}",

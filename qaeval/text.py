@@ -39,9 +39,7 @@ def printable(text: str) -> str:
                         text)
 
 
-@lru_cache(maxsize=1 << 15)
-def normalize(text: str) -> str:
-    """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
+def _normalized(text: str) -> str:
     text = fold(text)
     if not text.isascii():
         text = unicodedata.normalize("NFKD", text)
@@ -49,12 +47,17 @@ def normalize(text: str) -> str:
     return " ".join(_WORD.findall(text.lower().replace(",", "")))
 
 
+@lru_cache(maxsize=1 << 15)
+def normalize(text: str) -> str:
+    """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
+    return _normalized(text)
+
+
 def tokens(text: str) -> list[str]:
     """Normalised word tokens, in order, stopwords kept."""
     return normalize(text).split()
 
 
-@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     # Deliberately crude: enough that "branches" meets "branch" and "opened" meets "open".
     for suffix in ("ies", "es", "ed", "ing", "s", "e"):
@@ -63,14 +66,31 @@ def _stem(word: str) -> str:
     return word
 
 
+class _Terms(dict):  # type: ignore[type-arg]
+    """Token -> its stem, or "" for a stopword, filled as tokens are met; so mapping a passage's tokens
+    to terms is one ``map`` over a dict. Bounded: cleared when it outgrows ``LIMIT`` tokens."""
+
+    LIMIT = 1 << 18
+
+    def __missing__(self, token: str) -> str:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        term = "" if token in STOPWORDS else _stem(token)
+        self[token] = term
+        return term
+
+
+_TERMS = _Terms()
+
+
 def content_terms(text: str) -> list[str]:
     """Stemmed tokens without stopwords: what lexical relevance and overlap are computed on."""
     return list(_content_terms(text or ""))
 
 
-@lru_cache(maxsize=1 << 15)  # passages recur across hub, checks and judge: compute each once
+@lru_cache(maxsize=1 << 17)  # passages recur across hub, checks and judge: compute each once
 def _content_terms(text: str) -> tuple[str, ...]:
-    return tuple(_stem(t) for t in normalize(text).split() if t not in STOPWORDS)
+    return tuple(filter(None, map(_TERMS.__getitem__, _normalized(text).split())))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -78,6 +98,12 @@ _ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "N
 
 
 def split_sentences(text: str) -> list[str]:
+    """Split an answer into sentences (see ``_sentences``)."""
+    return list(_sentences(text or ""))
+
+
+@lru_cache(maxsize=1 << 14)  # answers and evidence are split by the checks, the judge and the outcomes alike
+def _sentences(text: str) -> tuple[str, ...]:
     """Split an answer into sentences.
 
     A sentence ends at ``.``, ``!`` or ``?`` followed by whitespace and a capital letter or digit
@@ -86,7 +112,7 @@ def split_sentences(text: str) -> list[str]:
     also end a sentence, so bullet lists split per bullet.
     """
     parts: list[str] = []
-    for block in re.split(r"\n\s*\n|\n\s*[-*•]\s+", text or ""):
+    for block in re.split(r"\n\s*\n|\n\s*[-*•]\s+", text):
         start = 0
         for match in _SENTENCE_END.finditer(block):
             head = block[start : match.start()].rstrip()
@@ -95,4 +121,4 @@ def split_sentences(text: str) -> list[str]:
             parts.append(block[start : match.start()])
             start = match.end()
         parts.append(block[start:])
-    return [p.strip() for p in parts if p.strip()]
+    return tuple(p.strip() for p in parts if p.strip())
