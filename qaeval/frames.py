@@ -61,6 +61,42 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
     return pd.DataFrame({name: column(columns[name], kind) for name, kind in schema.items()}, columns=list(schema))
 
 
+_KIND_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {  # kind: (the JSON types it takes, whether None is one)
+    "str": ((str,), False), "list": ((list,), False), "dict": ((dict,), False), "Dict": ((dict,), True),
+    "text": ((str,), True), "bool": ((bool,), False), "boolean": ((bool,), True), "int": ((int,), False),
+    "Int64": ((int,), True), "float": ((int, float), True),
+}
+
+
+def row_problems(rows: Any, schema: Mapping[str, str], where: str) -> list[str]:
+    """Why ``rows`` (read from a file) cannot be a frame of ``schema``: not a list of objects, or a field
+    missing or of the wrong JSON type (``true`` is not an int). Each problem names its place, e.g.
+    ``cases[3].verdicts[0].score is str, not int or null``. Columns of kind ``object`` take anything."""
+    if not isinstance(rows, list):
+        return [f"{where} is {type(rows).__name__}, not a list"]
+    return [p for i, row in enumerate(rows) for p in object_problems(row, schema, f"{where}[{i}]")]
+
+
+def object_problems(row: Any, schema: Mapping[str, str], where: str) -> list[str]:
+    """Why one JSON object cannot be a row of ``schema`` (see ``row_problems``)."""
+    if not isinstance(row, dict):
+        return [f"{where} is {type(row).__name__}, not an object"]
+    return [f"{where}.{name} {problem}" for name, kind in schema.items() if (problem := value_problem(row, name, kind))]
+
+
+def value_problem(row: Mapping[str, Any], name: str, kind: str) -> str:
+    """Why ``row[name]`` is not a value of column kind ``kind`` ("" when it is)."""
+    if name not in row:
+        return "is missing"
+    value = row[name]
+    types, nullable = _KIND_TYPES.get(kind, ((object,), True))
+    if value is None and nullable:
+        return ""
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        return f"is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}{' or null' if nullable else ''}"
+    return ""
+
+
 class Rows:
     """Collects a frame row by row into column lists (no dict per row is kept), then builds it."""
 

@@ -54,7 +54,7 @@ from qaeval.data.labels import labelled_suite_from_raw
 from qaeval.data.schema import LABEL_SCHEMA
 from qaeval.errors import BaselineError, DatasetError, RecordError
 from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
-from qaeval.frames import clean, frame, frame_rows
+from qaeval.frames import clean, frame, frame_rows, object_problems, row_problems
 from qaeval.results import WRITERS, Result
 from qaeval.scoring.checks import CHECK_SCHEMA
 from qaeval.data.corpus import Passage
@@ -267,16 +267,59 @@ def _meta(data: Mapping[str, Any], where: str) -> RunMeta:
     return RunMeta(judge=JudgeConfig(**config), **fields)
 
 
+LINE_FIELDS = {  # a case line of a record, as the loader reads it ("list"/"dict": a JSON array/object)
+    "case_id": "str", "case": "dict", "fingerprint": "str", "output": "dict", "checks": "list",
+    "retrieval": "Dict", "verdicts": "list", "trajectory": "list", "passed": "bool", "fail_reasons": "list",
+    "units": "dict",
+}
+STORED_OUTPUT = {k: v for k, v in OUTPUT_SCHEMA.items()  # what a line's output holds (the rest is optional)
+                 if k not in ("case_id", "latency_s", "logs", "passages", "prompt_to_model")}
+LINE_ROWS = (  # a case line's lists of rows, and the frame schema each row follows
+    ("verdicts", {k: v for k, v in VERDICT_SCHEMA.items() if k not in ("case_id", "cached")}),
+    ("trajectory", {k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
+)
+
+
+def _line_problems(line: Mapping[str, Any], at: str) -> list[str]:
+    problems = object_problems(line["output"], STORED_OUTPUT, f"{at}.output")
+    problems += [f"{at}.checks[{j}] is not [check, passed, reason]" for j, c in enumerate(line["checks"])
+                 if not (isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], bool)
+                         and isinstance(c[2], str))]
+    if line["retrieval"] is not None:
+        problems += object_problems(line["retrieval"], {k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"},
+                                    f"{at}.retrieval")
+    for name, schema in LINE_ROWS:
+        problems += row_problems(line[name], schema, f"{at}.{name}")
+    return problems
+
+
+def _shape_problems(data: Mapping[str, Any]) -> list[str]:
+    """Every field of the record's run that is missing or of the wrong JSON type, named by its place
+    (``cases[3].verdicts[0].score is str, not int or null``), found before anything is built from it, so
+    what is built afterwards can trust its types: an exception there is a bug in qaeval, not a malformed
+    file (exit 70, not 65)."""
+    problems = row_problems(data.get("cases"), LINE_FIELDS, "cases")
+    if problems:
+        return problems
+    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]")]
+    problems += row_problems(data.get("scoreboard"), SCOREBOARD_SCHEMA, "scoreboard")
+    problems += row_problems(data.get("slices"), SLICE_SCHEMA, "slices")
+    if data.get("labels") is not None:
+        problems += row_problems(data["labels"], LABEL_SCHEMA, "labels")
+    return problems
+
+
 def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
-    """The RunResult a record holds (its frames equal the ones saved)."""
+    """The RunResult a record holds (its frames equal the ones saved). A field missing or of the wrong
+    type is a RecordError naming it; anything raised after that check is a bug (exit 70)."""
+    problems = _shape_problems(data)
+    if problems:
+        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+        raise RecordError("record is malformed: " + "; ".join(problems[:20]) + more, file=where)
     try:
         return _run_from_record(data, where)
-    except RecordError:
-        raise
     except DatasetError as exc:
         raise RecordError([p for p in exc.problems]) from None
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise RecordError(f"record is malformed ({type(exc).__name__}: {exc})", file=where) from None
 
 
 def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:

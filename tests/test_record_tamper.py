@@ -361,3 +361,45 @@ def test_a_meta_field_of_the_wrong_type_is_named(tmp_path, capsys, path, value, 
     capsys.readouterr()
     assert main(["report", str(record), "--html", str(tmp_path / "r.html")]) == 65
     assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- types before values (issue 18)
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize(("path", "value", "named"), [
+    (("cases", 1, "verdicts", 0, "score"), "2", "cases[1].verdicts[0].score is str, not int or null"),
+    (("cases", 2, "checks", 0), ["grounding_isolation", 1, "ok"], "cases[2].checks[0] is not [check, passed, reason]"),
+    (("cases", 0, "output", "abstained"), "no", "cases[0].output.abstained is str, not bool"),
+    (("cases", 0, "retrieval", "k"), 5.5, "cases[0].retrieval.k is float, not int"),
+    (("cases", 3, "trajectory"), {}, "cases[3].trajectory is dict, not list"),
+    (("scoreboard", 0, "n"), True, "scoreboard[0].n is bool, not int"),
+    (("cases", 4), "a line", "cases[4] is str, not an object"),
+])
+def test_a_field_of_the_wrong_type_is_a_record_error_naming_it(records, tmp_path, capsys, path, value, named):
+    bad = edited(records["good"], tmp_path / "typed.json", _set(path, value))
+    capsys.readouterr()
+    assert main(["report", str(bad), "--html", str(tmp_path / "typed.html")]) == 65
+    assert named in capsys.readouterr().err
+
+
+def test_a_bug_after_the_record_is_read_is_a_bug_not_a_malformed_record(records, tmp_path, capsys, monkeypatch):
+    """Before, every KeyError or TypeError while building a run from a record read as "record is
+    malformed" (exit 65), hiding qaeval's own bugs behind the user's file."""
+    import qaeval.record
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug in assemble")
+
+    monkeypatch.setattr(qaeval.record, "assemble", broken)
+    capsys.readouterr()
+    assert main(["report", str(records["good"]), "--html", str(tmp_path / "bug.html")]) == 70
+    assert "malformed" not in capsys.readouterr().err
