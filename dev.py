@@ -5,7 +5,8 @@
     python3 dev.py test            create .venv, install qaeval with its test tools, run the test suite
     python3 dev.py test --oldest   the same in .venv-oldest, with the oldest versions qaeval claims to support
 
-Extra arguments after `test` go to pytest. Set QAEVAL_VENV to use another environment folder.
+Extra arguments after `test` go to pytest; the whole suite runs in parallel (pytest-xdist, at least three
+workers), a chosen test file or -k runs in one process. Set QAEVAL_VENV to use another environment folder.
 """
 
 from __future__ import annotations
@@ -93,7 +94,15 @@ def main(argv: list[str]) -> None:
         demo(bin_dir)
     elif argv[0] == "test":
         extra = [a for a in argv[1:] if a != "--oldest"]
-        sys.exit(subprocess.call([str(bin_dir / "python"), "-m", "pytest", *extra], cwd=ROOT))
+        sys.exit(subprocess.call([str(bin_dir / "python"), "-m", "pytest", *parallel(extra), *extra], cwd=ROOT))
+
+
+def parallel(extra: list[str]) -> list[str]:
+    """pytest-xdist's workers for a whole-suite run: at least three, since most tests wait on worker
+    processes and kernels rather than compute. A run of chosen tests (a path or -k) or one that sets
+    -n itself runs as asked."""
+    chosen = any(a.startswith(("-n", "--numprocesses", "-k", "-p", "--pdb")) or not a.startswith("-") for a in extra)
+    return [] if chosen else ["-n", str(max(3, os.cpu_count() or 1))]
 
 
 if __name__ == "__main__":
