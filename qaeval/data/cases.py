@@ -144,7 +144,7 @@ def case_fingerprint(raw: Mapping[str, Any]) -> str:
 
 
 def _is_str(value: Any, *, allow_empty: bool = False) -> bool:
-    return isinstance(value, str) and (allow_empty or bool(value.strip()))
+    return isinstance(value, str) and (allow_empty or (bool(value) and not value.isspace()))
 
 
 def _case_problems(raw: dict[str, Any], corpus: Corpus | None = None) -> list[str]:

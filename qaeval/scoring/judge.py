@@ -28,6 +28,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
@@ -216,6 +217,7 @@ def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataF
 # --------------------------------------------------------------------------- validation
 
 
+@lru_cache(maxsize=4096)  # a case's evidence is searched once per axis and citation
 def _squash(text: str) -> str:
     return " ".join((text or "").split()).casefold()
 
