@@ -36,7 +36,7 @@ from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import usercode
-from qaeval.system.process import harness_guard
+from qaeval.system.hardening import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift

@@ -18,7 +18,8 @@ import sys
 import threading
 from typing import Any
 
-from qaeval.system.process import drop_ptrace, read_frame, watch_parent, write_frame
+from qaeval.system.hardening import drop_ptrace
+from qaeval.system.process import read_frame, watch_parent, write_frame
 
 LOG_LIMIT = 2000
 

@@ -56,8 +56,9 @@ from qaeval.scoring.judge import (
     NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of,
     not_unicode,
 )
+from qaeval.system.hardening import harness_guard
 from qaeval.system.process import (
-    FrameError, UserProcess, confined_env, exit_reason, harness_guard, hidden_folders, parse, scrub_sys_path,
+    FrameError, UserProcess, confined_env, exit_reason, hidden_folders, parse, scrub_sys_path,
 )
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")

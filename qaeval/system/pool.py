@@ -49,7 +49,8 @@ from qaeval.system.calls import (
 )
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, exit_reason, harness_guard, parse
+from qaeval.system.hardening import harness_guard
+from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, exit_reason, parse
 from qaeval.system.remote import run_on_executor
 
 STOP_GRACE = 1.0

@@ -14,13 +14,11 @@ and that many bytes of JSON text. This module owns the rules every such process 
   block the harness.
 - **What the process is given.** Its environment loses every variable whose value names the data
   folder as a path (``confined_env``), its working directory is a private scratch folder, its
-  argv names no data, and (Linux) it drops ``CAP_SYS_PTRACE`` before any user code runs
-  (``drop_ptrace``), so even as root it cannot read the harness's memory once the harness is
-  non-dumpable.
-- **What the harness does meanwhile** (``harness_guard``, Linux): it is non-dumpable, so
-  ``/proc/<harness>/mem``, ``fd/`` and ``environ`` cannot be opened by its children, and it is a child
-  subreaper, so a descendant that escapes its process group (``fork``, ``setsid``, ``fork``) is reparented
-  to the harness and killed when the guard ends.
+  argv names no data, and (Linux) it drops ``CAP_SYS_PTRACE`` before any user code runs, so even as
+  root it cannot read the harness's memory once the harness is non-dumpable.
+- **What the harness does meanwhile** (Linux): it is non-dumpable and a child subreaper, so a
+  descendant that escapes its process group is killed when the run ends. Both Linux parts live in
+  ``qaeval.system.hardening``.
 
 Nothing here imports pandas: the worker side imports this module too.
 """
@@ -28,7 +26,6 @@ Nothing here imports pandas: the worker side imports this module too.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -41,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 HEADER = struct.Struct("!I")
@@ -200,60 +196,6 @@ def watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-_CAP_SYS_PTRACE = 19
-_PR_CAPBSET_DROP = 24
-_PR_SET_DUMPABLE = 4
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
-
-
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def drop_ptrace() -> bool:
-    """Linux: give up CAP_SYS_PTRACE for this process and everything it starts (the bounding set), so a
-    root worker cannot read a non-dumpable harness's memory. Returns whether it is now without it."""
-    libc = _libc()
-    if libc is None:
-        return False
-    libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)  # needs CAP_SETPCAP; harmless without
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-    data = (_CapData * 2)()
-    if libc.capget(ctypes.byref(header), data) != 0:
-        return False
-    mask = ~(1 << _CAP_SYS_PTRACE) & 0xFFFFFFFF
-    data[0].effective &= mask
-    data[0].permitted &= mask
-    data[0].inheritable &= mask
-    if libc.capset(ctypes.byref(header), data) != 0:
-        return False
-    return not has_ptrace()
-
-
-def has_ptrace() -> bool:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
-    except OSError:
-        pass
-    return False
-
-
 # --------------------------------------------------------------------------- the harness's side
 
 
@@ -395,75 +337,3 @@ def exit_reason(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
-
-
-# --------------------------------------------------------------------------- guarding the harness
-
-_guard_depth = 0
-
-
-def _children_of(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-        return [int(x) for x in text.split()]
-    except (OSError, ValueError):
-        pass
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def sweep_escaped(keep: set[int]) -> int:
-    """Kill and reap every child of this process that is not in ``keep`` (escaped descendants that
-    were reparented here). Returns how many were killed."""
-    me, killed = os.getpid(), 0
-    for _ in range(20):  # killing one may orphan its own children onto us: repeat until none are left
-        strays = [p for p in _children_of(me) if p not in keep]
-        if not strays:
-            break
-        for pid in strays:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        for pid in strays:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)
-    return killed
-
-
-@contextlib.contextmanager
-def harness_guard() -> Iterator[None]:
-    """For the duration of a run with user code out of process (Linux): the harness is non-dumpable
-    and a child subreaper; on the way out every descendant that escaped is killed. Nested uses share
-    the outermost guard. Elsewhere a no-op."""
-    global _guard_depth
-    libc = _libc()
-    if libc is None or _guard_depth:
-        _guard_depth += 1
-        try:
-            yield
-        finally:
-            _guard_depth -= 1
-        return
-    was_dumpable = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
-    flag = ctypes.c_int(0)
-    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
-    before = set(_children_of(os.getpid()))
-    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _guard_depth += 1
-    try:
-        yield
-    finally:
-        _guard_depth -= 1
-        sweep_escaped(before)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, flag.value, 0, 0, 0)
-        if was_dumpable == 1:
-            libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)

@@ -186,7 +186,8 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.process import drop_ptrace, read_frame, watch_parent
+    from qaeval.system.hardening import drop_ptrace
+    from qaeval.system.process import read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
