@@ -35,7 +35,7 @@ from qaeval.pipeline import evaluate
 from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
-from qaeval.judges import usercode
+from qaeval.judges import hooks, usercode
 from qaeval.system.hardening import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
@@ -252,8 +252,8 @@ def drift_run(data: str | None = None, *, timeseries: str | None = None, window:
     frozen = load_suite(p["data"]).select(split="frozen")
     hook: Callable[..., Any] | None = None
     if p["notify"] is not None:  # checked before the run: a typo is a usage error before anything runs
-        hook = usercode.notify_hook(p["notify"], isolation=p["isolation"], timeout=p["hook_timeout"],
-                                    startup=p["startup_timeout"], data_dir=p["data"])
+        hook = hooks.notify_hook(p["notify"], isolation=p["isolation"], timeout=p["hook_timeout"],
+                                 startup=p["startup_timeout"], data_dir=p["data"])
     return _finish(drift(_evaluate(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 

@@ -52,7 +52,7 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
 def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
     from qaeval.errors import describe
     from qaeval.plugins import contained
-    from qaeval.judges.usercode import request_from_plain, response_to_plain
+    from qaeval.judges.wire import request_from_plain, response_to_plain
 
     requests = [request_from_plain(r) for r in plain_requests]
     ok, value = contained(obj.judge, requests, what="the judge")
