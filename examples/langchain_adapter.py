@@ -19,10 +19,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# qaeval's integration first: without langchain-core, its import error names the extra to install
+from qaeval.integrations.langchain import adapter_factory  # isort: skip
 from langchain_core.language_models.chat_models import SimpleChatModel
 from langchain_core.messages import BaseMessage
 
-from qaeval.integrations.langchain import adapter_factory
 from qaeval.text import content_terms, split_sentences
 
 PASSAGE = re.compile(r"^\[(?P<id>[^\]\s]+)\][^\n]*\n(?P<text>.+?)(?=\n\n\[|\Z)", re.M | re.S)

@@ -3,6 +3,7 @@ qaeval adapter, tested with langchain-core's fake chat models and in-memory retr
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -278,6 +279,14 @@ def test_the_golden_set_runs_through_the_worker_pool_at_concurrency_4(tmp_path):
     assert run.per_case.set_index("case_id").loc["single-0001", "recall_at_k"] == 1.0
 
 
+def test_importing_the_integration_without_langchain_core_is_a_usage_error_naming_the_extra(monkeypatch):
+    for name in [m for m in sys.modules if m.split(".")[0] == "langchain_core"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "qaeval.integrations.langchain")
+    with pytest.raises(UsageError, match=r"needs langchain-core .*pip install 'qaeval-harness\[langchain\]'"):
+        importlib.import_module("qaeval.integrations.langchain")
+
+
 def test_without_langchain_core_the_adapter_is_a_usage_error_naming_the_extra(tmp_path):
     shadow = tmp_path / "shadow" / "langchain_core"
     shadow.mkdir(parents=True)
@@ -287,6 +296,13 @@ def test_without_langchain_core_the_adapter_is_a_usage_error_naming_the_extra(tm
     assert done.returncode == 64, done.stdout + done.stderr
     assert "needs langchain-core" in done.stderr and "pip install 'qaeval-harness[langchain]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_extra_is_declared_in_dev_and_its_lower_bound_is_the_oldest_pin():
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["langchain"] == ["langchain-core>=0.3"] and "langchain-core>=0.3" in extras["dev"]
+    assert "langchain-core==0.3.0" in (ROOT / ".ci" / "oldest.txt").read_text().splitlines()
 
 
 # --------------------------------------------------------------------------- the example notebook
