@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from qaeval.system.contract import Citation
 from qaeval.text import split_sentences
 
-MARKER = re.compile(r"[ \t]*\[\s*([^\[\]\s,;]+(?:\s*[,;]\s*[^\[\]\s,;]+)*)\s*\](?!\()")
+MARKER = re.compile(r"\[\s*([^\[\]\s,;]+(?:\s*[,;]\s*[^\[\]\s,;]+)*)\s*\](?!\()")
 REFUSALS = (
     "i cannot answer", "i can't answer", "i can not answer", "i am unable to answer", "i'm unable to answer",
     "i don't know", "i do not know", "cannot be answered", "the passages do not", "the passages don't",
-    "i cannot find", "i can't find", "there is no information", "no answer",
+    "i cannot find", "i can't find", "there is no information",
 )
 
 
@@ -56,7 +56,15 @@ def marker_ids(text: str) -> list[str]:
 
 
 def strip_markers(text: str) -> str:
-    return MARKER.sub("", text).strip()
+    """``text`` without its markers or the spaces before them ("renewed [x]." reads "renewed."), trimmed.
+    (The spaces are cut piece by piece: a leading ``[ \t]*`` in the pattern would be quadratic on a long
+    run of spaces.)"""
+    pieces, last = [], 0
+    for marker in MARKER.finditer(text):
+        pieces.append(text[last:marker.start()].rstrip(" \t"))
+        last = marker.end()
+    pieces.append(text[last:])
+    return "".join(pieces).strip()
 
 
 def is_refusal(text: str) -> bool:
