@@ -177,6 +177,18 @@ def test_a_chain_that_returns_the_wrong_shape_fails_its_case_with_the_keys_it_ga
                                        "answer or result", regex=False).all()
 
 
+def test_an_answer_may_be_a_message_with_content_blocks_and_documents_must_be_documents():
+    from qaeval.integrations.langchain import chain_result
+
+    blocks = AIMessage(content=[{"type": "text", "text": "Seven days "}, {"type": "image_url", "image_url": "x"},
+                                {"type": "text", "text": "[kb-9]."}])
+    assert chain_result({"answer": blocks, "context": []}) == ("Seven days [kb-9].", [])
+    with pytest.raises(TypeError, match="the chain's 'context' holds dict, not Documents"):
+        chain_result({"answer": "x", "context": [{"page_content": "x"}]})
+    with pytest.raises(TypeError, match="the chain returned str; qaeval needs a mapping"):
+        chain_result("Seven days")
+
+
 def test_a_fixed_retriever_is_used_for_every_case_instead_of_its_sources():
     mine = KeywordRetriever(documents=[Document("DVDs go out for 7 days.", metadata={"source_id": "kb-dvd"})])
     out = adapter_factory(model=fake("Seven days [kb-dvd]."), retriever=mine)().answer(DVD)
