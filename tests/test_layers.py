@@ -17,6 +17,7 @@ LAYERS = (
               "qaeval.audit", "qaeval.results")),
     ("data", ("qaeval.data",)),
     ("system", ("qaeval.system",)),
+    ("integrations", ("qaeval.integrations",)),
     ("scoring", ("qaeval.scoring", "qaeval.judges")),
     ("verdicts", ("qaeval.verdicts",)),
     ("record", ("qaeval.record", "qaeval.record_check")),
