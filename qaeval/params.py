@@ -25,7 +25,7 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API), plugins (a list of those)
+    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API), plugins (list)
     default: Any
     help: str
     commands: tuple[str, ...]

@@ -5,8 +5,9 @@
     pytest --qaeval-data golden --qaeval-baseline base.json       ... plus one gate test
     pytest --qaeval-data golden -m qaeval -k "single-"            only golden cases, selected by id
 
-Each case is an item named by its id (``golden/frozen.jsonl::single-0001``); it fails with the checks (your own
-too: ``--qaeval-check``, ``--qaeval-metric``) or axes that fired and the answer beside the gold answer. The run goes through the same runner as ``qaeval run``
+Each case is an item named by its id (``golden/frozen.jsonl::single-0001``); it fails with the checks or axes that
+fired (your own too: ``--qaeval-check``, ``--qaeval-metric``) and the answer beside the gold answer. The run goes
+through the same runner as ``qaeval run``
 (worker processes, ``--qaeval-concurrency``, ``--qaeval-isolation``), once for all selected cases, when
 the first of them runs; the gate item runs the whole suite against the baseline.
 """
@@ -30,7 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qaeval-concurrency", type=int, metavar="N", help="cases in flight (default 4)")
     group.addoption("--qaeval-isolation", choices=("process", "none"), help="worker processes (default) or in-process")
     group.addoption("--qaeval-timeout", type=float, metavar="SECONDS", help="per-case timeout (default 60)")
-    group.addoption("--qaeval-check", action="append", metavar="MODULE:FUNCTION", help="a check of your own (repeatable)")
+    group.addoption("--qaeval-check", action="append", metavar="MODULE:FUNCTION",
+                    help="a check of your own (repeatable)")
     group.addoption("--qaeval-metric", action="append", metavar="MODULE:NAME", help="a metric of your own (repeatable)")
 
 

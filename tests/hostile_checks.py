@@ -58,3 +58,8 @@ def _words_under_limit(sample):
 gated_length = Metric("gated_length", True, "answered cases", "answers under QAEVAL_TEST_WORDS words",
                       unit=_words_under_limit, tolerance=0.0)
 not_a_metric = 42
+
+
+@check(tier=1)
+def hangs_always(case, output, passages):
+    time.sleep(3600)

@@ -74,6 +74,7 @@ def test_the_email_check_blocks_the_gate_and_is_named_in_its_report(email_copy, 
     page = html.read_text()
     assert f"the answer carries an e-mail address ({ADDRESS})" in page
     assert "no email address" in page and "answer_length_ok" in page  # the drill-down and the scoreboard
+    assert "no_email_address (tier 1, " in page  # what ran, with its code's hash
     record = json.loads(saved.read_text())
     assert [c["name"] for c in record["custom"]["checks"]] == ["no_email_address"]
     assert record["custom"]["checks"][0]["tier"] == 1 and len(record["custom"]["checks"][0]["sha256"]) == 64
@@ -230,3 +231,33 @@ def test_checks_and_metrics_installed_as_entry_points_run_without_flags(tmp_path
     run = api.run(str(GOLDEN))
     assert run.registered.names == ["no_email_address", "answer_length_ok"]
     assert run.registered.checks[0].source == EMAIL
+
+
+def test_a_check_that_never_answers_costs_three_deadlines_then_is_not_asked():
+    run = api.run(str(GOLDEN), check=["hostile_checks:hangs_always"], check_timeout=0.5)
+    reasons = run.custom["reason"].tolist()
+    assert all("did not finish within 0.5 s" in r for r in reasons[:3])
+    assert all(r.startswith("not asked: 3 cases in a row were lost") for r in reasons[3:]) and len(reasons) == 15
+    assert run.tier_one_failures == run.per_case["case_id"].tolist()
+
+
+def test_a_bad_check_is_refused_before_the_system_is_called(capsys):
+    code = main(["run", "--data", str(GOLDEN), "--adapter", "no_such_module:make", "--check",
+                 "hostile_checks:no_such", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 64 and "no_such" in err and "no_such_module" not in err  # the adapter was never started
+
+
+def test_the_api_takes_functions_and_metric_objects():
+    from qaeval import Metric, check
+
+    @check(tier=1, name="not_abstained")
+    def not_abstained(case, output, passages):
+        return not output.abstained or case.must_abstain, "abstained on an answerable case"
+
+    cited = Metric("cites_two", True, "answered cases", "answers citing two passages or more",
+                   unit=lambda s: (float(len(s.output.citations) >= 2), 1.0) if s.facts.answered else (0.0, 0.0))
+    run = api.run(str(GOLDEN), check=[not_abstained], metric=[cited])
+    board = run.scoreboard.set_index("metric")
+    assert board.at["not_abstained", "value"] == 1.0 and board.at["cites_two", "value"] == 0.0
+    assert board.at["cites_two", "n"] == board.at["faithfulness_rate", "n"]

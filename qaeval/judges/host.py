@@ -1,4 +1,5 @@
-"""The process a custom judge, a notify hook or the registered checks and metrics run in: ``python -m qaeval.judges.host FD``.
+"""The process a custom judge, a notify hook or the registered checks and metrics run in:
+``python -m qaeval.judges.host FD``.
 
 Started by ``qaeval.judges.usercode`` (which describes the frames it speaks over socket FD). It gives
 up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch

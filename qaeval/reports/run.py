@@ -26,7 +26,15 @@ def run_facts(run: RunResult) -> dict[str, Any]:
         "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
         "commit": (meta.git_commit or "")[:10] or None, "time": meta.created,
+        **({"your checks and metrics": registered_line(run)} if run.registered else {}),
     }
+
+
+def registered_line(run: RunResult) -> str:
+    """Each registered check (tier 1 or informational) and metric, with the start of its code's sha256."""
+    reg = run.registered
+    return ", ".join([f"{c.name} (tier {'1' if c.blocks else 'info'}, {c.sha256[:8]})" for c in reg.checks]
+                     + [f"{m.metric.name} (metric, {m.sha256[:8]})" for m in reg.metrics])
 
 
 def run_notes(run: RunResult) -> list[str]:

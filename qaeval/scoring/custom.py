@@ -199,7 +199,8 @@ def metric_from_plain(m: Any) -> Metric:
 # --------------------------------------------------------------------------- the case, across
 
 
-def sample_to_plain(case: GoldenCase, out: Mapping[str, Any], bodies: Mapping[str, str], facts: CaseFacts) -> dict[str, Any]:
+def sample_to_plain(case: GoldenCase, out: Mapping[str, Any], bodies: Mapping[str, str],
+                    facts: CaseFacts) -> dict[str, Any]:
     """What a checks process is sent for one case (JSON): the case with its labels, the output, the
     passages it used and the facts."""
     output = {k: out[k] for k in ("answer", "citations", "retrieved_ids", "passages", "abstained",

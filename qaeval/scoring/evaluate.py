@@ -283,7 +283,8 @@ class RunResult(Result):
         bad = self.tier_one_failures
         if bad:
             return f"tier 1 fails on {len(bad)} case(s): {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}; {head}"
-        return f"every deterministic{' and tier-1' if self.registered.checks else ''} check green, no adapter error; {head}"
+        kinds = "deterministic and tier-1" if self.registered.checks else "deterministic"
+        return f"every {kinds} check green, no adapter error; {head}"
 
     # convenience views
     @property

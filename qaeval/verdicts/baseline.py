@@ -53,7 +53,8 @@ class Baseline:
         return clean(dict(path=self.path, dataset_fingerprint=self.dataset_fingerprint, judge=self.judge,
                           green=self.green, allowed_failing=self.allowed_failing,
                           created=self.created, git_commit=self.git_commit, adapter=self.adapter,
-                          corpus_fingerprint=self.corpus_fingerprint) | ({"custom": self.custom} if self.custom else {}))
+                          corpus_fingerprint=self.corpus_fingerprint)
+                     | ({"custom": self.custom} if self.custom else {}))
 
 
 def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:

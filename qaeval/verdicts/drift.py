@@ -301,7 +301,8 @@ def summary_dict(run: RunResult) -> dict[str, Any]:
     )
 
 
-def history_frame(history: list[dict[str, Any]], record: dict[str, Any], names: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
+def history_frame(history: list[dict[str, Any]], record: dict[str, Any],
+                  names: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
     rows = []
     for i, r in enumerate([*history, record]):
         for m in names:
