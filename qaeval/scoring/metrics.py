@@ -5,7 +5,8 @@ counts, how one case contributes to it (``unit``: this case's numerator and deno
 tolerance (None when the gate does not watch it), which way a drift alarm fires, and the human label
 axis it maps onto for prediction-powered estimates. Every layer (scoreboard, gate, drift, records,
 reports) reads this table; adding a metric is one entry plus, if it needs a new per-case fact, one
-field of ``CaseFacts``.
+field of ``CaseFacts``. A user's own metrics are ``Metric`` objects too, registered per run
+(``qaeval.scoring.custom``): every layer reads a run's ``RunResult.metrics``, these and then those.
 
 Every metric is a ratio of per-case numerators and denominators, so each one says exactly what it is
 computed over. A metric whose denominator is empty is NaN with n = 0, never 0 or 1. Intervals are 95%
