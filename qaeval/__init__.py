@@ -44,6 +44,8 @@ _EXPORTS = {
     "OfflineJudge": "qaeval.judges.offline",
     "run_suite": "qaeval.system.pool",
     "load_run": "qaeval.record",
+    "check": "qaeval.scoring.custom", "Sample": "qaeval.scoring.custom", "Metric": "qaeval.scoring.metrics",
+    "CaseFacts": "qaeval.scoring.metrics",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -36,11 +36,12 @@ from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import hooks, usercode
+from qaeval.judges.custom import close_custom, installed, make_custom
 from qaeval.system.hardening import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
-from qaeval.verdicts.gate import GateResult, gate, load_tolerances
+from qaeval.verdicts.gate import GateResult, gate, gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 
 def _load_views() -> None:
@@ -127,12 +128,15 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
     judge = make_judge(p)
     with ExitStack() as stack:
         stack.callback(usercode.close_judge, judge)
+        custom = make_custom(p)  # a bad name or declaration is a usage error before the system is called
+        stack.callback(close_custom, custom)
         executor, label = _executor(p, stack)
         if p["isolation"] == "process":
             stack.enter_context(harness_guard())  # the judge and anything the adapter left behind included
         result = evaluate(suite, p["adapter"], judge, k=p["k"], timeout=p["timeout"], concurrency=p["concurrency"],
                           isolation=p["isolation"], executor=executor, executor_label=label,
-                          startup_timeout=p["startup_timeout"], max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024))
+                          startup_timeout=p["startup_timeout"], max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024),
+                          custom=custom)
     return result
 
 
@@ -201,8 +205,10 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     if p["record"]:
         return _recorded("gate", p, GateResult)
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
-    limits = load_tolerances(p["tolerances"], p["tolerance"])
+    registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
+    limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
     current = _labelled_run(p)
+    limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:
         calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
@@ -228,9 +234,11 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
         with ExitStack() as stack:
             judge = make_judge(p)
             stack.callback(usercode.close_judge, judge)  # whatever scoring raises, its process is stopped
+            custom = make_custom(p)
+            stack.callback(close_custom, custom)
             meta = RunMeta.now(adapter=f"(outputs carried by {p['labelled']})", judge=judge_config_of(judge),
                                isolation="process", k=p["k"], data=p["labelled"])
-            current = score_outputs(suite, outputs, judge, meta=meta)
+            current = score_outputs(suite, outputs, judge, meta=meta, custom=custom)
         source = p["labelled"]
     else:
         chosen = axes_to_assess(p["axes"], AXES)

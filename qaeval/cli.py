@@ -71,7 +71,7 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
         if param.kind == "bool":
             target.add_argument(param.flag, action="store_const", const=True, **kwargs)
             continue
-        if param.kind == "list":
+        if param.kind in ("list", "plugins"):
             kwargs.update(action="append")
         elif param.kind == "int":
             kwargs.update(type=int)

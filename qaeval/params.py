@@ -25,7 +25,7 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API)
+    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API), plugins (list)
     default: Any
     help: str
     commands: tuple[str, ...]
@@ -103,6 +103,14 @@ PARAMS: tuple[Param, ...] = (
           "and after two chunks lost in a row it is not asked again (the built-in judges do not use it: the "
           "HTTP judge has its own per-call timeout)", SCORING, minimum=0.001, maximum=MAX_TIMEOUT,
           metavar="SECONDS"),
+    Param("check", "plugins", (), "a check of your own, as module:function, run on every case in its own process "
+          "(repeatable; @qaeval.check(tier=1) blocks the gate; the qaeval.checks entry points are added)", SCORING,
+          metavar="MODULE:FUNCTION"),
+    Param("metric", "plugins", (), "a metric of your own, as module:name of a qaeval.Metric (repeatable; the "
+          "qaeval.metrics entry points are added)", SCORING, metavar="MODULE:NAME"),
+    Param("check_timeout", "float", 60.0, "seconds the registered checks and metrics may take on one case; past "
+          "it their process is killed and that case fails them", SCORING, minimum=0.001, maximum=MAX_TIMEOUT,
+          metavar="SECONDS"),
     Param("hook_timeout", "float", 60.0, "seconds the notify hook (run in its own process) may take; past it "
           "its process is killed, noted, and the alarm stands", ("drift",), minimum=0.001, maximum=MAX_TIMEOUT,
           metavar="SECONDS"),
@@ -151,6 +159,11 @@ def _check_value(p: Param, value: Any) -> Any:
     elif p.kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise UsageError(f"{what} a non-empty string, got {value!r}")
+    elif p.kind == "plugins":
+        value = list(value) if isinstance(value, (list, tuple)) else [value]
+        for v in value:
+            if isinstance(v, str) and (v.count(":") != 1 or not all(v.split(":"))):
+                raise UsageError(f"{p.name} must be named as module:attribute, got {v!r}")
     elif p.kind == "plugin":
         if isinstance(value, str):
             if value.count(":") != 1 or not all(value.split(":")):

@@ -19,8 +19,9 @@ from qaeval.system.pool import run_suite
 def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
              concurrency: int = 4, isolation: str = "process", executor: Any = None,
              executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
-             adapter_name: str | None = None, **limits: Any) -> RunResult:
-    """Run the adapter over the suite and score every layer. ``limits``: ``startup_timeout`` and
+             adapter_name: str | None = None, custom: Any = None, **limits: Any) -> RunResult:
+    """Run the adapter over the suite and score every layer. ``custom``: the registered checks and
+    metrics' runner (``qaeval.judges.custom.make_custom``). ``limits``: ``startup_timeout`` and
     ``max_reply_bytes`` for ``run_suite``."""
     config = judge_config_of(judge)
     outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
@@ -30,4 +31,4 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
                        executor=executor_label or (type(executor).__name__ if executor is not None else None),
                        k=k, timeout=timeout, data=suite.root)
-    return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed)
+    return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom)

@@ -33,8 +33,9 @@ def _import_path() -> None:
         sys.path.insert(0, here)
 
 
-def resolve(name: str, *, what: str) -> Callable[..., Any]:
-    """Import ``module:attribute`` and return the attribute, which must be callable."""
+def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
+    """Import ``module:attribute`` and return the attribute, which must be callable (unless not
+    ``want_callable``: a registered ``Metric`` is an object)."""
     if not isinstance(name, str) or name.count(":") != 1 or not all(name.split(":")):
         raise UsageError(f"{what} must be named as module:callable, got {name!r}")
     module_name, attr = name.split(":")
@@ -55,7 +56,7 @@ def resolve(name: str, *, what: str) -> Callable[..., Any]:
             target = getattr(target, part)
         except AttributeError:
             raise UsageError(f"{what} {name!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(target):
+    if want_callable and not callable(target):
         raise UsageError(f"{what} {name!r}: {attr!r} is a {type(target).__name__}, not callable")
     return target
 

@@ -6,7 +6,8 @@
     pytest --qaeval-data golden -m qaeval -k "single-"            only golden cases, selected by id
 
 Each case is an item named by its id (``golden/frozen.jsonl::single-0001``); it fails with the checks or axes that
-fired and the answer beside the gold answer. The run goes through the same runner as ``qaeval run``
+fired (your own too: ``--qaeval-check``, ``--qaeval-metric``) and the answer beside the gold answer. The run goes
+through the same runner as ``qaeval run``
 (worker processes, ``--qaeval-concurrency``, ``--qaeval-isolation``), once for all selected cases, when
 the first of them runs; the gate item runs the whole suite against the baseline.
 """
@@ -30,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qaeval-concurrency", type=int, metavar="N", help="cases in flight (default 4)")
     group.addoption("--qaeval-isolation", choices=("process", "none"), help="worker processes (default) or in-process")
     group.addoption("--qaeval-timeout", type=float, metavar="SECONDS", help="per-case timeout (default 60)")
+    group.addoption("--qaeval-check", action="append", metavar="MODULE:FUNCTION",
+                    help="a check of your own (repeatable)")
+    group.addoption("--qaeval-metric", action="append", metavar="MODULE:NAME", help="a metric of your own (repeatable)")
 
 
 class CaseFailed(Exception):
@@ -51,12 +55,14 @@ class _Runs:
         opt = self.config.getoption
         return {k: v for k, v in dict(adapter=opt("qaeval_adapter"), judge=opt("qaeval_judge"),
                                       concurrency=opt("qaeval_concurrency"), isolation=opt("qaeval_isolation"),
-                                      timeout=opt("qaeval_timeout")).items() if v is not None}
+                                      timeout=opt("qaeval_timeout"), check=opt("qaeval_check"),
+                                      metric=opt("qaeval_metric")).items() if v is not None}
 
     def run(self) -> Any:
         if self._run is None:
             from qaeval import api
             from qaeval.data.cases import Suite, load_suite
+            from qaeval.judges.custom import close_custom, make_custom
             from qaeval.pipeline import evaluate
 
             suite = load_suite(self.config.getoption("qaeval_data"))
@@ -64,8 +70,12 @@ class _Runs:
                 wanted = set(self.selected)
                 suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
             p = api.check_parameters("run", data=str(suite.root), **self._params())
-            self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
-                                 concurrency=p["concurrency"], isolation=p["isolation"])
+            custom = make_custom(p)
+            try:
+                self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
+                                     concurrency=p["concurrency"], isolation=p["isolation"], custom=custom)
+            finally:
+                close_custom(custom)
             if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):
                 self._full = self._run
         return self._run

@@ -69,7 +69,7 @@ from qaeval.verdicts.baseline import Baseline, baseline_from_run
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
-from qaeval.record_check import audit_layers, audit_outcomes
+from qaeval.record_check import audit_custom, audit_layers, audit_outcomes
 
 FORMAT = "qaeval-record"
 VERSION = 1
@@ -97,7 +97,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 # --------------------------------------------------------------------------- run -> record
 
 
-def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool) -> dict[str, Any]:
+def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: list[str],
+               custom: bool) -> dict[str, Any]:
     output = {k: rows.output[k] for k in OUTPUT_SCHEMA if k != "case_id"}
     if baseline:
         prompt = output.pop("prompt_to_model")
@@ -113,8 +114,8 @@ def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool) -> dict[str,
         verdicts=verdicts,
         trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in rows.trajectory],
         passed=rows.outcome["case_passed"], fail_reasons=rows.outcome["fail_reasons"],
-        units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in METRIC_NAMES},
-    ))
+        units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in metrics},
+    ) | ({"custom": [[r["name"], r["passed"], r["reason"]] for r in rows.custom]} if custom else {}))
 
 
 def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
@@ -125,12 +126,15 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
             meta.pop(key, None)
     index = CaseIndex(run)
     corpus = _corpus_section(run)
+    names = [m.name for m in run.metrics]
     return dict(
         format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
         allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
         labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
-        cases=[_case_line(case, index[case.id], baseline=baseline) for case in run.suite.cases],
-    ) | ({"corpus": corpus} if corpus is not None else {})
+        cases=[_case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
+               for case in run.suite.cases],
+    ) | ({"corpus": corpus} if corpus is not None else {}) | \
+        ({"custom": run.registered.to_plain()} if run.registered else {})
 
 
 def _corpus_section(run: RunResult) -> dict[str, Any] | None:
@@ -172,7 +176,7 @@ def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool =
 
 
 ORDER = ("format", "version", "kind", "baseline", "green", "allowed_failing", "meta", "notes", "labels", "scoreboard",
-         "slices", "gate", "calibration", "drift", "corpus", "cases")
+         "slices", "gate", "calibration", "drift", "corpus", "custom", "cases")
 
 
 def dumps_record(record: dict[str, Any]) -> str:
@@ -350,10 +354,11 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     outputs_frame = frame(outputs, OUTPUT_SCHEMA)
     audit = Audit(where, meta.qaeval_version)
     audit_layers(audit, data, suite, outputs_frame, meta.k)
+    registered, custom = audit_custom(audit, data)
     audit.done()  # before anything is added up from the layers
     run = assemble(suite, meta, outputs_frame, frame(checks, CHECK_SCHEMA),
                    frame(retrieval, RETRIEVAL_SCHEMA), frame(verdicts, VERDICT_SCHEMA),
-                   frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True)
+                   frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True, custom=custom, registered=registered)
     labels = data.get("labels")
     labels = frame(labels, LABEL_SCHEMA) if labels is not None else None
     audit_outcomes(audit, data, run, labels)
@@ -362,7 +367,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     board, slices = frame(data["scoreboard"], SCOREBOARD_SCHEMA), frame(data["slices"], SLICE_SCHEMA)
     missing = [m for m in METRIC_NAMES if m not in set(board["metric"])]
     if missing:  # written before these metrics existed: every metric is recomputed from the stored layers
-        board, slices = scoreboard_and_slices(run.units, run.per_case)
+        board, slices = scoreboard_and_slices(run.units, run.per_case, metrics=run.metrics)
         notes.append(f"scoreboard recomputed from the stored layers: the record predates {', '.join(missing)}")
     return replace(run, scoreboard=board, slices=slices, labels=labels, notes=notes)
 

@@ -5,6 +5,11 @@ Every layer that is a pure function of the stored case and output (the determini
 the trajectory, and whether each judge verdict counts) is derived again and must agree with what the
 record stores; then what the layers add up to (per-case pass/fail and units, green, the scoreboard's
 values, n and PPI columns, the slices) must agree too. ``qaeval.audit`` collects the disagreements.
+
+The outcomes of registered checks and metrics (``qaeval.scoring.custom``) cannot be derived again: their
+code is the user's, and is never run in the process that reads a record. They are taken as stored,
+checked for shape and consistency (``audit_custom``), and everything they add up to is recomputed from
+them like the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from qaeval.audit import Audit, same
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.frames import frame_rows
+from qaeval.frames import frame
 from qaeval.scoring.checks import case_bodies, check_outputs
+from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, registered_from_plain, valid_unit, worst
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AxisVerdict, validate_verdict
 from qaeval.scoring.metrics import METRIC_NAMES, scoreboard_and_slices
@@ -155,18 +162,18 @@ def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels
     for i, (line, passed) in enumerate(zip(lines, run.per_case["case_passed"].tolist())):
         if not same(line["passed"], passed):
             audit.disagree(f"cases[{i}].passed ({line['case_id']})", line["passed"], passed, basis)
-    for m in METRIC_NAMES:  # a unit the record predates is left out of it, and recomputed
+    for m in [x.name for x in run.metrics]:  # a unit the record predates is left out of it, and recomputed
         pairs = zip(run.units[f"{m}__num"].tolist(), run.units[f"{m}__den"].tolist())
         for i, (line, (num, den)) in enumerate(zip(lines, pairs)):
             stored = line["units"].get(m, ...)
             if stored is not ... and not same(stored, [num, den]):
                 audit.disagree(f"cases[{i}].units.{m} ({line['case_id']})", stored, [num, den], basis)
     audit.same("green", data.get("green"), run.ok)
-    board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0)
+    board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0, metrics=run.metrics)
     if labels is not None:
         board, _ = apply_ppi(board, run.units, run.per_case, labels)
     # a metric the record predates is recomputed, not compared; one this qaeval does not know is left alone
-    named = {row.get("metric") for row in data["scoreboard"]} & set(METRIC_NAMES)
+    named = {row.get("metric") for row in data["scoreboard"]} & set(METRIC_NAMES) | set(run.registered.names)
     _audit_rows(audit, "scoreboard", data["scoreboard"], board[board["metric"].isin(named)], ("metric",),
                 ("value", "n", "direction", "ppi_value", "ppi_ci_low", "ppi_ci_high", "n_labelled"))
     _audit_rows(audit, "slices", data["slices"], slices[slices["metric"].isin(named)], ("slice", "group", "metric"),
@@ -195,3 +202,44 @@ def _audit_rows(audit: Audit, name: str, stored: list[Any], computed: pd.DataFra
         audit.problem(f"{name} has no row for {', '.join(str(v) for v in ident)}, which its cases give")
 
 
+
+
+def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.DataFrame | None]:
+    """The registered checks and metrics a record declares, and their per-case outcomes as stored.
+    Checked: the declaration (names, tiers, rules, code hashes); every case lists each of them once, in
+    order, with passed true or false and a reason; a check's unit is 1 or 0 of 1 as it passed; a
+    metric's unit is a rate, and its worst value when it failed on the case."""
+    from qaeval.judges.custom import reserved_names
+
+    lines = data["cases"]
+    if "custom" not in data:
+        if any("custom" in line for line in lines):
+            audit.problem("cases carry outcomes of registered checks or metrics, but the record declares none")
+        return Registered(), None
+    try:
+        registered = registered_from_plain(data["custom"], reserved_names())
+    except ValueError as exc:
+        audit.problem(f"custom is malformed: {exc}")
+        return Registered(), None
+    kinds = {c.name: ("check", c.blocks, None) for c in registered.checks}
+    kinds |= {m.metric.name: ("metric", False, m.metric) for m in registered.metrics}
+    rows = []
+    for i, line in enumerate(lines):
+        cid, stored = line["case_id"], line.get("custom")
+        if not isinstance(stored, list) or not all(isinstance(r, list) and len(r) == 3 for r in stored) or \
+                [r[0] for r in stored] != registered.names:
+            audit.problem(f"cases[{i}].custom ({cid}) does not list the registered checks and metrics "
+                          f"({', '.join(registered.names)}) once each, in order, as [name, passed, reason]")
+            continue
+        for name, passed, reason in stored:
+            unit, (kind, blocks, metric) = valid_unit(line["units"].get(name)), kinds[name]
+            if not isinstance(passed, bool) or not isinstance(reason, str) or unit is None:
+                audit.problem(f"cases[{i}].custom ({cid}, {name}) needs passed true or false, a reason and a unit "
+                              "[numerator, denominator] with 0 <= numerator <= denominator")
+                continue
+            expected = (float(passed), 1.0) if kind == "check" else None if passed else worst(metric)
+            if expected is not None:
+                audit.same(f"cases[{i}].units.{name} ({cid})", list(unit), list(expected), "its outcome")
+            rows.append(dict(case_id=cid, name=name, kind=kind, blocks=blocks, passed=passed, reason=reason,
+                             num=unit[0], den=unit[1]))
+    return registered, frame(rows, CUSTOM_SCHEMA)

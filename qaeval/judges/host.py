@@ -1,4 +1,5 @@
-"""The process a custom judge or a notify hook runs in: ``python -m qaeval.judges.host FD``.
+"""The process a custom judge, a notify hook or the registered checks and metrics run in:
+``python -m qaeval.judges.host FD``.
 
 Started by ``qaeval.judges.usercode`` (which describes the frames it speaks over socket FD). It gives
 up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
@@ -33,6 +34,10 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
     from qaeval.judges.usercode import settings_from_plain
 
     what = "judge" if role == "judge" else "notify hook"
+    if role == "custom":
+        from qaeval.judges.custom import build as build_custom
+
+        return build_custom(spec)
     if "name" in spec:
         target: Any = spec["name"] if role == "judge" else resolve(spec["name"], what=what)
     else:
@@ -77,6 +82,14 @@ def notify(hook: Any, alarms: list[dict[str, Any]]) -> dict[str, Any]:
     return {"done": True} if ok else {"error": why}
 
 
+def score(obj: Any, sample: dict[str, Any]) -> dict[str, Any]:
+    from qaeval.judges.custom import score as score_sample
+    from qaeval.plugins import contained
+
+    ok, reply = contained(score_sample, *obj, sample, what="the checks")
+    return reply if ok else {"error": reply}
+
+
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
         write_frame(sock, message)
@@ -101,10 +114,12 @@ def main(fd: int) -> None:
         obj = build(role, setup["spec"], setup["settings"])
         if role == "judge":
             ready["config"] = obj.config.to_dict()
+        elif role == "custom":
+            obj, ready["declared"] = obj[:2], obj[2]
     except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
         from qaeval.errors import UsageError, describe
 
-        what = "judge" if role == "judge" else "notify hook"
+        what = {"judge": "judge", "hook": "notify hook"}.get(role, "checks and metrics")
         message = str(exc) if isinstance(exc, UsageError) else f"the {what} could not be built: {describe(exc)}"
         _send(sock, {"init_error": message})
         os._exit(0)
@@ -119,6 +134,8 @@ def main(fd: int) -> None:
             reply = judge(obj, message["judge"])
         elif "notify" in message:
             reply = notify(obj, message["notify"])
+        elif "score" in message:
+            reply = score(obj, message["score"])
         else:
             break
         reply["logs"] = capture.take()

@@ -251,9 +251,16 @@ def judge_section(view: CaseDetail) -> str:
 
 
 def checks_section(view: CaseDetail) -> str:
+    """The deterministic checks, then the registered checks (tier 1 or informational) and metrics."""
+    def custom(c: Row) -> str:
+        kind = ("tier 1" if c["blocks"] else "informational") if c["kind"] == "check" else \
+            f"metric, {c['num']:g} of {c['den']:g}"
+        return (f"<dt>{esc(c['name'].replace('_', ' '))} <span class=na>({esc(kind)})</span></dt>"
+                f"<dd>{mark(c['passed'])} {esc(c['reason'])}</dd>")
+
     return "<h3>Checks</h3><dl>" + "".join(
         f"<dt>{esc(c['check'].replace('_', ' '))}</dt><dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
-        for c in view.rows.checks) + "</dl>"
+        for c in view.rows.checks) + "".join(custom(c) for c in view.rows.custom) + "</dl>"
 
 
 def trajectory_section(view: CaseDetail) -> str:

@@ -10,7 +10,7 @@ from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, format_interval, format_number, format_value
+from qaeval.scoring.metrics import format_interval, format_number, format_value
 
 
 def run_facts(run: RunResult) -> dict[str, Any]:
@@ -27,6 +27,7 @@ def run_facts(run: RunResult) -> dict[str, Any]:
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
         "retrieval": retrieval_scope(run),
         "commit": (meta.git_commit or "")[:10] or None, "time": meta.created,
+        **({"your checks and metrics": registered_line(run)} if run.registered else {}),
     }
 
 
@@ -40,6 +41,13 @@ def retrieval_scope(run: RunResult) -> str:
     own = sum(1 for case in run.suite if not case.from_corpus)
     mixed = f"; {own} case(s) over their own passages" if own else ""
     return f"top {run.meta.k} over a frozen corpus of {size:,} passages{mixed}"
+
+
+def registered_line(run: RunResult) -> str:
+    """Each registered check (tier 1 or informational) and metric, with the start of its code's sha256."""
+    reg = run.registered
+    return ", ".join([f"{c.name} (tier {'1' if c.blocks else 'info'}, {c.sha256[:8]})" for c in reg.checks]
+                     + [f"{m.metric.name} (metric, {m.sha256[:8]})" for m in reg.metrics])
 
 
 def run_notes(run: RunResult) -> list[str]:
@@ -95,8 +103,9 @@ def slice_table(run: RunResult) -> Html:
     value = {(r.slice, r.group, r.metric): (r.value, r.n) for r in s.itertuples(index=False)}
     head = "".join(f"<th>{esc(g)}<br><span class=na>{esc(sl)}</span></th>" for sl, g in groups)
     rows = []
+    by_name = {m.name: m for m in run.metrics}
     for m in run.scoreboard["metric"]:
-        higher = BY_NAME[m].higher_is_better
+        higher = by_name[m].higher_is_better
         cells = "".join(_slice_cell(*value[(sl, g, m)], higher) for sl, g in groups)
         label = f"{m} (lower is better)" if not higher else m
         rows.append(f"<tr><td class=id><code>{esc(label)}</code></td>{cells}</tr>")
@@ -104,12 +113,12 @@ def slice_table(run: RunResult) -> Html:
                 f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _case_row(r: dict[str, Any]) -> dict[str, Any]:
-    failed_checks = [c.replace("_", " ") for c in CHECKS if not r[c]]
+def _case_row(r: dict[str, Any], registered: list[str]) -> dict[str, Any]:
+    failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
     return dict(
         case_id=r["case_id"], result=mark(r["case_passed"]),
         kind=esc(f"{r['difficulty']}{' · ' + r['adversarial'] if r['adversarial'] else ''}"),
-        checks=mark(not failed_checks, "4/4", ", ".join(failed_checks) or "failed"),
+        checks=mark(not failed_checks, "all", ", ".join(failed_checks) or "failed"),
         retrieval="—" if is_missing(r["recall_at_k"]) else f"R@k {r['recall_at_k']:.2f} · MRR {r['mrr']:.2f}",
         judge=" · ".join(f"{a[0].upper()} {score(r[a])}" for a in AXES),
         trajectory=mark(r["trajectory_success"], "reached", "failed"),
@@ -120,7 +129,7 @@ def _case_row(r: dict[str, Any]) -> dict[str, Any]:
 def cases_table(run: RunResult) -> Html:
     """Every case on one line (failing first), narrow enough not to scroll sideways."""
     pc = run.per_case.sort_values("case_passed", kind="stable")
-    rows = [_case_row(r) for r in pc.to_dict("records")]
+    rows = [_case_row(r, [c.name for c in run.registered.checks]) for r in pc.to_dict("records")]
     cols = [Col("case_id", "case", "id"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
             Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
             Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]

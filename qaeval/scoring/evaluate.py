@@ -35,8 +35,9 @@ from qaeval.errors import TierOneFailed
 from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
+from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, custom_reasons, custom_units, sample_to_plain
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, effective_scores, judge_config_of, score_with_judge
-from qaeval.scoring.metrics import CaseFacts, format_scoreboard, scoreboard_and_slices, units_frame
+from qaeval.scoring.metrics import METRICS, CaseFacts, Metric, format_scoreboard, scoreboard_and_slices, units_frame
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
 
@@ -102,6 +103,7 @@ class LayerIndex:
     supported: dict[tuple[str, str], bool] = field(default_factory=dict)
     trajectory: dict[str, bool] = field(default_factory=dict)
     trajectory_failures: dict[str, list[str]] = field(default_factory=dict)
+    custom: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # registered checks and metrics
 
 
 def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame,
@@ -161,7 +163,7 @@ def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
         reasons.append(f"judged unfaithful (score {facts.faithfulness})")
     if case.multi_step and not facts.trajectory_success:
         reasons.append("trajectory failed (" + ", ".join(idx.trajectory_failures.get(case.id, [])) + ")")
-    return reasons
+    return reasons + custom_reasons(idx.custom.get(case.id, []))
 
 
 def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex,
@@ -180,29 +182,46 @@ def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
         judge_error=idx.judge_errors.get(case.id),
         trajectory_success=facts.trajectory_success if case.multi_step else None,
         case_passed=not reasons, fail_reasons=reasons,
+        **{r["name"]: r["passed"] for r in idx.custom.get(case.id, []) if r["kind"] == "check"},
     )
 
 
 def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
-                  verdicts: pd.DataFrame, trajectory: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per_case, units): one row per case joining every layer, and its share of every metric.
+                  verdicts: pd.DataFrame, trajectory: pd.DataFrame, custom: pd.DataFrame | None = None,
+                  registered: Registered = Registered(), runner: Any = None,
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
+    """(per_case, units, custom, registered): one row per case joining every layer, its share of every
+    metric, and the outcomes of the registered checks and metrics (``custom``, as stored, or run now by
+    ``runner``: ``qaeval.judges.custom``) with what ran.
 
     per_case columns: the case's labels (case_id, split, difficulty, expected_behavior, adversarial,
     question, gold_answer); the output (answer, abstained, error, output_fingerprint, retrieved_ids,
     citations); one bool column per deterministic check and ``deterministic_passed``; recall_at_k,
     precision_at_k, mrr, ndcg_at_k (NaN without gold sources); faithfulness, answer_correctness,
     citation_correctness (the effective judge score 0/1/2, <NA> when the case was not judged);
-    judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list).
+    judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list); then
+    one bool column per registered check.
     """
     idx = index_layers(checks, retrieval, verdicts, trajectory)
     outs = RowsByKey(outputs)
-    rows, facts = Rows(PER_CASE_SCHEMA), []
+    facts, samples = [], []
     for case in suite:
         out = outs[case.id]
-        f = case_facts(case, out, idx, layer1.case_bodies(case, out, suite.corpus))
+        bodies = layer1.case_bodies(case, out, suite.corpus)
+        facts.append(case_facts(case, out, idx, bodies))
+        if runner is not None:
+            samples.append((case.id, sample_to_plain(case, out, bodies, facts[-1])))
+    if runner is not None:
+        custom, registered = frame(runner.score(samples), CUSTOM_SCHEMA), runner.registered
+    custom = custom if custom is not None else frame([], CUSTOM_SCHEMA)
+    for row in custom.to_dict("records"):
+        idx.custom.setdefault(row["case_id"], []).append(row)
+    rows = Rows({**PER_CASE_SCHEMA, **{c.name: "bool" for c in registered.checks}})
+    for case, f in zip(suite, facts):
+        out = outs[case.id]
         rows.add(**per_case_row(case, out, f, idx, fail_reasons(case, out, f, idx)))
-        facts.append(f)
-    return rows.frame(), units_frame([c.id for c in suite], facts)
+    ids = [c.id for c in suite]
+    return rows.frame(), units_frame(ids, facts, custom_units(idx.custom, registered, ids)), custom, registered
 
 
 # --------------------------------------------------------------------------- the result
@@ -229,6 +248,8 @@ class RunResult(Result):
     slices: pd.DataFrame
     labels: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
+    custom: pd.DataFrame = field(default_factory=lambda: frame([], CUSTOM_SCHEMA))  # registered checks, metrics
+    registered: Registered = Registered()
 
     kind = "run"
     error_type = TierOneFailed
@@ -243,10 +264,17 @@ class RunResult(Result):
         return 0
 
     @property
+    def metrics(self) -> tuple[Metric, ...]:
+        """Every metric of this run: the built-in ones, then a pass rate per registered check, then the
+        registered metrics."""
+        return METRICS + self.registered.all_metrics()
+
+    @property
     def tier_one_failures(self) -> list[str]:
-        """Case ids with an adapter error or a failing deterministic check."""
-        pc = self.per_case
-        return pc.loc[~pc["deterministic_passed"], "case_id"].tolist()
+        """Case ids with an adapter error, a failing deterministic check or a failing tier-1 registered check."""
+        pc, c = self.per_case, self.custom
+        blocked = set(c.loc[c["blocks"] & ~c["passed"], "case_id"])
+        return [cid for cid, ok in zip(pc["case_id"], pc["deterministic_passed"]) if not ok or cid in blocked]
 
     @property
     def reason(self) -> str:
@@ -255,7 +283,8 @@ class RunResult(Result):
         bad = self.tier_one_failures
         if bad:
             return f"tier 1 fails on {len(bad)} case(s): {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}; {head}"
-        return f"every deterministic check green, no adapter error; {head}"
+        kinds = "deterministic and tier-1" if self.registered.checks else "deterministic"
+        return f"every {kinds} check green, no adapter error; {head}"
 
     # convenience views
     @property
@@ -392,8 +421,9 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
 
 
 def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, meta: RunMeta | None = None,
-                  k: int | None = None, bootstrap_seed: int = 0) -> RunResult:
-    """Score outputs that were already collected (pure apart from the judge call)."""
+                  k: int | None = None, bootstrap_seed: int = 0, custom: Any = None) -> RunResult:
+    """Score outputs that were already collected (pure apart from the judge call and the registered
+    checks and metrics, run by ``custom``: ``qaeval.judges.custom.make_custom``)."""
     config = judge_config_of(judge)
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:
@@ -403,20 +433,22 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     retrieval = score_retrieval(cases, outputs, k=meta.k)
     verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
     trajectory = score_trajectories(cases, outputs)
-    return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed)
+    return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
+                    runner=custom)
 
 
 def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
              verdicts: pd.DataFrame, trajectory: pd.DataFrame, *, bootstrap_seed: int = 0,
-             skip_scoreboard: bool = False) -> RunResult:
+             skip_scoreboard: bool = False, custom: pd.DataFrame | None = None, registered: Registered = Registered(),
+             runner: Any = None) -> RunResult:
     """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
-    scoreboard: ``skip_scoreboard``)."""
-    per_case, units = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory)
+    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
+    per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
+                                                        custom, registered, runner)
+    run = RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
+                    trajectory=trajectory, per_case=per_case, units=units, scoreboard=pd.DataFrame(),
+                    slices=pd.DataFrame(), custom=custom, registered=registered)
     if skip_scoreboard:
-        empty = pd.DataFrame()
-        return RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval,
-                         verdicts=verdicts, trajectory=trajectory, per_case=per_case, units=units,
-                         scoreboard=empty, slices=empty)
-    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed)
-    return RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
-                     trajectory=trajectory, per_case=per_case, units=units, scoreboard=board, slices=slices)
+        return run
+    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=run.metrics)
+    return replace(run, scoreboard=board, slices=slices)

@@ -2,8 +2,8 @@
 
 ``CaseIndex(run)[case_id]`` is a ``CaseRows``: the output, the case's outcome (its ``per_case`` row:
 passed, fail reasons, ...), its metric units, its retrieval row (None for a case without gold sources),
-and its checks, verdicts and trajectory steps. The record writes each case's line from it, and the
-reports draw each case's drill-down from it; the outcome rules themselves (``qaeval.scoring.evaluate``)
+and its checks, verdicts, trajectory steps and registered checks' and metrics' outcomes. The record
+writes each case's line from it, and the reports draw each case's drill-down from it; the outcome rules themselves (``qaeval.scoring.evaluate``)
 read the layers they need by case as they build ``per_case``.
 """
 
@@ -30,6 +30,7 @@ class CaseRows:
     checks: list[Row] = field(default_factory=list)
     verdicts: list[Row] = field(default_factory=list)
     trajectory: list[Row] = field(default_factory=list)
+    custom: list[Row] = field(default_factory=list)  # the registered checks and metrics
 
 
 def _grouped(rows: Iterable[Row]) -> dict[str, list[Row]]:
@@ -51,11 +52,13 @@ class CaseIndex:
         self._checks = _grouped(run.checks.to_dict("records"))
         self._verdicts = _grouped(run.verdicts.to_dict("records"))
         self._trajectory = _grouped(run.trajectory.to_dict("records"))
+        self._custom = _grouped(run.custom.to_dict("records"))
 
     def __getitem__(self, case_id: str) -> CaseRows:
         return CaseRows(self._outputs[case_id], self._outcomes[case_id], self._units[case_id],
                         self._retrieval.get(case_id), self._checks.get(case_id, []),
-                        self._verdicts.get(case_id, []), self._trajectory.get(case_id, []))
+                        self._verdicts.get(case_id, []), self._trajectory.get(case_id, []),
+                        self._custom.get(case_id, []))
 
     def passed(self, case_id: str) -> bool:
         return bool(self._outcomes[case_id]["case_passed"])

@@ -5,7 +5,8 @@ counts, how one case contributes to it (``unit``: this case's numerator and deno
 tolerance (None when the gate does not watch it), which way a drift alarm fires, and the human label
 axis it maps onto for prediction-powered estimates. Every layer (scoreboard, gate, drift, records,
 reports) reads this table; adding a metric is one entry plus, if it needs a new per-case fact, one
-field of ``CaseFacts``.
+field of ``CaseFacts``. A user's own metrics are ``Metric`` objects too, registered per run
+(``qaeval.scoring.custom``): every layer reads a run's ``RunResult.metrics``, these and then those.
 
 Every metric is a ratio of per-case numerators and denominators, so each one says exactly what it is
 computed over. A metric whose denominator is empty is NaN with n = 0, never 0 or 1. Intervals are 95%
@@ -16,7 +17,7 @@ is resampled with its cases), with a fixed seed so reruns agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ class Metric:
     higher_is_better: bool
     over: str  # the denominator, said plainly
     meaning: str
-    unit: Callable[[CaseFacts], tuple[float, float]]
+    unit: Callable[[Any], tuple[float, float]]  # a built-in one reads CaseFacts, a registered one a custom.Sample
     tolerance: float | None = None  # gate: how far it may move the wrong way; None = not gated
     drift: str = "drop"  # drift alarms on a "drop", a "rise" or "both"
     label_axis: str | None = None  # the human label axis a PPI estimate uses
@@ -106,24 +107,26 @@ SLICE_BY = ("difficulty", "adversarial", "split")
 RESAMPLES = 1000
 
 
-def units_frame(case_ids: Sequence[str], facts: Sequence[CaseFacts]) -> pd.DataFrame:
+def units_frame(case_ids: Sequence[str], facts: Sequence[CaseFacts],
+                extra: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> pd.DataFrame:
     """One row per case: ``case_id`` and, for every metric, ``<metric>__num`` and ``<metric>__den``: this
-    case's share of it (the bookkeeping behind the scoreboard, the gate's paired test and PPI)."""
+    case's share of it (the bookkeeping behind the scoreboard, the gate's paired test and PPI). ``extra``:
+    the units of registered checks and metrics, by name, computed elsewhere (``qaeval.scoring.custom``)."""
     schema = {"case_id": "text"}
     columns: dict[str, list[object]] = {"case_id": list(case_ids)}
-    for m in METRICS:
-        pairs = [m.unit(f) for f in facts]
-        schema[f"{m.name}__num"] = schema[f"{m.name}__den"] = "float"
-        columns[f"{m.name}__num"] = [num if den else 0.0 for num, den in pairs]
-        columns[f"{m.name}__den"] = [den for _, den in pairs]
+    given = [(m.name, [m.unit(f) for f in facts]) for m in METRICS] + list((extra or {}).items())
+    for name, pairs in given:
+        schema[f"{name}__num"] = schema[f"{name}__den"] = "float"
+        columns[f"{name}__num"] = [num if den else 0.0 for num, den in pairs]
+        columns[f"{name}__den"] = [den for _, den in pairs]
     from qaeval.frames import columns_frame
 
     return columns_frame(columns, schema)
 
 
-def _matrices(units: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    num = units[[f"{m}__num" for m in METRIC_NAMES]].to_numpy(np.float64)
-    den = units[[f"{m}__den" for m in METRIC_NAMES]].to_numpy(np.float64)
+def _matrices(units: pd.DataFrame, names: Sequence[str] = METRIC_NAMES) -> tuple[np.ndarray, np.ndarray]:
+    num = units[[f"{m}__num" for m in names]].to_numpy(np.float64)
+    den = units[[f"{m}__den" for m in names]].to_numpy(np.float64)
     return num, den
 
 
@@ -166,11 +169,12 @@ def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: floa
 
 
 def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resamples: int = RESAMPLES,
-                          seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The scoreboard (one row per metric) and the per-slice frame (one row per slice, group and metric),
-    from the per-case units and a frame of the slicing columns (same row order). Cases without an
-    adversarial tag form the group "(none)"."""
-    num, den = _matrices(units)
+                          seed: int = 0, metrics: Sequence[Metric] = METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The scoreboard (one row per metric of ``metrics``: the built-in ones, then a run's registered
+    ones) and the per-slice frame (one row per slice, group and metric), from the per-case units and a
+    frame of the slicing columns (same row order). Cases without an adversarial tag form the group
+    "(none)"."""
+    num, den = _matrices(units, [m.name for m in metrics])
     masks = [np.ones(len(units), dtype=bool)]
     labels: list[tuple[str, str]] = []
     for column in SLICE_BY:
@@ -180,12 +184,12 @@ def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resample
             labels.append((column, group))
     ratios = _resampled_ratios(num, den, masks, resamples=resamples, seed=seed)
     board = []
-    for m, (value, low, high, n) in zip(METRICS, _summarise(num, den, ratios[0])):
+    for m, (value, low, high, n) in zip(metrics, _summarise(num, den, ratios[0])):
         board.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
                           over=m.over, ppi_value=math.nan, ppi_ci_low=math.nan, ppi_ci_high=math.nan, n_labelled=0))
     slices = []
     for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:]):
-        for m, (value, low, high, n) in zip(METRICS, _summarise(num[mask], den[mask], ratio)):
+        for m, (value, low, high, n) in zip(metrics, _summarise(num[mask], den[mask], ratio)):
             slices.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n))
     return frame(board, SCOREBOARD_SCHEMA), frame(slices, SLICE_SCHEMA)
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qaeval.frames import clean
-from qaeval.scoring.metrics import METRIC_NAMES
 
 if TYPE_CHECKING:
     from qaeval.scoring.evaluate import RunResult
@@ -45,6 +44,7 @@ class Baseline:
     adapter: str | None = None
     notes: list[str] = field(default_factory=list)
     corpus_fingerprint: str | None = None  # sha256 of the frozen corpus the baseline ran on, if any
+    custom: dict[str, str] = field(default_factory=dict)  # registered check or metric -> sha256 of its code
 
     def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
         return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
@@ -53,24 +53,26 @@ class Baseline:
         return clean(dict(path=self.path, dataset_fingerprint=self.dataset_fingerprint, judge=self.judge,
                           green=self.green, allowed_failing=self.allowed_failing,
                           created=self.created, git_commit=self.git_commit, adapter=self.adapter,
-                          corpus_fingerprint=self.corpus_fingerprint))
+                          corpus_fingerprint=self.corpus_fingerprint)
+                     | ({"custom": self.custom} if self.custom else {}))
 
 
 def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:
     board = run.scoreboard.set_index("metric")
     units = run.units.set_index("case_id")
+    names = [m.name for m in run.metrics]
     cases = {}
     for row in run.per_case.to_dict("records"):
         cid = row["case_id"]
         cases[cid] = BaselineCase(
             fingerprint=run.suite[cid].fingerprint, passed=bool(row["case_passed"]), fail_reasons=list(row["fail_reasons"]),
-            units={m: (float(units.at[cid, f"{m}__num"]), float(units.at[cid, f"{m}__den"])) for m in METRIC_NAMES},
+            units={m: (float(units.at[cid, f"{m}__num"]), float(units.at[cid, f"{m}__den"])) for m in names},
             answer=row["answer"], abstained=bool(row["abstained"]), citations=list(row["citations"]),
             output_fingerprint=row["output_fingerprint"])
     data = data or {}
     return Baseline(
         path=path, dataset_fingerprint=run.dataset_fingerprint, judge=run.meta.judge.to_dict(),
-        metrics={m: (float(board.at[m, "value"]), int(board.at[m, "n"])) for m in METRIC_NAMES}, cases=cases,
+        metrics={m: (float(board.at[m, "value"]), int(board.at[m, "n"])) for m in names}, cases=cases,
         green=bool(data.get("green", run.ok)), allowed_failing=bool(data.get("allowed_failing", False)),
         created=run.meta.created, git_commit=run.meta.git_commit, adapter=run.meta.adapter,
-        corpus_fingerprint=run.suite.corpus_fingerprint)
+        corpus_fingerprint=run.suite.corpus_fingerprint, custom=run.registered.hashes())

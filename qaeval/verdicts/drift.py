@@ -25,7 +25,7 @@ run by the commands in its own process (``qaeval.judges.usercode``): if it raise
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from qaeval.frames import clean, frame, frame_rows
 from qaeval.plugins import contained
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, format_number
+from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, METRICS, Metric, format_number
 
 DEFAULT_WINDOW = 10
 MIN_HISTORY = 3
@@ -158,12 +158,14 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
-            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
-    """Bands over the trailing window of ``history`` and the alarms ``record`` raises. Pure."""
+            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
+            metrics: Sequence[Metric] = METRICS) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Bands over the trailing window of ``history`` and the alarms ``record`` raises, for each of
+    ``metrics`` (a run's: registered ones too; earlier runs without one give it a shorter band). Pure."""
     trailing = history[-window:] if window > 0 else []
     rows, alarms, notes = [], [], []
-    for name in METRIC_NAMES:
-        metric = BY_NAME[name]
+    for metric in metrics:
+        name = metric.name
         # A run that alarmed on this metric does not widen its band: a sustained drop keeps alarming.
         values = [r["metrics"].get(name) for r in trailing if name not in (r.get("alarms") or [])]
         values = [float(v) for v in values if v is not None]
@@ -264,7 +266,7 @@ class DriftResult(Result):
         runs = hist["run"].drop_duplicates().tolist()
         current = hist.loc[hist["current"], "run"].drop_duplicates().tolist()
         if runs != list(range(len(runs))) or current != runs[-1:] or \
-                not all(len(group) == len(METRIC_NAMES) for _, group in hist.groupby("run")):
+                not all(len(group) == len(self.run.metrics) for _, group in hist.groupby("run")):
             audit.problem(f"{prefix}.history is not one row per metric for runs 0, 1, ..., the last one current")
             return
         earlier = [dict(metrics=dict(zip(g["metric"], (None if v != v else v for v in g["value"]))),
@@ -272,7 +274,8 @@ class DriftResult(Result):
         now = hist[hist["current"]]
         audit.same(f"{prefix}.history (current run)",
                    dict(zip(now["metric"], (None if v != v else v for v in now["value"]))), line["metrics"])
-        bands, alarms, _ = compare(earlier, line, window=self.window, min_history=self.min_history)
+        bands, alarms, _ = compare(earlier, line, window=self.window, min_history=self.min_history,
+                                   metrics=self.run.metrics)
         audit.same(f"{prefix}.history (current run's alarms)", now.loc[now["alarmed"], "metric"].tolist(),
                    [a["metric"] for a in alarms])
         audit.same(f"{prefix}.line.alarms", self.record.get("alarms"), [a["metric"] for a in alarms])
@@ -288,19 +291,21 @@ class DriftResult(Result):
 def summary_dict(run: RunResult) -> dict[str, Any]:
     """The short form of a run: its metrics, their n and how it was made (a drift history line)."""
     board = run.scoreboard.set_index("metric")
+    names = [m.name for m in run.metrics]
     return dict(
-        metrics={m: clean(float(board.at[m, "value"])) for m in METRIC_NAMES},
-        n={m: int(board.at[m, "n"]) for m in METRIC_NAMES},
+        metrics={m: clean(float(board.at[m, "value"])) for m in names},
+        n={m: int(board.at[m, "n"]) for m in names},
         cases=len(run.suite), adapter=run.meta.adapter, isolation=run.meta.isolation,
         judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
         git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
     )
 
 
-def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:
+def history_frame(history: list[dict[str, Any]], record: dict[str, Any],
+                  names: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
     rows = []
     for i, r in enumerate([*history, record]):
-        for m in METRIC_NAMES:
+        for m in names:
             v = r["metrics"].get(m)
             rows.append(dict(run=i, time=r.get("time"), commit=r.get("git_commit"), metric=m,
                              value=math.nan if v is None else float(v), current=i == len(history),
@@ -314,7 +319,7 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     any alarms. Everything that can fail on bad data fails before the append."""
     history, notes = read_history(timeseries)
     record = summary_dict(run)
-    bands, alarms, more = compare(history, record, window=window, min_history=min_history)
+    bands, alarms, more = compare(history, record, window=window, min_history=min_history, metrics=run.metrics)
     record["alarms"] = [a["metric"] for a in alarms]
     notes += more
     if history and history[-1].get("dataset_fingerprint") != record["dataset_fingerprint"]:
@@ -322,7 +327,7 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     if not run.meta.boundary_enforced:
         notes.append("isolation none: the boundary was not enforced in this run")
     line = dumps_canonical(clean(record))
-    frame_ = history_frame(history, record)
+    frame_ = history_frame(history, record, [m.name for m in run.metrics])
     append_line(timeseries, line)
     if alarms and notify is not None:
         ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")

@@ -24,7 +24,7 @@ The gate is computed by ``gate(run, baseline)`` in steps a reader can name: ``ma
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from qaeval.files import loads_strict, read_text
 from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, GATED, format_number
+from qaeval.scoring.metrics import GATED, Metric, format_number
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.noise import noise_note, sign_flip_test
 
@@ -56,9 +56,16 @@ REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state"
 NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
 
 
-def load_tolerances(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, float]:
-    """Defaults, then a JSON file ``{"metric": tolerance}``, then ``metric=value`` overrides."""
-    tolerances = dict(DEFAULT_TOLERANCES)
+def gated(metrics: Sequence[Metric]) -> dict[str, float]:
+    """The default tolerance of every gated metric among ``metrics`` (a run's, registered ones included)."""
+    return {m.name: m.tolerance for m in metrics if m.tolerance is not None}
+
+
+def load_tolerances(path: str | Path | None = None, overrides: list[str] | None = None,
+                    defaults: Mapping[str, float] = DEFAULT_TOLERANCES) -> dict[str, float]:
+    """Defaults (the built-in gated metrics', or ``gated(run.metrics)``), then a JSON file
+    ``{"metric": tolerance}``, then ``metric=value`` overrides."""
+    tolerances = dict(defaults)
     updates: dict[str, Any] = {}
     if path is not None:
         try:
@@ -77,8 +84,8 @@ def load_tolerances(path: str | Path | None = None, overrides: list[str] | None 
         except ValueError:
             raise UsageError(f"--tolerance {item!r}: {value!r} is not a number") from None
     for name, value in updates.items():
-        if name not in DEFAULT_TOLERANCES:
-            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(DEFAULT_TOLERANCES)}")
+        if name not in defaults:
+            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(defaults)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise UsageError(f"tolerance for {name} must be a finite number >= 0, got {value!r}")
         tolerances[name] = float(value)
@@ -109,13 +116,15 @@ def match_cases(run: RunResult, baseline: Baseline) -> CaseMatch:
 
 def tier_one(run: RunResult) -> dict[str, Any]:
     bad = run.tier_one_failures
-    detail = "all deterministic checks green, no adapter error"
+    detail = f"all deterministic{' and tier-1' if run.registered.checks else ''} checks green, no adapter error"
     if bad:
         errored = run.outputs.loc[run.outputs["error"].notna(), "case_id"]
         failing = run.checks[~run.checks["passed"] & ~run.checks["case_id"].isin(errored)]  # not by text
+        c = run.custom
+        blocking = c[c["blocks"] & ~c["passed"] & ~c["case_id"].isin(errored)].rename(columns={"name": "check"})
         parts = [f"adapter error on {len(errored)}"] if len(errored) else []
-        parts += [f"{check} failed on {len(ids)}" for check, ids in
-                  sorted(failing.groupby("check")["case_id"].apply(list).items())]
+        parts += [f"{check} failed on {len(ids)}" for frame_ in (failing, blocking) for check, ids in
+                  sorted(frame_.groupby("check")["case_id"].apply(list).items())]
         detail = f"{len(bad)} case(s) not green: " + ", ".join(parts)
     return dict(tier="tier 1: deterministic checks", passed=not bad, detail=detail, case_ids=bad)
 
@@ -123,11 +132,11 @@ def tier_one(run: RunResult) -> dict[str, Any]:
 MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
 
 
-def movement(name: str, tol: float, baseline: Baseline, board: pd.DataFrame) -> dict[str, Any]:
+def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame) -> dict[str, Any]:
     """How one gated metric moved from the baseline's value to the run's (``board``: the scoreboard
     indexed by metric), and whether that is within its tolerance: the part of a metric_deltas row that
-    decides."""
-    metric = BY_NAME[name]
+    decides. A metric the baseline lacks (registered since) is not comparable, and passes."""
+    name = metric.name
     b, n_base = baseline.metrics.get(name, (math.nan, 0))
     c = float(board.at[name, "value"])
     delta = round(c - b, 9) + 0.0 if not (math.isnan(b) or math.isnan(c)) else math.nan
@@ -144,10 +153,11 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
     """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test."""
     board = run.scoreboard.set_index("metric")
     position = {cid: i for i, cid in enumerate(run.units["case_id"])}
+    by_name = {m.name: m for m in run.metrics}
     rows = []
     for name, tol in tolerances.items():
         nums, dens = run.units[f"{name}__num"].to_numpy(), run.units[f"{name}__den"].to_numpy()
-        moved_by = movement(name, tol, baseline, board)
+        moved_by = movement(by_name[name], tol, baseline, board)
         delta = moved_by["delta"]
         note = "not comparable (n=0 on one side)" if math.isnan(delta) else ""
         base_units = baseline.outcomes(name)
@@ -166,10 +176,9 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
     return frame(rows, DELTA_SCHEMA)
 
 
-def _worse(share: float, metric: str, base: tuple[float, float] | None) -> bool:
+def _worse(share: float, higher: bool, base: tuple[float, float] | None) -> bool:
     """Whether a case contributes to a metric's bad movement: worse than its baseline self, or, when it
     has none, short of the metric's best."""
-    higher = BY_NAME[metric].higher_is_better
     if base is not None:
         before = base[0] / base[1]
         return share < before - _EPS if higher else share > before + _EPS
@@ -183,10 +192,11 @@ def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> di
         detail = "; ".join(f"{r.metric} {r.baseline:.3f} -> {r.current:.3f} ({r.delta:+.3f}, tolerance {r.tolerance:g})"
                            for r in failed.itertuples(index=False))
     worse: set[str] = set()
+    higher = {m.name: m.higher_is_better for m in run.metrics}
     for metric in failed["metric"]:
         base = baseline.outcomes(metric)
         for cid, num, den in zip(run.units["case_id"], run.units[f"{metric}__num"], run.units[f"{metric}__den"]):
-            if den and _worse(num / den, metric, base.get(cid)):
+            if den and _worse(num / den, higher[metric], base.get(cid)):
                 worse.add(cid)
     return dict(tier="tier 2: metrics vs baseline", passed=failed.empty, detail=detail,
                 case_ids=[c for c in run.units["case_id"] if c in worse])
@@ -314,6 +324,10 @@ class GateResult(Result):
             short = lambda f: f[:12] if f else "none"  # noqa: E731
             notes.append(f"the corpus changed since the baseline (fingerprint {short(base_corpus)} -> {short(corpus)}): "
                          "retrieval and grounding may move for that reason alone")
+        changed = self.run.registered.changes_since(self.baseline.custom)
+        if changed:
+            notes.append(f"the registered checks and metrics changed since the baseline ({', '.join(changed)}): "
+                         "their outcomes and pass rates have nothing to compare with")
         if not self.run.meta.boundary_enforced:
             notes.append("isolation none: the boundary was not enforced in this run")
         return notes
@@ -376,7 +390,7 @@ class GateResult(Result):
             cases=cases, green=bool(b.get("green", True)), allowed_failing=bool(b.get("allowed_failing", False)),
             created=b.get("created"), git_commit=b.get("git_commit"),
             adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []),
-            corpus_fingerprint=b.get("corpus_fingerprint"))
+            corpus_fingerprint=b.get("corpus_fingerprint"), custom=dict(b.get("custom") or {}))
         calibration = None
         if s.get("calibration"):
             from qaeval.verdicts.calibration import CalibrationResult
@@ -400,7 +414,7 @@ class GateResult(Result):
         the embedded baseline is the baseline file it names."""
         if self.calibration is not None:
             self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
-        tolerances = _recorded_tolerances(audit, s["metric_deltas"], prefix)
+        tolerances = _recorded_tolerances(audit, s["metric_deltas"], prefix, gated(self.run.metrics))
         if tolerances is None:
             return
         match = match_cases(self.run, self.baseline)
@@ -410,7 +424,8 @@ class GateResult(Result):
         if still_there:
             audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
         board = self.run.scoreboard.set_index("metric")
-        moves = [movement(name, tol, self.baseline, board) for name, tol in tolerances.items()]
+        by_name = {m.name: m for m in self.run.metrics}
+        moves = [movement(by_name[name], tol, self.baseline, board) for name, tol in tolerances.items()]
         for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
             for column in MOVEMENT[1:]:
                 audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
@@ -431,19 +446,20 @@ class GateResult(Result):
                        [c for c in row["case_ids"] if c not in unkept])
 
 
-def _recorded_tolerances(audit: Audit, rows: list[Any], prefix: str) -> dict[str, float] | None:
+def _recorded_tolerances(audit: Audit, rows: list[Any], prefix: str,
+                         defaults: Mapping[str, float]) -> dict[str, float] | None:
     """The tolerances a gate record was decided with (one per gated metric), or None when they are not."""
     tolerances: dict[str, float] = {}
     found = len(audit.problems)
     for j, row in enumerate(rows):
         name, tol = row.get("metric"), row.get("tolerance")
-        if name not in DEFAULT_TOLERANCES or name in tolerances:
+        if name not in defaults or name in tolerances:
             audit.problem(f"{prefix}.metric_deltas[{j}] names {name!r}: not a gated metric, or named twice")
         elif isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
             audit.problem(f"{prefix}.metric_deltas[{j}].tolerance ({name}) is {tol!r}, not a finite number >= 0")
         else:
             tolerances[name] = float(tol)
-    missing = [m for m in DEFAULT_TOLERANCES if m not in tolerances]
+    missing = [m for m in defaults if m not in tolerances]
     if missing:
         audit.problem(f"{prefix}.metric_deltas has no row for {', '.join(missing)}")
     return None if len(audit.problems) > found else tolerances
@@ -452,7 +468,7 @@ def _recorded_tolerances(audit: Audit, rows: list[Any], prefix: str) -> dict[str
 def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | None = None, *,
          calibration: Any = None) -> GateResult:
     """Compare a RunResult with a Baseline. Pure: no I/O."""
-    tolerances = dict(DEFAULT_TOLERANCES if tolerances is None else tolerances)
+    tolerances = dict(gated(run.metrics) if tolerances is None else tolerances)
     match = match_cases(run, baseline)
     deltas = metric_movements(run, baseline, tolerances, match.matched)
     tiers, regressed, new_failing = decide(run, baseline, match, deltas)

@@ -1,0 +1,330 @@
+"""The user's own checks and metrics: how they are declared, what they are given, what comes back.
+
+A **check** is a function of the golden case, the system's output and the passages it used, returning
+``(passed, reason)`` (or just ``passed``). ``@qaeval.check(tier=1, name="no_email_address")`` declares
+it: tier 1 blocks the gate like the built-in deterministic checks; without ``tier`` it informs. Every
+check also appears as a metric of its own name: the share of cases passing it.
+
+A **metric** is a ``qaeval.Metric``, the definition the built-in metrics use (direction, what its
+denominator counts, gate tolerance, drift rule), whose ``unit`` is given a ``Sample`` (the case, the
+output, the passages and ``facts``, what the built-in layers found: ``CaseFacts``) and returns this
+case's ``(numerator, denominator)``, with 0 <= numerator <= denominator (every metric is a rate).
+
+Both are user code: they run in a process of their own (``qaeval.judges.custom``), and only plain JSON
+crosses. Whatever a check or metric does wrong for a case (raises, exits, returns something else,
+runs past its deadline) is a *failure for that case*, with the reason: a check fails; a metric counts
+its worst value for the case (0 of 1 for higher-is-better, 1 of 1 otherwise) and the case fails,
+saying so. Nothing it does is ever a pass.
+
+The outcomes are one frame, ``CUSTOM_SCHEMA``: one row per (case, check or metric) with ``kind``
+(check or metric), ``blocks`` (a tier-1 check), ``passed``, ``reason`` and the case's unit ``num`` and
+``den``. ``Registered`` is what ran: each name with its declaration and the sha256 of its code, as the
+record keeps it and the gate compares it with the baseline's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from qaeval.data.schema import GoldenCase, Source
+from qaeval.scoring.metrics import CaseFacts, Metric
+
+CUSTOM_SCHEMA = {"case_id": "text", "name": "text", "kind": "text", "blocks": "bool", "passed": "bool",
+                 "reason": "text", "num": "float", "den": "float"}
+NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+TEXT_LIMIT = 500
+DRIFT_RULES = ("drop", "rise", "both")
+ATTRIBUTE = "__qaeval_check__"
+
+
+def check(fn: Callable[..., Any] | None = None, *, tier: int | None = None, name: str | None = None) -> Any:
+    """Declare a check: ``@check`` (informational), ``@check(tier=1)`` (blocks the gate), and its name
+    (default: the function's). Returns the function itself, marked."""
+    if tier not in (1, None):
+        raise ValueError(f"a check's tier is 1 (blocks the gate) or None (informational), not {tier!r}")
+
+    def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(f, ATTRIBUTE, {"tier": tier, "name": name or getattr(f, "__name__", "")})
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One case as a registered metric's ``unit`` sees it (a check is called with the first three)."""
+
+    case: GoldenCase
+    output: Any  # a qaeval.SUTOutput
+    passages: Mapping[str, str]  # {id: text} of the passages the system used
+    facts: CaseFacts
+    error: str | None = None  # the adapter's error, when it failed (the output is then empty)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    tier: int | None
+    sha256: str
+    source: str
+
+    @property
+    def blocks(self) -> bool:
+        return self.tier == 1
+
+    def metric(self) -> Metric:
+        kind = "tier-1" if self.blocks else "informational"
+        return Metric(self.name, True, "cases", f"cases passing the {kind} check {self.name}", unit=_stored)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    metric: Metric
+    sha256: str
+    source: str
+
+
+def _stored(facts: CaseFacts) -> tuple[float, float]:
+    raise TypeError("a registered check or metric is computed in its own process; its units are stored")
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The checks and metrics a run registered, in the order they ran."""
+
+    checks: tuple[CheckSpec, ...] = ()
+    metrics: tuple[MetricSpec, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.checks or self.metrics)
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.checks] + [m.metric.name for m in self.metrics]
+
+    def all_metrics(self) -> tuple[Metric, ...]:
+        """What joins the scoreboard: a pass rate per check, then each registered metric."""
+        return tuple(c.metric() for c in self.checks) + tuple(m.metric for m in self.metrics)
+
+    def hashes(self) -> dict[str, str]:
+        return {**{c.name: c.sha256 for c in self.checks}, **{m.metric.name: m.sha256 for m in self.metrics}}
+
+    def to_plain(self) -> dict[str, Any]:
+        return dict(checks=[asdict(c) for c in self.checks],
+                    metrics=[dict(_metric_plain(m.metric), sha256=m.sha256, source=m.source) for m in self.metrics])
+
+    def changes_since(self, then: Mapping[str, str]) -> list[str]:
+        """What differs from an earlier set (``then``: its ``hashes()``): names added or removed, code changed."""
+        now = self.hashes()
+        out = [f"+{n}" for n in now if n not in then] + [f"-{n}" for n in then if n not in now]
+        return out + [f"{n} (code changed)" for n in now if n in then and now[n] != then[n]]
+
+
+def _metric_plain(m: Metric) -> dict[str, Any]:
+    return dict(name=m.name, higher_is_better=m.higher_is_better, over=m.over, meaning=m.meaning,
+                tolerance=m.tolerance, drift=m.drift)
+
+
+# --------------------------------------------------------------------------- declarations, checked
+
+
+def _text(value: Any, limit: int = TEXT_LIMIT) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bad(why: str) -> ValueError:
+    return ValueError(why)
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise _bad(f"{what} is named {_text(value, 80)!r}: a name is lower-case letters, digits and _, "
+                   "starting with a letter, at most 64 characters")
+    return value
+
+
+def _hash_and_source(plain: Mapping[str, Any], what: str) -> tuple[str, str]:
+    sha, source = plain.get("sha256"), plain.get("source")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha) or not isinstance(source, str):
+        raise _bad(f"{what} has no sha256 of its code or no source")
+    return sha, _text(source, 300)
+
+
+def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
+    """A ``Registered`` from JSON (a checks process's declaration, or a record's), checked field by field:
+    ValueError saying what is wrong. ``reserved``: names a registered one may not take."""
+    if not isinstance(plain, dict) or not isinstance(plain.get("checks"), list) or \
+            not isinstance(plain.get("metrics"), list):
+        raise _bad("the declaration of checks and metrics is not an object with checks and metrics lists")
+    checks = []
+    for c in plain["checks"]:
+        if not isinstance(c, dict) or c.get("tier") not in (1, None) or isinstance(c.get("tier"), bool):
+            raise _bad("a check's declaration is malformed (its tier is 1 or null)")
+        checks.append(CheckSpec(_name(c.get("name"), "a check"), c["tier"], *_hash_and_source(c, "a check")))
+    metrics = [MetricSpec(metric_from_plain(m), *_hash_and_source(m, "a metric")) for m in plain["metrics"]]
+    done = Registered(tuple(checks), tuple(metrics))
+    names = done.names
+    clash = sorted({n for n in names if n in reserved or names.count(n) > 1})
+    if clash:
+        raise _bad(f"{', '.join(clash)}: a name taken by a built-in check, metric or column, or registered twice")
+    return done
+
+
+def metric_from_plain(m: Any) -> Metric:
+    if not isinstance(m, dict):
+        raise _bad("a metric's declaration is not an object")
+    name = _name(m.get("name"), "a metric")
+    tol, drift = m.get("tolerance"), m.get("drift")
+    if not isinstance(m.get("higher_is_better"), bool):
+        raise _bad(f"metric {name}: higher_is_better is not true or false")
+    if not all(isinstance(m.get(k), str) and 0 < len(m[k]) <= TEXT_LIMIT for k in ("over", "meaning")):
+        raise _bad(f"metric {name}: over and meaning must be text of 1 to {TEXT_LIMIT} characters")
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol)
+                            or tol < 0):
+        raise _bad(f"metric {name}: its tolerance is {_text(tol, 40)}, not null or a finite number >= 0")
+    if drift not in DRIFT_RULES:
+        raise _bad(f"metric {name}: its drift rule is {_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}")
+    return Metric(name, m["higher_is_better"], _text(m["over"]), _text(m["meaning"]), unit=_stored,
+                  tolerance=None if tol is None else float(tol), drift=drift)
+
+
+# --------------------------------------------------------------------------- the case, across
+
+
+def sample_to_plain(case: GoldenCase, out: Mapping[str, Any], bodies: Mapping[str, str],
+                    facts: CaseFacts) -> dict[str, Any]:
+    """What a checks process is sent for one case (JSON): the case with its labels, the output, the
+    passages it used and the facts."""
+    output = {k: out[k] for k in ("answer", "citations", "retrieved_ids", "passages", "abstained",
+                                  "model_was_called", "prompt_to_model", "computed_aggregate")}
+    plain_facts = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(facts).items()}
+    error = out.get("error")
+    return dict(case=dict(case.to_raw(), sources=[asdict(s) for s in case.sources]), output=output,
+                passages=dict(bodies), facts=plain_facts, error=error if isinstance(error, str) else None)
+
+
+def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
+    """The ``Sample`` a checks process builds from what it was sent (in that process)."""
+    from qaeval.data.corpus import Passage
+    from qaeval.system.contract import Citation, SUTOutput
+
+    raw = plain["case"]
+    case = GoldenCase(id=raw["id"], question=raw["question"], sources=tuple(Source(**s) for s in raw["sources"]),
+                      gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(raw["gold_source_ids"]),
+                      expected_behavior=raw["expected_behavior"], difficulty=raw["difficulty"], split=raw["split"],
+                      adversarial=raw.get("adversarial"), checkpoints=tuple(raw.get("checkpoints") or ()))
+    o = plain["output"]
+    output = SUTOutput(answer=o["answer"], citations=[Citation(c["source_id"], c["claim"]) for c in o["citations"]],
+                       retrieved_ids=list(o["retrieved_ids"]),
+                       passages=[Passage(p["id"], p["text"], p.get("title")) for p in o["passages"]],
+                       abstained=o["abstained"], model_was_called=o["model_was_called"],
+                       prompt_to_model=o["prompt_to_model"], computed_aggregate=o["computed_aggregate"])
+    facts = CaseFacts(**{k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v)
+                         for k, v in plain["facts"].items()})
+    return Sample(case, output, dict(plain["passages"]), facts, plain.get("error"))
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@dataclass
+class Outcomes:
+    """The rows of ``CUSTOM_SCHEMA`` for one case, from what came back (checked strictly)."""
+
+    registered: Registered
+    case_id: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, name: str, kind: str, blocks: bool, passed: bool, reason: str, num: float, den: float) -> None:
+        self.rows.append(dict(case_id=self.case_id, name=name, kind=kind, blocks=blocks, passed=passed,
+                              reason=_text(reason), num=num, den=den))
+
+    def failed(self, why: str) -> list[dict[str, Any]]:
+        """Every check and metric failed for this case, for one reason (an adapter error, a lost process)."""
+        for c in self.registered.checks:
+            self.add(c.name, "check", c.blocks, False, why, 0.0, 1.0)
+        for m in self.registered.metrics:
+            self.add(m.metric.name, "metric", False, False, why, *worst(m.metric))
+        return self.rows
+
+    def decode(self, reply: Any, error: str | None) -> list[dict[str, Any]]:
+        """One case's reply: ``{"checks": [[passed, reason] | {"error": why}], "metrics": [[num, den] |
+        {"error": why}]}``; anything else fails the case's checks and metrics saying so."""
+        if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+            return self.failed(reply["error"])
+        if not isinstance(reply, dict) or not isinstance(reply.get("checks"), list) or \
+                not isinstance(reply.get("metrics"), list) or len(reply["checks"]) != len(self.registered.checks) \
+                or len(reply["metrics"]) != len(self.registered.metrics):
+            return self.failed("the checks' process sent a malformed reply")
+        for c, got in zip(self.registered.checks, reply["checks"]):
+            if error is not None:
+                self.add(c.name, "check", c.blocks, False, f"adapter error: {error}", 0.0, 1.0)
+            elif isinstance(got, list) and len(got) == 2 and isinstance(got[0], bool) and isinstance(got[1], str):
+                self.add(c.name, "check", c.blocks, got[0], got[1], float(got[0]), 1.0)
+            else:
+                self.add(c.name, "check", c.blocks, False, _why(got, "check"), 0.0, 1.0)
+        for m, got in zip(self.registered.metrics, reply["metrics"]):
+            unit = valid_unit(got)
+            if unit is None:
+                self.add(m.metric.name, "metric", False, False, _why(got, "metric"), *worst(m.metric))
+            else:
+                self.add(m.metric.name, "metric", False, True, "", *unit)
+        return self.rows
+
+
+def _why(got: Any, what: str) -> str:
+    if isinstance(got, dict) and isinstance(got.get("error"), str):
+        return got["error"]
+    return f"the {what}'s process sent a malformed result"
+
+
+def worst(metric: Metric) -> tuple[float, float]:
+    """The unit a metric counts for a case it failed on: its worst value, over one."""
+    return (0.0, 1.0) if metric.higher_is_better else (1.0, 1.0)
+
+
+def valid_unit(got: Any) -> tuple[float, float] | None:
+    """(num, den) when ``got`` is two finite numbers with 0 <= num <= den, else None."""
+    if not isinstance(got, (list, tuple)) or len(got) != 2 or \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got):
+        return None
+    num, den = float(got[0]), float(got[1])
+    if not (math.isfinite(num) and math.isfinite(den)) or not 0.0 <= num <= den:
+        return None
+    return num, den
+
+
+def code_hash(obj: Any) -> str:
+    """sha256 of a check's or a metric unit's source (of its compiled code when the source is not to be
+    had, as for a function shipped from a notebook)."""
+    import marshal
+
+    try:
+        text = inspect.getsource(obj).encode()
+    except (OSError, TypeError):
+        try:
+            text = marshal.dumps(obj.__code__)
+        except (AttributeError, ValueError):
+            text = repr(obj).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def custom_reasons(rows: list[dict[str, Any]]) -> list[str]:
+    """Why a case fails by its registered checks and metrics."""
+    return [f"{r['name']}: {r['reason']}" if r["kind"] == "check" else f"metric {r['name']} failed: {r['reason']}"
+            for r in rows if not r["passed"]]
+
+
+def custom_units(by_case: Mapping[str, list[dict[str, Any]]], registered: Registered,
+                 case_ids: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """{name: [(num, den) per case]} for every registered check and metric, in ``case_ids`` order."""
+    found = {(cid, r["name"]): (r["num"], r["den"]) for cid, rows in by_case.items() for r in rows}
+    return {name: [found[(cid, name)] for cid in case_ids] for name in registered.names}
