@@ -44,6 +44,7 @@ _EXPORTS = {
     "OfflineJudge": "qaeval.judges.offline",
     "run_suite": "qaeval.system.pool",
     "load_run": "qaeval.record",
+    "score_logs": "qaeval.api", "MonitorResult": "qaeval.verdicts.monitor",
 }
 
 __all__ = sorted(_EXPORTS)

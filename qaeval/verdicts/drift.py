@@ -158,12 +158,14 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
-            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
-    """Bands over the trailing window of ``history`` and the alarms ``record`` raises. Pure."""
+            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
+            metrics: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+    """Bands over the trailing window of ``history`` and the alarms ``record`` raises. Pure. ``metrics``
+    ({name: "drop", "rise" or "both"}) defaults to the golden set's metrics and their ``Metric.drift``."""
     trailing = history[-window:] if window > 0 else []
     rows, alarms, notes = [], [], []
-    for name in METRIC_NAMES:
-        metric = BY_NAME[name]
+    directions = metrics if metrics is not None else {name: BY_NAME[name].drift for name in METRIC_NAMES}
+    for name, way in directions.items():
         # A run that alarmed on this metric does not widen its band: a sustained drop keeps alarming.
         values = [r["metrics"].get(name) for r in trailing if name not in (r.get("alarms") or [])]
         values = [float(v) for v in values if v is not None]
@@ -177,16 +179,15 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
             half = max(3 * std, min_width)
             low, high = max(0.0, mean - half), min(1.0, mean + half)  # every metric is a rate
             if not math.isnan(current):
-                alarm = (current < low and metric.drift in ("drop", "both")) or \
-                        (current > high and metric.drift in ("rise", "both"))
+                alarm = (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
         if alarm:
-            way = "dropped below" if current < low else "rose above"
+            moved = "dropped below" if current < low else "rose above"
             alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
-                               message=f"{name} {way} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
+                               message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
                                        f"(mean of {len(values)} runs {mean:.3f})"))
         rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
                          direction={"drop": "alarms on a drop", "rise": "alarms on a rise",
-                                    "both": "alarms both ways"}[metric.drift], alarm=alarm))
+                                    "both": "alarms both ways"}[way], alarm=alarm))
     if len(trailing) < min_history:
         notes.append(f"history too short to alarm: {len(trailing)} earlier run(s), {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes
@@ -297,6 +298,20 @@ def summary_dict(run: RunResult) -> dict[str, Any]:
     )
 
 
+def notify_alarms(notify: Callable[[list[dict[str, Any]]], Any] | None, alarms: list[dict[str, Any]]) -> list[str]:
+    """Tell the hook about the alarms, if any; the notes on how that went (the alarm stands whatever it does)."""
+    if not alarms or notify is None:
+        return []
+    notes = []
+    ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
+    if not ok:
+        notes.append(f"{why}; the alarm stands")
+    output = getattr(notify, "output", "")  # what a hook run in its own process printed
+    if isinstance(output, str) and output:
+        notes.append(f"the notify hook printed: {output}")
+    return notes
+
+
 def history_frame(history: list[dict[str, Any]], record: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for i, r in enumerate([*history, record]):
@@ -324,12 +339,6 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     line = dumps_canonical(clean(record))
     frame_ = history_frame(history, record)
     append_line(timeseries, line)
-    if alarms and notify is not None:
-        ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
-        if not ok:
-            notes.append(f"{why}; the alarm stands")
-        output = getattr(notify, "output", "")  # what a hook run in its own process printed
-        if isinstance(output, str) and output:
-            notes.append(f"the notify hook printed: {output}")
+    notes += notify_alarms(notify, alarms)
     return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
                        window=window, timeseries=str(timeseries), min_history=min_history)
