@@ -273,7 +273,7 @@ def score_logs(logs: Any = None, *, judge: Any = None, by: list[str] | str | Non
     if p["record"]:
         return _recorded("monitor", p, MonitorResult)
     hook = usercode.notify_hook(p["notify"], isolation=p["isolation"], timeout=p["hook_timeout"],
-                                startup=p["startup_timeout"]) if p["notify"] is not None else None
+                                startup=p["startup_timeout"], data_dir=None) if p["notify"] is not None else None
     with ExitStack() as stack:
         client = make_judge(p)
         stack.callback(usercode.close_judge, client)

@@ -221,7 +221,7 @@ def raw_rows(source: Any, problems: list[Problem]) -> Iterator[tuple[int, dict[s
 
 def _mapping(raw: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     """(mapping name, the row in qaeval's names, problems): RAGAS names are renamed."""
-    ragas = [k for k in RAGAS if k in raw]
+    ragas = [k for k in RAGAS if k in raw and k != RAGAS[k]]
     if not ragas:
         return "qaeval", raw, []
     clash = [f"{k} and {RAGAS[k]}" for k in ragas if RAGAS[k] in raw]
