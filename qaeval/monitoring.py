@@ -4,7 +4,8 @@
    read (``qaeval.scoring.monitor.check_rows``) and keeping one small row of results per log row; the
    text is not kept. Any problem in the log stops everything here, with every problem listed.
 2. Read the labels, if any (ids checked against the log) before any judge call.
-3. Draw the judged sample (``sample_rows``), read the log a second time for those rows' text, and
+3. Draw the judged sample (``sample_rows``), read those rows' text again from the log (only their lines
+   are parsed), and
    score them as a run (``judge_sample``).
 4. Scoreboard, slices and windows (``qaeval.scoring.monitor_metrics``); then the time series, if any
    (``qaeval.verdicts.monitor.watch``) and the notify hook.
@@ -19,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.data.labels import load_labels
-from qaeval.data.logs import NONE_GROUP, LogRow, LogScan, scan_logs
+from qaeval.data.logs import NONE_GROUP, LogScan, rows_at, scan_logs
 from qaeval.errors import DatasetError, Problem, UsageError
 from qaeval.scoring.evaluate import RunMeta
 from qaeval.scoring.judge import judge_config_of
@@ -63,15 +64,6 @@ def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogS
     return rows, scan
 
 
-def _texts(source: Any, ids: set[str], where: str) -> list[LogRow]:
-    """The judged rows, with their text, from a second read of the log (it was clean the first time)."""
-    scan = LogScan(where)
-    found = [r for rows in scan_logs(source, scan) for r in rows if r.id in ids]
-    if scan.problems or len(found) != len(ids):
-        raise DatasetError("the log changed while it was being scored: read it again", file=where)
-    return found
-
-
 def _labels(path: str | None, rows: pd.DataFrame) -> pd.DataFrame | None:
     return load_labels(path, known_cases=set(rows["row_id"])) if path else None
 
@@ -103,7 +95,8 @@ def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | Non
     label_frame = _labels(labels, rows)
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
-    judged = _texts(source, set(rows.loc[rows["sampled"], "row_id"]), scan.where)
+    picked = rows[rows["sampled"]]
+    judged = rows_at(source, dict(zip(picked["line"].tolist(), picked["row_id"].tolist())), scan.where)
     meta = RunMeta.now(adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=5, data=scan.where)
     run = judge_sample(judged, judge, meta, scan.where).with_labels(label_frame)
     rows = judge_columns(rows, run)

@@ -29,25 +29,20 @@ all of them before anything it computed is shown (``qaeval.scoring.monitor``).
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from qaeval.data.schema import Source
-from qaeval.errors import Problem, UsageError
-from qaeval.files import dumps_canonical, iter_jsonl, loads_strict
+from qaeval.errors import Problem
+from qaeval.data.log_formats import BAD, CHUNK, raw_rows
+from qaeval.files import dumps_canonical
 
 FIELDS = ("id", "question", "passages", "answer", "citations", "abstained", "model_was_called", "prompt", "timestamp")
 RAGAS = {"user_input": "question", "retrieved_contexts": "passages", "response": "answer", "reference": "reference"}
-LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
-BOOL_COLUMNS = ("abstained", "model_was_called")
-FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-CHUNK = 5000
 NONE_GROUP = "(none)"
 
 
@@ -99,123 +94,6 @@ class LogScan:
         return out
 
 
-def log_format(source: Any) -> str:
-    """``frame`` for a DataFrame, else the format a path's suffix names (a UsageError otherwise)."""
-    if not isinstance(source, (str, Path)):
-        import pandas as pd
-
-        if isinstance(source, pd.DataFrame):
-            return "frame"
-        raise UsageError(f"logs must be a path or a pandas DataFrame, got {type(source).__name__}")
-    kind = FORMATS.get(Path(source).suffix.lower())
-    if kind is None:
-        raise UsageError(f"logs {source}: the name must end in {', '.join(FORMATS)} (JSONL, CSV or Parquet)")
-    return kind
-
-
-# --------------------------------------------------------------------------- raw rows, by format
-
-
-def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
-    if not path.is_file():  # a FIFO or a folder is named, never opened
-        problems.append(Problem(str(path), None, "not found, or not a regular file"))
-        return
-    handle = open(path, newline="", encoding="utf-8-sig")
-    with handle:
-        reader = csv.DictReader(handle)
-        try:
-            for cells in reader:
-                raw: dict[str, Any] = {}
-                for key, value in cells.items():
-                    if key is None:
-                        problems.append(Problem(str(path), reader.line_num, "more cells than header columns"))
-                    elif value not in (None, ""):
-                        raw[key] = _csv_value(key, value, str(path), reader.line_num, problems)
-                yield reader.line_num, raw
-        except (UnicodeDecodeError, csv.Error) as exc:
-            problems.append(Problem(str(path), reader.line_num, f"not readable as CSV ({exc})"))
-
-
-def _csv_value(key: str, value: str, where: str, line: int, problems: list[Problem]) -> Any:
-    if key in LIST_COLUMNS:
-        return _parsed_list(key, value, where, line, problems)
-    if key in BOOL_COLUMNS:
-        word = value.strip().lower()
-        if word in ("true", "1"):
-            return True
-        if word in ("false", "0"):
-            return False
-        problems.append(Problem(where, line, f"column {key!r} is {value!r}, not true or false"))
-        return _BAD
-    return value
-
-
-_BAD = object()  # a cell already reported as a problem
-
-
-def _parsed_list(key: str, value: str, where: str, line: int, problems: list[Problem]) -> Any:
-    try:
-        return loads_strict(value)
-    except ValueError as exc:
-        problems.append(Problem(where, line, f"column {key!r} does not parse as a JSON list ({exc})"))
-        return _BAD
-
-
-def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
-                problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Rows of a DataFrame or Parquet file: missing values dropped, list columns that hold JSON text parsed."""
-    number = 0
-    for batch in batches:
-        for values in batch:
-            number += 1
-            raw = {}
-            for key, value in values.items():
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    continue
-                if key in LIST_COLUMNS and isinstance(value, str):
-                    value = _parsed_list(key, value, where, number, problems)
-                elif hasattr(value, "tolist"):  # numpy arrays and scalars (pyarrow lists arrive as lists)
-                    value = value.tolist()
-                raw[str(key)] = value
-            yield number, raw
-
-
-def _frame_batches(df: Any) -> Iterator[list[dict[str, Any]]]:
-    for start in range(0, len(df), CHUNK):
-        yield df.iloc[start:start + CHUNK].to_dict("records")
-
-
-def _parquet_batches(path: Path) -> Iterator[list[dict[str, Any]]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UsageError("reading Parquet logs needs pyarrow: pip install 'qaeval-harness[parquet]'") from None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK):
-        yield batch.to_pylist()
-
-
-def raw_rows(source: Any, problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line or row number, raw row) for every row of the log, streamed; file problems go to ``problems``."""
-    kind = log_format(source)
-    if kind == "frame":
-        yield from _table_rows(_frame_batches(source), "<DataFrame>", problems)
-        return
-    path = Path(source)
-    if kind == "jsonl":
-        for line, value in iter_jsonl(path, problems):
-            if isinstance(value, dict):
-                yield line, value
-            else:
-                problems.append(Problem(str(path), line, f"a row must be a JSON object, got {type(value).__name__}"))
-    elif kind == "csv":
-        yield from _csv_rows(path, problems)
-    else:
-        if not path.is_file():
-            problems.append(Problem(str(path), None, "not found, or not a regular file"))
-            return
-        yield from _table_rows(_parquet_batches(path), str(path), problems)
-
-
 # --------------------------------------------------------------------------- one row
 
 
@@ -238,27 +116,45 @@ def _passages(value: Any, ragas: bool) -> tuple[tuple[Source, ...], list[str]]:
         if bad:
             return (), [f"retrieved_contexts item {bad[0]} is not a non-empty text"]
         return tuple(Source(f"ctx{i}", t) for i, t in enumerate(value, 1)), []
-    out, problems, seen = [], [], set()
+    out: list[Source] = []
+    problems: list[str] = []
+    seen: set[str] = set()
     for i, p in enumerate(value, 1):
-        if not isinstance(p, dict):
-            problems.append(f"passage {i} must be an object {{id, text, title?}}, got {type(p).__name__}")
-            continue
-        unknown = sorted(set(p) - {"id", "text", "title"})
-        pid, text, title = p.get("id"), p.get("text"), p.get("title")
-        if unknown:
-            problems.append(f"passage {i} has unknown field(s) {', '.join(map(repr, unknown))}")
-        if not isinstance(pid, str) or not pid.strip():
-            problems.append(f"passage {i} has no id (a non-empty text)")
-        elif pid in seen:
-            problems.append(f"passage id {pid!r} appears twice in the row")
-        if not isinstance(text, str) or not text.strip():
-            problems.append(f"passage {i} ({pid!r}) has no text")
-        if title is not None and not isinstance(title, str):
-            problems.append(f"passage {i} title must be text, got {type(title).__name__}")
-        if isinstance(pid, str):
-            seen.add(pid)
-            out.append(Source(pid, text if isinstance(text, str) else "", title))
+        if type(p) is dict and p.keys() <= PASSAGE_KEYS:  # the common, well-formed passage, checked quickly
+            pid, text, title = p.get("id"), p.get("text"), p.get("title")
+            if type(pid) is str and type(text) is str and pid.strip() and text.strip() and pid not in seen \
+                    and (title is None or type(title) is str):
+                seen.add(pid)
+                out.append(Source(pid, text, title))
+                continue
+        problems += _passage_problems(i, p, seen, out)
     return tuple(out), problems
+
+
+PASSAGE_KEYS = {"id", "text", "title"}
+
+
+def _passage_problems(i: int, p: Any, seen: set[str], out: list[Source]) -> list[str]:
+    """Everything wrong with one passage (and, when it has an id, the passage as far as it goes)."""
+    problems: list[str] = []
+    if not isinstance(p, dict):
+        return [f"passage {i} must be an object {{id, text, title?}}, got {type(p).__name__}"]
+    unknown = sorted(set(p) - PASSAGE_KEYS)
+    pid, text, title = p.get("id"), p.get("text"), p.get("title")
+    if unknown:
+        problems.append(f"passage {i} has unknown field(s) {', '.join(map(repr, unknown))}")
+    if not isinstance(pid, str) or not pid.strip():
+        problems.append(f"passage {i} has no id (a non-empty text)")
+    elif pid in seen:
+        problems.append(f"passage id {pid!r} appears twice in the row")
+    if not isinstance(text, str) or not text.strip():
+        problems.append(f"passage {i} ({pid!r}) has no text")
+    if title is not None and not isinstance(title, str):
+        problems.append(f"passage {i} title must be text, got {type(title).__name__}")
+    if isinstance(pid, str):
+        seen.add(pid)
+        out.append(Source(pid, text if isinstance(text, str) else "", title))
+    return problems
 
 
 def _citations(value: Any) -> tuple[tuple[dict[str, str], ...], list[str]]:
@@ -289,7 +185,7 @@ def parse_timestamp(value: Any) -> tuple[datetime | None, str | None]:
 
 def _optional(raw: dict[str, Any], key: str, kind: type, what: str, problems: list[str]) -> Any:
     value = raw.get(key)
-    if value is None or value is _BAD:
+    if value is None or value is BAD:
         return None
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         problems.append(f"{key} must be {what}, got {type(value).__name__}")
@@ -316,9 +212,9 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
     if not isinstance(question, str) or not question.strip():
         problems.append("question missing or empty")
     passages, found = _passages(row.get("passages"), "retrieved_contexts" in raw) \
-        if row.get("passages") is not _BAD else ((), [])
+        if row.get("passages") is not BAD else ((), [])
     problems += found if "passages" in row else ["passages missing (a list, empty when nothing was retrieved)"]
-    citations, found = _citations(row.get("citations", [])) if row.get("citations") is not _BAD else ((), [])
+    citations, found = _citations(row.get("citations", [])) if row.get("citations") is not BAD else ((), [])
     problems += found
     answer = _optional(row, "answer", str, "text or null", problems)
     abstained = _optional(row, "abstained", bool, "true or false", problems)
@@ -397,6 +293,24 @@ def _with_id(row: LogRow, rid: str) -> LogRow:
     from dataclasses import replace
 
     return replace(row, id=rid)
+
+
+def rows_at(source: Any, ids: dict[int, str], where: str) -> list[LogRow]:
+    """The rows at these lines (row numbers for Parquet and DataFrames), with the ids a full scan gave them;
+    only those lines are parsed. The log was clean when scanned: a problem now means it changed."""
+    problems: list[Problem] = []
+    out = []
+    for line, raw in raw_rows(source, problems, only=ids):
+        row, _, found = parse_row(raw, 0, line)
+        if row is None:
+            problems += [Problem(where, line, p) for p in found]
+            continue
+        out.append(_with_id(row, ids[line]))
+    if problems or len(out) != len(ids):
+        from qaeval.errors import DatasetError
+
+        raise DatasetError("the log changed while it was being scored: score it again", file=where)
+    return out
 
 
 # --------------------------------------------------------------------------- the judged rows, as a record keeps them
