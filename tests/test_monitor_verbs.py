@@ -94,13 +94,24 @@ def test_the_record_round_trips_is_checked_and_its_sheet_lists_the_judged_rows(t
         api.load_run(record)
 
 
-def test_the_report_is_drawn_from_the_record(tmp_path):
-    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30))
+def test_the_report_is_drawn_from_the_record_and_escapes_what_the_log_brought(tmp_path):
+    hostile = log_row(900, system="<script>alert(1)</script>", question="<b>When</b> does the library open?")
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30) + [hostile])
     record = tmp_path / "monitor.json"
     assert main(["monitor", "--logs", str(logs), "--by", "system", "--window", "1D", "--save", str(record), "--quiet"]) == 0
     assert main(["report", str(record), "--html", str(tmp_path / "m.html")]) == 0
     page = (tmp_path / "m.html").read_text()
     assert "qaeval monitor report" in page and "<mark>" in page and "unresolvable citation: missing" in page
+    assert "<script>alert" not in page and "<b>When</b>" not in page and "&lt;script&gt;alert(1)" in page
+
+
+def test_the_readme_command_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = ["monitor", "--logs", "examples/traffic.jsonl", "--by", "model_version", "--window", "1D", "--sample", "40",
+            "--seed", "1", "--save", str(tmp_path / "monitor.json"), "--quiet"]
+    assert main(args) == 0
+    result = api.load_run(tmp_path / "monitor.json")
+    assert int(result.rows["sampled"].sum()) == 40 and set(result.rows["model_version"]) == {"v1", "v2"}
 
 
 def _labels(tmp_path, result, every=2):
@@ -133,9 +144,21 @@ def test_ppi_per_slice_matches_ppi_python(tmp_path):
         assert row["ppi_value"] == pytest.approx(min(1, max(0, value)), abs=1e-9)
         assert (row["ppi_ci_low"], row["ppi_ci_high"]) == (pytest.approx(max(0, float(low[0])), abs=1e-9),
                                                           pytest.approx(min(1, float(high[0])), abs=1e-9))
+    assert f"{len(human)} of {len(human)} label(s) are on judged rows" in " ".join(result.notes)
     board = result.scoreboard.set_index("metric")
     assert board.loc["faithfulness_rate", "n_labelled"] == len(human) and not np.isnan(board.loc["faithfulness_rate", "ppi_value"])
     assert np.isnan(board.loc["citation_correctness_rate", "ppi_value"]), "no label on that axis: no estimate"
+
+
+def test_labels_on_rows_that_were_not_judged_are_left_out_and_counted(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=20))
+    first = api.score_logs(str(logs), sample=5, seed=1)
+    unjudged = first.rows.loc[~first.rows["sampled"], "row_id"].tolist()[:3]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"case_id": r, "axis": "faithfulness", "score": 2}) + "\n" for r in unjudged))
+    result = api.score_logs(str(logs), sample=5, seed=1, labels=str(labels))
+    assert "0 of 3 label(s) are on judged rows" in " ".join(result.notes)
+    assert result.scoreboard.set_index("metric").loc["faithfulness_rate", "n_labelled"] == 0
 
 
 def test_labels_for_rows_the_log_lacks_are_refused_before_any_judge_call(tmp_path):
