@@ -43,6 +43,7 @@ from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
+from qaeval.verdicts.monitor import MonitorResult
 
 def _load_views() -> None:
     import qaeval.reports  # noqa: F401  (registers how each result draws itself)
@@ -70,7 +71,9 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
     """Validate a command's parameters (as given to the CLI, the API or a notebook's parameters cell)
     and fill in the defaults. Raises UsageError for an unknown name or a bad value."""
     executor = params.pop("executor", None)
-    checked = P.check(command, {**params, "executor": executor if isinstance(executor, str) else None})
+    if executor is not None or "executor" in P.names_for(command):  # a command without one says so when given one
+        params["executor"] = executor if isinstance(executor, str) or "executor" not in P.names_for(command) else None
+    checked = P.check(command, params)
     if isinstance(executor, cf.Executor):
         checked["executor"] = executor
     elif executor is not None and not isinstance(executor, str):
@@ -86,7 +89,7 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
 
 
 OUTPUT_PARAMS = {"save": "record", "out": "record"}
-INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after")
+INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after", "logs")
 
 
 def check_outputs(p: Mapping[str, Any], *, html: str | Path | None = None) -> None:
@@ -265,6 +268,29 @@ def drift_run(data: str | None = None, *, timeseries: str | None = None, window:
     return _finish(drift(_evaluate(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 
+def score_logs(logs: Any = None, *, judge: Any = None, by: list[str] | str | None = None, window: str | None = None,
+               sample: int | None = None, labels: str | None = None, **options: Any) -> MonitorResult:
+    """Score logged traffic without gold (``qaeval.monitoring``): ``logs`` a JSONL, CSV or Parquet path or a
+    DataFrame; ``by`` slice columns; ``window`` a time span such as "1D"; ``sample`` rows to judge."""
+    from qaeval.monitoring import monitor
+
+    table = logs if logs is not None and not isinstance(logs, (str, Path)) else None
+    options.setdefault("time_window", window)
+    p = check_parameters("monitor", logs="<DataFrame>" if table is not None else logs, judge=judge, by=by,
+                         sample=sample, labels=labels, **options)
+    if p["record"]:
+        return _recorded("monitor", p, MonitorResult)
+    hook = hooks.notify_hook(p["notify"], isolation=p["isolation"], timeout=p["hook_timeout"],
+                             startup=p["startup_timeout"], data_dir=None) if p["notify"] is not None else None
+    with ExitStack() as stack:
+        client = make_judge(p)
+        stack.callback(usercode.close_judge, client)
+        result = monitor(table if table is not None else p["logs"], client, by=p["by"], every=p["time_window"],
+                         sample=p["sample"], seed=p["seed"], labels=p["labels"], timeseries=p["timeseries"],
+                         band_window=p["band_window"], min_rows=p["min_rows"], notify=hook)
+    return _finish(result, p)
+
+
 def load_run(path: str | Path) -> Result:
     """A saved run record as the result it was (RunResult, GateResult, CalibrationResult, DriftResult)."""
     return _load_run(path)
@@ -294,9 +320,11 @@ def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int
     """Write an annotation sheet (CSV) for a run's answered cases; returns (path, cases in it)."""
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
         raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
-    run_ = _as_run(record)
+    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    run_ = _as_run(result)
     refuse_overwrite([("out", out, "sheet")], [("record", record)], data=run_.meta.data)
-    text, n = export_sheet(run_, sample=sample, seed=seed)
+    axes = ("faithfulness", "citation_correctness") if isinstance(result, MonitorResult) else AXES  # no gold in logs
+    text, n = export_sheet(run_, sample=sample, seed=seed, axes=axes)
     return write_atomic(out, text), n
 
 
@@ -383,7 +411,7 @@ def _injected_names() -> list[str]:
 def notebook_result(command: str, p: Mapping[str, Any]) -> Result:
     """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
     verbs: dict[str, Callable[..., Result]] = {"run": run, "gate": gate_run, "calibrate": calibrate_run,
-                                                "drift": drift_run}
+                                                "drift": drift_run, "monitor": score_logs}
     return verbs[command](**dict(p))
 
 

@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         _report_flags(p)
 
+    p = sub.add_parser("monitor", help="score logged traffic without gold; a time window out of its band alarms (exit 3)")
+    _add_params(p, "monitor")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _report_flags(p)
+
     p = sub.add_parser("report", help="render a saved run record to HTML, calling nothing")
     p.add_argument("record", metavar="RECORD")
     p.add_argument("--html", metavar="PATH", required=True)
@@ -164,7 +169,7 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     params = _scoring_params(args)
     verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
-            "drift": api.drift_run}[args.command]
+            "drift": api.drift_run, "monitor": api.score_logs}[args.command]
     env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
     api.check_outputs(params, html=args.html)  # before anything runs: no output may overwrite an input
     with scoped_environ(env):
@@ -183,7 +188,7 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
 def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.command == "validate":
         return api.validate(args.data), 0, []
-    if args.command in P.SCORING:
+    if args.command in P.SCORING or args.command == "monitor":
         return _score(args)
     if args.command == "report":
         result, path = api.report(args.record, args.html, show_code=args.show_code)

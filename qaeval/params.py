@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from qaeval.errors import UsageError
@@ -34,10 +34,11 @@ class Param:
     maximum: float | None = None
     metavar: str | None = None
     required: tuple[str, ...] = ()  # commands for which it must be given
+    cli_flag: str | None = None  # the flag, when it is not --NAME (two parameters may not share a name)
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.cli_flag or "--" + self.name.replace("_", "-")
 
 
 PARAMS: tuple[Param, ...] = (
@@ -114,6 +115,23 @@ PARAMS: tuple[Param, ...] = (
     Param("hook_timeout", "float", 60.0, "seconds the notify hook (run in its own process) may take; past it "
           "its process is killed, noted, and the alarm stands", ("drift",), minimum=0.001, maximum=MAX_TIMEOUT,
           metavar="SECONDS"),
+)
+MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save", "judge_model", "judge_base_url",
+                  "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")
+PARAMS = tuple(replace(p, commands=p.commands + ("monitor",)) if p.name in MONITOR_SHARED else p for p in PARAMS) + (
+    Param("logs", "str", None, "the logged traffic: JSONL, CSV (list columns JSON-encoded) or Parquet, one answered "
+          "request per row", ("monitor",), metavar="FILE", required=("monitor",)),
+    Param("by", "list", (), "a slice column to break every metric down by (repeatable); the judged sample is "
+          "stratified by it", ("monitor",), metavar="COLUMN"),
+    Param("time_window", "str", None, "a time span (1D, 1W, 6H, ...): every metric per window of the timestamp column",
+          ("monitor",), metavar="SPAN", cli_flag="--window"),
+    Param("sample", "int", None, "judge a uniform random N of the answered rows (default: all); the checks run on "
+          "every row", ("monitor",), minimum=1, metavar="N"),
+    Param("seed", "int", 0, "seed of the judged sample", ("monitor",), metavar="S"),
+    Param("band_window", "int", 10, "trailing windows of the history that make a metric's band", ("monitor",),
+          minimum=1, metavar="N"),
+    Param("min_rows", "int", 30, "rows a time window needs before it is compared with its band", ("monitor",),
+          minimum=1, metavar="N"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 

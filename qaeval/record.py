@@ -69,6 +69,8 @@ from qaeval.verdicts.baseline import Baseline, baseline_from_run
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
+from qaeval.verdicts.monitor import MonitorResult
+from qaeval.data.logs import sample_suite_from_raw
 from qaeval.record_check import audit_custom, audit_layers, audit_outcomes
 
 FORMAT = "qaeval-record"
@@ -91,7 +93,8 @@ class Kind:
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("run", RunResult, None), Kind("gate", GateResult, "gate"),
-    Kind("calibrate", CalibrationResult, "calibration"), Kind("drift", DriftResult, "drift"))}
+    Kind("calibrate", CalibrationResult, "calibration"), Kind("drift", DriftResult, "drift"),
+    Kind("monitor", MonitorResult, "monitor"))}
 
 
 # --------------------------------------------------------------------------- run -> record
@@ -331,6 +334,8 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     lines = data["cases"]
     labelled = data["kind"] == "calibrate" and data.get("calibration", {}).get("labelled") is True
     build = labelled_suite_from_raw if labelled else suite_from_raw  # a labelled set's cases are checked as such
+    if data["kind"] == "monitor":  # the judged log rows: no gold, perhaps no passages
+        build = sample_suite_from_raw
     corpus = StoredCorpus(data["corpus"], where) if "corpus" in data else None
     extra = {"corpus": corpus} if corpus is not None else {}
     suite = build([line["case"] for line in lines], meta.data or where, file=where,

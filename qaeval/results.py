@@ -32,7 +32,7 @@ WRITERS: list[Callable[..., Path]] = []
 VIEW_LOADERS: list[Callable[[], None]] = []  # called once, the first time a view is missing
 
 
-ResultKind = Literal["run", "gate", "calibrate", "drift", "compare"]
+ResultKind = Literal["run", "gate", "calibrate", "drift", "compare", "monitor"]
 
 
 class Result:

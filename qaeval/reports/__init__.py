@@ -33,12 +33,15 @@ from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, n
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.run import cases_table, scoreboard_table, slice_table
 from qaeval.reports.views import facts, register, view
+from qaeval.reports.monitor import (failing_rows, labelled_agreement, metrics_over_time, monitor_slices,
+                                    timeline_table, worst_rows)
 
 __all__ = [
     "Chart", "Html", "agreeing_labels", "agreement_table", "alarms_list", "bands_table", "banner", "blocking_cases",
     "cases_table", "compare_cases", "compare_metrics", "confusion_chart", "delta_chart", "delta_table",
     "disagreements", "drift_chart", "drilldown", "esc", "facts", "facts_html", "gate_calibration", "not_blocking",
-    "register", "scoreboard_chart", "scoreboard_table", "slice_table", "tier_table", "view",
+    "register", "scoreboard_chart", "failing_rows", "labelled_agreement", "metrics_over_time", "monitor_slices",
+    "timeline_table", "worst_rows", "scoreboard_table", "slice_table", "tier_table", "view",
 ]
 
 register()

@@ -31,7 +31,7 @@ from qaeval.plugins import scoped_environ
 if TYPE_CHECKING:
     from qaeval.verdicts.compare import Comparison
 
-NOTEBOOKS = ("run", "gate", "calibrate", "drift")
+NOTEBOOKS = ("run", "gate", "calibrate", "drift", "monitor")
 TEMPLATES = Path(__file__).resolve().parent / "template"
 VERDICT_ERRORS = {"GateBlocked", "JudgeNotTrusted", "DriftAlarm", "TierOneFailed", "BaselineRefused"}
 

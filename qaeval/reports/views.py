@@ -22,12 +22,15 @@ from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.compare import Comparison
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
+from qaeval.verdicts.monitor import MonitorResult
+from qaeval.reports.monitor import monitor_facts, timeline_table
 
 FACTS: dict[type, Callable[[Any], tuple[dict[str, Any], list[str]]]] = {
     RunResult: lambda run: (run_facts(run), run_notes(run)),
     GateResult: gate_facts,
     CalibrationResult: calibration_facts,
     DriftResult: drift_facts,
+    MonitorResult: monitor_facts,
 }
 
 MAIN_TABLES: dict[type, Callable[[Any], list[Html]]] = {  # what a result shows under its banner
@@ -36,6 +39,7 @@ MAIN_TABLES: dict[type, Callable[[Any], list[Html]]] = {  # what a result shows 
     CalibrationResult: lambda r: [agreement_table(r)],
     DriftResult: lambda r: [alarms_list(r), bands_table(r)],
     Comparison: lambda r: [compare_metrics(r)],
+    MonitorResult: lambda r: [scoreboard_table(r), timeline_table(r)],
 }
 
 

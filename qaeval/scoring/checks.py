@@ -220,10 +220,12 @@ def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[
     return len(sentences) - len(uncovered), len(sentences), uncovered
 
 
-def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[bool, str]:
+def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
+                            counts: tuple[int, int, list[str]] | None = None) -> tuple[bool, str]:
+    """``counts``: ``coverage_counts(out, bodies)`` when the caller has it already."""
     if out["abstained"]:
         return True, "abstained: nothing to cover"
-    covered, total, uncovered = coverage_counts(out, bodies)
+    covered, total, uncovered = counts if counts is not None else coverage_counts(out, bodies)
     if total == 0:
         return False, "the answer has no load-bearing sentence"
     if uncovered:

@@ -39,7 +39,7 @@ from qaeval.frames import clean, frame, frame_rows
 from qaeval.plugins import contained
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, METRICS, Metric, format_number
+from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, METRICS, format_number
 
 DEFAULT_WINDOW = 10
 MIN_HISTORY = 3
@@ -159,13 +159,15 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
             min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
-            metrics: Sequence[Metric] = METRICS) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+            metrics: Sequence[Any] = METRICS) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
     """Bands over the trailing window of ``history`` and the alarms ``record`` raises, for each of
-    ``metrics`` (a run's: registered ones too; earlier runs without one give it a shorter band). Pure."""
+    ``metrics``: anything with a ``name`` and a ``drift`` rule ("drop", "rise" or "both"), a run's
+    ``Metric`` objects (registered ones too; earlier runs without one give it a shorter band) or the
+    monitor's. Pure."""
     trailing = history[-window:] if window > 0 else []
     rows, alarms, notes = [], [], []
     for metric in metrics:
-        name = metric.name
+        name, way = metric.name, metric.drift
         # A run that alarmed on this metric does not widen its band: a sustained drop keeps alarming.
         values = [r["metrics"].get(name) for r in trailing if name not in (r.get("alarms") or [])]
         values = [float(v) for v in values if v is not None]
@@ -179,16 +181,15 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
             half = max(3 * std, min_width)
             low, high = max(0.0, mean - half), min(1.0, mean + half)  # every metric is a rate
             if not math.isnan(current):
-                alarm = (current < low and metric.drift in ("drop", "both")) or \
-                        (current > high and metric.drift in ("rise", "both"))
+                alarm = (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
         if alarm:
-            way = "dropped below" if current < low else "rose above"
+            moved = "dropped below" if current < low else "rose above"
             alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
-                               message=f"{name} {way} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
+                               message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
                                        f"(mean of {len(values)} runs {mean:.3f})"))
         rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
                          direction={"drop": "alarms on a drop", "rise": "alarms on a rise",
-                                    "both": "alarms both ways"}[metric.drift], alarm=alarm))
+                                    "both": "alarms both ways"}[way], alarm=alarm))
     if len(trailing) < min_history:
         notes.append(f"history too short to alarm: {len(trailing)} earlier run(s), {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes
@@ -301,6 +302,20 @@ def summary_dict(run: RunResult) -> dict[str, Any]:
     )
 
 
+def notify_alarms(notify: Callable[[list[dict[str, Any]]], Any] | None, alarms: list[dict[str, Any]]) -> list[str]:
+    """Tell the hook about the alarms, if any; the notes on how that went (the alarm stands whatever it does)."""
+    if not alarms or notify is None:
+        return []
+    notes = []
+    ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
+    if not ok:
+        notes.append(f"{why}; the alarm stands")
+    output = getattr(notify, "output", "")  # what a hook run in its own process printed
+    if isinstance(output, str) and output:
+        notes.append(f"the notify hook printed: {output}")
+    return notes
+
+
 def history_frame(history: list[dict[str, Any]], record: dict[str, Any],
                   names: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
     rows = []
@@ -329,12 +344,6 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     line = dumps_canonical(clean(record))
     frame_ = history_frame(history, record, [m.name for m in run.metrics])
     append_line(timeseries, line)
-    if alarms and notify is not None:
-        ok, why = contained(notify, [dict(a) for a in alarms], what="the notify hook")
-        if not ok:
-            notes.append(f"{why}; the alarm stands")
-        output = getattr(notify, "output", "")  # what a hook run in its own process printed
-        if isinstance(output, str) and output:
-            notes.append(f"the notify hook printed: {output}")
+    notes += notify_alarms(notify, alarms)
     return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
                        window=window, timeseries=str(timeseries), min_history=min_history)

@@ -44,7 +44,8 @@ def sheet_value(cell: str) -> str:
     return cell
 
 
-def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) -> tuple[str, int]:
+def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0,
+                 axes: tuple[str, ...] = AXES) -> tuple[str, int]:
     """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
     by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
     answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
@@ -57,7 +58,7 @@ def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0) ->
     for r in answered:
         cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
                           f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
-        for axis in AXES:
+        for axis in axes:
             if axis == CITATION_CORRECTNESS and not r["citations"]:
                 continue
             row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],

@@ -1,0 +1,158 @@
+"""Reading a traffic log's raw rows, streamed, whatever its format (``qaeval.data.logs`` checks them).
+
+JSONL is read a line at a time (``qaeval.files.iter_jsonl``); CSV with the csv module, list columns
+(``passages``, ``citations``, ``retrieved_contexts``) parsed as JSON from their cells and the flags
+(``abstained``, ``model_was_called``) from true/false/1/0; Parquet a batch of ``CHUNK`` rows at a time
+with pyarrow (the ``parquet`` extra: without it, a UsageError naming the extra); a DataFrame in slices
+of ``CHUNK`` rows. Missing cells are absent fields. A cell that does not parse is a problem with its
+line (CSV) or 1-based row number (Parquet, DataFrame) and stands as ``BAD`` in the row.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Container, Iterator
+from pathlib import Path
+from typing import Any
+
+from qaeval.errors import Problem, UsageError
+from qaeval.files import iter_jsonl, loads_strict
+
+LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
+BOOL_COLUMNS = ("abstained", "model_was_called")
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+CHUNK = 5000
+BAD = object()  # a cell already reported as a problem
+
+
+def log_format(source: Any) -> str:
+    """``frame`` for a DataFrame, else the format a path's suffix names (a UsageError otherwise)."""
+    if not isinstance(source, (str, Path)):
+        import pandas as pd
+
+        if isinstance(source, pd.DataFrame):
+            return "frame"
+        raise UsageError(f"logs must be a path or a pandas DataFrame, got {type(source).__name__}")
+    kind = FORMATS.get(Path(source).suffix.lower())
+    if kind is None:
+        raise UsageError(f"logs {source}: the name must end in {', '.join(FORMATS)} (JSONL, CSV or Parquet)")
+    return kind
+
+
+# --------------------------------------------------------------------------- raw rows, by format
+
+
+def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not path.is_file():  # a FIFO or a folder is named, never opened
+        problems.append(Problem(str(path), None, "not found, or not a regular file"))
+        return
+    handle = open(path, newline="", encoding="utf-8-sig")
+    with handle:
+        reader = csv.DictReader(handle)
+        try:
+            for cells in reader:
+                raw: dict[str, Any] = {}
+                for key, value in cells.items():
+                    if key is None:
+                        problems.append(Problem(str(path), reader.line_num, "more cells than header columns"))
+                    elif value not in (None, ""):
+                        raw[key] = _csv_value(key, value, str(path), reader.line_num, problems)
+                yield reader.line_num, raw
+        except (UnicodeDecodeError, csv.Error) as exc:
+            problems.append(Problem(str(path), reader.line_num, f"not readable as CSV ({exc})"))
+
+
+def _csv_value(key: str, value: str, where: str, line: int, problems: list[Problem]) -> Any:
+    if key in LIST_COLUMNS:
+        return _parsed_list(key, value, where, line, problems)
+    if key in BOOL_COLUMNS:
+        word = value.strip().lower()
+        if word in ("true", "1"):
+            return True
+        if word in ("false", "0"):
+            return False
+        problems.append(Problem(where, line, f"column {key!r} is {value!r}, not true or false"))
+        return BAD
+    return value
+
+
+def _parsed_list(key: str, value: str, where: str, line: int, problems: list[Problem]) -> Any:
+    try:
+        return loads_strict(value)
+    except ValueError as exc:
+        problems.append(Problem(where, line, f"column {key!r} does not parse as a JSON list ({exc})"))
+        return BAD
+
+
+def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
+                problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows of a DataFrame or Parquet file: missing values dropped, list columns that hold JSON text parsed."""
+    number = 0
+    for batch in batches:
+        for values in batch:
+            number += 1
+            raw = {}
+            for key, value in values.items():
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    continue
+                if key in LIST_COLUMNS and isinstance(value, str):
+                    value = _parsed_list(key, value, where, number, problems)
+                elif hasattr(value, "tolist"):  # numpy arrays and scalars (pyarrow lists arrive as lists)
+                    value = value.tolist()
+                raw[str(key)] = value
+            yield number, raw
+
+
+def _frame_batches(df: Any) -> Iterator[list[dict[str, Any]]]:
+    for start in range(0, len(df), CHUNK):
+        yield df.iloc[start:start + CHUNK].to_dict("records")
+
+
+def _parquet_batches(path: Path) -> Iterator[list[dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("reading Parquet logs needs pyarrow: pip install 'qaeval-harness[parquet]'") from None
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK):
+        yield batch.to_pylist()
+
+
+def _jsonl_lines(path: Path, only: Container[int], problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """(line, parsed value) of only the lines asked for: the others are not parsed at all."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number in only:
+                try:
+                    yield number, loads_strict(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+                except ValueError as exc:
+                    problems.append(Problem(str(path), number, str(exc)))
+
+
+def raw_rows(source: Any, problems: list[Problem], only: Container[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
+    problems go to ``problems``."""
+    if only is not None:
+        if log_format(source) == "jsonl":
+            yield from ((n, v) for n, v in _jsonl_lines(Path(source), only, problems) if isinstance(v, dict))
+        else:
+            yield from ((n, v) for n, v in raw_rows(source, problems) if n in only)
+        return
+    kind = log_format(source)
+    if kind == "frame":
+        yield from _table_rows(_frame_batches(source), "<DataFrame>", problems)
+        return
+    path = Path(source)
+    if kind == "jsonl":
+        for line, value in iter_jsonl(path, problems):
+            if isinstance(value, dict):
+                yield line, value
+            else:
+                problems.append(Problem(str(path), line, f"a row must be a JSON object, got {type(value).__name__}"))
+    elif kind == "csv":
+        yield from _csv_rows(path, problems)
+    else:
+        if not path.is_file():
+            problems.append(Problem(str(path), None, "not found, or not a regular file"))
+            return
+        yield from _table_rows(_parquet_batches(path), str(path), problems)

@@ -1,0 +1,125 @@
+"""``qaeval monitor`` and ``qa.score_logs``: score logged traffic without gold, end to end.
+
+1. Scan the log in chunks (``qaeval.data.logs``), running the gold-free checks on each chunk as it is
+   read (``qaeval.scoring.monitor.check_rows``) and keeping one small row of results per log row; the
+   text is not kept. Any problem in the log stops everything here, with every problem listed.
+2. Read the labels, if any (ids checked against the log) before any judge call.
+3. Draw the judged sample (``sample_rows``), read those rows' text again from the log (only their lines
+   are parsed), and
+   score them as a run (``judge_sample``).
+4. Scoreboard, slices and windows (``qaeval.scoring.monitor_metrics``); then the time series, if any
+   (``qaeval.verdicts.monitor.watch``) and the notify hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from os import PathLike
+from typing import Any
+
+import pandas as pd
+
+from qaeval.data.labels import load_labels
+from qaeval.data.logs import NONE_GROUP, LogScan, rows_at, scan_logs
+from qaeval.errors import DatasetError, Problem, UsageError
+from qaeval.scoring.evaluate import RunMeta
+from qaeval.scoring.judge import judge_config_of
+from qaeval.scoring.monitor import ROW_COLUMNS, check_rows, judge_columns, judge_sample, sample_rows
+from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
+                                            window_keys)
+from qaeval.scoring.ppi import fresh_labels
+from qaeval.frames import frame
+from qaeval.verdicts.drift import notify_alarms
+from qaeval.verdicts.monitor import MonitorResult, watch
+
+
+def check_window(every: str | None) -> None:
+    """A pandas frequency (1D, 1W, 6H, ...) or a UsageError, before anything is read."""
+    if every is None:
+        return
+    from pandas.tseries.frequencies import to_offset
+
+    try:
+        to_offset(every)
+    except ValueError:
+        raise UsageError(f"window {every!r} is not a time span such as 1D, 1W or 6H") from None
+
+
+def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogScan]:
+    """(one row of check results per log row, the scan) or a DatasetError naming every problem."""
+    scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
+    parts = [check_rows(rows, sorted({k for r in rows for k in r.slices}))
+             for rows in (scan_logs(source, scan, chunk=chunk) if chunk else scan_logs(source, scan))]
+    clash = [c for c in scan.slice_columns if c in ROW_COLUMNS]
+    if clash:
+        scan.problems.append(Problem(scan.where, None, f"column(s) {', '.join(clash)} are names of the monitor's own "
+                                                       "per-row columns: rename them in the log"))
+    if scan.problems:
+        raise DatasetError(scan.problems)
+    if not parts:
+        raise DatasetError("the log has no rows", file=scan.where)
+    rows = pd.concat(parts, ignore_index=True)
+    for column in scan.slice_columns:
+        rows[column] = rows[column].astype(object).fillna(NONE_GROUP).astype("category")
+    return rows, scan
+
+
+def _labels(path: str | None, rows: pd.DataFrame) -> pd.DataFrame | None:
+    return load_labels(path, known_cases=set(rows["row_id"])) if path else None
+
+
+def _windows(rows: pd.DataFrame, every: str | None, by: Sequence[str], notes: list[str]) -> pd.DataFrame:
+    if every is None:
+        return frame([], WINDOW_SCHEMA)
+    keys = window_keys(rows["timestamp"], every)
+    missing = int(keys.isna().sum())
+    if missing == len(rows):
+        raise UsageError("window needs a timestamp column: no row of the log has one")
+    if missing:
+        notes.append(f"{missing} row(s) have no timestamp: they are in no window")
+    return window_frame(rows, keys, by)
+
+
+def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | None = None, sample: int | None = None,
+            seed: int = 0, labels: str | None = None, timeseries: str | None = None, band_window: int = 10,
+            min_rows: int = 30, notify: Callable[..., Any] | None = None) -> MonitorResult:
+    """Score a log (path or DataFrame) with ``judge`` (a JudgeClient); see the module's steps."""
+    check_window(every)
+    if timeseries and every is None:
+        raise UsageError("timeseries needs window: the history gets one line per time window")
+    rows, scan = check_log(source)
+    unknown = [c for c in by if c not in scan.slice_columns]
+    if unknown:
+        raise UsageError(f"by {', '.join(unknown)}: not a slice column of the log; its slice columns are: "
+                         f"{', '.join(scan.slice_columns) or '(none)'}")
+    label_frame = _labels(labels, rows)
+    rows = sample_rows(rows, sample, seed, by)
+    notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
+    picked = rows[rows["sampled"]]
+    judged = rows_at(source, dict(zip(picked["line"].tolist(), picked["row_id"].tolist())), scan.where)
+    meta = RunMeta.now(adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=5, data=scan.where)
+    run = judge_sample(judged, judge, meta, scan.where).with_labels(label_frame)
+    rows = judge_columns(rows, run)
+    usable = fresh_labels(label_frame, run.per_case) if label_frame is not None else None
+    if label_frame is not None:
+        notes.append(f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged: "
+                     "the PPI columns use those")
+    windows = _windows(rows, every, by, notes)
+    result = MonitorResult(run=run, rows=rows, scoreboard=scoreboard(rows, usable), slices=slice_frame(rows, by, usable),
+                           windows=windows, by=list(by), every=every, sample=sample, seed=seed, source=scan.where,
+                           notes=notes, timeseries=timeseries or "")
+    if timeseries:
+        about = dict(source=scan.where, judge=meta.judge.to_dict(), git_commit=meta.git_commit,
+                     qaeval_version=meta.qaeval_version)
+        result.timeline, result.alarms, more = watch(windows, timeseries, about=about, band_window=band_window,
+                                                     min_rows=min_rows)
+        result.notes += more + notify_alarms(notify, result.alarms)
+    return result
+
+
+def _sample_note(rows: pd.DataFrame, sample: int | None, by: Sequence[str]) -> str:
+    answered, judged = int(rows["answered"].sum()), int(rows["sampled"].sum())
+    if sample is None or judged == answered:
+        return f"the judge graded every answered row ({judged})"
+    strata = f", stratified by {', '.join(by)}; each judged row weighted by its stratum's share" if by else ""
+    return f"the judge graded a uniform random {judged} of {answered} answered row(s){strata}"

@@ -1,0 +1,230 @@
+"""The monitor's metrics over logged rows: scoreboard, slices and time windows, with intervals and PPI.
+
+Every metric is a ratio of per-row numerators and denominators (``units``), as the golden set's are
+(``qaeval.scoring.metrics``), and a metric with an empty denominator is NaN with n = 0. Mechanical
+metrics are over every row. Judge metrics are over the judged sample: each judged row stands for
+``N_h / n_h`` answered rows of its stratum h (answered rows in the stratum over judged ones), so the
+figure estimates the rate over all answered rows even where strata were sampled unevenly.
+
+Intervals are 95% percentile bootstrap intervals that resample rows within each sampling stratum
+(mechanical metrics: one stratum, every row), 1,000 resamples with a fixed seed. Rows with the same
+(numerator, denominator) are exchangeable, so each resample draws multinomial counts over those
+patterns: exactly the row bootstrap, at a cost that does not grow with the number of rows. The
+interval is the sampling uncertainty of the judged sample; no finite-population correction is made
+(so a sample that is most of its stratum gets a conservative interval).
+
+Answer correctness needs a gold answer, so it is absent from the monitor (and the notes say so).
+
+PPI (``qaeval.scoring.ppi.ppi_mean``): for each judge metric with a label axis and each group, the
+judge's per-row value over the group's judged rows and the labelled rows among them (a label of 2
+counts 1, as for the golden set) give the prediction-powered estimate and its interval, beside the
+judge-only figure, with ``n_labelled``. It treats the group's judged rows as one uniform sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from qaeval.frames import frame
+from qaeval.scoring.metrics import RESAMPLES, SCOREBOARD_SCHEMA
+from qaeval.scoring.ppi import ppi_mean
+
+ALL = "(all)"
+SLICE_SCHEMA = {"slice": "text", "group": "text", "metric": "text", "value": "float", "ci_low": "float",
+                "ci_high": "float", "n": "int", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float",
+                "n_labelled": "int"}
+WINDOW_SCHEMA = {"window": "text", "slice": "text", "group": "text", "metric": "text", "value": "float",
+                 "ci_low": "float", "ci_high": "float", "n": "int", "rows": "int"}
+Units = Callable[[pd.DataFrame], tuple[np.ndarray, np.ndarray]]
+
+
+def _flag(rows: pd.DataFrame, column: str) -> np.ndarray:
+    return rows[column].fillna(False).to_numpy(bool)
+
+
+def _known(rows: pd.DataFrame, column: str) -> np.ndarray:
+    return rows[column].notna().to_numpy(bool)
+
+
+def _score2(rows: pd.DataFrame, column: str) -> np.ndarray:
+    return (rows[column].fillna(-1).to_numpy(np.int64) == 2)
+
+
+@dataclass(frozen=True)
+class MonitorMetric:
+    name: str
+    direction: str  # higher, lower, or "neither" (a rate to watch both ways)
+    over: str
+    meaning: str
+    units: Units
+    judged: bool = False  # over the judged sample (weighted), else over every row
+    drift: str = "drop"  # which way the --timeseries band alarms
+    label_axis: str | None = None
+
+
+def _answered(r: pd.DataFrame) -> np.ndarray:
+    return r["answered"].to_numpy(bool)
+
+
+def _judged(r: pd.DataFrame) -> np.ndarray:
+    return r["sampled"].to_numpy(bool) & _answered(r)
+
+
+METRICS: tuple[MonitorMetric, ...] = (
+    MonitorMetric("deterministic_pass_rate", "higher", "rows", "rows passing every check assessed on them",
+                  lambda r: (r["passed"].to_numpy(float), np.ones(len(r)))),
+    MonitorMetric("citation_resolvability", "higher", "answered rows", "answered rows whose every citation names "
+                  "a passage the row holds", lambda r: (_flag(r, "citation_resolvability") & _answered(r), _answered(r))),
+    MonitorMetric("citation_coverage", "higher", "answer sentences", "load-bearing answer sentences a claim covers",
+                  lambda r: (r["covered"].to_numpy(float), r["sentences"].to_numpy(float))),
+    MonitorMetric("prompt_grounding", "higher", "rows with a logged prompt", "prompts carrying the question, a "
+                  "retrieved passage and every cited one", lambda r: (_flag(r, "prompt_grounding"),
+                                                                      _known(r, "prompt_grounding"))),
+    MonitorMetric("fail_closed_rate", "higher", "rows", "rows with nothing retrieved that neither answered nor "
+                  "called the model, and every row that retrieved something",
+                  lambda r: (r["fail_closed"].to_numpy(float), np.ones(len(r)))),
+    MonitorMetric("abstention_rate", "neither", "rows", "rows abstained on",
+                  lambda r: (r["abstained"].to_numpy(float), np.ones(len(r))), drift="both"),
+    MonitorMetric("model_call_rate", "neither", "rows saying whether the model was called", "rows that called the model",
+                  lambda r: (_flag(r, "model_called"), _known(r, "model_called")), drift="both"),
+    MonitorMetric("faithfulness_rate", "higher", "judged answered rows", "judged answers whose every claim the "
+                  "cited passages entail (full credit)", lambda r: (_score2(r, "faithfulness") & _judged(r), _judged(r)),
+                  judged=True, label_axis="faithfulness"),
+    MonitorMetric("citation_correctness_rate", "higher", "judged answered rows with citations", "judged rows whose "
+                  "weakest citation supports its claim (full credit)",
+                  lambda r: (_score2(r, "citation_correctness") & _judged(r), _judged(r) & (r["citations"].to_numpy() > 0)),
+                  judged=True, label_axis="citation_correctness"),
+)
+METRIC_NAMES = tuple(m.name for m in METRICS)
+BY_NAME = {m.name: m for m in METRICS}
+ABSENT_NOTE = "answer_correctness is absent: it needs a gold answer, which logged traffic does not have"
+
+
+# --------------------------------------------------------------------------- one ratio
+
+
+def _patterns(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pairs, counts = np.unique(np.stack([num, den], axis=1), axis=0, return_counts=True)
+    return pairs[:, 0], pairs[:, 1], counts
+
+
+def estimate(rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESAMPLES,
+             seed: int = 0) -> tuple[float, float, float, int]:
+    """(value, ci_low, ci_high, n) of one metric over ``rows`` (see the module's notes)."""
+    num, den = (np.asarray(a, dtype=float) for a in metric.units(rows))
+    n = int(round(den.sum()))
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    if metric.judged:
+        observed = rows["sampled"].to_numpy(bool)
+        strata = rows["stratum"].to_numpy(object)
+    else:
+        observed = np.ones(len(rows), dtype=bool)
+        strata = np.zeros(len(rows), dtype=object)
+    rng = np.random.default_rng(seed)
+    total_num, total_den = 0.0, 0.0
+    boot_num, boot_den = np.zeros(resamples), np.zeros(resamples)
+    for h in pd.unique(strata[observed]):
+        here = observed & (strata == h)
+        population = int((strata == h).sum()) if metric.judged else int(here.sum())
+        weight = population / int(here.sum())
+        pnum, pden, counts = _patterns(num[here], den[here])
+        total_num += weight * float(pnum @ counts)
+        total_den += weight * float(pden @ counts)
+        draws = rng.multinomial(int(here.sum()), counts / counts.sum(), size=resamples)
+        boot_num += weight * (draws @ pnum)
+        boot_den += weight * (draws @ pden)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = boot_num / boot_den
+    ratios = ratios[np.isfinite(ratios)]
+    low, high = np.quantile(ratios, [0.025, 0.975]) if ratios.size else (math.nan, math.nan)
+    return total_num / total_den, float(low), float(high), n
+
+
+def ppi(rows: pd.DataFrame, metric: MonitorMetric, labels: pd.DataFrame | None) -> tuple[float, float, float, int]:
+    """(ppi_value, ppi_ci_low, ppi_ci_high, n_labelled) of a judge metric over ``rows``; NaN (and the
+    count) when it has no label axis, no labels or fewer than two usable ones."""
+    if labels is None or metric.label_axis is None:
+        return math.nan, math.nan, math.nan, 0
+    num, den = (np.asarray(a, dtype=float) for a in metric.units(rows))
+    population = den > 0
+    judge = dict(zip(rows["row_id"].to_numpy(object)[population], num[population] / den[population]))
+    axis = labels[labels["axis"] == metric.label_axis]
+    pairs = [(1.0 if h == 2 else 0.0, judge[c]) for c, h in zip(axis["case_id"], axis["human"]) if c in judge]
+    if len(pairs) < 2:
+        return math.nan, math.nan, math.nan, len(pairs)
+    y, f = (np.array(v) for v in zip(*pairs))
+    value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
+    return min(1.0, max(0.0, value)), max(0.0, low), min(1.0, high), len(pairs)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def _groups(rows: pd.DataFrame, by: Sequence[str]) -> list[tuple[str, str, np.ndarray]]:
+    out = [(ALL, ALL, np.ones(len(rows), dtype=bool))]
+    for column in by:
+        values = rows[column].astype(str).to_numpy(object)
+        out += [(column, g, values == g) for g in sorted(set(values.tolist()))]
+    return out
+
+
+def scoreboard(rows: pd.DataFrame, labels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per metric over every row (``SCOREBOARD_SCHEMA``, PPI columns filled when labelled)."""
+    out = []
+    for m in METRICS:
+        value, low, high, n = estimate(rows, m)
+        pv, pl, ph, nl = ppi(rows, m, labels)
+        out.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
+                        over=m.over, ppi_value=pv, ppi_ci_low=pl, ppi_ci_high=ph, n_labelled=nl))
+    return frame(out, SCOREBOARD_SCHEMA)
+
+
+def slice_frame(rows: pd.DataFrame, by: Sequence[str], labels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per slice column, group and metric (``SLICE_SCHEMA``)."""
+    out = []
+    for column, group, mask in _groups(rows, by)[1:]:
+        part = rows[mask]
+        for m in METRICS:
+            value, low, high, n = estimate(part, m)
+            pv, pl, ph, nl = ppi(part, m, labels)
+            out.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n,
+                            ppi_value=pv, ppi_ci_low=pl, ppi_ci_high=ph, n_labelled=nl))
+    return frame(out, SLICE_SCHEMA)
+
+
+def window_keys(timestamps: pd.Series, every: str) -> pd.Series:
+    """Each row's window (ISO start time, UTC) for a pandas frequency such as 1D, 1W or 6H; NA without a time."""
+    times = pd.to_datetime(timestamps, utc=True)
+    try:
+        starts = times.dt.floor(every)
+    except ValueError:  # calendar frequencies (weeks, months) have no fixed length: use periods
+        starts = times.dt.tz_localize(None).dt.to_period(every).dt.start_time.dt.tz_localize("UTC")
+    return starts.map(lambda t: None if pd.isna(t) else t.isoformat())
+
+
+def window_frame(rows: pd.DataFrame, keys: pd.Series, by: Sequence[str]) -> pd.DataFrame:
+    """One row per window, group (all rows, then each slice's) and metric (``WINDOW_SCHEMA``)."""
+    out = []
+    keys = keys.to_numpy(object)
+    for window in sorted({k for k in keys.tolist() if k is not None}):
+        here = rows[keys == window]
+        for column, group, mask in _groups(here, by):
+            part = here[mask]
+            for m in METRICS:
+                value, low, high, n = estimate(part, m)
+                out.append(dict(window=window, slice=column, group=group, metric=m.name, value=value, ci_low=low,
+                                ci_high=high, n=n, rows=len(part)))
+    return frame(out, WINDOW_SCHEMA)
+
+
+def metric_values(board: pd.DataFrame) -> tuple[dict[str, float | None], dict[str, int]]:
+    """({metric: value or None}, {metric: n}) of a scoreboard or one window's rows of a window frame."""
+    values = {m: (None if v != v else float(v)) for m, v in zip(board["metric"], board["value"])}
+    return values, {m: int(n) for m, n in zip(board["metric"], board["n"])}
+

@@ -1,0 +1,185 @@
+"""Monitoring logged traffic: the result, and watching its time windows against a history.
+
+``MonitorResult`` holds the row frame (every row's checks, the judge's scores on the judged sample),
+the scoreboard, the slices and the time windows (``qaeval.scoring.monitor_metrics``), and ``run``: the
+judged sample as a run, so its drill-down, label sheet and record check are the run's.
+
+``watch`` appends one line per time window to a history (``--timeseries``), in time order, with the
+band rules of ``qaeval.verdicts.drift`` (``compare``: the trailing ``band_window`` lines' mean plus or
+minus max(3 sd, 0.02), over lines that did not alarm on the metric; nothing alarms before three earlier
+windows). A window with fewer than ``min_rows`` rows says so, is appended marked ``too_few`` and is
+neither compared nor used in later bands. Windows at or before the last one the history holds are
+not appended again, and the notes say so. Every line is computed before the first is appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from qaeval.audit import Audit
+from qaeval.errors import DriftAlarm
+from qaeval.files import append_line, dumps_canonical
+from qaeval.frames import clean, frame, frame_rows
+from qaeval.results import Result
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
+from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
+from qaeval.scoring.monitor_metrics import (ALL, METRIC_NAMES, SLICE_SCHEMA, WINDOW_SCHEMA, METRICS,
+                                            metric_values, scoreboard)
+from qaeval.verdicts.drift import MIN_HISTORY, compare, read_history
+
+MIN_ROWS = 30
+BAND_WINDOW = 10
+
+
+@dataclass(repr=False)
+class MonitorResult(Result):
+    run: RunResult  # the judged sample
+    rows: pd.DataFrame
+    scoreboard: pd.DataFrame
+    slices: pd.DataFrame
+    windows: pd.DataFrame
+    by: list[str]
+    every: str | None = None
+    sample: int | None = None
+    seed: int = 0
+    source: str = ""
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # one entry per window appended
+    alarms: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timeseries: str = ""
+
+    kind = "monitor"
+    error_type = DriftAlarm
+    words = ("OK", "ALARM")
+
+    @property
+    def ok(self) -> bool:
+        return not self.alarms
+
+    @property
+    def reason(self) -> str:
+        if self.alarms:
+            return "alarm on " + ", ".join(f"{a['metric']} ({a['window']})" for a in self.alarms)
+        judged = int(self.rows["sampled"].sum())
+        watched = f"; {len(self.timeline)} window(s) appended to {self.timeseries}" if self.timeseries else ""
+        return f"{len(self.rows)} row(s) checked, {judged} judged{watched}"
+
+    @property
+    def slice_columns(self) -> list[str]:
+        return [c for c in self.rows.columns if c not in ROW_COLUMNS]
+
+    def summary_text(self) -> str:
+        lines = [f"MONITOR: {self.verdict}   ({self.reason})", format_scoreboard(self.scoreboard)]
+        for column in self.by:
+            lines.append(f"by {column}:")
+            part = self.slices[self.slices["slice"] == column]
+            for r in part.itertuples(index=False):
+                ppi = f"  PPI {format_number(r.ppi_value)} (n_labelled {r.n_labelled})" if r.n_labelled else ""
+                lines.append(f"  {r.group:<20} {r.metric:<26} {format_number(r.value):>7}  n={r.n}{ppi}")
+        for entry in self.timeline:
+            state = "too few rows to compare: no alarm" if entry["too_few"] else \
+                ("ALARM" if entry["alarms"] else "inside its bands")
+            lines.append(f"window {entry['window']}: {entry['rows']} row(s), {state}")
+        lines += [f"  alarm: {a['message']}" for a in self.alarms]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.scoreboard
+
+    def record_section(self) -> dict[str, Any]:
+        rows = self.rows.copy()
+        rows["timestamp"] = [None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in rows["timestamp"]]
+        return dict(rows=frame_rows(rows), slice_columns=self.slice_columns, scoreboard=frame_rows(self.scoreboard),
+                    slices=frame_rows(self.slices), windows=frame_rows(self.windows), by=self.by, every=self.every,
+                    sample=self.sample, seed=self.seed, source=self.source, timeline=clean(self.timeline),
+                    alarms=clean(self.alarms), notes=self.notes, timeseries=self.timeseries)
+
+    @classmethod
+    def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> MonitorResult:
+        schema = {**ROW_COLUMNS, **{c: "text" for c in s["slice_columns"]}}
+        rows = frame(s["rows"], schema)
+        rows["timestamp"] = pd.to_datetime(rows["timestamp"], utc=True)
+        return cls(run=run, rows=rows, scoreboard=frame(s["scoreboard"], SCOREBOARD_SCHEMA),
+                   slices=frame(s["slices"], SLICE_SCHEMA), windows=frame(s["windows"], WINDOW_SCHEMA),
+                   by=list(s["by"]), every=s.get("every"), sample=s.get("sample"), seed=int(s["seed"]),
+                   source=str(s["source"]), timeline=list(s["timeline"]), alarms=list(s["alarms"]),
+                   notes=list(s["notes"]), timeseries=str(s.get("timeseries") or ""))
+
+    def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "monitor") -> None:
+        """Check the section against itself and the judged sample: the judged rows are the run's cases,
+        their judge scores the run's effective verdicts, each row's pass the conjunction of its
+        checks, and the scoreboard's values, n and PPI columns what the rows (and the run's labels)
+        give. The rows' checks are taken as written: a record keeps the text of judged rows only."""
+        rows = self.rows
+        judged = rows.loc[rows["sampled"], "row_id"].tolist()
+        if not audit.same(f"{prefix}.rows (judged)", sorted(judged), sorted(c.id for c in self.run.suite)):
+            return
+        again = judge_columns(rows, self.run)
+        for axis in ("faithfulness", "citation_correctness"):
+            audit.same(f"{prefix}.rows.{axis}", _ints(rows[axis]), _ints(again[axis]), "the judged sample")
+        checks = rows[["citation_resolvability", "citation_coverage", "fail_closed"]].all(axis=1) & \
+            rows["prompt_grounding"].fillna(True).astype(bool)
+        audit.same(f"{prefix}.rows.passed", rows["passed"].tolist(), checks.tolist(), "each row's checks")
+        board = scoreboard(rows, self.run.labels)
+        for j, (stored, row) in enumerate(zip(s["scoreboard"], board.to_dict("records"))):
+            for column in ("metric", "value", "n", "ppi_value", "n_labelled"):
+                audit.same(f"{prefix}.scoreboard[{j}].{column}", stored.get(column), row[column], "its rows")
+
+
+def _ints(values: pd.Series) -> list[int | None]:
+    return [None if pd.isna(v) else int(v) for v in values]
+
+
+# --------------------------------------------------------------------------- the time series
+
+
+def _line(window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any]) -> dict[str, Any]:
+    values, counts = metric_values(part)
+    return clean(dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[],
+                      **about))
+
+
+def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, Any], band_window: int = BAND_WINDOW,
+          min_rows: int = MIN_ROWS) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``."""
+    history, notes = read_history(timeseries)
+    earlier = [h for h in history if h.get("kind") == "monitor"]
+    if len(earlier) < len(history):
+        notes.append(f"{len(history) - len(earlier)} line(s) of {timeseries} are not monitor windows: left out of the bands")
+    last = max((h["window"] for h in earlier if isinstance(h.get("window"), str)), default=None)
+    usable = [h for h in earlier if not h.get("too_few")]
+    overall = windows[windows["slice"] == ALL]
+    timeline, alarms, lines = [], [], []
+    for window, part in overall.groupby("window", sort=True):
+        if last is not None and window <= last:
+            notes.append(f"window {window} is not after the history's last ({last}): not appended again")
+            continue
+        rows = int(part["rows"].iloc[0])
+        line = _line(window, part, rows, about)
+        entry: dict[str, Any] = dict(window=window, rows=rows, too_few=rows < min_rows, bands=[], alarms=[])
+        if entry["too_few"]:
+            line["too_few"] = True  # the timeline says so: fewer than min_rows, not compared, no alarm
+        else:
+            bands, found, more = compare(usable, line, window=band_window, min_history=MIN_HISTORY,
+                                         metrics=METRICS)
+            found = [{**a, "window": window, "message": f"{window}: {a['message']}"} for a in found]
+            line["alarms"] = [a["metric"] for a in found]
+            entry.update(bands=frame_rows(bands), alarms=[a["metric"] for a in found])
+            notes += [f"window {window}: {m}" for m in more]
+            alarms += found
+            usable.append(line)
+        timeline.append(entry)
+        lines.append(line)
+    for line in lines:
+        append_line(timeseries, dumps_canonical(line))
+    return timeline, alarms, notes
+
+
+__all__ = ["MonitorResult", "watch", "METRIC_NAMES"]

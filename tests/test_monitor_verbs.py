@@ -1,0 +1,180 @@
+"""``qaeval monitor`` end to end: exit codes, the time series and its alarms, the record and its check, label
+sheets of the judged sample, PPI per slice against ppi-python, and the notebook under papermill."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import nbformat
+import numpy as np
+import papermill
+import pytest
+from conftest import ROOT
+from monitor_logs import log_row, traffic, write_jsonl
+from papermill.exceptions import PapermillExecutionError
+
+from qaeval import api
+from qaeval.cli import main
+from qaeval.errors import RecordError
+from qaeval.reports.render import notebook_path
+from qaeval.scoring.ppi import ppi_mean
+
+TESTS = str(ROOT / "tests")
+PARITY = "monitor_logs:make_parity_judge"
+
+
+@pytest.fixture(autouse=True)
+def judge_importable(monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("QAEVAL_PROGRESS", "0")
+
+
+def test_exit_codes(tmp_path, capsys):
+    good = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=6))
+    bad = write_jsonl(tmp_path / "bad.jsonl", [log_row(0, timestamp="soon")])
+    assert main(["monitor", "--logs", str(good), "--quiet"]) == 0
+    assert main(["monitor", "--logs", str(bad)]) == 65
+    assert "bad.jsonl:1: timestamp 'soon' is not an ISO 8601 date and time" in capsys.readouterr().err
+    assert main(["monitor", "--logs", str(good), "--by", "tenant"]) == 64
+    assert main(["monitor", "--logs", str(good), "--window", "fortnightly"]) == 64
+    assert "not a time span" in capsys.readouterr().err
+    assert main(["monitor", "--logs", str(good), "--timeseries", str(tmp_path / "h.jsonl")]) == 64
+    assert "timeseries needs window" in capsys.readouterr().err
+    assert main(["monitor", "--logs", str(tmp_path / "absent.jsonl")]) == 65
+    assert main(["monitor", "--logs", str(good), "--save", str(good)]) == 64, "an output may not overwrite the log"
+
+
+def test_a_window_out_of_its_band_alarms_with_exit_3_and_is_not_appended_twice(tmp_path, capsys):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
+    history = tmp_path / "history.jsonl"
+    args = ["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(history), "--quiet"]
+    assert main(args) == 3
+    out = capsys.readouterr().out
+    assert "MONITOR: ALARM" in out and "citation_resolvability dropped below its band" in out
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [line["window"][:10] for line in lines] == ["2026-02-01", "2026-02-02", "2026-02-03", "2026-02-04"]
+    assert lines[-1]["alarms"] and not any(line["alarms"] for line in lines[:3]), "three earlier windows before a band"
+    assert main(args) == 0 and len(history.read_text().splitlines()) == 4
+    assert "is not after the history's last" in capsys.readouterr().out
+
+
+def test_a_window_with_too_few_rows_says_so_instead_of_alarming(tmp_path, capsys):
+    rows = traffic(days=3, per_day=40) + [log_row(500 + k, day=4, bad_citation=True) for k in range(5)]
+    logs = write_jsonl(tmp_path / "logs.jsonl", rows)
+    code = main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(tmp_path / "h.jsonl"), "--quiet"])
+    assert code == 0
+    assert "window 2026-02-04T00:00:00+00:00: 5 row(s), too few rows to compare: no alarm" in capsys.readouterr().out
+
+
+def test_notify_is_called_with_the_alarms(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
+    seen = []
+    result = api.score_logs(str(logs), window="1D", timeseries=str(tmp_path / "h.jsonl"), notify=seen.extend,
+                            isolation="none")
+    assert result.exit_code == 3 and {a["metric"] for a in seen} >= {"citation_resolvability", "deterministic_pass_rate"}
+    assert all(a["window"].startswith("2026-02-04") for a in seen)
+
+
+def test_the_record_round_trips_is_checked_and_its_sheet_lists_the_judged_rows(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30))
+    record = tmp_path / "monitor.json"
+    result = api.score_logs(str(logs), judge=PARITY, by=["system"], window="1D", sample=10, seed=3, save=str(record))
+    again = api.load_run(record)
+    assert again.kind == "monitor" and again.scoreboard.equals(result.scoreboard) and again.rows["row_id"].equals(result.rows["row_id"])
+    path, n = api.label_export(str(record), tmp_path / "sheet.csv")
+    sheet = path.read_text()
+    judged = set(result.rows.loc[result.rows["sampled"], "row_id"])
+    assert n == 10 and all(rid in sheet for rid in judged) and "answer_correctness" not in sheet
+    data = json.loads(record.read_text())
+    data["monitor"]["scoreboard"][0]["value"] = 0.0
+    record.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=r"monitor.scoreboard\[0\].value"):
+        api.load_run(record)
+
+
+def test_the_report_is_drawn_from_the_record_and_escapes_what_the_log_brought(tmp_path):
+    hostile = log_row(900, system="<script>alert(1)</script>", question="<b>When</b> does the library open?")
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30) + [hostile])
+    record = tmp_path / "monitor.json"
+    assert main(["monitor", "--logs", str(logs), "--by", "system", "--window", "1D", "--save", str(record), "--quiet"]) == 0
+    assert main(["report", str(record), "--html", str(tmp_path / "m.html")]) == 0
+    page = (tmp_path / "m.html").read_text()
+    assert "qaeval monitor report" in page and "<mark>" in page and "unresolvable citation: missing" in page
+    assert "<script>alert" not in page and "<b>When</b>" not in page and "&lt;script&gt;alert(1)" in page
+
+
+def test_the_readme_command_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = ["monitor", "--logs", "examples/traffic.jsonl", "--by", "model_version", "--window", "1D", "--sample", "40",
+            "--seed", "1", "--save", str(tmp_path / "monitor.json"), "--quiet"]
+    assert main(args) == 0
+    result = api.load_run(tmp_path / "monitor.json")
+    assert int(result.rows["sampled"].sum()) == 40 and set(result.rows["model_version"]) == {"v1", "v2"}
+
+
+def _labels(tmp_path, result, every=2):
+    judged = result.rows[result.rows["sampled"]]
+    lines = [{"case_id": rid, "axis": "faithfulness", "score": 2 if int(rid[1:]) % 3 else 0}
+             for rid in judged["row_id"].tolist()[::every]]
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_ppi_per_slice_matches_ppi_python(tmp_path):
+    ppi_py = pytest.importorskip("ppi_py", reason="ppi-python (the reference implementation) is not installed")
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=60))
+    first = api.score_logs(str(logs), judge=PARITY, by=["system"], sample=80, seed=2)
+    labels = _labels(tmp_path, first)
+    result = api.score_logs(str(logs), judge=PARITY, by=["system"], sample=80, seed=2, labels=str(labels))
+    human = {json.loads(line)["case_id"]: json.loads(line)["score"] for line in labels.read_text().splitlines()}
+    for system in ("a", "b"):
+        judged = result.rows[result.rows["sampled"] & (result.rows["system"] == system)]
+        g = (judged["faithfulness"] == 2).to_numpy(float)
+        labelled = judged[judged["row_id"].isin(human)]
+        y = np.array([1.0 if human[r] == 2 else 0.0 for r in labelled["row_id"]])
+        f = (labelled["faithfulness"] == 2).to_numpy(float)
+        _, _, _, lam = ppi_mean(y, f, g)
+        low, high = ppi_py.ppi_mean_ci(y, f, g, alpha=0.05, lam=lam)
+        value = float(ppi_py.ppi_mean_pointestimate(y, f, g, lam=lam)[0])
+        row = result.slices[(result.slices["group"] == system) & (result.slices["metric"] == "faithfulness_rate")].iloc[0]
+        assert row["n_labelled"] == len(y) > 2
+        assert row["ppi_value"] == pytest.approx(min(1, max(0, value)), abs=1e-9)
+        assert (row["ppi_ci_low"], row["ppi_ci_high"]) == (pytest.approx(max(0, float(low[0])), abs=1e-9),
+                                                          pytest.approx(min(1, float(high[0])), abs=1e-9))
+    assert f"{len(human)} of {len(human)} label(s) are on judged rows" in " ".join(result.notes)
+    board = result.scoreboard.set_index("metric")
+    assert board.loc["faithfulness_rate", "n_labelled"] == len(human) and not np.isnan(board.loc["faithfulness_rate", "ppi_value"])
+    assert np.isnan(board.loc["citation_correctness_rate", "ppi_value"]), "no label on that axis: no estimate"
+
+
+def test_labels_on_rows_that_were_not_judged_are_left_out_and_counted(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=20))
+    first = api.score_logs(str(logs), sample=5, seed=1)
+    unjudged = first.rows.loc[~first.rows["sampled"], "row_id"].tolist()[:3]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"case_id": r, "axis": "faithfulness", "score": 2}) + "\n" for r in unjudged))
+    result = api.score_logs(str(logs), sample=5, seed=1, labels=str(labels))
+    assert "0 of 3 label(s) are on judged rows" in " ".join(result.notes)
+    assert result.scoreboard.set_index("metric").loc["faithfulness_rate", "n_labelled"] == 0
+
+
+def test_labels_for_rows_the_log_lacks_are_refused_before_any_judge_call(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=4))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"case_id": "nope", "axis": "faithfulness", "score": 2}) + "\n")
+    assert main(["monitor", "--logs", str(logs), "--labels", str(labels)]) == 65
+
+
+def test_the_notebook_executes_under_papermill_and_fails_on_an_alarm(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
+    out = tmp_path / "monitor-out.ipynb"
+    with pytest.raises(PapermillExecutionError) as info:
+        papermill.execute_notebook(str(notebook_path("monitor")), str(out), kernel_name="python3", progress_bar=False,
+                                   cwd=str(ROOT), parameters=dict(logs=str(logs), by=["system"], time_window="1D",
+                                                                  timeseries=str(tmp_path / "h.jsonl"), sample=30))
+    assert info.value.ename == "DriftAlarm" and "citation_resolvability" in info.value.evalue
+    text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
+    assert "ALARM" in text and "image/png" in text and "details class=\\\"case" in text
