@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,6 +43,8 @@ from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
+from qaeval.runs import runs_table as runs
+from qaeval.tracking import TrackingWarning, check_options, track
 
 def _load_views() -> None:
     import qaeval.reports  # noqa: F401  (registers how each result draws itself)
@@ -81,6 +84,7 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
     if checked.get("executor") is not None and checked["isolation"] == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
     check_outputs(checked)
+    check_options(checked)  # the mlflow extra is installed when tracking is asked for
     return checked
 
 
@@ -139,6 +143,10 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
 def _finish(result: Result, p: Mapping[str, Any]) -> Result:
     if p.get("save"):
         write_record(result, p["save"])
+    if p.get("mlflow"):  # one MLflow run; a tracker that fails is a warning, never another verdict
+        tracked = track(result, p["mlflow"], p["mlflow_experiment"], record=p.get("save"))
+        if not tracked.ok:
+            warnings.warn(tracked.message, TrackingWarning, stacklevel=3)
     return result
 
 
@@ -377,6 +385,14 @@ def notebook_result(command: str, p: Mapping[str, Any]) -> Result:
     verbs: dict[str, Callable[..., Result]] = {"run": run, "gate": gate_run, "calibrate": calibrate_run,
                                                 "drift": drift_run}
     return verbs[command](**dict(p))
+
+
+def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
+    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
+    from qaeval.reports.runs import render_runs
+
+    table = runs(folder)
+    return table, render_runs(table, html, folder=str(folder))
 
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:

@@ -19,9 +19,10 @@ LAYERS = (
     ("system", ("qaeval.system",)),
     ("scoring", ("qaeval.scoring", "qaeval.judges")),
     ("verdicts", ("qaeval.verdicts",)),
-    ("record", ("qaeval.record", "qaeval.record_check")),
+    ("record", ("qaeval.record", "qaeval.record_check", "qaeval.runs")),
     ("reports", ("qaeval.reports",)),
-    ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__")),
+    ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__",
+               "qaeval.tracking")),
 )
 
 
