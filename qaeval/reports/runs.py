@@ -45,7 +45,7 @@ def _interval(row: dict[str, Any], metric: str) -> str:
 def _run_rows(table: pd.DataFrame, page_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for row in table[table["reason"].isna()].to_dict("records"):
-        rows.append({**row, "when": "" if is_missing(row["time"]) else row["time"].strftime("%Y-%m-%d %H:%M:%S"),
+        rows.append({**row, "when": "" if pd.isna(row["time"]) else row["time"].strftime("%Y-%m-%d %H:%M:%S"),
                      "short_commit": (row["commit"] or "")[:12], "data": (row["data_fingerprint"] or "")[:12],
                      "record": _link(row["path"], page_dir, row["path"]),
                      "report_link": _link(row["report"], page_dir, "report"),
@@ -55,7 +55,7 @@ def _run_rows(table: pd.DataFrame, page_dir: Path) -> list[dict[str, Any]]:
 
 def runs_table_html(table: pd.DataFrame, page_dir: Path) -> str:
     """A row per readable record: when, what, verdict, commit, its report (or none) and every metric."""
-    columns = [Col("when", "time (UTC)", "nowrap"), Col("kind", "kind"), Col("verdict", "verdict"),
+    columns = [Col("when", "time (UTC)", "nowrap"), Col("kind", "kind", "nowrap"), Col("verdict", "verdict", "nowrap"),
                Col("short_commit", "commit", "id"), Col("report_link", "report", "html"),
                Col("record", "record", "html"), Col("adapter", "adapter"), Col("judge", "judge"),
                Col("data", "data", "id")] + [Col(f"{m}_shown", m, "htmlnum") for m in METRIC_NAMES]
