@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import tempfile
-import warnings
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -44,7 +43,7 @@ from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 from qaeval.runs import runs_table as runs
-from qaeval.tracking import TrackingWarning, check_options, track
+from qaeval.tracking import TrackingWarning, check_options, log_command, track  # noqa: F401 (TrackingWarning)
 
 def _load_views() -> None:
     import qaeval.reports  # noqa: F401  (registers how each result draws itself)
@@ -143,10 +142,7 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
 def _finish(result: Result, p: Mapping[str, Any]) -> Result:
     if p.get("save"):
         write_record(result, p["save"])
-    if p.get("mlflow"):  # one MLflow run; a tracker that fails is a warning, never another verdict
-        tracked = track(result, p["mlflow"], p["mlflow_experiment"], record=p.get("save"))
-        if not tracked.ok:
-            warnings.warn(tracked.message, TrackingWarning, stacklevel=3)
+    log_command(result, p)  # with mlflow: one MLflow run; a tracker that fails is a warning, never another verdict
     return result
 
 
@@ -391,8 +387,7 @@ def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
     """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
     from qaeval.reports.runs import render_runs
 
-    table = runs(folder)
-    return table, render_runs(table, html, folder=str(folder))
+    return (table := runs(folder)), render_runs(table, html, folder=str(folder))
 
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:

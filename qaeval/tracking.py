@@ -31,6 +31,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,17 @@ def track(result: Result, uri: str | bool | None = True, experiment: str | None 
         except Exception as exc:  # noqa: BLE001  (whatever the tracker does, the verdict stands)
             return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_first_line(exc)}"))
     return Tracked(where, name, run_id=run_id)
+
+
+def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
+    """A verb's last step: with ``mlflow`` in its parameters ``p``, log ``result`` (and the record it saved);
+    a failure is a ``TrackingWarning``, never an exception."""
+    if not p.get("mlflow"):
+        return None
+    tracked = track(result, p["mlflow"], p.get("mlflow_experiment"), record=p.get("save"))
+    if not tracked.ok:
+        warnings.warn(tracked.message, TrackingWarning, stacklevel=4)
+    return tracked
 
 
 def _first_line(exc: BaseException, limit: int = 300) -> str:

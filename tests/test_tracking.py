@@ -18,7 +18,7 @@ from conftest import GOLDEN, ROOT
 
 import qaeval.api as qa
 from qaeval.cli import main
-from qaeval.tracking import TrackingWarning, track
+from qaeval.tracking import HTTP_LIMITS, TrackingWarning, track
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (the dev set-up installs it)")
 from mlflow import MlflowClient  # noqa: E402
@@ -162,9 +162,13 @@ def test_the_api_logs_to_a_local_sqlite_store_and_its_default(tmp_path, monkeypa
     assert all(logged.data.metrics[m] != logged.data.metrics[m] for m in empty), "nothing to average is NaN, not 0"
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # mlflow=True: MLflow's own default, here from the environment
-    tracked = track(qa.load_run(BASELINE), True, "defaults")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
+    tracked = track(qa.load_run(BASELINE), True)
     assert tracked.ok, tracked.message
-    assert only_run(MlflowClient(uri), "defaults").info.run_id == tracked.run_id
+    assert only_run(MlflowClient(uri), "from-env").info.run_id == tracked.run_id
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
+    tracked = track(qa.load_run(BASELINE), True)
+    assert only_run(MlflowClient(uri), "Default").info.run_id == tracked.run_id, tracked.message
 
 
 def test_a_refused_write_is_a_warning_and_the_result_stands(tmp_path, monkeypatch):
@@ -204,3 +208,20 @@ def test_an_experiment_without_mlflow_and_mlflow_with_a_record_are_usage_errors(
     with pytest.raises(Exception, match="tracking URI"):
         qa.run(str(GOLDEN), mlflow=3)
 
+
+
+def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
+    seen = {}
+
+    class Client:  # stands in for MlflowClient: records what MLflow's HTTP layer would read, then fails
+        def __init__(self, tracking_uri=None):
+            seen.update({k: os.environ.get(k) for k in HTTP_LIMITS})
+            raise ConnectionError("tracker unreachable")
+
+    monkeypatch.setattr(mlflow, "MlflowClient", Client)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    tracked = track(qa.load_run(BASELINE), "http://127.0.0.1:9")
+    assert tracked.error == "ConnectionError: tracker unreachable"
+    assert seen == {**HTTP_LIMITS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}, "bounded, and the user's own setting wins"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ, "put back after logging"
