@@ -387,7 +387,9 @@ def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
     """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
     from qaeval.reports.runs import render_runs
 
-    return (table := runs(folder)), render_runs(table, html, folder=str(folder))
+    table = runs(folder)
+    refuse_overwrite([("html", html, "report")], [("record", path) for path in table["path"]])
+    return table, render_runs(table, html, folder=str(folder))
 
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:

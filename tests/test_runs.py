@@ -87,6 +87,13 @@ def test_runs_prints_the_table_and_writes_the_index(saved, tmp_path, capsys):
     assert page.count("data:image/png;base64,") == 1
 
 
+def test_the_index_page_may_not_overwrite_a_record(saved, capsys):
+    before = (saved / "drift.json").read_bytes()
+    assert main(["runs", str(saved), "--html", str(saved / "drift.json")]) == 64
+    assert "drift.json" in capsys.readouterr().err
+    assert (saved / "drift.json").read_bytes() == before
+
+
 def test_a_folder_that_is_not_there_is_exit_74(tmp_path, capsys):
     assert main(["runs", str(tmp_path / "missing")]) == 74
     assert "is not a folder of run records" in capsys.readouterr().err
