@@ -25,6 +25,7 @@ configuration carry them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -170,7 +171,7 @@ def _experiment_id(client: Any, name: str) -> str:
 
 
 def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str:
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     run_id = client.create_run(_experiment_id(client, experiment), tags=tags_of(result)).info.run_id
     try:
@@ -180,7 +181,8 @@ def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str
         for path in files:
             client.log_artifact(run_id, str(path))
     except BaseException:
-        client.set_terminated(run_id, "FAILED")
+        with contextlib.suppress(Exception):  # the error worth reporting is the one that stopped the logging
+            client.set_terminated(run_id, "FAILED")
         raise
     client.set_terminated(run_id, "FINISHED")
     return run_id
