@@ -44,6 +44,8 @@ from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate, gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 from qaeval.verdicts.monitor import MonitorResult
+from qaeval.runs import runs_table as runs
+from qaeval.tracking import TrackingWarning, check_options, log_command, track  # noqa: F401 (TrackingWarning)
 
 def _load_views() -> None:
     import qaeval.reports  # noqa: F401  (registers how each result draws itself)
@@ -85,6 +87,7 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
     if checked.get("executor") is not None and checked["isolation"] == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
     check_outputs(checked)
+    check_options(checked)  # the mlflow extra is installed when tracking is asked for
     return checked
 
 
@@ -146,6 +149,7 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
 def _finish(result: Result, p: Mapping[str, Any]) -> Result:
     if p.get("save"):
         write_record(result, p["save"])
+    log_command(result, p)  # with mlflow: one MLflow run; a tracker that fails is a warning, never another verdict
     return result
 
 
@@ -413,6 +417,15 @@ def notebook_result(command: str, p: Mapping[str, Any]) -> Result:
     verbs: dict[str, Callable[..., Result]] = {"run": run, "gate": gate_run, "calibrate": calibrate_run,
                                                 "drift": drift_run, "monitor": score_logs}
     return verbs[command](**dict(p))
+
+
+def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
+    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
+    from qaeval.reports.runs import render_runs
+
+    table = runs(folder)
+    refuse_overwrite([("html", html, "report")], [("record", path) for path in table["path"]])
+    return table, render_runs(table, html, folder=str(folder))
 
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:

@@ -79,6 +79,8 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
             kwargs.update(type=float)
         elif param.kind == "choice":
             kwargs.update(choices=param.choices)
+        elif param.kind == "tracker":
+            kwargs.update(nargs="?", const=True)
         target.add_argument(param.flag, metavar=param.metavar, required=command in param.required, **kwargs)
 
 
@@ -119,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("before", metavar="BEFORE")
     p.add_argument("after", metavar="AFTER")
     p.add_argument("--html", metavar="PATH")
+
+    p = sub.add_parser("runs", help="every saved run record under a folder as a table (and an index page)")
+    p.add_argument("folder", metavar="DIR")
+    p.add_argument("--html", metavar="PATH", help="an index page: a row per run linking its report, each metric "
+                   "over time")
 
     p = sub.add_parser("label", help="the labelling round trip through a spreadsheet")
     lsub = p.add_subparsers(dest="label_command", required=True, parser_class=_Parser)
@@ -172,6 +179,9 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             "drift": api.drift_run, "monitor": api.score_logs}[args.command]
     env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
     api.check_outputs(params, html=args.html)  # before anything runs: no output may overwrite an input
+    tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
+    if tracker:  # logged below, once the report exists to be attached
+        api.check_parameters(args.command, **params, **tracker)
     with scoped_environ(env):
         result = verb(**params)
     notes = []
@@ -182,6 +192,10 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.html:
         api.render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
+    if tracker.get("mlflow"):
+        tracked = api.track(result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"),
+                            html=args.html)
+        notes.append(tracked.message if tracked.ok else f"qaeval: warning: {tracked.message}")
     return result.summary_text(), result.exit_code, notes
 
 
@@ -201,6 +215,13 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             api.render(comparison, args.html)
             notes.append(f"report: {args.html}")
         return comparison.summary_text(), comparison.exit_code, notes
+    if args.command == "runs":
+        from qaeval.runs import summary_text
+
+        if args.html:
+            table, page = api.runs_index(args.folder, args.html)
+            return summary_text(table, args.folder), 0, [f"index: {page}"]
+        return summary_text(api.runs(args.folder), args.folder), 0, []
     if args.command == "label":
         if args.label_command == "export":
             path, n = api.label_export(args.record, args.out, sample=args.sample, seed=args.seed)

@@ -16,6 +16,7 @@ from typing import Any
 from qaeval.errors import UsageError
 
 SCORING = ("run", "baseline", "gate", "calibrate", "drift")
+TRACKED = ("run", "gate", "calibrate", "drift")  # the commands that log to MLflow (qaeval.tracking)
 
 DEFAULT_ADAPTER = "qaeval.system.reference:make_adapter"
 DEFAULT_JUDGE = "qaeval.judges.offline:make_judge"
@@ -25,7 +26,7 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API), plugins (list)
+    kind: str  # str, int, float, bool, list, choice, plugin (module:attr, or an object in the API), plugins (list), tracker
     default: Any
     help: str
     commands: tuple[str, ...]
@@ -115,6 +116,12 @@ PARAMS: tuple[Param, ...] = (
     Param("hook_timeout", "float", 60.0, "seconds the notify hook (run in its own process) may take; past it "
           "its process is killed, noted, and the alarm stands", ("drift",), minimum=0.001, maximum=MAX_TIMEOUT,
           metavar="SECONDS"),
+    Param("mlflow", "tracker", None, "log the command as one MLflow run (parameters, metrics with intervals, verdict, "
+          "record, report) to TRACKING_URI; with no value to MLFLOW_TRACKING_URI, else MLflow's local default "
+          "(needs the mlflow extra). A tracker that fails is a warning: the verdict and exit code stand", TRACKED,
+          metavar="TRACKING_URI"),
+    Param("mlflow_experiment", "str", None, "the MLflow experiment to log to (else MLFLOW_EXPERIMENT_NAME, else "
+          "Default)", TRACKED, metavar="NAME"),
 )
 MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save", "judge_model", "judge_base_url",
                   "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")
@@ -174,6 +181,9 @@ def _check_value(p: Param, value: Any) -> Any:
     elif p.kind == "executor":
         if not isinstance(value, str) or not value.startswith("dask://"):
             raise UsageError(f"{p.name} must be dask://HOST:PORT, got {value!r}")
+    elif p.kind == "tracker":  # True (or a flag without a value): MLflow's own default; else a tracking URI
+        if not isinstance(value, bool) and (not isinstance(value, str) or not value.strip()):
+            raise UsageError(f"{what} True, False or a tracking URI, got a {type(value).__name__}")
     elif p.kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise UsageError(f"{what} a non-empty string, got {value!r}")

@@ -20,10 +20,10 @@ LAYERS = (
     ("integrations", ("qaeval.integrations",)),
     ("scoring", ("qaeval.scoring", "qaeval.judges")),
     ("verdicts", ("qaeval.verdicts",)),
-    ("record", ("qaeval.record", "qaeval.record_check")),
+    ("record", ("qaeval.record", "qaeval.record_check", "qaeval.runs")),
     ("reports", ("qaeval.reports",)),
     ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__",
-               "qaeval.monitoring")),
+               "qaeval.monitoring", "qaeval.tracking")),
 )
 
 

@@ -209,3 +209,39 @@ def drift_chart(result: DriftResult) -> Chart:
                  "✕ = alarm", fontsize=9.5)
     fig.supxlabel(axis_title, fontsize=8)
     return Chart(fig, "Each metric's series over the runs with its band and alarms")
+
+
+# --------------------------------------------------------------------------- saved runs over time
+
+
+def runs_chart(runs: pd.DataFrame, metrics: Sequence[str]) -> Chart:
+    """One small panel per metric over saved runs in time order (``qaeval.runs``' table, timed rows only):
+    each run's value with its interval whiskers, its commit written on the point where it changes, its
+    time on the axis. A metric with nothing to average in a run (n = 0) has no point there."""
+    xs = list(range(len(runs)))
+    ticks, tick_labels, axis_title = run_ticks(pd.DataFrame({"run": xs, "time": [t.isoformat() for t in runs["time"]]}))
+    commits = _commit_labels(runs)
+    cols = min(4, max(1, len(metrics)))
+    rows = math.ceil(len(metrics) / cols)
+    fig = _figure(3.3 * cols, 2.5 * rows)
+    for k, metric in enumerate(metrics):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        values = runs[metric].to_numpy(float)
+        low = (values - runs[f"{metric}_ci_low"].to_numpy(float)).clip(min=0)
+        high = (runs[f"{metric}_ci_high"].to_numpy(float) - values).clip(min=0)
+        ax.errorbar(xs, values, yerr=[low, high], fmt="-o", ms=3.5, color=NEUTRAL, ecolor="#9fb3cf", lw=1.2,
+                    capsize=2)
+        if len(xs) <= 40:
+            for x, v, c in zip(xs, values, commits):
+                if c and not math.isnan(v):
+                    ax.annotate(plain(c, 8), (x, v), textcoords="offset points", xytext=(0, 6), ha="center",
+                                fontsize=6, color="#555")
+        ax.set_xticks(ticks, tick_labels)
+        ax.tick_params(labelsize=7)
+        ax.set_ylim(-0.05, 1.12)
+        ax.set_title(metric, fontsize=9.5)
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle("Each metric over the saved runs, with its 95% interval (labels: the commit, where it changes)",
+                 fontsize=9.5)
+    fig.supxlabel(axis_title.replace("run in the series", "saved run"), fontsize=8)
+    return Chart(fig, "Each headline metric over the saved runs, with intervals and commits")

@@ -1,0 +1,238 @@
+"""One MLflow run per command: its parameters, headline metrics with their intervals, verdict, record,
+report and per-case table, logged to the tracking server or store a team already uses (the ``mlflow``
+extra).
+
+==========  ========================================================================================
+params      adapter, judge name/model/temperature/seed/rubric, k, concurrency, isolation, executor,
+            timeout, data folder, data and corpus fingerprints, qaeval version
+metrics     each headline metric (``<metric>``, ``<metric>_ci_low``, ``<metric>_ci_high``,
+            ``<metric>_n``; with human labels also ``<metric>_ppi``, ``_ppi_ci_low``, ``_ppi_ci_high``,
+            ``_n_labelled``); a calibration adds each axis's exact agreement (``agreement_<axis>``, with
+            its Wilson interval and n) and ``kappa_<axis>``. A metric with nothing to average is NaN, n 0.
+tags        ``kind``, ``verdict``, ``commit`` (and MLflow's own ``mlflow.source.git.commit``)
+artifacts   the run record (``record.json``), the HTML report when there is one (``report.html``) and
+            the per-case table (``per_case.csv``)
+==========  ========================================================================================
+
+The tracking URI is the one given, else MLflow's own choice (``MLFLOW_TRACKING_URI``, else its local
+default); the experiment is the one given, else ``MLFLOW_EXPERIMENT_NAME``, else MLflow's ``Default``.
+Nothing here can change a verdict or an exit code: a tracker that is down, refuses the write or is
+misconfigured makes ``track`` return a ``Tracked`` whose ``error`` says so. HTTP retries and timeouts are
+bounded (``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes.
+Credentials in a tracking URI never reach a message; only the environment and MLflow's own
+configuration carry them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qaeval.errors import UsageError
+from qaeval.plugins import scoped_environ
+from qaeval.record import write_record
+from qaeval.results import Result
+
+EXTRA = "pip install 'qaeval-harness[mlflow]'"
+HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+PARAM_LIMIT = 500  # characters MLflow keeps in a parameter's value on every store it supports
+PPI = (("ppi_value", "_ppi"), ("ppi_ci_low", "_ppi_ci_low"), ("ppi_ci_high", "_ppi_ci_high"),
+       ("n_labelled", "_n_labelled"))
+
+
+class TrackingWarning(UserWarning):
+    """The result was not logged to MLflow; the verdict, exit code and saved record stand."""
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """What logging a result to MLflow did: where (credentials removed), which run, or why it failed."""
+
+    where: str
+    experiment: str
+    run_id: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def message(self) -> str:
+        if self.ok:
+            return f"MLflow: logged run {self.run_id} to experiment {self.experiment!r} at {self.where}"
+        return (f"could not log to MLflow at {self.where} ({self.error}); the verdict, the exit code and any "
+                "saved record are unaffected")
+
+
+def require() -> None:
+    """UsageError (exit 64) naming the extra to install when MLflow is not installed."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"logging to MLflow needs the mlflow package ({exc}); install it with {EXTRA}") from None
+
+
+def redact(text: str) -> str:
+    """``text`` with the user and password of every URL in it (``scheme://user:secret@host``) removed."""
+    return re.sub(r"(?<=://)[^/@\s]*@", "***@", text)
+
+
+def _where(uri: str | None) -> str:
+    if uri:
+        return redact(uri)
+    return redact(os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's local default store")
+
+
+# --------------------------------------------------------------------------- what is logged
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def params_of(result: Result) -> dict[str, str]:
+    run = getattr(result, "run", result)
+    meta, judge = run.meta, run.meta.judge
+    values = dict(adapter=meta.adapter, judge_name=judge.name, judge_model=judge.model,
+                  judge_temperature=judge.temperature, judge_seed=judge.seed, judge_rubric=judge.prompt_version,
+                  k=meta.k, concurrency=meta.concurrency, isolation=meta.isolation, executor=meta.executor,
+                  timeout=meta.timeout, data=meta.data, data_fingerprint=run.suite.fingerprint,
+                  corpus_fingerprint=run.suite.corpus_fingerprint, qaeval_version=meta.qaeval_version)
+    return {k: redact(str(v))[:PARAM_LIMIT] for k, v in values.items() if v is not None}
+
+
+def metrics_of(result: Result) -> dict[str, float]:
+    run = getattr(result, "run", result)
+    out: dict[str, float] = {}
+    for row in run.scoreboard.to_dict("records"):
+        m = row["metric"]
+        out.update({m: _number(row["value"]), f"{m}_ci_low": _number(row["ci_low"]),
+                    f"{m}_ci_high": _number(row["ci_high"]), f"{m}_n": _number(row["n"])})
+        if not math.isnan(_number(row.get("ppi_value"))):
+            out.update({m + suffix: _number(row[column]) for column, suffix in PPI})
+    agreement = getattr(result, "agreement", None)
+    if agreement is not None:  # a calibration: how far the judge agrees with people, per axis
+        for row in agreement.to_dict("records"):
+            a = row["axis"]
+            out.update({f"agreement_{a}": _number(row["exact"]), f"agreement_{a}_ci_low": _number(row["exact_low"]),
+                        f"agreement_{a}_ci_high": _number(row["exact_high"]), f"agreement_{a}_n": _number(row["n"]),
+                        f"kappa_{a}": _number(row["kappa"])})
+    return out
+
+
+def tags_of(result: Result) -> dict[str, str]:
+    run = getattr(result, "run", result)
+    tags = {"kind": result.kind, "verdict": result.verdict, "mlflow.runName": f"qaeval {result.kind}"}
+    if run.meta.git_commit:
+        tags.update({"commit": run.meta.git_commit, "mlflow.source.git.commit": run.meta.git_commit})
+    return tags
+
+
+def _artifacts(result: Result, folder: Path, record: str | Path | None, html: str | Path | None) -> list[Path]:
+    run = getattr(result, "run", result)
+    saved = folder / "record.json"
+    if record is not None:
+        shutil.copyfile(record, saved)  # the very file saved, under the name every run's record has
+    else:
+        write_record(result, saved)
+    table = folder / "per_case.csv"
+    run.per_case.to_csv(table, index=False)
+    if html is None:
+        return [saved, table]
+    report = shutil.copyfile(html, folder / "report.html")
+    return [saved, table, Path(report)]
+
+
+# --------------------------------------------------------------------------- logging
+
+
+def _experiment_id(client: Any, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found is not None else client.create_experiment(name)
+
+
+def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str:
+    from mlflow.entities import Metric, Param
+
+    run_id = client.create_run(_experiment_id(client, experiment), tags=tags_of(result)).info.run_id
+    try:
+        stamp = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics_of(result).items()],
+                         params=[Param(k, v) for k, v in params_of(result).items()])
+        for path in files:
+            client.log_artifact(run_id, str(path))
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error worth reporting is the one that stopped the logging
+            client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+def track(result: Result, uri: str | bool | None = True, experiment: str | None = None, *,
+          record: str | Path | None = None, html: str | Path | None = None) -> Tracked:
+    """Log ``result`` as one MLflow run at ``uri`` (True or None: MLflow's own choice) in ``experiment``.
+
+    ``record`` is the saved run record to attach (else one is written for it), ``html`` its report.
+    Never raises for the tracker's sake: a failure is the returned ``Tracked.error``."""
+    require()
+    from mlflow import MlflowClient
+
+    target = uri if isinstance(uri, str) else None
+    name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
+    where = _where(target)
+    limits = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+    with scoped_environ(limits), tempfile.TemporaryDirectory(prefix="qaeval-mlflow-") as tmp:
+        try:
+            files = _artifacts(result, Path(tmp), record, html)
+            run_id = _log(MlflowClient(tracking_uri=target), name, result, files)
+        except Exception as exc:  # noqa: BLE001  (whatever the tracker does, the verdict stands)
+            return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_first_line(exc)}"))
+    return Tracked(where, name, run_id=run_id)
+
+
+def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
+    """A verb's last step: with ``mlflow`` in its parameters ``p``, log ``result`` (and the record it saved);
+    a failure is a ``TrackingWarning``, never an exception."""
+    if not p.get("mlflow"):
+        return None
+    tracked = track(result, p["mlflow"], p.get("mlflow_experiment"), record=p.get("save"))
+    if not tracked.ok:
+        warnings.warn(tracked.message, TrackingWarning, stacklevel=4)
+    return tracked
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def check_options(p: Mapping[str, Any]) -> None:
+    """Before anything runs: the extra is installed when tracking is asked for, and an experiment is only
+    named together with tracking."""
+    if p.get("mlflow_experiment") and not p.get("mlflow"):
+        raise UsageError("mlflow_experiment names the MLflow experiment to log to; it needs mlflow as well")
+    if p.get("mlflow"):
+        if p.get("record"):
+            raise UsageError("mlflow logs a fresh run; a saved record (record) is only drawn")
+        require()

@@ -1,0 +1,227 @@
+"""MLflow tracking: a gate logged to a real ``mlflow server`` (SQLite backend) is read back through MLflow's
+client (metrics with their intervals, the verdict tag, the report and record artifacts); the same gates
+with the server stopped keep their own exit codes, save their records and say why nothing was logged;
+the local SQLite store and the API's ``mlflow=`` work; a refused write and a missing extra are clear."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import GOLDEN, ROOT
+
+import qaeval.api as qa
+from qaeval.cli import main
+from qaeval.tracking import HTTP_LIMITS, TrackingWarning, track
+
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (the dev set-up installs it)")
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.entities import ViewType  # noqa: E402
+
+BASELINE = str(GOLDEN / "ci-baseline.json")
+SABOTEUR = "qaeval.system.saboteur:make_adapter"
+LABELLED = str(ROOT / "examples" / "labelled-set.jsonl")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``mlflow server`` on 127.0.0.1 with a SQLite backend in a temporary folder, stopped on request."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.process = folder, free_port(), None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, deadline_s: float = 180.0) -> None:
+        if self.process is not None:
+            return
+        log = open(self.folder / "server.log", "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
+            cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_until_ready(deadline_s)
+
+    def _wait_until_ready(self, deadline_s: float) -> None:
+        import time
+
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.process.poll() is not None:
+                raise AssertionError("mlflow server exited: " + (self.folder / "server.log").read_text()[-2000:])
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)  # then ask again
+        raise AssertionError(f"mlflow server not ready within {deadline_s} s")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("mlflow-server"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def running(server):
+    server.start()  # again, if a test stopped it
+    return server
+
+
+def only_run(client: MlflowClient, experiment: str):
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"experiment {experiment!r} was not created"
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1, f"one MLflow run per command, found {len(runs)}"
+    return runs[0]
+
+
+def test_a_gate_logged_to_a_tracking_server_reads_back_through_mlflows_client(running, tmp_path, capsys):
+    report, record = tmp_path / "gate.html", tmp_path / "gate.json"
+    code = main(["gate", "--data", str(GOLDEN), "--baseline", BASELINE, "--quiet", "--html", str(report),
+                 "--save", str(record), "--mlflow", running.url, "--mlflow-experiment", "gates"])
+    assert code == 0
+    assert "MLflow: logged run" in capsys.readouterr().err
+    client = MlflowClient(running.url)
+    logged = only_run(client, "gates")
+    assert logged.info.status == "FINISHED"
+    assert (logged.data.tags["kind"], logged.data.tags["verdict"]) == ("gate", "PASS")
+    board = qa.load_run(record).run.scoreboard.set_index("metric")
+    for metric in ("faithfulness_rate", "retrieval_recall_at_k", "multi_step_task_success"):
+        for suffix, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"), ("_n", "n")):
+            assert logged.data.metrics[metric + suffix] == pytest.approx(float(board.at[metric, column])), metric + suffix
+    params = logged.data.params
+    assert (params["adapter"], params["judge_name"], params["k"]) == ("qaeval.system.reference:make_adapter", "offline", "5")
+    assert params["data_fingerprint"] == qa.load_run(record).run.suite.fingerprint
+    names = {a.path for a in client.list_artifacts(logged.info.run_id)}
+    assert names == {"record.json", "report.html", "per_case.csv"}
+    folder = Path(client.download_artifacts(logged.info.run_id, "", str(tmp_path / "back")))
+    assert (folder / "record.json").read_bytes() == record.read_bytes(), "the record logged is the one saved"
+    assert (folder / "report.html").read_bytes() == report.read_bytes()
+    assert ">PASS<" in (folder / "report.html").read_text()
+    assert len((folder / "per_case.csv").read_text().strip().splitlines()) == 1 + 15
+
+
+@pytest.mark.parametrize("adapter, data, expected", [(None, GOLDEN, 0), (SABOTEUR, GOLDEN / "buggy", 1)],
+                         ids=["golden passes", "saboteur blocked"])
+def test_with_the_server_stopped_a_gate_keeps_its_own_exit_code_and_record(server, tmp_path, capsys, adapter, data,
+                                                                           expected):
+    server.stop()
+    record = tmp_path / "gate.json"
+    secret_url = server.url.replace("http://", "http://alice:hunter2@")
+    argv = ["gate", "--data", str(data), "--baseline", BASELINE, "--quiet", "--save", str(record),
+            "--mlflow", secret_url] + (["--adapter", adapter] if adapter else [])
+    assert main(argv) == expected
+    err = capsys.readouterr().err
+    assert "qaeval: warning: could not log to MLflow" in err and "verdict, the exit code and any saved record" in err
+    assert "hunter2" not in err, "a password in the tracking URI is never printed"
+    assert qa.load_run(record).verdict == ("PASS" if expected == 0 else "BLOCK"), "the record is still saved"
+    assert "hunter2" not in record.read_text()
+
+
+def test_the_api_logs_to_a_local_sqlite_store_and_its_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow keeps a local store's artifacts under the working directory
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="judges")
+    logged = only_run(MlflowClient(uri), "judges")
+    assert (logged.data.tags["kind"], logged.data.tags["verdict"]) == ("calibrate", result.verdict)
+    faith = result.agreement.set_index("axis").loc["faithfulness"]
+    assert logged.data.metrics["agreement_faithfulness"] == pytest.approx(faith["exact"])
+    assert logged.data.metrics["agreement_faithfulness_n"] == faith["n"]
+    board = result.run.scoreboard.set_index("metric")
+    empty = [m for m in board.index if board.at[m, "n"] == 0]
+    assert empty, "the labelled set leaves some metric with nothing to average"
+    assert all(logged.data.metrics[f"{m}_n"] == 0 for m in empty)
+    assert all(logged.data.metrics[m] != logged.data.metrics[m] for m in empty), "nothing to average is NaN, not 0"
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # mlflow=True: MLflow's own default, here from the environment
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
+    tracked = track(qa.load_run(BASELINE), True)
+    assert tracked.ok, tracked.message
+    assert only_run(MlflowClient(uri), "from-env").info.run_id == tracked.run_id
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
+    tracked = track(qa.load_run(BASELINE), True)
+    assert only_run(MlflowClient(uri), "Default").info.run_id == tracked.run_id, tracked.message
+
+
+def test_a_refused_write_is_a_warning_and_the_result_stands(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("closed"))  # MLflow refuses runs in a deleted experiment
+    with pytest.warns(TrackingWarning, match="could not log to MLflow") as caught:
+        result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="closed")
+    assert "deleted" in str(caught[0].message) or "active" in str(caught[0].message), str(caught[0].message)
+    assert result.verdict == "RETUNE JUDGE" and result.exit_code == 2
+    assert client.search_runs([client.get_experiment_by_name("closed").experiment_id], run_view_type=ViewType.ALL) == []
+
+
+def test_a_tracker_that_is_down_warns_through_the_api(tmp_path):
+    with pytest.warns(TrackingWarning, match=r"http://\*\*\*@127\.0\.0\.1"):
+        result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=f"http://u:p@127.0.0.1:{free_port()}",
+                                  save=str(tmp_path / "c.json"))
+    assert result.exit_code == 2 and qa.load_run(tmp_path / "c.json").verdict == "RETUNE JUDGE"
+
+
+def test_without_the_extra_asking_for_mlflow_is_a_usage_error_before_anything_runs(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if it were not installed
+    save = tmp_path / "run.json"
+    assert main(["run", "--data", str(GOLDEN), "--mlflow", "--save", str(save)]) == 64
+    assert "qaeval-harness[mlflow]" in capsys.readouterr().err
+    assert not save.exists(), "nothing ran"
+    with pytest.raises(Exception, match=r"qaeval-harness\[mlflow\]"):
+        qa.run(str(GOLDEN), mlflow=True)
+
+
+def test_an_experiment_without_mlflow_and_mlflow_with_a_record_are_usage_errors(capsys):
+    assert main(["run", "--data", str(GOLDEN), "--mlflow-experiment", "x"]) == 64
+    assert "needs mlflow" in capsys.readouterr().err
+    with pytest.raises(Exception, match="fresh run"):
+        qa.run(record=BASELINE, mlflow=True)
+    with pytest.raises(Exception, match="tracking URI"):
+        qa.run(str(GOLDEN), mlflow=3)
+
+
+
+def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
+    seen = {}
+
+    class Client:  # stands in for MlflowClient: records what MLflow's HTTP layer would read, then fails
+        def __init__(self, tracking_uri=None):
+            seen.update({k: os.environ.get(k) for k in HTTP_LIMITS})
+            raise ConnectionError("tracker unreachable")
+
+    monkeypatch.setattr(mlflow, "MlflowClient", Client)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    tracked = track(qa.load_run(BASELINE), "http://127.0.0.1:9")
+    assert tracked.error == "ConnectionError: tracker unreachable"
+    assert seen == {**HTTP_LIMITS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}, "bounded, and the user's own setting wins"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ, "put back after logging"
