@@ -16,7 +16,7 @@ from typing import Any
 from qaeval.errors import UsageError
 
 SCORING = ("run", "baseline", "gate", "calibrate", "drift")
-TRACKED = ("run", "gate", "calibrate", "drift")  # the commands that log to MLflow (qaeval.tracking)
+TRACKED = ("run", "gate", "calibrate", "drift", "monitor")  # the commands that log to MLflow (qaeval.tracking)
 
 DEFAULT_ADAPTER = "qaeval.system.reference:make_adapter"
 DEFAULT_JUDGE = "qaeval.judges.offline:make_judge"

@@ -8,10 +8,11 @@ params      adapter, judge name/model/temperature/seed/rubric, k, concurrency, i
 metrics     each headline metric (``<metric>``, ``<metric>_ci_low``, ``<metric>_ci_high``,
             ``<metric>_n``; with human labels also ``<metric>_ppi``, ``_ppi_ci_low``, ``_ppi_ci_high``,
             ``_n_labelled``); a calibration adds each axis's exact agreement (``agreement_<axis>``, with
-            its Wilson interval and n) and ``kappa_<axis>``. A metric with nothing to average is NaN, n 0.
+            its Wilson interval and n) and ``kappa_<axis>``; a monitor logs its scoreboard over every
+            logged row. A metric with nothing to average is NaN, n 0.
 tags        ``kind``, ``verdict``, ``commit`` (and MLflow's own ``mlflow.source.git.commit``)
 artifacts   the run record (``record.json``), the HTML report when there is one (``report.html``) and
-            the per-case table (``per_case.csv``)
+            the per-case table (``per_case.csv``; a monitor's per-row table, ``per_row.csv``)
 ==========  ========================================================================================
 
 The tracking URI is the one given, else MLflow's own choice (``MLFLOW_TRACKING_URI``, else its local
@@ -37,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from qaeval.errors import UsageError
 from qaeval.plugins import scoped_environ
@@ -120,10 +123,19 @@ def params_of(result: Result) -> dict[str, str]:
     return {k: redact(str(v))[:PARAM_LIMIT] for k, v in values.items() if v is not None}
 
 
-def metrics_of(result: Result) -> dict[str, float]:
+def _headline(result: Result) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(the scoreboard, the per-row table, its file name): a monitor's own scoreboard over every logged row
+    and its rows; for any other result, its run's scoreboard and per-case table."""
+    if isinstance(getattr(result, "scoreboard", None), pd.DataFrame) and isinstance(getattr(result, "rows", None),
+                                                                                    pd.DataFrame):
+        return result.scoreboard, result.rows, "per_row.csv"  # type: ignore[attr-defined]
     run = getattr(result, "run", result)
+    return run.scoreboard, run.per_case, "per_case.csv"
+
+
+def metrics_of(result: Result) -> dict[str, float]:
     out: dict[str, float] = {}
-    for row in run.scoreboard.to_dict("records"):
+    for row in _headline(result)[0].to_dict("records"):
         m = row["metric"]
         out.update({m: _number(row["value"]), f"{m}_ci_low": _number(row["ci_low"]),
                     f"{m}_ci_high": _number(row["ci_high"]), f"{m}_n": _number(row["n"])})
@@ -154,8 +166,9 @@ def _artifacts(result: Result, folder: Path, record: str | Path | None, html: st
         shutil.copyfile(record, saved)  # the very file saved, under the name every run's record has
     else:
         write_record(result, saved)
-    table = folder / "per_case.csv"
-    run.per_case.to_csv(table, index=False)
+    _, rows, name = _headline(result)
+    table = folder / name
+    rows.to_csv(table, index=False)
     if html is None:
         return [saved, table]
     report = shutil.copyfile(html, folder / "report.html")

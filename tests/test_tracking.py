@@ -225,3 +225,21 @@ def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_other
     assert tracked.error == "ConnectionError: tracker unreachable"
     assert seen == {**HTTP_LIMITS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}, "bounded, and the user's own setting wins"
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ, "put back after logging"
+
+
+def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path, monkeypatch):
+    """A monitor's headline is its scoreboard over every logged row (the judged sample's run board has no
+    citation_resolvability and holds a meaningless answer correctness), and its table is per row."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = qa.score_logs(str(ROOT / "examples" / "traffic.jsonl"), by=["model_version"], sample=20, seed=1,
+                           mlflow=uri, mlflow_experiment="traffic")
+    client = MlflowClient(uri)
+    logged = only_run(client, "traffic")
+    assert (logged.data.tags["kind"], logged.data.tags["verdict"]) == ("monitor", result.verdict)
+    board = result.scoreboard.set_index("metric")
+    assert logged.data.metrics["citation_resolvability"] == pytest.approx(board.at["citation_resolvability", "value"])
+    assert logged.data.metrics["deterministic_pass_rate_n"] == board.at["deterministic_pass_rate", "n"] == len(result.rows)
+    assert "answer_correctness" not in logged.data.metrics
+    names = {a.path for a in client.list_artifacts(logged.info.run_id)}
+    assert {"record.json", "per_row.csv"} <= names and "per_case.csv" not in names
