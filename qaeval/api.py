@@ -41,7 +41,8 @@ from qaeval.system.hardening import harness_guard
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
-from qaeval.verdicts.gate import GateResult, gate, gated, load_tolerances
+from qaeval.verdicts.gate import GateResult, gate
+from qaeval.verdicts.tiers import gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.runs import runs_table as runs

@@ -160,7 +160,6 @@ def tags_of(result: Result) -> dict[str, str]:
 
 
 def _artifacts(result: Result, folder: Path, record: str | Path | None, html: str | Path | None) -> list[Path]:
-    run = getattr(result, "run", result)
     saved = folder / "record.json"
     if record is not None:
         shutil.copyfile(record, saved)  # the very file saved, under the name every run's record has

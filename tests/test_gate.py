@@ -13,7 +13,8 @@ from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
 from qaeval.record import read_baseline, write_record
 from qaeval.verdicts.baseline import BaselineCase, baseline_from_run
-from qaeval.verdicts.gate import DEFAULT_TOLERANCES, gate, load_tolerances
+from qaeval.verdicts.gate import gate
+from qaeval.verdicts.tiers import DEFAULT_TOLERANCES, load_tolerances
 from qaeval.verdicts.noise import noise_note, sign_flip_test
 
 BUGGY = "qaeval.system.saboteur:make_adapter"

@@ -62,7 +62,7 @@ def specs(checks: Sequence[Any], metrics: Sequence[Any]) -> dict[str, list[dict[
 
 def reserved_names() -> set[str]:
     from qaeval.scoring.checks import CHECKS
-    from qaeval.scoring.evaluate import PER_CASE_SCHEMA
+    from qaeval.scoring.outcomes import PER_CASE_SCHEMA
     from qaeval.scoring.metrics import METRIC_NAMES
 
     return {*CHECKS, *METRIC_NAMES, *PER_CASE_SCHEMA}

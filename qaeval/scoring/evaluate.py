@@ -18,39 +18,26 @@ How one case's row is put together, step by step:
 
 from __future__ import annotations
 
-import math
 import platform
 import subprocess
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
 
-from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.data.cases import GoldenCase, Suite
+from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.errors import TierOneFailed
-from qaeval.frames import Rows, RowsByKey, frame, is_missing, text_frame
+from qaeval.frames import RowsByKey, frame, text_frame
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
-from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, custom_reasons, custom_units, sample_to_plain
-from qaeval.scoring.judge import JudgeClient, JudgeConfig, effective_scores, judge_config_of, score_with_judge
-from qaeval.scoring.metrics import METRICS, CaseFacts, Metric, format_scoreboard, scoreboard_and_slices, units_frame
+from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
+from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
+from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
+from qaeval.scoring.outcomes import case_outcomes
 from qaeval.scoring.trajectory import score_trajectories
-
-RETRIEVAL_FIELDS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
-PER_CASE_SCHEMA = {
-    "case_id": "text", "split": "text", "difficulty": "text", "expected_behavior": "text", "adversarial": "text",
-    "question": "text", "gold_answer": "text", "answer": "text", "abstained": "bool", "error": "text",
-    "output_fingerprint": "text", "retrieved_ids": "object", "citations": "object",
-    **{c: "bool" for c in layer1.CHECKS}, "deterministic_passed": "bool",
-    **{m: "float" for m in RETRIEVAL_FIELDS},
-    "faithfulness": "Int64", "answer_correctness": "Int64", "citation_correctness": "Int64", "judge_error": "text",
-    "trajectory_success": "boolean", "case_passed": "bool", "fail_reasons": "object",
-}
 
 
 def git_commit(cwd: str | None = None) -> str | None:
@@ -89,139 +76,6 @@ class RunMeta:
 
         return cls(created=datetime.now(timezone.utc).isoformat(timespec="milliseconds"), git_commit=git_commit(),
                    qaeval_version=__version__, python=platform.python_version(), **fields)
-
-
-# --------------------------------------------------------------------------- one case, step by step
-
-
-@dataclass
-class LayerIndex:
-    checks: dict[str, dict[str, tuple[bool, str]]] = field(default_factory=dict)
-    retrieval: dict[str, dict[str, float]] = field(default_factory=dict)
-    scores: dict[tuple[str, str], int] = field(default_factory=dict)
-    judge_errors: dict[str, str] = field(default_factory=dict)
-    supported: dict[tuple[str, str], bool] = field(default_factory=dict)
-    trajectory: dict[str, bool] = field(default_factory=dict)
-    trajectory_failures: dict[str, list[str]] = field(default_factory=dict)
-    custom: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # registered checks and metrics
-
-
-def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame,
-                 trajectory: pd.DataFrame) -> LayerIndex:
-    idx = LayerIndex()
-    for cid, check, passed, reason in zip(checks["case_id"], checks["check"], checks["passed"], checks["reason"]):
-        idx.checks.setdefault(cid, {})[check] = (bool(passed), reason)
-    for row in RowsByKey(retrieval):
-        idx.retrieval[row["case_id"]] = {m: row[m] for m in RETRIEVAL_FIELDS}
-    idx.scores = effective_scores(verdicts)
-    for cid, error in zip(verdicts["case_id"], verdicts["error"]):
-        if not is_missing(error):
-            idx.judge_errors.setdefault(cid, error)
-    for cid, axis, target, valid, score in zip(verdicts["case_id"], verdicts["axis"], verdicts["target"],
-                                               verdicts["valid"], verdicts["score"]):
-        if axis == CITATION_CORRECTNESS:
-            idx.supported[(cid, target)] = bool(valid) and not is_missing(score) and int(score) >= 1
-    for cid, passed, success, description, detail in zip(trajectory["case_id"], trajectory["passed"],
-                                                          trajectory["success"], trajectory["description"],
-                                                          trajectory["detail"]):
-        idx.trajectory[cid] = bool(success)
-        if not passed:
-            idx.trajectory_failures.setdefault(cid, []).append(f"{description}: {detail}")
-    return idx
-
-
-def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies: Mapping[str, str]) -> CaseFacts:
-    failed = not is_missing(out["error"])
-    answered = not failed and not out["abstained"]
-    citations = list(out["citations"]) if answered else []
-    retrieved = set(out["retrieved_ids"])
-    good = sum(1 for c in citations if c["source_id"] in retrieved and c["source_id"] in bodies
-               and idx.supported.get((case.id, c["source_id"]), False))
-    covered, sentences, _ = layer1.coverage_counts(out, bodies) if answered else (0, 0, [])
-    retr = idx.retrieval.get(case.id)
-    return CaseFacts(
-        answered=answered, abstained=not failed and bool(out["abstained"]), must_abstain=case.must_abstain,
-        deterministic_passed=all(p for p, _ in idx.checks[case.id].values()),
-        faithfulness=idx.scores.get((case.id, "faithfulness")),
-        answer_correctness=idx.scores.get((case.id, "answer_correctness")),
-        citations=len(citations), good_citations=good, sentences=sentences, covered_sentences=covered,
-        has_gold_sources=retr is not None, recall_at_k=retr["recall_at_k"] if retr else math.nan,
-        mrr=retr["mrr"] if retr else math.nan, multi_step=case.multi_step,
-        trajectory_success=case.multi_step and idx.trajectory.get(case.id, False),
-    )
-
-
-def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex) -> list[str]:
-    if not is_missing(out["error"]):
-        return [f"adapter error: {out['error']}"]
-    reasons = [f"{check}: {reason}" for check, (passed, reason) in idx.checks[case.id].items() if not passed]
-    if facts.abstained and not case.must_abstain:
-        reasons.append("wrongly abstained")
-    if facts.answered and case.id in idx.judge_errors:
-        reasons.append(f"judge error: {idx.judge_errors[case.id]}")
-    elif facts.answered and facts.faithfulness is not None and facts.faithfulness < 2:
-        reasons.append(f"judged unfaithful (score {facts.faithfulness})")
-    if case.multi_step and not facts.trajectory_success:
-        reasons.append("trajectory failed (" + ", ".join(idx.trajectory_failures.get(case.id, [])) + ")")
-    return reasons + custom_reasons(idx.custom.get(case.id, []))
-
-
-def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex,
-                 reasons: list[str]) -> dict[str, Any]:
-    retr = idx.retrieval.get(case.id) or {}
-    return dict(
-        case_id=case.id, split=case.split, difficulty=case.difficulty, expected_behavior=case.expected_behavior,
-        adversarial=case.adversarial, question=case.question, gold_answer=case.gold_answer, answer=out["answer"],
-        abstained=bool(out["abstained"]), error=out["error"], output_fingerprint=out["output_fingerprint"],
-        retrieved_ids=out["retrieved_ids"], citations=out["citations"],
-        **{check: idx.checks[case.id].get(check, (True, ""))[0] for check in layer1.CHECKS},  # absent: older record
-        deterministic_passed=facts.deterministic_passed,
-        **{m: retr.get(m, math.nan) for m in RETRIEVAL_FIELDS},
-        faithfulness=facts.faithfulness, answer_correctness=facts.answer_correctness,
-        citation_correctness=idx.scores.get((case.id, CITATION_CORRECTNESS)),
-        judge_error=idx.judge_errors.get(case.id),
-        trajectory_success=facts.trajectory_success if case.multi_step else None,
-        case_passed=not reasons, fail_reasons=reasons,
-        **{r["name"]: r["passed"] for r in idx.custom.get(case.id, []) if r["kind"] == "check"},
-    )
-
-
-def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
-                  verdicts: pd.DataFrame, trajectory: pd.DataFrame, custom: pd.DataFrame | None = None,
-                  registered: Registered = Registered(), runner: Any = None,
-                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
-    """(per_case, units, custom, registered): one row per case joining every layer, its share of every
-    metric, and the outcomes of the registered checks and metrics (``custom``, as stored, or run now by
-    ``runner``: ``qaeval.judges.custom``) with what ran.
-
-    per_case columns: the case's labels (case_id, split, difficulty, expected_behavior, adversarial,
-    question, gold_answer); the output (answer, abstained, error, output_fingerprint, retrieved_ids,
-    citations); one bool column per deterministic check and ``deterministic_passed``; recall_at_k,
-    precision_at_k, mrr, ndcg_at_k (NaN without gold sources); faithfulness, answer_correctness,
-    citation_correctness (the effective judge score 0/1/2, <NA> when the case was not judged);
-    judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list); then
-    one bool column per registered check.
-    """
-    idx = index_layers(checks, retrieval, verdicts, trajectory)
-    outs = RowsByKey(outputs)
-    facts, samples = [], []
-    for case in suite:
-        out = outs[case.id]
-        bodies = layer1.case_bodies(case, out, suite.corpus)
-        facts.append(case_facts(case, out, idx, bodies))
-        if runner is not None:
-            samples.append((case.id, sample_to_plain(case, out, bodies, facts[-1])))
-    if runner is not None:
-        custom, registered = frame(runner.score(samples), CUSTOM_SCHEMA), runner.registered
-    custom = custom if custom is not None else frame([], CUSTOM_SCHEMA)
-    for row in custom.to_dict("records"):
-        idx.custom.setdefault(row["case_id"], []).append(row)
-    rows = Rows({**PER_CASE_SCHEMA, **{c.name: "bool" for c in registered.checks}})
-    for case, f in zip(suite, facts):
-        out = outs[case.id]
-        rows.add(**per_case_row(case, out, f, idx, fail_reasons(case, out, f, idx)))
-    ids = [c.id for c in suite]
-    return rows.frame(), units_frame(ids, facts, custom_units(idx.custom, registered, ids)), custom, registered
 
 
 # --------------------------------------------------------------------------- the result

@@ -25,7 +25,7 @@ from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.verdicts.baseline import baseline_from_run
-from qaeval.verdicts.gate import match_cases, metric_movements
+from qaeval.verdicts.tiers import match_cases, metric_movements
 
 CASE_SCHEMA = {
     "case_id": "text", "status": "text", "before_passed": "boolean", "after_passed": "boolean", "change": "text",
