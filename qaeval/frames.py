@@ -30,7 +30,12 @@ DTYPES = {"text": object, "object": object, "bool": "bool", "boolean": "boolean"
 
 def is_missing(value: Any) -> bool:
     """True for None, NaN and pd.NA: the one test for a missing cell."""
-    return value is None or (isinstance(value, float) and value != value) or type(value).__name__ == "NAType"
+    if value is None:
+        return True
+    kind = type(value)
+    if kind is str or kind is bool or kind is int:  # the common cells, answered without a lookup
+        return False
+    return (isinstance(value, float) and value != value) or kind.__name__ == "NAType"
 
 
 def column(values: Sequence[Any], kind: str) -> pd.Series:
