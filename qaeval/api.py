@@ -304,7 +304,12 @@ def load_run(path: str | Path) -> Result:
 def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
     """Two runs (records or results) side by side."""
     def labelled(x: Any) -> tuple[RunResult, str]:
-        run_ = _as_run(x)
+        result = _load_run(x) if isinstance(x, (str, Path)) else x
+        if isinstance(result, MonitorResult):  # its run is a judged sample of logged traffic, not golden cases
+            raise UsageError(f"{x if isinstance(x, (str, Path)) else 'a monitor result'} is a monitor record of "
+                             "logged traffic; compare takes two runs over golden cases (watch traffic over time "
+                             "with monitor --timeseries, or list records with qaeval runs)")
+        run_ = _as_run(result)
         return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
 
     (b, b_label), (a, a_label) = labelled(before), labelled(after)

@@ -47,7 +47,10 @@ def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     known = _flags(parser)
     for word in message.split(":", 1)[1].split():
         if word.startswith("--"):
-            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.7)
+            flag = word.split("=", 1)[0]
+            if flag in known:  # a flag of another command, not a typo
+                return f"; {flag} is not an option of this command"
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
             if close:
                 return f"; did you mean {close[0]}?"
     return ""

@@ -37,6 +37,11 @@ class UsageError(QaevalError, ValueError):
     exit_code = 64
 
 
+def install_extra(extra: str) -> str:
+    """How to install one of qaeval's extras (qaeval is installed from a clone or a wheel, not PyPI)."""
+    return f"install qaeval with the {extra} extra (from its clone: pip install -e '.[{extra}]')"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem found while loading a file: where it is and what is wrong."""

@@ -59,6 +59,11 @@ class Result:
     def summary_text(self) -> str:
         raise NotImplementedError
 
+    def headline(self) -> Any:
+        """The scoreboard that speaks for this result (a DataFrame: metric, value, ci_low, ci_high, n, ...):
+        its run's, unless the result keeps one of its own (a monitor's, over every logged row)."""
+        return getattr(self, "run", self).scoreboard
+
     def raise_for_status(self) -> None:
         """Raise this result's typed error (carrying the result) when it is not ok."""
         if not self.ok:

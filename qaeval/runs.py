@@ -10,13 +10,15 @@ Columns, in order:
 
 ====================  ====================================================================================
 ``time``              when the command ran (UTC; NaT for a baseline, which leaves its time out)
-``kind``              run, gate, calibrate or drift (a baseline is a run)
+``kind``              run, gate, calibrate, drift or monitor (a baseline is a run)
 ``verdict``           GREEN/RED, PASS/BLOCK, TRUSTED/RETUNE JUDGE, OK/ALARM
 ``commit``            the git commit the command ran on, when it was a git checkout
 ``adapter``           the system under test
 ``judge``             the judge: name, model, temperature, seed and rubric
 ``data_fingerprint``  sha256 of the golden cases it ran on
-``<metric>``          each headline metric's value, then ``<metric>_ci_low``, ``<metric>_ci_high``, ``<metric>_n``
+``<metric>``          each headline metric's value, then ``<metric>_ci_low``, ``<metric>_ci_high``, ``<metric>_n``:
+                      the golden metrics, then the monitor's own (a monitor's row holds its scoreboard over
+                      every logged row; a metric a record's kind does not compute is empty)
 ``path``              the record's path
 ``report``            the HTML report beside it (same name, ``.html``), or None
 ``reason``            why the record could not be read, or None
@@ -36,10 +38,12 @@ from qaeval.errors import FileAccessError, QaevalError
 from qaeval.record import load_run
 from qaeval.results import Result
 from qaeval.scoring.metrics import METRIC_NAMES
+from qaeval.scoring.monitor_metrics import METRIC_NAMES as MONITOR_METRICS
 
 IDENTITY = ("time", "kind", "verdict", "commit", "adapter", "judge", "data_fingerprint")
 INTERVAL = ("", "_ci_low", "_ci_high", "_n")
-METRIC_COLUMNS = tuple(m + suffix for m in METRIC_NAMES for suffix in INTERVAL)
+HEADLINE = tuple(dict.fromkeys([*METRIC_NAMES, *MONITOR_METRICS]))  # a run's metrics, then a monitor's own
+METRIC_COLUMNS = tuple(m + suffix for m in HEADLINE for suffix in INTERVAL)
 COLUMNS = IDENTITY + METRIC_COLUMNS + ("path", "report", "reason")
 
 
@@ -56,8 +60,8 @@ def _row(result: Result) -> dict[str, Any]:
     meta = run.meta
     row: dict[str, Any] = dict(time=meta.created, kind=result.kind, verdict=result.verdict, commit=meta.git_commit,
                                adapter=meta.adapter, judge=meta.judge.label(), data_fingerprint=run.suite.fingerprint)
-    board = run.scoreboard.set_index("metric")
-    for m in METRIC_NAMES:
+    board = result.headline().set_index("metric")
+    for m in HEADLINE:
         line = board.loc[m] if m in board.index else None
         for suffix, field in zip(INTERVAL, ("value", "ci_low", "ci_high", "n")):
             row[m + suffix] = None if line is None else line[field]
@@ -81,11 +85,18 @@ def runs_table(folder: str | Path) -> pd.DataFrame:
     for column in ("kind", "verdict", "commit", "adapter", "judge", "data_fingerprint", "report", "reason"):
         table[column] = table[column].astype(object).where(table[column].notna(), None)
     table["time"] = pd.to_datetime(table["time"], utc=True, errors="coerce", format="ISO8601")
-    for m in METRIC_NAMES:
+    for m in HEADLINE:
         for suffix in INTERVAL[:3]:
             table[m + suffix] = pd.to_numeric(table[m + suffix], errors="coerce").astype("float64")
         table[m + "_n"] = pd.to_numeric(table[m + "_n"], errors="coerce").astype("Int64")
     return table.sort_values(["time", "path"], na_position="last", kind="stable").reset_index(drop=True)
+
+
+def metrics_shown(table: pd.DataFrame) -> list[str]:
+    """The headline metrics some readable record in ``table`` has a row for (a folder of golden runs shows
+    no monitor-only column, and the other way round)."""
+    readable = table[table["reason"].isna()]
+    return [m for m in HEADLINE if readable[m + "_n"].notna().any()]
 
 
 def summary_text(table: pd.DataFrame, folder: str | Path) -> str:
@@ -97,7 +108,8 @@ def summary_text(table: pd.DataFrame, folder: str | Path) -> str:
     shown = pd.DataFrame({"time": readable["time"].dt.strftime("%Y-%m-%d %H:%M").fillna("-"),
                           "kind": readable["kind"], "verdict": readable["verdict"],
                           "commit": readable["commit"].map(lambda c: (c or "-")[:7]),
-                          **{m: readable[m].map(lambda v: "NaN" if pd.isna(v) else f"{v:.3f}") for m in METRIC_NAMES},
+                          **{m: readable[m].map(lambda v: "NaN" if pd.isna(v) else f"{v:.3f}")
+                             for m in metrics_shown(table)},
                           "path": readable["path"]})
     lines = [f"{len(table)} record(s) under {folder}, {len(table) - len(readable)} could not be read"]
     if len(shown):

@@ -41,12 +41,12 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import UsageError
+from qaeval.errors import UsageError, install_extra
 from qaeval.plugins import scoped_environ
 from qaeval.record import write_record
 from qaeval.results import Result
 
-EXTRA = "pip install 'qaeval-harness[mlflow]'"
+EXTRA = install_extra("mlflow")
 HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -87,7 +87,7 @@ def require() -> None:
     try:
         import mlflow  # noqa: F401
     except ImportError as exc:
-        raise UsageError(f"logging to MLflow needs the mlflow package ({exc}); install it with {EXTRA}") from None
+        raise UsageError(f"logging to MLflow needs the mlflow package ({exc}); {EXTRA}") from None
 
 
 def redact(text: str) -> str:
@@ -123,19 +123,17 @@ def params_of(result: Result) -> dict[str, str]:
     return {k: redact(str(v))[:PARAM_LIMIT] for k, v in values.items() if v is not None}
 
 
-def _headline(result: Result) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(the scoreboard, the per-row table, its file name): a monitor's own scoreboard over every logged row
-    and its rows; for any other result, its run's scoreboard and per-case table."""
-    if isinstance(getattr(result, "scoreboard", None), pd.DataFrame) and isinstance(getattr(result, "rows", None),
-                                                                                    pd.DataFrame):
-        return result.scoreboard, result.rows, "per_row.csv"  # type: ignore[attr-defined]
-    run = getattr(result, "run", result)
-    return run.scoreboard, run.per_case, "per_case.csv"
+def _per_row(result: Result) -> tuple[pd.DataFrame, str]:
+    """The per-row table and its file name: a monitor's rows, else the run's per-case table."""
+    rows = getattr(result, "rows", None)
+    if isinstance(rows, pd.DataFrame):
+        return rows, "per_row.csv"
+    return getattr(result, "run", result).per_case, "per_case.csv"
 
 
 def metrics_of(result: Result) -> dict[str, float]:
     out: dict[str, float] = {}
-    for row in _headline(result)[0].to_dict("records"):
+    for row in result.headline().to_dict("records"):
         m = row["metric"]
         out.update({m: _number(row["value"]), f"{m}_ci_low": _number(row["ci_low"]),
                     f"{m}_ci_high": _number(row["ci_high"]), f"{m}_n": _number(row["n"])})
@@ -165,7 +163,7 @@ def _artifacts(result: Result, folder: Path, record: str | Path | None, html: st
         shutil.copyfile(record, saved)  # the very file saved, under the name every run's record has
     else:
         write_record(result, saved)
-    _, rows, name = _headline(result)
+    rows, name = _per_row(result)
     table = folder / name
     rows.to_csv(table, index=False)
     if html is None:

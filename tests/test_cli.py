@@ -177,3 +177,10 @@ def test_a_reader_that_leaves_early_gets_no_complaint_and_the_verdict_stands():
     err = done.stderr.read().decode()
     assert done.wait(timeout=300) == 1, err
     assert "Broken pipe" not in err and "Traceback" not in err, err
+
+
+def test_a_flag_of_another_command_is_named_as_such_not_suggested_back(capsys):
+    """`baseline --mlflow URI` used to answer "did you mean --mlflow?" (a new user's report)."""
+    assert main(["baseline", "--data", "golden", "--out", "x.json", "--mlflow", "http://127.0.0.1:1"]) == 64
+    err = capsys.readouterr().err
+    assert "--mlflow is not an option of this command" in err and "did you mean" not in err

@@ -11,7 +11,7 @@ from conftest import GOLDEN
 from qaeval import api, load_suite, run_suite
 from qaeval.cli import main
 
-distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install 'qaeval-harness[dask]')")
+distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
 
 
 @pytest.fixture(scope="module")

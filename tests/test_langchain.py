@@ -294,7 +294,7 @@ def test_importing_the_integration_without_langchain_core_is_a_usage_error_namin
     for name in [m for m in sys.modules if m.split(".")[0] == "langchain_core"]:
         monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
     monkeypatch.delitem(sys.modules, "qaeval.integrations.langchain")
-    with pytest.raises(UsageError, match=r"needs langchain-core .*pip install 'qaeval-harness\[langchain\]'"):
+    with pytest.raises(UsageError, match=r"needs langchain-core .*pip install -e '\.\[langchain\]'"):
         importlib.import_module("qaeval.integrations.langchain")
 
 
@@ -305,7 +305,7 @@ def test_without_langchain_core_the_adapter_is_a_usage_error_naming_the_extra(tm
     env = {"PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
     done = _cli("run", "--data", "golden", "--adapter", "examples.langchain_adapter:make_adapter", env=env)
     assert done.returncode == 64, done.stdout + done.stderr
-    assert "needs langchain-core" in done.stderr and "pip install 'qaeval-harness[langchain]'" in done.stderr
+    assert "needs langchain-core" in done.stderr and "pip install -e '.[langchain]'" in done.stderr
     assert "Traceback" not in done.stderr
 
 

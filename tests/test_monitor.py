@@ -53,7 +53,7 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
 
     (tmp_path / "logs.parquet").write_bytes(b"PAR1")
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
-    with pytest.raises(UsageError, match=r"qaeval-harness\[parquet\]"):
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[parquet\]'"):
         check_log(tmp_path / "logs.parquet")
 
 

@@ -178,3 +178,30 @@ def test_the_notebook_executes_under_papermill_and_fails_on_an_alarm(tmp_path):
     assert info.value.ename == "DriftAlarm" and "citation_resolvability" in info.value.evalue
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
     assert "ALARM" in text and "image/png" in text and "details class=\\\"case" in text
+
+
+def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_and_is_not_compared(tmp_path, capsys):
+    """Found by a new user: `qaeval runs` showed a monitor's judged-sample board (n = the sample, an answer
+    correctness the monitor says is absent), and `compare` diffed a monitor record against a golden run."""
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30))
+    folder = tmp_path / "records"
+    folder.mkdir()
+    result = api.score_logs(str(logs), window="1D", sample=10, seed=3, save=str(folder / "monitor.json"))
+    assert main(["run", "--data", str(ROOT / "golden"), "--save", str(folder / "run.json"), "--quiet"]) == 0
+    table = api.runs(folder).set_index("kind")
+    board = result.scoreboard.set_index("metric")
+    assert table.at["monitor", "deterministic_pass_rate"] == pytest.approx(board.at["deterministic_pass_rate", "value"])
+    assert table.at["monitor", "deterministic_pass_rate_n"] == len(result.rows) == 60
+    assert table.at["monitor", "citation_resolvability_n"] == board.at["citation_resolvability", "n"]
+    assert np.isnan(table.at["monitor", "answer_correctness"]) and np.isnan(table.at["run", "citation_resolvability"])
+    capsys.readouterr()
+    assert main(["compare", str(ROOT / "golden" / "ci-baseline.json"), str(folder / "monitor.json")]) == 64
+    assert "is a monitor record of logged traffic" in capsys.readouterr().err
+
+
+def test_the_summary_prints_every_metric_per_window(tmp_path):
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=30))
+    text = api.score_logs(str(logs), window="1D").summary_text()
+    assert "per 1D window (all rows):" in text
+    block = text.split("per 1D window (all rows):", 1)[1]
+    assert block.count("T00:00:00") == 3 and "faithfulness_rate" in block

@@ -229,7 +229,7 @@ def test_missing_model_or_key_is_a_usage_error(env, capsys):
 
 def test_missing_extra_says_how_to_install(env, monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(UsageError, match=r"pip install 'qaeval-harness\[openai\]'"):
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[openai\]'"):
         OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import Problem, UsageError
+from qaeval.errors import Problem, UsageError, install_extra
 from qaeval.files import iter_jsonl, loads_strict
 
 LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
@@ -113,7 +113,7 @@ def _parquet_batches(path: Path) -> Iterator[list[dict[str, Any]]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError("reading Parquet logs needs pyarrow: pip install 'qaeval-harness[parquet]'") from None
+        raise UsageError(f"reading Parquet logs needs pyarrow: {install_extra('parquet')}") from None
     for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK):
         yield batch.to_pylist()
 

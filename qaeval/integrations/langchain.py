@@ -1,4 +1,4 @@
-"""LangChain systems as qaeval adapters (extra ``[langchain]``: ``pip install 'qaeval-harness[langchain]'``).
+"""LangChain systems as qaeval adapters (extra ``[langchain]``: ``pip install -e '.[langchain]'`` in a clone).
 
     # my_rag.py
     from langchain_openai import ChatOpenAI
@@ -51,7 +51,7 @@ from typing import Any
 
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
-from qaeval.errors import UsageError
+from qaeval.errors import UsageError, install_extra
 from qaeval.integrations.citations import read_answer
 from qaeval.system.contract import CaseView, SUTOutput
 from qaeval.system.reference import INDEX_CACHE, RELEVANCE_FLOOR, TOP_K, lexical_scores
@@ -65,8 +65,8 @@ try:
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 except ImportError as exc:
-    raise UsageError(f"qaeval.integrations.langchain needs langchain-core ({exc}): install the extra with "
-                     "pip install 'qaeval-harness[langchain]'") from None
+    raise UsageError(f"qaeval.integrations.langchain needs langchain-core ({exc}): "
+                     f"{install_extra('langchain')}") from None
 
 ID_KEY = "source_id"
 TITLE_KEY = "title"

@@ -1,5 +1,5 @@
 """A judge behind any OpenAI-compatible chat-completions endpoint (OpenAI, Azure OpenAI, vLLM, Ollama,
-llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: ``pip install 'qaeval-harness[openai]'``.
+llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: the ``openai`` extra.
 
 ``make_judge(settings)`` takes a ``JudgeSettings``: the CLI builds it from its ``--judge-*`` flags over
 the environment, the API and notebooks from their ``judge_*`` parameters; called with no settings it
@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from qaeval.errors import UsageError
+from qaeval.errors import UsageError, install_extra
 from qaeval.judges.cache import VerdictCache, cache_key
 from qaeval.plugins import progress_bar
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
@@ -69,7 +69,7 @@ class OpenAIJudge:
         try:
             import openai
         except ImportError:
-            raise UsageError("the OpenAI judge needs the openai extra: pip install 'qaeval-harness[openai]'") from None
+            raise UsageError(f"the OpenAI judge needs the openai package: {install_extra('openai')}") from None
         if not model:
             raise UsageError("no judge model: set QAEVAL_JUDGE_MODEL or pass --judge-model")
         if concurrency < 1:

@@ -18,9 +18,9 @@ import pandas as pd
 from qaeval.files import write_atomic
 from qaeval.frames import is_missing
 from qaeval.reports.charts import runs_chart
+from qaeval.runs import metrics_shown
 from qaeval.reports.html import NA, Chart, Col, esc, facts_html, html_table, num
 from qaeval.reports.render import page
-from qaeval.scoring.metrics import METRIC_NAMES
 
 GOOD = {"GREEN", "PASS", "TRUSTED", "OK"}
 
@@ -49,7 +49,7 @@ def _run_rows(table: pd.DataFrame, page_dir: Path) -> list[dict[str, Any]]:
                      "short_commit": (row["commit"] or "")[:12], "data": (row["data_fingerprint"] or "")[:12],
                      "record": _link(row["path"], page_dir, row["path"]),
                      "report_link": _link(row["report"], page_dir, "report"),
-                     **{f"{m}_shown": _interval(row, m) for m in METRIC_NAMES}})
+                     **{f"{m}_shown": _interval(row, m) for m in metrics_shown(table)}})
     return rows
 
 
@@ -58,7 +58,7 @@ def runs_table_html(table: pd.DataFrame, page_dir: Path) -> str:
     columns = [Col("when", "time (UTC)", "nowrap"), Col("kind", "kind", "nowrap"), Col("verdict", "verdict", "nowrap"),
                Col("short_commit", "commit", "id"), Col("report_link", "report", "html"),
                Col("record", "record", "html"), Col("adapter", "adapter"), Col("judge", "judge"),
-               Col("data", "data", "id")] + [Col(f"{m}_shown", m, "htmlnum") for m in METRIC_NAMES]
+               Col("data", "data", "id")] + [Col(f"{m}_shown", m, "htmlnum") for m in metrics_shown(table)]
     return html_table(_run_rows(table, page_dir), columns, bad=lambda r: r["verdict"] not in GOOD)
 
 
@@ -87,7 +87,7 @@ def runs_page(table: pd.DataFrame, folder: str, page_dir: Path) -> str:
             + "<h2>Records that could not be read</h2>" + unreadable_html(table, page_dir)
             + "<h2>Each metric over time</h2>")
     if len(timed):
-        body += chart_html(runs_chart(timed, METRIC_NAMES))
+        body += chart_html(runs_chart(timed, metrics_shown(timed)))
     else:
         body += '<p class="qaeval-empty">no record with a time to plot</p>'
     if untimed:

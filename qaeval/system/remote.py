@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from qaeval.data.cases import Suite
-from qaeval.errors import UsageError, describe
+from qaeval.errors import UsageError, describe, install_extra
 from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
 from qaeval.system.process import FrameError, UserProcess, exit_reason, parse
@@ -165,7 +165,7 @@ def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
     try:
         from distributed import Client
     except ImportError:
-        raise UsageError("--executor dask:// needs the dask extra: pip install 'qaeval-harness[dask]'") from None
+        raise UsageError(f"--executor dask:// needs the distributed package: {install_extra('dask')}") from None
     try:
         client = Client("tcp://" + url.removeprefix("dask://"), timeout="10s")
     except Exception as exc:  # noqa: BLE001

@@ -62,6 +62,9 @@ class MonitorResult(Result):
     def ok(self) -> bool:
         return not self.alarms
 
+    def headline(self) -> pd.DataFrame:
+        return self.scoreboard  # over every logged row; the judged sample's run board is not the monitor's
+
     @property
     def reason(self) -> str:
         if self.alarms:
@@ -82,6 +85,7 @@ class MonitorResult(Result):
             for r in part.itertuples(index=False):
                 ppi = f"  PPI {format_number(r.ppi_value)} (n_labelled {r.n_labelled})" if r.n_labelled else ""
                 lines.append(f"  {r.group:<20} {r.metric:<26} {format_number(r.value):>7}  n={r.n}{ppi}")
+        lines += self._window_lines()
         for entry in self.timeline:
             state = "too few rows to compare: no alarm" if entry["too_few"] else \
                 ("ALARM" if entry["alarms"] else "inside its bands")
@@ -89,6 +93,17 @@ class MonitorResult(Result):
         lines += [f"  alarm: {a['message']}" for a in self.alarms]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _window_lines(self) -> list[str]:
+        """Every metric per time window over all rows (the slices' windows are in ``windows`` and the report)."""
+        overall = self.windows[self.windows["slice"] == ALL]
+        if overall.empty:
+            return []
+        table = overall.pivot(index="window", columns="metric", values="value")
+        table = table[[m for m in METRIC_NAMES if m in table.columns]].apply(lambda column: column.map(format_number))
+        rows = overall.groupby("window")["rows"].first()
+        table.insert(0, "rows", rows.reindex(table.index))
+        return [f"per {self.every} window (all rows):", table.to_string()]
 
     def to_frame(self) -> pd.DataFrame:
         return self.scoreboard
