@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from typing import Any, Callable
 
 _WORD = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*")
 
@@ -47,10 +48,38 @@ def _normalized(text: str) -> str:
     return " ".join(_WORD.findall(text.lower().replace(",", "")))
 
 
-@lru_cache(maxsize=1 << 15)
+class _Memo(dict):  # type: ignore[type-arg]
+    """text -> ``compute(text)``, for texts met again by the reference system, the checks, the judge and
+    the outcomes (a passage is read by all four). Bounded by the characters of the texts it holds: cleared
+    when they pass ``limit``, so one pass over a large suite computes each passage once and memory
+    stays bounded whatever the suite's size. A thread that races another computes a value twice."""
+
+    def __init__(self, compute: Callable[[str], Any], limit: int) -> None:
+        super().__init__()
+        self.compute, self.limit, self.chars = compute, limit, 0
+
+    def __missing__(self, text: str) -> Any:
+        if self.chars > self.limit:
+            self.clear()
+            self.chars = 0
+        value = self[text] = self.compute(text)
+        self.chars += len(text)
+        return value
+
+
+MEMO_CHARS = 1 << 25  # characters of text a memo holds before it starts again (32 M: about 100 MB for term sets)
+
+_NORMAL = _Memo(_normalized, 2 * MEMO_CHARS)
+
+
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
-    return _normalized(text)
+    return _NORMAL[text]
+
+
+def normalize_once(text: str) -> str:
+    """``normalize`` for a text read once (a prompt), which is not kept."""
+    return _NORMAL[text] if text in _NORMAL else _normalized(text)
 
 
 def tokens(text: str) -> list[str]:
@@ -88,9 +117,17 @@ def content_terms(text: str) -> list[str]:
     return list(_content_terms(text or ""))
 
 
-@lru_cache(maxsize=1 << 17)  # passages recur across hub, checks and judge: compute each once
-def _content_terms(text: str) -> tuple[str, ...]:
-    return tuple(filter(None, map(_TERMS.__getitem__, _normalized(text).split())))
+def _terms_of(text: str) -> tuple[str, ...]:
+    return tuple(filter(None, map(_TERMS.__getitem__, normalize(text).split())))
+
+
+_TERMS_OF = _Memo(_terms_of, MEMO_CHARS)
+_content_terms = _TERMS_OF.__getitem__
+
+
+def term_set(text: str | None) -> frozenset[str]:
+    """The distinct content terms of ``text``: ``set(content_terms(text))``."""
+    return frozenset(_content_terms(text or ""))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")

@@ -168,3 +168,20 @@ def test_claim_covers_by_containment_or_overlap():
     assert claim_covers(S1, "The Eastside Branch opened in 1964.") is True
     assert claim_covers("Eastside opened in 1964 on Dunmore Street", "Eastside Branch opened 1964 Dunmore") is True
     assert claim_covers(S2, S1) is False
+
+
+def test_text_memos_are_bounded_and_agree_with_computing_afresh(monkeypatch):
+    """The normal-form memo that the reference system, the checks and the judge share holds at most
+    its character budget (plus one text), and what it returns is what computing afresh gives."""
+    from qaeval import text
+
+    monkeypatch.setattr(text._NORMAL, "limit", 200)
+    text._NORMAL.clear()
+    text._NORMAL.chars = 0
+    samples = [f"Passage {i}: The Éxies' 1,000 fans — opened {i}.5 branches" for i in range(60)]
+    for sample in samples * 2:
+        assert text.normalize(sample) == text._normalized(sample)
+        assert text._NORMAL.chars <= 200 + max(map(len, samples))
+    assert text.normalize_once("A prompt read once") == "a prompt read once"
+    assert "A prompt read once" not in text._NORMAL
+    assert text.term_set("Branches opened; branches OPEN") == {"branch", "open"}

@@ -233,3 +233,55 @@ def test_the_saboteur_reads_what_an_adapter_printed_in_the_record(tmp_path):
     data = json.loads(record.read_text())
     assert all("noise line 1999" in line["output"]["logs"] for line in data["cases"])
 
+
+
+class _Text(str):
+    """A str subclass whose methods lie: comparing, hashing or encoding it would raise."""
+
+    def __eq__(self, other):
+        raise AssertionError("the harness compared a str subclass")
+
+    __hash__ = str.__hash__
+
+    def encode(self, *args, **kwargs):
+        raise AssertionError("the harness called a str subclass's encode")
+
+
+class _Number(float):
+    def __repr__(self):
+        raise AssertionError("the harness called a float subclass's __repr__")
+
+
+class SubclassingAdapter:
+    """Answers with the reference system's output, every string and number a lying subclass."""
+
+    def __init__(self):
+        from qaeval.system.reference import make_adapter
+
+        self.inner = make_adapter()
+
+    def answer(self, case):
+        from qaeval.system.contract import Citation, SUTOutput
+
+        out = self.inner.answer(case)
+        return SUTOutput(answer=_Text(out.answer), abstained=out.abstained, model_was_called=out.model_was_called,
+                         citations=[Citation(_Text(c.source_id), _Text(c.claim)) for c in out.citations],
+                         retrieved_ids=[_Text(r) for r in out.retrieved_ids],
+                         prompt_to_model=None if out.prompt_to_model is None else _Text(out.prompt_to_model),
+                         computed_aggregate=_Number(1.5))
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_str_and_float_subclasses_come_back_as_plain_values(golden, isolation):
+    """In process or not, the outputs hold exact str and float values with the same text, so nothing an
+    adapter's subclass overrides runs in scoring; and the cases score as the plain output would."""
+    outputs = run_suite(golden, SubclassingAdapter(), isolation=isolation, concurrency=2)
+    plain = run_suite(golden, "qaeval.system.reference:make_adapter", isolation="none", concurrency=2)
+    assert outputs["error"].isna().all(), outputs["error"].dropna().tolist()
+    for column in ("answer", "prompt_to_model"):
+        assert {type(v) for v in outputs[column] if v is not None} == {str}
+        assert outputs[column].tolist() == plain[column].tolist()
+    assert {type(r) for ids in outputs["retrieved_ids"] for r in ids} == {str}
+    assert {type(v) for cited in outputs["citations"] for c in cited for v in c.values()} == {str}
+    assert {type(v) for v in outputs["computed_aggregate"]} == {float}
+    assert outputs["output_fingerprint"].tolist() == plain["output_fingerprint"].tolist()

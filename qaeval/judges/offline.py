@@ -10,21 +10,20 @@ from collections.abc import Sequence
 
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
-from qaeval.text import content_terms, split_sentences, tokens
+from qaeval.text import split_sentences, term_set, tokens
 
 
-def _best_sentence(text: str, target_terms: set[str]) -> str:
+def _best_sentence(text: str, target_terms: frozenset[str]) -> str:
     best, best_hits = "", 0
     for sentence in split_sentences(text):
-        hits = len(target_terms & set(content_terms(sentence)))
+        hits = len(target_terms & term_set(sentence))
         if hits > best_hits:
             best, best_hits = sentence, hits
     return best
 
 
-def _share(part: list[str], whole: list[str]) -> float:
-    p = set(part)
-    return len(p & set(whole)) / len(p) if p else 0.0
+def _share(part: frozenset[str], whole: frozenset[str]) -> float:
+    return len(part & whole) / len(part) if part else 0.0
 
 
 def token_f1(prediction: str, reference: str) -> float:
@@ -56,11 +55,11 @@ class OfflineJudge:
         return [self.judge_one(r) for r in requests]
 
     def judge_one(self, req: JudgeRequest) -> JudgeResponse:
-        answer_terms = content_terms(req.answer)
+        answer_terms = term_set(req.answer)
         evidence = req.evidence
-        support = _share(answer_terms, content_terms(evidence))
+        support = _share(answer_terms, term_set(evidence))
         f_score = 2 if support >= 0.9 else 1 if support >= 0.5 else 0
-        f_quote = _best_sentence(evidence, set(answer_terms)) if f_score else ""
+        f_quote = _best_sentence(evidence, answer_terms) if f_score else ""
         verdicts = [AxisVerdict("faithfulness", f_score, f_quote,
                                 f"{support:.0%} of the answer's content words are in the cited sources")]
         gold = req.gold_answer or ""
@@ -68,21 +67,21 @@ class OfflineJudge:
         gold_tokens = tokens(gold)
         all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
         a_score = 2 if f1 >= 0.8 else 1 if all_in else 0
-        a_quote = _best_sentence(req.answer, set(content_terms(gold)) | set(gold_tokens)) if a_score else ""
+        a_quote = _best_sentence(req.answer, term_set(gold) | set(gold_tokens)) if a_score else ""
         verdicts.append(AxisVerdict("answer_correctness", a_score, a_quote,
                                     f"token F1 {f1:.2f} with the gold answer"
                                     + ("; every gold token present" if all_in else "")))
         for c in req.citations:
-            claim = content_terms(c.claim)
-            cited = _share(claim, content_terms(c.text))
-            decoy = _share(claim, content_terms(c.decoy_text or ""))
+            claim = term_set(c.claim)
+            cited = _share(claim, term_set(c.text))
+            decoy = _share(claim, term_set(c.decoy_text))
             if cited >= 0.9 and cited > decoy:
                 score = 2
             elif cited >= 0.5:
                 score = 1
             else:
                 score = 0
-            quote = _best_sentence(c.text, set(claim)) if score else ""
+            quote = _best_sentence(c.text, claim) if score else ""
             verdicts.append(AxisVerdict(CITATION_CORRECTNESS, score, quote,
                                         f"claim overlap {cited:.0%} with the cited source, "
                                         f"{decoy:.0%} with decoy {c.decoy_id}", target=c.source_id))

@@ -45,12 +45,13 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import pandas as pd
 
 from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import content_terms, normalize, split_sentences
+from qaeval.text import content_terms, normalize, normalize_once, split_sentences, term_set
 
 CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
                     "passage_fidelity"]
@@ -64,6 +65,11 @@ TEMPLATE_MIN_PROMPTS = 3
 def _contains(haystack: str, needle: str) -> bool:
     """Word-bounded containment of normalised (folded) text."""
     return bool(needle) and f" {needle} " in f" {haystack} "
+
+
+def _within(padded: str, needle: str) -> bool:
+    """``_contains`` for a haystack already padded with a space at each end."""
+    return bool(needle) and f" {needle} " in padded
 
 
 def _remove(text: str, pieces: Sequence[str]) -> str:
@@ -108,11 +114,12 @@ def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
 
 
 def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
-                     titles: Mapping[str, str | None] | None = None) -> str | None:
+                     titles: Mapping[str, str | None] | None = None, normal_prompt: str | None = None) -> str | None:
     """The normalised prompt with its question and every retrieved passage cut out (None when no prompt
     was recorded): where a leaked gold answer would have to be. A passage's id and title are context
     where they head its body ("[the-exies] The Exies\nThe Exies were ..." leaks nothing); a second
-    copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages)."""
+    copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages).
+    ``normal_prompt``: the prompt already normalised, when the caller has it."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
@@ -122,7 +129,7 @@ def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str
         body, rid, title = normalize(bodies[r]), normalize(r), normalize((titles or {}).get(r) or "")
         heads = [f"{title} {body}", f"{rid} {title} {body}", f"{title} {rid} {body}"] if title else []
         pieces += [*heads, f"{rid} {body}", body, rid]
-    return _remove(normalize(prompt), pieces)
+    return _remove(normal_prompt if normal_prompt is not None else normalize_once(prompt), pieces)
 
 
 def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
@@ -135,19 +142,20 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
     prompt = out["prompt_to_model"]
     if is_missing(prompt) or not str(prompt).strip():
         return False, "a model was called but no prompt was recorded, so isolation cannot be verified"
-    text = normalize(prompt)
+    normal = normalize_once(prompt)
+    text = f" {normal} "
     problems = []
-    if not _contains(text, normalize(case.question)):
+    if not _within(text, normalize(case.question)):
         problems.append("the prompt does not carry the question")
     retrieved = [r for r in out["retrieved_ids"] if r in bodies]
-    if retrieved and not any(_contains(text, normalize(bodies[r])) for r in retrieved):
+    if retrieved and not any(_within(text, normalize(bodies[r])) for r in retrieved):
         problems.append("the prompt carries none of the retrieved sources' text (ids alone ground nothing)")
     missing = [c["source_id"] for c in out["citations"]
-               if c["source_id"] in bodies and not _contains(text, normalize(bodies[c["source_id"]]))]
+               if c["source_id"] in bodies and not _within(text, normalize(bodies[c["source_id"]]))]
     if missing and retrieved:
         problems.append(f"cited source(s) {', '.join(dict.fromkeys(missing))} not in the prompt: the model never saw them")
     if case.gold_answer:
-        rest = remainder if remainder is not None else prompt_remainder(case, out, bodies, titles) or ""
+        rest = remainder if remainder is not None else prompt_remainder(case, out, bodies, titles, normal) or ""
         if _contains(_strip_template(rest, template), normalize(case.gold_answer)):
             problems.insert(0, f"gold answer {case.gold_answer!r} appears in the prompt outside the retrieved sources")
     if problems:
@@ -208,15 +216,20 @@ def claim_covers(claim: str, sentence: str) -> bool:
         return False
     if c in s or s in c:
         return True
-    s_terms = set(content_terms(sentence))
-    return bool(s_terms) and len(s_terms & set(content_terms(claim))) / len(s_terms) >= COVERAGE_OVERLAP
+    s_terms = term_set(sentence)
+    return bool(s_terms) and len(s_terms & term_set(claim)) / len(s_terms) >= COVERAGE_OVERLAP
 
 
 def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[int, int, list[str]]:
     """(covered, load-bearing, uncovered sentences) for an answered output."""
-    claims = [c["claim"] for c in _resolvable(out, bodies)]
-    sentences = [s for s in split_sentences(out["answer"]) if is_load_bearing(s)]
-    uncovered = [s for s in sentences if not any(claim_covers(cl, s) for cl in claims)]
+    covered, total, uncovered = _coverage(out["answer"], tuple(c["claim"] for c in _resolvable(out, bodies)))
+    return covered, total, list(uncovered)
+
+
+@lru_cache(maxsize=1 << 15)  # the check and the case's outcome both ask
+def _coverage(answer: str, claims: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
+    sentences = [s for s in split_sentences(answer) if is_load_bearing(s)]
+    uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
     return len(sentences) - len(uncovered), len(sentences), uncovered
 
 
@@ -300,10 +313,11 @@ def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFr
     (case, check): case_id, check, passed (bool), reason (str).
     """
     frozen = frozen_passages(sources, outputs, corpus)
-    outs = RowsByKey(outputs)
-    used = {cid: used_passages(frozen.get(cid, {}), outs[cid]) for cid in cases["case_id"].tolist() if cid in outs}
+    by_id = RowsByKey(outputs)
+    outs = {cid: by_id[cid] for cid in cases["case_id"].tolist()}
+    used = {cid: used_passages(frozen.get(cid, {}), out) for cid, out in outs.items()}
     prompted = [case for case in cases.itertuples(index=False)
-                if case.case_id in outs and is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
+                if is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
     sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
     template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], *used[c.case_id]) for c in sample)
                                if r is not None])

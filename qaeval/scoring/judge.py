@@ -39,7 +39,7 @@ from qaeval.errors import UsageError
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
-from qaeval.text import content_terms, normalize
+from qaeval.text import content_terms, normalize, term_set
 
 MIN_QUOTE_TERMS = 3
 
@@ -178,10 +178,10 @@ def judge_config_of(judge: Any) -> JudgeConfig:
 
 def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[str | None, str | None]:
     """The (id, text) among candidates most lexically similar to the claim (Jaccard on content terms)."""
-    claim_terms = set(content_terms(claim))
+    claim_terms = term_set(claim)
     best: tuple[float, str | None, str | None] = (-1.0, None, None)
     for sid, text in candidates:
-        terms = set(content_terms(text))
+        terms = term_set(text)
         union = claim_terms | terms
         sim = len(claim_terms & terms) / len(union) if union else 0.0
         if sim > best[0]:

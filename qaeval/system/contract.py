@@ -164,12 +164,15 @@ def output_to_plain(output: Any) -> dict[str, Any]:
     if not isinstance(output, SUTOutput):
         return {"not_output": type(output).__name__}
 
-    def plain(value: Any) -> Any:
-        if value is None or isinstance(value, (bool, str)):
+    def plain(value: Any) -> Any:  # str, int and float subclasses become the plain type (their methods are not called)
+        if value is None or isinstance(value, bool) or type(value) is str:
             return value
+        if isinstance(value, str):
+            return str.encode(value, "utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
         if isinstance(value, int):
-            return value if abs(value) < 10**300 else {"__type__": "an integer too large to compare"}
+            return int.__int__(value) if abs(int.__int__(value)) < 10**300 else {"__type__": "an integer too large to compare"}
         if isinstance(value, float):
+            value = float.__float__(value)
             return value if math.isfinite(value) else {"__type__": f"non-finite float {value!r}"}
         if isinstance(value, Citation):
             return {"source_id": plain(value.source_id), "claim": plain(value.claim)}
@@ -278,7 +281,7 @@ def _retrieved(value: Any, passages: list[dict[str, Any]]) -> tuple[list[str], l
         return [], [f"retrieved_ids holds {len(items)} ids (limit {MAX_PASSAGES})"]
     if not all(isinstance(r, str) for r in items):
         return [], ["retrieved_ids must hold only strings"]
-    dupes = sorted(r for r, n in Counter(items).items() if n > 1)
+    dupes = sorted(r for r, n in Counter(items).items() if n > 1) if len(set(items)) < len(items) else []
     if dupes:
         return [], [f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once"]
     retrieved = [sys.intern(r) for r in items]
@@ -344,7 +347,8 @@ def _passages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
         return [], problems
     passages = [{"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
                 for p in items]
-    dupes = sorted(i for i, n in Counter(p["id"] for p in passages).items() if n > 1)
+    ids = [p["id"] for p in passages]
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1) if len(set(ids)) < len(ids) else []
     if dupes:
         return [], [f"passages lists {', '.join(repr(d) for d in dupes)} more than once"]
     return passages, []

@@ -6,7 +6,6 @@ abandons its thread, and ``os._exit`` ends the harness. Every output of such a r
 from __future__ import annotations
 
 import io
-import json
 import queue
 import sys
 import threading
@@ -117,8 +116,9 @@ class _ThreadRun:
                 continue
             if index not in self.recorded:
                 case_id, t0 = self.started[index]
-                self.record(index, reply_row(case_id, json.loads(json.dumps(reply)), time.perf_counter() - t0)
-                            | {"logs": logs})
+                # The reply is plain data already (output_to_plain makes fresh containers of exact types),
+                # checked like a worker's reply.
+                self.record(index, reply_row(case_id, reply, time.perf_counter() - t0) | {"logs": logs})
 
     def stop(self, concurrency: int) -> None:
         for _ in range(concurrency + len(self.suite)):

@@ -27,7 +27,7 @@ from typing import Any
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.text import content_terms
+from qaeval.text import term_set
 
 RELEVANCE_FLOOR = 0.5
 TOP_K = 5
@@ -36,10 +36,10 @@ TOP_K = 5
 def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[float, float, Source]]:
     """(relevance, focus, source) for every source, best first. Relevance is the share of the
     question's content terms the source contains; focus breaks ties toward shorter sources."""
-    q_terms = set(content_terms(question))
+    q_terms = term_set(question)
     scored = []
     for src in sources:
-        terms = set(content_terms(src.text)).union(content_terms(src.title or ""))
+        terms = term_set(src.text) | term_set(src.title) if src.title else term_set(src.text)
         hits = len(q_terms & terms)
         relevance = hits / len(q_terms) if q_terms else 0.0
         focus = hits / len(terms) if terms else 0.0
