@@ -46,6 +46,7 @@ _EXPORTS = {
     "load_run": "qaeval.record",
     "check": "qaeval.scoring.custom", "Sample": "qaeval.scoring.custom", "Metric": "qaeval.scoring.metrics",
     "CaseFacts": "qaeval.scoring.metrics",
+    "FailReason": "qaeval.scoring.outcomes",
     "score_logs": "qaeval.api", "MonitorResult": "qaeval.verdicts.monitor",
 }
 

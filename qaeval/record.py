@@ -1,9 +1,9 @@
 """The run record: everything one command knew, in one versioned file a reviewer can read as a diff.
 
-Format ``qaeval-record``, version 1: a JSON object with sorted keys, one case per line.
+Format ``qaeval-record``, version 2: a JSON object with sorted keys, one case per line.
 
 ==============  ==========================================================================================
-format, version ``"qaeval-record"``, ``1``
+format, version ``"qaeval-record"``, ``2`` (version 1, qaeval 0.2, is not read: run its command again)
 kind            ``run``, ``gate``, ``calibrate`` or ``drift``: which report draws it
 baseline        true when written by ``qaeval baseline``: prompts are kept as their sha256 only and the
                 fields that change from run to run on an unchanged system (time, commit, latency, logs,
@@ -20,8 +20,8 @@ cases           one line per case: ``case`` (the golden case as loaded), ``finge
                 (answer, citations, retrieved_ids, abstained, model_was_called, prompt_to_model or
                 prompt_sha256, computed_aggregate, error, latency_s, logs, output_fingerprint), ``checks``
                 ([check, passed, reason] each), ``retrieval``, ``verdicts`` (each with its quote and
-                rationale), ``trajectory``, and what they add up to: ``passed``, ``fail_reasons``,
-                ``units`` ({metric: [numerator, denominator]})
+                rationale), ``trajectory``, and what they add up to: ``passed``, ``fail_reasons`` (each
+                ``{code, message}``, plus ``name`` for a registered check or metric), ``units`` ({metric: [numerator, denominator]})
 gate            (kind gate) the verdict: tiers, metric movements, regressed and new cases, the
                 baseline's answers for the cases that matter
 calibration     (kind calibrate) label pairs, agreement per axis with intervals, confusion matrices
@@ -74,7 +74,7 @@ from qaeval.data.logs import sample_suite_from_raw
 from qaeval.record_check import audit_custom, audit_layers, audit_outcomes
 
 FORMAT = "qaeval-record"
-VERSION = 1
+VERSION = 2  # 2: fail reasons carry a code (qaeval 0.3)
 LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
 VOLATILE_META = ("created", "git_commit", "python")
 
@@ -116,7 +116,7 @@ def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: lis
         retrieval={k: v for k, v in rows.retrieval.items() if k != "case_id"} if rows.retrieval is not None else None,
         verdicts=verdicts,
         trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in rows.trajectory],
-        passed=rows.outcome["case_passed"], fail_reasons=rows.outcome["fail_reasons"],
+        passed=rows.outcome["case_passed"], fail_reasons=[r.to_dict() for r in rows.outcome["fail_reasons"]],
         units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in metrics},
     ) | ({"custom": [[r["name"], r["passed"], r["reason"]] for r in rows.custom]} if custom else {}))
 
@@ -227,7 +227,10 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
     if data.get("format") != FORMAT:
         raise RecordError(f"not a qaeval run record (expected format {FORMAT!r})", file=where)
     if data.get("version") != VERSION:
-        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION})", file=where)
+        again = ("; it was written by qaeval 0.2, before fail reasons carried codes: make it again with this "
+                 "qaeval (run its command again, e.g. `qaeval baseline --data DIR --out FILE`)") if data.get("version") == 1 else ""
+        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION}){again}",
+                          file=where)
     problems = []
     for key, kind in (("kind", str), ("meta", dict), ("cases", list), ("scoreboard", list), ("slices", list)):
         if not isinstance(data.get(key), kind):
@@ -279,6 +282,7 @@ LINE_FIELDS = {  # a case line of a record, as the loader reads it ("list"/"dict
     "retrieval": "Dict", "verdicts": "list", "trajectory": "list", "passed": "bool", "fail_reasons": "list",
     "units": "dict",
 }
+REASON_FIELDS = {"code": "str", "message": "str"}  # and "name" for a registered check or metric
 STORED_OUTPUT = {k: v for k, v in OUTPUT_SCHEMA.items()  # what a line's output holds (the rest is optional)
                  if k not in ("case_id", "latency_s", "logs", "passages", "prompt_to_model")}
 LINE_ROWS = (  # a case line's lists of rows, and the frame schema each row follows
@@ -292,6 +296,7 @@ def _line_problems(line: Mapping[str, Any], at: str) -> list[str]:
     problems += [f"{at}.checks[{j}] is not [check, passed, reason]" for j, c in enumerate(line["checks"])
                  if not (isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], bool)
                          and isinstance(c[2], str))]
+    problems += row_problems(line["fail_reasons"], REASON_FIELDS, f"{at}.fail_reasons")
     if line["retrieval"] is not None:
         problems += object_problems(line["retrieval"], {k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"},
                                     f"{at}.retrieval")

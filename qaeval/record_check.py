@@ -159,9 +159,15 @@ def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels
     Bootstrap intervals are not drawn again (they cost as much as the rest of a load and decide nothing)."""
     basis = "its layers"
     lines = data["cases"]
-    for i, (line, passed) in enumerate(zip(lines, run.per_case["case_passed"].tolist())):
+    for i, (line, passed, reasons) in enumerate(zip(lines, run.per_case["case_passed"].tolist(),
+                                                     run.per_case["fail_reasons"].tolist())):
         if not same(line["passed"], passed):
             audit.disagree(f"cases[{i}].passed ({line['case_id']})", line["passed"], passed, basis)
+            continue  # its reasons disagree too; one line says so
+        stored = [[r["code"], r.get("name")] for r in line["fail_reasons"]]
+        if not same(stored, [[r.code, r.name] for r in reasons]):  # the codes decide; messages are for people
+            audit.disagree(f"cases[{i}].fail_reasons codes ({line['case_id']})", [c for c, _ in stored],
+                           [r.code for r in reasons], basis)
     for m in [x.name for x in run.metrics]:  # a unit the record predates is left out of it, and recomputed
         pairs = zip(run.units[f"{m}__num"].tolist(), run.units[f"{m}__den"].tolist())
         for i, (line, (num, den)) in enumerate(zip(lines, pairs)):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import GOLDEN, ROOT
 
-from qaeval import RecordError, api, load_run
+from qaeval import FailReason, RecordError, api, load_run
 from qaeval.cli import main
 from qaeval.errors import UsageError
 from qaeval.verdicts.gate import GateResult
@@ -53,7 +53,8 @@ def email_run(email_copy):
 def test_the_email_check_fails_the_answer_that_carries_an_address_and_joins_the_scoreboard(email_run):
     pc = email_run.per_case.set_index("case_id")
     assert not pc.at["single-0001", "no_email_address"] and pc["no_email_address"].sum() == len(pc) - 1
-    assert f"no_email_address: the answer carries an e-mail address ({ADDRESS})" in pc.at["single-0001", "fail_reasons"]
+    assert FailReason("check", f"no_email_address: the answer carries an e-mail address ({ADDRESS})",
+                      "no_email_address") in pc.at["single-0001", "fail_reasons"]
     assert email_run.tier_one_failures == ["single-0001"] and not email_run.ok
     board = email_run.scoreboard.set_index("metric")
     assert board.at["no_email_address", "value"] == pytest.approx((len(pc) - 1) / len(pc))
@@ -143,8 +144,11 @@ def test_metrics_that_return_garbage_or_raise_count_their_worst_value_and_fail_t
     assert board.at["nan_metric", "value"] == 0.0 and board.at["above_one", "value"] == 1.0  # lower is better
     assert board.at["raising_metric", "value"] == 0.0
     reasons = run.per_case.set_index("case_id").at["single-0001", "fail_reasons"]
-    assert "metric raising_metric failed: metric raising_metric raised ZeroDivisionError: division by zero" in reasons
-    assert any("metric nan_metric failed: metric nan_metric returned (nan, 1.0), not (numerator" in r for r in reasons)
+    assert FailReason("metric", "metric raising_metric failed: metric raising_metric raised ZeroDivisionError: "
+                      "division by zero", "raising_metric") in reasons
+    assert any(r.code == "metric" and r.name == "nan_metric" and
+               "metric nan_metric failed: metric nan_metric returned (nan, 1.0), not (numerator" in r.message
+               for r in reasons)
     assert not run.per_case["case_passed"].any() and run.ok  # they fail cases; tier 1 is for tier-1 checks
 
 

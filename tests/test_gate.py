@@ -12,6 +12,7 @@ from conftest import GOLDEN, LABELS
 from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
 from qaeval.record import read_baseline, write_record
+from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import BaselineCase, baseline_from_run
 from qaeval.verdicts.gate import gate
 from qaeval.verdicts.tiers import DEFAULT_TOLERANCES, load_tolerances
@@ -56,7 +57,12 @@ def test_saboteur_blocks_naming_every_buggy_case_and_every_failed_tier(baseline_
 def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
     """Not blocked because everything failed: each case fails the check its tag names."""
     result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file, adapter=BUGGY)
-    reasons = result.run.per_case.set_index("case_id")["fail_reasons"].map("; ".join)
+    per_case = result.run.per_case.set_index("case_id")["fail_reasons"]
+    codes = per_case.map(lambda rs: [r.code for r in rs])
+    assert "grounding_isolation" in codes["buggy-leak-0001"]
+    assert "citation_resolvability" in codes["buggy-cite-0002"]
+    assert "fail_closed_abstention" in codes["buggy-refuse-0003"] and "fail_closed_abstention" in codes["buggy-stale-0004"]
+    reasons = per_case.map(reasons_text)
     assert "gold answer '249,000' appears in the prompt outside the retrieved sources" in reasons["buggy-leak-0001"]
     assert "hours-sunday (never retrieved)" in reasons["buggy-leak-0001"]
     assert "citation_resolvability: unresolvable citation" in reasons["buggy-cite-0002"]

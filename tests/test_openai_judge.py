@@ -145,7 +145,7 @@ def test_persistent_failure_fails_closed_and_is_never_cached(env):
         assert not run.verdicts["credit"].any()
         assert run.scoreboard.set_index("metric").at["faithfulness_rate", "value"] == 0.0
         answered = run.per_case[~run.per_case["abstained"]]
-        assert not answered["case_passed"].any() and answered["fail_reasons"].str.contains("judge error").all()
+        assert not answered["case_passed"].any() and answered["fail_reasons"].map(lambda rs: "judge_error" in [r.code for r in rs]).all()
         calls = down.calls
         judged()
         assert down.calls > calls, "errors are not cached"

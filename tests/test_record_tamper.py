@@ -403,3 +403,33 @@ def test_a_bug_after_the_record_is_read_is_a_bug_not_a_malformed_record(records,
     capsys.readouterr()
     assert main(["report", str(records["good"]), "--html", str(tmp_path / "bug.html")]) == 70
     assert "malformed" not in capsys.readouterr().err
+
+
+def test_a_fail_reason_whose_code_was_changed_is_caught_and_its_message_is_not_compared(records, tmp_path):
+    """A failing case's reasons carry codes that the layers decide: a code changed in the file is named;
+    the message is for people and may be reworded (another qaeval version words it differently)."""
+    def recode(data: dict[str, Any]) -> None:
+        line = next(c for c in data["cases"] if c["fail_reasons"])
+        line["fail_reasons"][0]["code"] = "judge_error"
+
+    with pytest.raises(RecordError) as caught:
+        load_run(edited(records["bad"], tmp_path / "recoded.json", recode))
+    assert "fail_reasons codes" in str(caught.value) and "judge_error" in str(caught.value)
+
+    def reword(data: dict[str, Any]) -> None:
+        for line in data["cases"]:
+            for reason in line["fail_reasons"]:
+                reason["message"] = "worded otherwise"
+
+    reloaded = load_run(edited(records["bad"], tmp_path / "reworded.json", reword))
+    assert not reloaded.per_case["case_passed"].all()
+
+
+def test_a_fail_reason_that_is_not_a_code_and_message_is_named(records, tmp_path):
+    def stringly(data: dict[str, Any]) -> None:
+        line = next(c for c in data["cases"] if c["fail_reasons"])
+        line["fail_reasons"][0] = "grounding_isolation: leak"
+
+    with pytest.raises(RecordError) as caught:
+        load_run(edited(records["bad"], tmp_path / "stringly.json", stringly))
+    assert "fail_reasons[0] is str, not an object" in str(caught.value)

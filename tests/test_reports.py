@@ -141,3 +141,21 @@ def test_importing_the_reports_gives_every_result_type_its_view(golden_run):
     assert {type(golden_run), GateResult, CalibrationResult, DriftResult, Comparison} <= set(HTML_VIEWS)
     shown = golden_run._repr_html_()
     assert shown == report.view(golden_run) and "qaeval-banner" in shown and "<table" in shown
+
+
+def test_blocking_cases_are_tagged_with_the_rules_they_trip(tmp_path):
+    """Each blocking case's tag is the rule of the tier that names it (from the tiers frame's ``rule``
+    column, not parsed out of the tier's label)."""
+    from conftest import GOLDEN
+
+    from qaeval.reports.gate import blocking_cases
+
+    result = api.gate_run(str(GOLDEN / "buggy"), baseline=str(GOLDEN / "ci-baseline.json"),
+                          adapter="qaeval.system.saboteur:make_adapter")
+    tiers = result.tiers.set_index("rule")
+    assert tiers.at["deterministic checks", "tier"] == "tier 1: deterministic checks"
+    page = str(blocking_cases(result))
+    for rule, ids in zip(result.tiers["rule"], result.tiers["case_ids"]):
+        if ids:
+            assert f'<span class="tag fail">{rule}</span>' in page
+    assert '<span class="tag fail">tier' not in page

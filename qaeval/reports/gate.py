@@ -52,7 +52,7 @@ def blocking_cases(result: GateResult) -> Html:
     tripped: dict[str, list[tuple[str, str]]] = {}
     for r in result.failed_tiers.to_dict("records"):
         for cid in r["case_ids"]:
-            tripped.setdefault(cid, []).append((r["tier"].split(": ", 1)[-1], "fail"))
+            tripped.setdefault(cid, []).append((r["rule"], "fail"))
     return drilldown(result.run, ids, baseline=result.baseline, tags=tripped, open_failing=True)
 
 

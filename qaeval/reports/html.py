@@ -99,9 +99,9 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def first_reason(reasons: Sequence[str], limit: int = 110) -> str:
-    """The first of a case's fail reasons, shortened to ``limit`` characters."""
-    return shorten(reasons[0], limit) if reasons else ""
+def first_reason(reasons: Sequence[Any], limit: int = 110) -> str:
+    """The first of a case's fail reasons (``FailReason``), its message shortened to ``limit`` characters."""
+    return shorten(str(reasons[0]), limit) if reasons else ""
 
 
 # --------------------------------------------------------------------------- tables

@@ -317,10 +317,10 @@ def code_hash(obj: Any) -> str:
     return hashlib.sha256(text).hexdigest()
 
 
-def custom_reasons(rows: list[dict[str, Any]]) -> list[str]:
-    """Why a case fails by its registered checks and metrics."""
-    return [f"{r['name']}: {r['reason']}" if r["kind"] == "check" else f"metric {r['name']} failed: {r['reason']}"
-            for r in rows if not r["passed"]]
+def custom_reasons(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Why a case fails by its registered checks and metrics: (kind, name, message) for each."""
+    return [(r["kind"], r["name"], f"{r['name']}: {r['reason']}" if r["kind"] == "check"
+             else f"metric {r['name']} failed: {r['reason']}") for r in rows if not r["passed"]]
 
 
 def custom_units(by_case: Mapping[str, list[dict[str, Any]]], registered: Registered,

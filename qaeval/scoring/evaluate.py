@@ -36,7 +36,7 @@ from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
-from qaeval.scoring.outcomes import case_outcomes
+from qaeval.scoring.outcomes import case_outcomes, reasons_text
 from qaeval.scoring.trajectory import score_trajectories
 
 
@@ -189,7 +189,7 @@ class RunResult(Result):
         by_key = {(c.id, pid): text for c in self.suite if c.id in set(failing["case_id"])
                   for pid, text in layer1.case_bodies(c, outs[c.id], self.suite.corpus).items()}
         rows = [dict(
-            case_id=r["case_id"], why="; ".join(r["fail_reasons"]),
+            case_id=r["case_id"], why=reasons_text(r["fail_reasons"]),
             answer="(abstained)" if r["abstained"] else r["answer"],
             gold_answer=r["gold_answer"] if r["gold_answer"] is not None else "(must abstain)",
             cited="\n".join(f"[{c['source_id']}] {by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}"

@@ -8,9 +8,9 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pandas as pd
 
@@ -21,6 +21,41 @@ from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, custom_reasons, custom_units, sample_to_plain
 from qaeval.scoring.judge import effective_scores
 from qaeval.scoring.metrics import CaseFacts, units_frame
+
+FailCode = Literal["adapter_error", "grounding_isolation", "citation_resolvability", "citation_coverage",
+                   "fail_closed_abstention", "passage_fidelity", "wrongly_abstained", "judge_error", "unfaithful",
+                   "trajectory_failed", "check", "metric"]
+FAIL_CODES: tuple[str, ...] = get_args(FailCode)
+
+
+@dataclass(frozen=True)
+class FailReason:
+    """Why a case fails: a ``code`` that code branches on, and a ``message`` that people read (``str()``).
+
+    Codes: ``adapter_error``; a deterministic check's name (``grounding_isolation``,
+    ``citation_resolvability``, ``citation_coverage``, ``fail_closed_abstention``, ``passage_fidelity``);
+    ``wrongly_abstained``; ``judge_error``; ``unfaithful``; ``trajectory_failed``; ``check`` or
+    ``metric`` for a registered check or metric, named by ``name``."""
+
+    code: FailCode
+    message: str
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message} | ({"name": self.name} if self.name is not None else {})
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> FailReason:
+        return cls(raw["code"], raw["message"], raw.get("name"))
+
+
+def reasons_text(reasons: Sequence[FailReason]) -> str:
+    """The reasons as one line: their messages joined by "; "."""
+    return "; ".join(r.message for r in reasons)
+
 
 RETRIEVAL_FIELDS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
 PER_CASE_SCHEMA = {
@@ -91,19 +126,21 @@ def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies
     )
 
 
-def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex) -> list[str]:
+def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex) -> list[FailReason]:
     if not is_missing(out["error"]):
-        return [f"adapter error: {out['error']}"]
-    reasons = [f"{check}: {reason}" for check, (passed, reason) in idx.checks[case.id].items() if not passed]
+        return [FailReason("adapter_error", f"adapter error: {out['error']}")]
+    reasons = [FailReason(check, f"{check}: {reason}")  # type: ignore[arg-type]  (a check's name is its code)
+               for check, (passed, reason) in idx.checks[case.id].items() if not passed]
     if facts.abstained and not case.must_abstain:
-        reasons.append("wrongly abstained")
+        reasons.append(FailReason("wrongly_abstained", "wrongly abstained"))
     if facts.answered and case.id in idx.judge_errors:
-        reasons.append(f"judge error: {idx.judge_errors[case.id]}")
+        reasons.append(FailReason("judge_error", f"judge error: {idx.judge_errors[case.id]}"))
     elif facts.answered and facts.faithfulness is not None and facts.faithfulness < 2:
-        reasons.append(f"judged unfaithful (score {facts.faithfulness})")
+        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness})"))
     if case.multi_step and not facts.trajectory_success:
-        reasons.append("trajectory failed (" + ", ".join(idx.trajectory_failures.get(case.id, [])) + ")")
-    return reasons + custom_reasons(idx.custom.get(case.id, []))
+        why = ", ".join(idx.trajectory_failures.get(case.id, []))
+        reasons.append(FailReason("trajectory_failed", f"trajectory failed ({why})"))
+    return reasons + [FailReason(kind, message, name) for kind, name, message in custom_reasons(idx.custom.get(case.id, []))]
 
 
 def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex,
@@ -139,7 +176,8 @@ def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, ret
     citations); one bool column per deterministic check and ``deterministic_passed``; recall_at_k,
     precision_at_k, mrr, ndcg_at_k (NaN without gold sources); faithfulness, answer_correctness,
     citation_correctness (the effective judge score 0/1/2, <NA> when the case was not judged);
-    judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list); then
+    judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list of
+    ``FailReason``); then
     one bool column per registered check.
     """
     idx = index_layers(checks, retrieval, verdicts, trajectory)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qaeval.frames import clean
+from qaeval.scoring.outcomes import FailReason
 
 if TYPE_CHECKING:
     from qaeval.scoring.evaluate import RunResult
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class BaselineCase:
     fingerprint: str
     passed: bool
-    fail_reasons: list[str]
+    fail_reasons: list[FailReason]
     units: dict[str, tuple[float, float]]
     answer: str | None = None
     abstained: bool | None = None

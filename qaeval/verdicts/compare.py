@@ -24,6 +24,7 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
+from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import match_cases, metric_movements
 
@@ -126,7 +127,7 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
     for cid in after.per_case["case_id"]:
         a = a_pc.loc[cid]
         row: dict[str, Any] = dict(case_id=cid, after_passed=bool(a["case_passed"]), after_answer=a["answer"],
-                                   after_why="; ".join(a["fail_reasons"]), checks_flipped=[], scores_changed=[])
+                                   after_why=reasons_text(a["fail_reasons"]), checks_flipped=[], scores_changed=[])
         if cid in match.new or cid in match.changed:
             rows.append({**row, "status": "new" if cid in match.new else "changed", "change": "not compared",
                          "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
@@ -144,13 +145,13 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
                      "citations_changed": list(b["citations"]) != list(a["citations"]),
                      "checks_flipped": [c for c in CHECKS if b_checks.get((cid, c)) != a_checks.get((cid, c))],
                      "scores_changed": [ax for ax in AXES if not _same(b[ax], a[ax])],
-                     "before_answer": b["answer"], "before_why": "; ".join(b["fail_reasons"])})
+                     "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"])})
     for cid in match.removed:
         b = b_pc.loc[cid]
         rows.append(dict(case_id=cid, status="removed", before_passed=bool(b["case_passed"]), after_passed=None,
                          change="not compared", answer_changed=None, citations_changed=None, checks_flipped=[],
                          scores_changed=[], before_answer=b["answer"], after_answer=None,
-                         before_why="; ".join(b["fail_reasons"]), after_why=None))
+                         before_why=reasons_text(b["fail_reasons"]), after_why=None))
     return Comparison(before=before, after=after, metric_deltas=deltas, cases=frame(rows, CASE_SCHEMA),
                       before_label=before_label, after_label=after_label)
 

@@ -36,9 +36,10 @@ from qaeval.frames import clean, frame, frame_rows
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
+from qaeval.scoring.outcomes import FailReason
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.tiers import (
-    DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_SCHEMA, CaseMatch, gated, match_cases, metric_movements,
+    DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_SCHEMA, CaseMatch, tier_row, gated, match_cases, metric_movements,
     metrics_tier, movement, new_cases, regressions, tier_one,
 )
 
@@ -184,7 +185,7 @@ class GateResult(Result):
     def record_section(self) -> dict[str, Any]:
         keep = set(self.blocking_cases) | set(self.already_failing) | set(self.regressed["case_id"]) | \
             set(self.new_failing["case_id"]) | set(self.run.per_case.loc[~self.run.per_case["case_passed"], "case_id"])
-        cases = {cid: dict(fingerprint=c.fingerprint, passed=c.passed, fail_reasons=c.fail_reasons,
+        cases = {cid: dict(fingerprint=c.fingerprint, passed=c.passed, fail_reasons=[r.to_dict() for r in c.fail_reasons],
                            answer=c.answer, abstained=c.abstained, citations=c.citations,
                            output_fingerprint=c.output_fingerprint, units={m: list(v) for m, v in c.units.items()})
                  for cid, c in self.baseline.cases.items() if cid in keep}
@@ -202,7 +203,7 @@ class GateResult(Result):
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> GateResult:
         b = s["baseline"]
-        cases = {cid: BaselineCase(c["fingerprint"], bool(c["passed"]), list(c["fail_reasons"]),
+        cases = {cid: BaselineCase(c["fingerprint"], bool(c["passed"]), [FailReason.from_dict(r) for r in c["fail_reasons"]],
                                    {m: (float(v[0]), float(v[1])) for m, v in c["units"].items()},
                                    c.get("answer"), c.get("abstained"), c.get("citations"), c.get("output_fingerprint"))
                  for cid, c in s["baseline_cases"].items()}
@@ -310,11 +311,11 @@ def decide(run: RunResult, baseline: Baseline, match: CaseMatch,
     tiers = [
         tier_one(run),
         metrics_tier(run, baseline, deltas),
-        dict(tier="tier 2: no passing case regresses", passed=regressed.empty,
-             detail=f"{len(regressed)} previously passing case(s) now fail" if len(regressed)
-             else f"{len(match.matched)} matched case(s), none regressed", case_ids=regressed["case_id"].tolist()),
-        dict(tier="tier 2: new cases pass", passed=new_failing.empty,
-             detail=f"{len(new_failing)} of {n_new} new or changed case(s) fail" if len(new_failing)
-             else f"{n_new} new or changed case(s), all pass", case_ids=new_failing["case_id"].tolist()),
+        tier_row(2, "no passing case regresses", regressed.empty,
+                 f"{len(regressed)} previously passing case(s) now fail" if len(regressed)
+                 else f"{len(match.matched)} matched case(s), none regressed", regressed["case_id"].tolist()),
+        tier_row(2, "new cases pass", new_failing.empty,
+                 f"{len(new_failing)} of {n_new} new or changed case(s) fail" if len(new_failing)
+                 else f"{n_new} new or changed case(s), all pass", new_failing["case_id"].tolist()),
     ]
     return frame(tiers, TIER_SCHEMA), regressed, new_failing

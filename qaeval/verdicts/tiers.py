@@ -21,6 +21,7 @@ from qaeval.files import loads_strict, read_text
 from qaeval.frames import frame
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import GATED, Metric
+from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import Baseline
 from qaeval.verdicts.noise import noise_note, sign_flip_test
 
@@ -28,7 +29,13 @@ _EPS = 1e-9
 
 DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 
-TIER_SCHEMA = {"tier": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
+TIER_SCHEMA = {"tier": "text", "rule": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
+
+
+def tier_row(level: int, rule: str, passed: bool, detail: str, case_ids: list[str]) -> dict[str, Any]:
+    """One row of the tiers frame: ``tier`` is the label people read ("tier 2: new cases pass"),
+    ``rule`` the rule alone ("new cases pass")."""
+    return dict(tier=f"tier {level}: {rule}", rule=rule, passed=passed, detail=detail, case_ids=case_ids)
 DELTA_SCHEMA = {
     "metric": "text", "baseline": "float", "current": "float", "delta": "float", "tolerance": "float",
     "direction": "text", "passed": "bool", "n_baseline": "int", "n_current": "int", "n_paired": "int",
@@ -108,7 +115,7 @@ def tier_one(run: RunResult) -> dict[str, Any]:
         parts += [f"{check} failed on {len(ids)}" for frame_ in (failing, blocking) for check, ids in
                   sorted(frame_.groupby("check")["case_id"].apply(list).items())]
         detail = f"{len(bad)} case(s) not green: " + ", ".join(parts)
-    return dict(tier="tier 1: deterministic checks", passed=not bad, detail=detail, case_ids=bad)
+    return tier_row(1, "deterministic checks", not bad, detail, bad)
 
 
 MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
@@ -180,13 +187,12 @@ def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> di
         for cid, num, den in zip(run.units["case_id"], run.units[f"{metric}__num"], run.units[f"{metric}__den"]):
             if den and _worse(num / den, higher[metric], base.get(cid)):
                 worse.add(cid)
-    return dict(tier="tier 2: metrics vs baseline", passed=failed.empty, detail=detail,
-                case_ids=[c for c in run.units["case_id"] if c in worse])
+    return tier_row(2, "metrics vs baseline", failed.empty, detail, [c for c in run.units["case_id"] if c in worse])
 
 
 def regressions(run: RunResult, baseline: Baseline, matched: list[str]) -> pd.DataFrame:
     pc = run.per_case.set_index("case_id")
-    rows = [dict(case_id=cid, baseline_state="passed", current_state="failed", why="; ".join(pc.at[cid, "fail_reasons"]))
+    rows = [dict(case_id=cid, baseline_state="passed", current_state="failed", why=reasons_text(pc.at[cid, "fail_reasons"]))
             for cid in matched if baseline.cases[cid].passed and not pc.at[cid, "case_passed"]]
     return frame(rows, REGRESSED_SCHEMA)
 
@@ -195,6 +201,6 @@ def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFr
     pc = run.per_case.set_index("case_id")
     rows = [dict(case_id=cid, status="changed" if cid in match.changed else "new",
                  baseline_state=("passed" if baseline.cases[cid].passed else "failed") if cid in match.changed else "absent",
-                 why="; ".join(pc.at[cid, "fail_reasons"]))
+                 why=reasons_text(pc.at[cid, "fail_reasons"]))
             for cid in pc.index if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]]
     return frame(rows, NEW_SCHEMA)
