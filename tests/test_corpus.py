@@ -190,6 +190,29 @@ def test_export_hides_the_data_folder_and_the_worker_reads_the_same_corpus(tmp_p
             assert again == corpus
 
 
+def test_a_worker_opens_an_export_with_the_exporters_index_and_finds_every_id(tmp_path, monkeypatch):
+    """``open_export`` in another process (another hash salt) finds every id by the index the exporter
+    built, without reading the file again; a copy of the wrong size is refused."""
+    items = passages(200) + [{"id": "ü-ß", "text": "Ünïcödé", "title": "x"}]
+    with Corpus.open(write(tmp_path / "data", items)) as corpus:
+        exported = corpus.export(tmp_path / "scratch")
+    script = ("import json, sys\nfrom qaeval.data import corpus as m\n"
+              "m._scan = lambda *a: sys.exit('the worker read the file again')\n"
+              "c = m.Corpus.open_export(sys.argv[1])\n"
+              "ids = [p.id for p in c]\n"
+              "print(json.dumps([c.fingerprint, len(c), [c[i].text for i in ids], 'nope' in c]))")
+    done = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"})
+    assert done.returncode == 0, done.stderr
+    fingerprint, size, texts, absent = json.loads(done.stdout)
+    assert (fingerprint, size, absent) == (corpus.fingerprint, len(items), False)
+    assert texts == [p["text"] for p in items]
+    with open(exported, "ab") as handle:
+        handle.write(b'{"id": "extra", "text": "appended by someone"}\n')
+    with pytest.raises(DatasetError, match="not the size its index was built for"):
+        Corpus.open_export(exported)
+
+
 def test_export_of_a_file_replaced_since_opening_copies_what_was_read(tmp_path):
     path = write(tmp_path / "data", passages(5))
     with Corpus.open(path) as corpus:

@@ -15,7 +15,8 @@ corpus replaced by a rename keeps reading the bytes it fingerprinted; one change
 on the next read.
 
 ``Corpus.export(folder)`` hands the corpus to another process without telling it where the data folder
-is: a copy under a neutral name in a folder of the caller's choosing (never a link to the user's file).
+is: a copy under a neutral name in a folder of the caller's choosing (never a link to the user's file),
+with the index beside it, so ``Corpus.open_export`` there does not read the file again.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import os
 import stat
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,6 +36,8 @@ from qaeval.errors import DatasetError, FileAccessError, Problem
 from qaeval.files import json_error_text, loads_strict
 
 CORPUS_FILE = "corpus.jsonl"
+INDEX_FILE = "corpus.index.npz"  # written by export() beside the copy
+INDEX_ARRAYS = ("offsets", "lengths", "lines", "hashes")
 PASSAGE_FIELDS = ("id", "text", "title")
 MAX_PROBLEMS = 100
 _BLOCK = 1 << 20  # bytes read at a time while iterating
@@ -113,6 +116,13 @@ def _open_regular(path: Path) -> Any:
         raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
 
 
+def _id_hash(passage_id: str) -> int:
+    """A 64-bit hash of an id that is the same in every process (``hash()`` is salted per process), so an
+    index built by the harness serves a worker as it is."""
+    return int.from_bytes(hashlib.blake2b(passage_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little", signed=True)
+
+
 class _Index:
     """Where each passage's line is, built while streaming the file once."""
 
@@ -126,7 +136,7 @@ class _Index:
         self.offsets.append(offset)
         self.lengths.append(length)
         self.lines.append(line)
-        self.hashes.append(hash(passage_id))
+        self.hashes.append(_id_hash(passage_id))
 
 
 def _scan(handle: Any, problems: _Problems) -> tuple[_Index, str]:
@@ -169,7 +179,7 @@ class Corpus:
     KeyError when absent), iteration over Passages in file order, and ``fingerprint`` (sha256 of the
     file's bytes). Two corpora are equal when their bytes are. Close it (or use ``with``) when done."""
 
-    def __init__(self, handle: Any, path: Path, index: _Index, fingerprint: str) -> None:
+    def __init__(self, handle: Any, path: Path, index: _Index | Mapping[str, Any], fingerprint: str) -> None:
         import numpy as np
 
         self.path = path
@@ -178,10 +188,11 @@ class Corpus:
         self._fd = handle.fileno()
         info = os.fstat(self._fd)
         self._stamp = (info.st_size, info.st_mtime_ns)
-        self._offsets = np.frombuffer(index.offsets, dtype=np.int64)
-        self._lengths = np.frombuffer(index.lengths, dtype=np.int64)
-        self._lines = np.frombuffer(index.lines, dtype=np.dtype(f"i{index.lines.itemsize}"))
-        hashes = np.frombuffer(index.hashes, dtype=np.int64)
+        arrays = index if isinstance(index, Mapping) else {
+            name: np.frombuffer(getattr(index, name), dtype=np.dtype(f"i{getattr(index, name).itemsize}"))
+            for name in INDEX_ARRAYS}
+        self._offsets, self._lengths, self._lines = arrays["offsets"], arrays["lengths"], arrays["lines"]
+        self._hashes = hashes = arrays["hashes"]
         self._order = np.argsort(hashes, kind="stable")
         self._sorted = hashes[self._order]
         self._order = self._order.astype(np.int32)
@@ -228,7 +239,7 @@ class Corpus:
         return len(self._offsets)
 
     def _rows(self, passage_id: str) -> range:
-        h = hash(passage_id)
+        h = _id_hash(passage_id)
         lo = int(self._sorted.searchsorted(h, "left"))
         hi = int(self._sorted.searchsorted(h, "right"))
         return range(lo, hi)
@@ -283,19 +294,46 @@ class Corpus:
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
         """A copy of the corpus file under the neutral name ``corpus.jsonl`` inside ``folder``, made from
-        the bytes this corpus fingerprinted. Open it with ``Corpus.open`` in another process: the path says
-        nothing about the data folder. A copy, never a link: a link would let the process that reads it
-        write to the user's own corpus."""
+        the bytes this corpus fingerprinted, and beside it this corpus's index (``corpus.index.npz``), so
+        ``Corpus.open_export`` in another process opens it without reading it again. The path says nothing
+        about the data folder. A copy, never a link: a link would let the process that reads it write to
+        the user's own corpus."""
+        import numpy as np
+
         target = Path(folder) / CORPUS_FILE
         try:
             Path(folder).mkdir(parents=True, exist_ok=True)
-            if os.path.lexists(target):
-                os.unlink(target)
+            for path in (target, target.with_name(INDEX_FILE)):
+                if os.path.lexists(path):
+                    os.unlink(path)
             self._copy(target)
+            with open(target.with_name(INDEX_FILE), "xb") as out:
+                np.savez(out, offsets=self._offsets, lengths=self._lengths, lines=self._lines, hashes=self._hashes,
+                         fingerprint=np.array(self.fingerprint), size=np.array(self._stamp[0]))
         except OSError as exc:
             raise FileAccessError(target, f"cannot export the corpus ({exc.strerror or exc})") from None
         self._check_unchanged()
         return target
+
+    @classmethod
+    def open_export(cls, path: str | os.PathLike[str]) -> Corpus:
+        """A corpus ``export`` wrote (in the process it was handed to): the copy with the exporter's index,
+        which was built when the original was checked, so the file is not read again. A copy whose size
+        is not the one indexed is refused."""
+        import numpy as np
+
+        path = Path(path)
+        try:
+            with np.load(path.with_name(INDEX_FILE), allow_pickle=False) as saved:
+                arrays = {name: saved[name] for name in INDEX_ARRAYS}
+                fingerprint, size = str(saved["fingerprint"]), int(saved["size"])
+        except (OSError, KeyError, ValueError) as exc:
+            raise FileAccessError(path.with_name(INDEX_FILE), f"cannot read the exported index ({exc})") from None
+        corpus = cls(_open_regular(path), path, arrays, fingerprint)
+        if corpus._stamp[0] != size:
+            corpus.close()
+            raise DatasetError("the exported corpus is not the size its index was built for", file=str(path))
+        return corpus
 
     def _copy(self, target: Path) -> None:
         with open(target, "wb") as out:

@@ -180,7 +180,7 @@ def _open_corpus(path: str | None) -> Any:
         return None
     from qaeval.data.corpus import Corpus
 
-    return Corpus.open(path)
+    return Corpus.open_export(path)
 
 
 def main(fd: int) -> None:
