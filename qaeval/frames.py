@@ -171,7 +171,8 @@ _LIMITS = {"int": 2**63, "Int64": 2**63, "float": sys.float_info.max, "number": 
 def _kind_problems(value: Any, kind: str, where: str) -> list[str]:
     problem = kind_problem(value, kind)
     if not problem and kind in _LIMITS and value is not None and not -_LIMITS[kind] <= value <= _LIMITS[kind]:
-        problem = f"is {str(value)[:20]}, out of range"  # inf from 1e999, or an int no int64 holds
+        text = str(value)  # inf (from 1e999), or an int no int64 (or float) holds
+        problem = f"is {text if len(text) <= 20 else text[:17] + '...'}, out of range"
     return [f"{where} {problem}"] if problem else []
 
 
