@@ -166,9 +166,21 @@ def rows_of(schema: Mapping[str, str], optional: tuple[str, ...] = (), **narrowe
 
 
 _LIMITS = {"int": 2**63, "Int64": 2**63, "float": sys.float_info.max, "number": sys.float_info.max}
+_EXACT = {kind: frozenset(types) | ({type(None)} if nullable else set()) for kind, (types, nullable) in _KIND_TYPES.items()}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    """The quick yes for the common value (a type the kind takes, a number in range); False: look closer."""
+    exact = _EXACT.get(kind)
+    if exact is None:
+        return True  # "object": anything
+    limit = _LIMITS.get(kind)
+    return type(value) in exact and (limit is None or value is None or -limit <= value <= limit)
 
 
 def _kind_problems(value: Any, kind: str, where: str) -> list[str]:
+    if _fits(value, kind):
+        return []
     problem = kind_problem(value, kind)
     if not problem and kind in _LIMITS and value is not None and not -_LIMITS[kind] <= value <= _LIMITS[kind]:
         text = str(value)  # inf (from 1e999), or an int no int64 (or float) holds
@@ -197,9 +209,13 @@ def shape_problems(value: Any, shape: Any, where: str) -> list[str]:
         return [f"{where} is {type(value).__name__}, not an object"]
     if isinstance(shape, Keyed):
         return [p for key, v in value.items() for p in shape_problems(v, shape.value, f"{where}.{key}")]
-    return [p for name, s in shape.fields.items()
-            for p in (shape_problems(value[name], s, f"{where}.{name}") if name in value else
-                      [] if name in shape.optional else [f"{where}.{name} is missing"])]
+    problems = []
+    for name, field in shape.fields.items():  # a loop, not a comprehension: a record may hold 100,000 rows
+        if name not in value:
+            problems += [] if name in shape.optional else [f"{where}.{name} is missing"]
+        elif not (isinstance(field, str) and _fits(value[name], field)):
+            problems += shape_problems(value[name], field, f"{where}.{name}")
+    return problems
 
 
 class Rows:
