@@ -197,7 +197,10 @@ def shape_problems(value: Any, shape: Any, where: str) -> list[str]:
         return [] if value is None else shape_problems(value, shape.shape, where)
     if isinstance(shape, Valid):
         problems = shape_problems(value, shape.shape, where)
-        return problems or ([] if shape.test(value) else [f"{where} is {str(value)[:40]!r}, not {shape.what}"])
+        if problems or shape.test(value):
+            return problems
+        return [f"{where} is not {shape.what}" if isinstance(value, (list, dict)) else
+                f"{where} is {str(value)[:40]!r}, not {shape.what}"]
     if isinstance(shape, (Each, Fixed)):
         if not isinstance(value, list):
             return [f"{where} is {type(value).__name__}, not a list"]

@@ -460,6 +460,8 @@ SECTION_EDITS = [  # (record, edit, the one problem the RecordError names)
      "monitor.rows[0].timestamp is 'soon', not an ISO 8601 date and time"),
     ("monitor", _set(("monitor", "seed"), "3"), "monitor.seed is str, not int"),
     ("monitor", _drop("monitor", "slice_columns"), "monitor.slice_columns is missing"),
+    ("monitor", lambda d: d["monitor"]["windows"].append(d["monitor"]["windows"][0]),
+     "monitor.windows is not one row per window, slice, group and metric"),
 ]
 
 

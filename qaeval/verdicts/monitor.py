@@ -38,10 +38,14 @@ MIN_ROWS = 30
 BAND_WINDOW = 10
 
 TIME = Valid("text", lambda t: t is None or parse_timestamp(t)[1] is None, "an ISO 8601 date and time")
+NAMES = dict(slice="str", group="str", metric="str")  # what the summary and the report format as text
+WINDOWS = Valid(rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what), **NAMES),
+                lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
+                "one row per window, slice, group and metric")
 SECTION = Fields(dict(  # the monitor section of a record; each row also has a text value per slice column
     rows=rows_of(ROW_COLUMNS, timestamp=TIME),
     slice_columns=Each(Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")),
-    scoreboard=rows_of(SCOREBOARD_SCHEMA), slices=rows_of(SLICE_SCHEMA), windows=rows_of(WINDOW_SCHEMA), by=Each("str"),
+    scoreboard=rows_of(SCOREBOARD_SCHEMA), slices=rows_of(SLICE_SCHEMA, **NAMES), windows=WINDOWS, by=Each("str"),
     every="text", sample="Int64", seed="int", source="str", notes=Each("str"), timeseries="text",
     timeline=Each(Fields(dict(window="str", rows="int", too_few="bool", bands=rows_of(BAND_SCHEMA), alarms=Each("str")))),
     alarms=Each(Fields({**ALARM.fields, "window": "str"}))), optional=("every", "sample", "timeseries"))
