@@ -18,7 +18,9 @@ float       float64 (NaN when missing)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,7 +71,7 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
 _KIND_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {  # kind: (the JSON types it takes, whether None is one)
     "str": ((str,), False), "list": ((list,), False), "dict": ((dict,), False), "Dict": ((dict,), True),
     "text": ((str,), True), "bool": ((bool,), False), "boolean": ((bool,), True), "int": ((int,), False),
-    "Int64": ((int,), True), "float": ((int, float), True),
+    "Int64": ((int,), True), "float": ((int, float), True), "number": ((int, float), False),
 }
 
 
@@ -91,15 +93,132 @@ def object_problems(row: Any, schema: Mapping[str, str], where: str) -> list[str
 
 def value_problem(row: Mapping[str, Any], name: str, kind: str) -> str:
     """Why ``row[name]`` is not a value of column kind ``kind`` ("" when it is)."""
-    if name not in row:
-        return "is missing"
-    value = row[name]
+    return "is missing" if name not in row else kind_problem(row[name], kind)
+
+
+def kind_problem(value: Any, kind: str) -> str:
+    """Why ``value`` is not a value of column kind ``kind`` ("" when it is)."""
     types, nullable = _KIND_TYPES.get(kind, ((object,), True))
     if value is None and nullable:
         return ""
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         return f"is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}{' or null' if nullable else ''}"
     return ""
+
+
+# --------------------------------------------------------------------------- shapes of JSON values
+#
+# A shape says what a JSON value read from a file must be, so that what is built from it afterwards can
+# trust its types: a column kind above ("str", "int", "float", "number" (a float that may not be null),
+# ...), or one of the classes below, nested as the value nests. ``shape_problems`` names every place that
+# is not what its shape says.
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A JSON object with these fields, each of its own shape; those in ``optional`` may be absent."""
+
+    fields: Mapping[str, Any]
+    optional: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Each:
+    """A JSON array whose items are each of ``item``'s shape."""
+
+    item: Any
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A JSON array of exactly these items, each of its own shape (``[numerator, denominator]``)."""
+
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A JSON object keyed by names of the data's own (case ids, metrics, axes), each value of one shape."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Maybe:
+    """null, or a value of ``shape``."""
+
+    shape: Any
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A value of ``shape`` that also passes ``test`` (what a type cannot say); ``what`` names what it must be."""
+
+    shape: Any
+    test: Callable[[Any], bool]
+    what: str
+
+
+def rows_of(schema: Mapping[str, str], optional: tuple[str, ...] = (), **narrowed: Any) -> Each:
+    """A list of rows of a frame ``schema``, with the shapes of some columns ``narrowed`` (a column of kind
+    ``object`` takes anything, but what reads it may need a list of strings)."""
+    return Each(Fields({**schema, **narrowed}, optional))
+
+
+_LIMITS = {"int": 2**63, "Int64": 2**63, "float": sys.float_info.max, "number": sys.float_info.max}
+_EXACT = {kind: frozenset(types) | ({type(None)} if nullable else set()) for kind, (types, nullable) in _KIND_TYPES.items()}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    """The quick yes for the common value (a type the kind takes, a number in range); False: look closer."""
+    exact = _EXACT.get(kind)
+    if exact is None:
+        return True  # "object": anything
+    limit = _LIMITS.get(kind)
+    return type(value) in exact and (limit is None or value is None or -limit <= value <= limit)
+
+
+def _kind_problems(value: Any, kind: str, where: str) -> list[str]:
+    if _fits(value, kind):
+        return []
+    problem = kind_problem(value, kind)
+    if not problem and kind in _LIMITS and value is not None and not -_LIMITS[kind] <= value <= _LIMITS[kind]:
+        text = str(value)  # inf (from 1e999), or an int no int64 (or float) holds
+        problem = f"is {text if len(text) <= 20 else text[:17] + '...'}, out of range"
+    return [f"{where} {problem}"] if problem else []
+
+
+def shape_problems(value: Any, shape: Any, where: str) -> list[str]:
+    """Every place in ``value`` (read from a file) that is missing or not of ``shape``, named from ``where``:
+    ``gate.tiers[1].passed is str, not bool``, ``drift.bands[0].metric is missing``."""
+    if isinstance(shape, str):
+        return _kind_problems(value, shape, where)
+    if isinstance(shape, Maybe):
+        return [] if value is None else shape_problems(value, shape.shape, where)
+    if isinstance(shape, Valid):
+        problems = shape_problems(value, shape.shape, where)
+        if problems or shape.test(value):
+            return problems
+        return [f"{where} is not {shape.what}" if isinstance(value, (list, dict)) else
+                f"{where} is {str(value)[:40]!r}, not {shape.what}"]
+    if isinstance(shape, (Each, Fixed)):
+        if not isinstance(value, list):
+            return [f"{where} is {type(value).__name__}, not a list"]
+        if isinstance(shape, Fixed) and len(value) != len(shape.items):
+            return [f"{where} has {len(value)} item(s), not {len(shape.items)}"]
+        items = shape.items if isinstance(shape, Fixed) else [shape.item] * len(value)
+        return [p for i, (v, s) in enumerate(zip(value, items)) for p in shape_problems(v, s, f"{where}[{i}]")]
+    if not isinstance(value, dict):
+        return [f"{where} is {type(value).__name__}, not an object"]
+    if isinstance(shape, Keyed):
+        return [p for key, v in value.items() for p in shape_problems(v, shape.value, f"{where}.{key}")]
+    problems = []
+    for name, field in shape.fields.items():  # a loop, not a comprehension: a record may hold 100,000 rows
+        if name not in value:
+            problems += [] if name in shape.optional else [f"{where}.{name} is missing"]
+        elif not (isinstance(field, str) and _fits(value[name], field)):
+            problems += shape_problems(value[name], field, f"{where}.{name}")
+    return problems
 
 
 class Rows:

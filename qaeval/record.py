@@ -321,13 +321,17 @@ def _shape_problems(data: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
-    """The RunResult a record holds (its frames equal the ones saved). A field missing or of the wrong
-    type is a RecordError naming it; anything raised after that check is a bug (exit 70)."""
-    problems = _shape_problems(data)
+def _refuse_malformed(problems: list[str], where: str) -> None:
+    """A RecordError listing the first twenty fields that are missing or of the wrong type, if any."""
     if problems:
         more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
         raise RecordError("record is malformed: " + "; ".join(problems[:20]) + more, file=where)
+
+
+def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
+    """The RunResult a record holds (its frames equal the ones saved). A field missing or of the wrong
+    type is a RecordError naming it; anything raised after that check is a bug (exit 70)."""
+    _refuse_malformed(_shape_problems(data), where)
     try:
         return _run_from_record(data, where)
     except DatasetError as exc:
@@ -337,7 +341,8 @@ def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
 def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     meta = _meta(data["meta"], where)
     lines = data["cases"]
-    labelled = data["kind"] == "calibrate" and data.get("calibration", {}).get("labelled") is True
+    section = data.get("calibration")
+    labelled = data["kind"] == "calibrate" and isinstance(section, dict) and section.get("labelled") is True
     build = labelled_suite_from_raw if labelled else suite_from_raw  # a labelled set's cases are checked as such
     if data["kind"] == "monitor":  # the judged log rows: no gold, perhaps no passages
         build = sample_suite_from_raw
@@ -383,22 +388,23 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
 
 
 def load_run(path: str | Path) -> Result:
-    """A saved record as the result it was: RunResult, GateResult, CalibrationResult or DriftResult."""
+    """A saved record as the result it was: RunResult, GateResult, CalibrationResult, DriftResult or
+    MonitorResult. Its run and its verdict section are type-checked first (``_shape_problems``, the
+    result class's ``section_problems``): a field missing or of the wrong type is a RecordError naming it;
+    what is raised while building from checked fields is a bug in qaeval (exit 70)."""
     where = str(path)
     data = read_record(path)
-    run = run_from_record(data, where)
     kind = KINDS[data["kind"]]
-    if kind.section is None:
-        return run
-    section = data.get(kind.section)
-    if not isinstance(section, dict):
+    section = data.get(kind.section) if kind.section is not None else None
+    if kind.section is not None and not isinstance(section, dict):
         raise RecordError(f"a {kind.name} record without its {kind.section} section", file=where)
-    try:
-        result: Any = kind.result.from_section(run, section)
-        audit = Audit(where, run.meta.qaeval_version)
-        result.audit_section(audit, section)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise RecordError(f"the {kind.section} section is malformed ({type(exc).__name__}: {exc})", file=where) from None
+    run = run_from_record(data, where)
+    if section is None:
+        return run
+    _refuse_malformed(kind.result.section_problems(section, kind.section), where)
+    result: Any = kind.result.from_section(run, section)
+    audit = Audit(where, run.meta.qaeval_version)
+    result.audit_section(audit, section)
     audit.done()
     return result
 

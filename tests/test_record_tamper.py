@@ -433,3 +433,113 @@ def test_a_fail_reason_that_is_not_a_code_and_message_is_named(records, tmp_path
     with pytest.raises(RecordError) as caught:
         load_run(edited(records["bad"], tmp_path / "stringly.json", stringly))
     assert "fail_reasons[0] is str, not an object" in str(caught.value)
+
+# --------------------------------------------------------------------------- typed verdict sections (issue 18)
+
+
+@pytest.fixture(scope="module")
+def monitor_record(tmp_path_factory) -> Path:
+    from monitor_logs import traffic, write_jsonl
+
+    tmp = tmp_path_factory.mktemp("monitor")
+    logs = write_jsonl(tmp / "logs.jsonl", traffic(days=2, per_day=30))
+    api.score_logs(str(logs), by=["system"], window="1D", sample=10, seed=3, save=str(tmp / "monitor.json"))
+    return tmp / "monitor.json"
+
+
+@pytest.fixture(scope="module")
+def gate_labelled(tmp_path_factory) -> Path:
+    """The golden run gated with labels: the gate record carries a calibration section of its own."""
+    path = tmp_path_factory.mktemp("gate_labelled") / "gate.json"
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(CI_BASELINE), "--labels", str(LABELS),
+                 "--save", str(path), "--quiet"]) == 2
+    return path
+
+
+def _first_kept_case(data: dict[str, Any]) -> str:
+    return sorted(data["gate"]["baseline_cases"])[0]
+
+
+def _drop(*path: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+    return edit
+
+
+SECTION_EDITS = [  # (record, edit, the one problem the RecordError names)
+    ("gate", lambda d: d["gate"]["baseline_cases"][_first_kept_case(d)].update(units=[]),
+     "gate.baseline_cases.{case}.units is list, not an object"),
+    ("gate", _set(("gate", "tiers", 1, "passed"), "yes"), "gate.tiers[1].passed is str, not bool"),
+    ("gate", _drop("gate", "match", "changed"), "gate.match.changed is missing"),
+    ("gate_labelled", _set(("gate", "calibration", "axes"), "faithfulness"), "gate.calibration.axes is str, not a list"),
+    ("calibration", _set(("calibration", "confusion", "faithfulness"), [[1, 2], [3, 4]]),
+     "calibration.confusion.faithfulness has 2 item(s), not 3"),
+    ("calibration", _set(("calibration", "min_labels"), "10"), "calibration.min_labels is str, not int"),
+    ("calibration", _drop("calibration", "agreement", 0, "kappa"), "calibration.agreement[0].kappa is missing"),
+    ("drift", _set(("drift", "bands", 0, "window_n"), "3"), "drift.bands[0].window_n is str, not int"),
+    ("drift", _set(("drift", "alarms", 0), "citation_precision dropped"), "drift.alarms[0] is str, not an object"),
+    ("drift", _drop("drift", "window"), "drift.window is missing"),
+    ("drift", _set(("drift", "bands", 0, "current"), 10**400), "drift.bands[0].current is 10000000000000000..., out of range"),
+    ("drift", _set(("drift", "history", 0, "time"), "2026-13-01"),
+     "drift.history[0].time is '2026-13-01', not an ISO 8601 date and time"),
+    ("monitor", _set(("monitor", "rows", 0, "timestamp"), "soon"),
+     "monitor.rows[0].timestamp is 'soon', not an ISO 8601 date and time"),
+    ("monitor", _set(("monitor", "seed"), "3"), "monitor.seed is str, not int"),
+    ("monitor", _drop("monitor", "slice_columns"), "monitor.slice_columns is missing"),
+    ("monitor", lambda d: d["monitor"]["windows"].append(d["monitor"]["windows"][0]),
+     "monitor.windows is not one row per window, slice, group and metric"),
+]
+
+
+@pytest.mark.parametrize(("kind", "edit", "named"), SECTION_EDITS)
+def test_a_bad_field_in_a_verdict_section_is_a_record_error_naming_it(
+        kind, edit, named, records, gate_labelled, calibration_record, drift_record, monitor_record, tmp_path, capsys):
+    """Before, the section was built under a broad except and any slip read "the gate section is
+    malformed (KeyError: 'changed')", or was not noticed at all; now its fields are typed before anything
+    is built from them, and the one field that is wrong is named (exit 65)."""
+    source = {"gate": records["gate"], "gate_labelled": gate_labelled, "calibration": calibration_record,
+              "drift": drift_record, "monitor": monitor_record}[kind]
+    named = named.format(case=_first_kept_case(json.loads(source.read_text())) if kind == "gate" else "")
+    bad = edited(source, tmp_path / "typed.json", edit)
+    with pytest.raises(RecordError) as caught:
+        load_run(bad)
+    assert str(caught.value).endswith(f"record is malformed: {named}")
+    capsys.readouterr()
+    assert main(["report", str(bad), "--html", str(tmp_path / "typed.html")]) == 65
+    assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("step", ["from_section", "audit_section"])
+def test_a_bug_while_building_a_verdict_section_is_a_bug_not_a_malformed_record(records, tmp_path, capsys,
+                                                                                 monkeypatch, step):
+    """Once the section's fields are typed, an exception building the result from them is qaeval's bug:
+    exit 70 with its trace, never "the gate section is malformed" (exit 65)."""
+    from qaeval.verdicts.gate import GateResult
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug in the gate")
+
+    monkeypatch.setattr(GateResult, step, broken)
+    with pytest.raises(KeyError, match="a bug in the gate"):
+        load_run(records["gate"])
+    capsys.readouterr()
+    assert main(["report", str(records["gate"]), "--html", str(tmp_path / "bug.html")]) == 70
+    assert "malformed" not in capsys.readouterr().err
+
+
+def test_a_monitor_record_whose_log_times_differ_in_precision_loads(tmp_path):
+    """Before, a log with one time to the microsecond saved a record that could not be read back: the
+    times were re-parsed with the format pandas guessed from the first row ("the monitor section is
+    malformed", exit 65, for an honest record)."""
+    from monitor_logs import traffic, write_jsonl
+
+    rows = traffic(days=1, per_day=6)
+    rows[3]["timestamp"] = "2026-02-01T03:00:00.250000+00:00"
+    logs = write_jsonl(tmp_path / "logs.jsonl", rows)
+    result = api.score_logs(str(logs), window="1D", save=str(tmp_path / "monitor.json"))
+    again = load_run(tmp_path / "monitor.json")
+    assert again.rows["timestamp"].tolist() == result.rows["timestamp"].tolist()
+    assert str(again.rows["timestamp"].iloc[3]) == "2026-02-01 03:00:00.250000+00:00"

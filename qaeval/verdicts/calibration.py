@@ -43,7 +43,7 @@ import pandas as pd
 from qaeval.audit import Audit
 from qaeval.data.schema import AXES
 from qaeval.errors import JudgeNotTrusted, UsageError
-from qaeval.frames import frame, frame_rows, is_missing, text_frame
+from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, frame, frame_rows, is_missing, rows_of, shape_problems, text_frame
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_interval, format_number
@@ -65,6 +65,10 @@ AGREEMENT_SCHEMA = {
     "assessed": "bool", "passed": "bool", "failed": "text", "status": "text",
 }
 ONE_SCORE = "the people gave one score only, so discrimination could not be measured"
+SECTION = Fields(dict(  # the calibration section of a record ("confusion": {axis: 3x3 counts, human by judge})
+    pairs=rows_of(PAIR_SCHEMA, optional=("label_fingerprint",)), agreement=rows_of(AGREEMENT_SCHEMA),
+    confusion=Keyed(Fixed((Fixed(("int",) * 3),) * 3)), min_agreement="number", min_labels="int", min_kappa="number",
+    axes=Each("str"), judge_label="str", source="text", labelled="bool", notes=Maybe(Each("str"))), optional=("source", "notes"))
 
 
 def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -266,6 +270,10 @@ class CalibrationResult(Result):
                     notes=self.notes)
 
     @classmethod
+    def section_problems(cls, s: Mapping[str, Any], prefix: str = "calibration") -> list[str]:
+        return shape_problems(s, SECTION, prefix)  # see GateResult.section_problems
+
+    @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
         pairs = [{"label_fingerprint": None, **p} for p in s["pairs"]]  # older records did not keep it
         return cls(run=run, pairs=frame(pairs, PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
@@ -284,9 +292,8 @@ class CalibrationResult(Result):
             audit.problem(f"{prefix} bars {self.min_agreement!r} (exact), {self.min_kappa!r} (kappa) / minimum "
                           f"{self.min_labels!r} are out of range")
             return
-        if not self.axes or list(self.axes) != [a for a in AXES if a in self.axes] or not isinstance(self.labelled, bool):
-            audit.problem(f"{prefix}.axes {list(self.axes)!r} are not axes of {', '.join(AXES)} in that order, or "
-                          f"{prefix}.labelled {self.labelled!r} is not true or false")
+        if not self.axes or list(self.axes) != [a for a in AXES if a in self.axes]:
+            audit.problem(f"{prefix}.axes {list(self.axes)!r} are not axes of {', '.join(AXES)} in that order")
             return
         bad = [j for j, p in enumerate(s["pairs"]) if p.get("axis") not in AXES or p.get("human") not in (0, 1, 2)
                or isinstance(p.get("human"), bool)]

@@ -35,7 +35,7 @@ import pandas as pd
 from qaeval.audit import Audit
 from qaeval.errors import DatasetError, DriftAlarm, Problem
 from qaeval.files import append_line, dumps_canonical
-from qaeval.frames import clean, frame, frame_rows
+from qaeval.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.plugins import contained
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
@@ -49,6 +49,8 @@ HISTORY_SCHEMA = {"run": "int", "time": "text", "commit": "text", "metric": "tex
                   "alarmed": "bool"}
 BAND_SCHEMA = {"metric": "text", "current": "float", "mean": "float", "low": "float", "high": "float",
                "window_n": "int", "direction": "text", "alarm": "bool"}
+
+ALARM = Fields(dict(metric="str", current="float", low="float", high="float", mean="float", message="str"))
 
 
 EARLIEST_YEAR, LATEST_YEAR = 1970, 2999  # a run's time outside these is a typo (and no chart can draw it)
@@ -86,6 +88,13 @@ def _time_problem(value: Any) -> str | None:
     if not EARLIEST_YEAR <= year <= LATEST_YEAR:
         return f"'time' is {value!r}, outside the years {EARLIEST_YEAR} to {LATEST_YEAR}"
     return None
+
+
+SECTION = Fields(dict(  # the drift section of a record: the line appended, the series as charted, bands, alarms
+    line="dict", history=rows_of(HISTORY_SCHEMA, time=Valid("text", lambda t: _time_problem(t) is None,
+                                                             "an ISO 8601 date and time")),
+    bands=rows_of(BAND_SCHEMA), alarms=Each(ALARM), notes=Maybe(Each("str")), window="int", timeseries="text",
+    min_history="int"), optional=("notes", "timeseries", "min_history"))
 
 
 def history_problems(record: Any) -> list[str]:
@@ -244,6 +253,10 @@ class DriftResult(Result):
         return dict(line=self.record, history=frame_rows(self.history), bands=frame_rows(self.bands),
                     alarms=clean(self.alarms), notes=self.notes, window=self.window, timeseries=self.timeseries,
                     min_history=self.min_history)
+
+    @classmethod
+    def section_problems(cls, s: Mapping[str, Any], prefix: str = "drift") -> list[str]:
+        return shape_problems(s, SECTION, prefix)  # see GateResult.section_problems
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> DriftResult:

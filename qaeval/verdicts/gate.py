@@ -32,16 +32,36 @@ import pandas as pd
 
 from qaeval.audit import Audit
 from qaeval.errors import GateBlocked, JudgeNotTrusted
-from qaeval.frames import clean, frame, frame_rows
+from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
 from qaeval.scoring.outcomes import FailReason
 from qaeval.verdicts.baseline import Baseline, BaselineCase
+from qaeval.verdicts.calibration import CalibrationResult
+from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.tiers import (
     DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_SCHEMA, CaseMatch, tier_row, gated, match_cases, metric_movements,
     metrics_tier, movement, new_cases, regressions, tier_one,
 )
+
+REASON = Fields(dict(code="str", message="str", name="text"), optional=("name",))  # a FailReason
+BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
+    fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
+    abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text"),
+    optional=("answer", "abstained", "citations", "output_fingerprint"))
+SECTION = Fields(dict(  # the gate section of a record, as GateResult.from_section reads it
+    baseline=Fields(dict(path="str", dataset_fingerprint="str", judge="Dict", green="bool", allowed_failing="bool",
+                         created="text", git_commit="text", adapter="text", corpus_fingerprint="text",
+                         custom=Maybe(Keyed("str"))),
+                    optional=("judge", "green", "allowed_failing", "created", "git_commit", "adapter",
+                              "corpus_fingerprint", "custom")),
+    baseline_metrics=Keyed(Fixed(("float", "int"))), baseline_cases=Keyed(BASELINE_CASE),
+    baseline_notes=Maybe(Each("str")), tiers=rows_of(TIER_SCHEMA, tier="str", case_ids=Each("str")),
+    metric_deltas=rows_of(DELTA_SCHEMA), regressed=rows_of(REGRESSED_SCHEMA), new_failing=rows_of(NEW_SCHEMA),
+    match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
+    calibration=Maybe(CALIBRATION_SECTION), notes=Maybe(Each("str"))),
+    optional=("baseline_notes", "calibration", "notes"))
 
 
 # --------------------------------------------------------------------------- the result
@@ -201,6 +221,12 @@ class GateResult(Result):
         )
 
     @classmethod
+    def section_problems(cls, s: Mapping[str, Any], prefix: str = "gate") -> list[str]:
+        """Every field of a saved section that is missing or of the wrong type (``SECTION``), named by its
+        place; ``from_section`` and ``audit_section`` trust the types of a section without any."""
+        return shape_problems(s, SECTION, prefix)
+
+    @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> GateResult:
         b = s["baseline"]
         cases = {cid: BaselineCase(c["fingerprint"], bool(c["passed"]), [FailReason.from_dict(r) for r in c["fail_reasons"]],
@@ -208,8 +234,8 @@ class GateResult(Result):
                                    c.get("answer"), c.get("abstained"), c.get("citations"), c.get("output_fingerprint"))
                  for cid, c in s["baseline_cases"].items()}
         for cid in s["match"]["matched"] + s["match"]["changed"]:  # cases the record did not need in full
-            cases.setdefault(cid, BaselineCase("" if cid in s["match"]["changed"] else run.suite[cid].fingerprint,
-                                               True, [], {}))
+            same = cid in run.suite and cid not in s["match"]["changed"]  # (a matched case the run lacks: audited)
+            cases.setdefault(cid, BaselineCase(run.suite[cid].fingerprint if same else "", True, [], {}))
         baseline = Baseline(
             path=b["path"], dataset_fingerprint=b["dataset_fingerprint"], judge=b.get("judge"),
             metrics={m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()},
@@ -219,7 +245,6 @@ class GateResult(Result):
             corpus_fingerprint=b.get("corpus_fingerprint"), custom=dict(b.get("custom") or {}))
         calibration = None
         if s.get("calibration"):
-            from qaeval.verdicts.calibration import CalibrationResult
             calibration = CalibrationResult.from_section(run, s["calibration"])
         m = s["match"]
         return cls(run=run, baseline=baseline, tiers=frame(s["tiers"], TIER_SCHEMA),

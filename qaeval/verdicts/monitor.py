@@ -24,17 +24,31 @@ import pandas as pd
 from qaeval.audit import Audit
 from qaeval.errors import DriftAlarm
 from qaeval.files import append_line, dumps_canonical
-from qaeval.frames import clean, frame, frame_rows
+from qaeval.data.logs import parse_timestamp
+from qaeval.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
 from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (ALL, METRIC_NAMES, SLICE_SCHEMA, WINDOW_SCHEMA, METRICS,
                                             metric_values, scoreboard)
-from qaeval.verdicts.drift import MIN_HISTORY, compare, read_history
+from qaeval.verdicts.drift import ALARM, BAND_SCHEMA, MIN_HISTORY, compare, read_history
 
 MIN_ROWS = 30
 BAND_WINDOW = 10
+
+TIME = Valid("text", lambda t: t is None or parse_timestamp(t)[1] is None, "an ISO 8601 date and time")
+NAMES = dict(slice="str", group="str", metric="str")  # what the summary and the report format as text
+WINDOWS = Valid(rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what), **NAMES),
+                lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
+                "one row per window, slice, group and metric")
+SECTION = Fields(dict(  # the monitor section of a record; each row also has a text value per slice column
+    rows=rows_of(ROW_COLUMNS, timestamp=TIME),
+    slice_columns=Each(Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")),
+    scoreboard=rows_of(SCOREBOARD_SCHEMA), slices=rows_of(SLICE_SCHEMA, **NAMES), windows=WINDOWS, by=Each("str"),
+    every="text", sample="Int64", seed="int", source="str", notes=Each("str"), timeseries="text",
+    timeline=Each(Fields(dict(window="str", rows="int", too_few="bool", bands=rows_of(BAND_SCHEMA), alarms=Each("str")))),
+    alarms=Each(Fields({**ALARM.fields, "window": "str"}))), optional=("every", "sample", "timeseries"))
 
 
 @dataclass(repr=False)
@@ -117,10 +131,19 @@ class MonitorResult(Result):
                     alarms=clean(self.alarms), notes=self.notes, timeseries=self.timeseries)
 
     @classmethod
+    def section_problems(cls, s: Mapping[str, Any], prefix: str = "monitor") -> list[str]:
+        """As GateResult.section_problems: ``SECTION``, then each row's slice columns."""
+        problems = shape_problems(s, SECTION, prefix)
+        if problems:
+            return problems
+        return shape_problems(s["rows"], Each(Fields({c: "text" for c in s["slice_columns"]})), f"{prefix}.rows")
+
+    @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> MonitorResult:
         schema = {**ROW_COLUMNS, **{c: "text" for c in s["slice_columns"]}}
         rows = frame(s["rows"], schema)
-        rows["timestamp"] = pd.to_datetime(rows["timestamp"], utc=True)
+        rows["timestamp"] = pd.to_datetime([None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]],
+                                           utc=True)
         return cls(run=run, rows=rows, scoreboard=frame(s["scoreboard"], SCOREBOARD_SCHEMA),
                    slices=frame(s["slices"], SLICE_SCHEMA), windows=frame(s["windows"], WINDOW_SCHEMA),
                    by=list(s["by"]), every=s.get("every"), sample=s.get("sample"), seed=int(s["seed"]),
