@@ -15,7 +15,6 @@ the worker processes with cloudpickle); ``judge`` a name, a factory or a judge o
 from __future__ import annotations
 
 import concurrent.futures as cf
-import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,7 +44,7 @@ from qaeval.verdicts.gate import GateResult, gate
 from qaeval.verdicts.tiers import gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 from qaeval.verdicts.monitor import MonitorResult
-from qaeval.runs import runs_table as runs
+from qaeval.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
 from qaeval.tracking import TrackingWarning, check_options, log_command, track  # noqa: F401 (TrackingWarning)
 
 def _load_views() -> None:
@@ -309,7 +308,7 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
             raise UsageError(f"{x if isinstance(x, (str, Path)) else 'a monitor result'} is a monitor record of "
                              "logged traffic; compare takes two runs over golden cases (watch traffic over time "
                              "with monitor --timeseries, or list records with qaeval runs)")
-        run_ = _as_run(result)
+        run_ = as_run(result)
         return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
 
     (b, b_label), (a, a_label) = labelled(before), labelled(after)
@@ -319,7 +318,7 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
     """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx;
     returns what was written."""
-    return write_trec(_as_run(record), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
+    return write_trec(as_run(record), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
 
 
 # --------------------------------------------------------------------------- labels
@@ -331,7 +330,7 @@ def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
         raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
     result = _load_run(record) if isinstance(record, (str, Path)) else record
-    run_ = _as_run(result)
+    run_ = as_run(result)
     refuse_overwrite([("out", out, "sheet")], [("record", record)], data=run_.meta.data)
     axes = ("faithfulness", "citation_correctness") if isinstance(result, MonitorResult) else AXES  # no gold in logs
     text, n = export_sheet(run_, sample=sample, seed=seed, axes=axes)
@@ -341,13 +340,13 @@ def label_export(record: str | Path | RunResult, out: str | Path, *, sample: int
 def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | Path) -> tuple[Path, int, int]:
     """Check a filled sheet against the run it is for and write keyed labels (JSONL); returns
     (path, labels written, rows left blank)."""
-    run_ = _as_run(record)
+    run_ = as_run(record)
     refuse_overwrite([("out", out, "labels")], [("sheet", sheet), ("record", record)], data=run_.meta.data)
     labels, blank = import_sheet(sheet, run_)
     return write_jsonl(out, labels), len(labels), blank
 
 
-def _as_run(record: str | Path | Result) -> RunResult:
+def as_run(record: str | Path | Result) -> RunResult:
     """The run inside a record path or a result (a gate, calibration or drift result holds one)."""
     result = _load_run(record) if isinstance(record, (str, Path)) else record
     run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
@@ -379,77 +378,3 @@ def add_case(data: str | Path, miss: Any = None, *, interactive: bool = False) -
     if miss is None and not interactive:
         raise UsageError("add-case needs --from MISS.json (or --interactive)")
     return _add(data, miss if miss is not None else {}, ask=input if interactive else None)
-
-
-# --------------------------------------------------------------------------- notebooks
-
-
-def notebook_parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
-    overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
-    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter."""
-    known = P.names_for(command)
-    injected = _injected_names()
-    unknown = sorted(n for n in injected if n not in known)
-    if unknown:
-        raise UsageError(f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
-                         f"its parameters are: {', '.join(known)}")
-    return check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
-
-
-def _injected_names() -> list[str]:
-    """Names assigned by papermill's injected-parameters cell in this kernel, if any."""
-    import ast
-
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return []
-    shell = get_ipython()
-    history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    for source in reversed(history):
-        if isinstance(source, str) and source.lstrip().startswith("# Parameters"):
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:
-                return []
-            return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                    if isinstance(t, ast.Name)]
-    return []
-
-
-def notebook_result(command: str, p: Mapping[str, Any]) -> Result:
-    """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
-    verbs: dict[str, Callable[..., Result]] = {"run": run, "gate": gate_run, "calibrate": calibrate_run,
-                                                "drift": drift_run, "monitor": score_logs}
-    return verbs[command](**dict(p))
-
-
-def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
-    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
-    from qaeval.reports.runs import render_runs
-
-    table = runs(folder)
-    refuse_overwrite([("html", html, "report")], [("record", path) for path in table["path"]])
-    return table, render_runs(table, html, folder=str(folder))
-
-
-def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:
-    """Render a result's report: save it as a record and draw it with its notebook (or, for a
-    comparison, directly)."""
-    from qaeval.reports.render import render_comparison, render_record
-
-    if isinstance(result, Comparison):
-        return render_comparison(result, html)
-    with tempfile.TemporaryDirectory(prefix="qaeval-record-") as tmp:
-        path = write_record(result, Path(tmp) / "record.json")
-        return render_record(path, html, kind=result.kind, show_code=show_code)
-
-
-def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> tuple[Result, Path]:
-    """Render a saved record with its notebook, calling neither the system nor the judge."""
-    from qaeval.reports.render import render_record
-
-    result = _load_run(record)
-    refuse_overwrite([("html", html, "report")], [("record", record)], data=_as_run(result).meta.data)
-    return result, render_record(record, html, kind=result.kind, show_code=show_code)

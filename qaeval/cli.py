@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from qaeval import api
+from qaeval import api, notebook
 from qaeval import params as P
 from qaeval.errors import QaevalError, UsageError, exit_code_for
 from qaeval.plugins import scoped_environ
@@ -193,7 +193,7 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if params.get("save"):
         notes.append(f"run record saved to {params['save']}")
     if args.html:
-        api.render(result, args.html, show_code=args.show_code)
+        notebook.render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
     if tracker.get("mlflow"):
         tracked = api.track(result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"),
@@ -208,21 +208,21 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.command in P.SCORING or args.command == "monitor":
         return _score(args)
     if args.command == "report":
-        result, path = api.report(args.record, args.html, show_code=args.show_code)
+        result, path = notebook.report(args.record, args.html, show_code=args.show_code)
         return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, [f"report: {path}"]
     if args.command == "compare":
         api.check_outputs({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)
         notes = []
         if args.html:
-            api.render(comparison, args.html)
+            notebook.render(comparison, args.html)
             notes.append(f"report: {args.html}")
         return comparison.summary_text(), comparison.exit_code, notes
     if args.command == "runs":
         from qaeval.runs import summary_text
 
         if args.html:
-            table, page = api.runs_index(args.folder, args.html)
+            table, page = notebook.runs_index(args.folder, args.html)
             return summary_text(table, args.folder), 0, [f"index: {page}"]
         return summary_text(api.runs(args.folder), args.folder), 0, []
     if args.command == "label":

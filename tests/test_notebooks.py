@@ -53,7 +53,7 @@ def test_notebook_is_committed_clean_with_one_literal_parameters_cell(name):
         names.append(stmt.targets[0].id)
     assert names == P.names_for(name), "the parameters cell lists exactly the command's parameters"
     after = code[code.index(tagged[0]) + 1].source
-    assert f'qa.notebook_parameters("{name}", globals())' in after, "the cell after the parameters validates them"
+    assert f'nb.parameters("{name}", globals())' in after, "the cell after the parameters validates them"
     for cell in code:
         tree = ast.parse(cell.source)
         assert not any(isinstance(n, (ast.For, ast.While, ast.If, ast.FunctionDef)) for n in ast.walk(tree)), \
@@ -189,7 +189,7 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
     assert "<mark>" in page
     shown = tmp_path / "shown.html"
     main(["run", "--data", str(GOLDEN), "--html", str(shown), "--show-code"])
-    assert 'class="qaeval-code"' in shown.read_text() and "notebook_parameters" in shown.read_text()
+    assert 'class="qaeval-code"' in shown.read_text() and "nb.parameters" in shown.read_text()
 
 
 def test_html_of_a_missing_baseline_is_exit_65_before_any_kernel(tmp_path):
@@ -229,7 +229,7 @@ def test_nbconvert_template_qaeval_renders_papermill_output(tmp_path, baseline):
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "page.html").read_text()
     assert "BLOCK" in page and "An Exception was encountered" not in page and "Traceback" not in page
-    assert "notebook_parameters" not in page, "code cells are hidden"
+    assert "nb.parameters" not in page, "code cells are hidden"
     assert page.count("data = ") == 0, "the parameters are not shown twice (or at all)"
 
 

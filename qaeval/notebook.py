@@ -1,0 +1,94 @@
+"""What the report notebooks and the HTML reports use: a notebook's parameters checked as papermill
+injected them, the result it draws (a saved record, or the command run afresh), and rendering a result,
+a saved record or a folder of runs as a page.
+
+    import qaeval.notebook as nb
+    params = nb.parameters("gate", globals())
+    result = nb.result("gate", params)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from qaeval import api
+from qaeval import params as P
+from qaeval.errors import UsageError
+from qaeval.files import refuse_overwrite
+from qaeval.record import load_run, write_record
+from qaeval.results import Result
+from qaeval.runs import runs_table
+from qaeval.verdicts.compare import Comparison
+
+def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
+    overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
+    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter."""
+    known = P.names_for(command)
+    injected = _injected_names()
+    unknown = sorted(n for n in injected if n not in known)
+    if unknown:
+        raise UsageError(f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
+                         f"its parameters are: {', '.join(known)}")
+    return api.check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
+
+
+def _injected_names() -> list[str]:
+    """Names assigned by papermill's injected-parameters cell in this kernel, if any."""
+    import ast
+
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return []
+    shell = get_ipython()
+    history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for source in reversed(history):
+        if isinstance(source, str) and source.lstrip().startswith("# Parameters"):
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                return []
+            return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)]
+    return []
+
+
+def result(command: str, p: Mapping[str, Any]) -> Result:
+    """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
+    verbs: dict[str, Callable[..., Result]] = {"run": api.run, "gate": api.gate_run, "calibrate": api.calibrate_run,
+                                                "drift": api.drift_run, "monitor": api.score_logs}
+    return verbs[command](**dict(p))
+
+
+def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
+    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
+    from qaeval.reports.runs import render_runs
+
+    table = runs_table(folder)
+    refuse_overwrite([("html", html, "report")], [("record", path) for path in table["path"]])
+    return table, render_runs(table, html, folder=str(folder))
+
+
+def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:
+    """Render a result's report: save it as a record and draw it with its notebook (or, for a
+    comparison, directly)."""
+    from qaeval.reports.render import render_comparison, render_record
+
+    if isinstance(result, Comparison):
+        return render_comparison(result, html)
+    with tempfile.TemporaryDirectory(prefix="qaeval-record-") as tmp:
+        path = write_record(result, Path(tmp) / "record.json")
+        return render_record(path, html, kind=result.kind, show_code=show_code)
+
+
+def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> tuple[Result, Path]:
+    """Render a saved record with its notebook, calling neither the system nor the judge."""
+    from qaeval.reports.render import render_record
+
+    loaded = load_run(record)
+    refuse_overwrite([("html", html, "report")], [("record", record)], data=api.as_run(loaded).meta.data)
+    return loaded, render_record(record, html, kind=loaded.kind, show_code=show_code)
