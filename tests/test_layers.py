@@ -20,7 +20,7 @@ LAYERS = (
     ("integrations", ("qaeval.integrations",)),
     ("scoring", ("qaeval.scoring", "qaeval.judges")),
     ("verdicts", ("qaeval.verdicts",)),
-    ("record", ("qaeval.record", "qaeval.record_check", "qaeval.runs")),
+    ("record", ("qaeval.record", "qaeval.record_shape", "qaeval.record_check", "qaeval.runs")),
     ("reports", ("qaeval.reports",)),
     ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.notebook", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__",
                "qaeval.monitoring", "qaeval.tracking")),
