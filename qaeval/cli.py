@@ -97,24 +97,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="qaeval", description="Evaluate a cited-answer QA system on a golden set.")
     parser.add_argument("--version", action="version", version=f"qaeval {api.version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _scoring_commands(sub)
+    _record_commands(sub)
+    _data_commands(sub)
+    return parser
 
+
+def _scoring_commands(sub: Any) -> None:
+    """validate, and the commands that call the system and the judge."""
     p = sub.add_parser("validate", help="load the cases strictly and count them")
     _add_params(p, "validate")
     for command, text in (("run", "score a system and print the scoreboard"),
                           ("baseline", "score a green run and write it as the baseline record"),
                           ("gate", "PASS or BLOCK against a baseline (exit 1 on BLOCK)"),
                           ("calibrate", "check the judge against human labels (exit 2 when not trusted)"),
-                          ("drift", "re-run the frozen split, append to a time series, alarm (exit 3)")):
+                          ("drift", "re-run the frozen split, append to a time series, alarm (exit 3)"),
+                          ("monitor", "score logged traffic without gold; a time window out of its band alarms "
+                                      "(exit 3)")):
         p = sub.add_parser(command, help=text)
         _add_params(p, command)
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         _report_flags(p)
 
-    p = sub.add_parser("monitor", help="score logged traffic without gold; a time window out of its band alarms (exit 3)")
-    _add_params(p, "monitor")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _report_flags(p)
 
+def _record_commands(sub: Any) -> None:
+    """The commands that read saved run records and call nothing."""
     p = sub.add_parser("report", help="render a saved run record to HTML, calling nothing")
     p.add_argument("record", metavar="RECORD")
     p.add_argument("--html", metavar="PATH", required=True)
@@ -148,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("record", metavar="RECORD")
     e.add_argument("--out", required=True, metavar="DIR", help="the folder to write into (created if needed)")
 
+
+def _data_commands(sub: Any) -> None:
+    """The commands that grow the golden set."""
     from qaeval.data import importers
 
     p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
@@ -168,7 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, metavar="DIR")
     p.add_argument("--from", dest="miss", metavar="MISS.json")
     p.add_argument("--interactive", action="store_true", help="ask for the fields the miss file does not give")
-    return parser
 
 
 def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
