@@ -3,7 +3,7 @@
 ``CaseIndex(run)[case_id]`` is a ``CaseRows``: the output, the case's outcome (its ``per_case`` row:
 passed, fail reasons, ...), its metric units, its retrieval row (None for a case without gold sources),
 and its checks, verdicts, trajectory steps and registered checks' and metrics' outcomes. The record
-writes each case's line from it, and the reports draw each case's drill-down from it; the outcome rules themselves (``qaeval.scoring.evaluate``)
+writes each case's line from it, and the reports draw each case's drill-down from it; the outcome rules themselves (``qaeval.scoring.outcomes``, through its ``LayerIndex``)
 read the layers they need by case as they build ``per_case``.
 """
 
