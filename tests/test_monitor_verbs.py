@@ -138,6 +138,10 @@ def test_ppi_per_slice_matches_ppi_python(tmp_path):
         f = (labelled["faithfulness"] == 2).to_numpy(float)
         _, _, _, lam = ppi_mean(y, f, g)
         low, high = ppi_py.ppi_mean_ci(y, f, g, alpha=0.05, lam=lam)
+        if lam == 0:  # the labels alone: their Wilson interval (statsmodels computes it too)
+            from statsmodels.stats.proportion import proportion_confint
+
+            low, high = ([v] for v in proportion_confint(int(y.sum()), len(y), alpha=0.05, method="wilson"))
         value = float(ppi_py.ppi_mean_pointestimate(y, f, g, lam=lam)[0])
         row = result.slices[(result.slices["group"] == system) & (result.slices["metric"] == "faithfulness_rate")].iloc[0]
         assert row["n_labelled"] == len(y) > 2

@@ -93,3 +93,16 @@ def test_a_constant_judge_falls_back_to_the_labels_alone():
 
 def test_too_few_labels_give_no_estimate():
     assert all(math.isnan(v) for v in ppi_mean(np.array([1.0]), np.array([1.0]), np.ones(5)))
+
+
+def test_labels_that_all_agree_with_a_judge_that_carries_nothing_keep_an_honest_interval():
+    """ExpertQA's bing_chat slice: ten labels, every one 0, and a judge that scores every answer 0. The
+    normal interval is [0, 0] and excludes the rate the experts measured over all 49 answers (0.245); the
+    Wilson interval of ten zeros is [0, 0.278]."""
+    value, low, high, lam = ppi_mean(np.zeros(10), np.zeros(10), np.zeros(49))
+    assert lam == 0.0 and value == 0.0 and low == 0.0
+    assert high == pytest.approx(0.2775, abs=1e-4) and high > 0.245
+    statsmodels = pytest.importorskip("statsmodels.stats.proportion")
+    assert (low, high) == pytest.approx(statsmodels.proportion_confint(0, 10, alpha=0.05, method="wilson"), abs=1e-12)
+    value, low, high, _ = ppi_mean(np.ones(3), np.zeros(3), np.zeros(17))
+    assert value == 1.0 and high == 1.0 and low == pytest.approx(0.4385, abs=1e-4)

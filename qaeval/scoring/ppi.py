@@ -9,7 +9,10 @@ ARES) uses the cases a person also labelled to measure that bias and remove it:
 
 with ``lam`` in [0, 1] chosen to make the interval as narrow as the data allows (``lam`` = 0 is the
 labelled cases alone; ``lam`` = 1 is classic PPI). The 95% interval is the normal interval with the
-two variances added. It is *wider* than the judge-only bootstrap interval whenever the judge and the
+two variances added, as ``ppi-python`` computes it, except where ``lam`` is 0 (the judge carries no
+information: it says the same everywhere, or moves against people): the estimate is then the labelled
+cases' mean alone, and its interval is the Wilson score interval, which stays honest when every label
+agrees (the normal interval of ten labels that all say 0 is [0, 0]). It is *wider* than the judge-only bootstrap interval whenever the judge and the
 humans disagree (the correction is uncertain) or few cases are labelled; it can only be as narrow as
 the judge-only interval when the judge agrees with people on every labelled case. Unlike the judge-only
 interval, it covers the rate a person would have measured, not the rate the judge measured.
@@ -50,9 +53,21 @@ def ppi_mean(human: np.ndarray, judge_labelled: np.ndarray, judge_all: np.ndarra
             covariance = float(np.mean((y - y.mean()) * (f - f.mean())))
             lam = float(np.clip(covariance / ((1 + n / big_n) * variance), 0.0, 1.0))
     estimate = float(np.mean(lam * g) + np.mean(y - lam * f))
-    se = math.sqrt((np.std(lam * g) / math.sqrt(big_n)) ** 2 + (np.std(y - lam * f) / math.sqrt(n)) ** 2)
     z = NormalDist().inv_cdf(0.5 + level / 2)
+    if lam == 0 and np.all((y >= 0) & (y <= 1)):
+        low, high = wilson(estimate, n, z)
+        return estimate, low, high, lam
+    se = math.sqrt((np.std(lam * g) / math.sqrt(big_n)) ** 2 + (np.std(y - lam * f) / math.sqrt(n)) ** 2)
     return estimate, estimate - z * se, estimate + z * se, lam
+
+
+def wilson(mean: float, n: int, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a mean of ``n`` values in [0, 1] (exact for 0/1 values, conservative
+    otherwise). Unlike the normal interval it does not collapse to a point when every value is 0 or 1:
+    ten labels that all say 0 give [0, 0.28], not [0, 0]."""
+    centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n))
+    return (0.0 if mean <= 0 else max(0.0, centre - half)), (1.0 if mean >= 1 else min(1.0, centre + half))
 
 
 def fresh_labels(labels: pd.DataFrame, per_case: pd.DataFrame) -> pd.DataFrame:
