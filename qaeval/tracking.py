@@ -245,4 +245,8 @@ def check_options(p: Mapping[str, Any]) -> None:
     if p.get("mlflow"):
         if p.get("record"):
             raise UsageError("mlflow logs a fresh run; a saved record (record) is only drawn")
+        uri = p["mlflow"]
+        if isinstance(uri, str) and re.fullmatch(r"[\w.-]+:\d+/?", uri.strip()):
+            raise UsageError(f"mlflow {uri!r} has no scheme, so MLflow would take it for a folder: "
+                             f"give http://{uri.strip()} for a tracking server")
         require()

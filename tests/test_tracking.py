@@ -209,6 +209,15 @@ def test_an_experiment_without_mlflow_and_mlflow_with_a_record_are_usage_errors(
         qa.run(str(GOLDEN), mlflow=3)
 
 
+@pytest.mark.parametrize("uri", ["localhost:5000", "127.0.0.1:5000", "mlflow.internal:443/"])
+def test_a_server_address_without_its_scheme_is_a_usage_error_naming_the_fix(uri, capsys, tmp_path):
+    """MLflow would take host:port for a folder and write a file store there; refuse before anything runs."""
+    assert main(["run", "--data", str(GOLDEN), "--mlflow", uri, "--save", str(tmp_path / "r.json")]) == 64
+    err = capsys.readouterr().err
+    assert f"give http://{uri}" in err and "no scheme" in err
+    assert not (tmp_path / "r.json").exists() and not Path(uri.split(":")[0]).exists()
+
+
 
 def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
     seen = {}
