@@ -383,3 +383,8 @@ def make_counting():
 
 def make_exiting_factory():
     raise SystemExit(0)
+
+
+def abstains_never(case, output, passages):
+    """An informational check: fails a case the system abstained on."""
+    return (not output.abstained, "abstained" if output.abstained else "answered")

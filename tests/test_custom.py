@@ -265,3 +265,17 @@ def test_the_api_takes_functions_and_metric_objects():
     board = run.scoreboard.set_index("metric")
     assert board.at["not_abstained", "value"] == 1.0 and board.at["cites_two", "value"] == 0.0
     assert board.at["cites_two", "n"] == board.at["faithfulness_rate", "n"]
+
+
+def test_compare_names_a_registered_check_that_flipped_and_not_one_only_one_run_ran():
+    """The reference system abstains where it must; the saboteur never does. A registered check that fails
+    abstentions flips on those cases, and compare says so beside the built-in checks that flipped."""
+    before = api.run(str(GOLDEN), check=["plugins:abstains_never"], metric=[LENGTH])
+    after = api.run(str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter", check=["plugins:abstains_never"])
+    comparison = api.compare(before, after)
+    cases = comparison.cases.set_index("case_id")
+    must = [c.id for c in before.suite if c.must_abstain]
+    assert must and all("abstains_never" in cases.at[c, "checks_flipped"] for c in must)
+    assert all("abstains_never" not in cases.at[c.id, "checks_flipped"] for c in before.suite if not c.must_abstain)
+    plain = api.run(str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter")
+    assert not any("abstains_never" in f for f in api.compare(before, plain).cases["checks_flipped"])

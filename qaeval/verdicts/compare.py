@@ -110,6 +110,14 @@ class Comparison(Result):
         return "\n".join(lines)
 
 
+def _check_outcomes(run: RunResult) -> dict[tuple[str, str], bool]:
+    """{(case, check): passed} for the built-in checks and the registered ones."""
+    found = {(r.case_id, r.check): bool(r.passed) for r in run.checks.itertuples(index=False)}
+    custom = run.custom[run.custom["kind"] == "check"]
+    found.update({(cid, name): bool(passed) for cid, name, passed in zip(custom["case_id"], custom["name"], custom["passed"])})
+    return found
+
+
 def _state(passed: Any) -> str:
     return "passing" if passed else "failing"
 
@@ -121,8 +129,9 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
     deltas = metric_movements(after, base, {m: 0.0 for m in METRIC_NAMES}, match.matched)
     b_pc = before.per_case.set_index("case_id")
     a_pc = after.per_case.set_index("case_id")
-    b_checks = {(r.case_id, r.check): r.passed for r in before.checks.itertuples(index=False)}
-    a_checks = {(r.case_id, r.check): r.passed for r in after.checks.itertuples(index=False)}
+    b_checks, a_checks = _check_outcomes(before), _check_outcomes(after)
+    both = {c for _, c in b_checks} & {c for _, c in a_checks}  # a check only one run ran did not flip
+    checks = list(CHECKS) + sorted(both - set(CHECKS))
     rows = []
     for cid in after.per_case["case_id"]:
         a = a_pc.loc[cid]
@@ -143,7 +152,7 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
         rows.append({**row, "status": "matched", "change": change, "before_passed": bool(b["case_passed"]),
                      "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
                      "citations_changed": list(b["citations"]) != list(a["citations"]),
-                     "checks_flipped": [c for c in CHECKS if b_checks.get((cid, c)) != a_checks.get((cid, c))],
+                     "checks_flipped": [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
                      "scores_changed": [ax for ax in AXES if not _same(b[ax], a[ax])],
                      "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"])})
     for cid in match.removed:
