@@ -45,6 +45,7 @@ from qaeval.errors import UsageError, install_extra
 from qaeval.plugins import scoped_environ
 from qaeval.record import write_record
 from qaeval.results import Result
+from qaeval.scoring.outcomes import reasons_text
 
 EXTRA = install_extra("mlflow")
 HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
@@ -128,7 +129,9 @@ def _per_row(result: Result) -> tuple[pd.DataFrame, str]:
     rows = getattr(result, "rows", None)
     if isinstance(rows, pd.DataFrame):
         return rows, "per_row.csv"
-    return getattr(result, "run", result).per_case, "per_case.csv"
+    per_case = getattr(result, "run", result).per_case.copy()
+    per_case["fail_reasons"] = per_case["fail_reasons"].map(reasons_text)  # their messages, as people read them
+    return per_case, "per_case.csv"
 
 
 def metrics_of(result: Result) -> dict[str, float]:

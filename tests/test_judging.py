@@ -219,3 +219,20 @@ def test_tolerant_parsing_of_fenced_json():
     parsed = parse_verdict_json(text)
     assert [(v.axis, v.score, v.target) for v in parsed] == [
         ("faithfulness", 2, ""), ("answer_correctness", 0, ""), ("citation_correctness", 1, "s1")]
+
+
+def test_a_citation_with_no_other_passage_is_weighed_without_a_decoy_and_says_so():
+    from qaeval.scoring.judge import JudgeRequest
+    from qaeval.scoring.rubric import CitedSource
+
+    text = "The Harbor branch opened in 1931 beside the ferry terminal."
+    cited = (CitedSource("p1", text, text, None, None),)
+    request = JudgeRequest("c1", "When did the Harbor branch open?", text, "1931", cited, [])
+    verdict = next(v for v in OfflineJudge().judge_one(request).verdicts if v.axis == "citation_correctness")
+    assert verdict.score == 2 and "None" not in verdict.rationale
+    assert verdict.rationale.endswith("no other passage to weigh it against")
+
+
+def test_a_judge_without_a_seed_is_labelled_without_one():
+    assert JudgeConfig(name="kw", model="example", seed=None).label() == "kw:example t=0 rubric=v2"
+    assert "seed=7" in JudgeConfig(name="kw", model="example", seed=7).label()

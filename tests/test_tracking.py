@@ -127,6 +127,8 @@ def test_a_gate_logged_to_a_tracking_server_reads_back_through_mlflows_client(ru
     assert (folder / "report.html").read_bytes() == report.read_bytes()
     assert ">PASS<" in (folder / "report.html").read_text()
     assert len((folder / "per_case.csv").read_text().strip().splitlines()) == 1 + 15
+    table = (folder / "per_case.csv").read_text()
+    assert "trajectory failed (" in table and "FailReason(" not in table, "fail reasons as their messages"
 
 
 @pytest.mark.parametrize("adapter, data, expected", [(None, GOLDEN, 0), (SABOTEUR, GOLDEN / "buggy", 1)],

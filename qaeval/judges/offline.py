@@ -84,7 +84,8 @@ class OfflineJudge:
             quote = _best_sentence(c.text, claim) if score else ""
             verdicts.append(AxisVerdict(CITATION_CORRECTNESS, score, quote,
                                         f"claim overlap {cited:.0%} with the cited source, "
-                                        f"{decoy:.0%} with decoy {c.decoy_id}", target=c.source_id))
+                                        + (f"{decoy:.0%} with decoy {c.decoy_id}" if c.decoy_id is not None
+                                           else "no other passage to weigh it against"), target=c.source_id))
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
 
 

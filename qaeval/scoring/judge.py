@@ -62,7 +62,8 @@ class JudgeConfig:
     base_url: str | None = None
 
     def label(self) -> str:
-        return f"{self.name}:{self.model} t={self.temperature:g} seed={self.seed} rubric={self.prompt_version}"
+        seed = f" seed={self.seed}" if self.seed is not None else ""
+        return f"{self.name}:{self.model} t={self.temperature:g}{seed} rubric={self.prompt_version}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
