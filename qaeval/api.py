@@ -318,7 +318,12 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
     """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx;
     returns what was written."""
-    return write_trec(as_run(record), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
+    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    if isinstance(result, MonitorResult):  # a judged sample of logged traffic: no gold passages, no qrels
+        raise UsageError(f"{record if isinstance(record, (str, Path)) else 'a monitor result'} is a monitor record "
+                         "of logged traffic, which has no gold passages to write qrels from; export trec takes a "
+                         "run over golden cases")
+    return write_trec(as_run(result), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
 
 
 # --------------------------------------------------------------------------- labels

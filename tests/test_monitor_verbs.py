@@ -201,6 +201,10 @@ def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_an
     capsys.readouterr()
     assert main(["compare", str(ROOT / "golden" / "ci-baseline.json"), str(folder / "monitor.json")]) == 64
     assert "is a monitor record of logged traffic" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["export", "trec", str(folder / "monitor.json"), "--out", str(tmp_path / "trec")]) == 64
+    assert "no gold passages to write qrels from" in capsys.readouterr().err
+    assert not (tmp_path / "trec").exists()
 
 
 def test_the_summary_prints_every_metric_per_window(tmp_path):
