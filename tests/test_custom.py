@@ -279,3 +279,17 @@ def test_compare_names_a_registered_check_that_flipped_and_not_one_only_one_run_
     assert all("abstains_never" not in cases.at[c.id, "checks_flipped"] for c in before.suite if not c.must_abstain)
     plain = api.run(str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter")
     assert not any("abstains_never" in f for f in api.compare(before, plain).cases["checks_flipped"])
+
+
+def test_compare_says_a_case_now_fails_a_registered_metric_or_an_adapter_error_and_not_every_check():
+    """Found by a new user: a regression caused by a registered metric was shown as just "matched", and a
+    case whose adapter now raises was listed as flipping every check (passage_fidelity included)."""
+    before = api.run(str(GOLDEN))
+    with_metric = api.run(str(GOLDEN), metric=["hostile_checks:raising_metric"])
+    cases = api.compare(before, with_metric).cases.set_index("case_id")
+    assert cases.at["single-0001", "change"] == "regressed"
+    assert cases.at["single-0001", "new_reasons"] == ["metric raising_metric"]
+    assert "now metric raising_metric" in str(api.compare(before, with_metric))
+    broken = api.compare(before, api.run(str(GOLDEN), adapter="plugins:make_raising")).cases.set_index("case_id")
+    assert broken.at["single-0001", "new_reasons"] == ["adapter error"]
+    assert broken.at["single-0001", "checks_flipped"] == [] and broken.at["single-0001", "scores_changed"] == []

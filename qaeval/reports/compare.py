@@ -29,6 +29,7 @@ def _change_tags(r: dict[str, Any]) -> Tags:
     what += [(x, "") for x, flag in (("answer changed", r["answer_changed"]), ("citations changed", r["citations_changed"]))
              if flag is True]
     what += [(f"check {x}", "") for x in r["checks_flipped"]] + [(f"judge {x}", "") for x in r["scores_changed"]]
+    what += [(f"now {x}", "") for x in r["new_reasons"]]
     if r["status"] != "matched":
         what.append((r["status"], "was"))
     return what

@@ -24,14 +24,14 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
-from qaeval.scoring.outcomes import reasons_text
+from qaeval.scoring.outcomes import FailReason, reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import match_cases, metric_movements
 
 CASE_SCHEMA = {
     "case_id": "text", "status": "text", "before_passed": "boolean", "after_passed": "boolean", "change": "text",
     "answer_changed": "boolean", "citations_changed": "boolean", "checks_flipped": "object",
-    "scores_changed": "object", "before_answer": "text", "after_answer": "text", "before_why": "text",
+    "scores_changed": "object", "new_reasons": "object", "before_answer": "text", "after_answer": "text", "before_why": "text",
     "after_why": "text",
 }
 
@@ -62,7 +62,8 @@ class Comparison(Result):
         """Cases whose output, verdict, checks or scores differ, or that exist on one side only."""
         c = self.cases
         moved = c["answer_changed"].fillna(False) | c["citations_changed"].fillna(False) | \
-            c["checks_flipped"].map(bool) | c["scores_changed"].map(bool) | (c["change"].isin(["regressed", "fixed"])) | \
+            c["checks_flipped"].map(bool) | c["scores_changed"].map(bool) | c["new_reasons"].map(bool) | \
+            c["change"].isin(["regressed", "fixed"]) | \
             c["status"].isin(["new", "removed", "changed"])
         return c[moved.astype(bool)]
 
@@ -106,8 +107,20 @@ class Comparison(Result):
                 what.append("checks " + ", ".join(r["checks_flipped"]))
             if r["scores_changed"]:
                 what.append("judge " + ", ".join(r["scores_changed"]))
+            if r["new_reasons"]:
+                what.append("now " + ", ".join(r["new_reasons"]))
             lines.append(f"    {r['case_id']:<24} {r['change']:<15} {'; '.join(what) or r['status']}")
         return "\n".join(lines)
+
+
+def _new_reasons(before: list[FailReason], after: list[FailReason]) -> list[str]:
+    """Why the case fails now that it did not fail for before, beyond the checks (``checks_flipped``
+    names those): "adapter error", "metric NAME", "unfaithful", "judge error", "wrongly abstained",
+    "trajectory failed"."""
+    had = {(r.code, r.name) for r in before}
+    return list(dict.fromkeys(
+        f"metric {r.name}" if r.code == "metric" else r.code.replace("_", " ")
+        for r in after if (r.code, r.name) not in had and r.code != "check" and r.code not in CHECKS))
 
 
 def _check_outcomes(run: RunResult) -> dict[tuple[str, str], bool]:
@@ -136,7 +149,8 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
     for cid in after.per_case["case_id"]:
         a = a_pc.loc[cid]
         row: dict[str, Any] = dict(case_id=cid, after_passed=bool(a["case_passed"]), after_answer=a["answer"],
-                                   after_why=reasons_text(a["fail_reasons"]), checks_flipped=[], scores_changed=[])
+                                   after_why=reasons_text(a["fail_reasons"]), checks_flipped=[], scores_changed=[],
+                                   new_reasons=[])
         if cid in match.new or cid in match.changed:
             rows.append({**row, "status": "new" if cid in match.new else "changed", "change": "not compared",
                          "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
@@ -149,17 +163,20 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
             change = "fixed"
         else:
             change = f"still {_state(a['case_passed'])}"
+        new = _new_reasons(b["fail_reasons"], a["fail_reasons"])
+        errored = "adapter error" in new  # its checks and scores changed because it has no output
         rows.append({**row, "status": "matched", "change": change, "before_passed": bool(b["case_passed"]),
                      "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
                      "citations_changed": list(b["citations"]) != list(a["citations"]),
-                     "checks_flipped": [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
-                     "scores_changed": [ax for ax in AXES if not _same(b[ax], a[ax])],
-                     "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"])})
+                     "checks_flipped": [] if errored else
+                     [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
+                     "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
+                     "new_reasons": new, "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"])})
     for cid in match.removed:
         b = b_pc.loc[cid]
         rows.append(dict(case_id=cid, status="removed", before_passed=bool(b["case_passed"]), after_passed=None,
                          change="not compared", answer_changed=None, citations_changed=None, checks_flipped=[],
-                         scores_changed=[], before_answer=b["answer"], after_answer=None,
+                         scores_changed=[], new_reasons=[], before_answer=b["answer"], after_answer=None,
                          before_why=reasons_text(b["fail_reasons"]), after_why=None))
     return Comparison(before=before, after=after, metric_deltas=deltas, cases=frame(rows, CASE_SCHEMA),
                       before_label=before_label, after_label=after_label)
