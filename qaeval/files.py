@@ -277,16 +277,19 @@ def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[t
     for i, (name, path, kind) in enumerate(outs):
         for other, given in [*ins, *((n, p) for n, p, _ in outs[:i])]:
             if _same_file(path, given):
-                raise UsageError(f"refusing to write {name} {path}: it is {other} {given}, which this command reads "
+                raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is {other} {given}, "
+                                 "which this command reads "
                                  "or writes as well; choose another path")
         real = os.path.realpath(path)
         if folder is None or os.path.commonpath([real, folder]) != folder:
             continue
         if os.path.dirname(real) == folder and real.endswith(".jsonl"):
-            raise UsageError(f"refusing to write {name} {path}: a *.jsonl file in the data folder {data} is read as "
+            raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a *.jsonl file in the "
+                             f"data folder {data} is read as "
                              "golden cases; write outputs outside the data folder")
         if os.path.lexists(path) and not _written_as(path, kind):
-            raise UsageError(f"refusing to write {name} {path}: it is inside the data folder {data} and is not a "
+            raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is inside the data "
+                             f"folder {data} and is not a "
                              f"{OUTPUT_WORDS[kind]} qaeval wrote; write outputs outside the data folder")
 
 

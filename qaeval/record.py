@@ -228,8 +228,9 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
     if data.get("format") != FORMAT:
         raise RecordError(f"not a qaeval run record (expected format {FORMAT!r})", file=where)
     if data.get("version") != VERSION:
-        again = ("; it was written by qaeval 0.2, before fail reasons carried codes: make it again with this "
-                 "qaeval (run its command again, e.g. `qaeval baseline --data DIR --out FILE`)") if data.get("version") == 1 else ""
+        again = ("; version 1 was written before fail reasons carried codes: make it again with the qaeval "
+                 "installed now (run its command again, e.g. `qaeval baseline --data DIR --out FILE`)"
+                 ) if data.get("version") == 1 else ""
         raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION}){again}",
                           file=where)
     problems = []
