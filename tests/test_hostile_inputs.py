@@ -284,7 +284,7 @@ def test_label_export_and_import_never_overwrite_the_data_folder_they_came_from(
     assert main(["run", "--data", str(folder), "--save", str(record), "--quiet"]) == 0
     labels = folder / "calibration" / "human_labels.jsonl"
     assert main(["label", "export", str(record), "--out", str(labels)]) == 64
-    assert f"refusing to write the labels file (out) to {labels}" in capsys.readouterr().err
+    assert f"refusing to write the label sheet (out) to {labels}" in capsys.readouterr().err
     assert main(["label", "export", str(record), "--out", str(record)]) == 64
     sheet = tmp_path / "sheet.csv"
     assert main(["label", "export", str(record), "--out", str(sheet)]) == 0
