@@ -213,8 +213,12 @@ def test_adding_the_same_miss_twice_is_refused(suite_dir, tmp_path, capsys):
     spaced = miss(question="  which street is the EASTSIDE branch on? ")
     path.write_text(json.dumps(spaced))
     assert main(["add-case", "--data", str(suite_dir), "--from", str(path)]) == 65
-    assert "already in the suite as single-0008" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already in the suite as single-0008" in err and f"{path}: this miss" in err and "<input>" not in err
     assert (suite_dir / "living.jsonl").read_text() == before
+    path.write_text(json.dumps(miss(bogus=1)))
+    assert main(["add-case", "--data", str(suite_dir), "--from", str(path)]) == 65
+    assert f"{path}: unknown field(s) in the miss: bogus" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, message", [

@@ -93,12 +93,13 @@ def ask_missing(miss: dict[str, Any], ask: Callable[[str], str]) -> dict[str, An
     return miss
 
 
-def build_case(miss: dict[str, Any], suite: Suite) -> dict[str, Any]:
+def build_case(miss: dict[str, Any], suite: Suite, where: str = "the miss") -> dict[str, Any]:
     unknown = sorted(set(miss) - MISS_FIELDS)
     if unknown:
-        raise DatasetError(f"unknown field(s) in the miss: {', '.join(unknown)} (an id and a split are assigned)")
+        raise DatasetError(f"unknown field(s) in the miss: {', '.join(unknown)} (an id and a split are assigned)",
+                           file=where)
     if "answer" in miss and not isinstance(miss["answer"], str):
-        raise DatasetError("'answer' (what the system said) must be a string")
+        raise DatasetError("'answer' (what the system said) must be a string", file=where)
     must_abstain = miss.get("expected_behavior") == "unanswerable_must_abstain"
     case = {k: v for k, v in miss.items() if k != "answer"}
     case.setdefault("expected_behavior", "answer")
@@ -118,16 +119,17 @@ def add_case(data_dir: str | Path, miss: dict[str, Any] | str | Path, *,
     root = Path(data_dir)
     suite = load_suite(root)
     raw = read_miss(miss) if isinstance(miss, (str, Path)) else dict(miss)
+    where = str(miss) if isinstance(miss, (str, Path)) else "the miss"
     if ask is not None:
         raw = ask_missing(raw, ask)
-    case = build_case(raw, suite)
+    case = build_case(raw, suite, where)
     sources = case.get("sources")
     if isinstance(case.get("question"), str) and isinstance(sources, list):
         pairs = [(s.get("id"), s.get("text")) for s in sources if isinstance(s, dict) and isinstance(s.get("text"), str)]
         duplicate = find_duplicate(suite, case["question"], pairs)
         if duplicate is not None:
             raise DatasetError(f"this miss is already in the suite as {duplicate.id} ({duplicate.file}:{duplicate.line}): "
-                               "same question, same passages")
+                               "same question, same passages", file=where)
     target = root / LIVING
     existing = read_bytes(target) if target.exists() else b""
     line_number = existing.decode("utf-8-sig", errors="replace").count("\n") + (0 if existing.endswith(b"\n") or not existing else 1) + 1
@@ -136,7 +138,7 @@ def add_case(data_dir: str | Path, miss: dict[str, Any] | str | Path, *,
         build_suite(entries, str(root))  # the whole suite, with the new case, as strictly as a load
     except DatasetError as exc:
         mine = [p for p in exc.problems if p.file == str(target) and p.line == line_number]
-        raise DatasetError([Problem("the miss", None, p.message) for p in mine] or exc.problems) from None
+        raise DatasetError([Problem(where, None, p.message) for p in mine] or exc.problems) from None
     if existing and not existing.endswith(b"\n"):
         existing += b"\n"
     write_atomic(target, existing + (dumps_canonical(case) + "\n").encode("utf-8"))
