@@ -25,7 +25,7 @@ from qaeval.text import printable
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means "judge not trusted"
-        raise UsageError(f"{message}{_did_you_mean(self, message)} (see `{self.prog} --help`)")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -38,21 +38,40 @@ def _flags(parser: argparse.ArgumentParser) -> list[str]:
     return sorted(set(flags))
 
 
-def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
-    """For an unknown flag, the known flag closest to it, if one is close."""
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, and refuse what no option of the chosen command takes, naming that command's closest flag."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = _command_parser(parser, args)
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        raise UsageError(f"{message}{_did_you_mean(command, parser, extra)} (see `{command.prog} --help`)")
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command ``args`` was parsed for."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
+def _did_you_mean(command: argparse.ArgumentParser, top: argparse.ArgumentParser, extra: list[str]) -> str:
+    """For an unknown flag, the command's own flag closest to it, if one is close; a flag of another
+    command is said to be one."""
     import difflib
 
-    if not message.startswith("unrecognized arguments:"):
-        return ""
-    known = _flags(parser)
-    for word in message.split(":", 1)[1].split():
+    own, every = _flags(command), _flags(top)
+    for word in extra:
         if word.startswith("--"):
             flag = word.split("=", 1)[0]
-            if flag in known:  # a flag of another command, not a typo
-                return f"; {flag} is not an option of this command"
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
+            close = difflib.get_close_matches(flag, own, n=1, cutoff=0.7)
             if close:
                 return f"; did you mean {close[0]}?"
+            if flag in every:
+                return f"; {flag} is not an option of `{command.prog}`"
     return ""
 
 
@@ -260,7 +279,7 @@ def _emit(text: str, stream: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (never raises, never prints a traceback for a user error)."""
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(build_parser(), argv)
         text, code, notes = _dispatch(args)
     except BaseException as exc:  # noqa: BLE001
         return _failed(exc)

@@ -183,4 +183,15 @@ def test_a_flag_of_another_command_is_named_as_such_not_suggested_back(capsys):
     """`baseline --mlflow URI` used to answer "did you mean --mlflow?" (a new user's report)."""
     assert main(["baseline", "--data", "golden", "--out", "x.json", "--mlflow", "http://127.0.0.1:1"]) == 64
     err = capsys.readouterr().err
-    assert "--mlflow is not an option of this command" in err and "did you mean" not in err
+    assert "--mlflow is not an option of `qaeval baseline`" in err and "did you mean" not in err
+    assert "(see `qaeval baseline --help`)" in err
+
+
+@pytest.mark.parametrize("flag, said", [("--bogus", None), ("--foo", None), ("--log", None),
+                                        ("--concurency", "did you mean --concurrency?")])
+def test_a_suggestion_is_a_flag_of_the_command_itself(flag, said, capsys):
+    """A new user's report: `run --bogus` suggested monitor's --logs, `run --foo` add-case's --from."""
+    assert main(["run", "--data", str(GOLDEN), flag, "2"]) == 64
+    err = capsys.readouterr().err
+    assert (said in err) if said else ("did you mean" not in err)
+    assert "(see `qaeval run --help`)" in err
