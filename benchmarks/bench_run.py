@@ -26,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+TARGET_MIB_100K = 1024.0  # peak resident memory of a 100,000-case run
+TARGET_S_10K_4KB = 8.0  # wall time of 10,000 cases of 4 KB (issue 19)
+
 WORDS = ("branch library card loan renewal fine hold printer museum pass garden tutor archive room "
          "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop").split()
 
@@ -88,13 +91,15 @@ def time_run(folder: Path, isolation: str) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2500, 5000, 10000])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2500, 5000, 10000],
+                        help="suite sizes (cases) to time, one after the other")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per size; the median is printed")
     parser.add_argument("--case-kb", type=float, default=0,
                         help="pad passages with real-length sentences so each case is about this many KB")
     parser.add_argument("--isolation", default="process", choices=["process", "none"])
     args = parser.parse_args()
     print(f"{'cases':>7} {'median s':>9} {'min s':>7} {'s per 1k':>9} {'peak MiB':>9}")
+    results = {}
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
@@ -102,9 +107,29 @@ def main() -> None:
             runs = [time_run(folder, args.isolation) for _ in range(args.repeat)]
         times = [t for t, _ in runs]
         med = statistics.median(times)
-        print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {max(m for _, m in runs):>9.0f}",
+        results[n] = (med, max(m for _, m in runs))
+        print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {results[n][1]:>9.0f}",
               flush=True)
     print("(peak MiB is the largest child so far: read it on the largest size)")
+    for line in targets(results, args.case_kb):
+        print(line)
+
+
+def targets(results: dict[int, tuple[float, float]], case_kb: float) -> list[str]:
+    """Each target the sizes run can speak to, with whether it was met."""
+    lines = []
+    if 100_000 in results:
+        peak = results[100_000][1]
+        lines.append(f"target: 100,000 cases under {TARGET_MIB_100K:g} MiB peak: {peak:.0f} MiB, "
+                     f"{'met' if peak < TARGET_MIB_100K else 'MISSED'}")
+    if 10_000 in results and case_kb >= 4:
+        med = results[10_000][0]
+        lines.append(f"target: 10,000 cases of 4 KB under {TARGET_S_10K_4KB:g} s: {med:.1f} s, "
+                     f"{'met' if med < TARGET_S_10K_4KB else 'MISSED'}")
+    if not lines:
+        lines.append(f"targets: under {TARGET_MIB_100K:g} MiB peak at --sizes 100000; under {TARGET_S_10K_4KB:g} s at "
+                     "--sizes 10000 --case-kb 4 (neither size was run)")
+    return lines
 
 
 if __name__ == "__main__":
