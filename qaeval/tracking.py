@@ -219,7 +219,7 @@ def track(result: Result, uri: str | bool | None = True, experiment: str | None 
             files = _artifacts(result, Path(tmp), record, html)
             run_id = _log(MlflowClient(tracking_uri=target), name, result, files)
         except Exception as exc:  # noqa: BLE001  (whatever the tracker does, the verdict stands)
-            return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_first_line(exc)}"))
+            return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_one_line(exc)}"))
     return Tracked(where, name, run_id=run_id)
 
 
@@ -234,9 +234,10 @@ def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
     return tracked
 
 
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else ""
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """The exception's message on one line (a message that breaks into lines, such as MLflow's "use either of
+    the following methods:", keeps what follows), cut at ``limit`` characters."""
+    line = " ".join(str(exc).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

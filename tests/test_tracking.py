@@ -254,3 +254,16 @@ def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path,
     assert "answer_correctness" not in logged.data.metrics
     names = {a.path for a in client.list_artifacts(logged.info.run_id)}
     assert {"record.json", "per_row.csv"} <= names and "per_case.csv" not in names
+
+
+def test_a_tracker_message_that_breaks_into_lines_is_warned_whole(tmp_path, monkeypatch):
+    """A new user's report: MLflow's "use either of the following methods:" was cut at the colon."""
+    import qaeval.tracking as tracking
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the tracking URI must be http:\n - set MLFLOW_TRACKING_URI\n - call set_tracking_uri")
+
+    monkeypatch.setattr(tracking, "_log", refuse)
+    with pytest.warns(TrackingWarning) as caught:
+        qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=f"sqlite:///{tmp_path / 'm.db'}")
+    assert "must be http: - set MLFLOW_TRACKING_URI - call set_tracking_uri" in str(caught[0].message)
