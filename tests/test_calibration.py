@@ -274,4 +274,9 @@ def test_a_bad_sheet_is_refused_with_its_line(tmp_path, golden_run, edit, messag
         api.label_import(sheet, golden_run, tmp_path / "l.jsonl")
     bad = [p for p in info.value.problems if message in p.message]
     assert bad and all(p.line and p.line > 1 for p in bad)
+    # A row is named by the line it starts on (cells hold line breaks) and by its row in a spreadsheet.
+    first = next(i for i, r in enumerate(rows)
+                 if r["score"] == "3" or r["output_fingerprint"] == "deadbeef00000000" or r["case_id"] == "ghost")
+    physical = next(n for n, text in enumerate(out.getvalue().splitlines(), start=1) if text.startswith(rows[first]["case_id"] + ","))
+    assert bad[0].line == physical and f"(sheet row {first + 2})" in bad[0].message
     assert not (tmp_path / "l.jsonl").exists()

@@ -82,8 +82,9 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
     labels: list[dict[str, Any]] = []
     blank = 0
     seen: dict[tuple[str, str], int] = {}
-    for cells in reader:
-        line = reader.line_num
+    start = reader.line_num + 1  # a cell may hold line breaks: a row is named by the line it starts on
+    for number, cells in enumerate(reader, start=2):
+        line, start = start, reader.line_num + 1
         row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
         cid, axis = row.get("case_id", ""), row.get("axis", "")
         score_text = row.get("score", "")
@@ -103,7 +104,7 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
         if not found and (cid, axis) in seen:
             found.append(f"a second score for {cid} / {axis} (first on line {seen[(cid, axis)]})")
         if found:
-            problems.extend(Problem(where, line, p) for p in found)
+            problems.extend(Problem(where, line, f"{p} (sheet row {number})") for p in found)
             continue
         seen[(cid, axis)] = line
         labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=row.get("reason", ""),
