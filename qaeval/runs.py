@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import FileAccessError, QaevalError
+from qaeval.errors import DatasetError, QaevalError
 from qaeval.record import load_run
 from qaeval.results import Result
 from qaeval.scoring.metrics import METRIC_NAMES
@@ -48,10 +48,12 @@ COLUMNS = IDENTITY + METRIC_COLUMNS + ("path", "report", "reason")
 
 
 def record_files(folder: str | Path) -> list[Path]:
-    """The candidate records under ``folder``, sorted; FileAccessError when it is not a readable folder."""
+    """The candidate records under ``folder``, sorted; a DatasetError (exit 65, as for a missing data folder)
+    when there is no such folder."""
     root = Path(folder)
     if not root.is_dir():
-        raise FileAccessError(root, f"{root} is not a folder of run records")
+        raise DatasetError("no such folder of run records" if not root.exists() else
+                           "not a folder: give the folder the run records were saved in", file=str(root))
     return sorted(p for p in root.rglob("*.json") if p.is_file())
 
 

@@ -94,9 +94,10 @@ def test_the_index_page_may_not_overwrite_a_record(saved, capsys):
     assert (saved / "drift.json").read_bytes() == before
 
 
-def test_a_folder_that_is_not_there_is_exit_74(tmp_path, capsys):
-    assert main(["runs", str(tmp_path / "missing")]) == 74
-    assert "is not a folder of run records" in capsys.readouterr().err
+def test_a_folder_that_is_not_there_is_exit_65_as_a_missing_data_folder_is(tmp_path, capsys):
+    assert main(["runs", str(tmp_path / "missing")]) == 65
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'missing'}: no such folder of run records" in err and err.count(str(tmp_path)) == 1
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
