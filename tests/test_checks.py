@@ -122,7 +122,7 @@ def test_citation_to_unretrieved_snippet_fails_resolvability(tmp_path):
 
 def test_citation_to_unknown_snippet_fails_resolvability(tmp_path):
     res = run_checks(tmp_path, citations=[{"source_id": "s9", "claim": S1}], retrieved_ids=["s9"])
-    assert "not in the fixture" in res["citation_resolvability"][1]
+    assert "no passage has this id" in res["citation_resolvability"][1]
 
 
 def test_uncited_sentence_fails_coverage(tmp_path):

@@ -53,6 +53,7 @@ def test_a_window_out_of_its_band_alarms_with_exit_3_and_is_not_appended_twice(t
     assert main(args) == 3
     out = capsys.readouterr().out
     assert "MONITOR: ALARM" in out and "citation_resolvability dropped below its band" in out
+    assert "(mean of 3 windows" in out and "runs" not in out, "a monitor's history is of windows"
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     assert [line["window"][:10] for line in lines] == ["2026-02-01", "2026-02-02", "2026-02-03", "2026-02-04"]
     assert lines[-1]["alarms"] and not any(line["alarms"] for line in lines[:3]), "three earlier windows before a band"

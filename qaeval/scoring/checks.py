@@ -198,7 +198,7 @@ def check_citation_resolvability(out: Mapping[str, Any], bodies: Mapping[str, st
     bad = []
     for c in out["citations"]:
         if c["source_id"] not in bodies:
-            bad.append(f"{c['source_id']} (not in the fixture: no passage of the system's, the corpus's or the case's)")
+            bad.append(f"{c['source_id']} (no passage has this id: not the output's own, the corpus's or the case's)")
         elif c["source_id"] not in retrieved:
             bad.append(f"{c['source_id']} (never retrieved)")
     if bad:

@@ -168,11 +168,11 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
             min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
-            metrics: Sequence[Any] = METRICS) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+            metrics: Sequence[Any] = METRICS, unit: str = "runs") -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
     """Bands over the trailing window of ``history`` and the alarms ``record`` raises, for each of
     ``metrics``: anything with a ``name`` and a ``drift`` rule ("drop", "rise" or "both"), a run's
     ``Metric`` objects (registered ones too; earlier runs without one give it a shorter band) or the
-    monitor's. Pure."""
+    monitor's. ``unit`` names what the history holds in messages ("runs", a monitor's "windows"). Pure."""
     trailing = history[-window:] if window > 0 else []
     rows, alarms, notes = [], [], []
     for metric in metrics:
@@ -195,12 +195,12 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
             moved = "dropped below" if current < low else "rose above"
             alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
                                message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
-                                       f"(mean of {len(values)} runs {mean:.3f})"))
+                                       f"(mean of {len(values)} {unit} {mean:.3f})"))
         rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
                          direction={"drop": "alarms on a drop", "rise": "alarms on a rise",
                                     "both": "alarms both ways"}[way], alarm=alarm))
     if len(trailing) < min_history:
-        notes.append(f"history too short to alarm: {len(trailing)} earlier run(s), {min_history} needed")
+        notes.append(f"history too short to alarm: {len(trailing)} earlier {unit}, {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes
 
 

@@ -205,7 +205,7 @@ def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, 
         if entry["too_few"]:
             line["too_few"] = True  # the timeline says so: fewer than min_rows, not compared, no alarm
         else:
-            bands, found, more = compare(usable, line, window=band_window, min_history=MIN_HISTORY,
+            bands, found, more = compare(usable, line, window=band_window, min_history=MIN_HISTORY, unit="windows",
                                          metrics=METRICS)
             found = [{**a, "window": window, "message": f"{window}: {a['message']}"} for a in found]
             line["alarms"] = [a["metric"] for a in found]
