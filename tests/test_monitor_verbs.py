@@ -211,6 +211,19 @@ def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_an
 def test_the_summary_prints_every_metric_per_window(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=30))
     text = api.score_logs(str(logs), window="1D").summary_text()
-    assert "per 1D window (all rows):" in text
-    block = text.split("per 1D window (all rows):", 1)[1]
-    assert block.count("T00:00:00") == 3 and "faithfulness_rate" in block
+    head = "per 1D window (all rows; a judge metric is NaN where no row was judged):"
+    assert head in text
+    block = text.split(head, 1)[1]
+    assert block.count("T00:00:00") == 3 and "faithfulness_rate" in block and " judged " in block
+
+
+def test_a_judged_figure_from_one_row_per_stratum_has_no_interval_and_a_window_without_judged_rows_says_so(capsys):
+    """A new user's report: two judged rows that disagreed (one per tenant) gave 0.444 [0.444, 0.444], and
+    windows with no judged row showed NaN with no count beside it."""
+    assert main(["monitor", "--logs", str(ROOT / "examples" / "traffic.jsonl"), "--by", "tenant", "--window", "1D",
+                 "--sample", "2", "--seed", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("faithfulness_rate"))
+    assert "[" not in line and line.split()[1] == "0.444" and line.split()[2] == "2", line
+    rows = [x.split() for x in out.split("judge metric is NaN where no row was judged):", 1)[1].splitlines()[3:6]]
+    assert all((r[2] == "0") == (r[-1] == "NaN") for r in rows), rows

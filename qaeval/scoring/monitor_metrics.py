@@ -11,7 +11,9 @@ Intervals are 95% percentile bootstrap intervals that resample rows within each 
 (numerator, denominator) are exchangeable, so each resample draws multinomial counts over those
 patterns: exactly the row bootstrap, at a cost that does not grow with the number of rows. The
 interval is the sampling uncertainty of the judged sample; no finite-population correction is made
-(so a sample that is most of its stratum gets a conservative interval).
+(so a sample that is most of its stratum gets a conservative interval). Where a stratum counts with a
+single judged row, its spread cannot be resampled, and the interval is NaN (unknown), not the zero
+width the bootstrap would give.
 
 Answer correctness needs a gold answer, so it is absent from the monitor (and the notes say so).
 
@@ -129,8 +131,10 @@ def estimate(rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESA
     rng = np.random.default_rng(seed)
     total_num, total_den = 0.0, 0.0
     boot_num, boot_den = np.zeros(resamples), np.zeros(resamples)
+    measurable = True  # a stratum that counts with one row only has a spread nobody measured
     for h in pd.unique(strata[observed]):
         here = observed & (strata == h)
+        measurable &= int((here & (den > 0)).sum()) != 1
         population = int((strata == h).sum()) if metric.judged else int(here.sum())
         weight = population / int(here.sum())
         pnum, pden, counts = _patterns(num[here], den[here])
@@ -142,7 +146,7 @@ def estimate(rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESA
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = boot_num / boot_den
     ratios = ratios[np.isfinite(ratios)]
-    low, high = np.quantile(ratios, [0.025, 0.975]) if ratios.size else (math.nan, math.nan)
+    low, high = np.quantile(ratios, [0.025, 0.975]) if ratios.size and measurable else (math.nan, math.nan)
     return total_num / total_den, float(low), float(high), n
 
 

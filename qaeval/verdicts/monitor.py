@@ -117,7 +117,10 @@ class MonitorResult(Result):
         table = table[[m for m in METRIC_NAMES if m in table.columns]].apply(lambda column: column.map(format_number))
         rows = overall.groupby("window")["rows"].first()
         table.insert(0, "rows", rows.reindex(table.index))
-        return [f"per {self.every} window (all rows):", table.to_string()]
+        judged = overall[overall["metric"] == "faithfulness_rate"].set_index("window")["n"]
+        table.insert(1, "judged", judged.reindex(table.index).fillna(0).astype(int))  # a judge metric's n: 0 is NaN
+        return [f"per {self.every} window (all rows; a judge metric is NaN where no row was judged):",
+                table.to_string()]
 
     def to_frame(self) -> pd.DataFrame:
         return self.scoreboard
