@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -169,3 +170,16 @@ def test_a_metric_with_nothing_to_average_is_nan_with_n_zero(tmp_path):
     path = write_jsonl(tmp_path / "logs.jsonl", [log_row(0, prompt=None, model_was_called=None)])
     board = api.score_logs(str(path)).scoreboard.set_index("metric")
     assert board.loc["prompt_grounding", "n"] == 0 and np.isnan(board.loc["prompt_grounding", "value"])
+
+
+def test_a_dataframe_read_the_obvious_way_scores_as_its_file_does():
+    """A new user's report: `pd.read_json(..., lines=True)` gives Timestamps, and a flag column with gaps
+    as 1.0 / 0.0 / NaN; each row was refused. They are the file's values, as pandas holds them."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "traffic.jsonl"
+    df = pd.read_json(path, lines=True)
+    assert str(df["timestamp"].dtype).startswith("datetime64") and df["abstained"].dtype == float
+    from_frame = api.score_logs(df, by=["tenant"], window="1D", sample=20, seed=4, isolation="none")
+    from_file = api.score_logs(str(path), by=["tenant"], window="1D", sample=20, seed=4, isolation="none")
+    assert from_frame.rows["timestamp"].tolist() == from_file.rows["timestamp"].tolist()
+    assert from_frame.rows["abstained"].tolist() == from_file.rows["abstained"].tolist()
+    pd.testing.assert_frame_equal(from_frame.scoreboard, from_file.scoreboard)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Container, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from qaeval.errors import Problem, UsageError, install_extra
 from qaeval.files import iter_jsonl, loads_strict
 
 LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
+FLAG_COLUMNS = ("abstained", "model_was_called")  # a table column with a gap holds them as 1.0, 0.0 and NaN
 BOOL_COLUMNS = ("abstained", "model_was_called")
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 CHUNK = 5000
@@ -87,16 +89,22 @@ def _parsed_list(key: str, value: str, where: str, line: int, problems: list[Pro
 
 def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
                 problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Rows of a DataFrame or Parquet file: missing values dropped, list columns that hold JSON text parsed."""
+    """Rows of a DataFrame or Parquet file: missing values dropped, list columns that hold JSON text parsed,
+    times (``Timestamp``, ``datetime``) as ISO 8601 text, and flags that a column with gaps made 1.0 or 0.0
+    as true or false."""
     number = 0
     for batch in batches:
         for values in batch:
             number += 1
             raw = {}
             for key, value in values.items():
-                if value is None or (isinstance(value, float) and math.isnan(value)):
+                if value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NaTType":
                     continue
-                if key in LIST_COLUMNS and isinstance(value, str):
+                if isinstance(value, datetime):  # pandas' Timestamp is one
+                    value = value.isoformat()
+                elif key in FLAG_COLUMNS and isinstance(value, float) and value in (0.0, 1.0):
+                    value = bool(value)
+                elif key in LIST_COLUMNS and isinstance(value, str):
                     value = _parsed_list(key, value, where, number, problems)
                 elif hasattr(value, "tolist"):  # numpy arrays and scalars (pyarrow lists arrive as lists)
                     value = value.tolist()
