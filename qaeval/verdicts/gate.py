@@ -32,7 +32,7 @@ import pandas as pd
 
 from qaeval.audit import Audit
 from qaeval.errors import GateBlocked, JudgeNotTrusted
-from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, clean, frame, frame_rows, rows_of, shape_problems
+from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
@@ -41,7 +41,7 @@ from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.tiers import (
-    DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_SCHEMA, CaseMatch, tier_row, gated, match_cases, metric_movements,
+    DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_RULES, TIER_SCHEMA, CaseMatch, tier_row, gated, match_cases, metric_movements,
     metrics_tier, movement, new_cases, regressions, tier_one,
 )
 
@@ -57,7 +57,8 @@ SECTION = Fields(dict(  # the gate section of a record, as GateResult.from_secti
                     optional=("judge", "green", "allowed_failing", "created", "git_commit", "adapter",
                               "corpus_fingerprint", "custom")),
     baseline_metrics=Keyed(Fixed(("float", "int"))), baseline_cases=Keyed(BASELINE_CASE),
-    baseline_notes=Maybe(Each("str")), tiers=rows_of(TIER_SCHEMA, tier="str", case_ids=Each("str")),
+    baseline_notes=Maybe(Each("str")), tiers=rows_of(TIER_SCHEMA, tier="str", case_ids=Each("str"),
+                                                        rule=Valid("str", TIER_RULES.__contains__, f"one of {', '.join(TIER_RULES)}")),
     metric_deltas=rows_of(DELTA_SCHEMA), regressed=rows_of(REGRESSED_SCHEMA), new_failing=rows_of(NEW_SCHEMA),
     match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
     calibration=Maybe(CALIBRATION_SECTION), notes=Maybe(Each("str"))),

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,11 @@ DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 TIER_SCHEMA = {"tier": "text", "rule": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
 
 
-def tier_row(level: int, rule: str, passed: bool, detail: str, case_ids: list[str]) -> dict[str, Any]:
+TierRule = Literal["deterministic checks", "metrics vs baseline", "no passing case regresses", "new cases pass"]
+TIER_RULES: tuple[str, ...] = get_args(TierRule)
+
+
+def tier_row(level: int, rule: TierRule, passed: bool, detail: str, case_ids: list[str]) -> dict[str, Any]:
     """One row of the tiers frame: ``tier`` is the label people read ("tier 2: new cases pass"),
     ``rule`` the rule alone ("new cases pass")."""
     return dict(tier=f"tier {level}: {rule}", rule=rule, passed=passed, detail=detail, case_ids=case_ids)
