@@ -74,7 +74,7 @@ _NORMAL = _Memo(_normalized, 2 * MEMO_CHARS)
 
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse spaces: the form used for containment tests."""
-    return _NORMAL[text]
+    return _NORMAL[text] if text else ""
 
 
 def normalize_once(text: str) -> str:

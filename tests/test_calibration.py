@@ -280,3 +280,27 @@ def test_a_bad_sheet_is_refused_with_its_line(tmp_path, golden_run, edit, messag
     physical = next(n for n, text in enumerate(out.getvalue().splitlines(), start=1) if text.startswith(rows[first]["case_id"] + ","))
     assert bad[0].line == physical and f"(sheet row {first + 2})" in bad[0].message
     assert not (tmp_path / "l.jsonl").exists()
+
+
+def test_a_bad_row_after_blank_lines_and_multi_line_cells_is_named_by_where_it_starts(tmp_path, golden_run):
+    """An adversarial review: blank lines (which the CSV reader skips) shifted the line named."""
+    sheet = tmp_path / "s.csv"
+    api.label_export(golden_run, sheet)
+    rows = list(csv.DictReader(io.StringIO(sheet.read_text())))
+    for r in rows:
+        r["score"] = "2"
+    rows[1]["score"] = "7"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerow(rows[0])
+    out.write("\r\n\r\n")  # two blank rows, as a spreadsheet might leave
+    start = out.getvalue().count("\n") + 1
+    writer.writerows(rows[1:])
+    sheet.write_text(out.getvalue(), newline="")
+    assert any("\n" in v for v in rows[0].values()), "the first row has a cell with line breaks"
+    with pytest.raises(DatasetError) as info:
+        api.label_import(sheet, golden_run, tmp_path / "l.jsonl")
+    bad = [p for p in info.value.problems if "score '7'" in p.message]
+    breaks = sum(v.count("\n") for v in rows[0].values())
+    assert bad[0].line == start and f"(sheet row {start - breaks})" in bad[0].message

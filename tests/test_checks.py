@@ -185,3 +185,10 @@ def test_text_memos_are_bounded_and_agree_with_computing_afresh(monkeypatch):
     assert text.normalize_once("A prompt read once") == "a prompt read once"
     assert "A prompt read once" not in text._NORMAL
     assert text.term_set("Branches opened; branches OPEN") == {"branch", "open"}
+
+
+def test_normalize_of_nothing_is_empty_every_time():
+    """An adversarial review: normalize(None) raised on its first call and returned "" on the next."""
+    from qaeval.text import normalize, tokens
+
+    assert normalize(None) == normalize(None) == "" and tokens(None) == [] and normalize("") == ""

@@ -293,3 +293,13 @@ def test_compare_says_a_case_now_fails_a_registered_metric_or_an_adapter_error_a
     broken = api.compare(before, api.run(str(GOLDEN), adapter="plugins:make_raising")).cases.set_index("case_id")
     assert broken.at["single-0001", "new_reasons"] == ["adapter error"]
     assert broken.at["single-0001", "checks_flipped"] == [] and broken.at["single-0001", "scores_changed"] == []
+
+
+def test_compare_names_a_check_only_the_second_run_ran_when_it_fails_a_case():
+    """An adversarial review: a regression caused by a newly registered check gave no reason."""
+    before = api.run(str(GOLDEN))
+    after = api.run(str(GOLDEN), check=["plugins:abstains_never"])
+    assert not api.compare(before, after).cases["checks_flipped"].map(bool).any(), "the first run did not run it"
+    cases = api.compare(before, after).cases.set_index("case_id")
+    must = next(c.id for c in before.suite if c.must_abstain)
+    assert cases.at[must, "new_reasons"] == ["check abstains_never"]

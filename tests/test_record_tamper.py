@@ -22,6 +22,7 @@ from qaeval import RecordError, api, load_run
 from qaeval.cli import main
 from qaeval.errors import BaselineError
 from qaeval.scoring.metrics import METRIC_NAMES
+from qaeval.scoring.outcomes import FAIL_CODES
 
 SABOTEUR = "qaeval.system.saboteur:make_adapter"
 CI_BASELINE = GOLDEN / "ci-baseline.json"
@@ -496,6 +497,11 @@ SECTION_EDITS = [  # (record, edit, the one problem the RecordError names)
     ("monitor", _drop("monitor", "slice_columns"), "monitor.slice_columns is missing"),
     ("monitor", lambda d: d["monitor"]["windows"].append(d["monitor"]["windows"][0]),
      "monitor.windows is not one row per window, slice, group and metric"),
+    ("monitor", lambda d: next(r for r in d["monitor"]["rows"] if r["sampled"]).update(row_id=None),
+     "monitor.rows[{row}].row_id is NoneType, not str"),
+    ("gate", lambda d: d["gate"]["baseline_cases"][_first_kept_case(d)].update(
+        fail_reasons=[{"code": "bogus", "message": "m"}]),
+     "gate.baseline_cases.{case}.fail_reasons[0].code is 'bogus', not one of " + ", ".join(FAIL_CODES)),
 ]
 
 
@@ -507,7 +513,10 @@ def test_a_bad_field_in_a_verdict_section_is_a_record_error_naming_it(
     is built from them, and the one field that is wrong is named (exit 65)."""
     source = {"gate": records["gate"], "gate_labelled": gate_labelled, "calibration": calibration_record,
               "drift": drift_record, "monitor": monitor_record}[kind]
-    named = named.format(case=_first_kept_case(json.loads(source.read_text())) if kind == "gate" else "")
+    data = json.loads(source.read_text())
+    named = named.format(case=_first_kept_case(data) if kind == "gate" else "",
+                         row=next((i for i, r in enumerate(data["monitor"]["rows"]) if r["sampled"]), 0)
+                         if kind == "monitor" else "")
     bad = edited(source, tmp_path / "typed.json", edit)
     with pytest.raises(RecordError) as caught:
         load_run(bad)
@@ -548,3 +557,14 @@ def test_a_monitor_record_whose_log_times_differ_in_precision_loads(tmp_path):
     again = load_run(tmp_path / "monitor.json")
     assert again.rows["timestamp"].tolist() == result.rows["timestamp"].tolist()
     assert str(again.rows["timestamp"].iloc[3]) == "2026-02-01 03:00:00.250000+00:00"
+
+
+def test_a_gate_tier_whose_rule_was_swapped_is_caught(records, tmp_path):
+    """An adversarial review: a rule from the allowed list but not its tier's loaded, and the report then
+    tagged the tier's cases with it."""
+    def swap(data: dict[str, Any]) -> None:
+        data["gate"]["tiers"][0]["rule"] = "new cases pass"
+
+    with pytest.raises(RecordError) as caught:
+        load_run(edited(records["gate"], tmp_path / "swapped.json", swap))
+    assert "gate.tiers' rules" in str(caught.value)

@@ -113,14 +113,15 @@ class Comparison(Result):
         return "\n".join(lines)
 
 
-def _new_reasons(before: list[FailReason], after: list[FailReason]) -> list[str]:
-    """Why the case fails now that it did not fail for before, beyond the checks (``checks_flipped``
-    names those): "adapter error", "metric NAME", "unfaithful", "judge error", "wrongly abstained",
-    "trajectory failed"."""
+def _new_reasons(before: list[FailReason], after: list[FailReason], compared: list[str]) -> list[str]:
+    """Why the case fails now that it did not fail for before, beyond the checks both runs ran
+    (``checks_flipped`` names those): "adapter error", "check NAME" (a check only the second run ran),
+    "metric NAME", "unfaithful", "judge error", "wrongly abstained", "trajectory failed"."""
     had = {(r.code, r.name) for r in before}
     return list(dict.fromkeys(
-        f"metric {r.name}" if r.code == "metric" else r.code.replace("_", " ")
-        for r in after if (r.code, r.name) not in had and r.code != "check" and r.code not in CHECKS))
+        f"{r.code} {r.name}" if r.code in ("check", "metric") else r.code.replace("_", " ")
+        for r in after if (r.code, r.name) not in had and r.code not in CHECKS
+        and not (r.code == "check" and r.name in compared)))
 
 
 def _check_outcomes(run: RunResult) -> dict[tuple[str, str], bool]:
@@ -163,7 +164,7 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
             change = "fixed"
         else:
             change = f"still {_state(a['case_passed'])}"
-        new = _new_reasons(b["fail_reasons"], a["fail_reasons"])
+        new = _new_reasons(b["fail_reasons"], a["fail_reasons"], checks)
         errored = "adapter error" in new  # its checks and scores changed because it has no output
         rows.append({**row, "status": "matched", "change": change, "before_passed": bool(b["case_passed"]),
                      "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),

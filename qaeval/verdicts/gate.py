@@ -36,7 +36,7 @@ from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, Valid, clean, frame
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
-from qaeval.scoring.outcomes import FailReason
+from qaeval.scoring.outcomes import FAIL_CODES, FailReason
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
@@ -45,7 +45,8 @@ from qaeval.verdicts.tiers import (
     metrics_tier, movement, new_cases, regressions, tier_one,
 )
 
-REASON = Fields(dict(code="str", message="str", name="text"), optional=("name",))  # a FailReason
+REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
+                     name="text"), optional=("name",))  # a FailReason
 BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
     fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
     abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text"),
@@ -288,6 +289,7 @@ class GateResult(Result):
                 ("new_failing", s["new_failing"], new_failing, ("case_id", "status", "baseline_state"))):
             audit.same(f"{prefix}.{name}", [[row.get(c) for c in columns] for row in stored],
                        [list(r) for r in zip(*(computed[c].tolist() for c in columns))])
+        audit.same(f"{prefix}.tiers' rules", [t.get("rule") for t in s["tiers"]], tiers["rule"].tolist())
         if not audit.same(f"{prefix}.tiers", [t.get("tier") for t in s["tiers"]], tiers["tier"].tolist()):
             return
         # the baseline cases the record did not keep: none of them was named by a tier (those are kept)

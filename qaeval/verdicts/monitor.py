@@ -43,7 +43,7 @@ WINDOWS = Valid(rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what)
                 lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
                 "one row per window, slice, group and metric")
 SECTION = Fields(dict(  # the monitor section of a record; each row also has a text value per slice column
-    rows=rows_of(ROW_COLUMNS, timestamp=TIME),
+    rows=rows_of(ROW_COLUMNS, timestamp=TIME, row_id="str"),
     slice_columns=Each(Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")),
     scoreboard=rows_of(SCOREBOARD_SCHEMA), slices=rows_of(SLICE_SCHEMA, **NAMES), windows=WINDOWS, by=Each("str"),
     every="text", sample="Int64", seed="int", source="str", notes=Each("str"), timeseries="text",

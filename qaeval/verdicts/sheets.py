@@ -82,9 +82,11 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
     labels: list[dict[str, Any]] = []
     blank = 0
     seen: dict[tuple[str, str], int] = {}
-    start = reader.line_num + 1  # a cell may hold line breaks: a row is named by the line it starts on
-    for number, cells in enumerate(reader, start=2):
-        line, start = start, reader.line_num + 1
+    inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
+    for cells in reader:
+        breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
+        line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
+        number, inner = line - inner, inner + breaks  # its row in a spreadsheet
         row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
         cid, axis = row.get("case_id", ""), row.get("axis", "")
         score_text = row.get("score", "")
