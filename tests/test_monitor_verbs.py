@@ -217,13 +217,25 @@ def test_the_summary_prints_every_metric_per_window(tmp_path):
     assert block.count("T00:00:00") == 3 and "faithfulness_rate" in block and " judged " in block
 
 
-def test_a_judged_figure_from_one_row_per_stratum_has_no_interval_and_a_window_without_judged_rows_says_so(capsys):
+def test_strata_of_one_judged_row_are_resampled_together_and_a_window_without_judged_rows_says_so(capsys):
     """A new user's report: two judged rows that disagreed (one per tenant) gave 0.444 [0.444, 0.444], and
-    windows with no judged row showed NaN with no count beside it."""
+    windows with no judged row showed NaN with no count beside it. Resampled together, the two rows give
+    the interval two disagreeing rows can give."""
     assert main(["monitor", "--logs", str(ROOT / "examples" / "traffic.jsonl"), "--by", "tenant", "--window", "1D",
                  "--sample", "2", "--seed", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("faithfulness_rate"))
-    assert "[" not in line and line.split()[1] == "0.444" and line.split()[2] == "2", line
+    assert line.split()[1:5] == ["0.444", "[0.000,", "1.000]", "2"], line
     rows = [x.split() for x in out.split("judge metric is NaN where no row was judged):", 1)[1].splitlines()[3:6]]
     assert all((r[2] == "0") == (r[-1] == "NaN") for r in rows), rows
+
+
+def test_one_rare_slice_value_does_not_take_the_interval_of_the_whole_metric(tmp_path, capsys):
+    """An adversarial review: a tenant with one answered row made faithfulness_rate's interval blank; its
+    stratum is resampled with the largest other, and the interval is what it was without the rare value."""
+    rows = [json.loads(line) for line in (ROOT / "examples" / "traffic.jsonl").read_text().splitlines()]
+    next(r for r in rows if r.get("answer"))["tenant"] = "solo"
+    logs = write_jsonl(tmp_path / "solo.jsonl", rows)
+    assert main(["monitor", "--logs", str(logs), "--by", "tenant", "--quiet"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("faithfulness_rate"))
+    assert "[0.324, 0.509]" in line, line

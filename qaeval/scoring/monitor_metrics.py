@@ -11,9 +11,10 @@ Intervals are 95% percentile bootstrap intervals that resample rows within each 
 (numerator, denominator) are exchangeable, so each resample draws multinomial counts over those
 patterns: exactly the row bootstrap, at a cost that does not grow with the number of rows. The
 interval is the sampling uncertainty of the judged sample; no finite-population correction is made
-(so a sample that is most of its stratum gets a conservative interval). Where a stratum counts with a
-single judged row, its spread cannot be resampled, and the interval is NaN (unknown), not the zero
-width the bootstrap would give.
+(so a sample that is most of its stratum gets a conservative interval). A stratum that counts with a
+single judged row has no spread of its own to resample: such strata are resampled together (collapsed
+strata), or, when there is one, with the largest other stratum, so the interval is not narrowed to zero
+width by them; a metric that counts one row in all has no interval (NaN).
 
 Answer correctness needs a gold answer, so it is absent from the monitor (and the notes say so).
 
@@ -128,21 +129,28 @@ def estimate(rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESA
     else:
         observed = np.ones(len(rows), dtype=bool)
         strata = np.zeros(len(rows), dtype=object)
-    rng = np.random.default_rng(seed)
-    total_num, total_den = 0.0, 0.0
-    boot_num, boot_den = np.zeros(resamples), np.zeros(resamples)
-    measurable = True  # a stratum that counts with one row only has a spread nobody measured
+    weights = np.zeros(len(rows))
+    groups: list[np.ndarray] = []
+    singles: list[np.ndarray] = []
     for h in pd.unique(strata[observed]):
         here = observed & (strata == h)
-        measurable &= int((here & (den > 0)).sum()) != 1
         population = int((strata == h).sum()) if metric.judged else int(here.sum())
-        weight = population / int(here.sum())
-        pnum, pden, counts = _patterns(num[here], den[here])
-        total_num += weight * float(pnum @ counts)
-        total_den += weight * float(pden @ counts)
-        draws = rng.multinomial(int(here.sum()), counts / counts.sum(), size=resamples)
-        boot_num += weight * (draws @ pnum)
-        boot_den += weight * (draws @ pden)
+        weights[here] = population / int(here.sum())
+        (singles if int((here & (den > 0)).sum()) == 1 else groups).append(here)
+    if len(singles) > 1:  # strata that count with one row each are resampled together (collapsed strata)
+        groups.append(np.logical_or.reduce(singles))
+    elif singles and groups:  # one such stratum: with the largest other
+        biggest = max(range(len(groups)), key=lambda i: int(groups[i].sum()))
+        groups[biggest] = groups[biggest] | singles[0]
+    measurable = bool(groups)  # else one row in all: nothing to resample
+    rng = np.random.default_rng(seed)
+    total_num, total_den = float(weights[observed] @ num[observed]), float(weights[observed] @ den[observed])
+    boot_num, boot_den = np.zeros(resamples), np.zeros(resamples)
+    for group in groups:
+        pnum, pden, counts = _patterns(weights[group] * num[group], weights[group] * den[group])
+        draws = rng.multinomial(int(group.sum()), counts / counts.sum(), size=resamples)
+        boot_num += draws @ pnum
+        boot_den += draws @ pden
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = boot_num / boot_den
     ratios = ratios[np.isfinite(ratios)]
