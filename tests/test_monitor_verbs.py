@@ -9,6 +9,7 @@ import os
 import nbformat
 import numpy as np
 import papermill
+import pandas as pd
 import pytest
 from conftest import ROOT
 from monitor_logs import log_row, traffic, write_jsonl
@@ -239,3 +240,16 @@ def test_one_rare_slice_value_does_not_take_the_interval_of_the_whole_metric(tmp
     assert main(["monitor", "--logs", str(logs), "--by", "tenant", "--quiet"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("faithfulness_rate"))
     assert "[0.324, 0.509]" in line, line
+
+
+def test_a_row_without_a_time_is_in_no_window_and_the_run_goes_on(tmp_path, capsys):
+    """An adversarial review: one row without a timestamp, with --window, was an internal error (exit 70)."""
+    rows = [json.loads(line) for line in (ROOT / "examples" / "traffic.jsonl").read_text().splitlines()]
+    del rows[5]["timestamp"]
+    logs = write_jsonl(tmp_path / "untimed.jsonl", rows)
+    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--quiet"]) == 0
+    assert "1 row(s) have no timestamp: they are in no window" in capsys.readouterr().out
+    frame = pd.read_json(ROOT / "examples" / "traffic.jsonl", lines=True)
+    frame.loc[5, "timestamp"] = pd.NaT
+    result = api.score_logs(frame, window="1D", isolation="none")
+    assert result.exit_code == 0 and "1 row(s) have no timestamp: they are in no window" in result.notes

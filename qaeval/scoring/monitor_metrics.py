@@ -224,7 +224,7 @@ def window_frame(rows: pd.DataFrame, keys: pd.Series, by: Sequence[str]) -> pd.D
     """One row per window, group (all rows, then each slice's) and metric (``WINDOW_SCHEMA``)."""
     out = []
     keys = keys.to_numpy(object)
-    for window in sorted({k for k in keys.tolist() if k is not None}):
+    for window in sorted({k for k in keys.tolist() if isinstance(k, str)}):  # a row without a time has none
         here = rows[keys == window]
         for column, group, mask in _groups(here, by):
             part = here[mask]
