@@ -265,7 +265,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     corpus = StoredCorpus(data["corpus"], where) if "corpus" in data else None
     extra = {"corpus": corpus} if corpus is not None else {}
     suite = build([line["case"] for line in lines], meta.data or where, file=where,
-                  fingerprints={line["case"]["id"]: line["fingerprint"] for line in lines}, **extra)
+                  fingerprints={line["case_id"]: line["fingerprint"] for line in lines}, **extra)
     outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []
     for line in lines:
         cid = line["case_id"]
@@ -280,7 +280,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
         checks += [dict(case_id=cid, check=c, passed=p, reason=r) for c, p, r in line["checks"]]
         if line["retrieval"] is not None:
             retrieval.append({"case_id": cid, **line["retrieval"]})
-        verdicts += [{"case_id": cid, "cached": False, **v} for v in line["verdicts"]]
+        verdicts += [{"case_id": cid, "cached": False, **v} for v in line["verdicts"]]  # a baseline keeps no "cached"
         trajectory += [{"case_id": cid, **t} for t in line["trajectory"]]
     outputs_frame = frame(outputs, OUTPUT_SCHEMA)
     audit = Audit(where, meta.qaeval_version)

@@ -7,18 +7,20 @@ module); ``qaeval.record_check`` then derives again what the layers determine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from qaeval.data.schema import LABEL_SCHEMA
 from qaeval.errors import RecordError
-from qaeval.frames import object_problems, row_problems
+from qaeval.frames import Each, Fields, Fixed, Maybe, Valid, row_problems, rows_of
+from qaeval.frames import shape_problems as shape_problems_of
 from qaeval.scoring.evaluate import RunMeta
 from qaeval.scoring.judge import JudgeConfig, VERDICT_SCHEMA
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, SLICE_SCHEMA
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
-from qaeval.system.contract import OUTPUT_SCHEMA
+from qaeval.scoring.outcomes import REASON
 
 
 META_TYPES: dict[str, tuple[type, ...]] = {
@@ -38,6 +40,8 @@ def _typed(raw: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], prefix
     problems = [f"{prefix}.{name} is {type(raw[name]).__name__}, not {' or '.join(t.__name__ for t in kinds)}"
                 for name, kinds in types.items()
                 if name in raw and (not isinstance(raw[name], kinds) or isinstance(raw[name], bool) and bool not in kinds)]
+    problems += [f"{prefix}.{name} is out of range" for name in types if isinstance(raw.get(name), (int, float))
+                 and not isinstance(raw[name], bool) and not abs(raw[name]) < 2**63]
     if problems:
         raise RecordError("record is malformed: " + "; ".join(problems), file=where)
     return {name: raw[name] for name in types if name in raw}
@@ -56,31 +60,31 @@ def read_meta(data: Mapping[str, Any], where: str) -> RunMeta:
     return RunMeta(judge=JudgeConfig(**config), **fields)
 
 
-LINE_FIELDS = {  # a case line of a record, as the loader reads it ("list"/"dict": a JSON array/object)
-    "case_id": "str", "case": "dict", "fingerprint": "str", "output": "dict", "checks": "list",
-    "retrieval": "Dict", "verdicts": "list", "trajectory": "list", "passed": "bool", "fail_reasons": "list",
-    "units": "dict",
-}
-REASON_FIELDS = {"code": "str", "message": "str"}  # and "name" for a registered check or metric
-STORED_OUTPUT = {k: v for k, v in OUTPUT_SCHEMA.items()  # what a line's output holds (the rest is optional)
-                 if k not in ("case_id", "latency_s", "logs", "passages", "prompt_to_model")}
-LINE_ROWS = (  # a case line's lists of rows, and the frame schema each row follows
-    ("verdicts", {k: v for k, v in VERDICT_SCHEMA.items() if k not in ("case_id", "cached")}),
-    ("trajectory", {k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
-)
+def _aggregate(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str) or (isinstance(value, int) and abs(value) < 2**63)
 
 
-def _line_problems(line: Mapping[str, Any], at: str) -> list[str]:
-    problems = object_problems(line["output"], STORED_OUTPUT, f"{at}.output")
-    problems += [f"{at}.checks[{j}] is not [check, passed, reason]" for j, c in enumerate(line["checks"])
-                 if not (isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], bool)
-                         and isinstance(c[2], str))]
-    problems += row_problems(line["fail_reasons"], REASON_FIELDS, f"{at}.fail_reasons")
-    if line["retrieval"] is not None:
-        problems += object_problems(line["retrieval"], {k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"},
-                                    f"{at}.retrieval")
-    for name, schema in LINE_ROWS:
-        problems += row_problems(line[name], schema, f"{at}.{name}")
+STORED_OUTPUT = Fields(dict(  # a case line's output (a baseline keeps prompt_sha256 instead of the prompt)
+    answer="str", citations=Each(Fields(dict(source_id="str", claim="str"))), retrieved_ids=Each("str"),
+    passages=Each(Fields(dict(id="str", text="str", title="text"), optional=("title",))), abstained="bool",
+    model_was_called="bool", prompt_to_model="text", prompt_sha256="text",
+    computed_aggregate=Valid("object", _aggregate, "a finite number, text or null"), error="text",
+    latency_s="float", logs="text", output_fingerprint="str"),
+    optional=("passages", "prompt_to_model", "prompt_sha256", "latency_s", "logs"))
+LINE = Fields(dict(  # a case line of a record, as the loader reads it
+    case_id="str", case="dict", fingerprint="str", output=STORED_OUTPUT, checks=Each(Fixed(("str", "bool", "str"))),
+    retrieval=Maybe(Fields({k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"})),
+    verdicts=rows_of({k: v for k, v in VERDICT_SCHEMA.items() if k != "case_id"}, optional=("cached",)),
+    trajectory=rows_of({k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
+    passed="bool", fail_reasons=Each(REASON), units="dict"))
+
+
+def _line_problems(line: Any, at: str) -> list[str]:
+    problems = shape_problems_of(line, LINE, at)
+    if not problems and line["case"].get("id") != line["case_id"]:
+        problems.append(f"{at}.case.id is not the line's case_id {line['case_id']!r}")
     return problems
 
 
@@ -89,10 +93,10 @@ def shape_problems(data: Mapping[str, Any]) -> list[str]:
     (``cases[3].verdicts[0].score is str, not int or null``), found before anything is built from it, so
     what is built afterwards can trust its types: an exception there is a bug in qaeval, not a malformed
     file (exit 70, not 65)."""
-    problems = row_problems(data.get("cases"), LINE_FIELDS, "cases")
-    if problems:
-        return problems
+    if not isinstance(data.get("cases"), list):
+        return [f"cases is {type(data.get('cases')).__name__}, not a list"]
     problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]")]
+    problems += shape_problems_of(data.get("notes"), Maybe(Each("str")), "notes")
     problems += row_problems(data.get("scoreboard"), SCOREBOARD_SCHEMA, "scoreboard")
     problems += row_problems(data.get("slices"), SLICE_SCHEMA, "slices")
     if data.get("labels") is not None:

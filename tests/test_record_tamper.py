@@ -378,10 +378,10 @@ def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
 
 @pytest.mark.parametrize(("path", "value", "named"), [
     (("cases", 1, "verdicts", 0, "score"), "2", "cases[1].verdicts[0].score is str, not int or null"),
-    (("cases", 2, "checks", 0), ["grounding_isolation", 1, "ok"], "cases[2].checks[0] is not [check, passed, reason]"),
+    (("cases", 2, "checks", 0), ["grounding_isolation", 1, "ok"], "cases[2].checks[0][1] is int, not bool"),
     (("cases", 0, "output", "abstained"), "no", "cases[0].output.abstained is str, not bool"),
     (("cases", 0, "retrieval", "k"), 5.5, "cases[0].retrieval.k is float, not int"),
-    (("cases", 3, "trajectory"), {}, "cases[3].trajectory is dict, not list"),
+    (("cases", 3, "trajectory"), {}, "cases[3].trajectory is dict, not a list"),
     (("scoreboard", 0, "n"), True, "scoreboard[0].n is bool, not int"),
     (("cases", 4), "a line", "cases[4] is str, not an object"),
 ])
@@ -568,3 +568,34 @@ def test_a_gate_tier_whose_rule_was_swapped_is_caught(records, tmp_path):
     with pytest.raises(RecordError) as caught:
         load_run(edited(records["gate"], tmp_path / "swapped.json", swap))
     assert "gate.tiers' rules" in str(caught.value)
+
+
+def _first_checkpoint(data: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in data["cases"] if c["case"].get("checkpoints"))["case"]["checkpoints"][0]
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d["cases"][0]["output"].update(prompt_to_model={"a": 1}),
+     "cases[0].output.prompt_to_model is dict, not str or null"),
+    (lambda d: d["cases"][0]["output"].update(citations=1.5), "cases[0].output.citations is float, not a list"),
+    (lambda d: d["cases"][0]["output"].update(citations=[{"claim": "x"}]),
+     "cases[0].output.citations[0].source_id is missing"),
+    (lambda d: d["cases"][0]["output"].update(latency_s=[1]), "cases[0].output.latency_s is list"),
+    (lambda d: d["cases"][0]["output"].update(passages=[{"id": 1, "text": "t"}]),
+     "cases[0].output.passages[0].id is int, not str"),
+    (lambda d: d["cases"][0]["output"].update(computed_aggregate={"a": 1}),
+     "cases[0].output.computed_aggregate is not a finite number, text or null"),
+    (lambda d: d["cases"][0]["case"].update(id=["x"]), "cases[0].case.id is not the line's case_id"),
+    (lambda d: d["cases"][0]["verdicts"][0].update(cached=[1, 2]), "cases[0].verdicts[0].cached is list, not bool"),
+    (lambda d: d["cases"][0]["verdicts"][0].update(completion_tokens=10**30),
+     "cases[0].verdicts[0].completion_tokens is 10000000000000000..., out of range"),
+    (lambda d: d["meta"].update(k=10**30), "meta.k is out of range"),
+    (lambda d: d.update(notes=1.5), "notes is float, not a list"),
+    (lambda d: _first_checkpoint(d).update(kind=["x"]), "checkpoint kind ['x'] is not one of"),
+])
+def test_a_bad_field_in_a_run_is_exit_65_naming_it_not_an_internal_error(records, tmp_path, capsys, edit, named):
+    """An adversarial review: each of these edits was a traceback and exit 70."""
+    bad = edited(records["good"], tmp_path / "bad.json", edit)
+    assert main(["report", str(bad), "--html", str(tmp_path / "bad.html")]) == 65
+    err = capsys.readouterr().err
+    assert named in err and "internal error" not in err

@@ -102,7 +102,7 @@ def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
     if not isinstance(checkpoint, Mapping):
         return [f"checkpoint must be an object, got {type(checkpoint).__name__}"]
     kind = checkpoint.get("kind")
-    if kind not in CHECKPOINT_FIELDS:
+    if not isinstance(kind, str) or kind not in CHECKPOINT_FIELDS:
         return [f"checkpoint kind {kind!r} is not one of {sorted(CHECKPOINT_FIELDS)}"]
     problems = []
     fields = CHECKPOINT_FIELDS[kind]

@@ -16,7 +16,7 @@ import pandas as pd
 
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.frames import Rows, RowsByKey, frame, is_missing
+from qaeval.frames import Fields, Rows, RowsByKey, Valid, frame, is_missing
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, custom_reasons, custom_units, sample_to_plain
 from qaeval.scoring.judge import effective_scores
@@ -50,6 +50,10 @@ class FailReason:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> FailReason:
         return cls(raw["code"], raw["message"], raw.get("name"))
+
+
+REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
+                     name="text"), optional=("name",))  # a FailReason as a record stores it
 
 
 def reasons_text(reasons: Sequence[FailReason]) -> str:

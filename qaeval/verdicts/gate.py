@@ -36,7 +36,7 @@ from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, Valid, clean, frame
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
-from qaeval.scoring.outcomes import FAIL_CODES, FailReason
+from qaeval.scoring.outcomes import REASON, FailReason
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
@@ -45,8 +45,6 @@ from qaeval.verdicts.tiers import (
     metrics_tier, movement, new_cases, regressions, tier_one,
 )
 
-REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
-                     name="text"), optional=("name",))  # a FailReason
 BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
     fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
     abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text"),
