@@ -25,7 +25,7 @@ from qaeval.audit import Audit
 from qaeval.errors import DriftAlarm
 from qaeval.files import append_line, dumps_canonical
 from qaeval.data.logs import parse_timestamp
-from qaeval.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
+from qaeval.frames import Each, Fields, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
