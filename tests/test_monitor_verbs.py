@@ -253,3 +253,29 @@ def test_a_row_without_a_time_is_in_no_window_and_the_run_goes_on(tmp_path, caps
     frame.loc[5, "timestamp"] = pd.NaT
     result = api.score_logs(frame, window="1D", isolation="none")
     assert result.exit_code == 0 and "1 row(s) have no timestamp: they are in no window" in result.notes
+
+
+def test_a_monitor_record_whose_alarms_were_added_or_removed_is_refused(tmp_path, capsys):
+    """An adversarial review: a monitor record's alarms were taken as written, so a forged record loaded
+    as ALARM, and a real alarm deleted from one loaded as OK."""
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
+    record = tmp_path / "alarm.json"
+    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(tmp_path / "h.jsonl"),
+                 "--save", str(record), "--quiet"]) == 3
+    assert api.load_run(record).verdict == "ALARM"
+    data = json.loads(record.read_text())
+
+    quiet = json.loads(json.dumps(data))
+    quiet["monitor"]["alarms"] = []
+    (tmp_path / "quiet.json").write_text(json.dumps(quiet))
+    with pytest.raises(RecordError, match="monitor.alarms says"):
+        api.load_run(tmp_path / "quiet.json")
+
+    hidden = json.loads(json.dumps(quiet))
+    for entry in hidden["monitor"]["timeline"]:
+        entry["alarms"] = []
+        for band in entry["bands"]:
+            band["alarm"] = False
+    (tmp_path / "hidden.json").write_text(json.dumps(hidden))
+    with pytest.raises(RecordError, match=r"monitor.timeline\[3\].bands\[\d+\].alarm says false but its band"):
+        api.load_run(tmp_path / "hidden.json")

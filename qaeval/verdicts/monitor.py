@@ -172,6 +172,35 @@ class MonitorResult(Result):
         for j, (stored, row) in enumerate(zip(s["scoreboard"], board.to_dict("records"))):
             for column in ("metric", "value", "n", "ppi_value", "n_labelled"):
                 audit.same(f"{prefix}.scoreboard[{j}].{column}", stored.get(column), row[column], "its rows")
+        self._audit_alarms(audit, s, prefix)
+
+    def _audit_alarms(self, audit: Audit, s: Mapping[str, Any], prefix: str) -> None:
+        """The alarms follow from the timeline: each band's alarm from its current value, band and
+        direction; each window's alarms from its bands; the section's alarms from the windows'. A band's
+        current value is the window's overall figure."""
+        overall = self.windows[self.windows["slice"] == ALL]
+        figures = {(w, m): v for w, m, v in zip(overall["window"], overall["metric"], overall["value"])}
+        implied = []
+        for i, entry in enumerate(s["timeline"]):
+            where = f"{prefix}.timeline[{i}]"
+            for j, band in enumerate(entry["bands"]):
+                audit.same(f"{where}.bands[{j}].current", band["current"], figures.get((entry["window"], band["metric"])),
+                           "the window's figure")
+                audit.same(f"{where}.bands[{j}].alarm", band["alarm"], _band_alarm(band) and not entry["too_few"],
+                           "its band")
+            alarmed = [b["metric"] for b in entry["bands"] if b["alarm"]]
+            audit.same(f"{where}.alarms", entry["alarms"], alarmed, "its bands")
+            implied += [[entry["window"], metric] for metric in entry["alarms"]]
+        audit.same(f"{prefix}.alarms", [[a["window"], a["metric"]] for a in s["alarms"]], implied, "its timeline")
+
+
+def _band_alarm(band: Mapping[str, Any]) -> bool:
+    """Whether a band's current value is out of it in the direction its metric alarms on."""
+    current, low, high = band["current"], band["low"], band["high"]
+    if current is None or low is None or high is None:
+        return False
+    way = {"alarms on a drop": "drop", "alarms on a rise": "rise"}.get(band["direction"], "both")
+    return (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
 
 
 def _ints(values: pd.Series) -> list[int | None]:
