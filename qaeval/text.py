@@ -67,7 +67,7 @@ class _Memo(dict):  # type: ignore[type-arg]
         return value
 
 
-MEMO_CHARS = 1 << 25  # characters of text a memo holds before it starts again (32 M: about 100 MB for term sets)
+MEMO_CHARS = 1 << 25  # characters of text a memo holds before it starts again (normal forms: twice this)
 
 _NORMAL = _Memo(_normalized, 2 * MEMO_CHARS)
 
