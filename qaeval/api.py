@@ -303,12 +303,8 @@ def load_run(path: str | Path) -> Result:
 def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
     """Two runs (records or results) side by side."""
     def labelled(x: Any) -> tuple[RunResult, str]:
-        result = _load_run(x) if isinstance(x, (str, Path)) else x
-        if isinstance(result, MonitorResult):  # its run is a judged sample of logged traffic, not golden cases
-            raise UsageError(f"{x if isinstance(x, (str, Path)) else 'a monitor result'} is a monitor record of "
-                             "logged traffic; compare takes two runs over golden cases (watch traffic over time "
-                             "with monitor --timeseries, or list records with qaeval runs)")
-        run_ = as_run(result)
+        run_ = _golden_run(x, "compare takes two runs over golden cases (watch traffic over time with monitor "
+                              "--timeseries, or list records with qaeval runs)")
         return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
 
     (b, b_label), (a, a_label) = labelled(before), labelled(after)
@@ -318,12 +314,19 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
     """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx;
     returns what was written."""
+    run_ = _golden_run(record, "it has no gold passages to write qrels from: export trec takes a run over golden "
+                               "cases")
+    return write_trec(run_, out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
+
+
+def _golden_run(record: str | Path | Result, why: str) -> RunResult:
+    """The run over golden cases a record or result holds; a monitor's (a judged sample of logged traffic)
+    is a UsageError saying ``why`` it does not serve."""
     result = _load_run(record) if isinstance(record, (str, Path)) else record
-    if isinstance(result, MonitorResult):  # a judged sample of logged traffic: no gold passages, no qrels
-        raise UsageError(f"{record if isinstance(record, (str, Path)) else 'a monitor result'} is a monitor record "
-                         "of logged traffic, which has no gold passages to write qrels from; export trec takes a "
-                         "run over golden cases")
-    return write_trec(as_run(result), out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
+    if isinstance(result, MonitorResult):
+        name = record if isinstance(record, (str, Path)) else "a monitor result"
+        raise UsageError(f"{name} is a monitor record of logged traffic; {why}")
+    return as_run(result)
 
 
 # --------------------------------------------------------------------------- labels

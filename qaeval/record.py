@@ -305,7 +305,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
 
 def load_run(path: str | Path) -> Result:
     """A saved record as the result it was: RunResult, GateResult, CalibrationResult, DriftResult or
-    MonitorResult. Its run and its verdict section are type-checked first (``_shape_problems``, the
+    MonitorResult. Its run and its verdict section are type-checked first (``record_shape.shape_problems``, the
     result class's ``section_problems``): a field missing or of the wrong type is a RecordError naming it;
     what is raised while building from checked fields is a bug in qaeval (exit 70)."""
     where = str(path)

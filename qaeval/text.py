@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 _WORD = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*")
 

@@ -62,14 +62,14 @@ TEMPLATE_NGRAM = 4
 TEMPLATE_MIN_PROMPTS = 3
 
 
+def _within(padded: str, needle: str) -> bool:
+    """Word-bounded containment of normalised text, in a haystack padded with a space at each end."""
+    return bool(needle) and f" {needle} " in padded
+
+
 def _contains(haystack: str, needle: str) -> bool:
     """Word-bounded containment of normalised (folded) text."""
-    return bool(needle) and f" {needle} " in f" {haystack} "
-
-
-def _within(padded: str, needle: str) -> bool:
-    """``_contains`` for a haystack already padded with a space at each end."""
-    return bool(needle) and f" {needle} " in padded
+    return _within(f" {haystack} ", needle)
 
 
 def _remove(text: str, pieces: Sequence[str]) -> str:

@@ -166,6 +166,17 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     return records, notes
 
 
+DIRECTIONS = {"drop": "alarms on a drop", "rise": "alarms on a rise", "both": "alarms both ways"}  # a band's words
+
+
+def out_of_band(current: float | None, low: float | None, high: float | None, way: str) -> bool:
+    """Whether ``current`` is out of [low, high] in the direction ``way`` ("drop", "rise", "both") alarms on;
+    a missing value is never out."""
+    if any(v is None or math.isnan(v) for v in (current, low, high)):
+        return False
+    return (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
+
+
 def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
             min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
             metrics: Sequence[Any] = METRICS, unit: str = "runs") -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
@@ -189,16 +200,14 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
             std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
             half = max(3 * std, min_width)
             low, high = max(0.0, mean - half), min(1.0, mean + half)  # every metric is a rate
-            if not math.isnan(current):
-                alarm = (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
+            alarm = out_of_band(current, low, high, way)
         if alarm:
             moved = "dropped below" if current < low else "rose above"
             alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
                                message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
                                        f"(mean of {len(values)} {unit} {mean:.3f})"))
         rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
-                         direction={"drop": "alarms on a drop", "rise": "alarms on a rise",
-                                    "both": "alarms both ways"}[way], alarm=alarm))
+                         direction=DIRECTIONS[way], alarm=alarm))
     if len(trailing) < min_history:
         notes.append(f"history too short to alarm: {len(trailing)} earlier {unit}, {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes

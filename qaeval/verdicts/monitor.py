@@ -32,7 +32,7 @@ from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scor
 from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (ALL, METRIC_NAMES, SLICE_SCHEMA, WINDOW_SCHEMA, METRICS,
                                             metric_values, scoreboard)
-from qaeval.verdicts.drift import ALARM, BAND_SCHEMA, MIN_HISTORY, compare, read_history
+from qaeval.verdicts.drift import ALARM, BAND_SCHEMA, DIRECTIONS, MIN_HISTORY, compare, out_of_band, read_history
 
 MIN_ROWS = 30
 BAND_WINDOW = 10
@@ -195,12 +195,9 @@ class MonitorResult(Result):
 
 
 def _band_alarm(band: Mapping[str, Any]) -> bool:
-    """Whether a band's current value is out of it in the direction its metric alarms on."""
-    current, low, high = band["current"], band["low"], band["high"]
-    if current is None or low is None or high is None:
-        return False
-    way = {"alarms on a drop": "drop", "alarms on a rise": "rise"}.get(band["direction"], "both")
-    return (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
+    """Whether a stored band's current value is out of it in the direction its words say it alarms on."""
+    way = next((w for w, words in DIRECTIONS.items() if words == band["direction"]), "both")
+    return out_of_band(band["current"], band["low"], band["high"], way)
 
 
 def _ints(values: pd.Series) -> list[int | None]:
