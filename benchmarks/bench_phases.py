@@ -66,7 +66,7 @@ def instrument(spent: dict[str, float]) -> None:
 def forget_text() -> None:
     from qaeval import text
 
-    for memo in (text._NORMAL, text._TERMS_OF):
+    for memo in (text._NORMAL, text._TERM_SETS):
         memo.clear()
         memo.chars = 0
 

@@ -41,7 +41,31 @@ def printable(text: str) -> str:
                         text)
 
 
+# ASCII text's tokens without the regex: every byte but a letter, a digit or a period becomes a space,
+# capitals become small, commas go (as ``_normalized`` drops them). A period ending a sentence (before a
+# space or at the end) is never inside a token; one left anywhere else ("3.5", "e.g") sends the text to
+# the regex, which knows where it belongs.
+_KEPT = b"abcdefghijklmnopqrstuvwxyz0123456789."
+_ASCII_TABLE = bytes(
+    (c | 0x20 if 0x41 <= c <= 0x5A else c) if (c | 0x20 if 0x41 <= c <= 0x5A else c) in _KEPT else 0x20
+    for c in range(256))
+
+
+def _ascii_words(text: str) -> list[bytes] | None:
+    """``_WORD``'s tokens of ASCII ``text`` (lower-cased, commas dropped) as bytes, found by ``translate``
+    and ``split`` (a few times faster than ``findall``); None when a period is left that only the
+    regex can place."""
+    clean = text.encode("ascii").translate(_ASCII_TABLE, b",")
+    if b"." in clean:
+        clean = clean.replace(b". ", b"  ").rstrip(b".")
+        if b"." in clean:
+            return None
+    return clean.split()
+
+
 def _normalized(text: str) -> str:
+    if text.isascii() and (words := _ascii_words(text)) is not None:
+        return b" ".join(words).decode("ascii")
     text = fold(text)
     if not text.isascii():
         text = unicodedata.normalize("NFKD", text)
@@ -88,6 +112,13 @@ def tokens(text: str) -> list[str]:
     return normalize(text).split()
 
 
+def _words(text: str) -> list[str]:
+    """``tokens(text)`` without keeping the normal form (ASCII text, most of it, skips the join)."""
+    if text.isascii():
+        return _WORD.findall(text.lower().replace(",", ""))
+    return normalize_once(text).split()
+
+
 def _stem(word: str) -> str:
     # Deliberately crude: enough that "branches" meets "branch" and "opened" meets "open".
     for suffix in ("ies", "es", "ed", "ing", "s", "e"):
@@ -111,24 +142,44 @@ class _Terms(dict):  # type: ignore[type-arg]
 
 
 _TERMS = _Terms()
+_term_of = _TERMS.__getitem__
 
 
 def content_terms(text: str) -> list[str]:
-    """Stemmed tokens without stopwords: what lexical relevance and overlap are computed on."""
-    return list(_content_terms(text or ""))
+    """Stemmed tokens without stopwords, in order: what lexical relevance and overlap are computed on."""
+    return [term for term in map(_term_of, _words(text or "")) if term]
 
 
-def _terms_of(text: str) -> tuple[str, ...]:
-    return tuple(filter(None, map(_TERMS.__getitem__, normalize(text).split())))
+class _ByteTerms(dict):  # type: ignore[type-arg]
+    """``_TERMS`` for the tokens ``_ascii_words`` finds (bytes). Bounded the same way."""
+
+    def __missing__(self, token: bytes) -> str:
+        if len(self) >= _Terms.LIMIT:
+            self.clear()
+        term = self[token] = _term_of(token.decode("ascii"))
+        return term
 
 
-_TERMS_OF = _Memo(_terms_of, MEMO_CHARS)
-_content_terms = _TERMS_OF.__getitem__
+_byte_term_of = _ByteTerms().__getitem__
+
+
+def _term_set(text: str) -> frozenset[str]:
+    if text.isascii() and (words := _ascii_words(text)) is not None:
+        found = frozenset(map(_byte_term_of, words))
+    else:
+        found = frozenset(map(_term_of, _words(text)))
+    return found - _STOPWORD if "" in found else found
+
+
+_STOPWORD, _NO_TERMS = frozenset({""}), frozenset[str]()
+# The memo holds sets, not the ordered terms: the reference system, the judge and the checks all ask
+# for a text's set (a passage's several times), and nothing keeps the order but a count of short texts.
+_TERM_SETS = _Memo(_term_set, 2 * MEMO_CHARS)
 
 
 def term_set(text: str | None) -> frozenset[str]:
     """The distinct content terms of ``text``: ``set(content_terms(text))``."""
-    return frozenset(_content_terms(text or ""))
+    return _TERM_SETS[text] if text else _NO_TERMS
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")

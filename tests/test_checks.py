@@ -192,3 +192,29 @@ def test_normalize_of_nothing_is_empty_every_time():
     from qaeval.text import normalize, tokens
 
     assert normalize(None) == normalize(None) == "" and tokens(None) == [] and normalize("") == ""
+
+
+def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
+    """ASCII text is tokenised by translate and split, not the regex; on any text (decimals, sentence
+    ends, abbreviations, runs of periods, commas in numbers, capitals, control characters) it must give
+    the regex's normal form and terms, or hand the text to the regex."""
+    import random
+
+    from qaeval import text
+
+    def regex_normal(s: str) -> str:
+        return " ".join(text._WORD.findall(s.lower().replace(",", "")))
+
+    fixed = ["Fees rose 2.5 percent, e.g. for DVDs.", "U.S. law... see p. 3.", "1,000.50 items.", "end.",
+             "...", ".5 and 5. and a.b", "Tab\tNL\nCR\r\x00\x1b[2J", "v1.2.3 is OUT. Next", ""]
+    rng = random.Random(7)
+    alphabet = "aAzZ09 5.,.,. \t\n-'\"!?;:()3"
+    fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
+    fast = 0
+    for sample in fixed + fuzz:
+        assert text._normalized(sample) == regex_normal(sample), sample
+        assert text._term_set(sample) == set(text.content_terms(sample)), sample
+        fast += text._ascii_words(sample) is not None
+    assert fast > len(fuzz) // 4  # the fast path is taken, not always refused
+    assert text._ascii_words("Fees rose. Then fell.") == [b"fees", b"rose", b"then", b"fell"]
+    assert text._ascii_words("It rose 2.5 percent.") is None  # a decimal: the regex places it
