@@ -30,7 +30,7 @@ from qaeval.export import TrecExport, write_trec
 from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
-from qaeval.pipeline import evaluate
+from qaeval.pipeline import evaluate, fewer_collections
 from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
@@ -156,9 +156,10 @@ def _finish(result: Result, p: Mapping[str, Any]) -> Result:
 def _labelled_run(p: Mapping[str, Any]) -> RunResult:
     """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
     against the suite before the system is called, so a bad labels file costs no run."""
-    suite = load_suite(p["data"])
-    labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
-    return _evaluate(p, suite).with_labels(labels)
+    with fewer_collections():  # loading the cases too
+        suite = load_suite(p["data"])
+        labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
+        return _evaluate(p, suite).with_labels(labels)
 
 
 def _recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
