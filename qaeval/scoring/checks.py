@@ -45,7 +45,6 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import pandas as pd
@@ -226,11 +225,35 @@ def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[
     return covered, total, list(uncovered)
 
 
-@lru_cache(maxsize=1 << 15)  # the check and the case's outcome both ask
-def _coverage(answer: str, claims: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
-    sentences = [s for s in split_sentences(answer) if is_load_bearing(s)]
-    uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
-    return len(sentences) - len(uncovered), len(sentences), uncovered
+Coverage = tuple[int, int, tuple[str, ...]]
+_COVERAGE: dict[tuple[str, tuple[str, ...]], Coverage] = {}  # the check and the case's outcome both ask
+_COVERAGE_LIMIT = 1 << 15
+
+
+def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
+    found = _COVERAGE.get((answer, claims))
+    if found is None:
+        sentences = [s for s in split_sentences(answer) if is_load_bearing(s)]
+        uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
+        found = (len(sentences) - len(uncovered), len(sentences), uncovered)
+        if len(_COVERAGE) >= _COVERAGE_LIMIT:
+            _COVERAGE.clear()
+        _COVERAGE[(answer, claims)] = found
+    return found
+
+
+def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                        corpus: Any = None) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
+    """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
+    copy: ``qaeval.scoring.forked``) to ``adopt_coverage`` before the outcomes ask again."""
+    frame = check_outputs(cases, outputs, sources, corpus)
+    return frame, dict(_COVERAGE)
+
+
+def adopt_coverage(found: dict[tuple[str, tuple[str, ...]], Coverage]) -> None:
+    if len(_COVERAGE) + len(found) > _COVERAGE_LIMIT:
+        _COVERAGE.clear()
+    _COVERAGE.update(list(found.items())[-_COVERAGE_LIMIT:])
 
 
 def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],

@@ -33,6 +33,7 @@ from qaeval.frames import RowsByKey, frame, text_frame
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
+from qaeval.scoring.forked import Beside
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
@@ -283,10 +284,14 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     cases, sources = suite.to_frame(), suite.sources_frame()
-    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus)
-    retrieval = score_retrieval(cases, outputs, k=meta.k)
-    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
-    trajectory = score_trajectories(cases, outputs)
+    # The deterministic checks run in a forked copy of this process while this one asks the judge
+    # (qaeval.scoring.forked: the same frame, from whichever process gives it; here when forking is not safe).
+    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases)) as later:
+        retrieval = score_retrieval(cases, outputs, k=meta.k)
+        verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
+        trajectory = score_trajectories(cases, outputs)
+        checks, coverage = later.result()
+    layer1.adopt_coverage(coverage)  # the outcomes ask for the same coverage
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
 

@@ -1,0 +1,124 @@
+"""One scoring step computed in a forked copy of this process while this one computes another.
+
+After the system has answered, scoring is pure Python on one core; on a machine with two or more, the
+deterministic checks (``checks.check_outputs``) can run beside the judge's work. ``beside(fn, *args)``
+forks, the child computes ``fn(*args)`` on its copy of the data (nothing is sent to it) and pipes back
+the pickled value; ``result()`` waits for it. Only qaeval's own code runs in the child: it is forked
+before the judge is called, and user code running on other threads is excluded by the rule below.
+
+When it is not worth it or not safe, ``fn`` simply runs here, in ``result()``, and the value is the same:
+
+- not on Linux (macOS frameworks are not fork-safe), or ``os.cpu_count()`` is 1;
+- another thread is running (a notebook's kernel, a judge's pool, an adapter abandoned on a timeout):
+  a lock it held at the fork would stay held forever in the child;
+- fewer than ``MIN_ROWS`` cases (a fork costs milliseconds; small suites score faster here);
+- ``ENABLED`` is False (``benchmarks/bench_phases.py`` times each phase in one process).
+
+And when the child fails: it raised (the same call is made here, so its exception is raised here),
+exited or was killed, sent something that does not unpickle, or did not finish within ``DEADLINE``
+seconds after this process was ready for it (it is killed). A child is never left behind: leaving the
+``with`` block kills and reaps it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+ENABLED = True
+MIN_ROWS = 1000
+DEADLINE = 600.0  # seconds the child may still take once this process waits for it
+
+
+def can_fork(rows: int) -> bool:
+    return (ENABLED and rows >= MIN_ROWS and sys.platform.startswith("linux") and (os.cpu_count() or 1) > 1
+            and threading.active_count() == 1)
+
+
+class Beside(Generic[T]):
+    """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here on ``result()``."""
+
+    def __init__(self, fn: Callable[..., T], *args: Any, rows: int) -> None:
+        self.fn, self.args = fn, args
+        self.pid: int | None = None
+        self.fd: int | None = None
+        self.forked = False  # whether the value came from the child
+        if can_fork(rows):
+            self._fork()
+
+    def _fork(self) -> None:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: compute, send, and never return into the caller's code
+            code = 1
+            try:
+                os.close(read)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+                data = pickle.dumps(self.fn(*self.args), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        self.pid, self.fd = pid, read
+
+    def result(self) -> T:
+        if self.pid is not None:
+            data = self._collect()
+            if data is not None:
+                try:
+                    value: T = pickle.loads(data)
+                except Exception:  # noqa: BLE001  (a torn value: compute it here)
+                    pass
+                else:
+                    self.forked = True
+                    return value
+        return self.fn(*self.args)
+
+    def _collect(self) -> bytes | None:
+        """The child's bytes when it exited cleanly, else None (it is killed if it overran)."""
+        assert self.fd is not None and self.pid is not None
+        chunks: list[bytes] = []
+        until = time.monotonic() + DEADLINE
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                self.close()  # overran: killed
+                return None
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        _, status = os.waitpid(self.pid, 0)  # it closed the pipe on its way out
+        self.pid = None
+        self.close()
+        return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
+
+    def close(self) -> None:
+        """Kill and reap the child if it is still there, and close the pipe. Idempotent."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+    def __enter__(self) -> Beside[T]:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

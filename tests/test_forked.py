@@ -1,0 +1,133 @@
+"""Scoring beside the judge in a forked copy of the process (qaeval.scoring.forked): the same values as
+computing here, and every way the child can fail ends in computing here, never in a wrong value, a
+hang or a process left behind."""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+
+import pytest
+from conftest import GOLDEN
+
+from qaeval import api
+from qaeval.scoring import forked
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                                reason="forking to score is for Linux with two or more cores")
+
+PARENT = os.getpid()
+
+
+@pytest.fixture
+def small_suites_fork(monkeypatch):
+    monkeypatch.setattr(forked, "MIN_ROWS", 0)
+    # A thread an earlier test abandoned (an adapter hung under isolation none) would turn the fork off
+    # for the rest of this worker; the thread rule has its own test below.
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)
+
+
+def in_child() -> bool:
+    return os.getpid() != PARENT
+
+
+def pid_and_square(x: int) -> tuple[int, int]:
+    return os.getpid(), x * x
+
+
+def test_the_value_comes_from_a_forked_child(small_suites_fork):
+    with forked.Beside(pid_and_square, 7, rows=1) as later:
+        child = later.pid
+        pid, value = later.result()
+    assert later.forked and pid == child != os.getpid() and value == 49
+    with pytest.raises(ChildProcessError):  # reaped
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_a_run_scores_the_same_with_and_without_the_fork(small_suites_fork, monkeypatch):
+    seen = []
+    real = forked.Beside.result
+
+    def result(self):
+        value = real(self)
+        seen.append(self.forked)
+        return value
+
+    monkeypatch.setattr(forked.Beside, "result", result)
+    split = api.run(str(GOLDEN), isolation="none")
+    monkeypatch.setattr(forked, "ENABLED", False)
+    here = api.run(str(GOLDEN), isolation="none")
+    assert seen == [True, False]
+    for name in ("checks", "verdicts", "per_case", "scoreboard"):
+        a, b = (getattr(r, name).drop(columns=["latency_s"], errors="ignore") for r in (split, here))
+        assert a.astype(str).equals(b.astype(str)), name
+
+
+def dies_in_the_child(x: int) -> int:
+    if in_child():
+        os._exit(3)
+    return x + 1
+
+
+def raises_in_the_child(x: int) -> int:
+    if in_child():
+        raise MemoryError("child only")
+    return x + 1
+
+
+def test_a_child_that_exits_or_raises_is_replaced_by_computing_here(small_suites_fork):
+    for fn in (dies_in_the_child, raises_in_the_child):
+        with forked.Beside(fn, 1, rows=1) as later:
+            assert later.pid is not None
+            assert later.result() == 2 and not later.forked
+
+
+def raises_everywhere(x: int) -> int:
+    raise ValueError(f"bad {x}")
+
+
+def test_an_error_of_the_step_itself_is_raised_here(small_suites_fork):
+    with forked.Beside(raises_everywhere, 5, rows=1) as later, pytest.raises(ValueError, match="bad 5"):
+        later.result()
+
+
+def hangs_in_the_child(x: int) -> int:
+    if in_child():
+        read, _ = os.pipe()
+        select.select([read], [], [])  # nothing will ever arrive
+    return x * 10
+
+
+def test_a_child_past_its_deadline_is_killed_and_the_value_computed_here(small_suites_fork, monkeypatch):
+    monkeypatch.setattr(forked, "DEADLINE", 0.3)
+    with forked.Beside(hangs_in_the_child, 4, rows=1) as later:
+        child = later.pid
+        assert later.result() == 40 and not later.forked
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_leaving_early_kills_and_reaps_the_child(small_suites_fork):
+    with pytest.raises(KeyError):
+        with forked.Beside(hangs_in_the_child, 1, rows=1) as later:
+            child = later.pid
+            raise KeyError("the judge failed")
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_no_fork_while_another_thread_runs_or_for_a_small_suite(monkeypatch):
+    with forked.Beside(pid_and_square, 3, rows=forked.MIN_ROWS - 1) as later:
+        assert later.pid is None and later.result() == (os.getpid(), 9)
+    monkeypatch.setattr(forked, "MIN_ROWS", 0)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        with forked.Beside(pid_and_square, 3, rows=1) as later:
+            assert later.pid is None and later.result() == (os.getpid(), 9) and not later.forked
+    finally:
+        stop.set()
+        other.join()
