@@ -388,3 +388,62 @@ def make_exiting_factory():
 def abstains_never(case, output, passages):
     """An informational check: fails a case the system abstained on."""
     return (not output.abstained, "abstained" if output.abstained else "answered")
+
+
+class StopsOnDigitalLoans:
+    """Answers with its pid, except on the digital-loans question, where it hangs (``hang``) or exits
+    (otherwise): the case a worker holds when it is stopped, with another case queued behind it."""
+
+    def __init__(self, hang: bool) -> None:
+        self.hang = hang
+
+    def answer(self, case):
+        import os
+
+        if "digital loans" in case.question:
+            import select
+
+            sockets = [int(fd) for fd in os.listdir("/proc/self/fd") if _is_socket(int(fd))]
+            select.select(sockets, [], [], 30)  # until the harness has queued the next case behind this one
+            if not self.hang:
+                os._exit(3)
+            read, _ = os.pipe()
+            os.read(read, 1)  # nothing will ever arrive
+        return SUTOutput(answer=f"pid {os.getpid()}", abstained=False)
+
+
+def _is_socket(fd: int) -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def make_hangs_on_one():
+    return StopsOnDigitalLoans(hang=True)
+
+
+def make_exits_on_one():
+    return StopsOnDigitalLoans(hang=False)
+
+
+class ExitHookAdapter:
+    """Under isolation none: registers an exit hook in the harness's process that writes a file, the
+    way a library (a tracker's flush, a temporary folder's removal) does, then quotes its first source."""
+
+    def __init__(self) -> None:
+        import atexit
+        import os
+
+        path = os.environ["QAEVAL_TEST_EXIT_HOOK"]
+        atexit.register(lambda: open(path, "w").write("exit hooks ran"))
+
+    def answer(self, case):
+        return SUTOutput(answer=case.sources[0].text, abstained=False)
+
+
+def make_exit_hook_adapter():
+    return ExitHookAdapter()
