@@ -183,8 +183,9 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     best: tuple[float, str | None, str | None] = (-1.0, None, None)
     for sid, text in candidates:
         terms = term_set(text)
-        union = claim_terms | terms
-        sim = len(claim_terms & terms) / len(union) if union else 0.0
+        shared = len(claim_terms & terms)
+        union = len(claim_terms) + len(terms) - shared  # the union's size, without building it
+        sim = shared / union if union else 0.0
         if sim > best[0]:
             best = (sim, sid, text)
     return best[1], best[2]
