@@ -147,7 +147,10 @@ _term_of = _TERMS.__getitem__
 
 def content_terms(text: str) -> list[str]:
     """Stemmed tokens without stopwords, in order: what lexical relevance and overlap are computed on."""
-    return [term for term in map(_term_of, _words(text or "")) if term]
+    text = text or ""
+    if text.isascii() and (words := _ascii_words(text)) is not None:
+        return [term for term in map(_byte_term_of, words) if term]
+    return [term for term in map(_term_of, _words(text)) if term]
 
 
 class _ByteTerms(dict):  # type: ignore[type-arg]

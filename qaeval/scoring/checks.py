@@ -105,10 +105,9 @@ def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
         return text
     words = text.split()
     keep = [True] * len(words)
-    for i in range(len(words) - TEMPLATE_NGRAM + 1):
-        if tuple(words[i:i + TEMPLATE_NGRAM]) in template:
-            for j in range(i, i + TEMPLATE_NGRAM):
-                keep[j] = False
+    grams = zip(*(words[k:] for k in range(TEMPLATE_NGRAM)))  # each word's 4-gram, as tuples, in C
+    for i in [i for i, gram in enumerate(grams) if gram in template]:
+        keep[i:i + TEMPLATE_NGRAM] = [False] * TEMPLATE_NGRAM
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
 
 
