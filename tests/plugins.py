@@ -447,3 +447,21 @@ class ExitHookAdapter:
 
 def make_exit_hook_adapter():
     return ExitHookAdapter()
+
+
+class TakesItsTime:
+    """Spends 1.5 s on the digital-loans question and 1.2 s on the meeting-room one (the next living
+    case), as a slow model would; instant on the others."""
+
+    def answer(self, case):
+        import time
+
+        if "digital loans" in case.question:
+            time.sleep(1.5)
+        elif "meeting room" in case.question:
+            time.sleep(1.2)
+        return SUTOutput(answer=case.sources[0].text, abstained=False)
+
+
+def make_takes_its_time():
+    return TakesItsTime()

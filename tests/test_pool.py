@@ -346,3 +346,12 @@ def test_the_cli_runs_exit_hooks_although_it_skips_tearing_the_interpreter_down(
                env={"QAEVAL_TEST_EXIT_HOOK": str(marker)})
     assert done.returncode == 0 and done.stdout.rstrip().endswith("tokens spent: 0 prompt + 0 completion")
     assert marker.read_text() == "exit hooks ran"
+
+
+def test_a_queued_case_is_timed_from_when_its_worker_turns_to_it(golden):
+    """The case queued behind a 1.5 s case takes 1.2 s itself: timed from when it was sent (2.7 s) it
+    would pass the 2 s timeout; timed from when its worker turned to it, it does not."""
+    living = golden.select(split="living")
+    frame = run_suite(living, "plugins:make_takes_its_time", timeout=2, concurrency=1).set_index("case_id")
+    assert frame["error"].isna().all(), frame["error"].tolist()
+    assert 1.5 <= frame.at["single-0006", "latency_s"] < 2 and 1.2 <= frame.at["single-0007", "latency_s"] < 2
