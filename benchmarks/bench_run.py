@@ -113,6 +113,19 @@ def main() -> None:
     print("(peak MiB is the largest child so far: read it on the largest size)")
     for line in targets(results, args.case_kb):
         print(line)
+    print(f"this machine's speed now: a fixed pure-Python loop takes {machine_speed():.2f} s (median of 3; on a "
+          "shared machine it drifts, so compare runs made beside each other)")
+
+
+def machine_speed() -> float:
+    """Seconds a fixed pure-Python loop takes: a yardstick for figures measured on a shared machine."""
+    def loop() -> float:
+        start, total = time.perf_counter(), 0
+        for i in range(5_000_000):
+            total += i
+        return time.perf_counter() - start
+
+    return statistics.median(loop() for _ in range(3))
 
 
 def targets(results: dict[int, tuple[float, float]], case_kb: float) -> list[str]:
