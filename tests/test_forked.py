@@ -131,3 +131,42 @@ def test_no_fork_while_another_thread_runs_or_for_a_small_suite(monkeypatch):
     finally:
         stop.set()
         other.join()
+
+
+def test_a_fork_that_fails_is_replaced_by_computing_here_and_leaks_nothing(small_suites_fork, monkeypatch):
+    """An adversarial review: a fork refused by a process limit (EAGAIN) ended the run (exit 74)."""
+    import errno
+
+    def refused():
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(forked.os, "fork", refused)
+    with forked.Beside(pid_and_square, 6, rows=1) as later:
+        assert later.pid is None and later.result() == (os.getpid(), 36) and not later.forked
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_with_sigchld_ignored_the_childs_value_is_still_taken(small_suites_fork):
+    """An adversarial review: with SIGCHLD ignored (inherited, or set by user code) the system reaps
+    the child, waitpid raised ECHILD, and the run ended with exit 74, "No child processes"."""
+    import signal
+
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with forked.Beside(pid_and_square, 8, rows=1) as later:
+            child = later.pid
+            pid, value = later.result()
+        assert later.forked and pid == child and value == 64
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+
+
+def test_without_a_fork_the_step_runs_at_once(monkeypatch):
+    """An adversarial review: computed lazily, an error in the checks (a corpus file changed on disk)
+    came only after every judge call had been made and paid for; it comes first, as it used to."""
+    calls = []
+    with forked.Beside(calls.append, "ran", rows=0) as later:
+        assert calls == ["ran"]
+        later.result()
+    assert calls == ["ran"]

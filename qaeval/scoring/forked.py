@@ -1,23 +1,26 @@
 """One scoring step computed in a forked copy of this process while this one computes another.
 
 After the system has answered, scoring is pure Python on one core; on a machine with two or more, the
-deterministic checks (``checks.check_outputs``) can run beside the judge's work. ``beside(fn, *args)``
+deterministic checks (``checks.check_outputs``) can run beside the judge's work. ``Beside(fn, *args, rows=n)``
 forks, the child computes ``fn(*args)`` on its copy of the data (nothing is sent to it) and pipes back
 the pickled value; ``result()`` waits for it. Only qaeval's own code runs in the child: it is forked
 before the judge is called, and user code running on other threads is excluded by the rule below.
 
-When it is not worth it or not safe, ``fn`` simply runs here, in ``result()``, and the value is the same:
+When it is not worth it or not safe, ``fn`` simply runs here, at once, and the value is the same:
 
 - not on Linux (macOS frameworks are not fork-safe), or ``os.cpu_count()`` is 1;
 - another thread is running (a notebook's kernel, a judge's pool, an adapter abandoned on a timeout):
   a lock it held at the fork would stay held forever in the child;
 - fewer than ``MIN_ROWS`` cases (a fork costs milliseconds; small suites score faster here);
-- ``ENABLED`` is False (``benchmarks/bench_phases.py`` times each phase in one process).
+- ``ENABLED`` is False (``benchmarks/bench_phases.py`` times each phase in one process);
+- the fork itself fails (a limit on processes, or on memory).
 
-And when the child fails: it raised (the same call is made here, so its exception is raised here),
-exited or was killed, sent something that does not unpickle, or did not finish within ``DEADLINE``
-seconds after this process was ready for it (it is killed). A child is never left behind: leaving the
-``with`` block kills and reaps it.
+And when the child fails, the call is made here in ``result()``: it raised (so its exception is raised
+here), exited or was killed, sent something that does not unpickle, or did not finish within
+``DEADLINE`` seconds after this process was ready for it (it is killed). A child is never left behind:
+leaving the ``with`` block kills and reaps it (through a pidfd where Linux has one, so the signal cannot
+reach another process that took its pid). With SIGCHLD ignored the system reaps it; a value that
+unpickles whole is then taken as its clean finish.
 """
 
 from __future__ import annotations
@@ -45,19 +48,29 @@ def can_fork(rows: int) -> bool:
 
 
 class Beside(Generic[T]):
-    """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here on ``result()``."""
+    """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here and at once (so an
+    error in it comes before the judge is called, as it would without this class)."""
+
+    _NOTHING: Any = object()
 
     def __init__(self, fn: Callable[..., T], *args: Any, rows: int) -> None:
         self.fn, self.args = fn, args
         self.pid: int | None = None
+        self.pidfd: int | None = None  # the child as a file (Linux 5.3+): a signal can never reach a reused pid
         self.fd: int | None = None
         self.forked = False  # whether the value came from the child
-        if can_fork(rows):
-            self._fork()
+        self.value: Any = self._NOTHING
+        if not (can_fork(rows) and self._fork()):
+            self.value = fn(*args)
 
-    def _fork(self) -> None:
+    def _fork(self) -> bool:
         read, write = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (a pids limit, memory): compute here
+            os.close(read)
+            os.close(write)
+            return False
         if pid == 0:  # the child: compute, send, and never return into the caller's code
             code = 1
             try:
@@ -71,18 +84,24 @@ class Beside(Generic[T]):
                 os._exit(code)
         os.close(write)
         self.pid, self.fd = pid, read
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        return True
 
     def result(self) -> T:
-        if self.pid is not None:
-            data = self._collect()
-            if data is not None:
-                try:
-                    value: T = pickle.loads(data)
-                except Exception:  # noqa: BLE001  (a torn value: compute it here)
-                    pass
-                else:
-                    self.forked = True
-                    return value
+        if self.value is not self._NOTHING:
+            return self.value  # type: ignore[no-any-return]
+        data = self._collect()
+        if data is not None:
+            try:
+                value: T = pickle.loads(data)
+            except Exception:  # noqa: BLE001  (a torn value: compute it here)
+                pass
+            else:
+                self.forked = True
+                return value
         return self.fn(*self.args)
 
     def _collect(self) -> bytes | None:
@@ -99,10 +118,14 @@ class Beside(Generic[T]):
             if not chunk:
                 break
             chunks.append(chunk)
-        _, status = os.waitpid(self.pid, 0)  # it closed the pipe on its way out
+        try:
+            _, status = os.waitpid(self.pid, 0)  # it closed the pipe on its way out
+            clean = os.waitstatus_to_exitcode(status) == 0
+        except ChildProcessError:  # SIGCHLD ignored: the system reaped it; a whole pickle says it finished
+            clean = True
         self.pid = None
         self.close()
-        return b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
+        return b"".join(chunks) if clean else None
 
     def close(self) -> None:
         """Kill and reap the child if it is still there, and close the pipe. Idempotent."""
@@ -112,10 +135,19 @@ class Beside(Generic[T]):
         if self.pid is not None:
             pid, self.pid = self.pid, None
             try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
     def __enter__(self) -> Beside[T]:
         return self
