@@ -8,6 +8,7 @@ above both, so neither imports the other.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,15 +28,30 @@ from qaeval.system.pool import run_suite
 RUN_THRESHOLDS = (50_000, 20, 100)
 
 
+_runs = 0  # runs inside fewer_collections now (threads of a notebook may overlap)
+_saved: tuple[int, int, int] = (0, 0, 0)
+_lock = threading.Lock()
+
+
 @contextmanager
 def fewer_collections() -> Iterator[None]:
-    """Raise the garbage collector's thresholds to ``RUN_THRESHOLDS`` (never lower them) for a run."""
-    before = gc.get_threshold()
-    gc.set_threshold(*(max(now, run) for now, run in zip(before, RUN_THRESHOLDS)))
+    """Raise the garbage collector's thresholds to ``RUN_THRESHOLDS`` (never lower them, and leave a
+    collector turned off by ``gc.set_threshold(0)`` off) while any run is going; the last run to end
+    puts back what there was before the first began."""
+    global _runs, _saved
+    with _lock:
+        if _runs == 0:
+            _saved = gc.get_threshold()
+            if _saved[0] != 0:
+                gc.set_threshold(*(max(now, run) for now, run in zip(_saved, RUN_THRESHOLDS)))
+        _runs += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _lock:
+            _runs -= 1
+            if _runs == 0:
+                gc.set_threshold(*_saved)
 
 
 def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,

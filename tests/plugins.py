@@ -465,3 +465,42 @@ class TakesItsTime:
 
 def make_takes_its_time():
     return TakesItsTime()
+
+
+class AnswersTwice:
+    """On the digital-loans question: once the harness has queued the next case, writes a reply of its own
+    for this case to the socket, then returns normally, so the worker sends a second reply for it."""
+
+    def answer(self, case):
+        import json
+        import os
+        import select
+        import struct
+
+        if "digital loans" in case.question:
+            sockets = [int(fd) for fd in os.listdir("/proc/self/fd") if _is_socket(int(fd))]
+            select.select(sockets, [], [], 30)
+            body = json.dumps({"id": case.id, "output": {"not_output": "str"}, "logs": ""}).encode()
+            for fd in sockets:
+                os.write(fd, struct.pack("!I", len(body)) + body)
+        return SUTOutput(answer=f"pid {os.getpid()}", abstained=False)
+
+
+def make_answers_twice():
+    return AnswersTwice()
+
+
+class SlowOnTheFirst:
+    """Takes 2.5 s on the question "first", instant on the others."""
+
+    def answer(self, case):
+        import os
+        import time
+
+        if case.question == "first":
+            time.sleep(2.5)
+        return SUTOutput(answer=f"pid {os.getpid()}", abstained=False)
+
+
+def make_slow_on_the_first():
+    return SlowOnTheFirst()

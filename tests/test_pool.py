@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import pandas as pd
 import pytest
 from conftest import GOLDEN, ROOT, make_case, write_cases
 
@@ -355,3 +356,65 @@ def test_a_queued_case_is_timed_from_when_its_worker_turns_to_it(golden):
     frame = run_suite(living, "plugins:make_takes_its_time", timeout=2, concurrency=1).set_index("case_id")
     assert frame["error"].isna().all(), frame["error"].tolist()
     assert 1.5 <= frame.at["single-0006", "latency_s"] < 2 and 1.2 <= frame.at["single-0007", "latency_s"] < 2
+
+
+def test_a_second_reply_fails_the_case_it_repeats_and_hands_back_the_case_behind(golden, monkeypatch):
+    """An adversarial review: the worker's second reply for a case, arriving once the case queued behind
+    it had begun, failed that innocent case too ("a reply for a case it was not asked")."""
+    from qaeval.system import pool
+
+    sent: list[str] = []
+    real = pool.make_payload
+    monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
+    frame = run_suite(golden.select(split="living"), "plugins:make_answers_twice", timeout=30,
+                      concurrency=1).set_index("case_id")
+    assert frame.at["single-0006", "error"] == "its worker sent a second reply for it (it was stopped)"
+    assert frame.drop(index="single-0006")["error"].isna().all(), frame["error"].tolist()
+    assert sent.count("single-0007") == 2, sent  # queued behind it, then handed to the replacement
+    assert frame.at["single-0005", "answer"] != frame.at["single-0007", "answer"]
+
+
+def test_a_frame_too_big_to_wait_in_the_socket_is_not_queued_so_deadlines_hold(tmp_path, monkeypatch):
+    """An adversarial review: a queued case of 12,000 sources (a frame of about 280 KB, more than the
+    socket holds) blocked the harness's send while the worker was busy, so the case before it was read
+    late and accepted past its timeout. Such a case now waits for an idle worker."""
+    from qaeval import load_suite
+    from qaeval.system import pool
+
+    big = [{"id": f"s{i}", "text": "é"} for i in range(12_000)]
+    folder = write_cases(tmp_path / "data", [make_case(id="c1", question="first"),
+                                             make_case(id="c2", question="second", sources=big,
+                                                       gold_source_ids=["s1"])])
+    sent: list[str] = []
+    real = pool.make_payload
+    monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
+    frame = run_suite(load_suite(str(folder)), "plugins:make_slow_on_the_first", timeout=1.5,
+                      concurrency=1).set_index("case_id")
+    assert frame.at["c1", "error"] == "timed out after 1.5 s (its worker was stopped and replaced)"
+    assert frame.at["c2", "error"] is None or pd.isna(frame.at["c2", "error"])
+    assert sent == ["c1", "c2"]  # c2 was made ready once and sent once, to the replacement
+
+
+def test_overlapping_runs_and_a_collector_turned_off_keep_the_callers_settings():
+    """An adversarial review: two runs overlapping in threads that ended out of order left the raised
+    thresholds set for good, and a collector turned off with set_threshold(0) was turned back on."""
+    import gc
+
+    from qaeval.pipeline import RUN_THRESHOLDS, fewer_collections
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        first, second = fewer_collections(), fewer_collections()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)  # the first to begin ends first
+        assert gc.get_threshold() == RUN_THRESHOLDS, "a run still going keeps its thresholds"
+        second.__exit__(None, None, None)
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0)
+        with fewer_collections():
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)

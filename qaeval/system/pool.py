@@ -51,15 +51,16 @@ from qaeval.system.calls import (
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, exit_reason, parse
+from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode, exit_reason, parse
 from qaeval.system.remote import run_on_executor
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never
 # waits for this process to read a reply and send more: with 4 workers on 2 cores that wait was about a
-# third of the time the system took on 10,000 short cases. Only for cases whose text fits in the socket's
-# buffer, so a send never blocks on a worker that is still busy.
-PREFETCH_CHARS = 16_384
+# third of the time the system took on 10,000 short cases. Only for a frame of at most PREFETCH_BYTES and
+# a quarter of the socket's send buffer (Channel.room), so a send to a worker that is still busy never
+# blocks: the frame it is on, if it has not read it, and the queued one always fit.
+PREFETCH_BYTES = 65_536
 ISOLATIONS = ("process", "none")
 
 
@@ -67,12 +68,13 @@ ISOLATIONS = ("process", "none")
 
 
 class _Worker:
-    __slots__ = ("proc", "state", "index", "case_id", "opaque", "deadline", "sent_at", "answered", "queued")
+    __slots__ = ("proc", "state", "index", "case", "case_id", "opaque", "deadline", "sent_at", "answered", "queued")
 
     def __init__(self, proc: UserProcess, startup: float) -> None:
         self.proc = proc
         self.state = "starting"
         self.index, self.case_id, self.opaque = -1, "", ""
+        self.case: GoldenCase | None = None
         self.deadline = time.monotonic() + startup
         self.sent_at = 0.0
         self.answered: tuple[int, str, str] | None = None  # (index, case id, opaque id) of its last answer
@@ -101,6 +103,7 @@ class _PoolRun:
     def __init__(self, pool: ProcessPool, suite: Suite, done: Done) -> None:
         self.pool, self.limits, self.done = pool, pool.limits, done
         self.cases = collections.deque(enumerate(suite.cases))
+        self.prepared: tuple[int, str, bytes] | None = None  # (index, opaque id, frame) of the next case
         self.undispatched = self.remaining = len(suite)
         self.workers: list[_Worker] = []
         self.ever_ready = False
@@ -127,14 +130,17 @@ class _PoolRun:
         proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits)
         self.workers.append(_Worker(proc, self.limits.startup))
 
-    def retire(self, w: _Worker, reason: str) -> None:
-        """Stop a worker for good; its case (if it held one) fails with ``reason``, the case queued behind
-        it (never started) goes back to be handed out again; start another while there are cases left."""
+    def retire(self, w: _Worker, reason: str, *, hand_back: bool = False) -> None:
+        """Stop a worker for good; its case (if it held one) fails with ``reason`` (or, ``hand_back``, is
+        handed out again: what stopped the worker was not this case), the case queued behind it (never
+        started) goes back to be handed out again; start another while there are cases left."""
         if w.queued is not None:
             index, case, _ = w.queued
             w.queued = None
-            self.cases.appendleft((index, case))
-            self.undispatched += 1
+            self.give_back(index, case)
+        if w.state == "busy" and hand_back and w.case is not None:
+            self.give_back(w.index, w.case)
+            w.state = "idle"
         if w.state == "busy":
             self.finish(w, output_row(w.case_id, None, reason, time.perf_counter() - w.sent_at))
         elif w.state == "starting":
@@ -170,30 +176,50 @@ class _PoolRun:
 
     # ---- cases going out and answers coming back
 
+    def give_back(self, index: int, case: GoldenCase) -> None:
+        self.cases.appendleft((index, case))
+        self.undispatched += 1
+
     def dispatch(self) -> None:
         for w in self.workers:
             if not self.undispatched:
                 return
             if w.state == "idle":
-                index, case = self.cases.popleft()
-                self.undispatched -= 1
-                self.begin(w, index, case, self.send(w, case))
-            elif w.state == "busy" and w.queued is None and _short(self.cases[0][1]):
-                index, case = self.cases.popleft()
-                self.undispatched -= 1
-                w.queued = (index, case, self.send(w, case))
+                index, case = self.cases[0]
+                opaque, frame = self.next_frame()
+                self.take()
+                self.begin(w, index, case, opaque)
+                self.send(w, frame, w.deadline)
+            elif w.state == "busy" and w.queued is None:
+                index, case = self.cases[0]
+                opaque, frame = self.next_frame()
+                if len(frame) > min(PREFETCH_BYTES, w.proc.channel.room()):
+                    continue
+                self.take()
+                w.queued = (index, case, opaque)
+                self.send(w, frame, w.deadline)
 
-    def send(self, w: _Worker, case: GoldenCase) -> str:
-        """Send a case to the worker; returns the opaque id it was sent under."""
-        payload: Payload = make_payload(case)
+    def next_frame(self) -> tuple[str, bytes]:
+        """(opaque id, frame) of the next case to hand out, made once however often it is looked at."""
+        index, case = self.cases[0]
+        if self.prepared is None or self.prepared[0] != index:
+            payload: Payload = make_payload(case)
+            self.prepared = (index, payload[0], encode({"case": payload}))
+        return self.prepared[1], self.prepared[2]
+
+    def take(self) -> None:
+        self.cases.popleft()
+        self.prepared = None
+        self.undispatched -= 1
+
+    def send(self, w: _Worker, frame: bytes, deadline: float) -> None:
         with contextlib.suppress(FrameError):  # a worker that has gone or stopped reading: see expire()
-            w.proc.channel.send({"case": payload}, time.monotonic() + self.limits.timeout)
-        return payload[0]
+            w.proc.channel.send_frame(frame, deadline)
 
     def begin(self, w: _Worker, index: int, case: GoldenCase, opaque: str) -> None:
-        """The worker is now on this case: its clock and its deadline start (for a queued case: when the
-        reply before it was read, which is when the worker had turned to it)."""
-        w.index, w.case_id, w.opaque = index, case.id, opaque
+        """The worker is now on this case: its clock and its deadline start (for a queued case: when this
+        process read the reply before it, the worker having turned to it when it sent that reply)."""
+        w.index, w.case, w.case_id, w.opaque = index, case, case.id, opaque
         w.state, w.sent_at = "busy", time.perf_counter()
         w.deadline = time.monotonic() + self.limits.timeout
 
@@ -259,6 +285,8 @@ class _PoolRun:
         if w.answered is not None and answers == w.answered[2]:  # a second reply to a case it already answered
             index, case_id, _ = w.answered
             self.done(index, output_row(case_id, None, "its worker sent a second reply for it (it was stopped)", 0.0))
+            self.retire(w, "its worker sent a second reply for the case before (it was stopped)", hand_back=True)
+            return
         why = "a reply for a case it was not asked" if w.state == "busy" else "a reply nobody asked for"
         self.retire(w, f"its worker sent {why} (it was stopped)")
 
@@ -291,10 +319,6 @@ class _PoolRun:
                 self.broken(w, "exited")
 
 
-def _short(case: GoldenCase) -> bool:
-    return len(case.question) + sum(len(s.text) + len(s.title or "") for s in case.sources) <= PREFETCH_CHARS
-
-
 # --------------------------------------------------------------------------- the runner
 
 
@@ -319,7 +343,8 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
     prompt_to_model     str or None
     computed_aggregate  number, str or None
     error               None, or why the case failed: raised, exited, crashed, timed out, malformed
-    latency_s           seconds from handing the case over to having its answer
+    latency_s           seconds from handing the case over (for a case queued behind another: from
+                        reading the reply before it) to having its answer
     logs                the last characters the adapter printed while answering this case
     output_fingerprint  hash of answer, citations, abstention and error (what a labeller saw)
     ==================  ==================================================================

@@ -96,7 +96,16 @@ class Channel:
     def send(self, message: Any, deadline: float) -> None:
         """Send one frame; FrameError if the other side has gone or does not read it by ``deadline``
         (a ``time.monotonic()`` value)."""
-        data = memoryview(encode(message))
+        self.send_frame(encode(message), deadline)
+
+    def room(self) -> int:
+        """Bytes of frames that may wait unread in the socket without a send blocking: a quarter of its
+        send buffer (so a frame already waiting and one more always fit)."""
+        return int(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)) // 4
+
+    def send_frame(self, frame: bytes, deadline: float) -> None:
+        """``send`` for a frame ``encode`` made already."""
+        data = memoryview(frame)
         while data:
             try:
                 sent = self.sock.send(data)
