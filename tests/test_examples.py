@@ -10,6 +10,7 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api, load_suite, run_suite
+from qaeval.reports.render import run_papermill
 
 
 class _Rag(BaseHTTPRequestHandler):
@@ -60,13 +61,11 @@ def test_grow_the_golden_set_example_notebook_runs_as_written(tmp_path, monkeypa
     """With no parameters at all, from the repository's root (as the README runs it) and from examples/ (as
     Jupyter opens it): it imports the SQuAD-format sample shipped beside it."""
     import nbformat
-    import papermill
 
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
     out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(ROOT / "examples" / "grow-the-golden-set.ipynb"), str(out), kernel_name="python3",
-                               progress_bar=False, cwd=str(ROOT / cwd),
-                               parameters={"workdir": str(tmp_path / "work")})
+    run_papermill(ROOT / "examples" / "grow-the-golden-set.ipynb", out, kernel_name="python3", progress_bar=False,
+                  cwd=str(ROOT / cwd), parameters={"workdir": str(tmp_path / "work")})
     text = str([c.get("outputs") for c in nbformat.read(out, as_version=4).cells])
     assert "imported 27 of 27 squad2 record(s)" in text and "examples/squad-sample.json" in text
     assert "every record accounted for" in text and "added " in text

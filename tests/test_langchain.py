@@ -13,10 +13,15 @@ import pytest
 from conftest import GOLDEN, ROOT, make_case
 from test_corpus_pipeline import corpus_case, corpus_folder
 
+from qaeval.reports.render import run_papermill
+
 pytest.importorskip("langchain_core", reason="the langchain extra is part of dev")
 
 from langchain_core.documents import Document  # noqa: E402
-from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel  # noqa: E402
+from langchain_core.language_models.fake_chat_models import (  # noqa: E402
+    FakeListChatModel,
+    GenericFakeChatModel,
+)
 from langchain_core.messages import AIMessage  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough  # noqa: E402
@@ -25,7 +30,11 @@ from qaeval import CaseView, Citation, Corpus, Passage, Source, load_run  # noqa
 from qaeval.errors import UsageError  # noqa: E402
 from qaeval.integrations.citations import read_answer  # noqa: E402
 from qaeval.integrations.langchain import (  # noqa: E402
-    CorpusBM25Retriever, KeywordRetriever, adapter_factory, document_id, source_document,
+    CorpusBM25Retriever,
+    KeywordRetriever,
+    adapter_factory,
+    document_id,
+    source_document,
 )
 from qaeval.system.contract import output_problems  # noqa: E402
 
@@ -328,12 +337,11 @@ def test_the_example_notebook_is_committed_clean():
 @pytest.mark.parametrize("cwd", ["", "examples"])
 def test_the_example_notebook_runs_the_golden_set(tmp_path, monkeypatch, cwd):
     import nbformat
-    import papermill
 
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
     out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(ROOT / "examples" / "langchain-adapter.ipynb"), str(out), kernel_name="python3",
-                               progress_bar=False, cwd=str(ROOT / cwd))
+    run_papermill(ROOT / "examples" / "langchain-adapter.ipynb", out, kernel_name="python3", progress_bar=False,
+                  cwd=str(ROOT / cwd))
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                      for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
     assert "Human: Question: How many days can I keep a DVD I borrowed?" in text

@@ -8,7 +8,6 @@ import os
 
 import nbformat
 import numpy as np
-import papermill
 import pandas as pd
 import pytest
 from conftest import ROOT
@@ -18,7 +17,7 @@ from papermill.exceptions import PapermillExecutionError
 from qaeval import api
 from qaeval.cli import main
 from qaeval.errors import RecordError
-from qaeval.reports.render import notebook_path
+from qaeval.reports.render import notebook_path, run_papermill
 from qaeval.scoring.ppi import ppi_mean
 
 TESTS = str(ROOT / "tests")
@@ -178,9 +177,9 @@ def test_the_notebook_executes_under_papermill_and_fails_on_an_alarm(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
     out = tmp_path / "monitor-out.ipynb"
     with pytest.raises(PapermillExecutionError) as info:
-        papermill.execute_notebook(str(notebook_path("monitor")), str(out), kernel_name="python3", progress_bar=False,
-                                   cwd=str(ROOT), parameters=dict(logs=str(logs), by=["system"], time_window="1D",
-                                                                  timeseries=str(tmp_path / "h.jsonl"), sample=30))
+        run_papermill(notebook_path("monitor"), out, kernel_name="python3", progress_bar=False, cwd=str(ROOT),
+                      parameters=dict(logs=str(logs), by=["system"], time_window="1D",
+                                      timeseries=str(tmp_path / "h.jsonl"), sample=30))
     assert info.value.ename == "DriftAlarm" and "citation_resolvability" in info.value.evalue
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
     assert "ALARM" in text and "image/png" in text and "details class=\\\"case" in text

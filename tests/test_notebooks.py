@@ -20,7 +20,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from qaeval import params as P
 from qaeval.cli import main
-from qaeval.reports.render import NOTEBOOKS, notebook_path
+from qaeval.reports.render import NOTEBOOKS, notebook_path, run_papermill
 
 TESTS = str(ROOT / "tests")
 
@@ -68,8 +68,8 @@ def test_verdict_notebooks_end_with_raise_for_status(name):
 
 def execute(tmp_path, name, **parameters):
     out = tmp_path / f"{name}-out.ipynb"
-    papermill.execute_notebook(str(notebook_path(name)), str(out), parameters=parameters, kernel_name="python3",
-                               progress_bar=False, cwd=str(ROOT))
+    run_papermill(notebook_path(name), out, parameters=parameters, kernel_name="python3", progress_bar=False,
+                  cwd=str(ROOT))
     return nbformat.read(out, as_version=4)
 
 
@@ -168,8 +168,7 @@ def test_an_adapter_defined_in_a_notebook_cell_runs_in_the_workers(tmp_path):
         "print('cases', len(result.per_case), 'workers', len(pids), result.meta.isolation)")]
     path = tmp_path / "adapter-in-a-cell.ipynb"
     nbformat.write(nb, path)
-    papermill.execute_notebook(str(path), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False,
-                               cwd=str(ROOT))
+    run_papermill(path, tmp_path / "out.ipynb", kernel_name="python3", progress_bar=False, cwd=str(ROOT))
     text = outputs_text(nbformat.read(tmp_path / "out.ipynb", as_version=4))
     assert "cases 15 workers" in text and "process" in text
 
@@ -253,3 +252,28 @@ def test_report_from_a_record_calls_nothing(tmp_path, monkeypatch):
     assert main(["report", str(record), "--html", str(tmp_path / "again.html")]) == 0
     assert len(calls.read_text().splitlines()) == 15, "report called the adapter again"
     assert "GREEN" in (tmp_path / "again.html").read_text()
+
+
+def test_a_kernel_that_dies_before_it_answers_is_started_again(monkeypatch, tmp_path):
+    """CI failed once: two test workers' kernels were handed the same free port and one died
+    ("Kernel died before replying to kernel_info"). Such a start is tried again; a cell's error is not."""
+    calls = []
+
+    def flaky(source, output, **options):
+        calls.append(source)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return "executed"
+
+    monkeypatch.setattr(papermill, "execute_notebook", flaky)
+    assert run_papermill("nb.ipynb", tmp_path / "out.ipynb") == "executed" and len(calls) == 2
+
+    def broken(source, output, **options):
+        calls.append(source)
+        raise RuntimeError("something else")
+
+    calls.clear()
+    monkeypatch.setattr(papermill, "execute_notebook", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        run_papermill("nb.ipynb", tmp_path / "out.ipynb")
+    assert len(calls) == 1

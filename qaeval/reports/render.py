@@ -64,18 +64,34 @@ def _kernel_environment() -> Iterator[None]:
             yield
 
 
+KERNEL_STARTS = 3  # attempts to start a kernel that dies before it answers
+
+
+def run_papermill(source: str | Path, output: str | Path, **options: Any) -> Any:
+    """``papermill.execute_notebook``, started again when the kernel dies before it answers: kernels
+    started at the same moment on one machine (parallel CI jobs, test workers) can be handed the same
+    free port, and one then fails with "Address already in use". No cell has run at that point."""
+    import papermill
+
+    for attempt in range(1, KERNEL_STARTS + 1):
+        try:
+            return papermill.execute_notebook(str(source), str(output), **options)
+        except RuntimeError as exc:  # jupyter_client's, from the kernel's start; a cell's error is not one
+            if "kernel_info" not in str(exc) or attempt == KERNEL_STARTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def execute_notebook(name: str, parameters: dict[str, Any], output: str | Path, *,
                      cwd: str | Path | None = None) -> Exception | None:
     """Execute a notebook under papermill; returns the execution error (if a cell raised) instead of
     raising, because a failed notebook is still a report worth rendering."""
-    import papermill
     from papermill.exceptions import PapermillExecutionError
 
     with _kernel_environment():
         try:
-            papermill.execute_notebook(str(notebook_path(name)), str(output), parameters=parameters,
-                                       kernel_name="python3", cwd=str(cwd or os.getcwd()), progress_bar=False,
-                                       log_output=False)
+            run_papermill(notebook_path(name), output, parameters=parameters, kernel_name="python3",
+                          cwd=str(cwd or os.getcwd()), progress_bar=False, log_output=False)
         except PapermillExecutionError as exc:
             return exc
     return None
