@@ -92,7 +92,7 @@ class _Memo(dict):  # type: ignore[type-arg]
         return value
 
 
-MEMO_CHARS = 1 << 25  # characters of text a memo holds before it starts again (normal forms: twice this)
+MEMO_CHARS = 1 << 25  # a memo of normal forms or term sets holds texts of up to twice this many characters
 
 _NORMAL = _Memo(_normalized, 2 * MEMO_CHARS)
 
