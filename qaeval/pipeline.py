@@ -65,10 +65,9 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     with fewer_collections():
         outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
                             executor=executor, show_progress=show_progress, **limits)
-    label = adapter_name or (adapter if isinstance(adapter, str) else
-                             f"{type(adapter).__module__}.{type(adapter).__qualname__}")
-    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
-                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
-                       k=k, timeout=timeout, data=suite.root)
-    with fewer_collections():
+        label = adapter_name or (adapter if isinstance(adapter, str) else
+                                 f"{type(adapter).__module__}.{type(adapter).__qualname__}")
+        meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
+                           executor=executor_label or (type(executor).__name__ if executor is not None else None),
+                           k=k, timeout=timeout, data=suite.root)
         return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom)

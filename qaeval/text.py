@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -113,7 +113,7 @@ def tokens(text: str) -> list[str]:
 
 
 def _words(text: str) -> list[str]:
-    """``tokens(text)`` without keeping the normal form (ASCII text, most of it, skips the join)."""
+    """``tokens(text)`` without keeping the normal form: the path for text ``_ascii_words`` refuses."""
     if text.isascii():
         return _WORD.findall(text.lower().replace(",", ""))
     return normalize_once(text).split()
@@ -147,10 +147,14 @@ _term_of = _TERMS.__getitem__
 
 def content_terms(text: str) -> list[str]:
     """Stemmed tokens without stopwords, in order: what lexical relevance and overlap are computed on."""
-    text = text or ""
+    return [term for term in _terms(text or "") if term]
+
+
+def _terms(text: str) -> Iterator[str]:
+    """Each token's term, in order ("" for a stopword): by bytes for ASCII text, else through the regex."""
     if text.isascii() and (words := _ascii_words(text)) is not None:
-        return [term for term in map(_byte_term_of, words) if term]
-    return [term for term in map(_term_of, _words(text)) if term]
+        return map(_byte_term_of, words)
+    return map(_term_of, _words(text))
 
 
 class _ByteTerms(dict):  # type: ignore[type-arg]
@@ -167,10 +171,7 @@ _byte_term_of = _ByteTerms().__getitem__
 
 
 def _term_set(text: str) -> frozenset[str]:
-    if text.isascii() and (words := _ascii_words(text)) is not None:
-        found = frozenset(map(_byte_term_of, words))
-    else:
-        found = frozenset(map(_term_of, _words(text)))
+    found = frozenset(_terms(text))
     return found - _STOPWORD if "" in found else found
 
 

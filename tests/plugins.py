@@ -403,8 +403,7 @@ class StopsOnDigitalLoans:
         if "digital loans" in case.question:
             import select
 
-            sockets = [int(fd) for fd in os.listdir("/proc/self/fd") if _is_socket(int(fd))]
-            select.select(sockets, [], [], 30)  # until the harness has queued the next case behind this one
+            select.select(_socket_fds(), [], [], 30)  # until the harness has queued the next case behind this one
             if not self.hang:
                 os._exit(3)
             read, _ = os.pipe()
@@ -412,14 +411,10 @@ class StopsOnDigitalLoans:
         return SUTOutput(answer=f"pid {os.getpid()}", abstained=False)
 
 
-def _is_socket(fd: int) -> bool:
-    import os
-    import stat
+def _socket_fds() -> list[int]:
+    from hostile_adapters import _socket_fds as fds  # the worker's socket, found the way the attackers find it
 
-    try:
-        return stat.S_ISSOCK(os.fstat(fd).st_mode)
-    except OSError:
-        return False
+    return fds()
 
 
 def make_hangs_on_one():
@@ -478,7 +473,7 @@ class AnswersTwice:
         import struct
 
         if "digital loans" in case.question:
-            sockets = [int(fd) for fd in os.listdir("/proc/self/fd") if _is_socket(int(fd))]
+            sockets = _socket_fds()
             select.select(sockets, [], [], 30)
             body = json.dumps({"id": case.id, "output": {"not_output": "str"}, "logs": ""}).encode()
             for fd in sockets:

@@ -291,7 +291,8 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
         verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
         trajectory = score_trajectories(cases, outputs)
         checks, coverage = later.result()
-    layer1.adopt_coverage(coverage)  # the outcomes ask for the same coverage
+    if later.forked:
+        layer1.adopt_coverage(coverage)  # the outcomes ask for the coverage the child computed
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
 
