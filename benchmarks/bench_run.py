@@ -98,6 +98,7 @@ def main() -> None:
                         help="pad passages with real-length sentences so each case is about this many KB")
     parser.add_argument("--isolation", default="process", choices=["process", "none"])
     args = parser.parse_args()
+    print(compiled_bytecode())
     print(f"{'cases':>7} {'median s':>9} {'min s':>7} {'s per 1k':>9} {'peak MiB':>9}")
     results = {}
     for n in args.sizes:
@@ -115,6 +116,20 @@ def main() -> None:
         print(line)
     print(f"this machine's speed now: a fixed pure-Python loop takes {machine_speed():.2f} s (median of 3; on a "
           "shared machine it drifts, so compare runs made beside each other)")
+
+
+def compiled_bytecode() -> str:
+    """Compile qaeval's modules, as installing its wheel does, so no run pays for compiling them. (An
+    editable install is not compiled, and with PYTHONDONTWRITEBYTECODE set no run writes the cache: every
+    run, and every worker, then compiled qaeval anew, about half a second of each run here.)"""
+    import compileall
+
+    import qaeval
+
+    package = Path(qaeval.__file__).resolve().parent
+    ok = compileall.compile_dir(str(package), quiet=1)
+    return (f"qaeval's bytecode is compiled ({package})" if ok else
+            f"could not compile qaeval's bytecode in {package}: runs may include compiling it")
 
 
 def machine_speed() -> float:

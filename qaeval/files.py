@@ -99,7 +99,10 @@ class StrictJSONError(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out = dict(pairs)
+    if len(out) == len(pairs):  # no key twice (the common case, checked in C)
+        return out
+    out = {}
     for key, value in pairs:
         if key in out:
             raise StrictJSONError(f"key {key!r} appears twice in one object")

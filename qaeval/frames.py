@@ -40,14 +40,24 @@ def is_missing(value: Any) -> bool:
     return (isinstance(value, float) and value != value) or kind.__name__ == "NAType"
 
 
+_PLAIN_TEXT = frozenset({str, type(None)})
+_PLAIN_NUMBERS = frozenset({float, int, bool, type(None)})
+
+
 def column(values: Sequence[Any], kind: str) -> pd.Series:
     import pandas as pd
 
     if kind == "text":
+        if set(map(type, values)) <= _PLAIN_TEXT:  # nothing to replace: skip the per-cell test (a column of
+            return pd.Series(list(values), dtype=object)  # 10,000 is a tenth of a millisecond, not one)
         return pd.Series([None if is_missing(v) else v for v in values], dtype=object)
     if kind in ("Int64", "boolean"):
         return pd.Series([pd.NA if is_missing(v) else v for v in values], dtype=DTYPES[kind])
     if kind == "float":
+        if set(map(type, values)) <= _PLAIN_NUMBERS:  # NumPy reads None as NaN and converts in C
+            import numpy as np
+
+            return pd.Series(np.array(values, dtype=np.float64), dtype="float64")
         return pd.Series([float("nan") if is_missing(v) else float(v) for v in values], dtype="float64")
     return pd.Series(list(values), dtype=DTYPES[kind])
 

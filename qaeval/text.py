@@ -187,6 +187,12 @@ def term_set(text: str | None) -> frozenset[str]:
     return frozenset(_TERM_SETS[text]) if text else _NO_TERMS
 
 
+def distinct_terms(text: str | None) -> tuple[str, ...]:
+    """``term_set(text)`` as the memo holds it, a tuple, for counting and for ``a_set.intersection(...)``
+    without building a second set."""
+    return _TERM_SETS[text] if text else ()
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 _ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "No.", "vs.", "approx.")
 

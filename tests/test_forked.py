@@ -170,3 +170,96 @@ def test_without_a_fork_the_step_runs_at_once(monkeypatch):
         assert calls == ["ran"]
         later.result()
     assert calls == ["ran"]
+
+
+# --------------------------------------------------------------------------- a share of the next step first
+
+
+def own_pid() -> int:
+    return os.getpid()
+
+
+def test_the_child_sends_its_share_of_the_next_step_before_its_value(small_suites_fork):
+    with forked.Beside(pid_and_square, 7, rows=1, first=own_pid) as later:
+        child = later.pid
+        assert later.first_value() == child != os.getpid(), "the share was computed in the child"
+        assert later.result() == (child, 49) and later.forked
+
+
+def test_a_share_never_asked_for_is_read_past(small_suites_fork):
+    with forked.Beside(pid_and_square, 3, rows=1, first=own_pid) as later:
+        child = later.pid
+        assert later.result() == (child, 9) and later.forked
+
+
+def big_share() -> bytes:
+    return bytes(3 << 20)  # far more than a pipe holds: the child blocks until it is read
+
+
+def test_a_share_larger_than_the_pipe_arrives_whole(small_suites_fork):
+    with forked.Beside(pid_and_square, 2, rows=1, first=big_share) as later:
+        assert later.first_value() == bytes(3 << 20)
+        assert later.result()[1] == 4 and later.forked
+
+
+def share_dies_in_the_child() -> int:
+    if in_child():
+        os._exit(3)
+    return os.getpid()
+
+
+def test_a_child_that_dies_before_its_share_has_both_computed_here(small_suites_fork):
+    with forked.Beside(pid_and_square, 5, rows=1, first=share_dies_in_the_child) as later:
+        assert later.first_value() == os.getpid()
+        assert later.result() == (os.getpid(), 25) and not later.forked
+
+
+def share_raises() -> int:
+    raise LookupError("the share itself is wrong")
+
+
+def test_an_error_of_the_share_itself_is_raised_here(small_suites_fork):
+    with forked.Beside(pid_and_square, 5, rows=1, first=share_raises) as later, pytest.raises(LookupError):
+        later.first_value()
+
+
+def test_a_share_past_the_deadline_is_computed_here(small_suites_fork, monkeypatch):
+    monkeypatch.setattr(forked, "DEADLINE", 0.3)
+
+    def share_hangs_in_the_child() -> int:
+        if in_child():
+            read, _ = os.pipe()
+            select.select([read], [], [])
+        return os.getpid()
+
+    with forked.Beside(pid_and_square, 6, rows=1, first=share_hangs_in_the_child) as later:
+        child = later.pid
+        assert later.first_value() == os.getpid()
+        assert later.result() == (os.getpid(), 36) and not later.forked
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_without_a_fork_the_share_is_computed_here():
+    with forked.Beside(pid_and_square, 4, rows=0, first=own_pid) as later:
+        assert later.pid is None and later.first_value() == os.getpid()
+
+
+def test_a_run_has_the_child_choose_half_the_decoys(small_suites_fork, monkeypatch, tmp_path):
+    """The hardest decoys of every other judged case come from the child, and the verdicts are the same
+    as when one process chooses them all (the golden comparison above)."""
+    from qaeval.scoring import evaluate
+
+    real = evaluate.choose_decoys
+
+    def choose(outputs, sources, part=(0, 1)):
+        chosen = real(outputs, sources, part)
+        (tmp_path / f"part-{part[0]}-of-{part[1]}").write_text(f"{os.getpid()} {len(chosen)}")
+        return chosen
+
+    monkeypatch.setattr(evaluate, "choose_decoys", choose)
+    api.run(str(GOLDEN), isolation="none")
+    child_pid, child_n = map(int, (tmp_path / "part-1-of-2").read_text().split())
+    here_pid, here_n = map(int, (tmp_path / "part-0-of-2").read_text().split())
+    assert here_pid == os.getpid() != child_pid
+    assert child_n > 0 and here_n > 0

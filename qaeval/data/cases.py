@@ -38,6 +38,7 @@ from qaeval.files import iter_jsonl
 if TYPE_CHECKING:
     import pandas as pd
 
+_SOURCE_KEYS = frozenset(SOURCE_FIELDS)
 CASE_COLUMNS = [
     "case_id", "split", "difficulty", "expected_behavior", "must_abstain", "adversarial", "question",
     "gold_answer", "gold_source_ids", "n_sources", "checkpoints", "fingerprint", "file", "line",
@@ -183,6 +184,8 @@ def _source_problems(raw: dict[str, Any]) -> tuple[set[str], list[str]]:
     sources = raw["sources"]
     if not isinstance(sources, list):
         return source_ids, ["'sources' must be a list of {id, text, title?} objects"]
+    if (ids := _plain_source_ids(sources)) is not None:
+        return ids, []
     problems: list[str] = []
     for i, src in enumerate(sources):
         where = f"sources[{i}]"
@@ -201,6 +204,20 @@ def _source_problems(raw: dict[str, Any]) -> tuple[set[str], list[str]]:
         if "title" in src and src["title"] is not None and not isinstance(src["title"], str):
             problems.append(f"{where}.title must be a string")
     return source_ids, problems
+
+
+def _plain_source_ids(sources: list[Any]) -> set[str] | None:
+    """The ids of sources that are all well formed, in one quick pass (None: look at them one by one)."""
+    ids: set[str] = set()
+    for src in sources:
+        if type(src) is not dict or not src.keys() <= _SOURCE_KEYS:
+            return None
+        sid, text, title = src.get("id"), src.get("text"), src.get("title")
+        if (type(sid) is not str or type(text) is not str or not sid or not text or sid.isspace() or text.isspace()
+                or sid in ids or not (title is None or type(title) is str)):
+            return None
+        ids.add(sid)
+    return ids
 
 
 def _value_problems(raw: dict[str, Any]) -> list[str]:
@@ -243,7 +260,8 @@ def _short(value: Any) -> Any:
 def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None = None) -> GoldenCase:
     return GoldenCase(
         id=raw["id"], question=raw["question"], from_corpus="sources" not in raw,
-        sources=tuple(Source(_short(s["id"]), s["text"], _short(s.get("title"))) for s in raw.get("sources", ())),
+        sources=tuple(Source(_short(s["id"]), s["text"], None if (t := s.get("title")) is None else _short(t))
+                      for s in raw.get("sources", ())),
         gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(_short(g) for g in raw["gold_source_ids"]),
         expected_behavior=_short(raw["expected_behavior"]), difficulty=_short(raw["difficulty"]),
         split=_short(raw["split"]), adversarial=_short(raw.get("adversarial")),

@@ -10,20 +10,21 @@ from collections.abc import Sequence
 
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
-from qaeval.text import split_sentences, term_set, tokens
+from qaeval.text import distinct_terms, split_sentences, term_set, tokens
 
 
 def _best_sentence(text: str, target_terms: frozenset[str]) -> str:
     best, best_hits = "", 0
     for sentence in split_sentences(text):
-        hits = len(target_terms & term_set(sentence))
+        hits = len(target_terms.intersection(distinct_terms(sentence)))
         if hits > best_hits:
             best, best_hits = sentence, hits
     return best
 
 
-def _share(part: frozenset[str], whole: frozenset[str]) -> float:
-    return len(part & whole) / len(part) if part else 0.0
+def _share(part: frozenset[str], whole: tuple[str, ...]) -> float:
+    """The share of ``part`` in ``whole`` (``distinct_terms`` of a text)."""
+    return len(part.intersection(whole)) / len(part) if part else 0.0
 
 
 def token_f1(prediction: str, reference: str) -> float:
@@ -57,7 +58,7 @@ class OfflineJudge:
     def judge_one(self, req: JudgeRequest) -> JudgeResponse:
         answer_terms = term_set(req.answer)
         evidence = req.evidence
-        support = _share(answer_terms, term_set(evidence))
+        support = _share(answer_terms, distinct_terms(evidence))
         f_score = 2 if support >= 0.9 else 1 if support >= 0.5 else 0
         f_quote = _best_sentence(evidence, answer_terms) if f_score else ""
         verdicts = [AxisVerdict("faithfulness", f_score, f_quote,
@@ -73,8 +74,8 @@ class OfflineJudge:
                                     + ("; every gold token present" if all_in else "")))
         for c in req.citations:
             claim = term_set(c.claim)
-            cited = _share(claim, term_set(c.text))
-            decoy = _share(claim, term_set(c.decoy_text))
+            cited = _share(claim, distinct_terms(c.text))
+            decoy = _share(claim, distinct_terms(c.decoy_text))
             if cited >= 0.9 and cited > decoy:
                 score = 2
             elif cited >= 0.5:

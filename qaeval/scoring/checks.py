@@ -50,7 +50,7 @@ from typing import Any, Literal, get_args
 import pandas as pd
 
 from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import content_terms, normalize, normalize_once, split_sentences, term_set
+from qaeval.text import content_terms, distinct_terms, normalize, normalize_once, split_sentences
 
 CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
                     "passage_fidelity"]
@@ -214,8 +214,8 @@ def claim_covers(claim: str, sentence: str) -> bool:
         return False
     if c in s or s in c:
         return True
-    s_terms = term_set(sentence)
-    return bool(s_terms) and len(s_terms & term_set(claim)) / len(s_terms) >= COVERAGE_OVERLAP
+    s_terms = distinct_terms(sentence)
+    return bool(s_terms) and len(frozenset(s_terms).intersection(distinct_terms(claim))) / len(s_terms) >= COVERAGE_OVERLAP
 
 
 def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[int, int, list[str]]:

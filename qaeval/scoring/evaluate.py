@@ -22,6 +22,7 @@ import platform
 import subprocess
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -34,7 +35,7 @@ from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.forked import Beside
-from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
+from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text
@@ -284,11 +285,16 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     cases, sources = suite.to_frame(), suite.sources_frame()
+    judged = used_sources(suite, outputs, sources)
     # The deterministic checks run in a forked copy of this process while this one asks the judge
     # (qaeval.scoring.forked: the same frame, from whichever process gives it; here when forking is not safe).
-    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases)) as later:
+    # The copy first chooses the hardest decoys of every other judged case, while this one does the rest.
+    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
+                first=partial(choose_decoys, outputs, judged, (1, 2))) as later:
         retrieval = score_retrieval(cases, outputs, k=meta.k)
-        verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
+        decoys = choose_decoys(outputs, judged, (0, 2))
+        decoys.update(later.first_value())
+        verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
         trajectory = score_trajectories(cases, outputs)
         checks, coverage = later.result()
     if later.forked:

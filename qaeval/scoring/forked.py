@@ -6,6 +6,11 @@ forks, the child computes ``fn(*args)`` on its copy of the data (nothing is sent
 the pickled value; ``result()`` waits for it. Only qaeval's own code runs in the child: it is forked
 before the judge is called, and user code running on other threads is excluded by the rule below.
 
+``first=`` (a callable without arguments) is a share of this process's own next step that the child
+computes before ``fn`` and sends ahead: ``first_value()`` returns it (``score_outputs`` has the child choose
+the hardest decoys of half the judged cases while it chooses the other half, and then asks the judge).
+Without a child, ``first_value()`` calls it here.
+
 When it is not worth it or not safe, ``fn`` simply runs here, at once, and the value is the same:
 
 - not on Linux (macOS frameworks are not fork-safe), or ``os.cpu_count()`` is 1;
@@ -15,7 +20,7 @@ When it is not worth it or not safe, ``fn`` simply runs here, at once, and the v
 - ``ENABLED`` is False (``benchmarks/bench_phases.py`` times each phase in one process);
 - the fork itself fails (a limit on processes, or on memory).
 
-And when the child fails, the call is made here in ``result()``: it raised (so its exception is raised
+And when the child fails, the call is made here in ``first_value()`` and ``result()``: it raised (so its exception is raised
 here), exited or was killed, sent something that does not unpickle, or did not finish within
 ``DEADLINE`` seconds after this process was ready for it (it is killed). A child is never left behind:
 leaving the ``with`` block kills and reaps it (through a pidfd where Linux has one, so the signal cannot
@@ -29,6 +34,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -40,6 +46,7 @@ T = TypeVar("T")
 ENABLED = True
 MIN_ROWS = 1000
 DEADLINE = 600.0  # seconds the child may still take once this process waits for it
+_LENGTH = struct.Struct(">Q")  # the length before first()'s value
 
 
 def can_fork(rows: int) -> bool:
@@ -53,8 +60,9 @@ class Beside(Generic[T]):
 
     _NOTHING: Any = object()
 
-    def __init__(self, fn: Callable[..., T], *args: Any, rows: int) -> None:
-        self.fn, self.args = fn, args
+    def __init__(self, fn: Callable[..., T], *args: Any, rows: int, first: Callable[[], Any] | None = None) -> None:
+        self.fn, self.args, self.first = fn, args, first
+        self._first_unread = first is not None  # the child sends first()'s value before fn's
         self.pid: int | None = None
         self.pidfd: int | None = None  # the child as a file (Linux 5.3+): a signal can never reach a reused pid
         self.fd: int | None = None
@@ -76,9 +84,12 @@ class Beside(Generic[T]):
             try:
                 os.close(read)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-                data = pickle.dumps(self.fn(*self.args), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write, "wb") as pipe:
-                    pipe.write(data)
+                    if self.first is not None:
+                        data = pickle.dumps(self.first(), protocol=pickle.HIGHEST_PROTOCOL)
+                        pipe.write(_LENGTH.pack(len(data)) + data)
+                        pipe.flush()  # the parent waits for this before fn's value
+                    pipe.write(pickle.dumps(self.fn(*self.args), protocol=pickle.HIGHEST_PROTOCOL))
                 code = 0
             finally:
                 os._exit(code)
@@ -90,9 +101,30 @@ class Beside(Generic[T]):
             self.pidfd = None
         return True
 
+    def first_value(self) -> Any:
+        """``first()``, from the child when it sent it, else computed here. A child that fails to send it
+        is stopped, and ``result()`` then computes ``fn`` here too."""
+        assert self.first is not None
+        if self._first_unread and self.fd is not None:
+            self._first_unread = False
+            header = self._read(_LENGTH.size)
+            data = None if header is None or len(header) < _LENGTH.size else self._read(_LENGTH.unpack(header)[0])
+            if data is not None:
+                try:
+                    return pickle.loads(data)
+                except Exception:  # noqa: BLE001  (a torn value: compute it here)
+                    pass
+            self.close()
+        return self.first()
+
     def result(self) -> T:
         if self.value is not self._NOTHING:
             return self.value  # type: ignore[no-any-return]
+        if self._first_unread and self.fd is not None:  # never asked for: read past it
+            self._first_unread = False
+            header = self._read(_LENGTH.size)
+            if header is None or len(header) < _LENGTH.size or self._read(_LENGTH.unpack(header)[0]) is None:
+                self.close()
         data = self._collect()
         if data is not None:
             try:
@@ -104,20 +136,32 @@ class Beside(Generic[T]):
                 return value
         return self.fn(*self.args)
 
-    def _collect(self) -> bytes | None:
-        """The child's bytes when it exited cleanly, else None (it is killed if it overran)."""
-        assert self.fd is not None and self.pid is not None
+    def _read(self, size: int | None) -> bytes | None:
+        """``size`` bytes from the child (fewer at its end), or all it sends until it closes the pipe
+        (``size`` None); None when it overran its deadline (it is then killed)."""
+        assert self.fd is not None
         chunks: list[bytes] = []
+        got = 0
         until = time.monotonic() + DEADLINE
-        while True:
+        while size is None or got < size:
             left = until - time.monotonic()
             if left <= 0 or not select.select([self.fd], [], [], left)[0]:
                 self.close()  # overran: killed
                 return None
-            chunk = os.read(self.fd, 1 << 20)
+            chunk = os.read(self.fd, 1 << 20 if size is None else min(1 << 20, size - got))
             if not chunk:
                 break
             chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _collect(self) -> bytes | None:
+        """The child's bytes when it exited cleanly, else None (it is killed if it overran)."""
+        if self.fd is None or self.pid is None:  # stopped already
+            return None
+        data = self._read(None)
+        if data is None:
+            return None
         try:
             _, status = os.waitpid(self.pid, 0)  # it closed the pipe on its way out
             clean = os.waitstatus_to_exitcode(status) == 0
@@ -125,7 +169,7 @@ class Beside(Generic[T]):
             clean = True
         self.pid = None
         self.close()
-        return b"".join(chunks) if clean else None
+        return data if clean else None
 
     def close(self) -> None:
         """Kill and reap the child if it is still there, and close the pipe. Idempotent."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
@@ -39,7 +39,7 @@ from qaeval.errors import UsageError
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
-from qaeval.text import content_terms, normalize, term_set
+from qaeval.text import content_terms, distinct_terms, normalize, term_set
 
 MIN_QUOTE_TERMS = 3
 
@@ -182,8 +182,8 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     claim_terms = term_set(claim)
     best: tuple[float, str | None, str | None] = (-1.0, None, None)
     for sid, text in candidates:
-        terms = term_set(text)
-        shared = len(claim_terms & terms)
+        terms = distinct_terms(text)
+        shared = len(claim_terms.intersection(terms))
         union = len(claim_terms) + len(terms) - shared  # the union's size, without building it
         sim = shared / union if union else 0.0
         if sim > best[0]:
@@ -191,25 +191,54 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     return best[1], best[2]
 
 
+Decoys = dict[tuple[str, int], "str | None"]  # (case id, citation's place in the output) -> its decoy's id
+
+
+def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
+    """The output rows the judge grades: answered, with no adapter error."""
+    return (out for out in RowsByKey(outputs) if is_missing(out["error"]) and not out["abstained"])
+
+
+def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
+    """(id, text) of the hardest decoy of each of an output's citations, in order."""
+    cited_ids = {c["source_id"] for c in out["citations"]}
+    others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
+    return [hardest_decoy(c["claim"], others) for c in out["citations"]]
+
+
+def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, part: tuple[int, int] = (0, 1)) -> Decoys:
+    """The hardest decoy of every citation of the judged outputs numbered ``i`` modulo ``n`` (``part`` =
+    (i, n)): the tokenising ``build_requests`` does, done in pieces that ``decoys=`` puts back together
+    (``score_outputs`` computes one piece in a forked copy of this process while it computes the other)."""
+    bodies = source_bodies(sources)
+    index, pieces = part
+    chosen: Decoys = {}
+    for n, out in enumerate(_judged(outputs)):
+        if n % pieces == index:
+            for place, (decoy_id, _) in enumerate(_decoys_of(out, bodies.get(out["case_id"], {}))):
+                chosen[(out["case_id"], place)] = decoy_id
+    return chosen
+
+
 def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                   rubric: Rubric | None = None) -> list[JudgeRequest]:
-    """One request per answered case (no adapter error, not abstained)."""
+                   rubric: Rubric | None = None, decoys: Decoys | None = None) -> list[JudgeRequest]:
+    """One request per answered case (no adapter error, not abstained). ``decoys``: ``choose_decoys``'s
+    pieces for every judged output, when they were computed already (else they are computed here)."""
     rubric = rubric or Rubric.load()
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
     requests = []
-    for out in RowsByKey(outputs):
-        if not is_missing(out["error"]) or out["abstained"]:
-            continue
+    for out in _judged(outputs):
         case_id = out["case_id"]
         fixture = bodies.get(case_id, {})
-        cited_ids = {c["source_id"] for c in out["citations"]}
-        others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
-        cited = []
-        for c in out["citations"]:
-            decoy_id, decoy_text = hardest_decoy(c["claim"], others)
-            cited.append(CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text))
+        if decoys is None:
+            found = _decoys_of(out, fixture)
+        else:
+            found = [(d, None if d is None else fixture[d])
+                     for d in (decoys[(case_id, place)] for place in range(len(out["citations"])))]
+        cited = [CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
+                 for c, (decoy_id, decoy_text) in zip(out["citations"], found)]
         g = gold[case_id] if isinstance(gold[case_id], str) else None
         requests.append(JudgeRequest(case_id, questions[case_id], out["answer"], g, tuple(cited),
                                      Prompt(rubric, questions[case_id], out["answer"], g, tuple(cited))))
@@ -231,7 +260,7 @@ def quote_in(quote: str, text: str) -> bool:
 
 def quote_big_enough(quote: str, text: str) -> bool:
     """At least MIN_QUOTE_TERMS content words, or the whole text when the text has fewer."""
-    if len(content_terms(quote)) >= MIN_QUOTE_TERMS:
+    if len(distinct_terms(quote)) >= MIN_QUOTE_TERMS or len(content_terms(quote)) >= MIN_QUOTE_TERMS:
         return True
     return len(content_terms(text)) < MIN_QUOTE_TERMS and normalize(quote) == normalize(text)
 
@@ -256,7 +285,7 @@ def validate_verdict(verdict: AxisVerdict | None, source_text: str) -> tuple[int
 
 def not_unicode(text: Any) -> bool:
     """Whether a string holds an unpaired surrogate (JSON's "\\ud800"), which no file can store."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or text.isascii():  # isascii reads a flag: no copy of the text
         return False
     try:
         text.encode("utf-8")
@@ -352,10 +381,11 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
 
 
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame) -> pd.DataFrame:
-    """Build requests, call the judge once per answered case, validate. Returns the verdict frame."""
+                     sources: pd.DataFrame, decoys: Decoys | None = None) -> pd.DataFrame:
+    """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
+    ``decoys``: as ``build_requests`` takes them."""
     config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys)
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 

@@ -8,7 +8,7 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -85,24 +85,27 @@ class LayerIndex:
     custom: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # registered checks and metrics
 
 
+def _columns(df: pd.DataFrame, *names: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of some of a frame's columns as tuples of plain Python values."""
+    return zip(*(df[name].tolist() for name in names))
+
+
 def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame,
                  trajectory: pd.DataFrame) -> LayerIndex:
     idx = LayerIndex()
-    for cid, check, passed, reason in zip(checks["case_id"], checks["check"], checks["passed"], checks["reason"]):
+    for cid, check, passed, reason in _columns(checks, "case_id", "check", "passed", "reason"):
         idx.checks.setdefault(cid, {})[check] = (bool(passed), reason)
     for row in RowsByKey(retrieval):
         idx.retrieval[row["case_id"]] = {m: row[m] for m in RETRIEVAL_FIELDS}
     idx.scores = effective_scores(verdicts)
-    for cid, error in zip(verdicts["case_id"], verdicts["error"]):
+    for cid, error in _columns(verdicts, "case_id", "error"):
         if not is_missing(error):
             idx.judge_errors.setdefault(cid, error)
-    for cid, axis, target, valid, score in zip(verdicts["case_id"], verdicts["axis"], verdicts["target"],
-                                               verdicts["valid"], verdicts["score"]):
+    for cid, axis, target, valid, score in _columns(verdicts, "case_id", "axis", "target", "valid", "score"):
         if axis == CITATION_CORRECTNESS:
             idx.supported[(cid, target)] = bool(valid) and not is_missing(score) and int(score) >= 1
-    for cid, passed, success, description, detail in zip(trajectory["case_id"], trajectory["passed"],
-                                                          trajectory["success"], trajectory["description"],
-                                                          trajectory["detail"]):
+    for cid, passed, success, description, detail in _columns(trajectory, "case_id", "passed", "success",
+                                                              "description", "detail"):
         idx.trajectory[cid] = bool(success)
         if not passed:
             idx.trajectory_failures.setdefault(cid, []).append(f"{description}: {detail}")

@@ -87,9 +87,7 @@ class CaseView:
     __slots__ = ("_id", "_question", "_sources")
 
     def __init__(self, opaque_id: str, question: str, sources: tuple[Source, ...]) -> None:
-        object.__setattr__(self, "_id", opaque_id)
-        object.__setattr__(self, "_question", question)
-        object.__setattr__(self, "_sources", tuple(Source(s.id, s.text, s.title) for s in sources))
+        _fill(self, opaque_id, question, tuple(Source(s.id, s.text, s.title) for s in sources))
 
     @property
     def id(self) -> str:
@@ -125,6 +123,13 @@ class CaseView:
         return hash((self._id, self._question))
 
 
+def _fill(view: CaseView, opaque_id: str, question: str, sources: tuple[Source, ...]) -> CaseView:
+    object.__setattr__(view, "_id", opaque_id)
+    object.__setattr__(view, "_question", question)
+    object.__setattr__(view, "_sources", sources)
+    return view
+
+
 Payload = tuple[str, str, tuple[tuple[str, str, "str | None"], ...]]
 
 
@@ -136,7 +141,8 @@ def make_payload(case: GoldenCase) -> Payload:
 
 def view_of(payload: Payload) -> CaseView:
     opaque_id, question, sources = payload
-    return CaseView(opaque_id, question, tuple(Source(i, t, title) for i, t, title in sources))
+    # The sources are made here for this view alone, so the view takes them without another copy.
+    return _fill(CaseView.__new__(CaseView), opaque_id, question, tuple(Source(i, t, title) for i, t, title in sources))
 
 
 def make_view(case: GoldenCase) -> CaseView:
@@ -201,6 +207,8 @@ def _items(value: Any, kind: str) -> list[Any] | None:
 
 
 def _is_text(value: str) -> bool:
+    if value.isascii():  # a flag on the string: no copy of it
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -27,7 +27,7 @@ from typing import Any
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.text import term_set
+from qaeval.text import distinct_terms, term_set
 
 RELEVANCE_FLOOR = 0.5
 TOP_K = 5
@@ -39,8 +39,8 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
     q_terms = term_set(question)
     scored = []
     for src in sources:
-        terms = term_set(src.text) | term_set(src.title) if src.title else term_set(src.text)
-        hits = len(q_terms & terms)
+        terms = term_set(src.text) | term_set(src.title) if src.title else distinct_terms(src.text)
+        hits = len(q_terms.intersection(terms))
         relevance = hits / len(q_terms) if q_terms else 0.0
         focus = hits / len(terms) if terms else 0.0
         scored.append((relevance, focus, src))
