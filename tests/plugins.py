@@ -499,3 +499,23 @@ class SlowOnTheFirst:
 
 def make_slow_on_the_first():
     return SlowOnTheFirst()
+
+
+class PidTeller:
+    """Answers with the pid of the process it runs in."""
+
+    def answer(self, case):
+        import os
+
+        return SUTOutput(answer=str(os.getpid()))
+
+
+def make_pid_teller():
+    """Leaves a mark (the file QAEVAL_TEST_MARK names) when it is built: user code has run."""
+    import os
+
+    mark = os.environ.get("QAEVAL_TEST_MARK")
+    if mark:
+        with open(mark, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+    return PidTeller()

@@ -131,11 +131,18 @@ def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
     return env, scrub_sys_path(sys.path, folders, os.getcwd())
 
 
-def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
+def spawn_worker(env: Mapping[str, str], frame_limit: int) -> UserProcess:
+    """A worker interpreter that has started and waits for its setup (no user code runs before it)."""
     try:
-        proc = UserProcess("qaeval.system.worker", env=env, limit=limits.frame, what="the adapter's worker")
+        return UserProcess("qaeval.system.worker", env=env, limit=frame_limit, what="the adapter's worker")
     except OSError as exc:
         raise UsageError(str(exc)) from None
+
+
+def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits,
+                 proc: UserProcess | None = None) -> UserProcess:
+    """A worker building the adapter: ``proc`` (a ``spawn_worker`` waiting for its setup) or a new one."""
+    proc = proc if proc is not None else spawn_worker(env, limits.frame)
     setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
     if spec.corpus is not None:  # a link (or copy) in the worker's own scratch folder: no data folder path
         setup["corpus"] = str(spec.corpus.export(proc.scratch))

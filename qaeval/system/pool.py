@@ -35,7 +35,9 @@ import collections
 import concurrent.futures as cf
 import contextlib
 import subprocess
+import threading
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -45,8 +47,8 @@ from qaeval.errors import UsageError
 from qaeval.frames import frame
 from qaeval.plugins import progress_bar
 from qaeval.system.calls import (
-    DEFAULT_STARTUP_TIMEOUT, ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env,
-    adapter_spec,
+    DEFAULT_STARTUP_TIMEOUT, ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, spawn_worker, start_worker,
+    worker_env, adapter_spec,
 )
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
@@ -62,6 +64,63 @@ STOP_GRACE = 1.0
 # blocks: the frame it is on, if it has not read it, and the queued one always fit.
 PREFETCH_BYTES = 65_536
 ISOLATIONS = ("process", "none")
+
+
+# --------------------------------------------------------------------------- spare workers
+
+_SpareKey = tuple[tuple[tuple[str, str], ...], int]
+_spares: list[tuple[_SpareKey, UserProcess]] = []
+_spares_lock = threading.Lock()
+
+
+def _spare_key(env: Mapping[str, str], frame_limit: int) -> _SpareKey:
+    return tuple(sorted(env.items())), frame_limit
+
+
+@contextlib.contextmanager
+def spare_workers(count: int, data_dir: str | None, frame_limit: int = DEFAULT_FRAME_LIMIT) -> Iterator[None]:
+    """Start ``count`` worker interpreters now, while this process loads the suite: each starts and
+    imports qaeval's side of the boundary, then waits for its setup, so no user code runs in it until a
+    pool sends one (after the data has been validated). A pool started inside the block takes them when
+    their environment (``worker_env(data_dir)``) and frame limit are its own; it starts its own workers
+    otherwise. Those left over are stopped when the block ends. Where one cannot be started, there are
+    fewer: the pool starts its own and reports any error itself."""
+    key = None
+    mine: list[UserProcess] = []
+    try:
+        env, _ = worker_env(data_dir)
+        key = _spare_key(env, frame_limit)
+        with contextlib.suppress(UsageError):
+            for _ in range(count):
+                mine.append(spawn_worker(env, frame_limit))
+        with _spares_lock:
+            _spares.extend((key, proc) for proc in mine)
+        yield
+    finally:
+        with _spares_lock:
+            left = [proc for k, proc in _spares if any(proc is m for m in mine)]
+            _spares[:] = [(k, proc) for k, proc in _spares if not any(proc is m for m in mine)]
+        for proc in left:
+            proc.kill()
+            proc.reap(1.0)
+            proc.close()
+
+
+def _take_spare(env: Mapping[str, str], frame_limit: int) -> UserProcess | None:
+    """A spare worker started for this environment and frame limit, if one is waiting and alive."""
+    key = _spare_key(env, frame_limit)
+    with _spares_lock:
+        for i, (k, proc) in enumerate(_spares):
+            if k == key:
+                del _spares[i]
+                break
+        else:
+            return None
+    if proc.popen.poll() is None:
+        return proc
+    proc.reap(0.5)  # it went before it was needed: this one is not taken
+    proc.close()
+    return _take_spare(env, frame_limit)
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -127,7 +186,8 @@ class _PoolRun:
     # ---- workers coming and going
 
     def start(self) -> None:
-        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits)
+        spare = _take_spare(self.pool.env, self.limits.frame)
+        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits, spare)
         self.workers.append(_Worker(proc, self.limits.startup))
 
     def retire(self, w: _Worker, reason: str, *, hand_back: bool = False) -> None:

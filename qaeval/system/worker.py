@@ -193,6 +193,11 @@ def main(fd: int) -> None:
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
+    # qaeval's side of answering a case, imported before the setup arrives: a spare worker
+    # (``pool.spare_workers``) does this while the harness is still loading the suite.
+    import qaeval.plugins  # noqa: F401
+    import qaeval.system.contract  # noqa: F401
+
     setup = read_frame(sock)["setup"]
     limit = int(setup["frame_limit"])
     sys.argv = ["qaeval-worker"]

@@ -1,0 +1,109 @@
+"""Spare workers (qaeval.system.pool.spare_workers): a run's worker interpreters start while the suite
+loads; a pool takes them; no user code runs in one before a pool hands it its setup, so none runs at
+all when the data is refused; and none is left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from conftest import GOLDEN, make_case, write_cases
+
+from qaeval import DatasetError, api, load_suite, run_suite
+from qaeval.system import calls, pool
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """Every worker interpreter started, as (where, UserProcess): 'spare' or 'pool' (one the pool
+    started itself because no spare was there)."""
+    started = []
+    real = calls.spawn_worker
+
+    def spawn(env, frame_limit, where):
+        proc = real(env, frame_limit)
+        started.append((where, proc))
+        return proc
+
+    monkeypatch.setattr(pool, "spawn_worker", lambda env, limit: spawn(env, limit, "spare"))
+    monkeypatch.setattr(calls, "spawn_worker", lambda env, limit: spawn(env, limit, "pool"))
+    return started
+
+
+def gone(proc) -> bool:
+    return proc.popen.poll() is not None and not os.path.exists(proc.scratch)
+
+
+def test_a_pool_takes_the_spares_started_while_the_suite_loaded(spawned):
+    with pool.spare_workers(2, str(GOLDEN)):
+        suite = load_suite(GOLDEN)
+        frame = run_suite(suite, "plugins:make_pid_teller", concurrency=2)
+    spares = [proc for where, proc in spawned if where == "spare"]
+    assert len(spares) == 2 and [where for where, _ in spawned] == ["spare", "spare"], "no worker of its own"
+    assert {int(a) for a in frame["answer"]} <= {proc.pid for proc in spares}, "the spares answered"
+    assert all(gone(proc) for proc in spares)
+
+
+def test_spares_a_pool_does_not_take_are_stopped_and_leave_nothing(spawned):
+    with pool.spare_workers(3, str(GOLDEN)):
+        run_suite(load_suite(GOLDEN), "plugins:make_pid_teller", concurrency=1)
+        assert len(pool._spares) == 2
+    assert pool._spares == []
+    assert len(spawned) == 3 and all(gone(proc) for _, proc in spawned)
+
+
+def test_a_spare_that_went_before_it_was_needed_is_not_taken(spawned):
+    with pool.spare_workers(2, str(GOLDEN)):
+        dead = spawned[0][1]
+        dead.kill()
+        dead.reap(5)
+        frame = run_suite(load_suite(GOLDEN), "plugins:make_pid_teller", concurrency=2)
+    assert frame["error"].isna().all()
+    assert [where for where, _ in spawned] == ["spare", "spare", "pool"]
+    assert dead.pid not in {int(a) for a in frame["answer"]}
+
+
+def test_a_spare_whose_environment_names_the_data_folder_is_not_taken(spawned, tmp_path, monkeypatch):
+    """A worker's environment loses every variable that names its run's data folder. A spare started
+    for another folder keeps such a variable, so the pool starts its own worker; a spare started with
+    the same environment (no variable names either folder) is as confined, and is taken."""
+    other = tmp_path / "other"
+    shutil.copytree(GOLDEN, other)
+    monkeypatch.setenv("QAEVAL_TEST_WHERE", str(other))
+    with pool.spare_workers(1, str(GOLDEN)):
+        frame = run_suite(load_suite(other), "plugins:make_pid_teller", concurrency=1)
+    assert [where for where, _ in spawned] == ["spare", "pool"]
+    assert {int(a) for a in frame["answer"]} == {spawned[1][1].pid}
+    assert all(gone(proc) for _, proc in spawned)
+    monkeypatch.delenv("QAEVAL_TEST_WHERE")
+    spawned.clear()
+    with pool.spare_workers(1, str(GOLDEN)):
+        run_suite(load_suite(other), "plugins:make_pid_teller", concurrency=1)
+    assert [where for where, _ in spawned] == ["spare"]
+
+
+def test_no_user_code_runs_when_the_data_is_refused(spawned, tmp_path, monkeypatch):
+    mark = tmp_path / "built"
+    monkeypatch.setenv("QAEVAL_TEST_MARK", str(mark))
+    write_cases(tmp_path / "data", [make_case(id="a"), make_case(id="a")])  # a duplicate id
+    with pytest.raises(DatasetError, match="duplicate id"):
+        api.run(str(tmp_path / "data"), adapter="plugins:make_pid_teller", isolation="process", concurrency=2)
+    assert [where for where, _ in spawned] == ["spare", "spare"], "the spares had started"
+    assert not mark.exists(), "the adapter's factory never ran"
+    assert all(gone(proc) for _, proc in spawned)
+
+
+def test_a_run_in_worker_processes_uses_its_spares(spawned, tmp_path, monkeypatch):
+    mark = tmp_path / "built"
+    monkeypatch.setenv("QAEVAL_TEST_MARK", str(mark))
+    result = api.run(str(GOLDEN), adapter="plugins:make_pid_teller", isolation="process", concurrency=2)
+    assert [where for where, _ in spawned] == ["spare", "spare"]
+    built = {int(line) for line in mark.read_text().split()}
+    assert {int(a) for a in result.outputs["answer"]} <= built <= {proc.pid for _, proc in spawned}
+    assert all(gone(proc) for _, proc in spawned)
+
+
+def test_no_spares_without_worker_processes(spawned):
+    api.run(str(GOLDEN), isolation="none")
+    assert spawned == []
