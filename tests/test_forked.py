@@ -263,3 +263,10 @@ def test_a_run_has_the_child_choose_half_the_decoys(small_suites_fork, monkeypat
     here_pid, here_n = map(int, (tmp_path / "part-0-of-2").read_text().split())
     assert here_pid == os.getpid() != child_pid
     assert child_n > 0 and here_n > 0
+
+
+def test_a_child_that_dies_after_its_share_gives_the_share_and_the_value_is_computed_here(small_suites_fork):
+    with forked.Beside(dies_in_the_child, 1, rows=1, first=own_pid) as later:
+        child = later.pid
+        assert later.first_value() == child
+        assert later.result() == 2 and not later.forked

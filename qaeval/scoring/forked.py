@@ -107,8 +107,7 @@ class Beside(Generic[T]):
         assert self.first is not None
         if self._first_unread and self.fd is not None:
             self._first_unread = False
-            header = self._read(_LENGTH.size)
-            data = None if header is None or len(header) < _LENGTH.size else self._read(_LENGTH.unpack(header)[0])
+            data = self._read_first()
             if data is not None:
                 try:
                     return pickle.loads(data)
@@ -122,8 +121,7 @@ class Beside(Generic[T]):
             return self.value  # type: ignore[no-any-return]
         if self._first_unread and self.fd is not None:  # never asked for: read past it
             self._first_unread = False
-            header = self._read(_LENGTH.size)
-            if header is None or len(header) < _LENGTH.size or self._read(_LENGTH.unpack(header)[0]) is None:
+            if self._read_first() is None:
                 self.close()
         data = self._collect()
         if data is not None:
@@ -135,6 +133,15 @@ class Beside(Generic[T]):
                 self.forked = True
                 return value
         return self.fn(*self.args)
+
+    def _read_first(self) -> bytes | None:
+        """The bytes of first()'s value, whole, or None (the child ended or overran before sending them)."""
+        header = self._read(_LENGTH.size)
+        if header is None or len(header) < _LENGTH.size:
+            return None
+        (size,) = _LENGTH.unpack(header)
+        data = self._read(size)
+        return data if data is not None and len(data) == size else None
 
     def _read(self, size: int | None) -> bytes | None:
         """``size`` bytes from the child (fewer at its end), or all it sends until it closes the pipe

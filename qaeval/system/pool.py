@@ -85,16 +85,16 @@ def spare_workers(count: int, data_dir: str | None, frame_limit: int = DEFAULT_F
     their environment (``worker_env(data_dir)``) and frame limit are its own; it starts its own workers
     otherwise. Those left over are stopped when the block ends. Where one cannot be started, there are
     fewer: the pool starts its own and reports any error itself."""
-    key = None
     mine: list[UserProcess] = []
     try:
         env, _ = worker_env(data_dir)
         key = _spare_key(env, frame_limit)
         with contextlib.suppress(UsageError):
             for _ in range(count):
-                mine.append(spawn_worker(env, frame_limit))
-        with _spares_lock:
-            _spares.extend((key, proc) for proc in mine)
+                proc = spawn_worker(env, frame_limit)
+                with _spares_lock:  # listed at once, so the block's end finds it whatever interrupts
+                    _spares.append((key, proc))
+                    mine.append(proc)
         yield
     finally:
         with _spares_lock:
