@@ -34,8 +34,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import contextlib
+import contextvars
+import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -69,58 +70,75 @@ ISOLATIONS = ("process", "none")
 # --------------------------------------------------------------------------- spare workers
 
 _SpareKey = tuple[tuple[tuple[str, str], ...], int]
-_spares: list[tuple[_SpareKey, UserProcess]] = []
-_spares_lock = threading.Lock()
+# The spares of the innermost spare_workers block of this thread (a thread starts with none: a run on
+# another thread never takes them, and the guard of the run that started them never sweeps its workers).
+_SPARES: contextvars.ContextVar[list[tuple[_SpareKey, UserProcess]] | None] = contextvars.ContextVar(
+    "qaeval_spare_workers", default=None)
 
 
 def _spare_key(env: Mapping[str, str], frame_limit: int) -> _SpareKey:
     return tuple(sorted(env.items())), frame_limit
 
 
+def spare_limit() -> int:
+    """At most this many spares: twice the cores, what can start while one core loads the suite."""
+    return 2 * (os.cpu_count() or 1)
+
+
 @contextlib.contextmanager
 def spare_workers(count: int, data_dir: str | None, frame_limit: int = DEFAULT_FRAME_LIMIT) -> Iterator[None]:
-    """Start ``count`` worker interpreters now, while this process loads the suite: each starts and
-    imports qaeval's side of the boundary, then waits for its setup, so no user code runs in it until a
-    pool sends one (after the data has been validated). A pool started inside the block takes them when
-    their environment (``worker_env(data_dir)``) and frame limit are its own; it starts its own workers
-    otherwise. Those left over are stopped when the block ends. Where one cannot be started, there are
-    fewer: the pool starts its own and reports any error itself."""
-    mine: list[UserProcess] = []
+    """Start ``count`` worker interpreters (at most ``spare_limit()``) now, while this process loads the
+    suite: each starts and imports qaeval's side of the boundary, then waits for its setup, so no user
+    code runs in it until a pool sends one (after the data has been validated). A pool started in the
+    block, on this thread, takes them when their environment (``worker_env(data_dir)``) and frame limit
+    are its own, and stops those it does not need once it has started its workers; the block's end stops
+    any still left. Where one cannot be started there are fewer: the pool starts its own."""
+    mine: list[tuple[_SpareKey, UserProcess]] = []
+    token = _SPARES.set(mine)
     try:
         env, _ = worker_env(data_dir)
         key = _spare_key(env, frame_limit)
         with contextlib.suppress(UsageError):
-            for _ in range(count):
-                proc = spawn_worker(env, frame_limit)
-                with _spares_lock:  # listed at once, so the block's end finds it whatever interrupts
-                    _spares.append((key, proc))
-                    mine.append(proc)
+            for _ in range(min(count, spare_limit())):
+                mine.append((key, spawn_worker(env, frame_limit)))  # listed at once: the end finds it
         yield
     finally:
-        with _spares_lock:
-            left = [proc for k, proc in _spares if any(proc is m for m in mine)]
-            _spares[:] = [(k, proc) for k, proc in _spares if not any(proc is m for m in mine)]
-        for proc in left:
-            proc.kill()
-            proc.reap(1.0)
-            proc.close()
+        _SPARES.reset(token)
+        _stop_spares(mine)
+
+
+def _stop_spares(spares: list[tuple[_SpareKey, UserProcess]]) -> None:
+    left = list(spares)
+    spares.clear()
+    for _, proc in left:
+        proc.kill()
+        proc.reap(1.0)
+        proc.close()
 
 
 def _take_spare(env: Mapping[str, str], frame_limit: int) -> UserProcess | None:
-    """A spare worker started for this environment and frame limit, if one is waiting and alive."""
+    """A spare worker of this thread's block started for this environment and frame limit, if one is
+    waiting and alive."""
+    spares = _SPARES.get()
     key = _spare_key(env, frame_limit)
-    with _spares_lock:
-        for i, (k, proc) in enumerate(_spares):
-            if k == key:
-                del _spares[i]
-                break
-        else:
+    while spares:
+        found = next((i for i, (k, _) in enumerate(spares) if k == key), None)
+        if found is None:
             return None
-    if proc.popen.poll() is None:
-        return proc
-    proc.reap(0.5)  # it went before it was needed: this one is not taken
-    proc.close()
-    return _take_spare(env, frame_limit)
+        _, proc = spares.pop(found)
+        if proc.popen.poll() is None:
+            return proc
+        proc.reap(0.5)  # it went before it was needed: this one is not taken
+        proc.close()
+    return None
+
+
+def release_spares() -> None:
+    """Stop the spares of this thread's block that no pool has taken (a pool that has started its workers
+    needs no more)."""
+    spares = _SPARES.get()
+    if spares:
+        _stop_spares(spares)
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -173,6 +191,7 @@ class _PoolRun:
         try:
             for _ in range(min(self.pool.size, self.remaining)):
                 self.start()
+            release_spares()
             while self.remaining > 0:
                 self.dispatch()
                 if not self.workers:  # no worker could be started: the cases left cannot be answered
