@@ -67,3 +67,16 @@ def test_a_hang_on_dask_is_stopped_by_the_executor_side(cluster):
         suite = load_suite(GOLDEN).select(split="living")
         frame = run_suite(suite, "plugins:make_hanging", executor=client.get_executor(), timeout=1.0)
     assert frame["error"].str.startswith("timed out after 1 s (its worker was stopped)").all(), frame["error"].tolist()
+
+
+def test_the_workers_an_executor_started_leave_no_scratch_folder(tmp_path, monkeypatch):
+    """Each Dask worker keeps its adapter's worker processes for the cases to come; when it ends, they are
+    stopped and their scratch folders removed (before, every one was left in the temporary folder)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the Dask workers' processes start with it
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+        frame = run_suite(load_suite(GOLDEN), "qaeval.system.reference:make_adapter",
+                          executor=client.get_executor(), concurrency=2)
+        assert frame["error"].isna().all()
+        assert list(tmp_path.glob("qaeval-scratch-*")), "the adapter ran in worker processes started there"
+    assert not list(tmp_path.glob("qaeval-scratch-*"))

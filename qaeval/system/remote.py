@@ -8,6 +8,7 @@ returns is unpickled by the harness.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import json
 import threading
@@ -39,7 +40,22 @@ class RemoteWorkers:
         with cls._lock:
             if cls._shared is None:
                 cls._shared = cls()
+                # When the executor's process ends, its idle workers are stopped and their scratch folders
+                # removed: at interpreter exit, or (a multiprocessing child, as a Dask worker is, which skips
+                # atexit) at the end of the child.
+                atexit.register(cls._shared.close)
+                from multiprocessing import util
+
+                util.Finalize(cls._shared, cls._shared.close, exitpriority=10)
             return cls._shared
+
+    def close(self) -> None:
+        """Stop every idle worker and remove its scratch folder. Idempotent."""
+        with self._lock:
+            idle = [proc for procs in self.idle.values() for proc in procs]
+            self.idle.clear()
+        for proc in idle:
+            proc.stop(0.2)
 
     def _take(self, spec_json: str, limits: Limits) -> UserProcess | str:
         with self._lock:
