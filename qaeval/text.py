@@ -30,6 +30,18 @@ def fold(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
 
 
+def not_unicode(text: Any) -> bool:
+    """Whether a string holds an unpaired surrogate (JSON's "\\ud800"), which no file can store (False for
+    anything that is not a string)."""
+    if not isinstance(text, str) or text.isascii():  # isascii reads a flag: no copy of the text
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from qaeval.errors import UsageError
-from qaeval.scoring.judge import (
-    NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse, not_unicode,
-)
+from qaeval.scoring.judge import NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse
+from qaeval.text import not_unicode
 
 TEXT_LIMIT = 2000
 

@@ -39,7 +39,7 @@ from qaeval.errors import UsageError
 from qaeval.frames import Rows, RowsByKey, is_missing
 from qaeval.plugins import contained
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
-from qaeval.text import content_terms, distinct_terms, normalize, term_set
+from qaeval.text import content_terms, distinct_terms, normalize, not_unicode, term_set
 
 MIN_QUOTE_TERMS = 3
 
@@ -281,17 +281,6 @@ def validate_verdict(verdict: AxisVerdict | None, source_text: str) -> tuple[int
     if score > 0 and not quote_big_enough(quote, source_text):
         return score, False, f"the quote is too small to check (fewer than {MIN_QUOTE_TERMS} content words)"
     return score, True, ""
-
-
-def not_unicode(text: Any) -> bool:
-    """Whether a string holds an unpaired surrogate (JSON's "\\ud800"), which no file can store."""
-    if not isinstance(text, str) or text.isascii():  # isascii reads a flag: no copy of the text
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 NOT_UNICODE = "the judge's reply has text that is not valid Unicode (an unpaired surrogate)"

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from qaeval.data.cases import GoldenCase, Source
 from qaeval.data.corpus import Passage
+from qaeval.text import not_unicode
 
 
 class Citation:
@@ -206,16 +207,6 @@ def _items(value: Any, kind: str) -> list[Any] | None:
     return None
 
 
-def _is_text(value: str) -> bool:
-    if value.isascii():  # a flag on the string: no copy of it
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
     """Check plain output data (from ``output_to_plain``, across the process boundary) against the
     contract. Returns (fields, []) when it is well formed, else (None, problems)."""
@@ -238,7 +229,7 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
     if not problems:
         texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values()),
                  *(v for p in passages for v in p.values())]
-        if any(isinstance(t, str) and not _is_text(t) for t in texts):
+        if any(not_unicode(t) for t in texts):
             problems.append("a string in the output is not valid Unicode text (an unpaired surrogate)")
     if problems:
         return None, problems
