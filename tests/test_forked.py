@@ -13,6 +13,7 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval import api
+from qaeval.judges.offline import OfflineJudge
 from qaeval.scoring import forked
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
@@ -245,9 +246,14 @@ def test_without_a_fork_the_share_is_computed_here():
         assert later.pid is None and later.first_value() == os.getpid()
 
 
-def test_a_run_has_the_child_choose_half_the_decoys(small_suites_fork, monkeypatch, tmp_path):
-    """The hardest decoys of every other judged case come from the child, and the verdicts are the same
-    as when one process chooses them all (the golden comparison above)."""
+class OfflineLookalike(OfflineJudge):
+    """Grades as the offline judge does, but is not it: a judge qaeval must call here, with every request."""
+
+
+def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process_asks_the_judge(
+        small_suites_fork, monkeypatch, tmp_path):
+    """The hardest decoys of every other judged case come from the child; the judge is called here only,
+    once, with every request; and the frames are those of one process doing it all."""
     from qaeval.scoring import evaluate
 
     real = evaluate.choose_decoys
@@ -257,12 +263,53 @@ def test_a_run_has_the_child_choose_half_the_decoys(small_suites_fork, monkeypat
         (tmp_path / f"part-{part[0]}-of-{part[1]}").write_text(f"{os.getpid()} {len(chosen)}")
         return chosen
 
+    calls = []
+    real_judge = OfflineJudge.judge
+    monkeypatch.setattr(OfflineJudge, "judge", lambda self, requests: calls.append((os.getpid(), len(requests)))
+                        or real_judge(self, requests))
     monkeypatch.setattr(evaluate, "choose_decoys", choose)
-    api.run(str(GOLDEN), isolation="none")
+    split = api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike())
     child_pid, child_n = map(int, (tmp_path / "part-1-of-2").read_text().split())
     here_pid, here_n = map(int, (tmp_path / "part-0-of-2").read_text().split())
     assert here_pid == os.getpid() != child_pid
     assert child_n > 0 and here_n > 0
+    assert calls == [(os.getpid(), len(split.verdicts["case_id"].unique()))]
+    monkeypatch.setattr(forked, "ENABLED", False)
+    assert_same_frames(split, api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike()))
+
+
+def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork, monkeypatch, tmp_path):
+    """qaeval's own offline judge is pure, so the child checks and grades every other case while this
+    process does the rest; the frames put back together are those of one process doing it all, row for
+    row and type for type."""
+    real_judge = OfflineJudge.judge
+
+    def judge(self, requests):
+        (tmp_path / str(os.getpid())).write_text(" ".join(r.case_id for r in requests))
+        return real_judge(self, requests)
+
+    monkeypatch.setattr(OfflineJudge, "judge", judge)
+    split = api.run(str(GOLDEN), isolation="none")
+    graded = {int(p.name): p.read_text().split() for p in tmp_path.iterdir()}
+    assert len(graded) == 2 and os.getpid() in graded
+    judged = split.verdicts["case_id"].unique().tolist()
+    here = graded.pop(os.getpid())
+    (there,) = graded.values()
+    assert here == judged[0::2] and there == judged[1::2]
+    for p in list(tmp_path.iterdir()):
+        p.unlink()
+    monkeypatch.setattr(forked, "ENABLED", False)
+    alone = api.run(str(GOLDEN), isolation="none")
+    assert [p.name for p in tmp_path.iterdir()] == [str(os.getpid())]
+    assert_same_frames(split, alone)
+
+
+def assert_same_frames(a, b):
+    for name in ("checks", "verdicts", "per_case", "units", "scoreboard", "slices"):
+        x, y = (getattr(r, name).drop(columns=["latency_s"], errors="ignore") for r in (a, b))
+        assert list(x.dtypes) == list(y.dtypes), name
+        assert x.index.equals(y.index), name
+        assert x.astype(str).equals(y.astype(str)), name
 
 
 def test_a_child_that_dies_after_its_share_gives_the_share_and_the_value_is_computed_here(small_suites_fork):
@@ -270,3 +317,20 @@ def test_a_child_that_dies_after_its_share_gives_the_share_and_the_value_is_comp
         child = later.pid
         assert later.first_value() == child
         assert later.result() == 2 and not later.forked
+
+
+def test_halves_are_put_back_in_case_order_whatever_half_is_empty():
+    import pandas as pd
+
+    from qaeval.scoring.evaluate import in_order
+
+    order = {"a": 0, "b": 1, "c": 2}
+    odd = pd.DataFrame({"case_id": ["b", "b"], "score": pd.array([1, 2], dtype="Int64")})
+    even = pd.DataFrame({"case_id": ["a", "c", "c"], "score": pd.array([0, None, 2], dtype="Int64")})
+    whole = in_order(order, even, odd)
+    assert whole["case_id"].tolist() == ["a", "b", "b", "c", "c"]
+    assert whole["score"].tolist() == [0, 1, 2, pd.NA, 2] and str(whole["score"].dtype) == "Int64"
+    assert whole.index.tolist() == [0, 1, 2, 3, 4]
+    empty = even.iloc[:0]
+    assert in_order(order, empty, odd)["case_id"].tolist() == ["b", "b"]
+    assert str(in_order(order, empty, empty)["score"].dtype) == "Int64" and len(in_order(order, empty, empty)) == 0

@@ -44,7 +44,7 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import pandas as pd
@@ -242,10 +242,11 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
 
 
 def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                        corpus: Any = None) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
+                        corpus: Any = None, part: tuple[int, int] = (0, 1),
+                        ) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
     """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
     copy: ``qaeval.scoring.forked``) to ``adopt_coverage`` before the outcomes ask again."""
-    frame = check_outputs(cases, outputs, sources, corpus)
+    frame = check_outputs(cases, outputs, sources, corpus, part)
     return frame, dict(_COVERAGE)
 
 
@@ -285,17 +286,22 @@ def check_fail_closed(case: Any, out: Mapping[str, Any]) -> tuple[bool, str]:
 Frozen = dict[str, dict[str, tuple[str, "str | None", str]]]  # {case: {id: (text, title, where)}}
 
 
-def frozen_passages(sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None) -> Frozen:
+def frozen_passages(sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None,
+                    only: Container[str] | None = None) -> Frozen:
     """Per case, the frozen text of every id it holds or its output names: the case's sources, then
-    (for ids the output retrieved, cited or returned) the corpus, read one passage at a time."""
+    (for ids the output retrieved, cited or returned) the corpus, read one passage at a time. ``only``:
+    the cases wanted (else every case)."""
     frozen: Frozen = {}
     for cid, sid, title, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
                                      sources["title"].tolist(), sources["text"].tolist()):
-        frozen.setdefault(cid, {})[sid] = (text, title if isinstance(title, str) else None, "case's frozen sources")
+        if only is None or cid in only:
+            frozen.setdefault(cid, {})[sid] = (text, title if isinstance(title, str) else None, "case's frozen sources")
     if corpus is None:
         return frozen
     for cid, retrieved, citations, passages in zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist(),
                                                    outputs["citations"].tolist(), outputs["passages"].tolist()):
+        if only is not None and cid not in only:
+            continue
         add_from_corpus(frozen.setdefault(cid, {}), dict(retrieved_ids=retrieved, citations=citations,
                                                          passages=passages), corpus)
     return frozen
@@ -327,24 +333,31 @@ def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mappin
     return bodies, titles
 
 
-def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None) -> pd.DataFrame:
+def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None,
+                  part: tuple[int, int] = (0, 1)) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
     ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
-    (case, check): case_id, check, passed (bool), reason (str).
+    (case, check): case_id, check, passed (bool), reason (str). ``part`` = (i, n): only the cases numbered
+    i modulo n (the prompt template is still learnt from the whole suite, so the rows are the whole
+    suite's rows for those cases).
     """
-    frozen = frozen_passages(sources, outputs, corpus)
+    index, pieces = part
+    all_ids = cases["case_id"].tolist()
     by_id = RowsByKey(outputs)
-    outs = {cid: by_id[cid] for cid in cases["case_id"].tolist()}
-    used = {cid: used_passages(frozen.get(cid, {}), out) for cid, out in outs.items()}
+    outs = {cid: by_id[cid] for cid in all_ids}
     prompted = [case for case in cases.itertuples(index=False)
                 if is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
     sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
+    mine = [case for n, case in enumerate(cases.itertuples(index=False)) if n % pieces == index]
+    needed = None if pieces == 1 else {c.case_id for c in mine} | {c.case_id for c in sample}
+    frozen = frozen_passages(sources, outputs, corpus, needed)
+    used = {cid: used_passages(frozen.get(cid, {}), outs[cid]) for cid in (all_ids if needed is None else needed)}
     template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], *used[c.case_id]) for c in sample)
                                if r is not None])
     rows = Rows(CHECK_SCHEMA)
-    for case in cases.itertuples(index=False):
+    for case in mine:
         out = outs[case.case_id]
         if not is_missing(out["error"]):
             reason = f"adapter error: {out['error']}"

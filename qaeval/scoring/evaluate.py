@@ -35,7 +35,8 @@ from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.forked import Beside
-from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
+from qaeval.scoring.judge import (JudgeClient, JudgeConfig, choose_decoys, grades_in_a_copy, judge_config_of,
+                                  score_with_judge)
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text
@@ -286,21 +287,53 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
         meta = replace(meta, k=k)
     cases, sources = suite.to_frame(), suite.sources_frame()
     judged = used_sources(suite, outputs, sources)
-    # The deterministic checks run in a forked copy of this process while this one asks the judge
-    # (qaeval.scoring.forked: the same frame, from whichever process gives it; here when forking is not safe).
-    # The copy first chooses the hardest decoys of every other judged case, while this one does the rest.
-    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
-                first=partial(choose_decoys, outputs, judged, (1, 2))) as later:
-        retrieval = score_retrieval(cases, outputs, k=meta.k)
-        decoys = choose_decoys(outputs, judged, (0, 2))
-        decoys.update(later.first_value())
-        verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
-        trajectory = score_trajectories(cases, outputs)
-        checks, coverage = later.result()
+    # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
+    # whichever process gives them; all here when forking is not safe).
+    if grades_in_a_copy(judge):
+        # A pure judge: each process checks and grades every other case, and the halves are put back in order.
+        with Beside(_checks_and_verdicts, judge, cases, outputs, sources, judged, suite.corpus, (1, 2),
+                    rows=len(cases)) as later:
+            retrieval = score_retrieval(cases, outputs, k=meta.k)
+            checks, coverage, verdicts = _checks_and_verdicts(judge, cases, outputs, sources, judged, suite.corpus,
+                                                              (0, 2))
+            trajectory = score_trajectories(cases, outputs)
+            other_checks, coverage, other_verdicts = later.result()
+        order = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
+        checks, verdicts = in_order(order, checks, other_checks), in_order(order, verdicts, other_verdicts)
+    else:
+        # Any other judge is asked here while the copy runs the deterministic checks; the copy first
+        # chooses the hardest decoys of every other judged case, while this process does the rest.
+        with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
+                    first=partial(choose_decoys, outputs, judged, (1, 2))) as later:
+            retrieval = score_retrieval(cases, outputs, k=meta.k)
+            decoys = choose_decoys(outputs, judged, (0, 2))
+            decoys.update(later.first_value())
+            verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
+            trajectory = score_trajectories(cases, outputs)
+            checks, coverage = later.result()
     if later.forked:
         layer1.adopt_coverage(coverage)  # the outcomes ask for the coverage the child computed
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
+
+
+def _checks_and_verdicts(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                         judged: pd.DataFrame, corpus: Any, part: tuple[int, int],
+                         ) -> tuple[pd.DataFrame, dict[Any, Any], pd.DataFrame]:
+    """(checks, the coverage they computed, verdicts) of the cases numbered i modulo n (``part``)."""
+    checks, coverage = layer1.checks_and_coverage(cases, outputs, sources, corpus, part)
+    return checks, coverage, score_with_judge(judge, cases, outputs, judged, part=part)
+
+
+def in_order(order: dict[str, int], *parts: pd.DataFrame) -> pd.DataFrame:
+    """Frames of disjoint cases (rows of a case together, in their order) as one frame whose cases follow
+    ``order`` (case id -> place), as if one process had made it."""
+    import numpy as np
+
+    kept = [p for p in parts if len(p)] or list(parts[:1])
+    whole = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
+    places = np.fromiter((order[cid] for cid in whole["case_id"].tolist()), dtype=np.int64, count=len(whole))
+    return whole.iloc[np.argsort(places, kind="stable")].reset_index(drop=True)
 
 
 def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,

@@ -206,30 +206,38 @@ def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple
     return [hardest_decoy(c["claim"], others) for c in out["citations"]]
 
 
-def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, part: tuple[int, int] = (0, 1)) -> Decoys:
+Part = tuple[int, int]  # (i, n): the cases (or judged outputs) numbered i modulo n
+
+
+def _numbered(rows: Iterator[dict[str, Any]], part: Part) -> Iterator[dict[str, Any]]:
+    index, pieces = part
+    return (row for n, row in enumerate(rows) if n % pieces == index)
+
+
+def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, part: Part = (0, 1)) -> Decoys:
     """The hardest decoy of every citation of the judged outputs numbered ``i`` modulo ``n`` (``part`` =
     (i, n)): the tokenising ``build_requests`` does, done in pieces that ``decoys=`` puts back together
     (``score_outputs`` computes one piece in a forked copy of this process while it computes the other)."""
     bodies = source_bodies(sources)
-    index, pieces = part
     chosen: Decoys = {}
-    for n, out in enumerate(_judged(outputs)):
-        if n % pieces == index:
-            for place, (decoy_id, _) in enumerate(_decoys_of(out, bodies.get(out["case_id"], {}))):
-                chosen[(out["case_id"], place)] = decoy_id
+    for out in _numbered(_judged(outputs), part):
+        for place, (decoy_id, _) in enumerate(_decoys_of(out, bodies.get(out["case_id"], {}))):
+            chosen[(out["case_id"], place)] = decoy_id
     return chosen
 
 
 def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                   rubric: Rubric | None = None, decoys: Decoys | None = None) -> list[JudgeRequest]:
-    """One request per answered case (no adapter error, not abstained). ``decoys``: ``choose_decoys``'s
-    pieces for every judged output, when they were computed already (else they are computed here)."""
+                   rubric: Rubric | None = None, decoys: Decoys | None = None, part: Part = (0, 1),
+                   ) -> list[JudgeRequest]:
+    """One request per answered case (no adapter error, not abstained); ``part``: only the judged outputs
+    numbered i modulo n. ``decoys``: ``choose_decoys``'s pieces for every judged output, when they were
+    computed already (else they are computed here)."""
     rubric = rubric or Rubric.load()
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
     requests = []
-    for out in _judged(outputs):
+    for out in _numbered(_judged(outputs), part):
         case_id = out["case_id"]
         fixture = bodies.get(case_id, {})
         if decoys is None:
@@ -370,12 +378,21 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
 
 
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame, decoys: Decoys | None = None) -> pd.DataFrame:
+                     sources: pd.DataFrame, decoys: Decoys | None = None, part: Part = (0, 1)) -> pd.DataFrame:
     """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
-    ``decoys``: as ``build_requests`` takes them."""
+    ``decoys`` and ``part``: as ``build_requests`` takes them."""
     config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys)
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys, part)
     return verdict_frame(requests, call_judge(judge, requests), config)
+
+
+def grades_in_a_copy(judge: Any) -> bool:
+    """Whether half the cases may be graded by a forked copy of this process: only for qaeval's offline
+    judge itself (not a subclass), which is pure: no connection, cache, counter or hook that a copy would
+    share or lose. Any other judge is called here, once, with every request."""
+    from qaeval.judges.offline import OfflineJudge
+
+    return type(judge) is OfflineJudge
 
 
 def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
