@@ -13,6 +13,7 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval import api
+from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
 from qaeval.scoring import forked
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_
                                 reason="forking to score is for Linux with two or more cores")
 
 PARENT = os.getpid()
+GOLDEN_IDS = [case.id for case in load_suite(GOLDEN)]
 
 
 @pytest.fixture
@@ -258,9 +260,10 @@ def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process
 
     real = evaluate.choose_decoys
 
-    def choose(outputs, sources, part=(0, 1)):
-        chosen = real(outputs, sources, part)
-        (tmp_path / f"part-{part[0]}-of-{part[1]}").write_text(f"{os.getpid()} {len(chosen)}")
+    def choose(outputs, sources, only=None):
+        chosen = real(outputs, sources, only)
+        half = "first" if GOLDEN_IDS[0] in only else "second"
+        (tmp_path / half).write_text(f"{os.getpid()} {len(chosen)}")
         return chosen
 
     calls = []
@@ -269,8 +272,8 @@ def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process
                         or real_judge(self, requests))
     monkeypatch.setattr(evaluate, "choose_decoys", choose)
     split = api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike())
-    child_pid, child_n = map(int, (tmp_path / "part-1-of-2").read_text().split())
-    here_pid, here_n = map(int, (tmp_path / "part-0-of-2").read_text().split())
+    child_pid, child_n = map(int, (tmp_path / "second").read_text().split())
+    here_pid, here_n = map(int, (tmp_path / "first").read_text().split())
     assert here_pid == os.getpid() != child_pid
     assert child_n > 0 and here_n > 0
     assert calls == [(os.getpid(), len(split.verdicts["case_id"].unique()))]
@@ -279,9 +282,9 @@ def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process
 
 
 def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork, monkeypatch, tmp_path):
-    """qaeval's own offline judge is pure, so the child checks and grades every other case while this
-    process does the rest; the frames put back together are those of one process doing it all, row for
-    row and type for type."""
+    """qaeval's own offline judge is pure, so the child checks, grades and scores every other case while
+    this process does the rest; the frames put back together are those of one process doing it all, row
+    for row and type for type, and those of a judge that is scored whole (the lookalike)."""
     real_judge = OfflineJudge.judge
 
     def judge(self, requests):
@@ -295,17 +298,20 @@ def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork,
     judged = split.verdicts["case_id"].unique().tolist()
     here = graded.pop(os.getpid())
     (there,) = graded.values()
-    assert here == judged[0::2] and there == judged[1::2]
+    assert here == [c for c in judged if c in GOLDEN_IDS[0::2]] and there == [c for c in judged if c in GOLDEN_IDS[1::2]]
+    assert here and there
     for p in list(tmp_path.iterdir()):
         p.unlink()
     monkeypatch.setattr(forked, "ENABLED", False)
     alone = api.run(str(GOLDEN), isolation="none")
     assert [p.name for p in tmp_path.iterdir()] == [str(os.getpid())]
     assert_same_frames(split, alone)
+    assert_same_frames(split, api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike()))
 
 
 def assert_same_frames(a, b):
-    for name in ("checks", "verdicts", "per_case", "units", "scoreboard", "slices"):
+    for name in ("checks", "verdicts", "retrieval", "trajectory", "per_case", "units", "custom", "scoreboard",
+                 "slices"):
         x, y = (getattr(r, name).drop(columns=["latency_s"], errors="ignore") for r in (a, b))
         assert list(x.dtypes) == list(y.dtypes), name
         assert x.index.equals(y.index), name

@@ -249,8 +249,15 @@ def test_decoys_chosen_in_pieces_make_the_same_requests():
     run = api.run(str(GOLDEN), isolation="none")
     cases, sources = run.suite.to_frame(), run.suite.sources_frame()
     alone = build_requests(cases, run.outputs, sources)
-    pieces = {**choose_decoys(run.outputs, sources, (0, 2)), **choose_decoys(run.outputs, sources, (1, 2))}
+    ids = cases["case_id"].tolist()
+    odd, even = frozenset(ids[0::2]), frozenset(ids[1::2])
+    pieces = {**choose_decoys(run.outputs, sources, odd), **choose_decoys(run.outputs, sources, even)}
     assert len(pieces) == sum(len(r.citations) for r in alone) > 0
-    assert set(choose_decoys(run.outputs, sources, (0, 2))).isdisjoint(choose_decoys(run.outputs, sources, (1, 2)))
+    assert set(choose_decoys(run.outputs, sources, odd)).isdisjoint(choose_decoys(run.outputs, sources, even))
     assert build_requests(cases, run.outputs, sources, decoys=pieces) == alone
     assert any(c.decoy_id is not None for r in alone for c in r.citations)
+    # Requests asked for in halves are the requests of those cases, in the same order.
+    halves = build_requests(cases, run.outputs, sources, only=odd) + build_requests(cases, run.outputs, sources,
+                                                                                     only=even)
+    assert sorted(halves, key=lambda r: ids.index(r.case_id)) == alone
+    assert {r.case_id for r in build_requests(cases, run.outputs, sources, only=odd)} <= odd

@@ -242,11 +242,11 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
 
 
 def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                        corpus: Any = None, part: tuple[int, int] = (0, 1),
+                        corpus: Any = None, only: Container[str] | None = None,
                         ) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
     """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
     copy: ``qaeval.scoring.forked``) to ``adopt_coverage`` before the outcomes ask again."""
-    frame = check_outputs(cases, outputs, sources, corpus, part)
+    frame = check_outputs(cases, outputs, sources, corpus, only)
     return frame, dict(_COVERAGE)
 
 
@@ -334,24 +334,22 @@ def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mappin
 
 
 def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None,
-                  part: tuple[int, int] = (0, 1)) -> pd.DataFrame:
+                  only: Container[str] | None = None) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
     ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
-    (case, check): case_id, check, passed (bool), reason (str). ``part`` = (i, n): only the cases numbered
-    i modulo n (the prompt template is still learnt from the whole suite, so the rows are the whole
-    suite's rows for those cases).
+    (case, check): case_id, check, passed (bool), reason (str). ``only``: the rows of these cases alone
+    (the prompt template is still learnt from the whole suite, so they are the whole suite's rows).
     """
-    index, pieces = part
     all_ids = cases["case_id"].tolist()
     by_id = RowsByKey(outputs)
     outs = {cid: by_id[cid] for cid in all_ids}
     prompted = [case for case in cases.itertuples(index=False)
                 if is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
     sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
-    mine = [case for n, case in enumerate(cases.itertuples(index=False)) if n % pieces == index]
-    needed = None if pieces == 1 else {c.case_id for c in mine} | {c.case_id for c in sample}
+    mine = [case for case in cases.itertuples(index=False) if only is None or case.case_id in only]
+    needed = None if only is None else {c.case_id for c in mine} | {c.case_id for c in sample}
     frozen = frozen_passages(sources, outputs, corpus, needed)
     used = {cid: used_passages(frozen.get(cid, {}), outs[cid]) for cid in (all_ids if needed is None else needed)}
     template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], *used[c.case_id]) for c in sample)

@@ -289,40 +289,63 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     judged = used_sources(suite, outputs, sources)
     # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
     # whichever process gives them; all here when forking is not safe).
-    if grades_in_a_copy(judge):
-        # A pure judge: each process checks and grades every other case, and the halves are put back in order.
-        with Beside(_checks_and_verdicts, judge, cases, outputs, sources, judged, suite.corpus, (1, 2),
-                    rows=len(cases)) as later:
-            retrieval = score_retrieval(cases, outputs, k=meta.k)
-            checks, coverage, verdicts = _checks_and_verdicts(judge, cases, outputs, sources, judged, suite.corpus,
-                                                              (0, 2))
-            trajectory = score_trajectories(cases, outputs)
-            other_checks, coverage, other_verdicts = later.result()
-        order = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
-        checks, verdicts = in_order(order, checks, other_checks), in_order(order, verdicts, other_verdicts)
-    else:
-        # Any other judge is asked here while the copy runs the deterministic checks; the copy first
-        # chooses the hardest decoys of every other judged case, while this process does the rest.
-        with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
-                    first=partial(choose_decoys, outputs, judged, (1, 2))) as later:
-            retrieval = score_retrieval(cases, outputs, k=meta.k)
-            decoys = choose_decoys(outputs, judged, (0, 2))
-            decoys.update(later.first_value())
-            verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
-            trajectory = score_trajectories(cases, outputs)
-            checks, coverage = later.result()
+    if grades_in_a_copy(judge) and custom is None:
+        return _score_in_halves(suite, meta, outputs, judge, cases, sources, judged, bootstrap_seed)
+    # Any other judge is asked here while the copy runs the deterministic checks; the copy first chooses
+    # the hardest decoys of every other case, while this process chooses the rest.
+    ids = cases["case_id"].tolist()
+    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
+                first=partial(choose_decoys, outputs, judged, frozenset(ids[1::2]))) as later:
+        retrieval = score_retrieval(cases, outputs, k=meta.k)
+        decoys = choose_decoys(outputs, judged, frozenset(ids[0::2]))
+        decoys.update(later.first_value())
+        verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
+        trajectory = score_trajectories(cases, outputs)
+        checks, coverage = later.result()
     if later.forked:
         layer1.adopt_coverage(coverage)  # the outcomes ask for the coverage the child computed
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
 
 
-def _checks_and_verdicts(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                         judged: pd.DataFrame, corpus: Any, part: tuple[int, int],
-                         ) -> tuple[pd.DataFrame, dict[Any, Any], pd.DataFrame]:
-    """(checks, the coverage they computed, verdicts) of the cases numbered i modulo n (``part``)."""
-    checks, coverage = layer1.checks_and_coverage(cases, outputs, sources, corpus, part)
-    return checks, coverage, score_with_judge(judge, cases, outputs, judged, part=part)
+@dataclass(frozen=True)
+class _Half:
+    """Every per-case frame of some of the cases."""
+
+    checks: pd.DataFrame
+    verdicts: pd.DataFrame
+    retrieval: pd.DataFrame
+    trajectory: pd.DataFrame
+    per_case: pd.DataFrame
+    units: pd.DataFrame
+
+
+def _score_half(suite: Suite, judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                judged: pd.DataFrame, k: int, half: int) -> _Half:
+    """Score every other case (the first, third, ... for ``half`` 0; the second, fourth, ... for 1) through
+    every layer to its outcome: each case's rows depend on that case alone."""
+    mine = cases.iloc[half::2]
+    only = frozenset(mine["case_id"].tolist())
+    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, only)
+    verdicts = score_with_judge(judge, cases, outputs, judged, only=only)
+    retrieval, trajectory = score_retrieval(mine, outputs, k=k), score_trajectories(mine, outputs)
+    per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory, only=only)
+    return _Half(checks, verdicts, retrieval, trajectory, per_case, units)
+
+
+def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient, cases: pd.DataFrame,
+                     sources: pd.DataFrame, judged: pd.DataFrame, bootstrap_seed: int) -> RunResult:
+    """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: a
+    forked copy of this process scores every other case while this one scores the rest, and the halves
+    are put back in case order; only the scoreboard is computed from the whole."""
+    with Beside(_score_half, suite, judge, cases, outputs, sources, judged, meta.k, 1, rows=len(cases)) as later:
+        mine = _score_half(suite, judge, cases, outputs, sources, judged, meta.k, 0)
+        theirs = later.result()
+    order = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
+    whole = {name: in_order(order, getattr(mine, name), getattr(theirs, name))
+             for name in ("checks", "verdicts", "retrieval", "trajectory", "per_case", "units")}
+    return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
+                    bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))
 
 
 def in_order(order: dict[str, int], *parts: pd.DataFrame) -> pd.DataFrame:
@@ -339,11 +362,15 @@ def in_order(order: dict[str, int], *parts: pd.DataFrame) -> pd.DataFrame:
 def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
              verdicts: pd.DataFrame, trajectory: pd.DataFrame, *, bootstrap_seed: int = 0,
              skip_scoreboard: bool = False, custom: pd.DataFrame | None = None, registered: Registered = Registered(),
-             runner: Any = None) -> RunResult:
+             runner: Any = None, outcomes: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> RunResult:
     """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
-    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
-    per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
-                                                        custom, registered, runner)
+    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``). ``outcomes``: (per_case,
+    units) when they were computed already, with no registered check or metric."""
+    if outcomes is None:
+        per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
+                                                            custom, registered, runner)
+    else:
+        (per_case, units), custom = outcomes, frame([], CUSTOM_SCHEMA)
     run = RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
                     trajectory=trajectory, per_case=per_case, units=units, scoreboard=pd.DataFrame(),
                     slices=pd.DataFrame(), custom=custom, registered=registered)

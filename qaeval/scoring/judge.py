@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
@@ -194,9 +194,10 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
 Decoys = dict[tuple[str, int], "str | None"]  # (case id, citation's place in the output) -> its decoy's id
 
 
-def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    """The output rows the judge grades: answered, with no adapter error."""
-    return (out for out in RowsByKey(outputs) if is_missing(out["error"]) and not out["abstained"])
+def _judged(outputs: pd.DataFrame, only: Container[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The output rows the judge grades: answered, with no adapter error (of the cases in ``only``, if given)."""
+    return (out for out in RowsByKey(outputs) if (only is None or out["case_id"] in only)
+            and is_missing(out["error"]) and not out["abstained"])
 
 
 def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
@@ -206,38 +207,30 @@ def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple
     return [hardest_decoy(c["claim"], others) for c in out["citations"]]
 
 
-Part = tuple[int, int]  # (i, n): the cases (or judged outputs) numbered i modulo n
-
-
-def _numbered(rows: Iterator[dict[str, Any]], part: Part) -> Iterator[dict[str, Any]]:
-    index, pieces = part
-    return (row for n, row in enumerate(rows) if n % pieces == index)
-
-
-def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, part: Part = (0, 1)) -> Decoys:
-    """The hardest decoy of every citation of the judged outputs numbered ``i`` modulo ``n`` (``part`` =
-    (i, n)): the tokenising ``build_requests`` does, done in pieces that ``decoys=`` puts back together
+def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, only: Container[str] | None = None) -> Decoys:
+    """The hardest decoy of every citation of the judged outputs of the cases in ``only`` (else of every
+    case): the tokenising ``build_requests`` does, done in pieces that ``decoys=`` puts back together
     (``score_outputs`` computes one piece in a forked copy of this process while it computes the other)."""
     bodies = source_bodies(sources)
     chosen: Decoys = {}
-    for out in _numbered(_judged(outputs), part):
+    for out in _judged(outputs, only):
         for place, (decoy_id, _) in enumerate(_decoys_of(out, bodies.get(out["case_id"], {}))):
             chosen[(out["case_id"], place)] = decoy_id
     return chosen
 
 
 def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                   rubric: Rubric | None = None, decoys: Decoys | None = None, part: Part = (0, 1),
+                   rubric: Rubric | None = None, decoys: Decoys | None = None, only: Container[str] | None = None,
                    ) -> list[JudgeRequest]:
-    """One request per answered case (no adapter error, not abstained); ``part``: only the judged outputs
-    numbered i modulo n. ``decoys``: ``choose_decoys``'s pieces for every judged output, when they were
-    computed already (else they are computed here)."""
+    """One request per answered case (no adapter error, not abstained), of the cases in ``only`` if given.
+    ``decoys``: ``choose_decoys``'s pieces for every judged output, when they were computed already (else
+    they are computed here)."""
     rubric = rubric or Rubric.load()
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
     requests = []
-    for out in _numbered(_judged(outputs), part):
+    for out in _judged(outputs, only):
         case_id = out["case_id"]
         fixture = bodies.get(case_id, {})
         if decoys is None:
@@ -378,11 +371,12 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
 
 
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame, decoys: Decoys | None = None, part: Part = (0, 1)) -> pd.DataFrame:
+                     sources: pd.DataFrame, decoys: Decoys | None = None,
+                     only: Container[str] | None = None) -> pd.DataFrame:
     """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
-    ``decoys`` and ``part``: as ``build_requests`` takes them."""
+    ``decoys`` and ``only``: as ``build_requests`` takes them."""
     config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys, part)
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys, only)
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 
