@@ -131,6 +131,8 @@ def _unpaired_surrogate(text: str) -> str | None:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             return f"U+{ord(text[exc.start]):04X} at {_at(text, exc.start)}"
+    if "\\u" not in text:  # no escape at all (the common case, found in C)
+        return None
     escapes = _SURROGATE_ESCAPE.finditer(text)
     for m in escapes:
         first = m.start()
@@ -147,11 +149,17 @@ def _unpaired_surrogate(text: str) -> str | None:
     return None
 
 
+_STRICT = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)  # json.loads makes one a call
+
+
 def loads_strict(text: str) -> Any:
     """Parse JSON strictly. Raises ValueError (StrictJSONError or json.JSONDecodeError) with a message a
     person can act on."""
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        if isinstance(text, str) and not text.startswith("\ufeff"):
+            value = _STRICT.decode(text)
+        else:  # bytes, or a byte-order mark json.loads has its own message for
+            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except RecursionError:
         raise StrictJSONError("nested too deeply to be data") from None
     except (StrictJSONError, json.JSONDecodeError):

@@ -90,6 +90,13 @@ class OfflineJudge:
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
 
 
+def grades_in_a_copy(judge: object) -> bool:
+    """Whether half the cases may be graded by a forked copy of the process (``qaeval.scoring.evaluate``):
+    only for this judge itself (not a subclass), which is pure: no connection, cache, counter or hook that a
+    copy would share or lose. Any other judge is called in the process, once, with every request."""
+    return type(judge) is OfflineJudge
+
+
 def make_judge() -> OfflineJudge:
     """Factory for ``--judge qaeval.judges.offline:make_judge`` (the default)."""
     return OfflineJudge()

@@ -35,8 +35,8 @@ from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.forked import Beside
-from qaeval.scoring.judge import (JudgeClient, JudgeConfig, choose_decoys, grades_in_a_copy, judge_config_of,
-                                  score_with_judge)
+from qaeval.judges.offline import grades_in_a_copy
+from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text

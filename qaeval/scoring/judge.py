@@ -380,14 +380,6 @@ def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFr
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 
-def grades_in_a_copy(judge: Any) -> bool:
-    """Whether half the cases may be graded by a forked copy of this process: only for qaeval's offline
-    judge itself (not a subclass), which is pure: no connection, cache, counter or hook that a copy would
-    share or lose. Any other judge is called here, once, with every request."""
-    from qaeval.judges.offline import OfflineJudge
-
-    return type(judge) is OfflineJudge
-
 
 def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
