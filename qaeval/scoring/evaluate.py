@@ -344,6 +344,7 @@ def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: 
     order = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
     whole = {name: in_order(order, getattr(mine, name), getattr(theirs, name))
              for name in ("checks", "verdicts", "retrieval", "trajectory", "per_case", "units")}
+    del mine, theirs  # the halves are copied into the whole: not held through the scoreboard
     return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
                     bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))
 
