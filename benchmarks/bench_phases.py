@@ -11,14 +11,14 @@ rather than wall time, because a shared machine stretches wall time; a phase's s
 The text memos are emptied between runs, so each run pays for its text once, as a fresh process does.
 
 Phases: loading the cases; the system (the adapter's answers, checked at the boundary); the five
-deterministic checks; retrieval metrics; the hardest decoys the judge weighs citations against; the
-judge (requests, the calls, checking each verdict);
-trajectories; per-case outcomes; the scoreboard and slices with their bootstrap intervals. The garbage
-collector's time is printed apart as well (it is also inside the phases it interrupted).
+deterministic checks; retrieval metrics; the judge (the hardest decoys it weighs citations against,
+requests, the calls, checking each verdict); trajectories; per-case outcomes; the scoreboard and slices
+with their bootstrap intervals. The garbage collector's time is printed apart as well (it is also inside
+the phases it interrupted).
 
-The checks run in this process here (``qaeval.scoring.forked.ENABLED = False``): in a real run on two or
-more cores they run in a forked copy beside the judge, where this process's clock cannot see them, and
-the copy chooses half the hardest decoys first.
+Everything runs in this process here (``qaeval.scoring.forked.ENABLED = False``): in a real run on two or
+more cores, a forked copy scores every other case (checks, judge, retrieval, trajectories, outcomes) while
+the harness scores the rest, so a phase's wall time there is about half its CPU time here.
 bench_run.py times real runs.
 
 Target (issue 19): the whole run under 8 s of wall time for 10,000 cases of 4 KB on 2 cores.
@@ -47,7 +47,6 @@ PHASES = (  # (label, module the caller looks the name up in, name)
     ("the system", "qaeval.pipeline", "run_suite"),
     ("checks", "qaeval.scoring.checks", "check_outputs"),
     ("retrieval", "qaeval.scoring.evaluate", "score_retrieval"),
-    ("hardest decoys", "qaeval.scoring.evaluate", "choose_decoys"),
     ("judge", "qaeval.scoring.evaluate", "score_with_judge"),
     ("trajectories", "qaeval.scoring.evaluate", "score_trajectories"),
     ("per-case outcomes", "qaeval.scoring.evaluate", "case_outcomes"),
