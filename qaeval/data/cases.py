@@ -138,9 +138,12 @@ def source_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
     return bodies
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))  # one, not one a case
+
+
 def case_fingerprint(raw: Mapping[str, Any]) -> str:
     """sha256 of a case's canonical JSON (sorted keys): the identity gate and drift check content by."""
-    canon = json.dumps(raw, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    canon = _CANONICAL.encode(raw)
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 

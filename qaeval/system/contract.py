@@ -358,12 +358,15 @@ def output_problems(output: Any) -> list[str]:
     return validate_plain(json.loads(json.dumps(output_to_plain(output))))[1]
 
 
+_FINGERPRINT = json.JSONEncoder(sort_keys=True, ensure_ascii=False)  # json.dumps with these makes one a call
+
+
 def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: bool, error: str | None) -> str:
     """A short hash of what a person judging this output reads: answer, citations, abstention, error.
     (Its canonical form predates the name ``source_id`` and keeps the older key, so labels written
     against earlier runs stay valid.)"""
     legacy = [{"snippet_id": c["source_id"], "claim": c["claim"]} for c in citations]
-    canon = json.dumps([answer, legacy, abstained, error], sort_keys=True, ensure_ascii=False)
+    canon = _FINGERPRINT.encode([answer, legacy, abstained, error])
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 

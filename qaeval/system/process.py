@@ -58,8 +58,11 @@ class FrameError(Exception):
 # --------------------------------------------------------------------------- frames
 
 
+_WIRE = json.JSONEncoder(allow_nan=False, ensure_ascii=True, separators=(",", ":"))  # one, not one a frame
+
+
 def encode(message: Any) -> bytes:
-    data = json.dumps(message, allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    data = _WIRE.encode(message).encode("ascii")
     return HEADER.pack(len(data)) + data
 
 
