@@ -125,7 +125,8 @@ def judged_texts(case: GoldenCase, out: Mapping[str, Any], corpus: Any = None) -
     and one citation verdict per citation against its source (as ``judge.build_requests`` sends them)."""
     if out.get("error") is not None or out["abstained"]:
         return []
-    bodies = case_bodies(case, {**out, "passages": out.get("passages") or []}, corpus)  # what the judge was sent
+    bodies = case_bodies(case, {**out, "passages": out.get("passages") or []}, corpus)
+    bodies.update((s.id, s.text) for s in case.sources)  # what the judge was sent: a case's own ids, its own text
     cited: dict[str, str] = {}
     for c in out["citations"]:
         cited.setdefault(c["source_id"], bodies.get(c["source_id"], ""))

@@ -359,3 +359,30 @@ def test_a_runs_corpus_excerpt_stands_in_for_the_corpus_when_cases_are_read_back
     again = check_outputs(back.to_frame(), result.outputs, back.sources_frame(), excerpt)
     assert again["passed"].tolist() == result.checks["passed"].tolist()
     assert "differs from the frozen corpus" in " ".join(again["reason"])
+
+
+class StaleCopy:
+    """A system whose own index holds a stale copy of a case's frozen source: it returns that copy as
+    its passage and cites it."""
+
+    def answer(self, case: Any) -> SUTOutput:
+        src = case.sources[0]
+        stale = Passage(src.id, src.text.replace(" ", " stale ", 1), src.title)
+        return SUTOutput(answer=stale.text, citations=[Citation(src.id, stale.text)], passages=[stale],
+                         model_was_called=True, prompt_to_model=f"Question: {case.question}\n{stale.text}")
+
+
+def test_a_stale_copy_of_a_case_source_fails_fidelity_and_its_record_reads_back(tmp_path):
+    """The judge grades a case's own source ids against the frozen text; the record's check recomputes
+    each verdict against that same text, so the record of such a run reads back (it was refused)."""
+    from qaeval.api import load_run
+    from qaeval.record import write_record
+
+    folder = write_cases(tmp_path / "data", [make_case(id="stale-0001"), make_case(id="stale-0002")])
+    result = _run(folder, lambda: StaleCopy())
+    ok, reason = _checks(result, "stale-0001")["passage_fidelity"]
+    assert not ok and "differs from the case's frozen sources" in reason
+    write_record(result, tmp_path / "run.json")
+    back = load_run(tmp_path / "run.json")
+    assert back.verdicts[["case_id", "axis", "valid", "score"]].astype(str).equals(
+        result.verdicts[["case_id", "axis", "valid", "score"]].astype(str))

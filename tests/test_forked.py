@@ -9,6 +9,7 @@ import select
 import sys
 import threading
 
+import pandas as pd
 import pytest
 from conftest import GOLDEN
 
@@ -340,3 +341,70 @@ def test_halves_are_put_back_in_case_order_whatever_half_is_empty():
     empty = even.iloc[:0]
     assert in_order(order, empty, odd)["case_id"].tolist() == ["b", "b"]
     assert str(in_order(order, empty, empty)["score"].dtype) == "Int64" and len(in_order(order, empty, empty)) == 0
+
+
+def test_only_the_offline_judge_as_qaeval_made_it_grades_in_the_copy():
+    """A judge that runs any user code (a method set on the instance, a subclass, a config subclass or
+    a config field whose formatting is user code) is never called or labelled in the forked copy."""
+    import dataclasses
+
+    from qaeval.judges.offline import grades_in_a_copy, make_judge
+    from qaeval.scoring.judge import JudgeConfig
+
+    class Label(JudgeConfig):
+        def label(self) -> str:
+            return "mine"
+
+    class Model(str):
+        def __format__(self, spec: str) -> str:
+            return "user code"
+
+    assert grades_in_a_copy(make_judge())
+    patched = make_judge()
+    patched.judge = lambda requests: []
+    relabelled, odd_model, tagged = make_judge(), make_judge(), make_judge()
+    relabelled.config = Label(**dataclasses.asdict(relabelled.config))
+    odd_model.config = dataclasses.replace(odd_model.config, model=Model("m"))
+    tagged.note = "anything"
+    for judge in (patched, relabelled, odd_model, tagged, OfflineLookalike(), object()):
+        assert not grades_in_a_copy(judge), judge
+
+
+def test_a_judge_wrapped_by_its_user_is_called_here_once_with_every_request(small_suites_fork):
+    judge = OfflineJudge()
+    graded: list[tuple[int, str]] = []
+    real = judge.judge
+    judge.judge = lambda requests: graded.extend((os.getpid(), r.case_id) for r in requests) or real(requests)
+    result = api.run(str(GOLDEN), isolation="none", judge=judge)
+    assert {pid for pid, _ in graded} == {os.getpid()}
+    assert [cid for _, cid in graded] == result.verdicts["case_id"].unique().tolist()
+
+
+def test_outputs_given_out_of_suite_order_score_the_same_either_way(small_suites_fork):
+    """``score_outputs`` takes the outputs in any order: the halves give the frames, verdicts in the
+    outputs' order included, that one process gives."""
+    from qaeval import score_outputs
+
+    run = api.run(str(GOLDEN), isolation="none")
+    backwards = run.outputs.iloc[::-1].reset_index(drop=True)
+    halves = score_outputs(run.suite, backwards, OfflineJudge())
+    whole = score_outputs(run.suite, backwards, OfflineLookalike())
+    assert halves.verdicts["case_id"].tolist()[0] == backwards.loc[~backwards["abstained"] & backwards["error"].isna(),
+                                                                    "case_id"].tolist()[0]
+    assert_same_frames(halves, whole)
+
+
+def test_outputs_that_do_not_match_the_suite_are_a_usage_error_with_either_judge():
+    from qaeval import score_outputs
+    from qaeval.errors import UsageError
+
+    run = api.run(str(GOLDEN), isolation="none")
+    fewer = run.suite.select(split="frozen")
+    doubled = pd.concat([run.outputs, run.outputs.iloc[:1]], ignore_index=True)
+    for judge in (OfflineJudge(), OfflineLookalike()):
+        with pytest.raises(UsageError, match=r"output\(s\) for cases not in the suite \(first: "):
+            score_outputs(fewer, run.outputs, judge)
+        with pytest.raises(UsageError, match=r"case\(s\) without an output"):
+            score_outputs(run.suite, run.outputs.iloc[1:], judge)
+        with pytest.raises(UsageError, match=r"more than one output"):
+            score_outputs(run.suite, doubled, judge)

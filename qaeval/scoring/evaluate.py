@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -29,7 +30,7 @@ import pandas as pd
 
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
-from qaeval.errors import TierOneFailed
+from qaeval.errors import TierOneFailed, UsageError
 from qaeval.frames import RowsByKey, frame, text_frame
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
@@ -285,6 +286,7 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:
         meta = replace(meta, k=k)
+    _one_output_per_case(suite, outputs)
     cases, sources = suite.to_frame(), suite.sources_frame()
     judged = used_sources(suite, outputs, sources)
     # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
@@ -306,6 +308,22 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
         layer1.adopt_coverage(coverage)  # the outcomes ask for the coverage the child computed
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
+
+
+def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
+    """Outputs to score name every case of the suite once and nothing else (a UsageError says how not)."""
+    ids = outputs["case_id"].tolist() if "case_id" in outputs else []
+    wanted = [case.id for case in suite]
+    if len(ids) == len(wanted) and set(ids) == set(wanted):
+        return
+    given, known = set(ids), set(wanted)
+    problems = [f"{len(missing)} case(s) without an output (first: {missing[0]!r})"
+                for missing in [[cid for cid in wanted if cid not in given]] if missing]
+    problems += [f"{len(extra)} output(s) for cases not in the suite (first: {extra[0]!r})"
+                 for extra in [[cid for cid in dict.fromkeys(ids) if cid not in known]] if extra]
+    problems += [f"{len(twice)} case(s) with more than one output (first: {twice[0]!r})"
+                 for twice in [[cid for cid, n in Counter(ids).items() if n > 1]] if twice]
+    raise UsageError("the outputs do not match the suite: " + "; ".join(problems or ["no case_id column"]))
 
 
 @dataclass(frozen=True)
@@ -341,8 +359,9 @@ def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: 
     with Beside(_score_half, suite, judge, cases, outputs, sources, judged, meta.k, 1, rows=len(cases)) as later:
         mine = _score_half(suite, judge, cases, outputs, sources, judged, meta.k, 0)
         theirs = later.result()
-    order = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
-    whole = {name: in_order(order, getattr(mine, name), getattr(theirs, name))
+    by_case = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
+    by_output = {cid: n for n, cid in enumerate(outputs["case_id"].tolist())}  # the judge takes outputs in order
+    whole = {name: in_order(by_output if name == "verdicts" else by_case, getattr(mine, name), getattr(theirs, name))
              for name in ("checks", "verdicts", "retrieval", "trajectory", "per_case", "units")}
     del mine, theirs  # the halves are copied into the whole: not held through the scoreboard
     return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
