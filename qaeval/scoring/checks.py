@@ -242,11 +242,10 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
 
 
 def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                        corpus: Any = None, only: Container[str] | None = None,
-                        ) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
+                        corpus: Any = None) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
     """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
     copy: ``qaeval.scoring.forked``) to ``adopt_coverage`` before the outcomes ask again."""
-    frame = check_outputs(cases, outputs, sources, corpus, only)
+    frame = check_outputs(cases, outputs, sources, corpus)
     return frame, dict(_COVERAGE)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -32,11 +32,11 @@ from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.errors import TierOneFailed, UsageError
 from qaeval.frames import RowsByKey, frame, text_frame
+from qaeval.judges.offline import grades_in_a_copy
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.forked import Beside
-from qaeval.judges.offline import grades_in_a_copy
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
@@ -317,12 +317,10 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
     if len(ids) == len(wanted) and set(ids) == set(wanted):
         return
     given, known = set(ids), set(wanted)
-    problems = [f"{len(missing)} case(s) without an output (first: {missing[0]!r})"
-                for missing in [[cid for cid in wanted if cid not in given]] if missing]
-    problems += [f"{len(extra)} output(s) for cases not in the suite (first: {extra[0]!r})"
-                 for extra in [[cid for cid in dict.fromkeys(ids) if cid not in known]] if extra]
-    problems += [f"{len(twice)} case(s) with more than one output (first: {twice[0]!r})"
-                 for twice in [[cid for cid, n in Counter(ids).items() if n > 1]] if twice]
+    found = (("case(s) without an output", [cid for cid in wanted if cid not in given]),
+             ("output(s) for cases not in the suite", [cid for cid in dict.fromkeys(ids) if cid not in known]),
+             ("case(s) with more than one output", [cid for cid, n in Counter(ids).items() if n > 1]))
+    problems = [f"{len(which)} {what} (first: {which[0]!r})" for what, which in found if which]
     raise UsageError("the outputs do not match the suite: " + "; ".join(problems or ["no case_id column"]))
 
 
@@ -361,8 +359,8 @@ def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: 
         theirs = later.result()
     by_case = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
     by_output = {cid: n for n, cid in enumerate(outputs["case_id"].tolist())}  # the judge takes outputs in order
-    whole = {name: in_order(by_output if name == "verdicts" else by_case, getattr(mine, name), getattr(theirs, name))
-             for name in ("checks", "verdicts", "retrieval", "trajectory", "per_case", "units")}
+    whole = {f.name: in_order(by_output if f.name == "verdicts" else by_case, getattr(mine, f.name),
+                              getattr(theirs, f.name)) for f in fields(_Half)}
     del mine, theirs  # the halves are copied into the whole: not held through the scoreboard
     return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
                     bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))

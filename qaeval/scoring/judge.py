@@ -380,7 +380,6 @@ def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFr
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 
-
 def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
     correctness takes the weakest citation."""
