@@ -191,3 +191,67 @@ def test_a_hook_function_from_the_api_is_shipped_to_its_own_process(tmp_path):
     result = api.drift_run(str(GOLDEN), timeseries=str(alarming_series(tmp_path)), notify=hook)
     pid, count = seen.read_text().split()
     assert not result.ok and int(count) == len(result.alarms) and int(pid) != os.getpid()
+
+
+def _patched_offline_judges(tmp_path):
+    """OfflineJudge objects their user changed: each must run as user code, in its own process."""
+    from dataclasses import dataclass
+
+    from qaeval.judges.offline import OfflineJudge
+    from qaeval.scoring.judge import JudgeConfig
+
+    marker = tmp_path / "ran-here.txt"
+
+    def spy(requests):  # what a user's patch could do in the harness: read, decide, write
+        marker.write_text(str(os.getpid()))
+        return OfflineJudge().judge(requests)
+
+    wrapped = OfflineJudge()
+    wrapped.judge = spy
+
+    @dataclass(frozen=True)
+    class LoudConfig(JudgeConfig):
+        def label(self) -> str:
+            marker.write_text(str(os.getpid()))
+            return super().label()
+
+    relabelled = OfflineJudge()
+    relabelled.config = LoudConfig(name="offline", model="token-overlap")
+
+    class Sub(OfflineJudge):
+        pass
+
+    return marker, {"a method set on the instance": wrapped, "a config subclass": relabelled, "a subclass": Sub()}
+
+
+def test_a_built_in_judge_object_its_user_changed_runs_in_its_own_process(tmp_path):
+    marker, judges = _patched_offline_judges(tmp_path)
+    for why, judge in judges.items():
+        made = usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
+                                   data_dir=str(GOLDEN))
+        try:
+            assert isinstance(made, usercode.JudgeProcess), why
+        finally:
+            usercode.close_judge(made)
+    marker.unlink(missing_ok=True)
+    run = api.run(str(GOLDEN), judge=judges["a method set on the instance"])
+    assert int(marker.read_text()) != os.getpid()  # the patch ran, and not in the harness
+    assert run.verdicts["error"].isna().all()
+
+
+def test_the_built_in_judge_objects_as_qaeval_makes_them_stay_in_this_process(tmp_path):
+    from qaeval.judges import offline, openai
+    from qaeval.judges.fake_server import FakeJudgeServer
+
+    assert usercode.make_judge(offline.make_judge(), settings=JudgeSettings(), isolation="process", timeout=30,
+                               startup=30, data_dir=None).__class__ is offline.OfflineJudge
+    pytest.importorskip("openai")
+    with FakeJudgeServer() as server:
+        judge = openai.OpenAIJudge(model="m", base_url=server.url)
+        assert usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
+                                   data_dir=None) is judge
+        judge.cache = object()  # anything its user set on it is user code
+        assert not usercode._builtin_judge(judge)
+        patched = openai.OpenAIJudge(model="m", base_url=server.url)
+        patched.judge = lambda requests: []
+        assert not usercode._builtin_judge(patched)

@@ -7,10 +7,9 @@ cited span, so the pipeline runs anywhere without a model; it does not judge mea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
+from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse, plain_config
 from qaeval.text import distinct_terms, split_sentences, term_set, tokens
 
 
@@ -91,19 +90,18 @@ class OfflineJudge:
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
 
 
-_PLAIN = (str, int, float, bool, type(None))
+def made_by_qaeval(judge: object) -> bool:
+    """Whether ``judge`` is this judge exactly as qaeval makes it: not a subclass, nothing set on the
+    instance but its config, and that config plain (``plain_config``). Any other is its user's code."""
+    return type(judge) is OfflineJudge and set(vars(judge)) == {"config"} and plain_config(vars(judge)["config"])
 
 
 def grades_in_a_copy(judge: object) -> bool:
     """Whether half the cases may be graded by a forked copy of the process (``qaeval.scoring.evaluate``):
-    only for this judge as qaeval made it, which is pure (no connection, cache, counter or hook that a copy
-    would share or lose) and runs no user code. Not a subclass, not an instance with a method or anything
-    else set on it, not one whose config is a subclass or holds anything but plain values (its label is
-    written in the copy). Any other judge is called in the process, once, with every request."""
-    if type(judge) is not OfflineJudge or set(vars(judge)) != {"config"}:
-        return False
-    config = vars(judge)["config"]
-    return type(config) is JudgeConfig and all(type(getattr(config, f.name)) in _PLAIN for f in fields(JudgeConfig))
+    only for this judge as qaeval made it (``made_by_qaeval``), which is pure (no connection, cache,
+    counter or hook that a copy would share or lose) and runs no user code (its label is written in the
+    copy). Any other judge is called in the process, once, with every request."""
+    return made_by_qaeval(judge)
 
 
 def make_judge() -> OfflineJudge:

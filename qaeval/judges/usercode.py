@@ -68,14 +68,15 @@ MAX_LOST = 2
 
 
 def _builtin_judge(judge: Any) -> bool:
-    """The two judges qaeval ships, named or as their own factories or objects (not subclasses)."""
+    """The two judges qaeval ships, named, as their own factories, or as objects exactly as qaeval makes
+    them (not a subclass, not an instance its user set a method, client or config on)."""
     from qaeval.judges import offline, openai
 
     if isinstance(judge, str):
         return judge in BUILTIN_JUDGES
     if judge is offline.make_judge or judge is openai.make_judge:
         return True
-    return type(judge) in (offline.OfflineJudge, openai.OpenAIJudge)
+    return offline.made_by_qaeval(judge) or openai.made_by_qaeval(judge)
 
 
 def spec_of(obj: Any, *, what: str) -> dict[str, str]:

@@ -74,6 +74,13 @@ class JudgeConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def plain_config(config: object) -> bool:
+    """Whether a judge's config is a ``JudgeConfig`` as qaeval makes it: not a subclass (whose ``label``
+    would be user code), every field a plain value."""
+    return type(config) is JudgeConfig and all(
+        type(getattr(config, f.name)) in (str, int, float, bool, type(None)) for f in fields(JudgeConfig))
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     """How to run an HTTP judge, given explicitly to a judge factory that takes ``settings``.
