@@ -295,7 +295,7 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
     # whichever process gives them; all here when forking is not safe).
     if grades_in_a_copy(judge) and custom is None:
-        return _score_in_parts(suite, meta, outputs, judge, cases, sources, judged, bootstrap_seed)
+        return _score_in_halves(suite, meta, outputs, judge, cases, sources, judged, bootstrap_seed)
     # Any other judge is asked here while the copy runs the deterministic checks; the copy first chooses
     # the hardest decoys of every other case, while this process chooses the rest.
     ids = cases["case_id"].tolist()
@@ -375,7 +375,7 @@ def _score_part(suite: Suite, judge: JudgeClient, cases: pd.DataFrame, outputs: 
     return _Part(checks, verdicts, retrieval, trajectory, per_case, units)
 
 
-def _score_in_parts(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient, cases: pd.DataFrame,
+def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient, cases: pd.DataFrame,
                      sources: pd.DataFrame, judged: pd.DataFrame, bootstrap_seed: int) -> RunResult:
     """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: a
     forked copy of this process scores some of the cases (``copy_takes``) while this one scores the rest,
