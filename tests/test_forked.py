@@ -17,7 +17,6 @@ from qaeval import api
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
 from qaeval.scoring import forked
-from qaeval.scoring.evaluate import COPY_SHARE, copy_takes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
                                 reason="forking to score is for Linux with two or more cores")
@@ -283,11 +282,10 @@ def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process
     assert_same_frames(split, api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike()))
 
 
-def test_the_offline_judge_grades_part_of_the_cases_in_the_child(small_suites_fork, monkeypatch, tmp_path):
-    """qaeval's own offline judge is pure, so the child checks, grades and scores its share of the cases
-    (``copy_takes``: a little under half, spread through the suite) while this process does the rest; the
-    frames put back together are those of one process doing it all, row for row and type for type, and
-    those of a judge that is scored whole (the lookalike)."""
+def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork, monkeypatch, tmp_path):
+    """qaeval's own offline judge is pure, so the child checks, grades and scores every other case while
+    this process does the rest; the frames put back together are those of one process doing it all, row
+    for row and type for type, and those of a judge that is scored whole (the lookalike)."""
     real_judge = OfflineJudge.judge
 
     def judge(self, requests):
@@ -301,8 +299,7 @@ def test_the_offline_judge_grades_part_of_the_cases_in_the_child(small_suites_fo
     judged = split.verdicts["case_id"].unique().tolist()
     here = graded.pop(os.getpid())
     (there,) = graded.values()
-    theirs = {cid for cid, taken in zip(GOLDEN_IDS, copy_takes(len(GOLDEN_IDS))) if taken}
-    assert here == [c for c in judged if c not in theirs] and there == [c for c in judged if c in theirs]
+    assert here == [c for c in judged if c in GOLDEN_IDS[0::2]] and there == [c for c in judged if c in GOLDEN_IDS[1::2]]
     assert here and there
     for p in list(tmp_path.iterdir()):
         p.unlink()
@@ -327,14 +324,6 @@ def test_a_child_that_dies_after_its_share_gives_the_share_and_the_value_is_comp
         child = later.pid
         assert later.first_value() == child
         assert later.result() == 2 and not later.forked
-
-
-def test_the_copy_takes_its_share_of_the_cases_spread_through_the_suite():
-    for n in (0, 1, 2, 3, 10, 999, 10_000):
-        takes = copy_takes(n)
-        assert len(takes) == n and sum(takes) == int(n * COPY_SHARE)
-        assert not any(a and b for a, b in zip(takes, takes[1:]))  # never two in a row: kinds listed in turn share alike
-    assert 0.4 < COPY_SHARE <= 0.5
 
 
 def test_halves_are_put_back_in_case_order_whatever_half_is_empty():

@@ -18,12 +18,9 @@ How one case's row is put together, step by step:
 
 from __future__ import annotations
 
-import gc
 import platform
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -328,7 +325,7 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
 
 
 @dataclass(frozen=True)
-class _Part:
+class _Half:
     """Every per-case frame of some of the cases."""
 
     checks: pd.DataFrame
@@ -339,55 +336,32 @@ class _Part:
     units: pd.DataFrame
 
 
-COPY_SHARE = 0.46  # of the cases, scored by the forked copy: it also pickles its frames, which this process reads
-
-
-def copy_takes(n: int) -> list[bool]:
-    """Which of ``n`` cases (by position) the forked copy scores: ``COPY_SHARE`` of them, spread evenly
-    through the suite (so the kinds of case a suite lists in turn are shared alike)."""
-    return [int((i + 1) * COPY_SHARE) > int(i * COPY_SHARE) for i in range(n)]
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No garbage collection while a part is scored: only qaeval's code runs (no judge, check or metric of a
-    user's), which makes few cycles, and walking the young objects took a tenth of a second of each part."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _score_part(suite: Suite, judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                judged: pd.DataFrame, k: int, copy: bool) -> _Part:
-    """Score the cases ``copy_takes`` gives the forked copy (``copy``), or the others, through every layer
-    to their outcomes: each case's rows depend on that case alone."""
-    mine = cases[[taken is copy for taken in copy_takes(len(cases))]]
+def _score_half(suite: Suite, judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                judged: pd.DataFrame, k: int, half: int) -> _Half:
+    """Score every other case (the first, third, ... for ``half`` 0; the second, fourth, ... for 1) through
+    every layer to its outcome: each case's rows depend on that case alone."""
+    mine = cases.iloc[half::2]
     only = frozenset(mine["case_id"].tolist())
-    with _collector_paused():
-        checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, only)
-        verdicts = score_with_judge(judge, cases, outputs, judged, only=only)
-        retrieval, trajectory = score_retrieval(mine, outputs, k=k), score_trajectories(mine, outputs)
-        per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory, only=only)
-    return _Part(checks, verdicts, retrieval, trajectory, per_case, units)
+    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, only)
+    verdicts = score_with_judge(judge, cases, outputs, judged, only=only)
+    retrieval, trajectory = score_retrieval(mine, outputs, k=k), score_trajectories(mine, outputs)
+    per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory, only=only)
+    return _Half(checks, verdicts, retrieval, trajectory, per_case, units)
 
 
 def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient, cases: pd.DataFrame,
                      sources: pd.DataFrame, judged: pd.DataFrame, bootstrap_seed: int) -> RunResult:
     """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: a
-    forked copy of this process scores some of the cases (``copy_takes``) while this one scores the rest,
-    and the parts are put back in case order; only the scoreboard is computed from the whole."""
-    with Beside(_score_part, suite, judge, cases, outputs, sources, judged, meta.k, True, rows=len(cases)) as later:
-        mine = _score_part(suite, judge, cases, outputs, sources, judged, meta.k, False)
+    forked copy of this process scores every other case while this one scores the rest, and the halves
+    are put back in case order; only the scoreboard is computed from the whole."""
+    with Beside(_score_half, suite, judge, cases, outputs, sources, judged, meta.k, 1, rows=len(cases)) as later:
+        mine = _score_half(suite, judge, cases, outputs, sources, judged, meta.k, 0)
         theirs = later.result()
     by_case = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
     by_output = {cid: n for n, cid in enumerate(outputs["case_id"].tolist())}  # the judge takes outputs in order
     whole = {f.name: in_order(by_output if f.name == "verdicts" else by_case, getattr(mine, f.name),
-                              getattr(theirs, f.name)) for f in fields(_Part)}
-    del mine, theirs  # the parts are copied into the whole: not held through the scoreboard
+                              getattr(theirs, f.name)) for f in fields(_Half)}
+    del mine, theirs  # the halves are copied into the whole: not held through the scoreboard
     return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
                     bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))
 

@@ -3,11 +3,11 @@
 After the system has answered, scoring is pure Python on one core; on a machine with two or more, part of
 it can run in a copy of the process. ``Beside(fn, *args, rows=n)`` forks, the child computes ``fn(*args)``
 on its copy of the data (nothing is sent to it) and pipes back the pickled value; ``result()`` waits for
-it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the child scores a little
-under half the cases (``evaluate.copy_takes``) through every layer while this process scores the rest;
-with any other judge, the child runs the deterministic checks while this process asks the judge. Only
-qaeval's own code runs in the child: no user judge, check or metric is called in it, and user code running
-on other threads is excluded by the rule below.
+it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the child scores every other
+case through every layer while this process scores the rest; with any other judge, the child runs the
+deterministic checks while this process asks the judge. Only qaeval's own code runs in the child: no
+user judge, check or metric is called in it, and user code running on other threads is excluded by the
+rule below.
 
 ``first=`` (a callable without arguments) is a share of this process's own next step that the child
 computes before ``fn`` and sends ahead: ``first_value()`` returns it (``score_outputs`` has the child choose
