@@ -80,3 +80,24 @@ def test_the_workers_an_executor_started_leave_no_scratch_folder(tmp_path, monke
         assert frame["error"].isna().all()
         assert list(tmp_path.glob("qaeval-scratch-*")), "the adapter ran in worker processes started there"
     assert not list(tmp_path.glob("qaeval-scratch-*"))
+
+
+def test_an_adapter_that_cannot_start_on_dask_is_a_usage_error_as_it_is_locally(cluster, capsys):
+    """A name that does not resolve, or a factory that raises, on the executor's side: exit 64 naming the
+    adapter and why, as with local workers (it was every case failed, and exit 0)."""
+    url = cluster.scheduler_address.replace("tcp://", "dask://")
+    for adapter, why in (("nosuch_module:make_adapter", "nosuch_module"), ("plugins:make_crashing_factory", "no credentials")):
+        assert main(["run", "--data", str(GOLDEN), "--adapter", adapter]) == 64, adapter  # locally
+        local = capsys.readouterr().err
+        assert main(["run", "--data", str(GOLDEN), "--adapter", adapter, "--executor", url]) == 64, adapter
+        err = capsys.readouterr().err
+        assert adapter.split(":")[0] in err and why in err and why in local, err
+
+
+def test_an_adapter_that_starts_on_dask_and_then_fails_cases_still_runs(cluster):
+    """Only an adapter that never started is refused: one that answered a case and then fails others keeps
+    its run (each failure is its case's)."""
+    with distributed.Client(cluster) as client:
+        frame = run_suite(load_suite(GOLDEN), "plugins:make_raises_on_one", executor=client.get_executor())
+    assert frame["error"].isna().sum() == len(frame) - 1
+    assert frame["error"].str.contains("backend down for this one").sum() == 1

@@ -22,8 +22,6 @@ from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_ro
 from qaeval.system.contract import make_payload, output_row
 from qaeval.system.process import FrameError, UserProcess, exit_reason, parse
 
-
-
 class RemoteWorkers:
     """Adapter worker processes kept by one executor process (a Dask worker): built once per adapter,
     one per thread that asks, each case under its deadline. The executor's own process runs only this
@@ -57,7 +55,9 @@ class RemoteWorkers:
         for proc in idle:
             proc.stop(0.2)
 
-    def _take(self, spec_json: str, limits: Limits) -> UserProcess | str:
+    def _take(self, spec_json: str, limits: Limits) -> UserProcess | tuple[str, bool]:
+        """A started worker for the adapter, or why it could not start and whether that is a usage error
+        (a factory that does not resolve: the message names the adapter)."""
         with self._lock:
             pool = self.idle.setdefault(spec_json, [])
             if pool:
@@ -72,11 +72,12 @@ class RemoteWorkers:
             proc.reap(0.5)
             detail = proc.stderr_tail()
             proc.close()
-            return f"adapter could not start: {exc}" + (f": {detail}" if detail else "")
+            return f"{exc}" + (f": {detail}" if detail else ""), False
         if not (isinstance(ready, dict) and ready.get("ready") is True):
             error = ready.get("init_error") if isinstance(ready, dict) else None
             proc.stop()
-            return f"adapter could not start: {error if isinstance(error, str) else 'no reason given'}"[:ERROR_LIMIT]
+            usage = isinstance(ready, dict) and ready.get("usage") is True
+            return (error if isinstance(error, str) and error else "no reason given")[:ERROR_LIMIT], usage
         proc.started()
         return proc
 
@@ -84,8 +85,10 @@ class RemoteWorkers:
             frame_limit: int) -> str:
         limits = Limits(timeout=timeout, startup=startup_timeout, frame=frame_limit)
         proc = self._take(spec_json, limits)
-        if isinstance(proc, str):
-            return json.dumps({"id": payload[0], "error": proc})
+        if isinstance(proc, tuple):  # said apart, so the harness can refuse an adapter that never starts
+            why, usage = proc
+            return json.dumps({"id": payload[0], "error": f"adapter could not start: {why}",
+                               "not_started": {"why": why, "usage": usage}})
         deadline = time.monotonic() + timeout
         try:
             proc.channel.send({"case": payload}, deadline)
@@ -120,6 +123,7 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
     # The executor side stops a case at its own deadline; this one only catches a lost executor worker.
     backstop = limits.timeout + limits.startup + 5.0
     exhausted = False
+    started = False  # whether the adapter has answered a case yet: until it has, one that cannot start is refused
     while True:
         while not exhausted and len(in_flight) < concurrency:
             item = next(pending, None)
@@ -143,7 +147,15 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
                               return_when=cf.FIRST_COMPLETED)
         for future in finished:
             index, case_id, opaque, sent = in_flight.pop(future)
-            done(index, _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits))
+            row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits)
+            if not_started and not started:  # as with local workers: refused, naming the adapter and why
+                for other in in_flight:
+                    other.cancel()
+                why, usage = not_started
+                raise UsageError(f"{why} (on the executor's workers)" if usage else
+                                 f"adapter {spec.label} could not start on the executor's workers: {why}")
+            started = started or not_started is False
+            done(index, row)
         now = time.perf_counter()
         for future, (index, case_id, _, sent) in list(in_flight.items()):
             if now - sent >= backstop:
@@ -153,25 +165,30 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
                                        "(it was abandoned)", now - sent))
 
 
-def _executor_row(future: cf.Future[Any], case_id: str, opaque: str, latency: float, limits: Limits) -> dict[str, Any]:
-    """The reply an executor returned: JSON text written by qaeval on the executor's side, checked like
-    a socket reply."""
+def _executor_row(future: cf.Future[Any], case_id: str, opaque: str, latency: float,
+                  limits: Limits) -> tuple[dict[str, Any], tuple[str, bool] | bool | None]:
+    """The reply an executor returned (JSON text written by qaeval on the executor's side, checked like a
+    socket reply) as an outputs row, and (why, whether a usage error) when it says the adapter could not
+    start there, else False (None: no reply came back to say either way)."""
     try:
         text = future.result()
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency)
+        return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency), None
     if not isinstance(text, str) or len(text) > limits.frame:
         return output_row(case_id, None, "the executor returned something that is not a reply within the limits",
-                          latency)
+                          latency), None
     try:
         reply = parse(text.encode("utf-8", "surrogatepass"), what="the executor")
     except FrameError as exc:
-        return output_row(case_id, None, str(exc), latency)
+        return output_row(case_id, None, str(exc), latency), None
     if not isinstance(reply, dict) or reply.get("id") != opaque:
-        return output_row(case_id, None, "the executor returned a reply for another case", latency)
-    return reply_row(case_id, reply, latency, limits.logs)
+        return output_row(case_id, None, "the executor returned a reply for another case", latency), None
+    found = reply.get("not_started")
+    not_started = (found["why"], found["usage"]) if (
+        isinstance(found, dict) and isinstance(found.get("why"), str) and isinstance(found.get("usage"), bool)) else False
+    return reply_row(case_id, reply, latency, limits.logs), not_started
 
 
 def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
