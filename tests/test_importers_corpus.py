@@ -232,3 +232,19 @@ print(os.path.getsize({str(tmp_path / 'big.json')!r}), report.pooled, report.imp
     size, pooled, imported, grew_mib = map(int, done.stdout.split())
     assert size > 100_000_000 and (pooled, imported) == (26_000, 10)
     assert grew_mib < 60, f"memory grew by {grew_mib} MiB while pooling {size // 2**20} MiB"
+
+
+@pytest.mark.parametrize("corpus", [False, True])
+def test_a_file_of_another_format_is_refused_saying_what_the_format_expects(tmp_path, corpus):
+    """A new user's pass: squad2 on a HotpotQA file said "imported 0 of 0", and hotpotqa on an indented
+    SQuAD file said its line 1 was not valid JSON. Each names the shape the format expects."""
+    hotpot, squad = write(tmp_path / "hotpot.json", HOTPOT), tmp_path / "squad.json"
+    squad.write_text(json.dumps(SQUAD, indent=2))
+    for fmt, path, expects in (("squad2", hotpot, "one JSON object with a 'data' list"),
+                               ("hotpotqa", squad, "a JSON array of records, or one record per line"),
+                               ("musique", squad, "a JSON array of records, or one record per line")):
+        with pytest.raises(DatasetError) as err:
+            import_file(fmt, path, tmp_path / f"out-{fmt}", corpus=corpus)
+        assert expects in str(err.value) and "0 of 0" not in str(err.value), (fmt, str(err.value))
+    with pytest.raises(DatasetError, match="one JSON object with a 'data' list"):  # an object without articles
+        import_file("squad2", write(tmp_path / "other.json", {"version": "v2.0", "rows": []}), tmp_path / "o3")

@@ -82,7 +82,7 @@ from qaeval.data.formats import (
     wice_rows,
 )
 from qaeval.data.pooling import PassagePool, corpus_case
-from qaeval.data.streams import check_utf8, csv_rows, json_items, records
+from qaeval.data.streams import check_utf8, csv_rows, first_char, json_items, records
 from qaeval.errors import DatasetError, UsageError
 from qaeval.files import write_jsonl
 
@@ -143,17 +143,33 @@ POOLED = {
 }
 
 
+# What a file of each format looks like, said when a file does not (another format's file, most often).
+SHAPES = {
+    "squad2": "a SQuAD 2.0 file is one JSON object with a 'data' list of articles",
+    "hotpotqa": "a hotpotqa file is a JSON array of records, or one record per line (JSON Lines)",
+    "musique": "a musique file is a JSON array of records, or one record per line (JSON Lines)",
+}
+
+
 def _pooled(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | None) -> Iterator[tuple[str, Any]]:
     """Cases of a format with paragraphs, read once: with a pool, every paragraph of every record (kept,
     refused or left by --limit) is pooled first, and each case names its passages by corpus id."""
     array_prefix, cases_of, passages_of = POOLED[fmt]
-    reader = json_items(path, array_prefix) if fmt == "squad2" else records(path, array_prefix=array_prefix)
+    if fmt == "squad2" and (first := first_char(path)) != "{":
+        raise DatasetError(f"not SQuAD 2.0 data: {SHAPES[fmt]}, and this file starts with {first or 'nothing'!r}",
+                           file=str(path))
+    reader = json_items(path, array_prefix) if fmt == "squad2" else records(path, array_prefix=array_prefix,
+                                                                             expects=SHAPES[fmt])
+    read = 0
     for where, record in reader:
+        read += 1
         if pool is not None:
             for title, text in passages_of(record):
                 pool.add(title, text)
         for here, item in cases_of(where, record, prefix, split):
             yield here, item if pool is None or isinstance(item, Refused) else corpus_case(item, pool)
+    if not read:
+        raise DatasetError(f"no {fmt} records in this file: {SHAPES[fmt]}", file=str(path))
 
 
 def _produce(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | None) -> Iterator[tuple[str, Any]]:

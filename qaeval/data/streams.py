@@ -80,7 +80,9 @@ def _ijson_reason(exc: Exception) -> str:
     return str(reason).strip().splitlines()[0] if str(reason).strip() else type(exc).__name__
 
 
-def _first_char(path: Path) -> str:
+def first_char(path: Path) -> str:
+    """The first character of the file that is not whitespace (after a byte-order mark): "[" for a JSON
+    array, "{" for an object or JSON Lines."""
     with _open(path) as f:
         head = f.read(4096).decode("utf-8-sig", errors="replace").lstrip()
     return head[:1]
@@ -99,7 +101,9 @@ def json_items(path: Path, prefix: str = "item") -> Iterator[tuple[str, Any]]:
             raise DatasetError(f"not valid JSON ({_ijson_reason(exc)})", file=str(path)) from None
 
 
-def jsonl_items(path: Path) -> Iterator[tuple[str, Any]]:
+def jsonl_items(path: Path, expects: str = "") -> Iterator[tuple[str, Any]]:
+    """(file:line, record) for each line. ``expects``: what the format's files look like, said when the
+    first line does not parse (a JSON document over several lines is another format)."""
     with _open(path) as f:
         for number, raw in enumerate(f, start=1):
             line = raw.decode("utf-8-sig", errors="strict").strip() if number == 1 else raw.decode("utf-8").strip()
@@ -108,12 +112,13 @@ def jsonl_items(path: Path) -> Iterator[tuple[str, Any]]:
             try:
                 yield f"{path}:{number}", loads_strict(line)
             except ValueError as exc:
-                raise DatasetError(f"line {number} is not valid JSON ({exc})", file=str(path)) from None
+                hint = f"; {expects}" if expects and number == 1 else ""
+                raise DatasetError(f"line {number} is not valid JSON ({exc}){hint}", file=str(path)) from None
 
 
-def records(path: Path, *, array_prefix: str = "item") -> Iterator[tuple[str, Any]]:
-    """JSON array items or JSONL lines, whichever the file holds."""
-    return json_items(path, array_prefix) if _first_char(path) == "[" else jsonl_items(path)
+def records(path: Path, *, array_prefix: str = "item", expects: str = "") -> Iterator[tuple[str, Any]]:
+    """JSON array items or JSONL lines, whichever the file holds (``expects``: see ``jsonl_items``)."""
+    return json_items(path, array_prefix) if first_char(path) == "[" else jsonl_items(path, expects)
 
 
 def csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[str, dict[str, str]]]:
