@@ -519,3 +519,21 @@ def make_pid_teller():
         with open(mark, "a") as handle:
             handle.write(f"{os.getpid()}\n")
     return PidTeller()
+
+
+class Announces:
+    """Writes its pid to the FIFO that QAEVAL_TEST_FIFO names when it is asked a case, then never answers:
+    a test waits on the FIFO (no sleep) to know a worker is inside ``answer``."""
+
+    def answer(self, case):
+        import os
+        import time
+
+        with open(os.environ["QAEVAL_TEST_FIFO"], "w") as fifo:
+            fifo.write(f"{os.getpid()}\n")
+        while True:
+            time.sleep(5)
+
+
+def make_announcer():
+    return Announces()

@@ -173,3 +173,30 @@ def test_a_long_ranking_is_refused_at_once_not_checked_for_duplicates_pair_by_pa
     fields, problems = validate_plain(plain)
     assert fields is None and problems == ["retrieved_ids holds 200001 ids (limit 1000)"]
     assert time.monotonic() - start < 5
+
+
+def test_ctrl_c_ends_a_run_with_exit_130_its_workers_stopped_and_no_record_saved(tmp_path):
+    """The exit-code table's 130: Ctrl-C while workers are inside the adapter."""
+    import signal
+
+    import select
+
+    fifo, record = tmp_path / "announce", tmp_path / "r.json"
+    os.mkfifo(fifo)
+    env = dict(os.environ, QAEVAL_TEST_FIFO=str(fifo),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--adapter",
+                             "plugins:make_announcer", "--concurrency", "1", "--save", str(record), "--quiet"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    announced = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:  # readable once a worker is inside answer() and has written its pid
+        assert select.select([announced], [], [], 120)[0], "no worker reached the adapter"
+        worker = int(os.read(announced, 64).decode().split()[0])
+    finally:
+        os.close(announced)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "qaeval: interrupted" in err and "Traceback" not in err, err
+    assert not record.exists()
+    with pytest.raises(ProcessLookupError):  # the worker was stopped (and reaped) with the run
+        os.kill(worker, 0)
