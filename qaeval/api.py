@@ -27,7 +27,7 @@ from qaeval.system.labelled import load_labelled_set
 from qaeval.data.schema import AXES
 from qaeval.errors import BaselineRefused, UsageError
 from qaeval.export import TrecExport, write_trec
-from qaeval.files import refuse_overwrite, write_atomic, write_jsonl
+from qaeval.files import check_writable, refuse_overwrite, write_atomic, write_jsonl
 from qaeval.record import load_run as _load_run
 from qaeval.record import read_baseline, write_record
 from qaeval.pipeline import evaluate, fewer_collections
@@ -99,9 +99,11 @@ INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "times
 def check_outputs(p: Mapping[str, Any], *, html: str | Path | None = None) -> None:
     """Before anything runs: refuse (UsageError) an output of a command (its parameters ``p``, and the
     ``html`` report the command line adds) that would overwrite one of its inputs, or data in its data
-    folder (``qaeval.files.refuse_overwrite``)."""
+    folder (``qaeval.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
+    is asked for (``qaeval.files.check_writable``)."""
     outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
     refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
+    check_writable(outputs)
 
 
 def _settings(p: Mapping[str, Any]) -> JudgeSettings:

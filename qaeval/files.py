@@ -304,6 +304,32 @@ def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[t
                              f"{OUTPUT_WORDS[kind]} qaeval wrote; write outputs outside the data folder")
 
 
+def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
+    """Raise FileAccessError (exit 74) when an output (parameter, path, kind) cannot be written where it is
+    asked for: a folder in the way, a file where a folder must be, a folder that is not writable. ``None``
+    is skipped; a folder that does not exist yet is made when the output is written. Call it before the
+    command does any work, so a long run is not lost at its end."""
+    for name, given, kind in outputs:
+        if given is None:
+            continue
+        path = os.path.abspath(os.fspath(given))
+        what = f"cannot write the {OUTPUT_WORDS[kind]} ({name})"
+        if os.path.isdir(path):
+            raise FileAccessError(path, f"{what}: a folder is in the way")
+        try:
+            if stat.S_ISCHR(os.stat(path).st_mode) or stat.S_ISFIFO(os.stat(path).st_mode):
+                continue  # written to, never replaced (write_atomic): /dev/null, /dev/stdout
+        except OSError:
+            pass
+        parent = os.path.dirname(path)
+        while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise FileAccessError(path, f"{what}: {parent} is not a folder")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise FileAccessError(path, f"{what}: the folder {parent} is not writable")
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename). A path that is a
     device or a FIFO (``/dev/null``, ``/dev/stdout``) is written to, never replaced."""

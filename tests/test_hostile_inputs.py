@@ -320,3 +320,18 @@ def test_add_case_interactive_reads_the_passages_file_strictly(suite_dir, tmp_pa
         add_case(suite_dir, {}, ask=lambda prompt: next(answers))
     assert str(sources) in str(info.value) and message in str(info.value)
     assert not (suite_dir / "living.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_an_output_that_cannot_be_written_is_exit_74_before_the_system_is_called(golden_copy, tmp_path, capsys, spy,
+                                                                                 where):
+    """A new user's pass: `run --save DIR` with a folder in the way failed with 74 after the whole run."""
+    folder, _ = golden_copy
+    (tmp_path / "blocker").mkdir()
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "blocker" if where == "a folder" else tmp_path / "afile" / "r.json"
+    for flag in ("--save", "--html"):
+        code = main(["run", "--data", str(folder), flag, str(target), "--adapter", "plugins:make_counting", "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 74 and str(target) in err, err
+        assert not spy.exists(), "the system was called"
