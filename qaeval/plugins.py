@@ -33,6 +33,16 @@ def _import_path() -> None:
         sys.path.insert(0, here)
 
 
+def _file_hint(module_name: str, attr: str) -> str:
+    """For a module given as a file's path (``/work/my_rag.py``): how to name it instead."""
+    if not (module_name.endswith(".py") or os.sep in module_name or "/" in module_name):
+        return ""
+    folder, file = os.path.split(module_name)
+    stem = file.removesuffix(".py")
+    where = f" and run from {folder} or set PYTHONPATH={folder}" if folder else ""
+    return f"; name it by its module ({stem}:{attr}){where}"
+
+
 def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     """Import ``module:attribute`` and return the attribute, which must be callable (unless not
     ``want_callable``: a registered ``Metric`` is an object)."""
@@ -45,7 +55,7 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     except QaevalError:
         raise
     except ImportError as exc:
-        raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc})") from None
+        raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc}){_file_hint(module_name, attr)}") from None
     except BaseException as exc:  # a module that fails (or exits) while importing is still the user's to fix
         if isinstance(exc, KeyboardInterrupt):
             raise

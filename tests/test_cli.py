@@ -195,3 +195,12 @@ def test_a_suggestion_is_a_flag_of_the_command_itself(flag, said, capsys):
     err = capsys.readouterr().err
     assert (said in err) if said else ("did you mean" not in err)
     assert "(see `qaeval run --help`)" in err
+
+
+def test_an_adapter_named_by_its_file_says_how_to_name_it(capsys, tmp_path):
+    """A new user's pass: --adapter /path/my_rag.py:make_adapter said only that it could not import it."""
+    script = tmp_path / "my_rag.py"
+    script.write_text("def make_adapter():\n    return None\n")
+    assert main(["run", "--data", str(GOLDEN), "--adapter", f"{script}:make_adapter"]) == 64
+    err = capsys.readouterr().err
+    assert "name it by its module (my_rag:make_adapter)" in err and f"PYTHONPATH={tmp_path}" in err, err
