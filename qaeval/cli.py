@@ -238,7 +238,10 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         return _score(args)
     if args.command == "report":
         result, path = notebook.report(args.record, args.html, show_code=args.show_code)
-        return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, [f"report: {path}"]
+        meta = getattr(result, "meta", None)
+        unguarded = meta is not None and not getattr(meta, "boundary_enforced", True)
+        return (f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0,
+                ["WARNING: isolation none: the boundary was NOT enforced in this run"] * unguarded + [f"report: {path}"])
     if args.command == "compare":
         api.check_outputs({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)

@@ -204,3 +204,14 @@ def test_an_adapter_named_by_its_file_says_how_to_name_it(capsys, tmp_path):
     assert main(["run", "--data", str(GOLDEN), "--adapter", f"{script}:make_adapter"]) == 64
     err = capsys.readouterr().err
     assert "name it by its module (my_rag:make_adapter)" in err and f"PYTHONPATH={tmp_path}" in err, err
+
+
+def test_report_of_a_run_made_with_isolation_none_says_the_boundary_was_not_enforced(capsys, tmp_path):
+    """A new user's pass: `run` and its HTML say so, `report` said nothing."""
+    for isolation, said in (("none", True), ("process", False)):
+        record = tmp_path / f"{isolation}.json"
+        assert main(["run", "--data", str(GOLDEN), "--isolation", isolation, "--save", str(record), "--quiet"]) == 0
+        capsys.readouterr()
+        assert main(["report", str(record), "--html", str(tmp_path / f"{isolation}.html")]) == 0
+        out = "".join(capsys.readouterr())
+        assert ("the boundary was NOT enforced" in out) is said, out
