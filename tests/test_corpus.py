@@ -342,3 +342,19 @@ def test_without_a_cache_the_index_is_temporary(tmp_path):
         assert retriever.path.exists() and retriever.search("Reference 4", 1)[0][0] == "doc-4"
         retriever.close()
         assert not retriever.path.exists()
+
+
+def test_a_bad_corpus_and_bad_cases_are_reported_at_once(tmp_path):
+    """A new user's pass: the cases' problems were found only after the corpus was fixed."""
+    from qaeval.data.cases import load_suite
+
+    write(tmp_path, [{"id": "p1", "text": "The Eastside Branch opened in 1964."}, '{"id": "p2", "text": ""}'])
+    good = {"id": "c1", "question": "When did Eastside open?", "gold_answer": "1964", "gold_source_ids": ["p1"],
+            "expected_behavior": "answer", "difficulty": "single-hop", "split": "frozen"}
+    bad = dict(good, id="c2", questoin="typo")
+    (tmp_path / "cases.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DatasetError) as err:
+        load_suite(tmp_path)
+    text = str(err.value)
+    assert "corpus.jsonl:2" in text and "cases.jsonl:2" in text and "unknown field 'questoin'" in text, text
+    assert "cases.jsonl:1" not in text  # a gold id the broken corpus may hold is not called missing

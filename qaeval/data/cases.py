@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from qaeval.data.corpus import CORPUS_FILE, Corpus, load_corpus
 from qaeval.errors import DatasetError, FileAccessError, Problem
@@ -326,7 +326,10 @@ def load_suite(data_dir: str | Path) -> Suite:
     files = case_files(root)
     if not files:
         raise DatasetError([Problem(str(root), None, "no *.jsonl files directly inside this folder")])
-    corpus = load_corpus(root)
+    try:
+        corpus = load_corpus(root)
+    except DatasetError as exc:  # the cases are checked as well, so every problem is reported at once
+        raise DatasetError(exc.problems + _problems_beside_a_broken_corpus(files, root)) from None
     entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
     try:  # streamed: each line is validated and built as it is read, no file is held whole
         suite = build_suite(entries, str(root), corpus=corpus)
@@ -341,6 +344,25 @@ def load_suite(data_dir: str | Path) -> Suite:
             corpus.close()
         raise DatasetError(problems)
     return suite
+
+
+class _AnyId:
+    """Stands in for a corpus that did not load: every id is taken to be in it (whether one is cannot be
+    known, and the corpus's own problems are reported)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def _problems_beside_a_broken_corpus(files: list[Path], root: Path) -> list[Problem]:
+    """The problems of the case files when their folder's corpus did not load."""
+    problems: list[Problem] = []
+    entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
+    try:
+        build_suite(entries, str(root), corpus=cast(Corpus, _AnyId()))
+    except DatasetError as exc:
+        problems += [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message)]
+    return sorted(problems, key=lambda p: (p.file, p.line or 0))
 
 
 def suite_from_raw(raws: Iterable[Mapping[str, Any]], root: str, *, file: str,
