@@ -143,36 +143,36 @@ def _scoring_commands(sub: Any) -> None:
 def _record_commands(sub: Any) -> None:
     """The commands that read saved run records and call nothing."""
     p = sub.add_parser("report", help="render a saved run record to HTML, calling nothing")
-    p.add_argument("record", metavar="RECORD")
-    p.add_argument("--html", metavar="PATH", required=True)
-    p.add_argument("--show-code", action="store_true")
+    p.add_argument("record", metavar="RECORD", help="a record qaeval saved (--save)")
+    p.add_argument("--html", metavar="PATH", required=True, help="where to write the self-contained HTML report")
+    p.add_argument("--show-code", action="store_true", help="keep code cells in the HTML report")
 
     p = sub.add_parser("compare", help="two run records side by side: metric deltas and every changed case")
-    p.add_argument("before", metavar="BEFORE")
-    p.add_argument("after", metavar="AFTER")
-    p.add_argument("--html", metavar="PATH")
+    p.add_argument("before", metavar="BEFORE", help="the earlier run record")
+    p.add_argument("after", metavar="AFTER", help="the later run record")
+    p.add_argument("--html", metavar="PATH", help="render the comparison to a self-contained HTML report")
 
     p = sub.add_parser("runs", help="every saved run record under a folder as a table (and an index page)")
-    p.add_argument("folder", metavar="DIR")
+    p.add_argument("folder", metavar="DIR", help="the folder to search for run records (subfolders too)")
     p.add_argument("--html", metavar="PATH", help="an index page: a row per run linking its report, each metric "
                    "over time")
 
     p = sub.add_parser("label", help="the labelling round trip through a spreadsheet")
     lsub = p.add_subparsers(dest="label_command", required=True, parser_class=_Parser)
     e = lsub.add_parser("export", help="write a CSV sheet for annotators from a run record")
-    e.add_argument("record", metavar="RECORD")
-    e.add_argument("--out", required=True, metavar="SHEET.csv")
+    e.add_argument("record", metavar="RECORD", help="the run record to label")
+    e.add_argument("--out", required=True, metavar="SHEET.csv", help="where to write the sheet")
     e.add_argument("--sample", type=int, metavar="N", help="only N answered cases, drawn at random")
-    e.add_argument("--seed", type=int, default=0, metavar="S")
+    e.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of --sample's draw (default: 0)")
     i = lsub.add_parser("import", help="check a filled sheet against its run and write labels (JSONL)")
-    i.add_argument("sheet", metavar="SHEET.csv")
+    i.add_argument("sheet", metavar="SHEET.csv", help="the filled label sheet")
     i.add_argument("--record", required=True, metavar="RECORD", help="the run the labels are for")
-    i.add_argument("--out", required=True, metavar="LABELS.jsonl")
+    i.add_argument("--out", required=True, metavar="LABELS.jsonl", help="where to write the labels")
 
     p = sub.add_parser("export", help="write a run record's retrieval in another tool's format")
     esub = p.add_subparsers(dest="export_format", required=True, parser_class=_Parser)
     e = esub.add_parser("trec", help="run.trec and qrels.trec, for trec_eval, ir-measures and ranx")
-    e.add_argument("record", metavar="RECORD")
+    e.add_argument("record", metavar="RECORD", help="the run record whose retrieval to write")
     e.add_argument("--out", required=True, metavar="DIR", help="the folder to write into (created if needed)")
 
 
@@ -181,12 +181,14 @@ def _data_commands(sub: Any) -> None:
     from qaeval.data import importers
 
     p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
-    p.add_argument("format", choices=importers.FORMATS)
-    p.add_argument("input", metavar="IN")
-    p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--limit", type=int, metavar="N")
+    p.add_argument("format", choices=importers.FORMATS, help="the dataset's format")
+    p.add_argument("input", metavar="IN", help="the dataset's file (JSON, JSON Lines, CSV or TSV, as the format has it)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the folder to write into, created if needed (DIR/<prefix>.jsonl)")
+    p.add_argument("--limit", type=int, metavar="N", help="keep the first N records imported (default: all)")
     p.add_argument("--seed", type=int, metavar="S", help="with --limit: a random sample (else the first N)")
-    p.add_argument("--split", choices=("frozen", "living"), default="frozen")
+    p.add_argument("--split", choices=("frozen", "living"), default="frozen",
+                   help="the split the cases belong to (default: frozen)")
     p.add_argument("--prefix", metavar="TEXT", help="prefix for the case ids (default: the format's name)")
     p.add_argument("--labelled", action="store_true",
                    help="(wice, expertqa, ares) write a labelled set for calibrate --labelled instead of cases")
@@ -195,8 +197,8 @@ def _data_commands(sub: Any) -> None:
                         "the cases name their gold passages by corpus id and carry no sources")
 
     p = sub.add_parser("add-case", help="turn one production miss into a living-split regression case")
-    p.add_argument("--data", required=True, metavar="DIR")
-    p.add_argument("--from", dest="miss", metavar="MISS.json")
+    p.add_argument("--data", required=True, metavar="DIR", help="the data folder to add the case to")
+    p.add_argument("--from", dest="miss", metavar="MISS.json", help="the production miss, as a JSON file")
     p.add_argument("--interactive", action="store_true", help="ask for the fields the miss file does not give")
 
 

@@ -215,3 +215,20 @@ def test_report_of_a_run_made_with_isolation_none_says_the_boundary_was_not_enfo
         assert main(["report", str(record), "--html", str(tmp_path / f"{isolation}.html")]) == 0
         out = "".join(capsys.readouterr())
         assert ("the boundary was NOT enforced" in out) is said, out
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    """A new user's pass: `qaeval import --help` gave no help for IN, --out, --limit, --split or --prefix."""
+    import argparse
+
+    from qaeval.cli import build_parser
+
+    def bare(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from bare(sub, f"{path} {name}")
+            elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) and not action.help:
+                yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+    assert list(bare(build_parser(), "qaeval")) == []
