@@ -232,3 +232,16 @@ def test_every_argument_of_every_command_says_what_it_is():
                 yield f"{path} {'/'.join(action.option_strings) or action.dest}"
 
     assert list(bare(build_parser(), "qaeval")) == []
+
+
+def test_run_names_its_first_failing_cases_and_why(capsys):
+    """A new user's pass: `run` printed only counts ("adapter errors: 4"); the reasons were in the record."""
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_raises_on_one", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    failing = [line for line in out.splitlines() if line.startswith("  ") and ": " in line]
+    assert failing[0] == "  single-0002: adapter error: adapter raised RuntimeError: backend down for this one"
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "qaeval.system.saboteur:make_adapter", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = [line for line in lines if line.startswith("  ") and ": " in line]
+    assert len(shown) == 5 and all(len(line) <= 2 + 60 + 162 for line in shown)
+    assert "  ... and 10 more (qaeval report, or .failing_cases())" in lines

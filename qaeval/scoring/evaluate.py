@@ -215,11 +215,24 @@ class RunResult(Result):
             "",
             f"TIER 1: {self.verdict}   cases passing: {passed}/{len(self.per_case)}   "
             f"adapter errors: {self.adapter_errors}",
+            *self._failing_lines(),
             f"judge calls: {usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors), "
             f"tokens spent: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         ]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    SHOWN_FAILING = 5
+
+    def _failing_lines(self) -> list[str]:
+        """The first failing cases and why, for the terminal (the rest are in the record and the report)."""
+        failing = self.per_case.loc[~self.per_case["case_passed"].astype(bool)]
+        lines = [f"  {cid}: {text if len(text := reasons_text(reasons)) <= 160 else text[:157] + '...'}"
+                 for cid, reasons in zip(failing["case_id"].tolist()[:self.SHOWN_FAILING],
+                                         failing["fail_reasons"].tolist()[:self.SHOWN_FAILING])]
+        if len(failing) > self.SHOWN_FAILING:
+            lines.append(f"  ... and {len(failing) - self.SHOWN_FAILING} more (qaeval report, or .failing_cases())")
+        return lines
 
     def with_labels(self, labels: pd.DataFrame | None) -> RunResult:
         """This run with prediction-powered estimates from human labels on its scoreboard."""
