@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "golden"
+# The public datasets (never part of a clone): ../shared/data beside the project, or the folder
+# QAEVAL_SHARED_DATA names. Tests that need one skip without it, saying which.
+SHARED_DATA = Path(os.environ.get("QAEVAL_SHARED_DATA") or ROOT.parent / "shared" / "data")
 LABELS = GOLDEN / "calibration" / "human_labels.jsonl"
 sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and hooks for tests
 
@@ -17,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and
 @pytest.fixture(autouse=True, scope="session")
 def _cache_key_in_a_temporary_folder(tmp_path_factory):
     """The judge cache's signing key goes to a temporary folder, never the user's ~/.local/state."""
-    import os
 
     if "QAEVAL_CACHE_KEY" not in os.environ:
         os.environ["QAEVAL_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")

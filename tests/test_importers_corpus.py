@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, make_case
+from conftest import ROOT, SHARED_DATA, make_case
 from test_growing import MUSIQUE  # the same small MuSiQue file as the plain importer's tests
 
 from qaeval import DatasetError, UsageError, load_suite
@@ -20,7 +20,7 @@ from qaeval.data import pooling
 from qaeval.data.corpus import Corpus
 from qaeval.data.importers import import_file
 
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = SHARED_DATA
 
 SQUAD = {"version": "v2.0", "data": [{"title": "Harbor", "paragraphs": [
     {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": [

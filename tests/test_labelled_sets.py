@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, LABELS, ROOT
+from conftest import GOLDEN, LABELS, ROOT, SHARED_DATA
 
 from qaeval import api
 from qaeval.cli import main
@@ -17,7 +17,7 @@ from qaeval.verdicts.calibration import CalibrationResult
 
 CONSTANT = "constant_judge:make_judge"  # tests/constant_judge.py: always 2
 EXAMPLE = ROOT / "examples" / "labelled-set.jsonl"
-EXPERTQA = ROOT.parent / "shared" / "data" / "expertqa-rand-val.jsonl"
+EXPERTQA = SHARED_DATA / "expertqa-rand-val.jsonl"
 
 ARES_HUMAN_HEADER = ["Reaction", "Sources", "Question", "Document", "Answer", "Context_Relevance_Label",
                      "Answer_Faithfulness_Label", "Answer_Relevance_Label"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT
+from conftest import SHARED_DATA
 
 from qaeval import DatasetError, api
 
-DATA = ROOT.parent / "shared" / "data"
-ABSENT = f"real data absent: {DATA} is not part of a clone"
+DATA = SHARED_DATA
+ABSENT = f"real data absent: {DATA} is not part of a clone (set QAEVAL_SHARED_DATA to its folder)"
 
 
 def present(name: str):
