@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and
 @pytest.fixture(autouse=True, scope="session")
 def _cache_key_in_a_temporary_folder(tmp_path_factory):
     """The judge cache's signing key goes to a temporary folder, never the user's ~/.local/state."""
-
     if "QAEVAL_CACHE_KEY" not in os.environ:
         os.environ["QAEVAL_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
 
