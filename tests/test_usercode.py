@@ -221,7 +221,25 @@ def _patched_offline_judges(tmp_path):
     class Sub(OfflineJudge):
         pass
 
-    return marker, {"a method set on the instance": wrapped, "a config subclass": relabelled, "a subclass": Sub()}
+    def loud_label():
+        marker.write_text(str(os.getpid()))
+        return "offline:token-overlap"
+
+    shadowed = OfflineJudge()  # a label set on the (frozen) config instance itself
+    object.__setattr__(shadowed.config, "label", loud_label)
+
+    class Hiding(dict):  # an instance dict whose keys hide the method set in it
+        def __iter__(self):
+            return iter(["config"])
+
+        def keys(self):
+            return ["config"]
+
+    hidden = OfflineJudge()
+    hidden.__dict__ = Hiding(config=hidden.config, judge=spy)
+
+    return marker, {"a method set on the instance": wrapped, "a config subclass": relabelled, "a subclass": Sub(),
+                    "a label set on the config": shadowed, "an instance dict that hides a key": hidden}
 
 
 def test_a_built_in_judge_object_its_user_changed_runs_in_its_own_process(tmp_path):
@@ -239,19 +257,23 @@ def test_a_built_in_judge_object_its_user_changed_runs_in_its_own_process(tmp_pa
     assert run.verdicts["error"].isna().all()
 
 
-def test_the_built_in_judge_objects_as_qaeval_makes_them_stay_in_this_process(tmp_path):
+def test_the_offline_judge_object_as_qaeval_makes_it_stays_here_and_an_openai_judge_object_does_not(tmp_path):
+    """An OpenAIJudge object's client and cache are objects whose insides cannot be vouched for (their
+    methods or hooks can be patched), so it is user code like any judge object; named, it is built here."""
     from qaeval.judges import offline, openai
     from qaeval.judges.fake_server import FakeJudgeServer
 
-    assert usercode.make_judge(offline.make_judge(), settings=JudgeSettings(), isolation="process", timeout=30,
-                               startup=30, data_dir=None).__class__ is offline.OfflineJudge
+    judge = offline.make_judge()
+    made = usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
+                               data_dir=None)
+    assert made is judge
     pytest.importorskip("openai")
     with FakeJudgeServer() as server:
-        judge = openai.OpenAIJudge(model="m", base_url=server.url)
-        assert usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
-                                   data_dir=None) is judge
-        judge.cache = object()  # anything its user set on it is user code
-        assert not usercode._builtin_judge(judge)
-        patched = openai.OpenAIJudge(model="m", base_url=server.url)
-        patched.judge = lambda requests: []
-        assert not usercode._builtin_judge(patched)
+        settings = JudgeSettings(model="m", base_url=server.url, cache=False)
+        assert not usercode._builtin_judge(openai.OpenAIJudge(model="m", base_url=server.url))
+        with pytest.raises(UsageError, match="cannot be shipped to its own process"):
+            usercode.make_judge(openai.OpenAIJudge(model="m", base_url=server.url), settings=settings,
+                                isolation="process", timeout=30, startup=30, data_dir=None)
+        named = usercode.make_judge("qaeval.judges.openai:make_judge", settings=settings, isolation="process",
+                                    timeout=30, startup=30, data_dir=None)
+        assert type(named) is openai.OpenAIJudge

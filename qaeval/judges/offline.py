@@ -93,7 +93,9 @@ class OfflineJudge:
 def made_by_qaeval(judge: object) -> bool:
     """Whether ``judge`` is this judge exactly as qaeval makes it: not a subclass, nothing set on the
     instance but its config, and that config plain (``plain_config``). Any other is its user's code."""
-    return type(judge) is OfflineJudge and set(vars(judge)) == {"config"} and plain_config(vars(judge)["config"])
+    if type(judge) is not OfflineJudge or type(vars(judge)) is not dict:  # a dict subclass could hide a key
+        return False
+    return set(vars(judge)) == {"config"} and plain_config(vars(judge)["config"])
 
 
 def grades_in_a_copy(judge: object) -> bool:

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 from qaeval.errors import UsageError, install_extra
 from qaeval.judges.cache import VerdictCache, cache_key
 from qaeval.plugins import progress_bar
-from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings, plain_config
+from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
 from qaeval.scoring.rubric import RUBRIC_VERSION, parse_verdict_json, verdict_json_schema
 
 VERDICT_SCHEMA = verdict_json_schema()
@@ -159,32 +159,6 @@ class OpenAIJudge:
         if self.cache is not None:
             self.cache.put(self._key(req), reply, pt, ct, self.config.model)
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
-
-
-_LOCK = type(threading.Lock())
-# What OpenAIJudge.__init__ sets, each with the test its value passes when qaeval set it.
-_MADE: dict[str, Any] = {
-    "_openai": lambda v: v is _sdk(), "_client": lambda v: type(v) is _sdk().OpenAI, "config": plain_config,
-    "concurrency": lambda v: type(v) is int, "cache": lambda v: v is None or type(v) is VerdictCache,
-    "show_progress": lambda v: v is None or type(v) is bool, "_structured": lambda v: type(v) is bool,
-    "_lock": lambda v: type(v) is _LOCK, "calls_made": lambda v: type(v) is int,
-}
-
-
-def _sdk() -> Any:
-    import openai
-
-    return openai
-
-
-def made_by_qaeval(judge: object) -> bool:
-    """Whether ``judge`` is an ``OpenAIJudge`` exactly as qaeval makes it: not a subclass, and nothing on
-    the instance but what its ``__init__`` set, each of the type it set (a method, client or cache its user
-    put there would run in the harness). Any other is its user's code."""
-    if type(judge) is not OpenAIJudge:
-        return False
-    state = vars(judge)
-    return set(state) == set(_MADE) and all(ok(state[name]) for name, ok in _MADE.items())
 
 
 def make_judge(settings: JudgeSettings | None = None) -> OpenAIJudge:

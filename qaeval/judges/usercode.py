@@ -68,15 +68,17 @@ MAX_LOST = 2
 
 
 def _builtin_judge(judge: Any) -> bool:
-    """The two judges qaeval ships, named, as their own factories, or as objects exactly as qaeval makes
-    them (not a subclass, not an instance its user set a method, client or config on)."""
+    """The two judges qaeval ships, named or as their own factories, and an offline judge's object exactly
+    as qaeval makes it (``offline.made_by_qaeval``: all of it can be checked). Any other object is its
+    user's code, an ``OpenAIJudge`` object too: its client and cache are objects whose insides the harness
+    cannot vouch for (name it, ``qaeval.judges.openai:make_judge``, with its settings)."""
     from qaeval.judges import offline, openai
 
     if isinstance(judge, str):
         return judge in BUILTIN_JUDGES
     if judge is offline.make_judge or judge is openai.make_judge:
         return True
-    return offline.made_by_qaeval(judge) or openai.made_by_qaeval(judge)
+    return offline.made_by_qaeval(judge)
 
 
 def spec_of(obj: Any, *, what: str) -> dict[str, str]:

@@ -75,10 +75,13 @@ class JudgeConfig:
 
 
 def plain_config(config: object) -> bool:
-    """Whether a judge's config is a ``JudgeConfig`` as qaeval makes it: not a subclass (whose ``label``
-    would be user code), every field a plain value."""
-    return type(config) is JudgeConfig and all(
-        type(getattr(config, f.name)) in (str, int, float, bool, type(None)) for f in fields(JudgeConfig))
+    """Whether a judge's config is a ``JudgeConfig`` as qaeval makes it: not a subclass, nothing on the
+    instance but its fields (a ``label`` set there would be user code), every field a plain value."""
+    if type(config) is not JudgeConfig or type(vars(config)) is not dict:
+        return False
+    state = vars(config)
+    return set(state) == {f.name for f in fields(JudgeConfig)} and all(
+        type(value) in (str, int, float, bool, type(None)) for value in state.values())
 
 
 @dataclass(frozen=True)
