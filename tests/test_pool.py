@@ -420,3 +420,54 @@ def test_overlapping_runs_and_a_collector_turned_off_keep_the_callers_settings()
         assert gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*before)
+
+
+class _ScriptedExecutor:
+    """An executor whose first call comes back first, saying the adapter could not start there, and whose
+    other calls answer (each once the first has been read): an adapter that failed to start on one of the
+    executor's workers while it started on another. Nothing runs; the order is fixed."""
+
+    def __init__(self) -> None:
+        import concurrent.futures as cf
+
+        self.cf, self.waiting, self.calls = cf, [], 0
+
+    def reply(self, payload, *, started: bool) -> str:
+        from qaeval.system.contract import SUTOutput, output_to_plain
+
+        if not started:
+            return json.dumps({"id": payload[0], "error": "adapter could not start: RuntimeError: no GPU here",
+                               "not_started": {"why": "RuntimeError: no GPU here", "usage": False}})
+        output = output_to_plain(SUTOutput(abstained=True, model_was_called=False))
+        return json.dumps({"id": payload[0], "output": output, "logs": ""})
+
+    def submit(self, fn, spec_json, payload, *args):
+        self.calls += 1
+        future = self.cf.Future()
+        if self.calls == 1:
+            executor = self
+
+            class First(self.cf.Future):
+                def result(self, timeout=None):
+                    for waiting, their_payload in executor.waiting:  # read: the others come back now
+                        if not waiting.done():
+                            waiting.set_result(executor.reply(their_payload, started=True))
+                    return super().result(timeout)
+
+            future = First()
+            future.set_result(self.reply(payload, started=False))
+        elif self.waiting or self.calls == 2:
+            self.waiting.append((future, payload))
+            if self.calls > 2 and self.waiting[0][0].done():
+                future.set_result(self.reply(payload, started=True))
+        return future
+
+
+def test_an_adapter_that_fails_to_start_on_one_executor_worker_but_starts_on_another_is_not_refused():
+    """A review: the first reply said "could not start" and the run was refused, while another worker had
+    started it. The calls in flight are waited for first; only when none of them started is it refused."""
+    suite = load_suite(GOLDEN)
+    frame = run_suite(suite, "qaeval.system.reference:make_adapter", executor=_ScriptedExecutor(), concurrency=2)
+    errors = frame["error"].tolist()
+    assert errors[0] == "adapter could not start: RuntimeError: no GPU here"
+    assert all(e is None for e in errors[1:]) and frame["abstained"].tolist()[1:] == [True] * (len(suite) - 1)

@@ -123,9 +123,13 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
     # The executor side stops a case at its own deadline; this one only catches a lost executor worker.
     backstop = limits.timeout + limits.startup + 5.0
     exhausted = False
-    started = False  # whether the adapter has answered a case yet: until it has, one that cannot start is refused
+    started = False  # whether the adapter has answered a case yet (in any of the executor's workers)
+    # An adapter that could not start, before any has answered: nothing more is handed out until the calls
+    # in flight are back. One of them answering shows a worker that started (this one only failed its
+    # case); none doing so refuses the run, as local workers do when none ever starts.
+    doubt: tuple[str, bool] | None = None
     while True:
-        while not exhausted and len(in_flight) < concurrency:
+        while not exhausted and doubt is None and len(in_flight) < concurrency:
             item = next(pending, None)
             if item is None:
                 exhausted = True
@@ -140,6 +144,10 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
                 continue
             in_flight[future] = (index, case.id, payload[0], time.perf_counter())
         if not in_flight:
+            if doubt is not None:
+                why, usage = doubt
+                raise UsageError(f"{why} (on the executor's workers)" if usage else
+                                 f"adapter {spec.label} could not start on the executor's workers: {why}")
             return
         now = time.perf_counter()
         first_deadline = min(t for *_, t in in_flight.values()) + backstop
@@ -148,13 +156,10 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
         for future in finished:
             index, case_id, opaque, sent = in_flight.pop(future)
             row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits)
-            if not_started and not started:  # as with local workers: refused, naming the adapter and why
-                for other in in_flight:
-                    other.cancel()
-                why, usage = not_started
-                raise UsageError(f"{why} (on the executor's workers)" if usage else
-                                 f"adapter {spec.label} could not start on the executor's workers: {why}")
-            started = started or not_started is False
+            if not_started and not started:
+                doubt = doubt or not_started
+            elif not_started is False:
+                started, doubt = True, None
             done(index, row)
         now = time.perf_counter()
         for future, (index, case_id, _, sent) in list(in_flight.items()):
