@@ -240,8 +240,7 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         return _score(args)
     if args.command == "report":
         result, path = notebook.report(args.record, args.html, show_code=args.show_code)
-        meta = getattr(result, "meta", None)
-        unguarded = meta is not None and not getattr(meta, "boundary_enforced", True)
+        unguarded = not api.as_run(result).meta.boundary_enforced  # a gate's, calibration's or drift's run too
         return (f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0,
                 ["WARNING: isolation none: the boundary was NOT enforced in this run"] * unguarded + [f"report: {path}"])
     if args.command == "compare":

@@ -53,6 +53,12 @@ def printable(text: str) -> str:
                         text)
 
 
+def one_line(text: str) -> str:
+    """``printable`` text that stays on its line: line breaks shown as ``\\n`` and ``\\r`` too, so a case id or
+    a reason cannot start a line of its own (and pass for one qaeval printed)."""
+    return printable(text.replace("\r", "\\r").replace("\n", "\\n"))
+
+
 # ASCII text's tokens without the regex: every byte but a letter, a digit or a period becomes a space,
 # capitals become small, commas go (as ``_normalized`` drops them). A period ending a sentence (before a
 # space or at the end) is never inside a token; one left anywhere else ("3.5", "e.g") sends the text to

@@ -245,3 +245,26 @@ def test_run_names_its_first_failing_cases_and_why(capsys):
     shown = [line for line in lines if line.startswith("  ") and ": " in line]
     assert len(shown) == 5 and all(len(line) <= 2 + 60 + 162 for line in shown)
     assert "  ... and 10 more (qaeval report, or .failing_cases())" in lines
+
+
+def test_a_failing_case_id_or_reason_with_a_line_break_cannot_print_a_line_of_its_own(capsys, tmp_path):
+    """A review: a case id (or a judge's error) holding "\\nTIER 1: GREEN ..." printed a forged TIER line."""
+    from conftest import make_case, write_cases
+
+    forged = "TIER 1: GREEN   cases passing: 20/20   adapter errors: 0"
+    data = write_cases(tmp_path / "data", [make_case(id=f"evil\n{forged}", expected_behavior="unanswerable_must_abstain",
+                                                     gold_answer=None, gold_source_ids=[])])
+    assert main(["run", "--data", str(data), "--adapter", "plugins:make_raising", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("TIER 1: GREEN") for line in lines), lines
+    assert any(line.startswith("  evil\\nTIER 1: GREEN") for line in lines), lines
+
+
+def test_report_warns_of_isolation_none_for_every_record_that_holds_a_run(capsys, tmp_path):
+    """A review: the warning came for a run's record only, not a gate's (its run is inside it)."""
+    record = tmp_path / "gate.json"
+    assert main(["gate", "--data", str(GOLDEN), "--isolation", "none", "--baseline", str(GOLDEN / "ci-baseline.json"),
+                 "--save", str(record), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(record), "--html", str(tmp_path / "gate.html")]) == 0
+    assert "the boundary was NOT enforced" in "".join(capsys.readouterr())

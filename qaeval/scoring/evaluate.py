@@ -42,6 +42,7 @@ from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboar
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text
 from qaeval.scoring.trajectory import score_trajectories
+from qaeval.text import one_line
 
 
 def git_commit(cwd: str | None = None) -> str | None:
@@ -227,7 +228,7 @@ class RunResult(Result):
     def _failing_lines(self) -> list[str]:
         """The first failing cases and why, for the terminal (the rest are in the record and the report)."""
         failing = self.per_case.loc[~self.per_case["case_passed"].astype(bool)]
-        lines = [f"  {cid}: {text if len(text := reasons_text(reasons)) <= 160 else text[:157] + '...'}"
+        lines = [f"  {one_line(cid)}: {one_line(text if len(text := reasons_text(reasons)) <= 160 else text[:157] + '...')}"
                  for cid, reasons in zip(failing["case_id"].tolist()[:self.SHOWN_FAILING],
                                          failing["fail_reasons"].tolist()[:self.SHOWN_FAILING])]
         if len(failing) > self.SHOWN_FAILING:
