@@ -310,7 +310,7 @@ def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
     is skipped; a folder that does not exist yet is made when the output is written. Call it before the
     command does any work, so a long run is not lost at its end."""
     for name, given, kind in outputs:
-        if given is None:
+        if given is None or not os.fspath(given):  # an empty path is the parameter check's to refuse
             continue
         path = os.path.abspath(os.fspath(given))
         what = f"cannot write the {OUTPUT_WORDS[kind]} ({name})"

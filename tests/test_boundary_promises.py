@@ -192,10 +192,13 @@ def test_ctrl_c_ends_a_run_with_exit_130_its_workers_stopped_and_no_record_saved
     try:  # readable once a worker is inside answer() and has written its pid
         assert select.select([announced], [], [], 120)[0], "no worker reached the adapter"
         worker = int(os.read(announced, 64).decode().split()[0])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
     finally:
         os.close(announced)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+        if proc.poll() is None:  # the test failed: leave no run behind
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130 and "qaeval: interrupted" in err and "Traceback" not in err, err
     assert not record.exists()
     with pytest.raises(ProcessLookupError):  # the worker was stopped (and reaped) with the run

@@ -172,7 +172,8 @@ def test_usage_errors_come_before_anything_is_read(tmp_path):
         import_file("ares", tmp_path / "missing.tsv", tmp_path / "out", corpus=True)
 
 
-@pytest.mark.skipif(not (SHARED / "squad2-small.json").exists(), reason="../shared/data/squad2-small.json not present")
+@pytest.mark.skipif(not (SHARED / "squad2-small.json").exists(),
+                    reason=f"{SHARED / 'squad2-small.json'} not present (set QAEVAL_SHARED_DATA to its folder)")
 def test_the_shared_squad2_excerpt_imports_with_a_corpus(tmp_path):
     source = SHARED / "squad2-small.json"
     distinct = {p["context"] for a in json.loads(source.read_text())["data"] for p in a["paragraphs"]}
@@ -248,3 +249,10 @@ def test_a_file_of_another_format_is_refused_saying_what_the_format_expects(tmp_
         assert expects in str(err.value) and "0 of 0" not in str(err.value), (fmt, str(err.value))
     with pytest.raises(DatasetError, match="one JSON object with a 'data' list"):  # an object without articles
         import_file("squad2", write(tmp_path / "other.json", {"version": "v2.0", "rows": []}), tmp_path / "o3")
+
+
+def test_the_format_hint_comes_on_the_first_line_with_text(tmp_path):
+    squad = tmp_path / "squad.json"
+    squad.write_text("\n\n" + json.dumps(SQUAD, indent=2))
+    with pytest.raises(DatasetError, match="line 3 is not valid JSON .*a hotpotqa file is a JSON array"):
+        import_file("hotpotqa", squad, tmp_path / "out")

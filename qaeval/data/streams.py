@@ -105,6 +105,7 @@ def jsonl_items(path: Path, expects: str = "") -> Iterator[tuple[str, Any]]:
     """(file:line, record) for each line. ``expects``: what the format's files look like, said when the
     first line does not parse (a JSON document over several lines is another format)."""
     with _open(path) as f:
+        first = True  # the first line with text: a document over several lines fails there
         for number, raw in enumerate(f, start=1):
             line = raw.decode("utf-8-sig", errors="strict").strip() if number == 1 else raw.decode("utf-8").strip()
             if not line:
@@ -112,8 +113,9 @@ def jsonl_items(path: Path, expects: str = "") -> Iterator[tuple[str, Any]]:
             try:
                 yield f"{path}:{number}", loads_strict(line)
             except ValueError as exc:
-                hint = f"; {expects}" if expects and number == 1 else ""
+                hint = f"; {expects}" if expects and first else ""
                 raise DatasetError(f"line {number} is not valid JSON ({exc}){hint}", file=str(path)) from None
+            first = False
 
 
 def records(path: Path, *, array_prefix: str = "item", expects: str = "") -> Iterator[tuple[str, Any]]:
