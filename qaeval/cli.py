@@ -182,7 +182,8 @@ def _data_commands(sub: Any) -> None:
 
     p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
     p.add_argument("format", choices=importers.FORMATS, help="the dataset's format")
-    p.add_argument("input", metavar="IN", help="the dataset's file (JSON, JSON Lines, CSV or TSV, as the format has it)")
+    p.add_argument("input", metavar="IN",
+                   help="the dataset's file (JSON, JSON Lines, CSV or TSV, as the format has it)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the folder to write into, created if needed (DIR/<prefix>.jsonl)")
     p.add_argument("--limit", type=int, metavar="N", help="keep the first N records imported (default: all)")
@@ -240,9 +241,10 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         return _score(args)
     if args.command == "report":
         result, path = notebook.report(args.record, args.html, show_code=args.show_code)
-        unguarded = not api.as_run(result).meta.boundary_enforced  # a gate's, calibration's or drift's run too
-        return (f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0,
-                ["WARNING: isolation none: the boundary was NOT enforced in this run"] * unguarded + [f"report: {path}"])
+        notes = [f"report: {path}"]
+        if not api.as_run(result).meta.boundary_enforced:  # a gate's, calibration's or drift's run too
+            notes.insert(0, "WARNING: isolation none: the boundary was NOT enforced in this run")
+        return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, notes
     if args.command == "compare":
         api.check_outputs({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)

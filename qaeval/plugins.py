@@ -55,7 +55,8 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     except QaevalError:
         raise
     except ImportError as exc:
-        raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc}){_file_hint(module_name, attr)}") from None
+        hint = _file_hint(module_name, attr)
+        raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc}){hint}") from None
     except BaseException as exc:  # a module that fails (or exits) while importing is still the user's to fix
         if isinstance(exc, KeyboardInterrupt):
             raise

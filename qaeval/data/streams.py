@@ -103,7 +103,7 @@ def json_items(path: Path, prefix: str = "item") -> Iterator[tuple[str, Any]]:
 
 def jsonl_items(path: Path, expects: str = "") -> Iterator[tuple[str, Any]]:
     """(file:line, record) for each line. ``expects``: what the format's files look like, said when the
-    first line does not parse (a JSON document over several lines is another format)."""
+    first line with text does not parse (a JSON document over several lines is another format)."""
     with _open(path) as f:
         first = True  # the first line with text: a document over several lines fails there
         for number, raw in enumerate(f, start=1):

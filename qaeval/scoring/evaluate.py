@@ -228,9 +228,10 @@ class RunResult(Result):
     def _failing_lines(self) -> list[str]:
         """The first failing cases and why, for the terminal (the rest are in the record and the report)."""
         failing = self.per_case.loc[~self.per_case["case_passed"].astype(bool)]
-        lines = [f"  {one_line(cid)}: {one_line(text if len(text := reasons_text(reasons)) <= 160 else text[:157] + '...')}"
-                 for cid, reasons in zip(failing["case_id"].tolist()[:self.SHOWN_FAILING],
-                                         failing["fail_reasons"].tolist()[:self.SHOWN_FAILING])]
+        first = failing.head(self.SHOWN_FAILING)
+        whys = [reasons_text(reasons) for reasons in first["fail_reasons"].tolist()]
+        lines = [f"  {one_line(cid)}: {one_line(why if len(why) <= 160 else why[:157] + '...')}"
+                 for cid, why in zip(first["case_id"].tolist(), whys)]
         if len(failing) > self.SHOWN_FAILING:
             lines.append(f"  ... and {len(failing) - self.SHOWN_FAILING} more (qaeval report, or .failing_cases())")
         return lines

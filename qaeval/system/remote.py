@@ -22,6 +22,7 @@ from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_ro
 from qaeval.system.contract import make_payload, output_row
 from qaeval.system.process import FrameError, UserProcess, exit_reason, parse
 
+
 class RemoteWorkers:
     """Adapter worker processes kept by one executor process (a Dask worker): built once per adapter,
     one per thread that asks, each case under its deadline. The executor's own process runs only this
