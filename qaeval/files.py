@@ -316,11 +316,8 @@ def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
         what = f"cannot write the {OUTPUT_WORDS[kind]} ({name})"
         if os.path.isdir(path):
             raise FileAccessError(path, f"{what}: a folder is in the way")
-        try:
-            if stat.S_ISCHR(os.stat(path).st_mode) or stat.S_ISFIFO(os.stat(path).st_mode):
-                continue  # written to, never replaced (write_atomic): /dev/null, /dev/stdout
-        except OSError:
-            pass
+        if _written_in_place(path):
+            continue
         parent = os.path.dirname(path)
         while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
             parent = os.path.dirname(parent)
@@ -330,16 +327,21 @@ def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
             raise FileAccessError(path, f"{what}: the folder {parent} is not writable")
 
 
+def _written_in_place(path: str | Path) -> bool:
+    """A device or a FIFO (``/dev/null``, ``/dev/stdout``): written to, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename). A path that is a
     device or a FIFO (``/dev/null``, ``/dev/stdout``) is written to, never replaced."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = None
-    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+    if _written_in_place(path):
         try:
             with open(path, "wb") as f:
                 f.write(payload)

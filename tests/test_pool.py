@@ -3,6 +3,7 @@ tamper, exit, hang, spam, leave threads behind) costs only their own cases and n
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import hashlib
 import json
 import os
@@ -423,16 +424,17 @@ def test_overlapping_runs_and_a_collector_turned_off_keep_the_callers_settings()
 
 
 class _ScriptedExecutor:
-    """An executor whose first call comes back first, saying the adapter could not start there, and whose
-    other calls answer (each once the first has been read): an adapter that failed to start on one of the
-    executor's workers while it started on another. Nothing runs; the order is fixed."""
+    """An executor whose first call comes back first, saying the adapter could not start there; the second
+    comes back answered once the first has been read, and any later one answered at once: an adapter that
+    failed to start on one of the executor's workers while it started on another. Nothing runs; the order
+    is fixed."""
 
     def __init__(self) -> None:
-        import concurrent.futures as cf
+        self.calls = 0
+        self.second: tuple[cf.Future, list] | None = None
 
-        self.cf, self.waiting, self.calls = cf, [], 0
-
-    def reply(self, payload, *, started: bool) -> str:
+    @staticmethod
+    def reply(payload, *, started: bool) -> str:
         from qaeval.system.contract import SUTOutput, output_to_plain
 
         if not started:
@@ -443,22 +445,23 @@ class _ScriptedExecutor:
 
     def submit(self, fn, spec_json, payload, *args):
         self.calls += 1
-        future = self.cf.Future()
         if self.calls == 1:
             executor = self
 
-            class First(self.cf.Future):
-                def result(self, timeout=None):
-                    for waiting, their_payload in executor.waiting:  # read: the others come back now
-                        if not waiting.done():
-                            waiting.set_result(executor.reply(their_payload, started=True))
+            class First(cf.Future):
+                def result(self, timeout=None):  # read: the second comes back now
+                    waiting, theirs = executor.second
+                    if not waiting.done():
+                        waiting.set_result(executor.reply(theirs, started=True))
                     return super().result(timeout)
 
-            future = First()
+            future: cf.Future = First()
             future.set_result(self.reply(payload, started=False))
-        elif self.waiting or self.calls == 2:
-            self.waiting.append((future, payload))
-            if self.calls > 2 and self.waiting[0][0].done():
+        else:
+            future = cf.Future()
+            if self.calls == 2:
+                self.second = (future, payload)
+            else:
                 future.set_result(self.reply(payload, started=True))
         return future
 
