@@ -282,14 +282,18 @@ def test_with_any_other_judge_the_child_chooses_half_the_decoys_and_this_process
     assert_same_frames(split, api.run(str(GOLDEN), isolation="none", judge=OfflineLookalike()))
 
 
-def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork, monkeypatch, tmp_path):
-    """qaeval's own offline judge is pure, so the child checks, grades and scores every other case while
-    this process does the rest; the frames put back together are those of one process doing it all, row
-    for row and type for type, and those of a judge that is scored whole (the lookalike)."""
+def test_the_offline_judge_shares_the_cases_with_the_child(small_suites_fork, monkeypatch, tmp_path):
+    """qaeval's own offline judge is pure, so the child checks, grades and scores shares of the cases while
+    this process does the rest: this process the first share, the child the second, then whichever is
+    free the next; every case once. The frames put back together are those of one process doing it all,
+    row for row and type for type, and those of a judge that is scored whole (the lookalike)."""
+    from qaeval.scoring.evaluate import share_spans
+
     real_judge = OfflineJudge.judge
 
     def judge(self, requests):
-        (tmp_path / str(os.getpid())).write_text(" ".join(r.case_id for r in requests))
+        with open(tmp_path / str(os.getpid()), "a") as log:
+            log.write("".join(f"{r.case_id}\n" for r in requests))
         return real_judge(self, requests)
 
     monkeypatch.setattr(OfflineJudge, "judge", judge)
@@ -299,7 +303,9 @@ def test_the_offline_judge_grades_half_the_cases_in_the_child(small_suites_fork,
     judged = split.verdicts["case_id"].unique().tolist()
     here = graded.pop(os.getpid())
     (there,) = graded.values()
-    assert here == [c for c in judged if c in GOLDEN_IDS[0::2]] and there == [c for c in judged if c in GOLDEN_IDS[1::2]]
+    assert sorted(here + there) == sorted(judged)  # each once
+    (a, b), (c, d) = share_spans(len(GOLDEN_IDS))[:2]
+    assert set(GOLDEN_IDS[a:b]) & set(judged) <= set(here) and set(GOLDEN_IDS[c:d]) & set(judged) <= set(there)
     assert here and there
     for p in list(tmp_path.iterdir()):
         p.unlink()
@@ -324,6 +330,57 @@ def test_a_child_that_dies_after_its_share_gives_the_share_and_the_value_is_comp
         child = later.pid
         assert later.first_value() == child
         assert later.result() == 2 and not later.forked
+
+
+def test_pieces_are_each_handed_out_once_between_this_process_and_a_child(small_suites_fork):
+    with forked.Pieces(40, first=2) as pieces:
+        with forked.Beside(lambda: [n for n in iter(pieces.take, None)], rows=1) as later:
+            mine = list(iter(pieces.take, None))
+            theirs = later.result()
+        assert later.forked and sorted(mine + theirs) == list(range(2, 40))
+        assert pieces.take() is None
+    with pytest.raises(ValueError):
+        forked.Pieces(forked.Pieces.MAX + 1)
+
+
+def test_shares_cover_every_case_once_largest_first():
+    from qaeval.scoring.evaluate import share_spans
+
+    for cases in (1, 2, 3, 39, 40, 41, 1000, 10_000, 1_000_000):
+        spans = share_spans(cases)
+        assert spans[0][0] == 0 and spans[-1][1] == cases, cases
+        assert all(stop == start for (_, stop), (start, _) in zip(spans, spans[1:])), cases
+        sizes = [stop - start for start, stop in spans]
+        assert min(sizes) >= 1 and sizes == sorted(sizes, reverse=True), cases
+        assert len(spans) <= forked.Pieces.MAX, cases
+    assert [b - a for a, b in share_spans(10_000)][:3] == [2500, 1875, 1407]
+
+
+def test_shares_a_child_took_and_never_sent_back_are_scored_here(small_suites_fork, monkeypatch):
+    """The child takes a share from the pipe and dies with it: this process scores that share too (it
+    waits here, on a pipe, until the child has taken its share, so the child surely takes one)."""
+    took_r, took_w = os.pipe()
+    real_take = forked.Pieces.take
+
+    def take(self):
+        if in_child():
+            n = real_take(self)
+            os.write(took_w, b"x" if n is not None else b"-")
+            os._exit(3)
+        if not seen:  # the first time: wait until the child has taken its share
+            seen.append("the child took a share" if select.select([took_r], [], [], 60)[0] and os.read(took_r, 1) == b"x"
+                        else "the child took nothing")
+        return real_take(self)
+
+    seen: list[str] = []
+    monkeypatch.setattr(forked.Pieces, "take", take)
+    split = api.run(str(GOLDEN), isolation="none")
+    os.close(took_r)
+    os.close(took_w)
+    assert seen == ["the child took a share"]
+    monkeypatch.undo()
+    monkeypatch.setattr(forked, "ENABLED", False)
+    assert_same_frames(split, api.run(str(GOLDEN), isolation="none"))
 
 
 def test_halves_are_put_back_in_case_order_whatever_half_is_empty():

@@ -332,42 +332,63 @@ def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mappin
     return bodies, titles
 
 
+def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]:
+    """The cases whose prompts the run's template is learnt from: at most ``TEMPLATE_SAMPLE`` of those with
+    a prompt (no adapter error, a model called), evenly spaced in ``case_ids``' order."""
+    prompted = dict(zip(outputs["case_id"].tolist(), (is_missing(e) and bool(m) for e, m in zip(
+        outputs["error"].tolist(), outputs["model_was_called"].tolist()))))
+    ids = [cid for cid in case_ids if prompted[cid]]
+    return ids[:: max(1, len(ids) // TEMPLATE_SAMPLE)]
+
+
+def template_of(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                corpus: Any = None) -> frozenset[tuple[str, ...]]:
+    """``learn_template`` over the prompts of every case in ``cases`` (the caller chose them:
+    ``template_sample``)."""
+    by_id = RowsByKey(outputs)
+    frozen = frozen_passages(sources, outputs, corpus, frozenset(cases["case_id"].tolist()))
+    remainders = (prompt_remainder(c, by_id[c.case_id], *used_passages(frozen.get(c.case_id, {}), by_id[c.case_id]))
+                  for c in cases.itertuples(index=False))
+    return learn_template([r for r in remainders if r is not None])
+
+
+def prompt_template(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                    corpus: Any = None) -> frozenset[tuple[str, ...]]:
+    """The run's prompt template: ``learn_template`` over ``template_sample``'s prompts. The frames are
+    the whole run's, as ``check_outputs`` takes them."""
+    sample = frozenset(template_sample(cases["case_id"].tolist(), outputs))
+    return template_of(cases[cases["case_id"].isin(sample)], outputs, sources, corpus)
+
+
 def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None,
-                  only: Container[str] | None = None) -> pd.DataFrame:
+                  template: frozenset[tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
     ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
-    (case, check): case_id, check, passed (bool), reason (str). ``only``: the rows of these cases alone
-    (the prompt template is still learnt from the whole suite, so they are the whole suite's rows).
+    (case, check): case_id, check, passed (bool), reason (str). ``template``: the whole run's
+    ``prompt_template``, when the frames hold only some of its cases (else it is learnt from them).
     """
-    all_ids = cases["case_id"].tolist()
+    if template is None:
+        template = prompt_template(cases, outputs, sources, corpus)
     by_id = RowsByKey(outputs)
-    outs = {cid: by_id[cid] for cid in all_ids}
-    prompted = [case for case in cases.itertuples(index=False)
-                if is_missing(outs[case.case_id]["error"]) and outs[case.case_id]["model_was_called"]]
-    sample = prompted[:: max(1, len(prompted) // TEMPLATE_SAMPLE)]  # the template is learnt from a bounded sample
-    mine = [case for case in cases.itertuples(index=False) if only is None or case.case_id in only]
-    needed = None if only is None else {c.case_id for c in mine} | {c.case_id for c in sample}
-    frozen = frozen_passages(sources, outputs, corpus, needed)
-    used = {cid: used_passages(frozen.get(cid, {}), outs[cid]) for cid in (all_ids if needed is None else needed)}
-    template = learn_template([r for r in (prompt_remainder(c, outs[c.case_id], *used[c.case_id]) for c in sample)
-                               if r is not None])
+    frozen = frozen_passages(sources, outputs, corpus)
     rows = Rows(CHECK_SCHEMA)
-    for case in mine:
-        out = outs[case.case_id]
+    for case in cases.itertuples(index=False):
+        out = by_id[case.case_id]
         if not is_missing(out["error"]):
             reason = f"adapter error: {out['error']}"
             for check in CHECKS:
                 rows.add(case_id=case.case_id, check=check, passed=False, reason=reason)
             continue
-        bodies, titles = used[case.case_id]
+        held = frozen.get(case.case_id, {})
+        bodies, titles = used_passages(held, out)
         results = (
             check_grounding_isolation(case, out, bodies, template, titles=titles),
             check_citation_resolvability(out, bodies),
             check_citation_coverage(out, bodies),
             check_fail_closed(case, out),
-            check_passage_fidelity(out, frozen.get(case.case_id, {})),
+            check_passage_fidelity(out, held),
         )
         for check, (ok, why) in zip(CHECKS, results):
             rows.add(case_id=case.case_id, check=check, passed=ok, reason=sys.intern(why) if len(why) < 120 else why)

@@ -36,7 +36,7 @@ from qaeval.judges.offline import grades_in_a_copy
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
-from qaeval.scoring.forked import Beside
+from qaeval.scoring.forked import Beside, Pieces
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
@@ -302,12 +302,12 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     _one_output_per_case(suite, outputs)
-    cases, sources = suite.to_frame(), suite.sources_frame()
-    judged = used_sources(suite, outputs, sources)
     # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
     # whichever process gives them; all here when forking is not safe).
     if grades_in_a_copy(judge) and custom is None:
-        return _score_in_halves(suite, meta, outputs, judge, cases, sources, judged, bootstrap_seed)
+        return _score_in_shares(suite, meta, outputs, judge, bootstrap_seed)
+    cases, sources = suite.to_frame(), suite.sources_frame()
+    judged = used_sources(suite, outputs, sources)
     # Any other judge is asked here while the copy runs the deterministic checks; the copy first chooses
     # the hardest decoys of every other case, while this process chooses the rest.
     ids = cases["case_id"].tolist()
@@ -340,7 +340,7 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
 
 
 @dataclass(frozen=True)
-class _Half:
+class _Share:
     """Every per-case frame of some of the cases."""
 
     checks: pd.DataFrame
@@ -351,32 +351,77 @@ class _Half:
     units: pd.DataFrame
 
 
-def _score_half(suite: Suite, judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                judged: pd.DataFrame, k: int, half: int) -> _Half:
-    """Score every other case (the first, third, ... for ``half`` 0; the second, fourth, ... for 1) through
-    every layer to its outcome: each case's rows depend on that case alone."""
-    mine = cases.iloc[half::2]
-    only = frozenset(mine["case_id"].tolist())
-    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, only)
-    verdicts = score_with_judge(judge, cases, outputs, judged, only=only)
-    retrieval, trajectory = score_retrieval(mine, outputs, k=k), score_trajectories(mine, outputs)
-    per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory, only=only)
-    return _Half(checks, verdicts, retrieval, trajectory, per_case, units)
+def _score_share(suite: Suite, judge: JudgeClient, template: frozenset[tuple[str, ...]], k: int,
+                 outputs: pd.DataFrame) -> _Share:
+    """Score some of the cases (``suite`` and ``outputs`` hold theirs alone) through every layer to their
+    outcome: each case's rows depend on that case alone, and on the whole run's prompt ``template``."""
+    cases, sources = suite.to_frame(), suite.sources_frame()
+    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, template=template)
+    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
+    retrieval, trajectory = score_retrieval(cases, outputs, k=k), score_trajectories(cases, outputs)
+    per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory)
+    return _Share(checks, verdicts, retrieval, trajectory, per_case, units)
 
 
-def _score_in_halves(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient, cases: pd.DataFrame,
-                     sources: pd.DataFrame, judged: pd.DataFrame, bootstrap_seed: int) -> RunResult:
-    """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: a
-    forked copy of this process scores every other case while this one scores the rest, and the halves
-    are put back in case order; only the scoreboard is computed from the whole."""
-    with Beside(_score_half, suite, judge, cases, outputs, sources, judged, meta.k, 1, rows=len(cases)) as later:
-        mine = _score_half(suite, judge, cases, outputs, sources, judged, meta.k, 0)
-        theirs = later.result()
-    by_case = {cid: n for n, cid in enumerate(cases["case_id"].tolist())}
+def share_spans(cases: int, processes: int = 2) -> list[tuple[int, int]]:
+    """Runs of case positions, the largest first: each a quarter of the cases left (for two processes),
+    none smaller than a fortieth of all; so the two processes start on large shares and end on small
+    ones, and finish together whichever turns out slower."""
+    smallest = max(1, cases // 40)
+    spans, start = [], 0
+    while start < cases:
+        size = max(smallest, -(-(cases - start) // (2 * processes)))
+        spans.append((start, min(cases, start + size)))
+        start += size
+    return spans
+
+
+def _rows_by_share(df: pd.DataFrame, share_of: dict[str, int], count: int) -> list[Any]:
+    """The positions of ``df``'s rows of each share's cases, in ``df``'s order."""
+    import numpy as np
+
+    shares = np.fromiter((share_of[cid] for cid in df["case_id"].tolist()), dtype=np.int64, count=len(df))
+    order = np.argsort(shares, kind="stable")
+    bounds = np.searchsorted(shares[order], np.arange(count + 1))
+    return [order[bounds[n]:bounds[n + 1]] for n in range(count)]
+
+
+def _score_in_shares(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient,
+                     bootstrap_seed: int) -> RunResult:
+    """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: the
+    cases are cut into shares (``share_spans``); this process scores the first, a forked copy the
+    second, and each then takes the next share left until none is (``forked.Pieces``), so neither
+    waits long for the other. Each share makes its own frames of its cases. The shares are put back in
+    case order; only the prompt template and the scoreboard are computed from the whole."""
+    spans = share_spans(len(suite))
+    ids = [case.id for case in suite]
+    share_of = {cid: n for n, (start, stop) in enumerate(spans) for cid in ids[start:stop]}
+    output_rows = _rows_by_share(outputs, share_of, len(spans))
+    sampled = Suite(tuple(suite[cid] for cid in layer1.template_sample(ids, outputs)), suite.root, suite.corpus)
+    template = layer1.template_of(sampled.to_frame(), outputs, sampled.sources_frame(), suite.corpus)
+
+    def score(n: int) -> _Share:
+        start, stop = spans[n]
+        return _score_share(Suite(suite.cases[start:stop], suite.root, suite.corpus), judge, template, meta.k,
+                            outputs.iloc[output_rows[n]])
+
+    def score_taken(pieces: Pieces, first: int) -> dict[int, _Share]:
+        done = {first: score(first)} if first < len(spans) else {}
+        while (n := pieces.take()) is not None:
+            done[n] = score(n)
+        return done
+
+    with Pieces(len(spans), first=min(2, len(spans))) as pieces, \
+            Beside(score_taken, pieces, 1, rows=len(suite)) as later:
+        done = score_taken(pieces, 0)
+        done.update(later.result())
+    done.update({n: score(n) for n in range(len(spans)) if n not in done})  # what a child that failed had taken
+    shares = [done[n] for n in range(len(spans))]
+    by_case = {cid: n for n, cid in enumerate(ids)}
     by_output = {cid: n for n, cid in enumerate(outputs["case_id"].tolist())}  # the judge takes outputs in order
-    whole = {f.name: in_order(by_output if f.name == "verdicts" else by_case, getattr(mine, f.name),
-                              getattr(theirs, f.name)) for f in fields(_Half)}
-    del mine, theirs  # the halves are copied into the whole: not held through the scoreboard
+    whole = {f.name: in_order(by_output if f.name == "verdicts" else by_case, *(getattr(s, f.name) for s in shares))
+             for f in fields(_Share)}
+    del shares, done  # copied into the whole: not held through the scoreboard
     return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
                     bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))
 

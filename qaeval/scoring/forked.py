@@ -57,6 +57,46 @@ def can_fork(rows: int) -> bool:
             and threading.active_count() == 1)
 
 
+class Pieces:
+    """Pieces of work numbered ``first``..``count - 1``, each handed to whichever process asks first: their
+    numbers wait in a pipe that this process and a child forked after this was made both read, a byte
+    (a number) at a time. A pipe read is atomic, so no piece is handed out twice; the writing end is
+    closed before anyone reads, so an empty pipe reads as its end. Pieces below ``first`` are not in
+    the pipe: the caller hands them out itself (one to each process, so both are sure to have work).
+    ``take()`` is None when every piece is out. Pieces a child took and never sent back are the
+    caller's to compute again (``Beside`` recomputes the child's value, not its pieces)."""
+
+    MAX = 255
+
+    def __init__(self, count: int, first: int = 0) -> None:
+        if not 0 <= first <= count <= self.MAX:
+            raise ValueError(f"pieces {first}..{count - 1}: at most {self.MAX}")
+        self.fd: int | None
+        read, write = os.pipe()
+        try:
+            os.write(write, bytes(range(first, count)))  # far below a pipe's capacity
+        finally:
+            os.close(write)
+        self.fd = read
+
+    def take(self) -> int | None:
+        if self.fd is None:
+            return None
+        got = os.read(self.fd, 1)
+        return got[0] if got else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> Pieces:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 class Beside(Generic[T]):
     """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here and at once (so an
     error in it comes before the judge is called, as it would without this class)."""
