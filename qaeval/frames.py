@@ -44,38 +44,39 @@ _PLAIN_TEXT = frozenset({str, type(None)})
 _PLAIN_NUMBERS = frozenset({float, int, bool, type(None)})
 
 
-def column(values: Sequence[Any], kind: str) -> pd.Series:
+def column(values: Sequence[Any], kind: str, index: pd.Index | None = None) -> pd.Series:
+    """``values`` as a Series of column kind ``kind`` (``index``: the frame's, shared by its columns)."""
     import pandas as pd
 
     if kind == "text":
         if set(map(type, values)) <= _PLAIN_TEXT:  # nothing to replace: skip the per-cell test (a column of
-            return pd.Series(list(values), dtype=object)  # 10,000 is a tenth of a millisecond, not one)
-        return pd.Series([None if is_missing(v) else v for v in values], dtype=object)
+            return pd.Series(list(values), dtype=object, index=index)  # 10,000 is a tenth of a millisecond, not one)
+        return pd.Series([None if is_missing(v) else v for v in values], dtype=object, index=index)
     if kind in ("Int64", "boolean"):
-        return pd.Series([pd.NA if is_missing(v) else v for v in values], dtype=DTYPES[kind])
+        return pd.Series([pd.NA if is_missing(v) else v for v in values], dtype=DTYPES[kind], index=index)
     if kind == "float":
         if set(map(type, values)) <= _PLAIN_NUMBERS:  # NumPy reads None as NaN and converts in C
             import numpy as np
 
-            return pd.Series(np.array(values, dtype=np.float64), dtype="float64")
-        return pd.Series([float("nan") if is_missing(v) else float(v) for v in values], dtype="float64")
-    return pd.Series(list(values), dtype=DTYPES[kind])
+            return pd.Series(np.array(values, dtype=np.float64), dtype="float64", index=index)
+        return pd.Series([float("nan") if is_missing(v) else float(v) for v in values], dtype="float64", index=index)
+    return pd.Series(list(values), dtype=DTYPES[kind], index=index)
 
 
 def frame(rows: Iterable[Mapping[str, Any]], schema: Mapping[str, str]) -> pd.DataFrame:
     """A DataFrame with exactly the columns of ``schema`` ({column: kind}), in that order."""
-    import pandas as pd
-
     rows = list(rows)
-    return pd.DataFrame({name: column([r[name] for r in rows], kind) for name, kind in schema.items()},
-                        columns=list(schema))
+    return columns_frame({name: [r[name] for r in rows] for name in schema}, schema)
 
 
 def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str]) -> pd.DataFrame:
-    """Like ``frame`` but from column lists."""
+    """Like ``frame`` but from column lists (all of one length)."""
     import pandas as pd
 
-    return pd.DataFrame({name: column(columns[name], kind) for name, kind in schema.items()}, columns=list(schema))
+    # One index object for every column and the frame: pandas then neither unions nor reindexes them.
+    index = pd.RangeIndex(len(next(iter(columns.values()), ())) if schema else 0)
+    return pd.DataFrame({name: column(columns[name], kind, index) for name, kind in schema.items()}, index=index,
+                        columns=list(schema))
 
 
 _KIND_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {  # kind: (the JSON types it takes, whether None is one)
@@ -237,10 +238,11 @@ class Rows:
     def __init__(self, schema: Mapping[str, str]) -> None:
         self.schema = schema
         self.columns: dict[str, list[Any]] = {name: [] for name in schema}
+        self._appends = [(name, column.append) for name, column in self.columns.items()]
 
     def add(self, **values: Any) -> None:
-        for name, column in self.columns.items():
-            column.append(values[name])
+        for name, append in self._appends:
+            append(values[name])
 
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()), []))

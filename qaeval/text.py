@@ -189,10 +189,7 @@ _byte_term_of = _ByteTerms().__getitem__
 
 
 def _term_set(text: str) -> frozenset[str]:
-    if text.isascii() and (words := _ascii_words(text)) is not None:
-        found = frozenset(map(_byte_term_of, set(words)))  # each distinct token once (a passage repeats a third)
-    else:
-        found = frozenset(map(_term_of, _words(text)))
+    found = frozenset(_terms(text))
     return found - _STOPWORD if "" in found else found
 
 

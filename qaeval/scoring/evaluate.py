@@ -363,11 +363,15 @@ def _score_share(suite: Suite, judge: JudgeClient, template: frozenset[tuple[str
     return _Share(checks, verdicts, retrieval, trajectory, per_case, units)
 
 
+SMALLEST_SHARE = 100
+
+
 def share_spans(cases: int, processes: int = 2) -> list[tuple[int, int]]:
     """Runs of case positions, the largest first: each a quarter of the cases left (for two processes),
-    none smaller than a fortieth of all; so the two processes start on large shares and end on small
-    ones, and finish together whichever turns out slower."""
-    smallest = max(1, cases // 40)
+    none smaller than a fortieth of all or ``SMALLEST_SHARE`` cases (a share costs a few milliseconds
+    of frames), unless that is more than a quarter of all; so the two processes start on large shares
+    and end on small ones, and finish together whichever turns out slower."""
+    smallest = max(cases // 40, min(SMALLEST_SHARE, cases // 4), 1)
     spans, start = [], 0
     while start < cases:
         size = max(smallest, -(-(cases - start) // (2 * processes)))

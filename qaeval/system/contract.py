@@ -172,7 +172,12 @@ def output_to_plain(output: Any) -> dict[str, Any]:
         return {"not_output": type(output).__name__}
 
     def plain(value: Any) -> Any:  # str, int and float subclasses become the plain type (their methods are not called)
-        if value is None or isinstance(value, bool) or type(value) is str:
+        kind = type(value)
+        if kind is str or value is None or kind is bool:
+            return value
+        if kind is list or kind is tuple:  # the common containers, without the checks below
+            return {"__type__": kind.__name__, "items": [v if type(v) is str else plain(v) for v in value]}
+        if isinstance(value, bool):
             return value
         if isinstance(value, str):
             return str.encode(value, "utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
@@ -229,7 +234,8 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
     if not problems:
         texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values()),
                  *(v for p in passages for v in p.values())]
-        if any(not_unicode(t) for t in texts):
+        strings = [t for t in texts if isinstance(t, str)]
+        if not "".join(strings).isascii() and any(not_unicode(t) for t in strings):  # one ASCII test for all
             problems.append("a string in the output is not valid Unicode text (an unpaired surrogate)")
     if problems:
         return None, problems
