@@ -17,8 +17,9 @@ with their bootstrap intervals. The garbage collector's time is printed apart as
 the phases it interrupted).
 
 Everything runs in this process here (``qaeval.scoring.forked.ENABLED = False``): in a real run on two or
-more cores, a forked copy scores every other case (checks, judge, retrieval, trajectories, outcomes) while
-the harness scores the rest, so a phase's wall time there is about half its CPU time here.
+more cores, a forked copy scores shares of the cases (checks, judge, retrieval, trajectories, outcomes)
+while the harness scores the others, each taking the next share left, so a phase's wall time there is
+about half its CPU time here.
 bench_run.py times real runs.
 
 Target (issue 19): the whole run under 8 s of wall time for 10,000 cases of 4 KB on 2 cores.

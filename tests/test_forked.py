@@ -383,7 +383,7 @@ def test_shares_a_child_took_and_never_sent_back_are_scored_here(small_suites_fo
     assert_same_frames(split, api.run(str(GOLDEN), isolation="none"))
 
 
-def test_halves_are_put_back_in_case_order_whatever_half_is_empty():
+def test_shares_are_put_back_in_case_order_whatever_share_is_empty():
     import pandas as pd
 
     from qaeval.scoring.evaluate import in_order
@@ -438,17 +438,17 @@ def test_a_judge_wrapped_by_its_user_is_called_here_once_with_every_request(smal
 
 
 def test_outputs_given_out_of_suite_order_score_the_same_either_way(small_suites_fork):
-    """``score_outputs`` takes the outputs in any order: the halves give the frames, verdicts in the
+    """``score_outputs`` takes the outputs in any order: the shares give the frames, verdicts in the
     outputs' order included, that one process gives."""
     from qaeval import score_outputs
 
     run = api.run(str(GOLDEN), isolation="none")
     backwards = run.outputs.iloc[::-1].reset_index(drop=True)
-    halves = score_outputs(run.suite, backwards, OfflineJudge())
+    shared = score_outputs(run.suite, backwards, OfflineJudge())
     whole = score_outputs(run.suite, backwards, OfflineLookalike())
-    assert halves.verdicts["case_id"].tolist()[0] == backwards.loc[~backwards["abstained"] & backwards["error"].isna(),
+    assert shared.verdicts["case_id"].tolist()[0] == backwards.loc[~backwards["abstained"] & backwards["error"].isna(),
                                                                     "case_id"].tolist()[0]
-    assert_same_frames(halves, whole)
+    assert_same_frames(shared, whole)
 
 
 def test_outputs_that_do_not_match_the_suite_are_a_usage_error_with_either_judge():

@@ -99,7 +99,7 @@ def made_by_qaeval(judge: object) -> bool:
 
 
 def grades_in_a_copy(judge: object) -> bool:
-    """Whether half the cases may be graded by a forked copy of the process (``qaeval.scoring.evaluate``):
+    """Whether shares of the cases may be graded by a forked copy of the process (``qaeval.scoring.evaluate``):
     only for this judge as qaeval made it (``made_by_qaeval``), which is pure (no connection, cache,
     counter or hook that a copy would share or lose) and runs no user code (its label is written in the
     copy). Any other judge is called in the process, once, with every request."""

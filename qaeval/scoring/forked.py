@@ -3,8 +3,9 @@
 After the system has answered, scoring is pure Python on one core; on a machine with two or more, part of
 it can run in a copy of the process. ``Beside(fn, *args, rows=n)`` forks, the child computes ``fn(*args)``
 on its copy of the data (nothing is sent to it) and pipes back the pickled value; ``result()`` waits for
-it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the child scores every other
-case through every layer while this process scores the rest; with any other judge, the child runs the
+it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the cases are cut into shares
+and the child and this process each score shares through every layer, taking the next one left from
+``Pieces`` (a pipe of share numbers) until none is; with any other judge, the child runs the
 deterministic checks while this process asks the judge. Only qaeval's own code runs in the child: no
 user judge, check or metric is called in it, and user code running on other threads is excluded by the
 rule below.
