@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_run import write_suite  # noqa: E402
+from bench_run import write_suite
 
 
 def worktree(repo: Path, rev: str, into: Path) -> Path:
