@@ -383,6 +383,17 @@ def test_shares_a_child_took_and_never_sent_back_are_scored_here(small_suites_fo
     assert_same_frames(split, api.run(str(GOLDEN), isolation="none"))
 
 
+def test_an_empty_suite_scores_to_an_empty_run_with_either_judge():
+    from qaeval import score_outputs
+    from qaeval.data.cases import Suite
+    from qaeval.frames import frame
+    from qaeval.system.contract import OUTPUT_SCHEMA
+
+    for judge in (OfflineJudge(), OfflineLookalike()):
+        run = score_outputs(Suite((), "empty"), frame([], OUTPUT_SCHEMA), judge)
+        assert run.ok and len(run.per_case) == 0 and len(run.checks) == 0 and len(run.verdicts) == 0, judge
+
+
 def test_shares_are_put_back_in_case_order_whatever_share_is_empty():
     import pandas as pd
 

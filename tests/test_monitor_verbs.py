@@ -31,6 +31,16 @@ def judge_importable(monkeypatch):
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
 
 
+def test_a_log_where_every_row_abstained_is_scored_with_no_judged_row(tmp_path, capsys):
+    """No answered row: the judge's sample is empty, and scoring an empty suite gives an empty run (it
+    raised IndexError once shares of cases were scored: exit 70)."""
+    rows = [log_row(i, passages=[], answer=None, citations=[], model_was_called=False, prompt=None, abstained=True)
+            for i in range(3)]
+    logs = write_jsonl(tmp_path / "abstained.jsonl", rows)
+    assert main(["monitor", "--logs", str(logs)]) == 0
+    assert "the judge graded every answered row (0)" in capsys.readouterr().out
+
+
 def test_exit_codes(tmp_path, capsys):
     good = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=6))
     bad = write_jsonl(tmp_path / "bad.jsonl", [log_row(0, timestamp="soon")])

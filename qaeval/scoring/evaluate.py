@@ -397,7 +397,7 @@ def _score_in_shares(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: 
     second, and each then takes the next share left until none is (``forked.Pieces``), so neither
     waits long for the other. Each share makes its own frames of its cases. The shares are put back in
     case order; only the prompt template and the scoreboard are computed from the whole."""
-    spans = share_spans(len(suite))
+    spans = share_spans(len(suite)) or [(0, 0)]  # an empty suite is one empty share
     ids = [case.id for case in suite]
     share_of = {cid: n for n, (start, stop) in enumerate(spans) for cid in ids[start:stop]}
     output_rows = _rows_by_share(outputs, share_of, len(spans))
