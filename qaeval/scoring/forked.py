@@ -72,13 +72,15 @@ class Pieces:
     def __init__(self, count: int, first: int = 0) -> None:
         if not 0 <= first <= count <= self.MAX:
             raise ValueError(f"pieces {first}..{count - 1}: at most {self.MAX}")
-        self.fd: int | None
         read, write = os.pipe()
         try:
-            os.write(write, bytes(range(first, count)))  # far below a pipe's capacity
+            os.write(write, bytes(range(first, count)))  # far below a pipe's capacity: never blocks
+        except OSError:
+            os.close(read)
+            raise
         finally:
             os.close(write)
-        self.fd = read
+        self.fd: int | None = read
 
     def take(self) -> int | None:
         if self.fd is None:

@@ -177,8 +177,6 @@ def output_to_plain(output: Any) -> dict[str, Any]:
             return value
         if kind is list or kind is tuple:  # the common containers, without the checks below
             return {"__type__": kind.__name__, "items": [v if type(v) is str else plain(v) for v in value]}
-        if isinstance(value, bool):
-            return value
         if isinstance(value, str):
             return str.encode(value, "utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
         if isinstance(value, int):
