@@ -16,6 +16,10 @@ GOLDEN = ROOT / "golden"
 SHARED_DATA = Path(os.environ.get("QAEVAL_SHARED_DATA") or ROOT.parent / "shared" / "data")
 LABELS = GOLDEN / "calibration" / "human_labels.jsonl"
 sys.path.insert(0, str(Path(__file__).parent))  # tests/plugins.py: adapters and hooks for tests
+# MLflow 3 sends usage telemetry over the internet from a thread of its own unless told not to. Tests reach
+# no network but 127.0.0.1; and where mlflow is imported outside a test (collection, a subprocess) its
+# thread, failing, removes a variable from os.environ while a run copies the environment (a KeyError).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -29,6 +29,13 @@ SABOTEUR = "qaeval.system.saboteur:make_adapter"
 LABELLED = str(ROOT / "examples" / "labelled-set.jsonl")
 
 
+def test_mlflow_sends_no_telemetry_from_the_tests():
+    """Tests reach no network but 127.0.0.1: MLflow 3's telemetry thread is off (tests/conftest.py)."""
+    client = pytest.importorskip("mlflow.telemetry.client", reason="this MLflow has no telemetry (MLflow 2)")
+    from mlflow.telemetry.utils import is_telemetry_disabled
+
+    assert is_telemetry_disabled() and client.get_telemetry_client() is None
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
