@@ -363,7 +363,7 @@ def _score_share(suite: Suite, judge: JudgeClient, template: frozenset[tuple[str
     return _Share(checks, verdicts, retrieval, trajectory, per_case, units)
 
 
-SMALLEST_SHARE = 100
+SMALLEST_SHARE = 250
 
 
 def share_spans(cases: int, processes: int = 2) -> list[tuple[int, int]]:
