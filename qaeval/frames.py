@@ -73,8 +73,8 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
     """Like ``frame`` but from column lists (all of one length)."""
     import pandas as pd
 
-    # One index object for every column and the frame: pandas then neither unions nor reindexes them.
-    index = pd.RangeIndex(len(next(iter(columns.values()), ())) if schema else 0)
+    length = len(next(iter(columns.values()), ())) if schema else 0
+    index = pd.RangeIndex(length)  # one object for every column and the frame: pandas neither unions nor reindexes
     return pd.DataFrame({name: column(columns[name], kind, index) for name, kind in schema.items()}, index=index,
                         columns=list(schema))
 

@@ -381,12 +381,11 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
 
 
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame, decoys: Decoys | None = None,
-                     only: Container[str] | None = None) -> pd.DataFrame:
+                     sources: pd.DataFrame, decoys: Decoys | None = None) -> pd.DataFrame:
     """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
-    ``decoys`` and ``only``: as ``build_requests`` takes them."""
+    ``decoys``: as ``build_requests`` takes them."""
     config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys, only)
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys)
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 

@@ -8,7 +8,7 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -172,12 +172,12 @@ def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
 
 def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
                   verdicts: pd.DataFrame, trajectory: pd.DataFrame, custom: pd.DataFrame | None = None,
-                  registered: Registered = Registered(), runner: Any = None, only: Container[str] | None = None,
+                  registered: Registered = Registered(), runner: Any = None,
                   ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
     """(per_case, units, custom, registered): one row per case joining every layer, its share of every
     metric, and the outcomes of the registered checks and metrics (``custom``, as stored, or run now by
-    ``runner``: ``qaeval.judges.custom``) with what ran. ``only``: the rows of these cases alone (each
-    case's outcome depends on its own rows of the layers and nothing else).
+    ``runner``: ``qaeval.judges.custom``) with what ran. Each case's outcome depends on its own rows of the
+    layers and nothing else, so a suite of some of the cases gives their rows alone.
 
     per_case columns: the case's labels (case_id, split, difficulty, expected_behavior, adversarial,
     question, gold_answer); the output (answer, abstained, error, output_fingerprint, retrieved_ids,
@@ -191,7 +191,7 @@ def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, ret
     idx = index_layers(checks, retrieval, verdicts, trajectory)
     outs = RowsByKey(outputs)
     facts, samples = [], []
-    cases = list(suite) if only is None else [case for case in suite if case.id in only]
+    cases = suite.cases
     for case in cases:
         out = outs[case.id]
         bodies = layer1.case_bodies(case, out, suite.corpus)
