@@ -16,7 +16,7 @@ requests, the calls, checking each verdict); trajectories; per-case outcomes; th
 with their bootstrap intervals. The garbage collector's time is printed apart as well (it is also inside
 the phases it interrupted).
 
-Everything runs in this process here (``qaeval.scoring.forked.ENABLED = False``): in a real run on two or
+Everything runs in this process here (``qaeval.forked.ENABLED = False``): in a real run on two or
 more cores, a forked copy scores shares of the cases (checks, judge, retrieval, trajectories, outcomes)
 while the harness scores the others, each taking the next share left, so a phase's wall time there is
 about half its CPU time here.
@@ -114,7 +114,7 @@ def main() -> None:
         spent: dict[str, float] = {}
         instrument(spent)
         time_collections(spent)
-        from qaeval.scoring import forked
+        from qaeval import forked
 
         forked.ENABLED = False
         for _ in range(args.repeat):

@@ -187,6 +187,12 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
     """Yield (line number, parsed value) for each non-blank line of a JSONL file, reading one line at a
     time (memory does not grow with the file); every problem (the file itself, a line that is not UTF-8
     or not strict JSON) goes to ``problems`` with its file and line."""
+    return ((number, value) for number, _, _, value in iter_jsonl_lines(path, problems))
+
+
+def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, int, bytes, Any]]:
+    """``iter_jsonl`` with each line's place and bytes: (line number, offset of its first byte, its bytes,
+    parsed value)."""
     where = str(path)
     try:
         info = os.stat(path)
@@ -229,7 +235,7 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
                         msg = json_error_text(exc)
                     problems.append(Problem(where, number, msg))
                     continue
-                yield number, value
+                yield number, offset - len(raw), raw, value
         except OSError as exc:
             raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -203,6 +203,19 @@ _TERM_SETS = _Memo(lambda text: tuple(_term_set(text)), 2 * MEMO_CHARS)
 def term_set(text: str | None) -> frozenset[str]:
     """The distinct content terms of ``text``: ``set(content_terms(text))``."""
     return frozenset(_TERM_SETS[text]) if text else _NO_TERMS
+
+
+def remember_term_sets(texts: Iterable[str], found: Iterable[tuple[str, ...]]) -> None:
+    """Put the term sets of ``texts`` computed elsewhere (``tuple(_term_set(text))`` in a forked copy of
+    this process: ``qaeval.data.ahead``) in the memo, as if computed here, never past three quarters of
+    its bound (room is left for what a run meets later: answers, claims, sentences)."""
+    memo, room = _TERM_SETS, _TERM_SETS.limit * 3 // 4
+    for text, terms in zip(texts, found):
+        if memo.chars + len(text) > room:
+            return
+        if text and text not in memo:
+            dict.__setitem__(memo, text, terms)
+            memo.chars += len(text)
 
 
 def distinct_terms(text: str | None) -> tuple[str, ...]:

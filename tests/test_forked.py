@@ -1,4 +1,4 @@
-"""Scoring beside the judge in a forked copy of the process (qaeval.scoring.forked): the same values as
+"""Scoring beside the judge in a forked copy of the process (qaeval.forked): the same values as
 computing here, and every way the child can fail ends in computing here, never in a wrong value, a
 hang or a process left behind."""
 
@@ -16,7 +16,7 @@ from conftest import GOLDEN
 from qaeval import api
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
-from qaeval.scoring import forked
+from qaeval import forked
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
                                 reason="forking to score is for Linux with two or more cores")

@@ -244,7 +244,7 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
 def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
                         corpus: Any = None) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
     """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
-    copy: ``qaeval.scoring.forked``) to ``adopt_coverage`` before the outcomes ask again."""
+    copy: ``qaeval.forked``) to ``adopt_coverage`` before the outcomes ask again."""
     frame = check_outputs(cases, outputs, sources, corpus)
     return frame, dict(_COVERAGE)
 

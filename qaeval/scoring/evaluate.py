@@ -36,7 +36,7 @@ from qaeval.judges.offline import grades_in_a_copy
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
-from qaeval.scoring.forked import Beside, Pieces
+from qaeval.forked import Beside, Pieces
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
@@ -302,7 +302,7 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     _one_output_per_case(suite, outputs)
-    # Scoring is shared with a forked copy of this process (qaeval.scoring.forked: the same frames, from
+    # Scoring is shared with a forked copy of this process (qaeval.forked: the same frames, from
     # whichever process gives them; all here when forking is not safe).
     if grades_in_a_copy(judge) and custom is None:
         return _score_in_shares(suite, meta, outputs, judge, bootstrap_seed)

@@ -1,6 +1,8 @@
-"""One scoring step computed in a forked copy of this process while this one computes another.
+"""Work computed in a forked copy of this process while this one computes something else.
 
-After the system has answered, scoring is pure Python on one core; on a machine with two or more, part of
+``Ahead`` is the loader's (``qaeval.data.ahead``): a child that reads the case files beside this process and
+sends what it computes line by line, taken only when it has arrived. ``Beside`` and ``Pieces`` are
+scoring's. After the system has answered, scoring is pure Python on one core; on a machine with two or more, part of
 it can run in a copy of the process. ``Beside(fn, *args, rows=n)`` forks, the child computes ``fn(*args)``
 on its copy of the data (nothing is sent to it) and pipes back the pickled value; ``result()`` waits for
 it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the cases are cut into shares
@@ -50,7 +52,7 @@ T = TypeVar("T")
 ENABLED = True
 MIN_ROWS = 1000
 DEADLINE = 600.0  # seconds the child may still take once this process waits for it
-_LENGTH = struct.Struct(">Q")  # the length before first()'s value
+_LENGTH = struct.Struct(">Q")  # the length before first()'s value, and before each of Ahead's items
 
 
 def can_fork(rows: int) -> bool:
@@ -100,24 +102,16 @@ class Pieces:
         self.close()
 
 
-class Beside(Generic[T]):
-    """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here and at once (so an
-    error in it comes before the judge is called, as it would without this class)."""
+class _Child:
+    """A forked child that writes to a pipe this process reads (``fd``), killed and reaped by ``close()``."""
 
-    _NOTHING: Any = object()
+    pid: int | None = None
+    pidfd: int | None = None  # the child as a file (Linux 5.3+): a signal can never reach a reused pid
+    fd: int | None = None
 
-    def __init__(self, fn: Callable[..., T], *args: Any, rows: int, first: Callable[[], Any] | None = None) -> None:
-        self.fn, self.args, self.first = fn, args, first
-        self._first_unread = first is not None  # the child sends first()'s value before fn's
-        self.pid: int | None = None
-        self.pidfd: int | None = None  # the child as a file (Linux 5.3+): a signal can never reach a reused pid
-        self.fd: int | None = None
-        self.forked = False  # whether the value came from the child
-        self.value: Any = self._NOTHING
-        if not (can_fork(rows) and self._fork()):
-            self.value = fn(*args)
-
-    def _fork(self) -> bool:
+    def _spawn(self, body: Callable[[Any], None]) -> bool:
+        """Fork a child that runs ``body(pipe)`` (a binary file on the pipe's writing end) and exits; False
+        when no process could be forked."""
         read, write = os.pipe()
         try:
             pid = os.fork()
@@ -131,11 +125,7 @@ class Beside(Generic[T]):
                 os.close(read)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
                 with os.fdopen(write, "wb") as pipe:
-                    if self.first is not None:
-                        data = pickle.dumps(self.first(), protocol=pickle.HIGHEST_PROTOCOL)
-                        pipe.write(_LENGTH.pack(len(data)) + data)
-                        pipe.flush()  # the parent waits for this before fn's value
-                    pipe.write(pickle.dumps(self.fn(*self.args), protocol=pickle.HIGHEST_PROTOCOL))
+                    body(pipe)
                 code = 0
             finally:
                 os._exit(code)
@@ -146,6 +136,53 @@ class Beside(Generic[T]):
         except (AttributeError, OSError):
             self.pidfd = None
         return True
+
+    def close(self) -> None:
+        """Kill and reap the child if it is still there, and close the pipe. Idempotent."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            try:
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+class Beside(_Child, Generic[T]):
+    """``fn(*args)``, computed in a forked child when ``can_fork(rows)``, else here and at once (so an
+    error in it comes before the judge is called, as it would without this class)."""
+
+    _NOTHING: Any = object()
+
+    def __init__(self, fn: Callable[..., T], *args: Any, rows: int, first: Callable[[], Any] | None = None) -> None:
+        self.fn, self.args, self.first = fn, args, first
+        self._first_unread = first is not None  # the child sends first()'s value before fn's
+        self.forked = False  # whether the value came from the child
+        self.value: Any = self._NOTHING
+        if not (can_fork(rows) and self._fork()):
+            self.value = fn(*args)
+
+    def _fork(self) -> bool:
+        def send(pipe: Any) -> None:
+            if self.first is not None:
+                data = pickle.dumps(self.first(), protocol=pickle.HIGHEST_PROTOCOL)
+                pipe.write(_LENGTH.pack(len(data)) + data)
+                pipe.flush()  # the parent waits for this before fn's value
+            pipe.write(pickle.dumps(self.fn(*self.args), protocol=pickle.HIGHEST_PROTOCOL))
+
+        return self._spawn(send)
 
     def first_value(self) -> Any:
         """``first()``, from the child when it sent it, else computed here. A child that fails to send it
@@ -224,29 +261,68 @@ class Beside(Generic[T]):
         self.close()
         return data if clean else None
 
-    def close(self) -> None:
-        """Kill and reap the child if it is still there, and close the pipe. Idempotent."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.pid is not None:
-            pid, self.pid = self.pid, None
-            try:
-                if self.pidfd is not None:
-                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
     def __enter__(self) -> Beside[T]:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Ahead(_Child):
+    """Items a forked child computes ahead of this process: it iterates ``produce(*args)`` and pipes each
+    item (pickled, behind its length) as soon as it has it; ``arrived()`` returns the items whose bytes
+    are all here, in order, and never waits. When ``can_fork(rows)`` refuses or the fork fails, nothing
+    arrives; once the child has ended, raised, or sent bytes that do not unpickle, nothing more does: the
+    caller computes what it did not get. Only qaeval's own code runs in the child. Leaving the ``with``
+    block kills and reaps it, done or not."""
+
+    def __init__(self, produce: Callable[..., Any], *args: Any, rows: int) -> None:
+        self.buffer = bytearray()
+
+        def send(pipe: Any) -> None:
+            for item in produce(*args):
+                data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+                pipe.write(_LENGTH.pack(len(data)) + data)
+                pipe.flush()
+
+        if can_fork(rows) and self._spawn(send):
+            assert self.fd is not None
+            os.set_blocking(self.fd, False)
+
+    def arrived(self) -> list[Any]:
+        if self.fd is None:
+            return []
+        ended = False
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                ended = True
+                break
+            if not chunk:
+                ended = True
+                break
+            self.buffer += chunk
+        items, at = [], 0
+        while len(self.buffer) - at >= _LENGTH.size:
+            (size,) = _LENGTH.unpack_from(self.buffer, at)
+            if len(self.buffer) - at - _LENGTH.size < size:
+                break
+            try:
+                items.append(pickle.loads(self.buffer[at + _LENGTH.size:at + _LENGTH.size + size]))
+            except Exception:  # noqa: BLE001  (torn: nothing more is taken from this child)
+                ended = True
+                break
+            at += _LENGTH.size + size
+        del self.buffer[:at]
+        if ended:
+            self.close()
+            self.buffer.clear()
+        return items
+
+    def __enter__(self) -> Ahead:
         return self
 
     def __exit__(self, *exc: Any) -> None:
