@@ -280,6 +280,7 @@ class Ahead(_Child):
         self.buffer = bytearray()
 
         def send(pipe: Any) -> None:
+            os.nice(10)  # the caller computes whatever has not arrived: it comes first for a core
             for item in produce(*args):
                 data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
                 pipe.write(_LENGTH.pack(len(data)) + data)

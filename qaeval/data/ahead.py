@@ -113,7 +113,7 @@ class ReadAhead:
 
     def lines(self, index: int, path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
         for number, offset, raw, value in iter_jsonl_lines(path, problems):
-            if self.ahead.fd is not None:
+            if self.ahead.fd is not None or self.got:  # a copy still sending, or items it sent before it ended
                 _AT.pack_into(self.place, 0, index, offset + len(raw))
                 item = self._item(index, offset)
                 if item is not None and item[2] == len(raw) and item[3] == hash(raw) and type(value) is dict:

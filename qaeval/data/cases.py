@@ -27,7 +27,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from qaeval.data.ahead import ReadAhead
 from qaeval.data.corpus import CORPUS_FILE, Corpus, load_corpus
 from qaeval.errors import DatasetError, FileAccessError, Problem
 from qaeval.data.schema import (
@@ -334,6 +333,8 @@ def load_suite(data_dir: str | Path) -> Suite:
         corpus = load_corpus(root)
     except DatasetError as exc:  # the cases are checked as well, so every problem is reported at once
         raise DatasetError(exc.problems + _problems_beside_a_broken_corpus(files, root)) from None
+    from qaeval.data.ahead import ReadAhead  # not a worker's import: it never loads a suite
+
     with ReadAhead(files, case_fingerprint) as ahead:  # a forked copy computes fingerprints and term sets on another core
         entries = ((str(path), number, raw) for index, path in enumerate(files)
                    for number, raw in ahead.lines(index, path, problems))

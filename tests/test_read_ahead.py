@@ -1,0 +1,230 @@
+"""Loading on two cores (qaeval.data.ahead, qaeval.forked.Ahead): a forked copy reads the case files ahead
+of the loader and sends fingerprints and term sets; the loader takes only what describes the line it has
+just read, computes the rest itself, never waits, and loads exactly what it would have alone."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import sys
+
+import pytest
+from conftest import make_case, write_cases
+
+from qaeval import forked, text
+from qaeval.data import ahead, cases
+from qaeval.data.cases import case_fingerprint, load_suite
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                                reason="reading ahead in a forked copy is for Linux with two or more cores")
+
+PASSAGE = " ".join(["The branch library lends laptops and museum passes to card holders for a week."] * 6)
+
+
+@pytest.fixture
+def may_fork(monkeypatch):
+    # A thread an earlier test abandoned would turn forking off for the rest of this worker.
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)
+
+
+def big_suite(folder, n=700):
+    """About 4 KB a case: ``n`` of them pass ``ahead.MIN_BYTES``."""
+    rows = [make_case(id=f"c{i:05d}", question=f"Which branch lends laptops, case {i}?",
+                      sources=[{"id": f"s{k}", "text": f"{PASSAGE} Passage {k} of case {i}."} for k in range(8)],
+                      gold_source_ids=["s0"]) for i in range(n)]
+    return write_cases(folder, rows)
+
+
+def forget_text():
+    for memo in (text._NORMAL, text._TERM_SETS):
+        memo.clear()
+        memo.chars = 0
+
+
+def everything(fd_owner, take):
+    """What a child sends until it ends, waiting on its pipe (never a sleep)."""
+    got = []
+    while fd_owner.fd is not None:
+        select.select([fd_owner.fd], [], [], 30)
+        got += take()
+    return got
+
+
+def numbers(n):
+    yield from ([os.getpid(), i] for i in range(n))
+
+
+def fails_after_two():
+    yield "one"
+    yield "two"
+    raise RuntimeError("the producer broke")
+
+
+def forever():
+    while True:
+        yield "x" * 1000
+
+
+def priority():
+    yield os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_items_come_from_a_child_in_order_and_the_child_is_reaped(may_fork):
+    with forked.Ahead(numbers, 500, rows=forked.MIN_ROWS) as sent:
+        child = sent.pid
+        got = everything(sent, sent.arrived)
+    assert child not in (None, os.getpid())
+    assert got == [[child, i] for i in range(500)]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_a_producer_that_raises_delivers_what_it_sent_then_nothing(may_fork):
+    with forked.Ahead(fails_after_two, rows=forked.MIN_ROWS) as sent:
+        got = everything(sent, sent.arrived)
+        assert sent.arrived() == []
+    assert got == ["one", "two"]
+
+
+def test_nothing_arrives_without_a_fork(monkeypatch):
+    with forked.Ahead(numbers, 5, rows=forked.MIN_ROWS - 1) as small:  # too small to be worth it
+        assert small.pid is None and small.arrived() == []
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 2)  # another thread runs
+    with forked.Ahead(numbers, 5, rows=forked.MIN_ROWS) as threaded:
+        assert threaded.pid is None and threaded.arrived() == []
+
+
+def test_leaving_early_kills_and_reaps_a_child_still_producing(may_fork):
+    with forked.Ahead(forever, rows=forked.MIN_ROWS) as sent:
+        child = sent.pid
+        select.select([sent.fd], [], [], 30)
+        assert sent.arrived()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_the_child_yields_the_cores_to_the_loader(may_fork):
+    with forked.Ahead(priority, rows=forked.MIN_ROWS) as sent:
+        (nice,) = everything(sent, sent.arrived)
+    assert nice >= os.getpriority(os.PRIO_PROCESS, 0) + 10
+
+
+def place(index, offset):
+    shared = mmap.mmap(-1, ahead._AT.size)
+    ahead._AT.pack_into(shared, 0, index, offset)
+    return shared
+
+
+def test_the_copy_computes_what_the_loader_would_from_the_same_bytes(tmp_path):
+    path = big_suite(tmp_path / "data", n=400) / "cases.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    starts = [sum(len(x) for x in lines[:i]) for i in range(len(lines))]
+    forget_text()
+    items = [item for batch in ahead._computed([str(path)], place(-1, 0), case_fingerprint) for item in batch]
+    assert [item[1] for item in items] == starts  # every line, from the first: the loader is in no file yet
+    for item, line, start in zip(items, lines, starts):
+        raw = json.loads(line)
+        assert item[:4] == (0, start, len(line), hash(line))
+        assert item[4] == case_fingerprint(raw)
+        assert [frozenset(t) for t in item[5]] == [text._term_set(s["text"]) for s in raw["sources"]]
+
+
+def test_the_copy_jumps_ahead_of_the_loader_and_spends_term_sets_only_far_ahead(tmp_path):
+    path = big_suite(tmp_path / "data", n=600) / "cases.jsonl"
+    size = path.stat().st_size
+    assert size > ahead.LEAD + ahead.SLACK
+    items = [item for batch in ahead._computed([str(path)], place(0, 0), case_fingerprint) for item in batch]
+    assert min(item[1] for item in items) >= ahead.LEAD  # the loader is at the start: the copy leaves it that far
+    near = [item for item in items if item[1] <= ahead.SLACK]
+    far = [item for item in items if item[1] > ahead.SLACK]
+    assert near and far
+    assert all(item[5] is None for item in near) and all(item[5] is not None for item in far)
+    assert list(ahead._computed([str(path)], place(1, 0), case_fingerprint)) == []  # the loader is past the file
+
+
+def test_lines_the_loader_would_refuse_get_no_item(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    good = json.dumps(make_case())
+    path = folder / "cases.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n\n[1, 2]\n{\"a\": 1, \"a\": 2}\nnot json\n\xff\xfe\n"
+                     + good.encode() + b"\n")
+    items = [item for batch in ahead._computed([str(path)], place(-1, 0), case_fingerprint) for item in batch]
+    assert [item[1] for item in items] == [0, path.read_bytes().rindex(good.encode())]  # a BOM is fine on line 1
+    assert {item[4] for item in items} == {case_fingerprint(json.loads(good))}
+
+
+class Stub:
+    """Stands in for the forked copy: delivers the given batches at the first ask."""
+
+    fd = 0
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def arrived(self):
+        batches, self.batches = self.batches, []
+        return batches
+
+    def close(self):
+        self.fd = None
+
+
+def test_the_loader_takes_an_item_only_for_the_bytes_it_read(tmp_path, monkeypatch):
+    folder = big_suite(tmp_path / "data", n=3)
+    lines = (folder / "cases.jsonl").read_bytes().splitlines(keepends=True)
+    second = len(lines[0])
+    items = [(0, 0, len(lines[0]), hash(lines[0]), "from-the-copy", None),  # taken
+             (0, second, len(lines[1]), hash(lines[1]) ^ 1, "rewritten-since", None),  # other bytes: refused
+             (0, second + len(lines[1]), len(lines[2]) + 1, hash(lines[2]), "wrong-length", None)]
+    monkeypatch.setattr(ahead, "Ahead", lambda *a, **k: Stub([items]))
+    suite = load_suite(folder)
+    truth = [case_fingerprint(json.loads(line)) for line in lines]
+    assert [c.fingerprint for c in suite] == ["from-the-copy", truth[1], truth[2]]
+
+
+def test_an_item_come_too_late_for_its_line_is_dropped(tmp_path, monkeypatch):
+    folder = big_suite(tmp_path / "data", n=2)
+    lines = (folder / "cases.jsonl").read_bytes().splitlines(keepends=True)
+    stub = Stub([])
+    monkeypatch.setattr(ahead, "Ahead", lambda *a, **k: stub)
+    reader = ahead.ReadAhead([folder / "cases.jsonl"], case_fingerprint)
+    read = reader.lines(0, folder / "cases.jsonl", [])
+    next(read)
+    stub.batches = [[(0, 0, len(lines[0]), hash(lines[0]), "late", None)]]
+    next(read)
+    assert reader.got == {} and reader.fingerprint(str(folder / "cases.jsonl"), 1) is None
+
+
+def test_a_load_with_the_copy_is_the_load_without_it_and_the_copy_did_the_work(tmp_path, monkeypatch, may_fork):
+    folder = big_suite(tmp_path / "data")
+    assert (folder / "cases.jsonl").stat().st_size >= ahead.MIN_BYTES
+    monkeypatch.setattr(forked, "ENABLED", False)
+    forget_text()
+    alone = load_suite(folder)
+    monkeypatch.setattr(forked, "ENABLED", True)
+
+    # The loader lets the copy finish before it reads a line, so what the copy does is certain: every
+    # line past LEAD has its fingerprint, and its term sets past SLACK.
+    real_init = ahead.ReadAhead.__init__
+
+    def init_and_wait(self, *args):
+        real_init(self, *args)
+        assert self.ahead.pid is not None
+        everything(self.ahead, lambda: [self._item(0, -1)])
+
+    monkeypatch.setattr(ahead.ReadAhead, "__init__", init_and_wait)
+    computed_here = []
+    real_fingerprint = cases.case_fingerprint
+    monkeypatch.setattr(cases, "case_fingerprint", lambda raw: computed_here.append(raw["id"]) or real_fingerprint(raw))
+    forget_text()
+    together = load_suite(folder)
+    assert together.cases == alone.cases
+    assert [c.fingerprint for c in together] == [c.fingerprint for c in alone]
+    case_bytes = (folder / "cases.jsonl").stat().st_size / len(alone)
+    assert 0 < len(computed_here) <= ahead.LEAD / case_bytes + 1  # the copy's were taken for the rest
+    primed = {t: frozenset(v) for t, v in text._TERM_SETS.items()}
+    far = [s.text for c in alone.cases[int(ahead.SLACK / case_bytes) + 1:] for s in c.sources]
+    assert far and all(primed[t] == text._term_set(t) for t in far)
