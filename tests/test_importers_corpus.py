@@ -256,3 +256,14 @@ def test_the_format_hint_comes_on_the_first_line_with_text(tmp_path):
     squad.write_text("\n\n" + json.dumps(SQUAD, indent=2))
     with pytest.raises(DatasetError, match="line 3 is not valid JSON .*a hotpotqa file is a JSON array"):
         import_file("hotpotqa", squad, tmp_path / "out")
+
+
+@pytest.mark.parametrize("fmt, data", [("squad2", SQUAD), ("hotpotqa", HOTPOT)])
+def test_a_byte_order_mark_before_a_json_dataset_is_read_past(tmp_path, fmt, data):
+    # Windows tools write one; the streaming JSON parser took it for an invalid character (exit 65).
+    plain = import_file(fmt, write(tmp_path / "plain.json", data), tmp_path / "plain", corpus=True)
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    report = import_file(fmt, marked, tmp_path / "marked", corpus=True)
+    assert (report.read, report.imported, report.pooled) == (plain.read, plain.imported, plain.pooled) and report.imported
+    assert read_cases(tmp_path / "marked" / f"{fmt}.jsonl") == read_cases(tmp_path / "plain" / f"{fmt}.jsonl")

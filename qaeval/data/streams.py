@@ -27,6 +27,14 @@ def _open(path: Path) -> io.BufferedReader:
         raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
 
 
+def _open_json(path: Path) -> io.BufferedReader:
+    """The file, past a UTF-8 byte-order mark (which ijson's parser takes for an invalid character)."""
+    f = _open(path)
+    if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:
+        f.seek(0)
+    return f
+
+
 MAX_DEPTH = 100  # arrays and objects nested deeper than this are refused (the public datasets nest < 10)
 
 
@@ -58,7 +66,7 @@ def check_depth(path: Path) -> None:
     import ijson
 
     depth = 0
-    with _open(path) as f:
+    with _open_json(path) as f:
         try:
             for event, _ in ijson.basic_parse(f):
                 if event in ("start_map", "start_array"):
@@ -93,7 +101,7 @@ def json_items(path: Path, prefix: str = "item") -> Iterator[tuple[str, Any]]:
     import ijson
 
     check_depth(path)
-    with _open(path) as f:
+    with _open_json(path) as f:
         try:
             for i, item in enumerate(ijson.items(f, prefix, use_float=True), start=1):
                 yield f"{path}:item {i}", item
