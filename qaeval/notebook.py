@@ -17,7 +17,7 @@ from typing import Any
 from qaeval import api
 from qaeval import params as P
 from qaeval.errors import UsageError
-from qaeval.files import refuse_overwrite
+from qaeval.files import check_writable, refuse_overwrite
 from qaeval.record import load_run, write_record
 from qaeval.results import Result
 from qaeval.runs import runs_table
@@ -70,6 +70,7 @@ def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
 
     table = runs_table(folder)
     refuse_overwrite([("html", html, "report")], [("record", path) for path in table["path"]])
+    check_writable([("html", html, "report")])
     return table, render_runs(table, html, folder=str(folder))
 
 
@@ -91,4 +92,5 @@ def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> 
 
     loaded = load_run(record)
     refuse_overwrite([("html", html, "report")], [("record", record)], data=api.as_run(loaded).meta.data)
+    check_writable([("html", html, "report")])  # before the notebook runs, not after
     return loaded, render_record(record, html, kind=loaded.kind, show_code=show_code)
