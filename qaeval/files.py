@@ -21,6 +21,7 @@ import json
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -333,8 +334,15 @@ def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
             raise FileAccessError(path, f"{what}: the folder {parent} is not writable")
 
 
+_SYSTEM_FOLDERS = ("/dev/", "/proc/")
+
+
 def _written_in_place(path: str | Path) -> bool:
-    """A device or a FIFO (``/dev/null``, ``/dev/stdout``): written to, never replaced."""
+    """A device or a FIFO (``/dev/null``, ``/dev/stdout``), or anything under /dev or /proc: written to,
+    never replaced. (``/dev/stdout`` is a link to /proc/self/fd/1; with the output redirected to a file it
+    points at a regular file, and replacing it would, for root, replace the system's /dev/stdout.)"""
+    if os.path.abspath(path).startswith(_SYSTEM_FOLDERS):
+        return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -342,11 +350,43 @@ def _written_in_place(path: str | Path) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
+_OWN_STREAM = re.compile(r"/(?:dev/fd|proc/self/fd)/([0-9]+)")
+
+
+def _own_stream(path: str | Path) -> int | None:
+    """The file descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), if it names one: written through it, in order with what is printed (opening
+    the path again would start a second write at the start of a redirected file, over the output)."""
+    p = os.path.abspath(path)
+    if p in ("/dev/stdout", "/dev/stderr"):
+        return 1 if p == "/dev/stdout" else 2
+    m = _OWN_STREAM.fullmatch(p)
+    return int(m.group(1)) if m else None
+
+
+def _write_to(fd: int, path: str | Path, payload: bytes) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    view = memoryview(payload)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Replace ``path`` with ``data`` all at once (temporary sibling, fsync, rename). A path that is a
-    device or a FIFO (``/dev/null``, ``/dev/stdout``) is written to, never replaced."""
+    device or a FIFO (``/dev/null``, a pipe), or under /dev or /proc, is written to, never replaced; one
+    of this process's own streams (``/dev/stdout``) is written through its file descriptor."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    if (fd := _own_stream(path)) is not None:
+        _write_to(fd, path, payload)
+        return path
     if _written_in_place(path):
         try:
             with open(path, "wb") as f:
