@@ -38,9 +38,12 @@ def _file_hint(module_name: str, attr: str) -> str:
     if not (module_name.endswith(".py") or os.sep in module_name or "/" in module_name):
         return ""
     folder, file = os.path.split(module_name)
-    stem = file.removesuffix(".py")
+    parts = [file.removesuffix(".py")]
+    while folder and os.path.isfile(os.path.join(folder, "__init__.py")):  # inside a package: named from its top
+        folder, package = os.path.split(folder)
+        parts.insert(0, package)
     where = f" and run from {folder} or set PYTHONPATH={folder}" if folder else ""
-    return f"; name it by its module ({stem}:{attr}){where}"
+    return f"; name it by its module ({'.'.join(parts)}:{attr}){where}"
 
 
 def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import GOLDEN, make_case, write_cases
@@ -206,6 +209,20 @@ def test_an_adapter_named_by_its_file_says_how_to_name_it(capsys, tmp_path):
     assert "name it by its module (my_rag:make_adapter)" in err and f"PYTHONPATH={tmp_path}" in err, err
 
 
+def test_a_file_inside_a_package_is_named_from_the_top_of_its_package(capsys, tmp_path):
+    """The hint named the file alone (engine:make_adapter, PYTHONPATH=.../rag/systems), which cannot import a
+    module whose code imports from its own package."""
+    package = tmp_path / "rag" / "systems"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "rag", package):
+        (folder / "__init__.py").write_text("")
+    (package / "engine.py").write_text("from rag.systems import helpers\n")
+    assert main(["run", "--data", str(GOLDEN), "--adapter", f"{package / 'engine.py'}:make_adapter"]) == 64
+    err = capsys.readouterr().err
+    assert "name it by its module (rag.systems.engine:make_adapter)" in err, err
+    assert err.rstrip().endswith(f"PYTHONPATH={tmp_path}"), err
+
+
 def test_report_of_a_run_made_with_isolation_none_says_the_boundary_was_not_enforced(capsys, tmp_path):
     """A new user's pass: `run` and its HTML say so, `report` said nothing."""
     for isolation, said in (("none", True), ("process", False)):
@@ -268,3 +285,41 @@ def test_report_warns_of_isolation_none_for_every_record_that_holds_a_run(capsys
     capsys.readouterr()
     assert main(["report", str(record), "--html", str(tmp_path / "gate.html")]) == 0
     assert "the boundary was NOT enforced" in "".join(capsys.readouterr())
+
+
+def test_report_and_runs_refuse_a_folder_in_the_way_before_any_notebook_runs(tmp_path, capsys, monkeypatch):
+    """The report was rendered (papermill, seconds) and only then found it could not be written."""
+    record = tmp_path / "runs" / "run.json"
+    assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
+    in_the_way = tmp_path / "page.html"
+    in_the_way.mkdir()
+    from qaeval.reports import render, runs
+
+    def never(*args, **kwargs):
+        raise AssertionError("rendered before the output was checked")
+
+    monkeypatch.setattr(render, "render_record", never)
+    monkeypatch.setattr(runs, "render_runs", never)
+    capsys.readouterr()
+    assert main(["report", str(record), "--html", str(in_the_way)]) == 74
+    assert "a folder is in the way" in capsys.readouterr().err
+    assert main(["runs", str(tmp_path / "runs"), "--html", str(in_the_way)]) == 74
+    assert "a folder is in the way" in capsys.readouterr().err
+
+
+def test_saving_to_dev_stdout_redirected_to_a_file_writes_the_file_and_leaves_dev_stdout_alone(tmp_path):
+    """/dev/stdout is a link to /proc/self/fd/1; with stdout redirected to a regular file it looked like a
+    file to replace, and a root run renamed its temporary record over the system's /dev/stdout."""
+    out = tmp_path / "out.json"
+    probe = "import sys; from qaeval.files import _written_in_place; sys.stderr.write(str(_written_in_place('/dev/stdout')))"
+    with open(out, "wb") as f:
+        done = subprocess.run([sys.executable, "-c", probe], stdout=f, stderr=subprocess.PIPE, text=True, check=True)
+    assert done.stderr == "True"  # checked first: the run below would replace /dev/stdout if this were False
+    link = os.readlink("/dev/stdout")
+    with open(out, "wb") as f:
+        done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--save", "/dev/stdout",
+                               "--quiet"], stdout=f, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    assert os.readlink("/dev/stdout") == link and not list(Path("/dev").glob(".stdout*"))
+    record, end = json.JSONDecoder().raw_decode(out.read_text())  # the record, then what the run printed
+    assert record["format"] == "qaeval-record" and "deterministic_pass_rate" in out.read_text()[end:]
