@@ -228,3 +228,14 @@ def test_a_load_with_the_copy_is_the_load_without_it_and_the_copy_did_the_work(t
     primed = {t: frozenset(v) for t, v in text._TERM_SETS.items()}
     far = [s.text for c in alone.cases[int(ahead.SLACK / case_bytes) + 1:] for s in c.sources]
     assert far and all(primed[t] == text._term_set(t) for t in far)
+
+
+def test_the_copy_never_waits_on_a_fifo_nor_reads_a_device(tmp_path):
+    """A FIFO named *.jsonl would block the copy's open until a writer came; /dev/zero linked as a case file
+    is one endless line. The loader refuses both; the copy skips them and reads the files after them."""
+    folder = big_suite(tmp_path / "data", n=3)
+    os.mkfifo(folder / "a-pipe.jsonl")
+    (folder / "b-zero.jsonl").symlink_to("/dev/zero")
+    paths = [str(folder / "a-pipe.jsonl"), str(folder / "b-zero.jsonl"), str(folder / "cases.jsonl")]
+    items = [item for batch in ahead._computed(paths, place(-1, 0), case_fingerprint) for item in batch]
+    assert [item[0] for item in items] == [2, 2, 2]

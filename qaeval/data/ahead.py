@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -70,7 +71,14 @@ def _computed(paths: Sequence[str], place: mmap.mmap, case_fingerprint: Callable
     """In the copy: the items of the lines ahead of the loader, ``CHUNK`` at a time."""
     batch: list[Item] = []
     for index, path in enumerate(paths):
-        with open(path, "rb") as handle:
+        try:  # never waits on a FIFO's writer, never reads a device: the loader refuses both anyway
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            continue
+        with os.fdopen(fd, "rb") as handle:
             offset = 0
             while True:
                 at_index, at_offset = _AT.unpack_from(place)
