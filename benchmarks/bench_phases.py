@@ -19,8 +19,9 @@ the phases it interrupted).
 Everything runs in this process here (``qaeval.forked.ENABLED = False``): in a real run on two or
 more cores, a forked copy scores shares of the cases (checks, judge, retrieval, trajectories, outcomes)
 while the harness scores the others, each taking the next share left, so a phase's wall time there is
-about half its CPU time here.
-bench_run.py times real runs.
+about half its CPU time here; and while the cases load, a forked copy computes their fingerprints and
+some of their passages' term sets ahead of the loader (``qaeval.data.ahead``), which here the loader does
+itself. bench_run.py times real runs.
 
 Target (issue 19): the whole run under 8 s of wall time for 10,000 cases of 4 KB on 2 cores.
 """
