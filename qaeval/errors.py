@@ -62,6 +62,8 @@ class DatasetError(QaevalError, ValueError):
     """
 
     exit_code = 65
+    SHOWN = 50  # problems the message lists (``problems`` holds every one): a file wrong on each of its
+    # 100,000 lines printed 100,000 lines
 
     def __init__(self, problems: list[Problem] | str, *, file: str = "<input>") -> None:
         if isinstance(problems, str):
@@ -70,8 +72,10 @@ class DatasetError(QaevalError, ValueError):
         if len(self.problems) == 1:
             message = str(self.problems[0])
         else:
-            message = f"{len(self.problems)} problems in the input data:\n" + "\n".join(
-                f"  {p}" for p in self.problems)
+            shown = self.problems[:self.SHOWN]
+            message = f"{len(self.problems)} problems in the input data:\n" + "\n".join(f"  {p}" for p in shown)
+            if len(self.problems) > len(shown):
+                message += f"\n  ... and {len(self.problems) - len(shown)} more (fix these and load again)"
         super().__init__(message)
 
 

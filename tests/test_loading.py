@@ -254,3 +254,18 @@ def test_control_characters_in_ids_are_shown_not_obeyed(tmp_path, capsys):
     assert main(["validate", "--data", str(tmp_path)]) == 65
     err = capsys.readouterr().err
     assert "\x1b" not in err and "evil\\x1b[2J" in err
+
+
+def test_a_file_wrong_on_every_line_lists_the_first_problems_and_counts_the_rest(tmp_path, capsys):
+    """A file wrong on each of its lines printed one line of message per line of the file."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "cases.jsonl").write_text("".join("{\"id\": 1}\n" for _ in range(500)))
+    with pytest.raises(DatasetError) as caught:
+        load_suite(folder)
+    assert len(caught.value.problems) > 500  # every problem is still there for code to read
+    message = str(caught.value)
+    assert message.count("\n") == DatasetError.SHOWN + 1 and message.startswith(f"{len(caught.value.problems)} problems")
+    assert message.endswith(f"... and {len(caught.value.problems) - DatasetError.SHOWN} more (fix these and load again)")
+    assert main(["validate", "--data", str(folder)]) == 65
+    assert len(capsys.readouterr().err.splitlines()) == DatasetError.SHOWN + 2
