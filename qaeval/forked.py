@@ -36,6 +36,7 @@ unpickles whole is then taken as its clean finish.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -44,7 +45,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -102,62 +103,109 @@ class Pieces:
         self.close()
 
 
+FDS_TO_SPARE = 16  # file descriptors that must stay free after a fork (the pipe and pidfd take two)
+
+
+def _fds_to_spare() -> bool:
+    """Whether this process can open ``FDS_TO_SPARE`` more files: a fork must not take the last ones, which
+    the caller needs to go on without it."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return soft == resource.RLIM_INFINITY or soft - len(os.listdir("/proc/self/fd")) > FDS_TO_SPARE
+    except (ImportError, OSError, ValueError):
+        return True
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) held back, then delivered, around forking a child and recording it, and around
+    killing and reaping it: a KeyboardInterrupt between the two would leave the child behind."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield  # Python raises KeyboardInterrupt in the main thread only
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class _Child:
-    """A forked child that writes to a pipe this process reads (``fd``), killed and reaped by ``close()``."""
+    """A forked child that writes to a pipe this process reads (``fd``), killed and reaped by ``close()``
+    (or, should every reference to it be dropped first, by the garbage collector)."""
 
     pid: int | None = None
     pidfd: int | None = None  # the child as a file (Linux 5.3+): a signal can never reach a reused pid
     fd: int | None = None
+    parent: int | None = None  # the process that forked it: only that one ever kills or reaps it
 
     def _spawn(self, body: Callable[[Any], None]) -> bool:
         """Fork a child that runs ``body(pipe)`` (a binary file on the pipe's writing end) and exits; False
         when no process could be forked."""
-        read, write = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:  # no process to spare (a pids limit, memory): compute here
-            os.close(read)
-            os.close(write)
+        if not _fds_to_spare():
             return False
-        if pid == 0:  # the child: compute, send, and never return into the caller's code
-            code = 1
-            try:
-                os.close(read)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-                with os.fdopen(write, "wb") as pipe:
-                    body(pipe)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        self.pid, self.fd = pid, read
         try:
-            self.pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.pidfd = None
+            read, write = os.pipe()
+        except OSError:  # no file descriptor to spare
+            return False
+        with _ctrl_c_held():
+            try:
+                pid = os.fork()
+            except OSError:  # no process to spare (a pids limit, memory): compute here
+                os.close(read)
+                os.close(write)
+                return False
+            if pid == 0:  # the child: compute, send, and never return into the caller's code
+                code = 1
+                try:
+                    os.close(read)
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+                    with os.fdopen(write, "wb") as pipe:
+                        body(pipe)
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write)
+            self.pid, self.fd, self.parent = pid, read, os.getpid()
+            try:
+                self.pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                self.pidfd = None
         return True
 
     def close(self) -> None:
-        """Kill and reap the child if it is still there, and close the pipe. Idempotent."""
+        """Kill and reap the child if it is still there, and close the pipe. Idempotent; does nothing in
+        another process (a forked copy that inherited this object)."""
+        if self.parent is not None and self.parent != os.getpid():
+            return
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
         if self.pid is not None:
-            pid, self.pid = self.pid, None
-            try:
-                if self.pidfd is not None:
-                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            with _ctrl_c_held():
+                try:
+                    if self.pidfd is not None:
+                        signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                    else:
+                        os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    os.waitpid(self.pid, 0)
+                except ChildProcessError:
+                    pass
+                self.pid = None
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (at interpreter exit, os may be gone)
+            pass
 
 
 class Beside(_Child, Generic[T]):
@@ -286,9 +334,13 @@ class Ahead(_Child):
                 pipe.write(_LENGTH.pack(len(data)) + data)
                 pipe.flush()
 
-        if can_fork(rows) and self._spawn(send):
-            assert self.fd is not None
-            os.set_blocking(self.fd, False)
+        try:
+            if can_fork(rows) and self._spawn(send):
+                assert self.fd is not None
+                os.set_blocking(self.fd, False)
+        except BaseException:  # a Ctrl-C held back while forking arrives here: no child left behind
+            self.close()
+            raise
 
     def arrived(self) -> list[Any]:
         if self.fd is None:

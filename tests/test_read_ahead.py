@@ -126,7 +126,7 @@ def test_the_copy_computes_what_the_loader_would_from_the_same_bytes(tmp_path):
     assert [item[1] for item in items] == starts  # every line, from the first: the loader is in no file yet
     for item, line, start in zip(items, lines, starts):
         raw = json.loads(line)
-        assert item[:4] == (0, start, len(line), hash(line))
+        assert item[:4] == (0, start, len(line), ahead._digest(line))
         assert item[4] == case_fingerprint(raw)
         assert [frozenset(t) for t in item[5]] == [text._term_set(s["text"]) for s in raw["sources"]]
 
@@ -176,9 +176,9 @@ def test_the_loader_takes_an_item_only_for_the_bytes_it_read(tmp_path, monkeypat
     folder = big_suite(tmp_path / "data", n=3)
     lines = (folder / "cases.jsonl").read_bytes().splitlines(keepends=True)
     second = len(lines[0])
-    items = [(0, 0, len(lines[0]), hash(lines[0]), "from-the-copy", None),  # taken
-             (0, second, len(lines[1]), hash(lines[1]) ^ 1, "rewritten-since", None),  # other bytes: refused
-             (0, second + len(lines[1]), len(lines[2]) + 1, hash(lines[2]), "wrong-length", None)]
+    items = [(0, 0, len(lines[0]), ahead._digest(lines[0]), "from-the-copy", None),  # taken
+             (0, second, len(lines[1]), bytes(16), "rewritten-since", None),  # other bytes: refused
+             (0, second + len(lines[1]), len(lines[2]) + 1, ahead._digest(lines[2]), "wrong-length", None)]
     monkeypatch.setattr(ahead, "Ahead", lambda *a, **k: Stub([items]))
     suite = load_suite(folder)
     truth = [case_fingerprint(json.loads(line)) for line in lines]
@@ -193,7 +193,7 @@ def test_an_item_come_too_late_for_its_line_is_dropped(tmp_path, monkeypatch):
     reader = ahead.ReadAhead([folder / "cases.jsonl"], case_fingerprint)
     read = reader.lines(0, folder / "cases.jsonl", [])
     next(read)
-    stub.batches = [[(0, 0, len(lines[0]), hash(lines[0]), "late", None)]]
+    stub.batches = [[(0, 0, len(lines[0]), ahead._digest(lines[0]), "late", None)]]
     next(read)
     assert reader.got == {} and reader.fingerprint(str(folder / "cases.jsonl"), 1) is None
 
@@ -239,3 +239,73 @@ def test_the_copy_never_waits_on_a_fifo_nor_reads_a_device(tmp_path):
     paths = [str(folder / "a-pipe.jsonl"), str(folder / "b-zero.jsonl"), str(folder / "cases.jsonl")]
     items = [item for batch in ahead._computed(paths, place(-1, 0), case_fingerprint) for item in batch]
     assert [item[0] for item in items] == [2, 2, 2]
+
+
+def test_a_ctrl_c_while_the_copy_is_forked_or_reaped_leaves_no_child(may_fork, monkeypatch):
+    """A KeyboardInterrupt that landed between the fork and recording the child, or inside the wait that
+    reaps it, left a live copy blocked on its pipe or a zombie (an adversarial review's finding)."""
+    import signal
+
+    forks = []
+    real_fork, real_waitpid = os.fork, os.waitpid
+
+    def fork_then_ctrl_c():
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, the moment the child exists
+        return pid
+
+    monkeypatch.setattr(forked.os, "fork", fork_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        forked.Ahead(forever, rows=forked.MIN_ROWS)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(forks[0], os.WNOHANG)  # killed and reaped
+    monkeypatch.setattr(forked.os, "fork", real_fork)
+
+    def ctrl_c_then_wait(pid, options):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the child is being reaped
+        return real_waitpid(pid, options)
+
+    sent = forked.Ahead(forever, rows=forked.MIN_ROWS)
+    child = sent.pid
+    monkeypatch.setattr(forked.os, "waitpid", ctrl_c_then_wait)
+    with pytest.raises(KeyboardInterrupt):
+        sent.close()
+    monkeypatch.setattr(forked.os, "waitpid", real_waitpid)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_the_copy_never_opens_what_is_not_a_regular_file(tmp_path, monkeypatch):
+    """Opening a FIFO lets its writer go on (the data is swallowed); opening a device can have effects."""
+    folder = big_suite(tmp_path / "data", n=2)
+    os.mkfifo(folder / "a-pipe.jsonl")
+    (folder / "b-null.jsonl").symlink_to("/dev/null")
+    opened = []
+    real_open = ahead.os.open
+    monkeypatch.setattr(ahead.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
+    paths = [str(folder / name) for name in ("a-pipe.jsonl", "b-null.jsonl", "cases.jsonl")]
+    items = [item for batch in ahead._computed(paths, place(-1, 0), case_fingerprint) for item in batch]
+    assert opened == [str(folder / "cases.jsonl")] and len(items) == 2
+
+
+def test_no_fork_takes_the_last_file_descriptors(tmp_path):
+    """With two descriptors left, the copy's pipe and pidfd took them and the loader could not open the
+    case file; with one, os.pipe raised out of load_suite."""
+    folder = big_suite(tmp_path / "data", n=600)
+    script = f"""
+import os, resource
+from qaeval import forked
+from qaeval.data.cases import load_suite
+forked.threading.active_count = lambda: 1
+alone = load_suite({str(folder)!r})
+for spare in range(0, 4):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    assert load_suite({str(folder)!r}).cases == alone.cases
+print("ok")
+"""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
