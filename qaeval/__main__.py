@@ -1,3 +1,3 @@
-from qaeval.cli import entry
+from qaeval.console import entry
 
 entry()

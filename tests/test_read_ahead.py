@@ -309,3 +309,48 @@ print("ok")
 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_console_script_starts_reading_a_scoring_commands_data_before_its_imports():
+    from qaeval.console import data_folder
+
+    assert data_folder(["run", "--data", "d", "--quiet"]) == "d" and data_folder(["gate", "--data=e"]) == "e"
+    assert data_folder(["baseline", "--data", "a", "--data", "b"]) == "b"  # argparse's rule: the last one
+    assert data_folder(["validate", "--data", "d"]) is None and data_folder(["report", "r.json"]) is None
+    assert data_folder(["run"]) is None and data_folder([]) is None and data_folder(["run", "--data"]) is None
+
+
+def test_a_reader_started_early_is_the_one_the_load_takes_and_any_other_is_stopped(tmp_path, monkeypatch, may_fork):
+    folder, other = big_suite(tmp_path / "data"), big_suite(tmp_path / "other", n=600)
+    forget_text()
+    alone = load_suite(folder)  # (forks a reader of its own, which is not the early one)
+    ahead.read_early(folder)
+    early = ahead._EARLY
+    assert early is not None and early.ahead.pid is not None
+    everything(early.ahead, lambda: [early._item(0, -1)])  # let it finish: what it did is then certain
+    computed_here = []
+    real = cases.case_fingerprint
+    monkeypatch.setattr(cases, "case_fingerprint", lambda raw: computed_here.append(1) or real(raw))
+    assert load_suite(folder).cases == alone.cases
+    case_bytes = (folder / "cases.jsonl").stat().st_size / len(alone)
+    assert ahead._EARLY is None and 0 < len(computed_here) <= ahead.LEAD / case_bytes + 1  # the early one's
+    ahead.read_early(other)
+    child = ahead._EARLY.ahead.pid
+    computed_here.clear()
+    assert load_suite(folder).cases == alone.cases  # another folder's reader is not taken: it is stopped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)
+    ahead.read_early(tmp_path / "no-such-folder")  # the load reports that; nothing starts
+    assert ahead._EARLY is None
+
+
+def test_qaeval_run_from_the_console_script_with_a_large_suite(tmp_path):
+    folder = big_suite(tmp_path / "data")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet",
+                           "--save", str(tmp_path / "run.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved = json.loads((tmp_path / "run.json").read_text())
+    by_id = {c.id: c.fingerprint for c in load_suite(folder)}
+    assert {c["case_id"]: c["fingerprint"] for c in saved["cases"]} == by_id
