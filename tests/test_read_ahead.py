@@ -301,7 +301,8 @@ from qaeval.data.cases import load_suite
 forked.threading.active_count = lambda: 1
 alone = load_suite({str(folder)!r})
 for spare in range(0, 4):
-    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare, hard))
     assert load_suite({str(folder)!r}).cases == alone.cases
 print("ok")
 """

@@ -128,7 +128,8 @@ class ReadAhead:
         self.place = mmap.mmap(-1, _AT.size)  # shared with the copy: it reads where the loader is
         self.got: dict[tuple[int, int], Item] = {}
         self.taken: dict[tuple[str, int], str] = {}
-        self.ahead = Ahead(_computed, self.paths, self.place, case_fingerprint, rows=MIN_ROWS if size >= MIN_BYTES else 0)
+        rows = MIN_ROWS if size >= MIN_BYTES else 0  # (Ahead forks for MIN_ROWS and more)
+        self.ahead = Ahead(_computed, self.paths, self.place, case_fingerprint, rows=rows)
 
     def lines(self, index: int, path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
         for number, offset, raw, value in iter_jsonl_lines(path, problems):
