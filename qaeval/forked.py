@@ -122,16 +122,27 @@ def _fds_to_spare() -> bool:
 
 @contextlib.contextmanager
 def _ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C (SIGINT) held back, then delivered, around forking a child and recording it, and around
-    killing and reaping it: a KeyboardInterrupt between the two would leave the child behind."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield  # Python raises KeyboardInterrupt in the main thread only
+    """Ctrl-C (SIGINT) held back, then handled as it would have been, around forking a child and recording
+    it, and around killing and reaping it: a KeyboardInterrupt between the two would leave the child behind.
+    Held by Python's handler, not by a signal mask: the kernel gives a signal the main thread blocks to any
+    other thread (a C library's), and Python then runs the handler in the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers, and raises KeyboardInterrupt, in the main thread only
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list[Any] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler set outside Python: left alone
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda number, frame: caught.append(frame))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's own raises KeyboardInterrupt here
+        elif caught and previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 class _Child:
