@@ -1,3 +1,3 @@
-from qaeval.console import entry
+from qaeval.cli import entry
 
 entry()

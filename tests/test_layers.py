@@ -22,7 +22,7 @@ LAYERS = (
     ("verdicts", ("qaeval.verdicts",)),
     ("record", ("qaeval.record", "qaeval.record_shape", "qaeval.record_check", "qaeval.runs")),
     ("reports", ("qaeval.reports",)),
-    ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.notebook", "qaeval.cli", "qaeval.console", "qaeval.pytest_plugin", "qaeval.__main__",
+    ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.notebook", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__",
                "qaeval.monitoring", "qaeval.tracking")),
 )
 

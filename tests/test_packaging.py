@@ -24,7 +24,7 @@ def test_pyproject_declares_core_dependencies_cli_and_python():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in project["dependencies"]}
     assert {"pandas", "matplotlib", "papermill", "nbconvert", "nbformat", "ipykernel"} <= names
-    assert project["scripts"]["qaeval"] == "qaeval.console:entry"  # which starts reading the data, then qaeval.cli
+    assert project["scripts"]["qaeval"] == "qaeval.cli:entry"
     assert project["name"] == "qaeval-harness", "the name qaeval on PyPI is an unrelated package"
     assert project["entry-points"]["pytest11"]["qaeval"] == "qaeval.pytest_plugin"
     assert project["requires-python"] == ">=3.10"

@@ -20,7 +20,6 @@ code.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import mmap
 import os
@@ -30,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import Problem, QaevalError
+from qaeval.errors import Problem
 from qaeval.files import iter_jsonl_lines, loads_strict
 from qaeval.forked import MIN_ROWS, Ahead
 from qaeval.text import distinct_terms, remember_term_sets
@@ -124,12 +123,11 @@ class ReadAhead:
             size = sum(os.stat(p).st_size for p in paths)
         except OSError:  # the loader reports it
             size = 0
-        self.paths = [str(p) for p in paths]
         self.place = mmap.mmap(-1, _AT.size)  # shared with the copy: it reads where the loader is
         self.got: dict[tuple[int, int], Item] = {}
         self.taken: dict[tuple[str, int], str] = {}
         rows = MIN_ROWS if size >= MIN_BYTES else 0  # (Ahead forks for MIN_ROWS and more)
-        self.ahead = Ahead(_computed, self.paths, self.place, case_fingerprint, rows=rows)
+        self.ahead = Ahead(_computed, [str(p) for p in paths], self.place, case_fingerprint, rows=rows)
 
     def lines(self, index: int, path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
         for number, offset, raw, value in iter_jsonl_lines(path, problems):
@@ -165,41 +163,3 @@ class ReadAhead:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-_EARLY: ReadAhead | None = None  # started by read_early, for the load to come
-
-
-def read_early(data_dir: str | os.PathLike[str]) -> None:
-    """Start reading ahead the case files of ``data_dir`` now, for the ``load_suite`` of it to come: the
-    ``qaeval`` console script calls this before it imports the rest of qaeval (pandas alone takes 0.4 s
-    of the one core a run has then), so the copy starts that much ahead. Anything wrong with the folder
-    is left to the load to report; a reader no load takes is stopped when the process exits."""
-    global _EARLY
-    from qaeval.data.cases import case_files, case_fingerprint
-
-    try:
-        files = case_files(Path(data_dir))
-    except (OSError, QaevalError):
-        return
-    if files:
-        drop_early()
-        _EARLY = ReadAhead(files, case_fingerprint)
-        atexit.register(drop_early)
-
-
-def early(paths: Sequence[Path]) -> ReadAhead | None:
-    """The reader ``read_early`` started, if it reads these very files (taken once; any other is stopped)."""
-    global _EARLY
-    reader, _EARLY = _EARLY, None
-    if reader is not None and reader.paths != [str(p) for p in paths]:
-        reader.close()
-        return None
-    return reader
-
-
-def drop_early() -> None:
-    global _EARLY
-    reader, _EARLY = _EARLY, None
-    if reader is not None:
-        reader.close()
