@@ -230,17 +230,6 @@ def test_a_load_with_the_copy_is_the_load_without_it_and_the_copy_did_the_work(t
     assert far and all(primed[t] == text._term_set(t) for t in far)
 
 
-def test_the_copy_never_waits_on_a_fifo_nor_reads_a_device(tmp_path):
-    """A FIFO named *.jsonl would block the copy's open until a writer came; /dev/zero linked as a case file
-    is one endless line. The loader refuses both; the copy skips them and reads the files after them."""
-    folder = big_suite(tmp_path / "data", n=3)
-    os.mkfifo(folder / "a-pipe.jsonl")
-    (folder / "b-zero.jsonl").symlink_to("/dev/zero")
-    paths = [str(folder / "a-pipe.jsonl"), str(folder / "b-zero.jsonl"), str(folder / "cases.jsonl")]
-    items = [item for batch in ahead._computed(paths, place(-1, 0), case_fingerprint) for item in batch]
-    assert [item[0] for item in items] == [2, 2, 2]
-
-
 def test_a_ctrl_c_while_the_copy_is_forked_or_reaped_leaves_no_child(may_fork, monkeypatch):
     """A KeyboardInterrupt that landed between the fork and recording the child, or inside the wait that
     reaps it, left a live copy blocked on its pipe or a zombie (an adversarial review's finding). Another
@@ -299,16 +288,20 @@ def test_a_ctrl_c_while_the_copy_is_forked_or_reaped_leaves_no_child(may_fork, m
 
 
 def test_the_copy_never_opens_what_is_not_a_regular_file(tmp_path, monkeypatch):
-    """Opening a FIFO lets its writer go on (the data is swallowed); opening a device can have effects."""
-    folder = big_suite(tmp_path / "data", n=2)
+    """Opening a FIFO blocked the copy until a writer came, or let a waiting writer go on (its data
+    swallowed); /dev/zero linked as a case file is one endless line; opening a device can have effects.
+    The loader refuses them all; the copy skips them and reads the file after them."""
+    folder = big_suite(tmp_path / "data", n=3)
     os.mkfifo(folder / "a-pipe.jsonl")
     (folder / "b-null.jsonl").symlink_to("/dev/null")
+    (folder / "c-zero.jsonl").symlink_to("/dev/zero")
     opened = []
     real_open = ahead.os.open
     monkeypatch.setattr(ahead.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
-    paths = [str(folder / name) for name in ("a-pipe.jsonl", "b-null.jsonl", "cases.jsonl")]
+    paths = [str(folder / name) for name in ("a-pipe.jsonl", "b-null.jsonl", "c-zero.jsonl", "cases.jsonl")]
     items = [item for batch in ahead._computed(paths, place(-1, 0), case_fingerprint) for item in batch]
-    assert opened == [str(folder / "cases.jsonl")] and len(items) == 2
+    assert opened == [str(folder / "cases.jsonl")]
+    assert [item[0] for item in items] == [3, 3, 3]
 
 
 def test_no_fork_takes_the_last_file_descriptors(tmp_path):

@@ -31,12 +31,12 @@ import pandas as pd
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.errors import TierOneFailed, UsageError
+from qaeval.forked import Beside, Pieces
 from qaeval.frames import RowsByKey, frame, text_frame
 from qaeval.judges.offline import grades_in_a_copy
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
-from qaeval.forked import Beside, Pieces
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
