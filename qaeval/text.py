@@ -188,16 +188,17 @@ class _ByteTerms(dict):  # type: ignore[type-arg]
 _byte_term_of = _ByteTerms().__getitem__
 
 
-def _term_set(text: str) -> frozenset[str]:
-    found = frozenset(_terms(text))
-    return found - _STOPWORD if "" in found else found
+def _distinct_terms(text: str) -> tuple[str, ...]:
+    found = set(_terms(text))
+    found.discard("")  # the stopwords' term
+    return tuple(found)
 
 
-_STOPWORD, _NO_TERMS = frozenset({""}), frozenset[str]()
+_NO_TERMS = frozenset[str]()
 # The memo holds each text's distinct terms (the reference system, the judge and the checks all ask for a
 # passage's set, several times), as a tuple: a frozenset costs five times the memory (a 100,000-case
 # suite's passages took 300 MB more), and making one from the tuple costs about a microsecond.
-_TERM_SETS = _Memo(lambda text: tuple(_term_set(text)), 2 * MEMO_CHARS)
+_TERM_SETS = _Memo(_distinct_terms, 2 * MEMO_CHARS)
 
 
 def term_set(text: str | None) -> frozenset[str]:
@@ -206,7 +207,7 @@ def term_set(text: str | None) -> frozenset[str]:
 
 
 def remember_term_sets(texts: Iterable[str], found: Iterable[tuple[str, ...]]) -> None:
-    """Put the term sets of ``texts`` computed elsewhere (``tuple(_term_set(text))`` in a forked copy of
+    """Put the term sets of ``texts`` computed elsewhere (``_distinct_terms(text)`` in a forked copy of
     this process: ``qaeval.data.ahead``) in the memo, as if computed here, never past three quarters of
     its bound (room is left for what a run meets later: answers, claims, sentences)."""
     memo, room = _TERM_SETS, _TERM_SETS.limit * 3 // 4

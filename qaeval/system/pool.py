@@ -54,7 +54,7 @@ from qaeval.system.calls import (
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode, exit_reason, parse
+from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, exit_reason, parse
 from qaeval.system.remote import run_on_executor
 
 STOP_GRACE = 1.0
@@ -283,7 +283,7 @@ class _PoolRun:
         index, case = self.cases[0]
         if self.prepared is None or self.prepared[0] != index:
             payload: Payload = make_payload(case)
-            self.prepared = (index, payload[0], encode({"case": payload}))
+            self.prepared = (index, payload[0], encode_case(payload))
         return self.prepared[1], self.prepared[2]
 
     def take(self) -> None:

@@ -2,7 +2,8 @@
 
 Adapters, custom judges and notify hooks are the user's code. Each runs in a fresh interpreter started
 here, and everything that crosses between it and the harness is a *frame*: a 4-byte big-endian length
-and that many bytes of JSON text. This module owns the rules every such process gets:
+and that many bytes of JSON text (a case handed to a worker goes in ``marshal``'s format instead:
+``encode_case``). This module owns the rules every such process gets:
 
 - **Bounded reads.** The harness never blocks on a read: bytes are taken as they arrive
   (``Channel.pump``) and a frame is whole only when all of its announced bytes are in. A half-sent
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import marshal
 import os
 import select
 import shutil
@@ -63,6 +65,19 @@ _WIRE = json.JSONEncoder(allow_nan=False, ensure_ascii=True, separators=(",", ":
 
 def encode(message: Any) -> bytes:
     data = _WIRE.encode(message).encode("ascii")
+    return HEADER.pack(len(data)) + data
+
+
+# A case goes to a worker as ``_CASE`` and the payload in ``marshal``'s format (strings and tuples): ten
+# times faster to write and four to read than JSON, for the one frame a run sends per case. Only this
+# direction uses it: the worker, which runs the same interpreter, reads what the harness wrote (trusted),
+# while everything the worker sends back is JSON, parsed strictly (``parse``).
+_CASE = b"\x00"  # a JSON frame starts with "{"
+
+
+def encode_case(payload: tuple[str, str, tuple[tuple[str, str, str | None], ...]]) -> bytes:
+    """The frame that hands a worker one case (``{"case": payload}`` to ``read_frame``)."""
+    data = _CASE + marshal.dumps(payload)
     return HEADER.pack(len(data)) + data
 
 
@@ -182,7 +197,10 @@ def read_frame(sock: socket.socket) -> Any:
     """Block for one frame from the harness (trusted) and parse it; EOFError when it has gone."""
     header = _read_exact(sock, HEADER.size)
     (size,) = HEADER.unpack(header)
-    return json.loads(_read_exact(sock, size))
+    data = _read_exact(sock, size)
+    if data[:1] == _CASE:
+        return {"case": marshal.loads(data[1:])}
+    return json.loads(data)
 
 
 def _read_exact(sock: socket.socket, size: int) -> bytes:

@@ -20,7 +20,7 @@ from qaeval.data.cases import Suite
 from qaeval.errors import UsageError, describe, install_extra
 from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
-from qaeval.system.process import FrameError, UserProcess, exit_reason, parse
+from qaeval.system.process import FrameError, UserProcess, encode_case, exit_reason, parse
 
 
 class RemoteWorkers:
@@ -92,7 +92,7 @@ class RemoteWorkers:
                                "not_started": {"why": why, "usage": usage}})
         deadline = time.monotonic() + timeout
         try:
-            proc.channel.send({"case": payload}, deadline)
+            proc.channel.send_frame(encode_case(_as_payload(payload)), deadline)
             reply = parse(proc.channel.receive(deadline), what="the worker")
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
                 raise FrameError("the worker sent a reply for another case")
@@ -106,6 +106,12 @@ class RemoteWorkers:
         with self._lock:
             self.idle.setdefault(spec_json, []).append(proc)
         return json.dumps(reply, allow_nan=False)
+
+
+def _as_payload(sent: list[Any]) -> Any:
+    """The payload ``make_payload`` made, as the executor handed it over (a list, its sources perhaps lists)."""
+    opaque, question, sources = sent
+    return opaque, question, tuple(tuple(source) for source in sources)
 
 
 def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:

@@ -5,12 +5,13 @@ A worker is a fresh interpreter started by the harness (``qaeval.system.pool``, 
 data, its environment has had every variable that names the data folder removed, its working directory
 is a private scratch folder, and before any user code is imported it gives up ``CAP_SYS_PTRACE``
 (Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
-descriptor FD) in length-prefixed JSON frames, and nothing else:
+descriptor FD) in length-prefixed frames, and nothing else:
 
     harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits and,
                                                     for a suite with a corpus, the path of its copy in
                                                     the worker's scratch folder
-                        {"case": [opaque_id, question, [[id, text, title], ...]]}   one per case
+                        {"case": (opaque_id, question, ((id, text, title), ...))}   one per case, in
+                                                    marshal's format (``process.encode_case``)
                         {"stop": true}
     worker -> harness   {"ready": true, "logs": "..."}   or   {"init_error": "...", "usage": bool}
                         {"id": opaque_id, "output": {...plain data...}, "logs": "..."}
