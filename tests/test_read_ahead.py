@@ -128,7 +128,7 @@ def test_the_copy_computes_what_the_loader_would_from_the_same_bytes(tmp_path):
         raw = json.loads(line)
         assert item[:4] == (0, start, len(line), ahead._digest(line))
         assert item[4] == case_fingerprint(raw)
-        assert [frozenset(t) for t in item[5]] == [text._term_set(s["text"]) for s in raw["sources"]]
+        assert [frozenset(t) for t in item[5]] == [frozenset(text._distinct_terms(s["text"])) for s in raw["sources"]]
 
 
 def test_the_copy_jumps_ahead_of_the_loader_and_spends_term_sets_only_far_ahead(tmp_path):
@@ -144,16 +144,28 @@ def test_the_copy_jumps_ahead_of_the_loader_and_spends_term_sets_only_far_ahead(
     assert list(ahead._computed([str(path)], place(1, 0), case_fingerprint)) == []  # the loader is past the file
 
 
-def test_lines_the_loader_would_refuse_get_no_item(tmp_path):
+def test_lines_the_loader_refuses_are_never_taken_from_the_copy(tmp_path, monkeypatch):
     folder = tmp_path / "data"
     folder.mkdir()
     good = json.dumps(make_case())
+    twice = good[:-1] + ', "id": "forged"}'  # a key twice: JSON to the copy's lenient parse, refused by the loader
     path = folder / "cases.jsonl"
-    path.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n\n[1, 2]\n{\"a\": 1, \"a\": 2}\nnot json\n\xff\xfe\n"
+    path.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n\n[1, 2]\n" + twice.encode() + b"\nnot json\n\xff\xfe\n"
                      + good.encode() + b"\n")
     items = [item for batch in ahead._computed([str(path)], place(-1, 0), case_fingerprint) for item in batch]
-    assert [item[1] for item in items] == [0, path.read_bytes().rindex(good.encode())]  # a BOM is fine on line 1
-    assert {item[4] for item in items} == {case_fingerprint(json.loads(good))}
+    data = path.read_bytes()
+    at_twice = data.index(twice.encode())
+    # Objects only (a BOM is fine on line 1); the line with a key twice gets an item, for its lenient value
+    assert [item[1] for item in items] == [0, at_twice, data.rindex(good.encode())]
+    assert items[1][4] == case_fingerprint(json.loads(twice)) != case_fingerprint(json.loads(good))
+
+    monkeypatch.setattr(ahead, "Ahead", lambda *a, **k: Stub([items]))
+    reader = ahead.ReadAhead([path], case_fingerprint)
+    problems = []
+    read = [number for number, _ in reader.lines(0, path, problems)]
+    assert 4 not in read and any("appears twice" in p.message for p in problems)  # the loader refused line 4
+    assert set(reader.taken) == {(str(path), 1), (str(path), read[-1])}  # and took nothing for it
+    assert list(reader.got) == [(0, at_twice)]  # sent, and left unused
 
 
 class Stub:
@@ -227,7 +239,7 @@ def test_a_load_with_the_copy_is_the_load_without_it_and_the_copy_did_the_work(t
     assert 0 < len(computed_here) <= ahead.LEAD / case_bytes + 1  # the copy's were taken for the rest
     primed = {t: frozenset(v) for t, v in text._TERM_SETS.items()}
     far = [s.text for c in alone.cases[int(ahead.SLACK / case_bytes) + 1:] for s in c.sources]
-    assert far and all(primed[t] == text._term_set(t) for t in far)
+    assert far and all(set(primed[t]) == set(text._distinct_terms(t)) for t in far)
 
 
 def test_a_ctrl_c_while_the_copy_is_forked_or_reaped_leaves_no_child(may_fork, monkeypatch):
