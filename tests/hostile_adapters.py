@@ -4,6 +4,7 @@ worker's socket, read the harness through /proc, escape the process group, or ne
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import stat
 import struct
@@ -91,6 +92,10 @@ class Forger:
         if self.mode == "other_id":
             _write_raw(_frame({"id": "0123456789abcdef", "output": _honest(case), "logs": ""}))
             time.sleep(3600)
+        if self.mode == "marshal":  # a reply in the format cases come to the worker in (process.encode_case)
+            body = b"\x00" + marshal.dumps({"id": case.id, "output": _honest(case), "logs": ""})
+            _write_raw(struct.pack("!I", len(body)) + body)
+            time.sleep(3600)
         if self.mode == "twice":  # a reply of its own, then the worker's own reply to the same case
             _write_raw(_frame({"id": case.id, "output": _honest(case), "logs": ""}))
         source = case.sources[0]
@@ -116,6 +121,10 @@ def make_other_id():
 
 def make_twice():
     return Forger("twice")
+
+
+def make_marshal_reply():
+    return Forger("marshal")
 
 
 class ProcReader:

@@ -18,7 +18,7 @@ from conftest import GOLDEN, ROOT
 from qaeval import load_suite, run_suite
 from qaeval.data.cases import Suite
 from qaeval.system.calls import LOG_LIMIT
-from qaeval.system.process import MAX_CONTAINERS, confined_env, hidden_folders
+from qaeval.system.process import MAX_CONTAINERS, confined_env, encode, encode_case, hidden_folders, read_frame
 
 TESTS = str(ROOT / "tests")
 QAEVAL = [sys.executable, "-m", "qaeval.cli"]
@@ -79,6 +79,28 @@ def test_a_frame_over_the_limit_stops_its_worker(living):
 def test_a_frame_of_too_many_containers_is_not_parsed(living):
     frame = run_suite(first(living), "hostile_adapters:make_many_dicts", timeout=30)
     assert f"the limit is {MAX_CONTAINERS}" in frame["error"][0], frame["error"][0]
+
+
+def test_a_case_crosses_in_marshal_form_and_arrives_whole():
+    """The harness hands a worker its case in marshal's format (one frame per case, written ten times
+    faster than JSON); the worker reads it back exactly, and still reads the JSON frames (setup, stop)."""
+    import socket
+
+    payload = ("0123456789abcdef", "Qu'est-ce qu'un \u00e9t\u00e9 ? \U0001f600",
+               (("s1", "Text\nwith \"quotes\" and \u2028", None), ("s2", "x" * 70_000, "Title")))
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.sendall(encode_case(payload) + encode({"stop": True}))
+        assert read_frame(theirs) == {"case": payload}
+        assert read_frame(theirs) == {"stop": True}
+
+
+def test_a_reply_in_marshal_form_is_refused_not_unmarshalled(living):
+    """Only the harness writes marshal: a worker's reply is strict JSON, and one in marshal's format fails
+    its case as not JSON (the harness never unmarshals what user code wrote)."""
+    frame = run_suite(first(living), "hostile_adapters:make_marshal_reply", timeout=30)
+    error = frame["error"][0]
+    assert error and "JSON" in error and frame["answer"][0] == "", error
 
 
 def test_a_reply_for_another_case_fails_the_case(living):
