@@ -5,12 +5,17 @@ cost per case.
     python benchmarks/bench_boundary.py                    # 200 cases x 200 ms at concurrency 1, 4, 8, 16; 3 runs each
     python benchmarks/bench_boundary.py --concurrency 8 --repeat 5
     python benchmarks/bench_boundary.py --overhead-only
+    python benchmarks/bench_boundary.py --wire-only        # one case frame: marshal against JSON
 
 The slow adapter sleeps ``--latency`` seconds per case and answers like a careful system; the ideal wall
 time is cases x latency / concurrency. Only the adapter phase is timed (``run_suite``: starting the
 workers, every call, collecting the results), not loading or scoring. The overhead figure times 2,000
 cases against an adapter that answers at once, in worker processes and in-process (``isolation="none"``),
 and divides by the number of cases.
+
+The wire figure times the frame that hands a worker one case of about 4 KB (bench_run.py's ``--case-kb 4``, 8 passages),
+written and read back as the harness and the worker do (``process.encode_case``, ``process.read_frame``'s
+decoding) against the JSON frame it replaced, in microseconds per case (median of 7 rounds).
 
 Target: the median within 1.3x of the ideal at every concurrency (the same bar as the judge's).
 """
@@ -72,6 +77,40 @@ def timed(suite, adapter: str, **options) -> float:  # noqa: ANN001
     return elapsed
 
 
+def wire(rounds: int = 7, cases: int = 2000) -> None:
+    import json
+    import marshal
+    import random
+
+    from bench_run import make_case
+
+    from qaeval.data.cases import build_suite
+    from qaeval.system.contract import make_payload
+    from qaeval.system.process import HEADER, encode, encode_case
+
+    rng = random.Random(1)
+    suite = build_suite(((f"bench:{i}", i, make_case(i, rng, pad=4 * 1024 // 8 - 230)) for i in range(cases)), "bench")
+    payloads = [make_payload(case) for case in suite.cases]
+    ways = {"json": (lambda p: encode({"case": p}), lambda b: json.loads(b[HEADER.size:])),
+            "marshal": (encode_case, lambda b: marshal.loads(b[HEADER.size + 1:]))}
+    spent: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, (write, read) in ways.items():
+            start = time.process_time()
+            frames = [write(p) for p in payloads]
+            middle = time.process_time()
+            for frame in frames:
+                read(frame)
+            spent.setdefault((name, "write"), []).append(middle - start)
+            spent.setdefault((name, "read"), []).append(time.process_time() - middle)
+    size = statistics.mean(len(encode({"case": p})) for p in payloads)
+    print(f"one case's frame ({size / 1024:.1f} KB as JSON), microseconds per case, median of {rounds} rounds "
+          f"of {cases}:")
+    for name in ways:
+        write, read = (statistics.median(spent[(name, part)]) / cases * 1e6 for part in ("write", "read"))
+        print(f"  {name:<8} written {write:6.1f}  read {read:6.1f}")
+
+
 def main() -> None:
     import os
 
@@ -81,7 +120,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--overhead-only", action="store_true")
+    parser.add_argument("--wire-only", action="store_true")
     args = parser.parse_args()
+    wire()
+    if args.wire_only:
+        return
     os.environ["BENCH_LATENCY"] = str(args.latency)
     with tempfile.TemporaryDirectory() as tmp:
         if not args.overhead_only:
