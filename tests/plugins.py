@@ -270,6 +270,20 @@ def make_reporter():
     return Reporter()
 
 
+class TypeReporter:
+    """Answers with the question and each source's fields, and the name of each one's type."""
+
+    def answer(self, case):
+        import json
+
+        fields = [case.question] + [v for s in case.sources for v in (s.id, s.text, s.title)]
+        return SUTOutput(answer=json.dumps([[v, type(v).__name__] for v in fields]), abstained=False)
+
+
+def make_type_reporter():
+    return TypeReporter()
+
+
 class Slow:
     """Sleeps a little (longer for earlier cases, so they finish out of order), then quotes its first source."""
 

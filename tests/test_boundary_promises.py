@@ -95,6 +95,32 @@ def test_a_case_crosses_in_marshal_form_and_arrives_whole():
         assert read_frame(theirs) == {"stop": True}
 
 
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_case_built_from_str_subclasses_reaches_the_system_as_plain_text(living, isolation):
+    """marshal refuses a str subclass and writes numpy.str_ as its raw bytes: such a case (built in Python,
+    from pandas or numpy values) goes to a worker as JSON instead, and the system sees the same text with
+    either isolation."""
+    import dataclasses
+
+    import numpy as np
+
+    from qaeval import Source
+
+    class Label(str):
+        pass
+
+    case = living.cases[0]
+    odd = dataclasses.replace(case, question=np.str_(case.question),
+                              sources=(Source(Label("s-odd"), np.str_("Numpy text."), Label("A title")),
+                                       *case.sources[1:]))
+    frame = run_suite(Suite([odd], living.root), "plugins:make_type_reporter", isolation=isolation, timeout=30)
+    assert frame["error"].isna().all(), frame["error"][0]
+    seen = json.loads(frame["answer"][0])
+    assert [value for value, _ in seen[:4]] == [case.question, "s-odd", "Numpy text.", "A title"]
+    if isolation == "process":  # across the boundary, plain data (isolation none hands over the objects)
+        assert all(kind in ("str", "NoneType") for _, kind in seen), seen
+
+
 def test_a_reply_in_marshal_form_is_refused_not_unmarshalled(living):
     """Only the harness writes marshal: a worker's reply is strict JSON, and one in marshal's format fails
     its case as not JSON (the harness never unmarshals what user code wrote)."""

@@ -168,6 +168,17 @@ def test_lines_the_loader_refuses_are_never_taken_from_the_copy(tmp_path, monkey
     assert list(reader.got) == [(0, at_twice)]  # sent, and left unused
 
 
+def test_a_line_no_file_can_hold_stops_nothing_but_itself(tmp_path):
+    """The copy's lenient parse takes "\\ud800" (the loader refuses it): it skips that line and goes on, the
+    lines before and after it still get their items."""
+    path = tmp_path / "cases.jsonl"
+    good = json.dumps(make_case())
+    bad = good[:-1] + ', "note": "\\ud800"}'
+    path.write_text(f"{good}\n{bad}\n{good}\n", encoding="utf-8")
+    items = [item for batch in ahead._computed([str(path)], place(-1, 0), case_fingerprint) for item in batch]
+    assert [item[1] for item in items] == [0, 2 * (len(good) + 1) + len(bad) - len(good)]
+
+
 class Stub:
     """Stands in for the forked copy: delivers the given batches at the first ask."""
 

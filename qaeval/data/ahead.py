@@ -106,8 +106,13 @@ def _computed(paths: Sequence[str], place: mmap.mmap, case_fingerprint: Callable
                 value = _case_object(raw, offset == 0)
                 if value is not None:
                     spare = at_index < index or offset > at_offset + SLACK  # far enough ahead for term sets too
-                    batch.append((index, offset, len(raw), _digest(raw), case_fingerprint(value),
-                                  _sources_terms(value) if spare else None))
+                    try:
+                        item = (index, offset, len(raw), _digest(raw), case_fingerprint(value),
+                                _sources_terms(value) if spare else None)
+                    except ValueError:  # text no file can hold (an unpaired surrogate): the loader refuses it
+                        item = None
+                    if item is not None:
+                        batch.append(item)
                     if len(batch) >= CHUNK:
                         yield batch
                         batch = []

@@ -76,7 +76,15 @@ _CASE = b"\x00"  # a JSON frame starts with "{"
 
 
 def encode_case(payload: tuple[str, str, tuple[tuple[str, str, str | None], ...]]) -> bytes:
-    """The frame that hands a worker one case (``{"case": payload}`` to ``read_frame``)."""
+    """The frame that hands a worker one case (``{"case": payload}`` to ``read_frame``). In JSON when a
+    field is not exactly a ``str`` (a case built in Python from a ``str`` subclass or ``numpy.str_``,
+    which marshal refuses or writes as bytes): the worker reads it as it read every case before."""
+    opaque, question, sources = payload
+    plain = (type(opaque) is str and type(question) is str
+             and all(type(i) is str and type(t) is str and (title is None or type(title) is str)
+                     for i, t, title in sources))
+    if not plain:
+        return encode({"case": payload})
     data = _CASE + marshal.dumps(payload)
     return HEADER.pack(len(data)) + data
 
