@@ -331,6 +331,21 @@ def make_raises_on_one():
     return RaisesOnThird()
 
 
+class ExitsOnOne(RaisesOnThird):
+    """The reference system, except that its process ends (``os._exit``) on that one case."""
+
+    def answer(self, case):
+        import os
+
+        if case.question == self.question:
+            os._exit(3)
+        return self.hub.answer(case)
+
+
+def make_exits_on_one():
+    return ExitsOnOne()
+
+
 class CallsModelWithoutPrompt(WrapsHub):
     def answer(self, case):
         out = self.hub.answer(case)

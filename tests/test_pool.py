@@ -120,6 +120,15 @@ def test_raising_and_exiting_adapters_fail_their_cases_with_the_reason(golden, f
     assert list(frame["error"]) == [reason] * 5
 
 
+def test_the_worker_that_replaces_one_that_exited_is_heard(golden):
+    """One worker: the one started in place of the worker that exited takes its socket's number, and the
+    pool waits on the new socket, so every other case is answered (none waits for a timeout)."""
+    frame = run_suite(golden, "plugins:make_exits_on_one", concurrency=1, timeout=20)
+    errors = frame.set_index("case_id")["error"]
+    assert errors.notna().sum() == 1 and errors.dropna().iloc[0] == "adapter process exited with code 3"
+    assert frame["abstained"].sum() + (frame["answer"] != "").sum() == len(golden) - 1
+
+
 def test_a_hang_that_swallows_every_exception_is_stopped_from_outside(golden):
     living = golden.select(split="living")
     frame = run_suite(living, "plugins:make_hanging", timeout=0.5, concurrency=5)

@@ -35,7 +35,9 @@ import collections
 import concurrent.futures as cf
 import contextlib
 import contextvars
+import math
 import os
+import select
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -186,6 +188,8 @@ class _PoolRun:
         self.ever_ready = False
         self.start_failures = 0
         self.last_start_error = ""
+        self.poller = select.poll() if hasattr(select, "poll") else None
+        self.polled: dict[int, _Worker] = {}  # the sockets registered with the poller, by descriptor
 
     def go(self) -> None:
         try:
@@ -313,14 +317,30 @@ class _PoolRun:
             self.begin(w, index, case, opaque)
 
     def wait(self) -> None:
-        from multiprocessing.connection import wait
-
         now = time.monotonic()
         deadlines = [w.deadline for w in self.workers if w.state in ("starting", "busy")]
         timeout = min(0.5, max(0.0, min(deadlines) - now)) if deadlines else 0.5
-        for w in wait(list(self.workers), timeout=timeout):
+        for w in self.readable(timeout):
             if w in self.workers:
-                self.read(w)  # type: ignore[arg-type]
+                self.read(w)
+
+    def readable(self, timeout: float) -> list[_Worker]:
+        """The workers with something to read (a frame, or their end closed) within ``timeout`` seconds.
+        One ``poll`` object for the run, its sockets registered again only when the workers change: a
+        run waits thousands of times, and a selector made for each wait cost 20-40 µs."""
+        poller = self.poller
+        if poller is None:  # pragma: no cover  (Windows)
+            from multiprocessing.connection import wait
+
+            return wait(list(self.workers), timeout=timeout)  # type: ignore[return-value]
+        current = {fd: w for w in self.workers if (fd := w.fileno()) >= 0}
+        if current != self.polled:  # a worker came or went (compared by identity: a new one may reuse an fd)
+            for fd in self.polled:
+                poller.unregister(fd)
+            for fd in current:
+                poller.register(fd, select.POLLIN | select.POLLPRI)
+            self.polled = current
+        return [current[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
 
     def read(self, w: _Worker) -> None:
         try:
