@@ -180,6 +180,33 @@ def test_the_worker_works_in_a_scratch_folder_that_is_gone_afterwards(living, tm
 # --------------------------------------------------------------------------- honest users
 
 
+def test_the_environment_is_copied_whole_while_another_thread_changes_it(tmp_path):
+    """MLflow 3's telemetry thread sets and removes a variable of its own at any moment; the copy a run
+    gives its workers (and judges, hooks) must not fail on meeting that midway (it raised KeyError)."""
+    import threading
+
+    from qaeval.system.calls import worker_env
+
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            os.environ["QAEVAL_TEST_FLIPPING"] = "1"
+            os.environ.pop("QAEVAL_TEST_FLIPPING", None)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the two threads take turns every few bytecodes, not every 5 ms
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    try:
+        envs = [worker_env(str(tmp_path))[0] for _ in range(500)]
+    finally:
+        stop.set()
+        flipper.join()
+        sys.setswitchinterval(interval)
+    assert all(env["PATH"] == os.environ["PATH"] and "PYTHONPATH" in env for env in envs)
+
+
 def test_the_environment_filter_matches_whole_paths(tmp_path, monkeypatch):
     data = tmp_path / "data"
     shutil.copytree(GOLDEN, data, ignore=shutil.ignore_patterns("buggy", "calibration", "*.json"))

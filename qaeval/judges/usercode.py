@@ -55,7 +55,7 @@ from qaeval.scoring.judge import (
 from qaeval.judges.wire import bounded_text, config_from_plain, request_to_plain, response_from_plain
 from qaeval.system.hardening import harness_guard
 from qaeval.system.process import (
-    FrameError, UserProcess, confined_env, exit_reason, hidden_folders, parse, scrub_sys_path,
+    FrameError, UserProcess, confined_env, environ_now, exit_reason, hidden_folders, parse, scrub_sys_path,
 )
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
@@ -117,7 +117,7 @@ class Launch:
 
     def __init__(self, data_dir: str | os.PathLike[str] | None) -> None:
         folders = hidden_folders(data_dir)
-        self.env = confined_env(os.environ, folders)
+        self.env = confined_env(environ_now(), folders)
         package_root = str(Path(__file__).resolve().parents[2])
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, self.env.get("PYTHONPATH")) if p)
         here = os.getcwd()

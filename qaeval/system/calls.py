@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from qaeval.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
 from qaeval.system.process import (
-    DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, hidden_folders, scrub_sys_path,
+    DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, environ_now, hidden_folders, scrub_sys_path,
 )
 from qaeval.system.worker import build_adapter, call_factory
 
@@ -125,7 +125,7 @@ class Limits:
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
     """The environment and sys.path a worker gets: nothing that names the data folder."""
     folders = hidden_folders(data_dir)
-    env = confined_env(os.environ, folders)
+    env = confined_env(environ_now(), folders)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env, scrub_sys_path(sys.path, folders, os.getcwd())

@@ -265,6 +265,18 @@ def hidden_folders(data_dir: str | os.PathLike[str] | None) -> list[str]:
     return sorted(f for f in folders if f != os.sep)
 
 
+def environ_now(tries: int = 100) -> dict[str, str]:
+    """A copy of ``os.environ`` taken whole while another thread may be changing it: MLflow 3's telemetry
+    thread sets and removes a variable of its own at any moment, and a copy that met the change midway
+    raised KeyError (or RuntimeError), which stopped the run."""
+    for _ in range(tries):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):  # a variable came or went during the copy: take it again
+            continue
+    return dict(os.environ)
+
+
 def confined_env(environ: Mapping[str, str], folders: list[str]) -> dict[str, str]:
     """``environ`` less every variable whose value names one of ``folders`` (or a path inside one) as a
     path: whole path components only, so ``--data data`` keeps ``HF_HOME=/mnt/data/hf`` and URLs."""
