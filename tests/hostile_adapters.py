@@ -183,6 +183,25 @@ def make_escaper():
     return Escaper()
 
 
+class ExitsLeavingSocketOpen:
+    """Leaves a descendant (out of its process group) holding the worker's socket, then ends the worker:
+    the socket never closes, so only the worker's exit says it has gone."""
+
+    def answer(self, case):
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(3600)  # the socket stays open here
+            os._exit(0)
+        os.waitpid(child, 0)
+        os._exit(5)
+
+
+def make_exits_leaving_socket_open():
+    return ExitsLeavingSocketOpen()
+
+
 class _Payload(str):
     def __reduce__(self):
         return (open, (os.environ["QAEVAL_TEST_MARKER"], "w"))

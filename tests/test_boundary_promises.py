@@ -163,6 +163,16 @@ def test_the_harness_cannot_be_read_through_proc(living):
 
 
 @linux_only
+@linux_only
+def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_at_once(living):
+    """No end-of-file ever comes (an escaped descendant keeps the socket open), so the pool notices the
+    exit itself (EXIT_CHECK), well before the case's 60 s deadline."""
+    start = time.monotonic()
+    frame = run_suite(first(living), "hostile_adapters:make_exits_leaving_socket_open", timeout=60)
+    assert frame["error"][0] == "adapter process exited with code 5", frame["error"][0]
+    assert time.monotonic() - start < 30
+
+
 def test_a_process_that_escapes_the_group_does_not_outlive_the_run(living):
     frame = run_suite(first(living), "hostile_adapters:make_escaper")
     pid = int(frame["answer"][0])

@@ -66,6 +66,9 @@ STOP_GRACE = 1.0
 # a quarter of the socket's send buffer (Channel.room), so a send to a worker that is still busy never
 # blocks: the frame it is on, if it has not read it, and the queued one always fit.
 PREFETCH_BYTES = 65_536
+# How often the loop asks whether a worker's process has ended (a waitpid per worker). A worker that
+# exits closes its socket, which wakes the wait at once; this catches one whose socket a descendant holds.
+EXIT_CHECK = 0.05
 ISOLATIONS = ("process", "none")
 
 
@@ -190,6 +193,7 @@ class _PoolRun:
         self.last_start_error = ""
         self.poller = select.poll() if hasattr(select, "poll") else None
         self.polled: dict[int, _Worker] = {}  # the sockets registered with the poller, by descriptor
+        self.next_exit_check = 0.0
 
     def go(self) -> None:
         try:
@@ -361,8 +365,9 @@ class _PoolRun:
             self.broken(w, "closed its end")
 
     def broken(self, w: _Worker, reason: str) -> None:
-        """The worker's socket closed, or it broke the framing."""
-        if w.proc.channel.closed:
+        """The worker's socket closed, its process ended (a descendant may hold the socket open), or it
+        broke the framing."""
+        if w.proc.channel.closed or w.proc.popen.poll() is not None:
             code = w.proc.reap(0.5)
             if w.state == "starting":
                 detail = w.proc.stderr_tail()
@@ -412,6 +417,9 @@ class _PoolRun:
                                  f"after {self.limits.startup:g} s (--startup-timeout), so its worker was stopped")
             else:
                 self.retire(w, f"a replacement worker did not start within {self.limits.startup:g} s")
+        if now < self.next_exit_check:  # a worker that exits closes its socket, which wakes the wait anyway
+            return
+        self.next_exit_check = now + EXIT_CHECK
         for w in [w for w in self.workers if w.proc.popen.poll() is not None]:
             self.read(w)  # what it sent before it went
             if w in self.workers:

@@ -115,6 +115,7 @@ class Channel:
         self.sock.setblocking(False)
         self.buffer = bytearray()
         self.closed = False
+        self._room: int | None = None
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -126,8 +127,13 @@ class Channel:
 
     def room(self) -> int:
         """Bytes of frames that may wait unread in the socket without a send blocking: a quarter of its
-        send buffer (so a frame already waiting and one more always fit)."""
-        return int(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)) // 4
+        send buffer (so a frame already waiting and one more always fit). Asked of the socket once."""
+        if self._room is None:
+            try:
+                self._room = int(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)) // 4
+            except OSError:  # closed: nothing more will fit
+                return 0
+        return self._room
 
     def send_frame(self, frame: bytes, deadline: float) -> None:
         """``send`` for a frame ``encode`` made already."""
