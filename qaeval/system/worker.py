@@ -188,10 +188,11 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.hardening import drop_ptrace
+    from qaeval.system.hardening import drop_ptrace, yield_to_harness
     from qaeval.system.process import read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
+    yield_to_harness()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
     # qaeval's side of answering a case, imported before the setup arrives: a spare worker
