@@ -261,8 +261,10 @@ class Reporter:
         import os
         import sys
 
+        policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
         return SUTOutput(answer=json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
-                                            "env": dict(os.environ), "question": case.question}),
+                                            "env": dict(os.environ), "question": case.question,
+                                            "policy": policy, "nice": os.nice(0)}),
                          abstained=False)
 
 

@@ -173,6 +173,16 @@ def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_
     assert time.monotonic() - start < 30
 
 
+@linux_only
+def test_a_worker_yields_to_the_harness_but_keeps_its_share_of_the_cpu(living):
+    """Workers run under SCHED_BATCH: waking one with a case does not preempt the harness. Their nice value
+    is the harness's, so they get the same share of the CPU as before."""
+    frame = run_suite(first(living), "plugins:make_reporter")
+    seen = json.loads(frame["answer"][0])
+    assert seen["policy"] == os.SCHED_BATCH and seen["nice"] == os.nice(0)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the harness itself is left as it was
+
+
 def test_a_process_that_escapes_the_group_does_not_outlive_the_run(living):
     frame = run_suite(first(living), "hostile_adapters:make_escaper")
     pid = int(frame["answer"][0])
