@@ -261,10 +261,17 @@ class Reporter:
         import os
         import sys
 
-        policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+        import threading
+
+        policy = os.sched_getscheduler if hasattr(os, "sched_getscheduler") else lambda pid: None
+        started: list[int | None] = []
+        thread = threading.Thread(target=lambda: started.append(policy(0)))  # a thread the adapter starts
+        thread.start()
+        thread.join()
         return SUTOutput(answer=json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
                                             "env": dict(os.environ), "question": case.question,
-                                            "policy": policy, "nice": os.nice(0)}),
+                                            "policy": policy(0), "thread_policy": started[0],
+                                            "nice": os.nice(0)}),
                          abstained=False)
 
 

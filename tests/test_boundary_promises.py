@@ -163,7 +163,6 @@ def test_the_harness_cannot_be_read_through_proc(living):
 
 
 @linux_only
-@linux_only
 def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_at_once(living):
     """No end-of-file ever comes (an escaped descendant keeps the socket open), so the pool notices the
     exit itself (EXIT_CHECK), well before the case's 60 s deadline."""
@@ -174,15 +173,32 @@ def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_
 
 
 @linux_only
-def test_a_worker_yields_to_the_harness_but_keeps_its_share_of_the_cpu(living):
-    """Workers run under SCHED_BATCH: waking one with a case does not preempt the harness. Their nice value
-    is the harness's, so they get the same share of the CPU as before."""
-    frame = run_suite(first(living), "plugins:make_reporter")
-    seen = json.loads(frame["answer"][0])
-    assert seen["policy"] == os.SCHED_BATCH and seen["nice"] == os.nice(0)
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the harness itself is left as it was
+def test_a_worker_waits_for_its_case_under_sched_batch_and_answers_under_the_normal_policy():
+    """Waiting for a case, a worker is under SCHED_BATCH, so handing it one does not preempt the harness;
+    the adapter, and a thread it starts, run under SCHED_OTHER (wake-ups not delayed), with the harness's
+    nice value. The harness's own policy is left as it was."""
+    from qaeval.system.calls import Limits, adapter_spec, start_worker, worker_env
+    from qaeval.system.process import encode_case, parse
+
+    env, sys_path = worker_env(None)
+    proc = start_worker(adapter_spec("plugins:make_reporter", ship=False), env, sys_path, Limits())
+    deadline = time.monotonic() + 60
+    try:
+        assert parse(proc.channel.receive(deadline))["ready"] is True
+        while os.sched_getscheduler(proc.pid) != os.SCHED_BATCH:  # it says "ready", then waits for a case
+            assert time.monotonic() < deadline, "the worker never waited under SCHED_BATCH"
+            time.sleep(0.005)
+        proc.channel.send_frame(encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),))), deadline)
+        seen = json.loads(parse(proc.channel.receive(deadline))["output"]["answer"])
+    finally:
+        proc.kill()
+        proc.reap()
+        proc.close()
+    assert (seen["policy"], seen["thread_policy"], seen["nice"]) == (os.SCHED_OTHER, os.SCHED_OTHER, os.nice(0))
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
+@linux_only
 def test_a_process_that_escapes_the_group_does_not_outlive_the_run(living):
     frame = run_suite(first(living), "hostile_adapters:make_escaper")
     pid = int(frame["answer"][0])

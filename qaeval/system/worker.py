@@ -188,11 +188,10 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.hardening import drop_ptrace, yield_to_harness
+    from qaeval.system.hardening import WaitingPolicy, drop_ptrace
     from qaeval.system.process import read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
-    yield_to_harness()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
     # qaeval's side of answering a case, imported before the setup arrives: a spare worker
@@ -215,11 +214,14 @@ def main(fd: int) -> None:
         _send(sock, {"init_error": str(exc) if usage else describe(exc), "usage": usage, "logs": capture.take()}, limit)
         os._exit(0)
     _send(sock, {"ready": True, "logs": capture.take()}, limit)
+    policy = WaitingPolicy()
     while True:
+        policy.waiting()
         try:
             message = read_frame(sock)
         except (EOFError, OSError):
             break
+        policy.working()
         if "case" not in message:
             break
         reply = {"id": message["case"][0], **answer_one(call, message["case"])}
