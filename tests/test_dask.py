@@ -9,6 +9,7 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval import api, load_suite, run_suite
+from qaeval.data.cases import Suite
 from qaeval.cli import main
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
@@ -67,6 +68,18 @@ def test_a_hang_on_dask_is_stopped_by_the_executor_side(cluster):
         suite = load_suite(GOLDEN).select(split="living")
         frame = run_suite(suite, "plugins:make_hanging", executor=client.get_executor(), timeout=1.0)
     assert frame["error"].str.startswith("timed out after 1 s (its worker was stopped)").all(), frame["error"].tolist()
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="forks and setsid are POSIX's")
+def test_an_exit_on_dask_while_a_descendant_holds_the_socket_fails_the_case_at_once(cluster):
+    """No end-of-file comes (a process the adapter started holds the worker's socket): the executor side
+    notices the exit itself and fails the case with its exit code, not a timeout after 60 s."""
+    with distributed.Client(cluster) as client:
+        suite = load_suite(GOLDEN).select(split="living")
+        frame = run_suite(Suite(suite.cases[:1], suite.root), "hostile_adapters:make_exits_leaving_socket_open",
+                          executor=client.get_executor(), timeout=60)
+    assert frame["error"].tolist() == ["adapter process exited with code 5"]
+    assert frame["latency_s"][0] < 30
 
 
 def test_the_workers_an_executor_started_leave_no_scratch_folder(tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 HEADER = struct.Struct("!I")
@@ -187,18 +187,22 @@ class Channel:
             self.pending.append(bytes(self.buffer[HEADER.size:HEADER.size + size]))
             del self.buffer[:HEADER.size + size]
 
-    def receive(self, deadline: float) -> bytes:
-        """Block (up to ``deadline``) for one whole frame. FrameError on a timeout or a broken frame."""
+    def receive(self, deadline: float, ended: Callable[[], bool] | None = None) -> bytes:
+        """Block (up to ``deadline``) for one whole frame. FrameError on a timeout or a broken frame, or
+        (``ended``: whether the process on the other side has exited, asked every 50 ms) when the process
+        has gone but its socket is still open (a process it started holds it)."""
         while True:
             frames = self.pump()
             if frames:
                 if len(frames) > 1:
                     raise FrameError(f"{self.what} sent {len(frames)} frames where one was expected")
                 return frames[0]
+            if ended is not None and ended() and not self.pump():  # nothing it sent before it went
+                raise FrameError(f"{self.what} exited")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise FrameError(f"{self.what} did not answer in time", timed_out=True)
-            select.select([self.sock], [], [], left)
+            select.select([self.sock], [], [], left if ended is None else min(left, 0.05))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -93,15 +93,17 @@ class RemoteWorkers:
         deadline = time.monotonic() + timeout
         try:
             proc.channel.send_frame(encode_case(_as_payload(payload)), deadline)
-            reply = parse(proc.channel.receive(deadline), what="the worker")
+            reply = parse(proc.channel.receive(deadline, ended=lambda: proc.popen.poll() is not None),
+                          what="the worker")
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
                 raise FrameError("the worker sent a reply for another case")
         except FrameError as exc:
+            gone = proc.channel.closed or proc.popen.poll() is not None  # before it is killed here
             proc.kill()
             code = proc.reap(0.5)
             proc.close()
             why = f"timed out after {timeout:g} s (its worker was stopped)" if exc.timed_out else \
-                f"adapter process {exit_reason(code)}" if proc.channel.closed else f"{exc} (it was stopped)"
+                f"adapter process {exit_reason(code)}" if gone else f"{exc} (it was stopped)"
             return json.dumps({"id": payload[0], "error": why})
         with self._lock:
             self.idle.setdefault(spec_json, []).append(proc)
