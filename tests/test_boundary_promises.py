@@ -180,6 +180,8 @@ def test_a_worker_waits_for_its_case_under_sched_batch_and_answers_under_the_nor
     from qaeval.system.calls import Limits, adapter_spec, start_worker, worker_env
     from qaeval.system.process import encode_case, parse
 
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("the tests run under another scheduling policy (chrt), which workers keep as it is")
     env, sys_path = worker_env(None)
     proc = start_worker(adapter_spec("plugins:make_reporter", ship=False), env, sys_path, Limits())
     deadline = time.monotonic() + 60
@@ -196,6 +198,22 @@ def test_a_worker_waits_for_its_case_under_sched_batch_and_answers_under_the_nor
         proc.close()
     assert (seen["policy"], seen["thread_policy"], seen["nice"]) == (os.SCHED_OTHER, os.SCHED_OTHER, os.nice(0))
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+@linux_only
+def test_a_run_under_another_scheduling_policy_keeps_it_in_its_workers():
+    """A run started under ``chrt -b`` (or any policy but SCHED_OTHER): its workers keep that policy,
+    answering included; qaeval changes a worker's policy only from SCHED_OTHER."""
+    code = ("import json, os, sys; os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); "
+            "from qaeval import load_suite, run_suite; from qaeval.data.cases import Suite; "
+            "s = load_suite(sys.argv[1]).select(split='living'); "
+            "f = run_suite(Suite(s.cases[:1], s.root), 'plugins:make_reporter'); "
+            "print(json.loads(f['answer'][0])['policy'])")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), TESTS])}
+    done = subprocess.run([sys.executable, "-c", code, str(GOLDEN)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) == os.SCHED_BATCH
 
 
 @linux_only
