@@ -332,3 +332,27 @@ def test_ctrl_c_ends_a_run_with_exit_130_its_workers_stopped_and_no_record_saved
     assert not record.exists()
     with pytest.raises(ProcessLookupError):  # the worker was stopped (and reaped) with the run
         os.kill(worker, 0)
+
+
+def test_a_reply_that_arrives_as_its_process_ends_is_not_dropped():
+    """``Channel.receive`` with ``ended``: a frame that arrives between its read and the exit check is the
+    reply, not lost (it was read and dropped, and the case failed as "exited")."""
+    import socket
+
+    from qaeval.system.process import Channel, encode
+
+    ours, theirs = socket.socketpair()
+    sent = []
+
+    def ended():  # the reply lands just as the process is found gone
+        if not sent:
+            theirs.sendall(encode({"id": "x", "output": None}))
+            sent.append(True)
+        return True
+
+    channel = Channel(ours)
+    try:
+        assert channel.receive(time.monotonic() + 5, ended=ended) == b'{"id":"x","output":null}'
+    finally:
+        channel.close()
+        theirs.close()

@@ -193,12 +193,14 @@ class Channel:
         has gone but its socket is still open (a process it started holds it)."""
         while True:
             frames = self.pump()
+            if not frames and ended is not None and ended():
+                frames = self.pump()  # what it sent just before it went
+                if not frames:
+                    raise FrameError(f"{self.what} exited")
             if frames:
                 if len(frames) > 1:
                     raise FrameError(f"{self.what} sent {len(frames)} frames where one was expected")
                 return frames[0]
-            if ended is not None and ended() and not self.pump():  # nothing it sent before it went
-                raise FrameError(f"{self.what} exited")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise FrameError(f"{self.what} did not answer in time", timed_out=True)
