@@ -107,12 +107,10 @@ def _computed(paths: Sequence[str], place: mmap.mmap, case_fingerprint: Callable
                 if value is not None:
                     spare = at_index < index or offset > at_offset + SLACK  # far enough ahead for term sets too
                     try:
-                        item = (index, offset, len(raw), _digest(raw), case_fingerprint(value),
-                                _sources_terms(value) if spare else None)
+                        batch.append((index, offset, len(raw), _digest(raw), case_fingerprint(value),
+                                      _sources_terms(value) if spare else None))
                     except ValueError:  # text no file can hold (an unpaired surrogate): the loader refuses it
-                        item = None
-                    if item is not None:
-                        batch.append(item)
+                        pass
                     if len(batch) >= CHUNK:
                         yield batch
                         batch = []

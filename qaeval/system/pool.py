@@ -191,7 +191,7 @@ class _PoolRun:
         self.ever_ready = False
         self.start_failures = 0
         self.last_start_error = ""
-        self.poller = select.poll() if hasattr(select, "poll") else None
+        self.poller = select.poll()  # Linux and macOS (Windows is not supported)
         self.polled: dict[int, _Worker] = {}  # the sockets registered with the poller, by descriptor
         self.next_exit_check = 0.0
 
@@ -332,19 +332,14 @@ class _PoolRun:
         """The workers with something to read (a frame, or their end closed) within ``timeout`` seconds.
         One ``poll`` object for the run, its sockets registered again only when the workers change: a
         run waits thousands of times, and a selector made for each wait cost 20-40 µs."""
-        poller = self.poller
-        if poller is None:  # pragma: no cover  (Windows)
-            from multiprocessing.connection import wait
-
-            return wait(list(self.workers), timeout=timeout)  # type: ignore[return-value]
         current = {fd: w for w in self.workers if (fd := w.fileno()) >= 0}
         if current != self.polled:  # a worker came or went (compared by identity: a new one may reuse an fd)
             for fd in self.polled:
-                poller.unregister(fd)
+                self.poller.unregister(fd)
             for fd in current:
-                poller.register(fd, select.POLLIN | select.POLLPRI)
+                self.poller.register(fd, select.POLLIN | select.POLLPRI)
             self.polled = current
-        return [current[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
+        return [current[fd] for fd, _ in self.poller.poll(math.ceil(timeout * 1000))]
 
     def read(self, w: _Worker) -> None:
         try:
