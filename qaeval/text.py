@@ -137,9 +137,12 @@ def _words(text: str) -> list[str]:
     return normalize_once(text).split()
 
 
+_SUFFIXES = ("ies", "es", "ed", "ing", "s", "e")  # tried in this order
+
+
 def _stem(word: str) -> str:
     # Deliberately crude: enough that "branches" meets "branch" and "opened" meets "open".
-    for suffix in ("ies", "es", "ed", "ing", "s", "e"):
+    for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
     return word
@@ -223,6 +226,54 @@ def distinct_terms(text: str | None) -> tuple[str, ...]:
     """``term_set(text)`` as the memo holds it, a tuple, for counting and for ``a_set.intersection(...)``
     without building a second set."""
     return _TERM_SETS[text] if text else ()
+
+
+class _Spellings(dict):  # type: ignore[type-arg]
+    """Term -> the ASCII tokens (bytes) whose term it is: the term itself, the term and one of ``_stem``'s
+    suffixes, or for a term ending in "y" its "ies" form, each kept only if it is no stopword and stems
+    back to the term (none for a term that is not ASCII: an ASCII text's tokens never have it). Bounded
+    like ``_TERMS``."""
+
+    def __missing__(self, term: str) -> tuple[bytes, ...]:
+        if len(self) >= _Terms.LIMIT:
+            self.clear()
+        found: tuple[bytes, ...] = ()
+        if term.isascii():
+            words = [term] + [term + suffix for suffix in _SUFFIXES if suffix != "ies"]
+            if term.endswith("y"):
+                words.append(term[:-1] + "ies")
+            found = tuple(w.encode("ascii") for w in words if w not in STOPWORDS and _stem(w) == term)
+        self[term] = found
+        return found
+
+
+_SPELLINGS = _Spellings()
+
+
+class TermCounter:
+    """How many of a fixed set of terms a text contains, ``len(terms & term_set(text))``, without computing
+    the text's term set: for a question scored against passages read once (the reference system in a
+    worker, which has no memo of them). Every ASCII token whose term is one of ``terms`` is listed
+    beforehand (``_SPELLINGS``); a text's tokens are then looked up in that list, not each stemmed. A text the bytes tokeniser
+    refuses (not ASCII, or with a period inside a word), or whose term set the memo already holds, is
+    counted through its term set."""
+
+    def __init__(self, terms: frozenset[str]) -> None:
+        self.terms = terms
+        self.by_token = {token: term for term in terms for token in _SPELLINGS[term]}
+        self._tokens = frozenset(self.by_token)
+
+    def count(self, *texts: str | None) -> int:
+        """``len(terms & (term_set(texts[0]) | term_set(texts[1]) | ...))``; None and "" add nothing."""
+        found: set[str] = set()
+        for text in texts:
+            if not text:
+                continue
+            if text in _TERM_SETS or not text.isascii() or (words := _ascii_words(text)) is None:
+                found.update(self.terms.intersection(_TERM_SETS[text]))
+            else:
+                found.update(map(self.by_token.__getitem__, self._tokens.intersection(words)))
+        return len(found)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")

@@ -223,3 +223,64 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
     assert fast > len(fuzz) // 4  # the fast path is taken, not always refused
     assert text._ascii_words("Fees rose. Then fell.") == [b"fees", b"rose", b"then", b"fell"]
     assert text._ascii_words("It rose 2.5 percent.") is None  # a decimal: the regex places it
+
+
+def _word_soup(rng, count: int) -> str:
+    """Words that stress the stemmer: suffixed forms, "ies" plurals, stopwords, decimals, commas, an
+    abbreviation, non-ASCII and full-width letters, and sentence ends."""
+    words = ["open", "opens", "opened", "opening", "city", "cities", "bus", "buses", "use", "uses", "used", "the",
+             "and", "is", "a", "e.g.", "3.5", "1,000", "café", "naïve", "Ｆｕｌｌ", "try", "tries", "tried", "dye",
+             "dies", "es", "ing", "ses", "branch", "Branches", "yes", "ed", "seed", "sees", "fly", "flies", "ties",
+             "tie", "U.S.", "end.", "ones", "one", "none", "Noes"]
+    return " ".join(rng.choice(words) for _ in range(count)) + rng.choice(["", ".", " .", "!"])
+
+
+def test_the_term_counter_counts_exactly_the_shared_terms_without_the_term_sets():
+    """``TermCounter`` (the reference system's relevance in a worker) must give ``len(terms & term_set)``
+    over any texts, and take its path through the tokens for the texts the bytes tokeniser accepts:
+    their term sets are never computed (the memo stays empty), which is the point of it."""
+    import random
+
+    from qaeval import text
+
+    rng = random.Random(11)
+    fast = 0
+    for _ in range(5_000):
+        question = text.term_set(_word_soup(rng, rng.randint(0, 6)))
+        texts = [_word_soup(rng, rng.randint(0, 12)) for _ in range(3)] + [None, ""]
+        want = len(question.intersection(set().union(*map(text.term_set, texts))))
+        text._TERM_SETS.clear()
+        text._TERM_SETS.chars = 0
+        assert text.TermCounter(question).count(*texts) == want, (question, texts)
+        if all(t is None or t.isascii() and text._ascii_words(t) is not None for t in texts):
+            fast += 1
+            assert not text._TERM_SETS, texts  # counted without a term set
+    assert fast > 500
+    opened = text.TermCounter(frozenset({"open", "city", "try"}))
+    assert opened.count("Cities OPENED, trying and retrying") == 3
+    assert opened.count("An opener, citizens, tries") == 0  # terms "opener", "citizen", "tri"
+
+
+def test_the_reference_system_ranks_as_lexical_scores_does():
+    """``relevant_sources`` (what the reference system retrieves, without term sets of the sources that
+    fall below the floor) keeps exactly what ``lexical_scores`` ranks at or above the floor, in its order:
+    ties broken by focus, then by place, titles counted, any floor and any k."""
+    import random
+
+    from qaeval import text
+    from qaeval.data.cases import Source
+    from qaeval.system.reference import lexical_scores, relevant_sources
+
+    rng = random.Random(5)
+    several = 0
+    for _ in range(5_000):
+        question = _word_soup(rng, rng.randint(0, 5))
+        sources = tuple(Source(f"s{i}", _word_soup(rng, rng.randint(1, 10)), rng.choice([None, "", _word_soup(rng, 2)]))
+                        for i in range(rng.randint(0, 6)))
+        floor, k = rng.choice([0.0, 0.25, 0.5, 1.0]), rng.randint(1, 4)
+        want = [src for relevance, _, src in lexical_scores(question, sources) if relevance >= floor][:k]
+        text._TERM_SETS.clear()
+        text._TERM_SETS.chars = 0
+        assert relevant_sources(question, sources, floor, k) == want, (question, sources, floor, k)
+        several += len(want) > 1
+    assert several > 1_000  # orders were compared, not only single picks

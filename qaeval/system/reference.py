@@ -27,10 +27,14 @@ from typing import Any
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.text import distinct_terms, term_set
+from qaeval.text import TermCounter, distinct_terms, term_set
 
 RELEVANCE_FLOOR = 0.5
 TOP_K = 5
+
+
+def _terms_of(src: Source | Passage) -> frozenset[str] | tuple[str, ...]:
+    return term_set(src.text) | term_set(src.title) if src.title else distinct_terms(src.text)
 
 
 def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[float, float, Source]]:
@@ -39,13 +43,36 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
     q_terms = term_set(question)
     scored = []
     for src in sources:
-        terms = term_set(src.text) | term_set(src.title) if src.title else distinct_terms(src.text)
+        terms = _terms_of(src)
         hits = len(q_terms.intersection(terms))
         relevance = hits / len(q_terms) if q_terms else 0.0
         focus = hits / len(terms) if terms else 0.0
         scored.append((relevance, focus, src))
     order = sorted(range(len(scored)), key=lambda i: (-scored[i][0], -scored[i][1], i))
     return [scored[i] for i in order]
+
+
+def relevant_sources(question: str, sources: tuple[Source, ...], floor: float, top_k: int) -> list[Source]:
+    """The sources ``lexical_scores`` ranks at or above ``floor``, in its order, at most ``top_k``; without
+    the term sets of the sources (``TermCounter`` counts the question's terms in each), which a worker
+    would compute for every source of every case only to drop most of them. A source's focus, and so
+    its term set, is computed only to order two that clear the floor."""
+    q_terms = term_set(question)
+    counter = TermCounter(q_terms)
+    kept = []
+    for place, src in enumerate(sources):
+        hits = counter.count(src.text, src.title)
+        relevance = hits / len(q_terms) if q_terms else 0.0
+        if relevance >= floor:
+            kept.append((relevance, hits, place, src))
+    if len(kept) > 1:
+        def order(item: tuple[float, int, int, Source]) -> tuple[float, float, int]:
+            relevance, hits, place, src = item
+            terms = _terms_of(src)
+            return -relevance, -(hits / len(terms) if terms else 0.0), place
+
+        kept.sort(key=order)
+    return [src for *_, src in kept[:top_k]]
 
 
 def build_prompt(question: str, passages: list[Source] | list[Passage]) -> str:
@@ -78,8 +105,7 @@ class ReferenceHub:
         if not case.sources and self.retriever is not None and self.corpus is not None:
             found = self.retriever.search(case.question, self.top_k, floor=self.floor)
             return [self.corpus[pid] for pid, _ in found]
-        ranked = lexical_scores(case.question, case.sources)
-        return [src for relevance, _, src in ranked if relevance >= self.floor][: self.top_k]
+        return relevant_sources(case.question, case.sources, self.floor, self.top_k)
 
     def answer(self, case: CaseView) -> SUTOutput:
         retrieved = self.retrieve(case)
