@@ -171,6 +171,18 @@ def content_terms(text: str) -> list[str]:
     return [term for term in _terms(text or "") if term]
 
 
+def has_content_terms(text: str, at_least: int) -> bool:
+    """``len(content_terms(text)) >= at_least``, read from the normal form (memoised: the checks normalise
+    the same sentences) and stopping at the count, instead of tokenising the text again."""
+    found = 0
+    for token in normalize(text).split():  # content_terms's tokens, in order
+        if _term_of(token):
+            found += 1
+            if found >= at_least:
+                return True
+    return at_least <= 0
+
+
 def _terms(text: str) -> Iterator[str]:
     """Each token's term, in order ("" for a stopword): by bytes for ASCII text, else through the regex."""
     if text.isascii() and (words := _ascii_words(text)) is not None:

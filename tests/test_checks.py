@@ -219,6 +219,8 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
         assert text.content_terms(sample) == regex_terms(sample), sample
         assert set(text._distinct_terms(sample)) == set(regex_terms(sample)), sample
         assert len(text._distinct_terms(sample)) == len(set(regex_terms(sample))), sample  # each term once
+        for k in (1, 2, 3):  # counted from the memoised normal form, repeats included
+            assert text.has_content_terms(sample, k) == (len(regex_terms(sample)) >= k), (sample, k)
         fast += text._ascii_words(sample) is not None
     assert fast > len(fuzz) // 4  # the fast path is taken, not always refused
     assert text._ascii_words("Fees rose. Then fell.") == [b"fees", b"rose", b"then", b"fell"]

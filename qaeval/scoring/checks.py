@@ -50,7 +50,7 @@ from typing import Any, Literal, get_args
 import pandas as pd
 
 from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import content_terms, distinct_terms, normalize, normalize_once, split_sentences
+from qaeval.text import distinct_terms, has_content_terms, normalize, normalize_once, split_sentences
 
 CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
                     "passage_fidelity"]
@@ -205,7 +205,7 @@ def check_citation_resolvability(out: Mapping[str, Any], bodies: Mapping[str, st
 
 
 def is_load_bearing(sentence: str) -> bool:
-    return len(content_terms(sentence)) >= 2
+    return has_content_terms(sentence, 2)
 
 
 def claim_covers(claim: str, sentence: str) -> bool:
