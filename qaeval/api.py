@@ -37,7 +37,7 @@ from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import hooks, usercode
 from qaeval.judges.custom import close_custom, installed, make_custom
 from qaeval.system.hardening import harness_guard
-from qaeval.system.pool import spare_workers
+from qaeval.system.spares import spare_workers
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
@@ -135,7 +135,7 @@ def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
 @contextmanager
 def _spares(p: Mapping[str, Any]) -> Iterator[None]:
     """For a run in worker processes: its workers' interpreters start while this process loads the suite
-    (``pool.spare_workers``: no user code runs in them before the data is validated), inside the guard
+    (``spares.spare_workers``: no user code runs in them before the data is validated), inside the guard
     the run holds (``harness_guard``)."""
     if p.get("isolation") != "process" or p.get("executor") is not None:
         yield

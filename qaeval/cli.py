@@ -14,14 +14,33 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from qaeval import api, notebook
+from qaeval import __version__
 from qaeval import params as P
 from qaeval.errors import QaevalError, UsageError, exit_code_for
 from qaeval.plugins import scoped_environ
 from qaeval.text import printable
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+# ``qaeval.api`` (and with it pandas: half a second on one core) is imported once the command is parsed,
+# so that a run's worker interpreters can start on the other core meanwhile (``_head_start``).
+
+
+def _api() -> ModuleType:
+    from qaeval import api
+
+    return api
+
+
+def _notebook() -> ModuleType:
+    from qaeval import notebook
+
+    return notebook
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,7 +134,7 @@ def _report_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="qaeval", description="Evaluate a cited-answer QA system on a golden set.")
-    parser.add_argument("--version", action="version", version=f"qaeval {api.version()}")
+    parser.add_argument("--version", action="version", version=f"qaeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _scoring_commands(sub)
     _record_commands(sub)
@@ -208,16 +227,39 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
             if name != "record" and getattr(args, name, None) is not None}
 
 
+# The commands whose fresh run of --data starts worker processes (``api._spares``), unless they read a
+# record or a labelled set instead.
+_RUNS_WORKERS = ("run", "baseline", "gate", "calibrate")
+
+
+@contextmanager
+def _head_start(command: str, params: dict[str, Any]) -> Iterator[None]:
+    """For a command that will run the system in worker processes: start its spare workers now, before
+    pandas is imported (``spares.early``), for the run to take. Unused ones are stopped at the end."""
+    def given(name: str) -> Any:
+        return params[name] if params.get(name) is not None else P.default(name)
+
+    if (command not in _RUNS_WORKERS or not params.get("data") or params.get("record") or params.get("labelled")
+            or given("isolation") != "process" or params.get("executor") is not None):
+        yield
+        return
+    from qaeval.system.spares import early
+
+    with early(given("concurrency"), params["data"], int(given("max_reply_mb") * 1024 * 1024)):
+        yield
+
+
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     params = _scoring_params(args)
-    verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
-            "drift": api.drift_run, "monitor": api.score_logs}[args.command]
     env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
-    api.check_outputs(params, html=args.html)  # before anything runs: no output may overwrite an input
     tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
-    if tracker:  # logged below, once the report exists to be attached
-        api.check_parameters(args.command, **params, **tracker)
-    with scoped_environ(env):
+    with scoped_environ(env), _head_start(args.command, params):
+        api = _api()
+        verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
+                "drift": api.drift_run, "monitor": api.score_logs}[args.command]
+        api.check_outputs(params | tracker, html=args.html)  # before anything runs: no output may overwrite an input
+        if tracker:  # logged below, once the report exists to be attached
+            api.check_parameters(args.command, **params, **tracker)
         result = verb(**params)
     notes = []
     if args.command == "baseline":
@@ -225,7 +267,7 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if params.get("save"):
         notes.append(f"run record saved to {params['save']}")
     if args.html:
-        notebook.render(result, args.html, show_code=args.show_code)
+        _notebook().render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
     if tracker.get("mlflow"):
         tracked = api.track(result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"),
@@ -235,10 +277,11 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
 
 
 def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
-    if args.command == "validate":
-        return api.validate(args.data), 0, []
     if args.command in P.SCORING or args.command == "monitor":
         return _score(args)
+    api, notebook = _api(), _notebook()
+    if args.command == "validate":
+        return api.validate(args.data), 0, []
     if args.command == "report":
         result, path = notebook.report(args.record, args.html, show_code=args.show_code)
         notes = [f"report: {path}"]

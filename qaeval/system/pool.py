@@ -34,13 +34,11 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import contextlib
-import contextvars
 import math
 import os
 import select
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -50,14 +48,15 @@ from qaeval.errors import UsageError
 from qaeval.frames import frame
 from qaeval.plugins import progress_bar
 from qaeval.system.calls import (
-    DEFAULT_STARTUP_TIMEOUT, ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, spawn_worker, start_worker,
-    worker_env, adapter_spec,
+    DEFAULT_STARTUP_TIMEOUT, ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env,
+    adapter_spec,
 )
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.hardening import harness_guard
 from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, exit_reason, parse
 from qaeval.system.remote import run_on_executor
+from qaeval.system.spares import release_spares, take_spare
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never
@@ -70,80 +69,6 @@ PREFETCH_BYTES = 65_536
 # exits closes its socket, which wakes the wait at once; this catches one whose socket a descendant holds.
 EXIT_CHECK = 0.05
 ISOLATIONS = ("process", "none")
-
-
-# --------------------------------------------------------------------------- spare workers
-
-_SpareKey = tuple[tuple[tuple[str, str], ...], int]
-# The spares of the innermost spare_workers block of this thread (a thread starts with none: a run on
-# another thread never takes them, and the guard of the run that started them never sweeps its workers).
-_SPARES: contextvars.ContextVar[list[tuple[_SpareKey, UserProcess]] | None] = contextvars.ContextVar(
-    "qaeval_spare_workers", default=None)
-
-
-def _spare_key(env: Mapping[str, str], frame_limit: int) -> _SpareKey:
-    return tuple(sorted(env.items())), frame_limit
-
-
-def spare_limit() -> int:
-    """At most this many spares: twice the cores, what can start while one core loads the suite."""
-    return 2 * (os.cpu_count() or 1)
-
-
-@contextlib.contextmanager
-def spare_workers(count: int, data_dir: str | None, frame_limit: int = DEFAULT_FRAME_LIMIT) -> Iterator[None]:
-    """Start ``count`` worker interpreters (at most ``spare_limit()``) now, while this process loads the
-    suite: each starts and imports qaeval's side of the boundary, then waits for its setup, so no user
-    code runs in it until a pool sends one (after the data has been validated). A pool started in the
-    block, on this thread, takes them when their environment (``worker_env(data_dir)``) and frame limit
-    are its own, and stops those it does not need once it has started its workers; the block's end stops
-    any still left. Where one cannot be started there are fewer: the pool starts its own."""
-    mine: list[tuple[_SpareKey, UserProcess]] = []
-    token = _SPARES.set(mine)
-    try:
-        env, _ = worker_env(data_dir)
-        key = _spare_key(env, frame_limit)
-        with contextlib.suppress(UsageError):
-            for _ in range(min(count, spare_limit())):
-                mine.append((key, spawn_worker(env, frame_limit)))  # listed at once: the end finds it
-        yield
-    finally:
-        _SPARES.reset(token)
-        _stop_spares(mine)
-
-
-def _stop_spares(spares: list[tuple[_SpareKey, UserProcess]]) -> None:
-    left = list(spares)
-    spares.clear()
-    for _, proc in left:
-        proc.kill()
-        proc.reap(1.0)
-        proc.close()
-
-
-def _take_spare(env: Mapping[str, str], frame_limit: int) -> UserProcess | None:
-    """A spare worker of this thread's block started for this environment and frame limit, if one is
-    waiting and alive."""
-    spares = _SPARES.get()
-    key = _spare_key(env, frame_limit)
-    while spares:
-        found = next((i for i, (k, _) in enumerate(spares) if k == key), None)
-        if found is None:
-            return None
-        _, proc = spares.pop(found)
-        if proc.popen.poll() is None:
-            return proc
-        proc.reap(0.5)  # it went before it was needed: this one is not taken
-        proc.close()
-    return None
-
-
-def release_spares() -> None:
-    """Stop the spares of this thread's block that no pool has taken (a pool that has started its workers
-    needs no more)."""
-    spares = _SPARES.get()
-    if spares:
-        _stop_spares(spares)
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -213,7 +138,7 @@ class _PoolRun:
     # ---- workers coming and going
 
     def start(self) -> None:
-        spare = _take_spare(self.pool.env, self.limits.frame)
+        spare = take_spare(self.pool.env, self.limits.frame)
         proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits, spare)
         self.workers.append(_Worker(proc, self.limits.startup))
 
