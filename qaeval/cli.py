@@ -15,7 +15,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from qaeval import __version__
@@ -227,31 +227,25 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
             if name != "record" and getattr(args, name, None) is not None}
 
 
-# The commands whose fresh run loads --data (and, in worker processes, starts them: ``api._spares``),
-# unless they read a record or a labelled set instead.
+# The commands whose fresh run of --data starts worker processes (``api._spares``), unless they read a
+# record or a labelled set instead.
 _RUNS_WORKERS = ("run", "baseline", "gate", "calibrate")
 
 
 @contextmanager
 def _head_start(command: str, params: dict[str, Any]) -> Iterator[None]:
-    """For a command that will load --data and run the system: before pandas is imported (half a second
-    on one core), fork the copy that reads the cases ahead of the loader (``ahead.early``) and, for a run
-    in worker processes, start its workers' interpreters (``spares.early``), for the run to take. What
-    it does not take is stopped at the end."""
+    """For a command that will run the system in worker processes: start its spare workers now, before
+    pandas is imported (``spares.early``), for the run to take. Unused ones are stopped at the end."""
     def given(name: str) -> Any:
         return params[name] if params.get(name) is not None else P.default(name)
 
-    if command not in _RUNS_WORKERS or not params.get("data") or params.get("record") or params.get("labelled"):
+    if (command not in _RUNS_WORKERS or not params.get("data") or params.get("record") or params.get("labelled")
+            or given("isolation") != "process" or params.get("executor") is not None):
         yield
         return
-    from qaeval.data import ahead
-    from qaeval.system import spares
+    from qaeval.system.spares import early
 
-    with ExitStack() as stack:
-        stack.enter_context(ahead.early(params["data"]))  # first: it forks only while no thread runs
-        if given("isolation") == "process" and params.get("executor") is None:
-            stack.enter_context(spares.early(given("concurrency"), params["data"],
-                                             int(given("max_reply_mb") * 1024 * 1024)))
+    with early(given("concurrency"), params["data"], int(given("max_reply_mb") * 1024 * 1024)):
         yield
 
 

@@ -20,19 +20,17 @@ code.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import mmap
 import os
 import stat
 import struct
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import Problem, QaevalError
+from qaeval.errors import Problem
 from qaeval.files import iter_jsonl_lines
 from qaeval.forked import MIN_ROWS, Ahead
 from qaeval.text import distinct_terms, remember_term_sets
@@ -135,7 +133,6 @@ class ReadAhead:
         self.got: dict[tuple[int, int], Item] = {}
         self.taken: dict[tuple[str, int], str] = {}
         rows = MIN_ROWS if size >= MIN_BYTES else 0  # (Ahead forks for MIN_ROWS and more)
-        self.case_fingerprint = case_fingerprint
         self.ahead = Ahead(_computed, [str(p) for p in paths], self.place, case_fingerprint, rows=rows)
 
     def lines(self, index: int, path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
@@ -172,49 +169,3 @@ class ReadAhead:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-# The command line's (``early``): copies forked before it imported the rest of qaeval, by their files.
-_EARLY: dict[tuple[str, ...], ReadAhead] = {}
-_EARLY_LOCK = threading.Lock()
-
-
-def read_ahead(paths: Sequence[Path], case_fingerprint: Callable[[Any], str]) -> ReadAhead:
-    """The copy ``early`` started for exactly these files, if it is waiting; else a new one."""
-    key = tuple(map(str, paths))
-    with _EARLY_LOCK:
-        found = _EARLY.get(key)
-        if found is not None and found.case_fingerprint is case_fingerprint:
-            del _EARLY[key]
-            return found
-    return ReadAhead(paths, case_fingerprint)
-
-
-@contextlib.contextmanager
-def early(data_dir: str) -> Iterator[None]:
-    """For the command line, before it imports what a run needs (pandas: half a second in which the other
-    core waits): fork the copy for ``data_dir``'s case files now, for the load of those files to take
-    (``read_ahead``). Nothing is read or refused here: a folder that is not there, or files that change in
-    between, are the loader's to report (the copy's items are checked line by line as ever). A copy that
-    no load took is stopped at the block's end."""
-    from qaeval.data.cases import case_files, case_fingerprint
-
-    root = Path(data_dir)
-    try:
-        files = case_files(root) if root.is_dir() else []
-    except (OSError, QaevalError):  # the loader says what is wrong
-        files = []
-    key = tuple(map(str, files))
-    mine = ReadAhead(files, case_fingerprint) if files else None
-    try:
-        if mine is not None:
-            with _EARLY_LOCK:
-                _EARLY.setdefault(key, mine)
-        yield
-    finally:
-        with _EARLY_LOCK:
-            unused = mine is not None and _EARLY.get(key) is mine
-            if unused:
-                del _EARLY[key]
-        if unused:  # one a load took is the load's to close
-            mine.close()

@@ -333,10 +333,10 @@ def load_suite(data_dir: str | Path) -> Suite:
         corpus = load_corpus(root)
     except DatasetError as exc:  # the cases are checked as well, so every problem is reported at once
         raise DatasetError(exc.problems + _problems_beside_a_broken_corpus(files, root)) from None
-    from qaeval.data.ahead import read_ahead  # not a worker's import: it never loads a suite
+    from qaeval.data.ahead import ReadAhead  # not a worker's import: it never loads a suite
 
     # A forked copy computes fingerprints and term sets on another core.
-    with read_ahead(files, case_fingerprint) as ahead:
+    with ReadAhead(files, case_fingerprint) as ahead:
         entries = ((str(path), number, raw) for index, path in enumerate(files)
                    for number, raw in ahead.lines(index, path, problems))
         try:  # streamed: each line is validated and built as it is read, no file is held whole
