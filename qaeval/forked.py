@@ -39,6 +39,7 @@ as its clean finish.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pickle
 import select
@@ -55,6 +56,10 @@ T = TypeVar("T")
 ENABLED = True
 MIN_ROWS = 1000
 DEADLINE = 600.0  # seconds the child may still take once this process waits for it
+# The pipe a child writes into holds this much (64 KiB by default): a child computing ahead (``Ahead``)
+# can keep going while this process is busy elsewhere (importing, before it reads the first item) instead
+# of waiting for room after one batch.
+PIPE_BYTES = 1 << 20
 _LENGTH = struct.Struct(">Q")  # the length before first()'s value, and before each of Ahead's items
 
 
@@ -163,6 +168,8 @@ class _Child:
             read, write = os.pipe()
         except OSError:  # no file descriptor to spare
             return False
+        with contextlib.suppress(AttributeError, OSError):  # Linux; up to /proc/sys/fs/pipe-max-size
+            fcntl.fcntl(read, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         with _ctrl_c_held():
             try:
                 pid = os.fork()

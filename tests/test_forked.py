@@ -476,3 +476,25 @@ def test_outputs_that_do_not_match_the_suite_are_a_usage_error_with_either_judge
             score_outputs(run.suite, run.outputs.iloc[1:], judge)
         with pytest.raises(UsageError, match=r"more than one output"):
             score_outputs(run.suite, doubled, judge)
+
+
+def _items(count: int, size: int):
+    for i in range(count):
+        yield bytes(size)
+
+
+def test_a_child_ahead_can_send_a_mebibyte_before_this_process_reads(small_suites_fork):
+    """A copy reading ahead of the loader was held up after one batch (a pipe holds 64 KiB) whenever the
+    harness was busy elsewhere; its pipe is enlarged so it can keep going (where the system allows)."""
+    import fcntl
+
+    with open("/proc/sys/fs/pipe-max-size") as handle:
+        if int(handle.read()) < forked.PIPE_BYTES:
+            pytest.skip("this system caps pipes below 1 MiB")
+    with forked.Ahead(_items, 8, 64 << 10, rows=1) as ahead:
+        assert fcntl.fcntl(ahead.fd, fcntl.F_GETPIPE_SZ) == forked.PIPE_BYTES
+        got = []
+        while ahead.fd is not None:  # until the child has sent everything and closed its end
+            select.select([ahead.fd], [], [], 5.0)
+            got += ahead.arrived()
+    assert got == [bytes(64 << 10)] * 8
