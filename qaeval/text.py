@@ -262,13 +262,21 @@ class _Spellings(dict):  # type: ignore[type-arg]
 _SPELLINGS = _Spellings()
 
 
+# Whether this process's term-set memo is read again after a text is counted: in the harness (isolation
+# none) the checks, the judge and the outcomes ask for the same passages' term sets afterwards, so
+# ``TermCounter`` computes them there; a worker (``qaeval.system.worker``) turns it off, since there a
+# passage's term set would be computed only to be counted once.
+MEMO_SHARED = True
+
+
 class TermCounter:
     """How many of a fixed set of terms a text contains, ``len(terms & term_set(text))``, without computing
     the text's term set: for a question scored against passages read once (the reference system in a
     worker, which has no memo of them). Every ASCII token whose term is one of ``terms`` is listed
-    beforehand (``_SPELLINGS``); a text's tokens are then looked up in that list, not each stemmed. A text the bytes tokeniser
-    refuses (not ASCII, or with a period inside a word), or whose term set the memo already holds, is
-    counted through its term set."""
+    beforehand (``_SPELLINGS``); a text's tokens are then looked up in that list, not each stemmed. A
+    text is counted through its term set instead where the memo is read again (``MEMO_SHARED``), where
+    it holds the term set already, and where the bytes tokeniser refuses the text (not ASCII, or with a
+    period inside a word)."""
 
     def __init__(self, terms: frozenset[str]) -> None:
         self.terms = terms
@@ -281,7 +289,7 @@ class TermCounter:
         for text in texts:
             if not text:
                 continue
-            if text in _TERM_SETS or not text.isascii() or (words := _ascii_words(text)) is None:
+            if MEMO_SHARED or text in _TERM_SETS or not text.isascii() or (words := _ascii_words(text)) is None:
                 found.update(self.terms.intersection(_TERM_SETS[text]))
             else:
                 found.update(map(self.by_token.__getitem__, self._tokens.intersection(words)))

@@ -237,13 +237,19 @@ def _word_soup(rng, count: int) -> str:
     return " ".join(rng.choice(words) for _ in range(count)) + rng.choice(["", ".", " .", "!"])
 
 
-def test_the_term_counter_counts_exactly_the_shared_terms_without_the_term_sets():
+def test_the_term_counter_counts_exactly_the_shared_terms_without_the_term_sets(monkeypatch):
     """``TermCounter`` (the reference system's relevance in a worker) must give ``len(terms & term_set)``
-    over any texts, and take its path through the tokens for the texts the bytes tokeniser accepts:
-    their term sets are never computed (the memo stays empty), which is the point of it."""
+    over any texts, and in a worker take its path through the tokens for the texts the bytes tokeniser
+    accepts: their term sets are never computed (the memo stays empty), which is the point of it. In the
+    harness (isolation none), where the checks and the judge read them next, they are computed."""
     import random
 
     from qaeval import text
+
+    text._TERM_SETS.clear()
+    assert text.MEMO_SHARED and text.TermCounter(frozenset({"open"})).count("It opened.") == 1
+    assert "It opened." in text._TERM_SETS, "the harness keeps the term set for the checks"
+    monkeypatch.setattr(text, "MEMO_SHARED", False)  # as a worker sets it
 
     rng = random.Random(11)
     fast = 0
@@ -263,7 +269,8 @@ def test_the_term_counter_counts_exactly_the_shared_terms_without_the_term_sets(
     assert opened.count("An opener, citizens, tries") == 0  # terms "opener", "citizen", "tri"
 
 
-def test_the_reference_system_ranks_as_lexical_scores_does():
+@pytest.mark.parametrize("shared", [True, False], ids=["harness", "worker"])
+def test_the_reference_system_ranks_as_lexical_scores_does(shared, monkeypatch):
     """``relevant_sources`` (what the reference system retrieves, without term sets of the sources that
     fall below the floor) keeps exactly what ``lexical_scores`` ranks at or above the floor, in its order:
     ties broken by focus, then by place, titles counted, any floor and any k."""
@@ -273,6 +280,7 @@ def test_the_reference_system_ranks_as_lexical_scores_does():
     from qaeval.data.cases import Source
     from qaeval.system.reference import lexical_scores, relevant_sources
 
+    monkeypatch.setattr(text, "MEMO_SHARED", shared)
     rng = random.Random(5)
     several = 0
     for _ in range(5_000):
@@ -286,3 +294,15 @@ def test_the_reference_system_ranks_as_lexical_scores_does():
         assert relevant_sources(question, sources, floor, k) == want, (question, sources, floor, k)
         several += len(want) > 1
     assert several > 1_000  # orders were compared, not only single picks
+
+
+@pytest.mark.parametrize("isolation, shared", [("process", "False"), ("none", "True")])
+def test_a_worker_counts_terms_without_term_sets_and_the_harness_keeps_them(isolation, shared):
+    """In a worker nothing reads a passage's term set after the adapter, so the reference system counts
+    without computing it; under isolation none the checks and the judge read it next, so it is kept."""
+    from conftest import GOLDEN
+
+    from qaeval import load_suite, run_suite
+
+    frame = run_suite(load_suite(GOLDEN), "plugins:make_memo_teller", isolation=isolation, concurrency=1)
+    assert set(frame["answer"]) == {shared}

@@ -198,6 +198,9 @@ def main(fd: int) -> None:
     # (``pool.spare_workers``) does this while the harness is still loading the suite.
     import qaeval.plugins  # noqa: F401
     import qaeval.system.contract  # noqa: F401
+    import qaeval.text
+
+    qaeval.text.MEMO_SHARED = False  # the reference system counts terms without term sets: none is read again
 
     setup = read_frame(sock)["setup"]
     limit = int(setup["frame_limit"])
