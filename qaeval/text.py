@@ -280,8 +280,14 @@ class TermCounter:
 
     def __init__(self, terms: frozenset[str]) -> None:
         self.terms = terms
-        self.by_token = {token: term for term in terms for token in _SPELLINGS[term]}
-        self._tokens = frozenset(self.by_token)
+        self._by_token: dict[bytes, str] | None = None  # the spellings, listed when first needed
+
+    @property
+    def by_token(self) -> dict[bytes, str]:
+        if self._by_token is None:
+            self._by_token = {token: term for term in self.terms for token in _SPELLINGS[term]}
+            self._tokens = frozenset(self._by_token)
+        return self._by_token
 
     def count(self, *texts: str | None) -> int:
         """``len(terms & (term_set(texts[0]) | term_set(texts[1]) | ...))``; None and "" add nothing."""
@@ -292,7 +298,8 @@ class TermCounter:
             if MEMO_SHARED or text in _TERM_SETS or not text.isascii() or (words := _ascii_words(text)) is None:
                 found.update(self.terms.intersection(_TERM_SETS[text]))
             else:
-                found.update(map(self.by_token.__getitem__, self._tokens.intersection(words)))
+                by_token = self.by_token
+                found.update(map(by_token.__getitem__, self._tokens.intersection(words)))
         return len(found)
 
 
