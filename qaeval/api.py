@@ -267,9 +267,10 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
         source = p["labelled"]
     else:
         chosen = axes_to_assess(p["axes"], AXES)
-        suite = load_suite(p["data"])
-        label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
-        current = _evaluate(p, suite)
+        with fewer_collections(), _spares(p):  # its workers start while the cases load, as a run's do
+            suite = load_suite(p["data"])
+            label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
+            current = _evaluate(p, suite)
         source = p["labels"]
     result = calibrate(current, label_frame, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
                        min_kappa=p["min_kappa"], axes=chosen, source=source, labelled=bool(p["labelled"]))

@@ -228,24 +228,28 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # The commands whose fresh run of --data starts worker processes (``api._spares``), unless they read a
-# record or a labelled set instead.
+# record or a labelled set instead (calibrate with --labelled).
 _RUNS_WORKERS = ("run", "baseline", "gate", "calibrate")
 
 
 @contextmanager
 def _head_start(command: str, params: dict[str, Any]) -> Iterator[None]:
-    """For a command that will run the system in worker processes: start its spare workers now, before
-    pandas is imported (``spares.early``), for the run to take. Unused ones are stopped at the end."""
-    def given(name: str) -> Any:
-        return params[name] if params.get(name) is not None else P.default(name)
-
-    if (command not in _RUNS_WORKERS or not params.get("data") or params.get("record") or params.get("labelled")
-            or given("isolation") != "process" or params.get("executor") is not None):
+    """For a command that will run the system in worker processes: start its workers' interpreters now,
+    before pandas is imported (half a second on one core), for the run to take (``spares.early``), inside
+    the guard the run holds (``harness_guard``: its sweep covers them). What the run does not take is
+    stopped at the end. Parameters the run will refuse start nothing: the run says what is wrong."""
+    try:
+        p = P.check(command, params) if command in _RUNS_WORKERS else None
+    except QaevalError:
+        p = None
+    if (p is None or not p.get("data") or p.get("record") or p.get("labelled") or p["isolation"] != "process"
+            or p.get("executor") is not None):
         yield
         return
+    from qaeval.system.hardening import harness_guard
     from qaeval.system.spares import early
 
-    with early(given("concurrency"), params["data"], int(given("max_reply_mb") * 1024 * 1024)):
+    with harness_guard(), early(p["concurrency"], p["data"], int(p["max_reply_mb"] * 1024 * 1024)):
         yield
 
 

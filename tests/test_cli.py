@@ -323,3 +323,16 @@ def test_saving_to_dev_stdout_redirected_to_a_file_writes_the_file_and_leaves_de
     assert os.readlink("/dev/stdout") == link and not list(Path("/dev").glob(".stdout*"))
     record, end = json.JSONDecoder().raw_decode(out.read_text())  # the record, then what the run printed
     assert record["format"] == "qaeval-record" and "deterministic_pass_rate" in out.read_text()[end:]
+
+
+@pytest.mark.parametrize("flags", [["--max-reply-mb", "inf"], ["--max-reply-mb", "nan"], ["--concurrency", "0"],
+                                   ["--max-reply-mb", "1e309"]])
+def test_a_bad_run_setting_is_a_usage_error_before_any_worker_starts(flags, capsys, monkeypatch):
+    """A review: the head start (workers started before pandas is imported) computed the frame limit from
+    --max-reply-mb before it was checked, so inf and nan were internal errors (exit 70)."""
+    from qaeval.system import spares
+
+    started = []
+    monkeypatch.setattr(spares, "spawn_worker", lambda env, limit: started.append(limit))
+    assert main(["run", "--data", str(GOLDEN), *flags]) == 64
+    assert "must be" in capsys.readouterr().err and started == []

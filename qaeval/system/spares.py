@@ -26,8 +26,9 @@ SpareKey = tuple[tuple[tuple[str, str], ...], int]
 # another thread never takes them, and the guard of the run that started them never sweeps its workers).
 _SPARES: contextvars.ContextVar[list[tuple[SpareKey, UserProcess]] | None] = contextvars.ContextVar(
     "qaeval_spare_workers", default=None)
-# The command line's (``early``): started before its run's spare_workers block, which adopts them.
-_EARLY: list[tuple[SpareKey, UserProcess]] = []
+# The command line's (``early``), by the thread that started them: for that thread's first spare_workers
+# block to adopt.
+_EARLY: dict[int, list[tuple[SpareKey, UserProcess]]] = {}
 _EARLY_LOCK = threading.Lock()
 
 
@@ -70,27 +71,34 @@ def spare_workers(count: int, data_dir: str | None, frame_limit: int = DEFAULT_F
 @contextlib.contextmanager
 def early(count: int, data_dir: str | None, frame_limit: int = DEFAULT_FRAME_LIMIT) -> Iterator[None]:
     """For the command line, before it imports what a run needs: start ``count`` spares (at most
-    ``spare_limit()``) for the first ``spare_workers`` block in the block to adopt, if its environment and
-    frame limit are theirs (an environment changed in between, or a command that ends up running no
-    system, leaves them unused). The block's end stops those not adopted."""
+    ``spare_limit()``) for the first ``spare_workers`` block on this thread to adopt, if their environment
+    and frame limit are its own; that block stops those it cannot adopt (an environment changed in
+    between). The end of this block stops any left (a command that ended up running no system)."""
+    thread = threading.get_ident()
     started: list[tuple[SpareKey, UserProcess]] = []
     try:
         env, _ = worker_env(data_dir)
-        _spawn(started, min(count, spare_limit()), env, frame_limit)
         with _EARLY_LOCK:
-            _EARLY[:], started = started, []
+            _EARLY.setdefault(thread, started)
+            mine = _EARLY[thread] is started
+        if mine:  # (a second block on the same thread starts none)
+            _spawn(started, min(count, spare_limit()), env, frame_limit)
         yield
     finally:
         with _EARLY_LOCK:
-            started += _EARLY
-            _EARLY.clear()
+            if _EARLY.get(thread) is started:
+                del _EARLY[thread]
         stop_spares(started)
 
 
 def _adopt(key: SpareKey, count: int) -> list[tuple[SpareKey, UserProcess]]:
+    """This thread's early spares for ``key`` (at most ``count``); the others are stopped, none left."""
     with _EARLY_LOCK:
-        taken = [item for item in _EARLY if item[0] == key][:count]
-        _EARLY[:] = [item for item in _EARLY if item not in taken]
+        found = _EARLY.pop(threading.get_ident(), [])
+        pending = list(found)
+        found.clear()  # the early block's list: nothing left for its end to stop
+    taken = [item for item in pending if item[0] == key][:count]
+    stop_spares([item for item in pending if item not in taken])
     return taken
 
 

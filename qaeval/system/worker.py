@@ -195,7 +195,7 @@ def main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
     # qaeval's side of answering a case, imported before the setup arrives: a spare worker
-    # (``pool.spare_workers``) does this while the harness is still loading the suite.
+    # (``spares.spare_workers``, ``spares.early``) does this while the harness is still busy.
     import qaeval.plugins  # noqa: F401
     import qaeval.system.contract  # noqa: F401
     import qaeval.text
