@@ -57,8 +57,8 @@ ENABLED = True
 MIN_ROWS = 1000
 DEADLINE = 600.0  # seconds the child may still take once this process waits for it
 # The pipe a child writes into holds this much (64 KiB by default): a child computing ahead (``Ahead``)
-# can keep going while this process is busy elsewhere (importing, before it reads the first item) instead
-# of waiting for room after one batch.
+# keeps going while this process is busy between reads (validating the lines it read) instead of waiting
+# for room after one batch.
 PIPE_BYTES = 1 << 20
 _LENGTH = struct.Struct(">Q")  # the length before first()'s value, and before each of Ahead's items
 

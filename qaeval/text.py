@@ -281,6 +281,7 @@ class TermCounter:
     def __init__(self, terms: frozenset[str]) -> None:
         self.terms = terms
         self._by_token: dict[bytes, str] | None = None  # the spellings, listed when first needed
+        self._tokens: frozenset[bytes] = frozenset()
 
     @property
     def by_token(self) -> dict[bytes, str]:
