@@ -7,10 +7,10 @@ more, part of it can run in a copy of the process. ``Beside(fn, *args, rows=n)``
 computes ``fn(*args)`` on its copy of the data (nothing is sent to it) and pipes back the pickled value;
 ``result()`` waits for it. ``score_outputs`` uses it two ways: with qaeval's offline judge (pure), the
 cases are cut into shares and the child and this process each score shares through every layer, taking
-the next one left from ``Pieces`` (a pipe of share numbers) until none is; with any other judge, the child runs the
-deterministic checks while this process asks the judge. Only qaeval's own code runs in the child: no
-user judge, check or metric is called in it, and user code running on other threads is excluded by the
-rule below.
+the next one left from ``Pieces`` (a pipe of share numbers) until none is; with any other judge, the
+child runs the deterministic checks while this process asks the judge. Only qaeval's own code runs in the
+child: no user judge, check or metric is called in it, and user code running on other threads is excluded
+by the rule below.
 
 ``first=`` (a callable without arguments) is a share of this process's own next step that the child
 computes before ``fn`` and sends ahead: ``first_value()`` returns it (``score_outputs`` has the child choose
@@ -28,12 +28,12 @@ When it is not worth it or not safe, ``fn`` simply runs here, at once, and the v
   file descriptors.
 
 And when the child fails, the call is made here in ``first_value()`` and ``result()``: it raised (so its
-exception is raised here), exited or was killed, sent something that does not unpickle, or did not
-finish within ``DEADLINE`` seconds after this process was ready for it (it is killed). A child is never left behind:
-leaving the ``with`` block kills and reaps it (through a pidfd where Linux has one, so the signal cannot
-reach another process that took its pid), with Ctrl-C held back meanwhile, as it is while the child is
-forked and recorded. With SIGCHLD ignored the system reaps it; a value that unpickles whole is then taken
-as its clean finish.
+exception is raised here), exited or was killed, sent something that does not unpickle, or did not finish
+within ``DEADLINE`` seconds after this process was ready for it (it is killed). A child is never left
+behind: leaving the ``with`` block kills and reaps it (through a pidfd where Linux has one, so the signal
+cannot reach another process that took its pid), with Ctrl-C held back meanwhile, as it is while the
+child is forked and recorded. With SIGCHLD ignored the system reaps it; a value that unpickles whole is
+then taken as its clean finish.
 """
 
 from __future__ import annotations

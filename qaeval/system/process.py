@@ -70,9 +70,9 @@ def encode(message: Any) -> bytes:
 
 # A case goes to a worker as ``_CASE`` and the payload in ``marshal``'s format (strings and tuples): about
 # four times faster to write than JSON and two to three to read (``benchmarks/bench_boundary.py
-# --wire-only``), for the one frame a run sends per case. Only this
-# direction uses it: the worker, which runs the same interpreter, reads what the harness wrote (trusted),
-# while everything the worker sends back is JSON, parsed strictly (``parse``).
+# --wire-only``), for the one frame a run sends per case. Only this direction uses it: the worker, which
+# runs the same interpreter, reads what the harness wrote (trusted), while everything the worker sends
+# back is JSON, parsed strictly (``parse``).
 _CASE = b"\x00"  # a JSON frame starts with "{"
 
 

@@ -37,6 +37,11 @@ def _terms_of(src: Source | Passage) -> frozenset[str] | tuple[str, ...]:
     return term_set(src.text) | term_set(src.title) if src.title else distinct_terms(src.text)
 
 
+def _share(hits: int, of: int) -> float:
+    """Relevance (``of``: the question's terms) or focus (``of``: the source's), 0.0 over nothing."""
+    return hits / of if of else 0.0
+
+
 def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[float, float, Source]]:
     """(relevance, focus, source) for every source, best first. Relevance is the share of the
     question's content terms the source contains; focus breaks ties toward shorter sources."""
@@ -45,8 +50,7 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
     for src in sources:
         terms = _terms_of(src)
         hits = len(q_terms.intersection(terms))
-        relevance = hits / len(q_terms) if q_terms else 0.0
-        focus = hits / len(terms) if terms else 0.0
+        relevance, focus = _share(hits, len(q_terms)), _share(hits, len(terms))
         scored.append((relevance, focus, src))
     order = sorted(range(len(scored)), key=lambda i: (-scored[i][0], -scored[i][1], i))
     return [scored[i] for i in order]
@@ -62,14 +66,13 @@ def relevant_sources(question: str, sources: tuple[Source, ...], floor: float, t
     kept = []
     for place, src in enumerate(sources):
         hits = counter.count(src.text, src.title)
-        relevance = hits / len(q_terms) if q_terms else 0.0
+        relevance = _share(hits, len(q_terms))
         if relevance >= floor:
             kept.append((relevance, hits, place, src))
     if len(kept) > 1:
         def order(item: tuple[float, int, int, Source]) -> tuple[float, float, int]:
             relevance, hits, place, src = item
-            terms = _terms_of(src)
-            return -relevance, -(hits / len(terms) if terms else 0.0), place
+            return -relevance, -_share(hits, len(_terms_of(src))), place
 
         kept.sort(key=order)
     return [src for *_, src in kept[:top_k]]

@@ -97,8 +97,11 @@ def _adopt(key: SpareKey, count: int) -> list[tuple[SpareKey, UserProcess]]:
         found = _EARLY.pop(threading.get_ident(), [])
         pending = list(found)
         found.clear()  # the early block's list: nothing left for its end to stop
-    taken = [item for item in pending if item[0] == key][:count]
-    stop_spares([item for item in pending if item not in taken])
+    taken: list[tuple[SpareKey, UserProcess]] = []
+    others: list[tuple[SpareKey, UserProcess]] = []
+    for item in pending:
+        (taken if item[0] == key and len(taken) < count else others).append(item)
+    stop_spares(others)
     return taken
 
 
