@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.errors import Problem
-from qaeval.files import iter_jsonl_lines
+from qaeval.files import READ_BUFFER, iter_jsonl_lines
 from qaeval.forked import MIN_ROWS, Ahead
 from qaeval.text import distinct_terms, remember_term_sets
 
@@ -91,7 +91,7 @@ def _computed(paths: Sequence[str], place: mmap.mmap, case_fingerprint: Callable
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for one since
             os.close(fd)
             continue
-        with os.fdopen(fd, "rb") as handle:
+        with os.fdopen(fd, "rb", buffering=READ_BUFFER) as handle:
             offset = 0
             while True:
                 at_index, at_offset = _AT.unpack_from(place)
