@@ -95,6 +95,30 @@ def test_template_text_shared_by_most_prompts_is_not_a_leak(tmp_path):
     assert not result[(result["check"] == "grounding_isolation") & (result["case_id"] == "c0")]["passed"].item()
 
 
+def test_the_template_is_stripped_the_same_through_the_memo_and_without_it():
+    """Most prompts leave the same remainder (the template, once question and passages are cut), so a short
+    one is stripped once and remembered; what comes back is what stripping it afresh gives, for short and
+    long remainders, with and without a leak in them."""
+    import random
+
+    from qaeval.scoring import checks
+
+    rng = random.Random(7)
+    words = "answer the question using only passages below cite by its id | 2 1964 branch".split()
+    lead = "answer the question using only the passages below"
+    texts = [f" {lead} " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 400))) + " " for _ in range(300)]
+    remainders = [checks._remove(t, []) for t in texts] + [" answer the question using only | 2 | "]
+    template = checks.learn_template(remainders)
+    assert template  # the lead's 4-grams: something is stripped
+    checks._stripped_short.cache_clear()
+    for text in remainders + remainders:
+        assert checks._strip_template(text, template) == checks._stripped(text, template)
+    long = [t for t in remainders if len(t) > checks._SHORT_REMAINDER]
+    info = checks._stripped_short.cache_info()
+    assert long and info.currsize == len(set(remainders) - set(long))  # the long ones are never kept
+    assert info.hits >= len(remainders) - len(long)  # the second pass came from the memo
+
+
 def test_a_retrieved_passage_id_or_title_naming_the_answer_is_not_a_leak(tmp_path):
     """HotpotQA passages are titled by the entity that is often the answer: '[the-exies] The Exies were ...'."""
     case = make_case(gold_answer="Dunmore Street", question="Which street is Eastside on?",

@@ -45,6 +45,7 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Container, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import pandas as pd
@@ -103,12 +104,22 @@ def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
 def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
     if not template:
         return text
+    if len(text) <= _SHORT_REMAINDER:  # most prompts leave the template alone, the same for every case
+        return _stripped_short(text, template)
+    return _stripped(text, template)
+
+
+def _stripped(text: str, template: frozenset[tuple[str, ...]]) -> str:
     words = text.split()
     keep = [True] * len(words)
     grams = zip(*(words[k:] for k in range(TEMPLATE_NGRAM)))  # each word's 4-gram, as tuples, in C
     for i in [i for i, gram in enumerate(grams) if gram in template]:
         keep[i:i + TEMPLATE_NGRAM] = [False] * TEMPLATE_NGRAM
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
+
+
+_SHORT_REMAINDER = 2000  # characters: remainders kept by the memo below (at most 4,096 of them, ~8 MB)
+_stripped_short = lru_cache(maxsize=4096)(_stripped)
 
 
 def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
