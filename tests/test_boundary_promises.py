@@ -95,6 +95,42 @@ def test_a_case_crosses_in_marshal_form_and_arrives_whole():
         assert read_frame(theirs) == {"stop": True}
 
 
+def test_a_worker_reads_frames_whole_however_they_arrive_and_waits_only_when_nothing_is_there():
+    """The worker's reader (``FrameReader``) takes what has arrived without waiting: a frame split across
+    sends, several in one send, and one larger than a read all come out whole and in order; the waiting
+    policy (SCHED_BATCH) is set only when nothing is there, not twice a case; the harness gone (even in
+    the middle of a frame) is EOFError."""
+    import socket
+
+    from qaeval.system.process import FrameReader
+
+    big = ("0123456789abcdef", "Why?", (("s1", "y" * 200_000, None),))
+    first = encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),)))
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        waits: list[str] = []
+        later = [encode({"stop": True})]
+
+        def before_wait() -> None:  # nothing is there: the harness sends the next frame now, so nothing hangs
+            waits.append("wait")
+            if later:
+                ours.sendall(later.pop())
+
+        reader = FrameReader(theirs, before_wait, lambda: waits.append("work"))
+        ours.sendall(first + encode_case(big) + first[:3])  # two whole frames and the start of a third
+        assert reader.receive() == {"case": ("0123456789abcdef", "Why?", (("s1", "Because.", None),))}
+        assert reader.receive() == {"case": big}  # larger than one read: taken in several, without waiting
+        assert waits == []
+        ours.sendall(first[3:])
+        assert reader.receive()["case"][0] == "0123456789abcdef"
+        assert reader.receive() == {"stop": True}  # it had to wait for this one
+        assert waits == ["wait", "work"]
+        ours.sendall(first[:10])
+        ours.shutdown(socket.SHUT_WR)
+        with pytest.raises(EOFError):
+            reader.receive()
+
+
 @pytest.mark.parametrize("isolation", ["process", "none"])
 def test_a_case_built_from_str_subclasses_reaches_the_system_as_plain_text(living, isolation):
     """marshal refuses a str subclass and writes numpy.str_ as its raw bytes: such a case (built in Python,

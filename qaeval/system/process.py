@@ -218,10 +218,48 @@ def read_frame(sock: socket.socket) -> Any:
     """Block for one frame from the harness (trusted) and parse it; EOFError when it has gone."""
     header = _read_exact(sock, HEADER.size)
     (size,) = HEADER.unpack(header)
-    data = _read_exact(sock, size)
+    return _decode(_read_exact(sock, size))
+
+
+def _decode(data: bytes) -> Any:
     if data[:1] == _CASE:
         return {"case": marshal.loads(data[1:])}
     return json.loads(data)
+
+
+class FrameReader:
+    """The child's reading end for a run of frames from the harness (trusted): each ``receive()`` takes
+    what has arrived in one ``recv`` that does not wait (the next case is usually queued behind the
+    last: header and payload come in one call, often with the frame after them), and only when nothing
+    is there calls ``before_wait()``, blocks, then ``after_wait()`` (``hardening.WaitingPolicy``: two
+    system calls a case saved whenever the worker need not wait). EOFError when the harness has gone."""
+
+    def __init__(self, sock: socket.socket, before_wait: Callable[[], None] = lambda: None,
+                 after_wait: Callable[[], None] = lambda: None) -> None:
+        self.sock, self.before_wait, self.after_wait = sock, before_wait, after_wait
+        self.buffer = bytearray()
+
+    def receive(self) -> Any:
+        buffer = self.buffer
+        while True:
+            if len(buffer) >= HEADER.size:
+                (size,) = HEADER.unpack_from(buffer)
+                end = HEADER.size + size
+                if len(buffer) >= end:
+                    data = bytes(buffer[HEADER.size:end])
+                    del buffer[:end]
+                    return _decode(data)
+            try:
+                chunk = self.sock.recv(_READ_CHUNK, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                self.before_wait()
+                try:
+                    chunk = self.sock.recv(_READ_CHUNK)
+                finally:
+                    self.after_wait()
+            if not chunk:
+                raise EOFError
+            buffer += chunk
 
 
 def _read_exact(sock: socket.socket, size: int) -> bytes:

@@ -189,7 +189,7 @@ def main(fd: int) -> None:
     import socket
 
     from qaeval.system.hardening import WaitingPolicy, drop_ptrace
-    from qaeval.system.process import read_frame, watch_parent
+    from qaeval.system.process import FrameReader, read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
@@ -218,13 +218,12 @@ def main(fd: int) -> None:
         os._exit(0)
     _send(sock, {"ready": True, "logs": capture.take()}, limit)
     policy = WaitingPolicy()
+    frames = FrameReader(sock, policy.waiting, policy.working)
     while True:
-        policy.waiting()
         try:
-            message = read_frame(sock)
+            message = frames.receive()
         except (EOFError, OSError):
             break
-        policy.working()
         if "case" not in message:
             break
         reply = {"id": message["case"][0], **answer_one(call, message["case"])}
