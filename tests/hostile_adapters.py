@@ -3,9 +3,11 @@ worker's socket, read the harness through /proc, escape the process group, or ne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
+import socket
 import stat
 import struct
 import time
@@ -80,8 +82,10 @@ class Forger:
         if self.mode == "huge_logs":
             _write_raw(_frame({"id": case.id, "output": _honest(case), "logs": "L" * (4 * 1024 * 1024)}))
             time.sleep(3600)
-        if self.mode == "huge_frame":
+        if self.mode in ("huge_frame", "huge_frame_then_exit"):
             _write_raw(struct.pack("!I", 16 * 1024 * 1024) + b"{}" * 1024)
+            if self.mode == "huge_frame_then_exit":
+                os._exit(0)
             time.sleep(3600)
         if self.mode == "many_dicts":
             _write_raw(_frame([{}] * 600_000))
@@ -109,6 +113,10 @@ def make_huge_logs():
 
 def make_huge_frame():
     return Forger("huge_frame")
+
+
+def make_huge_frame_then_exit():
+    return Forger("huge_frame_then_exit")
 
 
 def make_many_dicts():
@@ -200,6 +208,21 @@ class ExitsLeavingSocketOpen:
 
 def make_exits_leaving_socket_open():
     return ExitsLeavingSocketOpen()
+
+
+class HangsUp:
+    """Shuts its end of the worker's socket, then keeps running: the harness sees the connection close
+    while the process lives on."""
+
+    def answer(self, case):
+        for fd in _socket_fds():
+            with contextlib.suppress(OSError):
+                socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+        time.sleep(3600)
+
+
+def make_hangs_up():
+    return HangsUp()
 
 
 class _Payload(str):

@@ -73,7 +73,39 @@ def test_logs_past_the_limit_are_cut_by_the_harness(living):
 
 def test_a_frame_over_the_limit_stops_its_worker(living):
     frame = run_suite(first(living), "hostile_adapters:make_huge_frame", timeout=30)
-    assert "announced a frame of 16777216 bytes; the limit is 8388608" in frame["error"][0]
+    assert frame["error"][0] == ("the adapter's worker announced a frame of 16777216 bytes; the limit is "
+                                 "8388608 (it was stopped)"), frame["error"][0]
+
+
+def test_a_frame_over_the_limit_is_named_even_when_the_worker_exits_at_once(living, monkeypatch):
+    """What broke the protocol is the case's reason, not the exit that followed it: when the harness saw the
+    exit before it read the frame, the case said only "adapter process exited with code 0". The harness
+    is made to read the frame only once the worker has exited."""
+    from qaeval.system import pool
+
+    real = pool._PoolRun.readable
+
+    def after_the_exit(self, timeout):
+        ready = real(self, timeout)
+        for w in ready:
+            if w.state == "busy":
+                w.proc.popen.wait(30)
+        return ready
+
+    monkeypatch.setattr(pool._PoolRun, "readable", after_the_exit)
+    frame = run_suite(first(living), "hostile_adapters:make_huge_frame_then_exit", timeout=30)
+    assert frame["error"][0] == ("the adapter's worker announced a frame of 16777216 bytes; the limit is "
+                                 "8388608 (it was stopped)"), frame["error"][0]
+
+
+def test_a_worker_that_hangs_up_and_keeps_running_is_said_to_have_hung_up(living):
+    """Its connection closed while its process lived on: qaeval stopped it, so "killed by SIGKILL" (what the
+    case said) blamed a signal nobody but qaeval sent."""
+    start = time.monotonic()
+    frame = run_suite(first(living), "hostile_adapters:make_hangs_up", timeout=60)
+    assert frame["error"][0] == ("adapter process closed its connection and kept running (it was stopped)"), \
+        frame["error"][0]
+    assert time.monotonic() - start < 30
 
 
 def test_a_frame_of_too_many_containers_is_not_parsed(living):

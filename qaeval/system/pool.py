@@ -270,7 +270,7 @@ class _PoolRun:
         try:
             frames = w.proc.channel.pump()
         except FrameError as exc:
-            self.broken(w, str(exc))
+            self.broken(w, str(exc), closed=exc.closed)
             return
         for raw in frames:
             try:
@@ -282,20 +282,26 @@ class _PoolRun:
             if w not in self.workers:
                 return
         if w.proc.channel.closed and w in self.workers:
-            self.broken(w, "closed its end")
+            self.broken(w, "closed its end", closed=True)
 
-    def broken(self, w: _Worker, reason: str) -> None:
-        """The worker's socket closed, its process ended (a descendant may hold the socket open), or it
-        broke the framing."""
-        if w.proc.channel.closed or w.proc.popen.poll() is not None:
-            code = w.proc.reap(0.5)
-            if w.state == "starting":
-                detail = w.proc.stderr_tail()
-                reason = f"worker {exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else "")
-            else:
-                reason = f"adapter process {exit_reason(code)}"
+    def broken(self, w: _Worker, reason: str, *, closed: bool) -> None:
+        """The worker broke the framing (``reason`` says how, whatever became of its process since), or
+        went away (``closed``): its socket closed, or its process ended (a descendant may hold the socket
+        open). A process whose socket closed is given half a second to exit on its own; one still
+        running then hung up on the harness and is stopped."""
+        if not closed:
+            self.retire(w, f"{reason} (it was stopped)")
+            return
+        code = w.proc.exit_code(0.5)
+        starting = w.state == "starting"
+        if code is None:
+            reason = ("worker closed its connection before the adapter was built" if starting
+                      else "adapter process closed its connection and kept running") + " (it was stopped)"
+        elif starting:
+            detail = w.proc.stderr_tail()
+            reason = f"worker {exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else "")
         else:
-            reason = f"{reason} (it was stopped)"
+            reason = f"adapter process {exit_reason(code)}"
         self.retire(w, reason)
 
     def handle(self, w: _Worker, message: Any) -> None:
@@ -343,7 +349,7 @@ class _PoolRun:
         for w in [w for w in self.workers if w.proc.popen.poll() is not None]:
             self.read(w)  # what it sent before it went
             if w in self.workers:
-                self.broken(w, "exited")
+                self.broken(w, "exited", closed=True)
 
 
 # --------------------------------------------------------------------------- the runner

@@ -49,12 +49,12 @@ _READ_CHUNK = 1 << 16
 
 
 class FrameError(Exception):
-    """The other side broke the protocol (too big, not JSON, closed) or missed its deadline
-    (``timed_out``); the message says how."""
+    """The other side broke the protocol (too big, not JSON), went away (``closed``: its end of the socket
+    closed, or its process exited) or missed its deadline (``timed_out``); the message says how."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, closed: bool = False) -> None:
         super().__init__(message)
-        self.timed_out = timed_out
+        self.timed_out, self.closed = timed_out, closed
 
 
 # --------------------------------------------------------------------------- frames
@@ -149,7 +149,7 @@ class Channel:
                 select.select([], [self.sock], [], left)
                 continue
             except OSError as exc:
-                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})") from None
+                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})", closed=True) from None
             data = data[sent:]
 
     def pump(self) -> list[bytes]:
@@ -164,7 +164,7 @@ class Channel:
                 break
             except OSError as exc:
                 self.closed = True
-                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})") from None
+                raise FrameError(f"{self.what} closed its end ({exc.strerror or exc})", closed=True) from None
             if not chunk:
                 self.closed = True
                 break
@@ -174,7 +174,8 @@ class Channel:
                 break
         frames, self.pending = self.pending, []
         if self.closed and not frames:
-            raise FrameError(f"{self.what} closed its end" + (" in the middle of a frame" if self.buffer else ""))
+            raise FrameError(f"{self.what} closed its end" + (" in the middle of a frame" if self.buffer else ""),
+                             closed=True)
         return frames
 
     def _split(self) -> None:
@@ -196,7 +197,7 @@ class Channel:
             if not frames and ended is not None and ended():
                 frames = self.pump()  # what it sent just before it went
                 if not frames:
-                    raise FrameError(f"{self.what} exited")
+                    raise FrameError(f"{self.what} exited", closed=True)
             if frames:
                 if len(frames) > 1:
                     raise FrameError(f"{self.what} sent {len(frames)} frames where one was expected")
@@ -381,6 +382,13 @@ class UserProcess:
             os.killpg(self.popen.pid, signal.SIGKILL)  # the process leads its own group
         with contextlib.suppress(OSError):
             self.popen.kill()
+
+    def exit_code(self, wait: float) -> int | None:
+        """Its exit code if it exits within ``wait`` seconds on its own, else None (it is left running)."""
+        try:
+            return self.popen.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
 
     def reap(self, wait: float = 2.0) -> int | None:
         try:
