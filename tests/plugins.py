@@ -63,6 +63,13 @@ def make_crashing_factory():
     raise RuntimeError("no credentials")
 
 
+def make_process_ending_factory():
+    """Ends its process while building the adapter (only ever called in a worker)."""
+    import os
+
+    os._exit(3)
+
+
 def notify(alarms):
     ALARMS.extend(alarms)
 

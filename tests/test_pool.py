@@ -204,6 +204,18 @@ def test_a_factory_that_fails_is_a_usage_error_naming_it(golden):
         run_suite(golden, "qaeval.nope:make")
 
 
+def test_a_factory_that_ends_its_process_is_a_usage_error_as_one_that_raises(golden):
+    """No worker ever built the adapter, because its factory ends the process (os._exit, a crash): exit 64
+    naming the adapter and how its workers ended, as for a factory that raises and as on an executor
+    (it was every case failed with that reason, and exit 0)."""
+    with pytest.raises(UsageError, match="adapter plugins:make_process_ending_factory did not start: worker exited "
+                                         "with code 3 before the adapter was built"):
+        run_suite(golden, "plugins:make_process_ending_factory")
+    done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_process_ending_factory")
+    assert done.returncode == 64 and "exited with code 3 before the adapter was built" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # --------------------------------------------------------------------------- the command line stays clean
 
 

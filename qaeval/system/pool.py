@@ -128,6 +128,9 @@ class _PoolRun:
             while self.remaining > 0:
                 self.dispatch()
                 if not self.workers:  # no worker could be started: the cases left cannot be answered
+                    if not self.ever_ready:  # not one ever built the adapter: refused, as a factory that raises
+                        raise UsageError(f"adapter {self.pool.spec.label} did not start: "
+                                         f"{self.last_start_error or 'no reason given'}")
                     self.fail_undispatched()
                     return
                 self.wait()
