@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from conftest import GOLDEN
 
-from qaeval import api, load_suite, run_suite
+from qaeval import UsageError, api, load_suite, run_suite
 from qaeval.data.cases import Suite
 from qaeval.cli import main
 
@@ -114,3 +114,17 @@ def test_an_adapter_that_starts_on_dask_and_then_fails_cases_still_runs(cluster)
         frame = run_suite(load_suite(GOLDEN), "plugins:make_raises_on_one", executor=client.get_executor())
     assert frame["error"].isna().sum() == len(frame) - 1
     assert frame["error"].str.contains("backend down for this one").sum() == 1
+
+
+def test_a_worker_on_dask_ends_and_hangs_up_in_the_words_it_does_locally(cluster):
+    """The executor's side says what happened as local workers do (``process.stopped_because``): a factory
+    that ends its process is refused with how the worker ended (it said "the worker closed its end"), and
+    a worker that hangs up and keeps running is said to have (it said "killed by SIGKILL")."""
+    suite = load_suite(GOLDEN).select(split="living")
+    one = Suite(suite.cases[:1], suite.root)
+    with distributed.Client(cluster) as client:
+        with pytest.raises(UsageError) as refused:
+            run_suite(one, "plugins:make_process_ending_factory", executor=client.get_executor())
+        frame = run_suite(one, "hostile_adapters:make_hangs_up", executor=client.get_executor(), timeout=60)
+    assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)
+    assert frame["error"].tolist() == ["adapter process closed its connection and kept running (it was stopped)"]

@@ -54,7 +54,7 @@ from qaeval.system.calls import (
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, exit_reason, parse
+from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, parse, stopped_because
 from qaeval.system.remote import run_on_executor
 from qaeval.system.spares import release_spares, take_spare
 
@@ -288,24 +288,9 @@ class _PoolRun:
             self.broken(w, "closed its end", closed=True)
 
     def broken(self, w: _Worker, reason: str, *, closed: bool) -> None:
-        """The worker broke the framing (``reason`` says how, whatever became of its process since), or
-        went away (``closed``): its socket closed, or its process ended (a descendant may hold the socket
-        open). A process whose socket closed is given half a second to exit on its own; one still
-        running then hung up on the harness and is stopped."""
-        if not closed:
-            self.retire(w, f"{reason} (it was stopped)")
-            return
-        code = w.proc.exit_code(0.5)
-        starting = w.state == "starting"
-        if code is None:
-            reason = ("worker closed its connection before the adapter was built" if starting
-                      else "adapter process closed its connection and kept running") + " (it was stopped)"
-        elif starting:
-            detail = w.proc.stderr_tail()
-            reason = f"worker {exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else "")
-        else:
-            reason = f"adapter process {exit_reason(code)}"
-        self.retire(w, reason)
+        """The worker broke the framing, or went away: its socket closed, or its process ended (a
+        descendant may hold the socket open). ``process.stopped_because`` says which."""
+        self.retire(w, stopped_because(w.proc, reason, closed=closed, starting=w.state == "starting"))
 
     def handle(self, w: _Worker, message: Any) -> None:
         if w.state == "starting":

@@ -437,6 +437,23 @@ class UserProcess:
             self.stderr = None
 
 
+def stopped_because(proc: UserProcess, reason: str, *, closed: bool, starting: bool) -> str:
+    """Why a worker is stopped, said as what happened first: it broke the framing (``reason``, whatever became
+    of its process since), or went away (``closed``: its socket closed or its process ended). A process
+    whose socket closed is given half a second to exit on its own; one still running hung up. ``starting``:
+    it had not built the adapter yet (what it printed is added)."""
+    if not closed:
+        return f"{reason} (it was stopped)"
+    code = proc.exit_code(0.5)
+    if code is None:
+        return ("worker closed its connection before the adapter was built" if starting
+                else "adapter process closed its connection and kept running") + " (it was stopped)"
+    if not starting:
+        return f"adapter process {exit_reason(code)}"
+    detail = proc.stderr_tail()
+    return f"worker {exit_reason(code)} before the adapter was built" + (f": {detail}" if detail else "")
+
+
 def exit_reason(code: int | None) -> str:
     if code is None:
         return "stopped answering"

@@ -20,7 +20,7 @@ from qaeval.data.cases import Suite
 from qaeval.errors import UsageError, describe, install_extra
 from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
-from qaeval.system.process import FrameError, UserProcess, encode_case, exit_reason, parse
+from qaeval.system.process import FrameError, UserProcess, encode_case, parse, stopped_because
 
 
 class RemoteWorkers:
@@ -69,11 +69,12 @@ class RemoteWorkers:
         try:
             ready = parse(proc.channel.receive(time.monotonic() + limits.startup), what="the worker")
         except FrameError as exc:
+            why = (f"did not start within {limits.startup:g} s (--startup-timeout)" if exc.timed_out
+                   else stopped_because(proc, str(exc), closed=exc.closed, starting=True))
             proc.kill()
             proc.reap(0.5)
-            detail = proc.stderr_tail()
             proc.close()
-            return f"{exc}" + (f": {detail}" if detail else ""), False
+            return why, False
         if not (isinstance(ready, dict) and ready.get("ready") is True):
             error = ready.get("init_error") if isinstance(ready, dict) else None
             proc.stop()
@@ -98,12 +99,11 @@ class RemoteWorkers:
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
                 raise FrameError("the worker sent a reply for another case")
         except FrameError as exc:
-            gone = proc.channel.closed or proc.popen.poll() is not None  # before it is killed here
+            why = (f"timed out after {timeout:g} s (its worker was stopped)" if exc.timed_out
+                   else stopped_because(proc, str(exc), closed=exc.closed, starting=False))
             proc.kill()
-            code = proc.reap(0.5)
+            proc.reap(0.5)
             proc.close()
-            why = f"timed out after {timeout:g} s (its worker was stopped)" if exc.timed_out else \
-                f"adapter process {exit_reason(code)}" if gone else f"{exc} (it was stopped)"
             return json.dumps({"id": payload[0], "error": why})
         with self._lock:
             self.idle.setdefault(spec_json, []).append(proc)
