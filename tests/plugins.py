@@ -63,6 +63,36 @@ def make_crashing_factory():
     raise RuntimeError("no credentials")
 
 
+class SocketReporter:
+    """Answers with whether each socket its process holds (the worker's) is in blocking mode."""
+
+    def answer(self, case):
+        import json
+        import os
+
+        return SUTOutput(answer=json.dumps([os.get_blocking(fd) for fd in _socket_fds()]), abstained=False)
+
+
+def make_socket_reporter():
+    return SocketReporter()
+
+
+def make_factory_ending_behind_a_descendant():
+    """Leaves a descendant (out of its process group) holding the worker's socket, then ends the worker
+    while building the adapter: no end-of-file ever comes, only the exit says it has gone."""
+    import os
+    import time
+
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(20)  # the socket stays open here (the run ends long before)
+        os._exit(0)
+    os.waitpid(child, 0)
+    os._exit(3)
+
+
 def make_process_ending_factory():
     """Ends its process while building the adapter (only ever called in a worker)."""
     import os

@@ -127,6 +127,23 @@ def test_a_case_crosses_in_marshal_form_and_arrives_whole():
         assert read_frame(theirs) == {"stop": True}
 
 
+def test_a_default_socket_timeout_in_the_harness_leaves_the_workers_socket_blocking(living):
+    """``socket.setdefaulttimeout`` (a notebook's) makes ``socketpair`` non-blocking, and the worker inherited
+    that: a read with nothing there raised, its loop ended, and cases failed with "exited with code 0"
+    (0 to 7 of 15, by timing). Its socket is blocking whatever the harness's default."""
+    import socket
+
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(10)
+    try:
+        frame = run_suite(living, "plugins:make_socket_reporter", timeout=30)
+    finally:
+        socket.setdefaulttimeout(previous)
+    assert frame["error"].isna().all(), frame["error"].tolist()
+    assert {a for a in frame["answer"]} == {"[true]"}, frame["answer"].tolist()
+
+
+@linux_only  # the frames below fit in the socket's buffer, unread, on Linux (212,992 bytes by default)
 def test_a_worker_reads_frames_whole_however_they_arrive_and_waits_only_when_nothing_is_there():
     """The worker's reader (``FrameReader``) takes what has arrived without waiting: a frame split across
     sends, several in one send, and one larger than a read all come out whole and in order; the waiting
@@ -136,7 +153,7 @@ def test_a_worker_reads_frames_whole_however_they_arrive_and_waits_only_when_not
 
     from qaeval.system.process import FrameReader
 
-    big = ("0123456789abcdef", "Why?", (("s1", "y" * 200_000, None),))
+    big = ("0123456789abcdef", "Why?", (("s1", "y" * 100_000, None),))
     first = encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),)))
     ours, theirs = socket.socketpair()
     with ours, theirs:

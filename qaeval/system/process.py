@@ -228,6 +228,9 @@ def _decode(data: bytes) -> Any:
     return json.loads(data)
 
 
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # Linux and macOS have it; elsewhere every read may wait
+
+
 class FrameReader:
     """The child's reading end for a run of frames from the harness (trusted): each ``receive()`` takes
     what has arrived in one ``recv`` that does not wait (the next case is usually queued behind the
@@ -251,7 +254,7 @@ class FrameReader:
                     del buffer[:end]
                     return _decode(data)
             try:
-                chunk = self.sock.recv(_READ_CHUNK, socket.MSG_DONTWAIT)
+                chunk = self.sock.recv(_READ_CHUNK, _DONTWAIT)
             except BlockingIOError:
                 self.before_wait()
                 try:
@@ -355,6 +358,9 @@ class UserProcess:
     def __init__(self, module: str, *, env: Mapping[str, str], limit: int = DEFAULT_FRAME_LIMIT,
                  what: str = "the process") -> None:
         parent_end, child_end = socket.socketpair()
+        # Blocking, whatever the caller's socket.setdefaulttimeout() (a notebook's, say) made it: the child
+        # inherits the descriptor's flags, and a non-blocking read with nothing there ended its loop.
+        child_end.setblocking(True)
         self.scratch = tempfile.mkdtemp(prefix="qaeval-scratch-")
         try:
             self.popen = subprocess.Popen(
