@@ -128,3 +128,16 @@ def test_a_worker_on_dask_ends_and_hangs_up_in_the_words_it_does_locally(cluster
         frame = run_suite(one, "hostile_adapters:make_hangs_up", executor=client.get_executor(), timeout=60)
     assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)
     assert frame["error"].tolist() == ["adapter process closed its connection and kept running (it was stopped)"]
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="forks and setsid are POSIX's")
+def test_a_factory_that_ends_while_a_descendant_holds_the_socket_is_refused_at_once_on_dask(cluster):
+    """No end-of-file comes while the adapter builds (a process the factory started holds the worker's
+    socket): the executor's side notices the exit and says how the worker ended, as local workers do,
+    instead of waiting out --startup-timeout and calling it that."""
+    suite = load_suite(GOLDEN).select(split="living")
+    with distributed.Client(cluster) as client:
+        with pytest.raises(UsageError) as refused:
+            run_suite(Suite(suite.cases[:1], suite.root), "plugins:make_factory_ending_behind_a_descendant",
+                      executor=client.get_executor(), startup_timeout=60)
+    assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)

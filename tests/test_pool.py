@@ -214,6 +214,8 @@ def test_a_factory_that_ends_its_process_is_a_usage_error_as_one_that_raises(gol
     done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_process_ending_factory")
     assert done.returncode == 64 and "exited with code 3 before the adapter was built" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+    with pytest.raises(UsageError, match="exited with code 3 before the adapter was built"):  # no end-of-file comes
+        run_suite(golden, "plugins:make_factory_ending_behind_a_descendant")
 
 
 # --------------------------------------------------------------------------- the command line stays clean

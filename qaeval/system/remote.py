@@ -67,7 +67,8 @@ class RemoteWorkers:
         spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
         proc = start_worker(spec, env, sys_path, limits)
         try:
-            ready = parse(proc.channel.receive(time.monotonic() + limits.startup), what="the worker")
+            ready = parse(proc.channel.receive(time.monotonic() + limits.startup,
+                                               ended=lambda: proc.popen.poll() is not None), what="the worker")
         except FrameError as exc:
             why = (f"did not start within {limits.startup:g} s (--startup-timeout)" if exc.timed_out
                    else stopped_because(proc, str(exc), closed=exc.closed, starting=True))
