@@ -106,7 +106,7 @@ def test_the_template_is_stripped_the_same_through_the_memo_and_without_it():
     rng = random.Random(7)
     words = "answer the question using only passages below cite by its id | 2 1964 branch".split()
     lead = "answer the question using only the passages below"
-    texts = [f" {lead} " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 400))) + " " for _ in range(300)]
+    texts = [f" {lead} " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 400))) + " " for _ in range(150)]
     remainders = [checks._remove(t, []) for t in texts] + [" answer the question using only | 2 | "]
     template = checks.learn_template(remainders)
     assert template  # the lead's 4-grams: something is stripped

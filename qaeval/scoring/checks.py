@@ -118,8 +118,10 @@ def _stripped(text: str, template: frozenset[tuple[str, ...]]) -> str:
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
 
 
-_SHORT_REMAINDER = 2000  # characters: remainders kept by the memo below (at most 4,096 of them, ~8 MB)
-_stripped_short = lru_cache(maxsize=4096)(_stripped)
+# Remainders of at most this many characters are kept by the memo below, each with its result (and the
+# template it was stripped of): 256 of them, about 1 MB of ASCII text and 4 MB at worst.
+_SHORT_REMAINDER = 2000
+_stripped_short = lru_cache(maxsize=256)(_stripped)
 
 
 def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
