@@ -397,14 +397,13 @@ class UserProcess:
             return None
 
     def reap(self, wait: float = 2.0) -> int | None:
-        try:
-            return self.popen.wait(wait)
-        except subprocess.TimeoutExpired:
+        """Its exit code once it has exited, killed (with its group) if it has not within ``wait`` seconds;
+        None if even that did not end it within 5 s."""
+        code = self.exit_code(wait)
+        if code is None:
             self.kill()
-            try:
-                return self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                return None
+            code = self.exit_code(5)
+        return code
 
     def close(self) -> None:
         self.channel.close()
