@@ -346,6 +346,24 @@ def test_the_environment_is_copied_whole_while_another_thread_changes_it(tmp_pat
     assert all(env["PATH"] == os.environ["PATH"] and "PYTHONPATH" in env for env in envs)
 
 
+# The ``qaeval`` command's path starts with its script's folder, not the working directory (``python -m``
+# puts the working directory first instead): a run started as the command, from ``cwd``.
+AS_THE_COMMAND = [sys.executable, "-c", "import sys; del sys.path[0]; from qaeval.cli import entry; sys.exit(entry())"]
+
+
+def test_the_command_finds_an_adapter_in_the_working_folder_beside_a_custom_judge(tmp_path):
+    """A custom judge runs in a host process of its own, so this process never imports a name from the
+    working folder; the workers still must (they got it only when this process had imported one: with
+    the default judge the adapter imported, with any other it was 'No module named myrag')."""
+    (tmp_path / "myrag.py").write_text("from qaeval.system.reference import make_adapter as make\n")
+    env = {**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
+    for judge in ([], ["--judge", "examples.custom_judge:make_judge"]):
+        done = subprocess.run([*AS_THE_COMMAND, "run", "--data", str(GOLDEN), "--adapter", "myrag:make", *judge],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert done.returncode in (0, 1), done.stderr
+        assert "adapter errors: 0" in done.stdout and "No module named" not in done.stderr, (judge, done.stdout)
+
+
 def test_the_environment_filter_matches_whole_paths(tmp_path, monkeypatch):
     data = tmp_path / "data"
     shutil.copytree(GOLDEN, data, ignore=shutil.ignore_patterns("buggy", "calibration", "*.json"))

@@ -40,11 +40,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 from qaeval.errors import UsageError, describe
@@ -54,9 +52,7 @@ from qaeval.scoring.judge import (
 )
 from qaeval.judges.wire import bounded_text, config_from_plain, request_to_plain, response_from_plain
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import (
-    FrameError, UserProcess, confined_env, environ_now, exit_reason, hidden_folders, parse, scrub_sys_path,
-)
+from qaeval.system.process import FrameError, UserProcess, child_launch, exit_reason, parse
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
 HOST = "qaeval.judges.host"
@@ -116,15 +112,7 @@ class Launch:
     """What every host process of one command is given: environment and import path."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None) -> None:
-        folders = hidden_folders(data_dir)
-        self.env = confined_env(environ_now(), folders)
-        package_root = str(Path(__file__).resolve().parents[2])
-        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, self.env.get("PYTHONPATH")) if p)
-        here = os.getcwd()
-        paths = list(sys.path)
-        if here not in paths and "" not in paths:  # module:factory names resolve from here, as in the harness
-            paths.insert(0, here)
-        self.sys_path = scrub_sys_path(paths, folders, here)
+        self.env, self.sys_path = child_launch(data_dir)
 
     def start(self, role: str, spec: dict[str, str], settings: dict[str, Any] | None, deadline: float, *,
               what: str, timeout: float) -> tuple[UserProcess, dict[str, Any]]:

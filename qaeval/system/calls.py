@@ -5,19 +5,14 @@ worker process, and reading a reply (untrusted plain data) into an outputs row.
 from __future__ import annotations
 
 import base64
-import os
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qaeval.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
-from qaeval.system.process import (
-    DEFAULT_FRAME_LIMIT, FrameError, UserProcess, confined_env, environ_now, hidden_folders, scrub_sys_path,
-)
+from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, child_launch
 from qaeval.system.worker import build_adapter, call_factory
 
 if TYPE_CHECKING:
@@ -124,11 +119,7 @@ class Limits:
 
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
     """The environment and sys.path a worker gets: nothing that names the data folder."""
-    folders = hidden_folders(data_dir)
-    env = confined_env(environ_now(), folders)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return env, scrub_sys_path(sys.path, folders, os.getcwd())
+    return child_launch(data_dir)
 
 
 def spawn_worker(env: Mapping[str, str], frame_limit: int) -> UserProcess:

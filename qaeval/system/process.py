@@ -350,6 +350,23 @@ def scrub_sys_path(paths: Iterable[str], folders: list[str], here: str) -> list[
     return out
 
 
+def child_launch(data_dir: str | os.PathLike[str] | None) -> tuple[dict[str, str], list[str]]:
+    """The environment and ``sys.path`` of every process that runs user code (an adapter's worker, a judge's
+    or a hook's host): nothing that names the data folder, qaeval importable, and the working directory
+    first when this process's path has neither it nor "", so ``module:factory`` names resolve from the
+    folder qaeval was run from whether it was started as ``python -m qaeval`` or as the ``qaeval``
+    command (whose path starts with its own folder instead)."""
+    folders = hidden_folders(data_dir)
+    env = confined_env(environ_now(), folders)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    here = os.getcwd()
+    paths = list(sys.path)
+    if here not in paths and "" not in paths:
+        paths.insert(0, here)
+    return env, scrub_sys_path(paths, folders, here)
+
+
 class UserProcess:
     """One fresh interpreter running ``python -m MODULE FD`` with the rules above: its own process
     group, a private scratch working directory, a confined environment, stdout discarded and stderr
