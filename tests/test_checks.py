@@ -158,6 +158,25 @@ def test_answer_without_citation_fails_coverage(tmp_path):
     assert run_checks(tmp_path, citations=[])["citation_coverage"][0] is False
 
 
+def test_an_answer_too_large_to_weigh_against_its_claims_fails_coverage_without_comparing(tmp_path, monkeypatch):
+    """5,000 sentences against 1,000 claims were 5 million comparisons: six minutes for one case, from one
+    reply. Past the bound the check fails at once and says why; no sentence is compared."""
+    from qaeval.scoring import checks
+
+    def never(*args):
+        raise AssertionError("compared a sentence with a claim")
+
+    monkeypatch.setattr(checks, "claim_covers", never)
+    answer = " ".join(f"Zq{i} wx{i} patrons." for i in range(5000))
+    claims = [{"source_id": "s1", "claim": f"{S1} k{i}"} for i in range(1000)]
+    res = run_checks(tmp_path, answer=answer, citations=claims)
+    passed, reason = res["citation_coverage"]
+    assert passed is False and reason.startswith("too much to check: 5000 load-bearing sentence(s) against 1000 claim(s)")
+    monkeypatch.undo()
+    small = run_checks(tmp_path, answer=f"{S1} It also lends telescopes to every patron.")  # far within the bound
+    assert small["citation_coverage"][1].startswith("1 of 2 sentence(s) uncited")
+
+
 def test_citation_that_does_not_resolve_does_not_cover(tmp_path):
     res = run_checks(tmp_path, citations=[{"source_id": "s3", "claim": S1}])
     assert res["citation_coverage"][0] is False

@@ -58,6 +58,12 @@ CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_c
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 CHECK_SCHEMA = {"case_id": "text", "check": "text", "passed": "bool", "reason": "text"}
 COVERAGE_OVERLAP = 0.6
+# Coverage weighs every load-bearing answer sentence against every claim: an output can make that
+# quadratic (5,000 sentences against 1,000 claims: 5 million comparisons, six minutes for one case). Past
+# these bounds the sentences are not compared and the check fails, saying why; an honest answer of a
+# hundred sentences with a hundred citations is 10,000 pairs.
+COVERAGE_PAIRS = 250_000  # sentences x claims
+COVERAGE_CHARS = 100_000_000  # characters read by the containment tests: claims x answer + sentences x claims
 TEMPLATE_NGRAM = 4
 TEMPLATE_MIN_PROMPTS = 3
 
@@ -242,11 +248,24 @@ _COVERAGE: dict[tuple[str, tuple[str, ...]], Coverage] = {}  # the check and the
 _COVERAGE_LIMIT = 1 << 15
 
 
+def _too_much_to_cover(sentences: list[str], claims: tuple[str, ...]) -> bool:
+    pairs = len(sentences) * len(claims)
+    chars = len(claims) * sum(map(len, sentences)) + len(sentences) * sum(map(len, claims))
+    return pairs > COVERAGE_PAIRS or chars > COVERAGE_CHARS
+
+
+def _load_bearing(answer: str) -> list[str]:
+    return [s for s in split_sentences(answer) if is_load_bearing(s)]
+
+
 def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
     found = _COVERAGE.get((answer, claims))
     if found is None:
-        sentences = [s for s in split_sentences(answer) if is_load_bearing(s)]
-        uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
+        sentences = _load_bearing(answer)
+        if _too_much_to_cover(sentences, claims):
+            uncovered = tuple(sentences)  # not compared: none counts as covered
+        else:
+            uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
         found = (len(sentences) - len(uncovered), len(sentences), uncovered)
         if len(_COVERAGE) >= _COVERAGE_LIMIT:
             _COVERAGE.clear()
@@ -276,6 +295,10 @@ def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
     covered, total, uncovered = counts if counts is not None else coverage_counts(out, bodies)
     if total == 0:
         return False, "the answer has no load-bearing sentence"
+    claims = tuple(c["claim"] for c in _resolvable(out, bodies))
+    if uncovered and _too_much_to_cover(_load_bearing(out["answer"]), claims):
+        return False, (f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
+                       f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)")
     if uncovered:
         return False, f"{len(uncovered)} of {total} sentence(s) uncited, first: {uncovered[0][:80]!r}"
     return True, f"{covered} of {total} sentence(s) cited"
