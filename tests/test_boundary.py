@@ -125,6 +125,7 @@ def test_system_adapter_is_a_protocol_and_citation_keeps_its_old_name():
     (SUTOutput(abstained=1), "abstained is int, not bool"),
     (SUTOutput(prompt_to_model=b"bytes"), "prompt_to_model is bytes"),
     (SUTOutput(computed_aggregate=10**400), "too large"),
+    (SUTOutput(computed_aggregate=10**20), "computed_aggregate is a whole number of 67 bits, out of range"),
     (SUTOutput(computed_aggregate=float("nan")), "non-finite float nan"),
     (SUTOutput(computed_aggregate=[1, 2]), "computed_aggregate is list"),
     (SUTOutput(answer="\ud800"), "not valid Unicode text"),
@@ -138,4 +139,5 @@ def test_a_well_formed_output_has_no_problems():
     assert output_problems(SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "y")],
                                      retrieved_ids=["s1", "s2"], model_was_called=True, prompt_to_model="p",
                                      computed_aggregate=3.5)) == []
+    assert output_problems(SUTOutput(answer="x", computed_aggregate=-(2**63 - 1))) == [], "64 bits are kept"
     assert output_problems(SUTOutput(abstained=True, model_was_called=True, prompt_to_model="p")) == []

@@ -125,6 +125,8 @@ def config_from_plain(plain: Any) -> JudgeConfig:
         raise fail("has a temperature that is not a number")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise fail("has a seed that is not a whole number")
+    if seed is not None and not abs(seed) < 2**63:  # a record keeps 64-bit whole numbers
+        raise fail(f"has a seed of {seed.bit_length()} bits, out of range (a record keeps 64-bit whole numbers)")
     if base_url is not None and not isinstance(base_url, str):
         raise fail("has a base_url that is not text")
     texts = [plain["name"], plain["model"], base_url or ""]

@@ -296,7 +296,10 @@ def valid_unit(got: Any) -> tuple[float, float] | None:
     if not isinstance(got, (list, tuple)) or len(got) != 2 or \
             not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got):
         return None
-    num, den = float(got[0]), float(got[1])
+    try:
+        num, den = float(got[0]), float(got[1])
+    except OverflowError:  # a whole number past any float (a check's process sent 400 digits)
+        return None
     if not (math.isfinite(num) and math.isfinite(den)) or not 0.0 <= num <= den:
         return None
     return num, den

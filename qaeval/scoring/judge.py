@@ -319,7 +319,8 @@ def _shared(text: str) -> str:
 
 
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A token count a record can keep (a 64-bit whole number), else None: a judge's reply is not trusted."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
 
 
 def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], config: JudgeConfig) -> pd.DataFrame:

@@ -306,6 +306,9 @@ def _scalar_problems(data: dict[str, Any]) -> list[str]:
     agg = data.get("computed_aggregate")
     if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float, str))):
         problems.append(f"computed_aggregate is {_type_name(agg)}, not a number, a str or None")
+    elif isinstance(agg, int) and not abs(agg) < 2**63:  # a record keeps 64-bit whole numbers
+        problems.append(f"computed_aggregate is a whole number of {agg.bit_length()} bits, out of range (a record "
+                        "keeps 64-bit whole numbers; give a float or a str)")
     return problems
 
 
