@@ -167,6 +167,77 @@ def test_a_squad_question_that_is_not_an_object_is_refused_with_a_reason(tmp_pat
     assert report.refused["a question that is not an object"] == 1
 
 
+def _bent(fmt, change):
+    """The format's sample with ``change`` made to its first record (a later record stays whole, so the
+    import keeps something and reports its refusals)."""
+    data = copy.deepcopy(SQUAD if fmt == "squad2" else HOTPOT if fmt == "hotpotqa" else MUSIQUE)
+    if fmt == "musique":
+        data.append({**copy.deepcopy(data[0]), "id": "2hop__whole"})
+    change(data)
+    return data
+
+
+def _squad_title(value):
+    def change(d):
+        d["data"][0]["title"] = value
+    return change
+
+
+def _first(path, key, value):
+    def change(d):
+        target = d
+        for step in path:
+            target = target[step]
+        target[key] = value
+    return change
+
+
+@pytest.mark.parametrize("fmt, change, corpus, reason", [
+    ("squad2", _first(["data", 0, "paragraphs", 0], "qas", "nope"), False, "questions (qas) that are not a list"),
+    ("squad2", _first(["data", 0, "paragraphs", 0, "qas", 0], "is_impossible", "no"), False,
+     "is_impossible that is not true or false"),
+    ("squad2", lambda d: d["data"][0]["paragraphs"].insert(1, "a paragraph as text"), False,
+     "a paragraph that is not an object"),
+    ("hotpotqa", _first([0], "supporting_facts", [[["Eastside"], 0]]), False,
+     "a supporting fact that is not [title, sentence number]"),
+    ("musique", _first([0], "question_decomposition", 5), False, "a question_decomposition that is not a list"),
+    ("musique", _first([0, "paragraphs", 0], "idx", 1.5), False, "a paragraph idx that is not a whole number"),
+])
+def test_a_record_of_an_unforeseen_shape_is_refused_with_its_reason(tmp_path, fmt, change, corpus, reason):
+    """Each of these was a traceback and exit 70 (AttributeError, unhashable list, len() of an int), or a
+    wrong case: "is_impossible": "no" became a must-abstain case, "qas": "nope" four refused questions."""
+    told = refusals(fmt, write(tmp_path / "in.json", _bent(fmt, change)), tmp_path / "out", corpus=corpus)
+    assert f"refused 1: {reason} (first:" in told, told
+
+
+def refusals(fmt, path, out, **options):
+    """What the import says of the records it refused: its report, or the error when it kept none."""
+    try:
+        return import_file(fmt, path, out, **options).summary_text()
+    except DatasetError as exc:
+        return str(exc)
+
+
+def test_a_title_that_is_not_text_is_no_title_in_the_pool(tmp_path):
+    """An article titled 5 crashed pooling (int has no lower()); now its passages pool untitled."""
+    report = import_file("squad2", write(tmp_path / "s.json", _bent("squad2", _squad_title(5))), tmp_path / "out",
+                         corpus=True)
+    assert report.pooled == 2 and all(p.title is None for p in read_corpus(tmp_path / "out").values())
+
+
+def test_a_record_no_rule_foresaw_is_refused_not_a_crash(tmp_path, monkeypatch):
+    """The safety net under the rules: whatever a record's shape raises, its cases are refused with it."""
+    from qaeval.data import importers
+
+    def brittle(record):
+        raise TypeError("'int' object is not iterable")
+        yield
+
+    monkeypatch.setitem(importers.POOLED, "hotpotqa", (*importers.POOLED["hotpotqa"][:2], brittle))
+    told = refusals("hotpotqa", write(tmp_path / "h.json", HOTPOT), tmp_path / "out", corpus=True)
+    assert "refused 3: a record of a shape qaeval cannot read (TypeError: 'int' object is not iterable)" in told, told
+
+
 def test_usage_errors_come_before_anything_is_read(tmp_path):
     with pytest.raises(UsageError, match="--corpus is for"):
         import_file("ares", tmp_path / "missing.tsv", tmp_path / "out", corpus=True)

@@ -33,13 +33,19 @@ def _slug(title: str, taken: set[str]) -> str:
     return slug
 
 
+def _title(article: dict[str, Any]) -> str | None:
+    """An article's title when it is text (a title of another type is no title)."""
+    title = article.get("title")
+    return title if isinstance(title, str) and title.strip() else None
+
+
 def squad2_passages(article: Any) -> Iterator[tuple[str | None, str]]:
     """(title, text) of every paragraph of an article that has text."""
     paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
     for paragraph in paragraphs if isinstance(paragraphs, list) else []:
         context = paragraph.get("context") if isinstance(paragraph, dict) else None
         if isinstance(context, str) and context.strip():
-            yield article.get("title") or None, context
+            yield _title(article), context
 
 
 def squad2_cases(where: str, article: Any, prefix: str, split: str, distractors: int = 5) -> Iterator[tuple[str, Any]]:
@@ -49,11 +55,18 @@ def squad2_cases(where: str, article: Any, prefix: str, split: str, distractors:
         yield where, Refused("an article without paragraphs")
         return
     for p, paragraph in enumerate(paragraphs):
-        qas = (paragraph.get("qas") or []) if isinstance(paragraph, dict) else []
+        if not isinstance(paragraph, dict):
+            yield f"{where}, paragraph {p + 1}", Refused("a paragraph that is not an object")
+            continue
+        qas = paragraph.get("qas") or []
+        if not isinstance(qas, list):
+            yield f"{where}, paragraph {p + 1}", Refused("questions (qas) that are not a list")
+            continue
         others = [(p + k) % len(paragraphs) for k in range(1, distractors + 1) if len(paragraphs) > k]
         try:
-            sources = [{"id": f"p{i}", "title": article.get("title") or None,
-                        "text": _text(paragraphs[i].get("context"), "paragraph context")}
+            sources = [{"id": f"p{i}", "title": _title(article),
+                        "text": _text(paragraphs[i].get("context") if isinstance(paragraphs[i], dict) else None,
+                                      "paragraph context")}
                        for i in sorted({p, *others})]
         except Refused as exc:
             for qa in qas:
@@ -71,7 +84,9 @@ def _squad2_case(qa: Any, sources: list[dict[str, Any]], gold_id: str, prefix: s
     if not isinstance(qa, dict):
         raise Refused("a question that is not an object")
     question = _text(qa.get("question"), "question").strip()
-    impossible = bool(qa.get("is_impossible"))
+    impossible = qa.get("is_impossible", False)
+    if not isinstance(impossible, bool):  # "no" is a non-empty string: true to bool()
+        raise Refused("is_impossible that is not true or false")
     answers = [a.get("text") for a in qa.get("answers") or [] if isinstance(a, dict)]
     if not impossible and not any(isinstance(a, str) and a.strip() for a in answers):
         raise Refused("answerable question without an answer")
@@ -128,7 +143,10 @@ def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
             continue
         ids[title] = _slug(title, taken)
         sources.append({"id": ids[title], "title": title, "text": text})
-    supporting = [f[0] for f in record.get("supporting_facts") or [] if isinstance(f, list) and f]
+    facts = record.get("supporting_facts") or []
+    if not isinstance(facts, list) or not all(isinstance(f, list) and f and isinstance(f[0], str) for f in facts):
+        raise Refused("a supporting fact that is not [title, sentence number]")
+    supporting = [f[0] for f in facts]
     if not supporting:
         raise Refused("no supporting facts")
     missing = [t for t in supporting if t not in ids]
@@ -161,14 +179,20 @@ def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
     for n, p in enumerate(paragraphs):
         if not isinstance(p, dict):
             raise Refused("a paragraph that is not an object")
-        sid = f"p{p.get('idx', n)}"
+        idx = p.get("idx", n)
+        if isinstance(idx, bool) or not isinstance(idx, int):
+            raise Refused("a paragraph idx that is not a whole number")
+        sid = f"p{idx}"
         sources.append({"id": sid, "text": _text(p.get("paragraph_text"), "paragraph text"),
                         **({"title": p["title"]} if isinstance(p.get("title"), str) and p["title"] else {})})
         if p.get("is_supporting") is True:
             gold.append(sid)
     if len({s["id"] for s in sources}) != len(sources):
         raise Refused("two paragraphs with the same idx")
-    hops = len(record.get("question_decomposition") or []) or 1
+    steps = record.get("question_decomposition") or []
+    if not isinstance(steps, list):
+        raise Refused("a question_decomposition that is not a list")
+    hops = len(steps) or 1
     answerable = record.get("answerable", True) is not False
     if answerable and not gold:
         raise Refused("an answerable question with no supporting paragraph")

@@ -83,7 +83,7 @@ from qaeval.data.formats import (
 )
 from qaeval.data.pooling import PassagePool, corpus_case
 from qaeval.data.streams import check_utf8, csv_rows, first_char, json_items, records
-from qaeval.errors import DatasetError, UsageError
+from qaeval.errors import DatasetError, UsageError, describe
 from qaeval.files import write_jsonl
 
 CASE_FORMATS = ("squad2", "hotpotqa", "musique", "ragas")
@@ -126,12 +126,23 @@ class ImportReport:
 # --------------------------------------------------------------------------- the import
 
 
+# A record of a shape the mapping rules did not foresee (a file is the user's, so hostile until proven
+# otherwise) is refused with what went wrong, never a crash of the whole import.
+UNFORESEEN = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def _unforeseen(exc: BaseException) -> Refused:
+    return Refused(f"a record of a shape qaeval cannot read ({describe(exc)})")
+
+
 def _one_case(build: Callable[[Any, str, str], dict[str, Any]]) -> Callable[..., Iterator[tuple[str, Any]]]:
     def cases(where: str, record: Any, prefix: str, split: str) -> Iterator[tuple[str, Any]]:
         try:
             yield where, build(record, prefix, split)
         except Refused as exc:
             yield where, exc
+        except UNFORESEEN as exc:
+            yield where, _unforeseen(exc)
     return cases
 
 
@@ -163,10 +174,15 @@ def _pooled(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | N
     read = 0
     for where, record in reader:
         read += 1
-        if pool is not None:
-            for title, text in passages_of(record):
-                pool.add(title, text)
-        for here, item in cases_of(where, record, prefix, split):
+        try:
+            passages = list(passages_of(record)) if pool is not None else []
+            found = list(cases_of(where, record, prefix, split))
+        except UNFORESEEN as exc:  # the record's cases and passages are all refused, with the reason
+            yield where, _unforeseen(exc)
+            continue
+        for title, text in passages if pool is not None else ():
+            pool.add(title, text)
+        for here, item in found:
             yield here, item if pool is None or isinstance(item, Refused) else corpus_case(item, pool)
     if not read:
         raise DatasetError(f"no {fmt} records in this file: {SHAPES[fmt]}", file=str(path))
@@ -182,6 +198,8 @@ def _produce(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | 
                 yield where, ragas_case(record, prefix, split, n)
             except Refused as exc:
                 yield where, exc
+            except UNFORESEEN as exc:
+                yield where, _unforeseen(exc)
     else:
         yield from {"wice": wice_rows, "expertqa": expertqa_rows, "ares": ares_rows}[fmt](path, prefix)
 
