@@ -82,6 +82,24 @@ class UnsendableJudge(_Judge):
         return out
 
 
+class DumpableReporter(_Judge):
+    """Grades as the offline judge and says, in every rationale, whether its process is dumpable (Linux)."""
+
+    def judge(self, requests):
+        import ctypes
+
+        dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        out = super().judge(requests)
+        for r in out:
+            for v in r.verdicts:
+                v.rationale = f"dumpable={dumpable}"
+        return out
+
+
+def make_dumpable_reporter():
+    return DumpableReporter()
+
+
 def make_exiting_judge():
     return ExitingJudge()
 

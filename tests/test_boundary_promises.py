@@ -15,7 +15,7 @@ import time
 import pytest
 from conftest import GOLDEN, ROOT
 
-from qaeval import load_suite, run_suite
+from qaeval import api, load_suite, run_suite
 from qaeval.data.cases import Suite
 from qaeval.system.calls import LOG_LIMIT
 from qaeval.system.process import MAX_CONTAINERS, confined_env, encode, encode_case, hidden_folders, read_frame
@@ -245,6 +245,15 @@ def test_the_harness_cannot_be_read_through_proc(living):
     assert (found["mem"], found["fd/1"]) == ("PermissionError", "PermissionError"), found
     libc = ctypes.CDLL(None)
     assert libc.prctl(3, 0, 0, 0, 0) == 1, "the harness is dumpable again after the run"
+
+
+@linux_only
+def test_a_judge_runs_non_dumpable_so_no_worker_can_read_the_gold_answers_it_is_sent():
+    """A judge's host holds every request, gold answers included; dumpable, its /proc/<pid>/mem was open to
+    any process of the same user without CAP_SYS_PTRACE: a descendant an adapter left behind read
+    '44 years' and '860,000' from it while a slow judge ran (a reviewer's attack)."""
+    run = api.run(str(GOLDEN), judge="hostile_plugins:make_dumpable_reporter")
+    assert set(run.verdicts["rationale"]) == {"dumpable=0"}, set(run.verdicts["rationale"])
 
 
 @linux_only

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from qaeval.system.hardening import drop_ptrace
+from qaeval.system.hardening import drop_ptrace, not_dumpable
 from qaeval.system.process import read_frame, watch_parent, write_frame
 
 LOG_LIMIT = 2000
@@ -99,6 +99,7 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
 
 def main(fd: int) -> None:
     drop_ptrace()
+    not_dumpable()  # a judge is sent the gold answers: no worker of the adapter may read them from here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
     setup = read_frame(sock)["setup"]

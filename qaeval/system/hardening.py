@@ -102,6 +102,18 @@ def has_ptrace() -> bool:
     return False
 
 
+def not_dumpable() -> bool:
+    """Linux: make this process non-dumpable for good, so no other process without CAP_SYS_PTRACE (an
+    adapter's worker, or a descendant that escaped it) can open its ``/proc/<pid>/mem``, ``fd/`` or
+    ``environ``: for a host of user code that holds what a system must not see (a judge is sent the gold
+    answers). Returns whether it is now non-dumpable."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+
+
 # --------------------------------------------------------------------------- guarding the harness
 
 _guard_depth = 0
