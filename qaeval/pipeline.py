@@ -17,6 +17,7 @@ import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
 from qaeval.scoring.judge import JudgeClient, judge_config_of
+from qaeval.system.calls import adapter_label
 from qaeval.system.pool import run_suite
 
 
@@ -65,8 +66,7 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     with fewer_collections():
         outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
                             executor=executor, show_progress=show_progress, **limits)
-        label = adapter_name or (adapter if isinstance(adapter, str) else
-                                 f"{type(adapter).__module__}.{type(adapter).__qualname__}")
+        label = adapter_name or adapter_label(adapter)
         meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
                            executor=executor_label or (type(executor).__name__ if executor is not None else None),
                            k=k, timeout=timeout, data=suite.root)

@@ -176,6 +176,22 @@ def test_adapter_objects_and_factories_are_shipped_to_the_workers(golden):
         assert list(frame["answer"]) == list(by_name["answer"])
 
 
+def test_a_class_is_a_factory_in_every_isolation_and_is_recorded_by_its_name():
+    """The README: adapter= takes "a factory or an adapter object, even a class defined in a notebook cell".
+    A class has an answer attribute (a function), so it was taken for an adapter object: every case
+    failed with "answer() missing 1 required positional argument: 'case'", recorded as builtins.type."""
+    from qaeval.system.reference import ReferenceHub, make_adapter
+
+    class NotebookHub(ReferenceHub):  # defined here, as in a notebook cell: shipped by value
+        pass
+
+    for isolation in ("process", "none"):
+        result = api.run(str(GOLDEN), adapter=NotebookHub, isolation=isolation)
+        assert result.adapter_errors == 0, result.outputs["error"].dropna().unique()
+        assert result.meta.adapter.endswith("NotebookHub"), result.meta.adapter
+    assert api.run(str(GOLDEN), adapter=make_adapter).meta.adapter == "qaeval.system.reference.make_adapter"
+
+
 def test_async_adapters_are_awaited(golden):
     for isolation in ("process", "none"):
         frame = run_suite(golden, "plugins:make_async_hub", isolation=isolation)

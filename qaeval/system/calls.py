@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from qaeval.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
 from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, child_launch
-from qaeval.system.worker import build_adapter, call_factory
+from qaeval.system.worker import build_adapter, call_factory, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
@@ -42,12 +42,12 @@ def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> A
     one that cannot be is a usage error that suggests ``isolation="none"``."""
     if isinstance(adapter, str):
         return AdapterSpec(adapter, {"name": adapter}, lambda: build_adapter({"name": adapter}, corpus), corpus)
-    if callable(getattr(adapter, "answer", None)):
-        label = f"{type(adapter).__module__}.{type(adapter).__qualname__} (an object)"
-        build_here: Callable[[], Any] = lambda: adapter  # noqa: E731
-    elif callable(adapter):
-        label = f"{getattr(adapter, '__module__', '?')}.{getattr(adapter, '__qualname__', repr(adapter))} (a factory)"
-        build_here = lambda: build_adapter_from(adapter, corpus)  # noqa: E731
+    if is_factory(adapter):  # a class too: its answer is a function that wants an instance
+        label = f"{adapter_label(adapter)} (a factory)"
+        build_here: Callable[[], Any] = lambda: build_adapter_from(adapter, corpus)  # noqa: E731
+    elif callable(getattr(adapter, "answer", None)):
+        label = f"{adapter_label(adapter)} (an object)"
+        build_here = lambda: adapter  # noqa: E731
     else:
         raise UsageError(f"adapter must be a module:factory name, a zero-argument factory or an object with "
                          f"answer(case); got {type(adapter).__name__}")
@@ -65,9 +65,19 @@ def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> A
     return AdapterSpec(label, wire, build_here, corpus)
 
 
+def adapter_label(adapter: Any) -> str:
+    """The adapter as a run records it: the name given, a factory's (or class's) module and name, else
+    the object's class."""
+    if isinstance(adapter, str):
+        return adapter
+    if is_factory(adapter):
+        return f"{getattr(adapter, '__module__', '?')}.{getattr(adapter, '__qualname__', type(adapter).__qualname__)}"
+    return f"{type(adapter).__module__}.{type(adapter).__qualname__}"
+
+
 def build_adapter_from(factory: Callable[..., Any], corpus: Corpus | None = None) -> Any:
     adapter = call_factory(factory, corpus)
-    if not callable(getattr(adapter, "answer", None)):
+    if isinstance(adapter, type) or not callable(getattr(adapter, "answer", None)):
         raise UsageError(f"the adapter factory returned {type(adapter).__name__}, which has no answer(case) method")
     return adapter
 

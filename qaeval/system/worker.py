@@ -51,6 +51,12 @@ def call_factory(factory: Any, corpus: Any) -> Any:
     return factory(corpus=corpus) if takes_corpus else factory()
 
 
+def is_factory(adapter: Any) -> bool:
+    """Whether ``adapter`` is called to make the adapter: a class (its ``answer`` is a function, not a bound
+    method) or any other callable without ``answer``."""
+    return isinstance(adapter, type) or (callable(adapter) and not callable(getattr(adapter, "answer", None)))
+
+
 def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
     """The adapter object from a spec: {"name": "module:factory"} or {"pickle": base64 cloudpickle of an
     adapter object or a factory}. A factory with a ``corpus`` parameter gets ``corpus`` (a read-only
@@ -64,9 +70,9 @@ def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
         import cloudpickle
 
         obj = cloudpickle.loads(base64.b64decode(spec["pickle"]))
-        if not callable(getattr(obj, "answer", None)) and callable(obj):
+        if is_factory(obj):
             obj = call_factory(obj, corpus)
-    if not callable(getattr(obj, "answer", None)):
+    if isinstance(obj, type) or not callable(getattr(obj, "answer", None)):
         raise UsageError(f"the adapter ({type(obj).__name__}) has no answer(case) method")
     return obj
 
