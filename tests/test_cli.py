@@ -261,7 +261,8 @@ def test_run_names_its_first_failing_cases_and_why(capsys):
     lines = capsys.readouterr().out.splitlines()
     shown = [line for line in lines if line.startswith("  ") and ": " in line]
     assert len(shown) == 5 and all(len(line) <= 2 + 60 + 162 for line in shown)
-    assert "  ... and 10 more (qaeval report, or .failing_cases())" in lines
+    assert ("  ... and 10 more, every one in the HTML report (--html PATH, or qaeval report RECORD --html PATH) "
+            "and in .failing_cases()") in lines
 
 
 def test_a_failing_case_id_or_reason_with_a_line_break_cannot_print_a_line_of_its_own(capsys, tmp_path):

@@ -233,7 +233,8 @@ class RunResult(Result):
         lines = [f"  {one_line(cid)}: {one_line(why if len(why) <= 160 else why[:157] + '...')}"
                  for cid, why in zip(first["case_id"].tolist(), whys)]
         if len(failing) > self.SHOWN_FAILING:
-            lines.append(f"  ... and {len(failing) - self.SHOWN_FAILING} more (qaeval report, or .failing_cases())")
+            lines.append(f"  ... and {len(failing) - self.SHOWN_FAILING} more, every one in the HTML report (--html "
+                         "PATH, or qaeval report RECORD --html PATH) and in .failing_cases()")
         return lines
 
     def with_labels(self, labels: pd.DataFrame | None) -> RunResult:
