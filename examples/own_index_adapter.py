@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 from qaeval import CaseView, Citation, Corpus, Passage, SUTOutput
 
@@ -28,9 +30,10 @@ def words(text: str) -> list[str]:
 
 
 class TinyIndex:
-    """TF-IDF over an inverted index: {word: {passage id: count}}."""
+    """TF-IDF over an inverted index: {word: {passage id: count}}, over anything with id, text and title
+    (the corpus's passages, or a case's own)."""
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, corpus: Iterable[Any]) -> None:
         self.postings: dict[str, dict[str, int]] = defaultdict(dict)
         self.size = 0
         for passage in corpus:
@@ -58,14 +61,22 @@ class OwnIndexAdapter:
         self.k = k
 
     def answer(self, case: CaseView) -> SUTOutput:
-        passages: list[Passage] = [self.corpus[pid] for pid in self.index.search(case.question, self.k)]
-        if not passages:
+        if case.sources:  # a folder may mix corpus cases and cases with passages of their own: search those
+            own = {s.id: s for s in case.sources}
+            found: list[Any] = [own[pid] for pid in TinyIndex(case.sources).search(case.question, self.k)]
+        else:
+            found = [self.corpus[pid] for pid in self.index.search(case.question, self.k)]
+        if not found:
             return SUTOutput(abstained=True, model_was_called=False)  # nothing grounds an answer
-        best = passages[0]
+        best = found[0]
         prompt = "\n\n".join([f"Question: {case.question}",
-                              *(f"[{p.id}] {p.title or ''}\n{p.text}" for p in passages)])
+                              *(f"[{p.id}] {p.title or ''}\n{p.text}" for p in found)])
+        # Corpus passages go back with their text (qaeval checks it against the frozen corpus); a case's
+        # own are named by id, as qaeval already holds them.
+        passages = [p for p in found if isinstance(p, Passage)]
         return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], passages=passages,
-                         model_was_called=True, prompt_to_model=prompt)
+                         retrieved_ids=[] if passages else [p.id for p in found], model_was_called=True,
+                         prompt_to_model=prompt)
 
 
 def make_adapter(corpus: Corpus | None = None) -> OwnIndexAdapter:

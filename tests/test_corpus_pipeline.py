@@ -339,12 +339,15 @@ def test_the_own_index_example_scores_and_passes(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))
     out_of_corpus = corpus_case(id="abstain-0001", question="Who painted the ceiling of the chapel?",
                                 gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain")
-    folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus])
+    folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus, make_case(id="own-0001")])
     result = _run(folder, "examples.own_index_adapter:make_adapter", "process")
     assert result.ok, result.reason
     outputs = result.outputs.set_index("case_id")
     assert outputs.loc["case-0001", "passages"][0]["id"] == "p-eastside"
     assert outputs.loc["abstain-0001", "abstained"]
+    # a case with passages of its own is answered over them (it was wrongly abstained on: a new user's pass)
+    assert outputs.loc["own-0001", "retrieved_ids"][0] == "s1" and not outputs.loc["own-0001", "abstained"]
+    assert result.per_case.set_index("case_id").loc["own-0001", "case_passed"]
 
 
 def test_a_runs_corpus_excerpt_stands_in_for_the_corpus_when_cases_are_read_back(tmp_path):
