@@ -175,6 +175,8 @@ def loads_strict(text: str) -> Any:
 
 def json_error_text(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
+        if exc.lineno > 1 or exc.pos >= len(exc.doc.rstrip("\r\n")):  # past the line's text: where it ended
+            return f"not valid JSON ({exc.msg} at the end of the line: is something missing, such as a closing }} or ]?)"
         return f"not valid JSON ({exc.msg} at column {exc.colno})"
     return str(exc)
 

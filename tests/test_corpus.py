@@ -62,6 +62,10 @@ def problems_of(path: Path) -> list[str]:
     ('["x", "a"]', "got a JSON array"),
     ('"just text"', "got str"),
     ('{"id": "x", "text": ', "not valid JSON"),
+    # a line without its closing brace: json places the error past the line (it said "at column 1")
+    ('{"id": "x", "text": "a"', "not valid JSON (Expecting ',' delimiter at the end of the line: is something "
+                                "missing, such as a closing } or ]?)"),
+    ('{"id": "x" "text": "a"}', "not valid JSON (Expecting ',' delimiter at column 12)"),
 ])
 def test_each_bad_line_is_a_problem_with_file_and_line(tmp_path, line, message):
     path = write(tmp_path, [passages(1)[0], line])
