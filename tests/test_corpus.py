@@ -66,6 +66,9 @@ def problems_of(path: Path) -> list[str]:
     ('{"id": "x", "text": "a"', "not valid JSON (Expecting ',' delimiter at the end of the line: is something "
                                 "missing, such as a closing } or ]?)"),
     ('{"id": "x" "text": "a"}', "not valid JSON (Expecting ',' delimiter at column 12)"),
+    # longer than a system may return for one passage: it could never pass passage fidelity (a review)
+    ('{"id": "x", "title": "T", "text": "%s"}' % ("a" * 1_000_000),
+     "the passage is 1,000,001 characters long (text and title); a system can return at most 1,000,000"),
 ])
 def test_each_bad_line_is_a_problem_with_file_and_line(tmp_path, line, message):
     path = write(tmp_path, [passages(1)[0], line])

@@ -56,6 +56,11 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
+# Characters of one passage (text and title): what a system's output may carry back for it
+# (``qaeval.system.contract.MAX_TEXT`` is this), so a longer corpus passage could never pass its fidelity check.
+MAX_PASSAGE_CHARS = 1_000_000
+
+
 def passage_problems(raw: Any) -> list[str]:
     """What is wrong with one parsed line of a corpus (empty when it is a valid passage)."""
     if not isinstance(raw, dict):
@@ -69,6 +74,9 @@ def passage_problems(raw: Any) -> list[str]:
         problems.append("'text' must be a non-empty string")
     if raw.get("title") is not None and not isinstance(raw["title"], str):
         problems.append("'title' must be a string or null")
+    elif not problems and (size := len(raw["text"]) + len(raw.get("title") or "")) > MAX_PASSAGE_CHARS:
+        problems.append(f"the passage is {size:,} characters long (text and title); a system can return at most "
+                        f"{MAX_PASSAGE_CHARS:,} for one passage")
     return problems
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from qaeval.data.cases import GoldenCase, Source
-from qaeval.data.corpus import Passage
+from qaeval.data.corpus import MAX_PASSAGE_CHARS, Passage
 from qaeval.text import not_unicode
 
 
@@ -161,7 +161,7 @@ class SystemAdapter(Protocol):
 
 # --------------------------------------------------------------------------- what comes back
 
-MAX_TEXT = 1_000_000  # characters in one answer, claim, prompt or passage before the output is refused
+MAX_TEXT = MAX_PASSAGE_CHARS  # characters in one answer, claim, prompt or passage before the output is refused
 MAX_PASSAGES = 1000  # passages in one output
 
 
