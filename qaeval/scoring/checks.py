@@ -295,11 +295,11 @@ def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
     covered, total, uncovered = counts if counts is not None else coverage_counts(out, bodies)
     if total == 0:
         return False, "the answer has no load-bearing sentence"
-    claims = tuple(c["claim"] for c in _resolvable(out, bodies))
-    if uncovered and _too_much_to_cover(_load_bearing(out["answer"]), claims):
-        return False, (f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
-                       f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)")
     if uncovered:
+        claims = tuple(c["claim"] for c in _resolvable(out, bodies))
+        if _too_much_to_cover(_load_bearing(out["answer"]), claims):
+            return False, (f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
+                           f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)")
         return False, f"{len(uncovered)} of {total} sentence(s) uncited, first: {uncovered[0][:80]!r}"
     return True, f"{covered} of {total} sentence(s) cited"
 
