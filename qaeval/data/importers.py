@@ -180,8 +180,9 @@ def _pooled(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | N
         except UNFORESEEN as exc:  # the record's cases and passages are all refused, with the reason
             yield where, _unforeseen(exc)
             continue
-        for title, text in passages if pool is not None else ():
-            pool.add(title, text)
+        if pool is not None:
+            for title, text in passages:
+                pool.add(title, text)
         for here, item in found:
             yield here, item if pool is None or isinstance(item, Refused) else corpus_case(item, pool)
     if not read:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from qaeval.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
 from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, child_launch
-from qaeval.system.worker import build_adapter, call_factory, is_factory
+from qaeval.system.worker import build_adapter, call_factory, is_adapter_object, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
@@ -45,7 +45,7 @@ def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> A
     if is_factory(adapter):  # a class too: its answer is a function that wants an instance
         label = f"{adapter_label(adapter)} (a factory)"
         build_here: Callable[[], Any] = lambda: build_adapter_from(adapter, corpus)  # noqa: E731
-    elif callable(getattr(adapter, "answer", None)):
+    elif is_adapter_object(adapter):
         label = f"{adapter_label(adapter)} (an object)"
         build_here = lambda: adapter  # noqa: E731
     else:
@@ -77,7 +77,7 @@ def adapter_label(adapter: Any) -> str:
 
 def build_adapter_from(factory: Callable[..., Any], corpus: Corpus | None = None) -> Any:
     adapter = call_factory(factory, corpus)
-    if isinstance(adapter, type) or not callable(getattr(adapter, "answer", None)):
+    if not is_adapter_object(adapter):
         raise UsageError(f"the adapter factory returned {type(adapter).__name__}, which has no answer(case) method")
     return adapter
 

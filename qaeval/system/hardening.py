@@ -20,6 +20,7 @@ from typing import Any
 
 _CAP_SYS_PTRACE = 19
 _PR_CAPBSET_DROP = 24
+_PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -111,7 +112,7 @@ def not_dumpable() -> bool:
     if libc is None:
         return False
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+    return libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
 # --------------------------------------------------------------------------- guarding the harness
@@ -169,7 +170,7 @@ def harness_guard() -> Iterator[None]:
         finally:
             _guard_depth -= 1
         return
-    was_dumpable = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    was_dumpable = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
     flag = ctypes.c_int(0)
     libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
     before = set(_children_of(os.getpid()))

@@ -51,10 +51,16 @@ def call_factory(factory: Any, corpus: Any) -> Any:
     return factory(corpus=corpus) if takes_corpus else factory()
 
 
+def is_adapter_object(obj: Any) -> bool:
+    """Whether ``obj`` answers cases itself: it has a callable ``answer`` and is not a class (whose ``answer``
+    is a function that wants an instance)."""
+    return not isinstance(obj, type) and callable(getattr(obj, "answer", None))
+
+
 def is_factory(adapter: Any) -> bool:
-    """Whether ``adapter`` is called to make the adapter: a class (its ``answer`` is a function, not a bound
-    method) or any other callable without ``answer``."""
-    return isinstance(adapter, type) or (callable(adapter) and not callable(getattr(adapter, "answer", None)))
+    """Whether ``adapter`` is called to make the adapter: a class, or any other callable that does not
+    answer cases itself."""
+    return callable(adapter) and not is_adapter_object(adapter)
 
 
 def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
@@ -72,7 +78,7 @@ def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
         obj = cloudpickle.loads(base64.b64decode(spec["pickle"]))
         if is_factory(obj):
             obj = call_factory(obj, corpus)
-    if isinstance(obj, type) or not callable(getattr(obj, "answer", None)):
+    if not is_adapter_object(obj):
         raise UsageError(f"the adapter ({type(obj).__name__}) has no answer(case) method")
     return obj
 
