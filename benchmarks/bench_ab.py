@@ -15,7 +15,7 @@ figure from one session says little against one from another. This script checks
 a temporary worktree (compiled, as a wheel install is), writes one suite (bench_run.py's cases), then
 runs `qaeval run --quiet` at each commit in turn, ``--pairs`` times, from a folder outside the
 repository. It prints every run's wall time and CPU time (user + system of the run and every process
-it started: workers, the forked scorer), then the median of each and the ratio of the second commit's
+it started: its workers), then the median of each and the ratio of the second commit's
 to the first's. Read the ratio; the seconds are this machine's, now.
 """
 

@@ -3,7 +3,7 @@
 
     python benchmarks/bench_run.py                  # N = 1000, 2500, 5000, 10000; 5 runs each
     python benchmarks/bench_run.py --sizes 100000 --repeat 3    # 100k cases, the memory target: under 1 GB
-    python benchmarks/bench_run.py --sizes 10000 --case-kb 4 --isolation none   # long cases: under 8 s
+    python benchmarks/bench_run.py --sizes 10000 --case-kb 4 --isolation none   # long cases: under 15 s
 
 Each case has 8 passages (one gold, near-miss distractors); a fifth of them must be abstained on and a
 tenth are multi-hop. Every run is a fresh `qaeval run` process with the bundled hub and the offline
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 TARGET_MIB_100K = 1024.0  # peak resident memory of a 100,000-case run
-TARGET_S_10K_4KB = 8.0  # wall time of 10,000 cases of 4 KB (issue 19)
+TARGET_S_10K_4KB = 15.0  # wall time of 10,000 cases of 4 KB (issue 36; was 8 s with the speed machinery of issue 19)
 
 WORDS = ("branch library card loan renewal fine hold printer museum pass garden tutor archive room "
          "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop").split()

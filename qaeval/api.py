@@ -15,8 +15,8 @@ the worker processes with cloudpickle); ``judge`` a name, a factory or a judge o
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import hooks, usercode
 from qaeval.judges.custom import close_custom, installed, make_custom
 from qaeval.system.hardening import harness_guard
-from qaeval.system.spares import spare_workers
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
@@ -132,22 +131,9 @@ def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
     return value, type(value).__name__
 
 
-@contextmanager
-def _spares(p: Mapping[str, Any]) -> Iterator[None]:
-    """For a run in worker processes: its workers' interpreters start while this process loads the suite
-    (``spares.spare_workers``: no user code runs in them before the data is validated), inside the guard
-    the run holds (``harness_guard``)."""
-    if p.get("isolation") != "process" or p.get("executor") is not None:
-        yield
-        return
-    with harness_guard(), spare_workers(p["concurrency"], p.get("data"), int(p["max_reply_mb"] * 1024 * 1024)):
-        yield
-
-
 def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
     if suite is None:
-        with _spares(p):
-            return _evaluate(p, load_suite(p["data"]))
+        return _evaluate(p, load_suite(p["data"]))
     judge = make_judge(p)
     with ExitStack() as stack:
         stack.callback(usercode.close_judge, judge)
@@ -173,7 +159,7 @@ def _finish(result: Result, p: Mapping[str, Any]) -> Result:
 def _labelled_run(p: Mapping[str, Any]) -> RunResult:
     """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
     against the suite before the system is called, so a bad labels file costs no run."""
-    with fewer_collections(), _spares(p):  # loading the cases too
+    with fewer_collections():  # loading the cases too
         suite = load_suite(p["data"])
         labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
         return _evaluate(p, suite).with_labels(labels)
@@ -267,7 +253,7 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
         source = p["labelled"]
     else:
         chosen = axes_to_assess(p["axes"], AXES)
-        with fewer_collections(), _spares(p):  # its workers start while the cases load, as a run's do
+        with fewer_collections():
             suite = load_suite(p["data"])
             label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
             current = _evaluate(p, suite)

@@ -14,8 +14,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from qaeval import __version__
@@ -227,37 +226,11 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
             if name != "record" and getattr(args, name, None) is not None}
 
 
-# The commands whose fresh run of --data starts worker processes (``api._spares``), unless they read a
-# record or a labelled set instead (calibrate with --labelled).
-_RUNS_WORKERS = ("run", "baseline", "gate", "calibrate")
-
-
-@contextmanager
-def _head_start(command: str, params: dict[str, Any]) -> Iterator[None]:
-    """For a command that will run the system in worker processes: start its workers' interpreters now,
-    before pandas is imported (half a second on one core), for the run to take (``spares.early``), inside
-    the guard the run holds (``harness_guard``: its sweep covers them). What the run does not take is
-    stopped at the end. Parameters the run will refuse start nothing: the run says what is wrong."""
-    try:
-        p = P.check(command, params) if command in _RUNS_WORKERS else None
-    except QaevalError:
-        p = None
-    if (p is None or not p.get("data") or p.get("record") or p.get("labelled") or p["isolation"] != "process"
-            or p.get("executor") is not None):
-        yield
-        return
-    from qaeval.system.hardening import harness_guard
-    from qaeval.system.spares import early
-
-    with harness_guard(), early(p["concurrency"], p["data"], int(p["max_reply_mb"] * 1024 * 1024)):
-        yield
-
-
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     params = _scoring_params(args)
     env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
     tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
-    with scoped_environ(env), _head_start(args.command, params):
+    with scoped_environ(env):
         api = _api()
         verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
                 "drift": api.drift_run, "monitor": api.score_logs}[args.command]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -221,87 +221,10 @@ def term_set(text: str | None) -> frozenset[str]:
     return frozenset(_TERM_SETS[text]) if text else _NO_TERMS
 
 
-def remember_term_sets(texts: Iterable[str], found: Iterable[tuple[str, ...]]) -> None:
-    """Put the term sets of ``texts`` computed elsewhere (``_distinct_terms(text)`` in a forked copy of
-    this process: ``qaeval.data.ahead``) in the memo, as if computed here, never past three quarters of
-    its bound (room is left for what a run meets later: answers, claims, sentences)."""
-    memo, room = _TERM_SETS, _TERM_SETS.limit * 3 // 4
-    for text, terms in zip(texts, found):
-        if memo.chars + len(text) > room:
-            return
-        if text and text not in memo:
-            dict.__setitem__(memo, text, terms)
-            memo.chars += len(text)
-
-
 def distinct_terms(text: str | None) -> tuple[str, ...]:
     """``term_set(text)`` as the memo holds it, a tuple, for counting and for ``a_set.intersection(...)``
     without building a second set."""
     return _TERM_SETS[text] if text else ()
-
-
-class _Spellings(dict):  # type: ignore[type-arg]
-    """Term -> the ASCII tokens (bytes) whose term it is: the term itself, the term and one of ``_stem``'s
-    suffixes, or for a term ending in "y" its "ies" form, each kept only if it is no stopword and stems
-    back to the term (none for a term that is not ASCII: an ASCII text's tokens never have it). Bounded
-    like ``_TERMS``."""
-
-    def __missing__(self, term: str) -> tuple[bytes, ...]:
-        if len(self) >= _Terms.LIMIT:
-            self.clear()
-        found: tuple[bytes, ...] = ()
-        if term.isascii():
-            words = [term] + [term + suffix for suffix in _SUFFIXES if suffix != "ies"]
-            if term.endswith("y"):
-                words.append(term[:-1] + "ies")
-            found = tuple(w.encode("ascii") for w in words if w not in STOPWORDS and _stem(w) == term)
-        self[term] = found
-        return found
-
-
-_SPELLINGS = _Spellings()
-
-
-# Whether this process's term-set memo is read again after a text is counted: in the harness (isolation
-# none) the checks, the judge and the outcomes ask for the same passages' term sets afterwards, so
-# ``TermCounter`` computes them there; a worker (``qaeval.system.worker``) turns it off, since there a
-# passage's term set would be computed only to be counted once.
-MEMO_SHARED = True
-
-
-class TermCounter:
-    """How many of a fixed set of terms a text contains, ``len(terms & term_set(text))``, without computing
-    the text's term set: for a question scored against passages read once (the reference system in a
-    worker, which has no memo of them). Every ASCII token whose term is one of ``terms`` is listed
-    beforehand (``_SPELLINGS``); a text's tokens are then looked up in that list, not each stemmed. A
-    text is counted through its term set instead where the memo is read again (``MEMO_SHARED``), where
-    it holds the term set already, and where the bytes tokeniser refuses the text (not ASCII, or with a
-    period inside a word)."""
-
-    def __init__(self, terms: frozenset[str]) -> None:
-        self.terms = terms
-        self._by_token: dict[bytes, str] | None = None  # the spellings, listed when first needed
-        self._tokens: frozenset[bytes] = frozenset()
-
-    @property
-    def by_token(self) -> dict[bytes, str]:
-        if self._by_token is None:
-            self._by_token = {token: term for term in self.terms for token in _SPELLINGS[term]}
-            self._tokens = frozenset(self._by_token)
-        return self._by_token
-
-    def count(self, *texts: str | None) -> int:
-        """``len(terms & (term_set(texts[0]) | term_set(texts[1]) | ...))``; None and "" add nothing."""
-        found: set[str] = set()
-        for text in texts:
-            if not text:
-                continue
-            if MEMO_SHARED or text in _TERM_SETS or not text.isascii() or (words := _ascii_words(text)) is None:
-                found.update(self.terms.intersection(_TERM_SETS[text]))
-            else:
-                by_token = self.by_token
-                found.update(map(by_token.__getitem__, self._tokens.intersection(words)))
-        return len(found)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")

@@ -614,14 +614,3 @@ def make_announcer():
     return Announces()
 
 
-class MemoTeller:
-    """Answers with whether its process's term-set memo is read again after it (``qaeval.text.MEMO_SHARED``)."""
-
-    def answer(self, case):
-        from qaeval import text
-
-        return SUTOutput(answer=str(text.MEMO_SHARED))
-
-
-def make_memo_teller():
-    return MemoTeller()

@@ -144,11 +144,10 @@ def test_a_default_socket_timeout_in_the_harness_leaves_the_workers_socket_block
 
 
 @linux_only  # the frames below fit in the socket's buffer, unread, on Linux (212,992 bytes by default)
-def test_a_worker_reads_frames_whole_however_they_arrive_and_waits_only_when_nothing_is_there():
-    """The worker's reader (``FrameReader``) takes what has arrived without waiting: a frame split across
-    sends, several in one send, and one larger than a read all come out whole and in order; the waiting
-    policy (SCHED_BATCH) is set only when nothing is there, not twice a case; the harness gone (even in
-    the middle of a frame) is EOFError."""
+def test_a_worker_reads_frames_whole_however_they_arrive():
+    """The worker's reader (``FrameReader``): a frame split across sends, several in one send, and one
+    larger than a read all come out whole and in order; the harness gone (even in the middle of a frame)
+    is EOFError."""
     import socket
 
     from qaeval.system.process import FrameReader
@@ -157,23 +156,13 @@ def test_a_worker_reads_frames_whole_however_they_arrive_and_waits_only_when_not
     first = encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),)))
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        waits: list[str] = []
-        later = [encode({"stop": True})]
-
-        def before_wait() -> None:  # nothing is there: the harness sends the next frame now, so nothing hangs
-            waits.append("wait")
-            if later:
-                ours.sendall(later.pop())
-
-        reader = FrameReader(theirs, before_wait, lambda: waits.append("work"))
+        reader = FrameReader(theirs)
         ours.sendall(first + encode_case(big) + first[:3])  # two whole frames and the start of a third
         assert reader.receive() == {"case": ("0123456789abcdef", "Why?", (("s1", "Because.", None),))}
-        assert reader.receive() == {"case": big}  # larger than one read: taken in several, without waiting
-        assert waits == []
-        ours.sendall(first[3:])
+        assert reader.receive() == {"case": big}  # larger than one read: taken in several
+        ours.sendall(first[3:] + encode({"stop": True}))
         assert reader.receive()["case"][0] == "0123456789abcdef"
-        assert reader.receive() == {"stop": True}  # it had to wait for this one
-        assert waits == ["wait", "work"]
+        assert reader.receive() == {"stop": True}
         ours.sendall(first[:10])
         ours.shutdown(socket.SHUT_WR)
         with pytest.raises(EOFError):
@@ -264,50 +253,6 @@ def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_
     frame = run_suite(first(living), "hostile_adapters:make_exits_leaving_socket_open", timeout=60)
     assert frame["error"][0] == "adapter process exited with code 5", frame["error"][0]
     assert time.monotonic() - start < 30
-
-
-@linux_only
-def test_a_worker_waits_for_its_case_under_sched_batch_and_answers_under_the_normal_policy():
-    """Waiting for a case, a worker is under SCHED_BATCH, so handing it one does not preempt the harness;
-    the adapter, and a thread it starts, run under SCHED_OTHER (wake-ups not delayed), with the harness's
-    nice value. The harness's own policy is left as it was."""
-    from qaeval.system.calls import Limits, adapter_spec, start_worker, worker_env
-    from qaeval.system.process import encode_case, parse
-
-    if os.sched_getscheduler(0) != os.SCHED_OTHER:
-        pytest.skip("the tests run under another scheduling policy (chrt), which workers keep as it is")
-    env, sys_path = worker_env(None)
-    proc = start_worker(adapter_spec("plugins:make_reporter", ship=False), env, sys_path, Limits())
-    deadline = time.monotonic() + 60
-    try:
-        assert parse(proc.channel.receive(deadline))["ready"] is True
-        while os.sched_getscheduler(proc.pid) != os.SCHED_BATCH:  # it says "ready", then waits for a case
-            assert time.monotonic() < deadline, "the worker never waited under SCHED_BATCH"
-            time.sleep(0.005)
-        proc.channel.send_frame(encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),))), deadline)
-        seen = json.loads(parse(proc.channel.receive(deadline))["output"]["answer"])
-    finally:
-        proc.kill()
-        proc.reap()
-        proc.close()
-    assert (seen["policy"], seen["thread_policy"], seen["nice"]) == (os.SCHED_OTHER, os.SCHED_OTHER, os.nice(0))
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER
-
-
-@linux_only
-def test_a_run_under_another_scheduling_policy_keeps_it_in_its_workers():
-    """A run started under ``chrt -b`` (or any policy but SCHED_OTHER): its workers keep that policy,
-    answering included; qaeval changes a worker's policy only from SCHED_OTHER."""
-    code = ("import json, os, sys; os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); "
-            "from qaeval import load_suite, run_suite; from qaeval.data.cases import Suite; "
-            "s = load_suite(sys.argv[1]).select(split='living'); "
-            "f = run_suite(Suite(s.cases[:1], s.root), 'plugins:make_reporter'); "
-            "print(json.loads(f['answer'][0])['policy'])")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), TESTS])}
-    done = subprocess.run([sys.executable, "-c", code, str(GOLDEN)], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[-1]) == os.SCHED_BATCH
 
 
 @linux_only

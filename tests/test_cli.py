@@ -329,11 +329,11 @@ def test_saving_to_dev_stdout_redirected_to_a_file_writes_the_file_and_leaves_de
 @pytest.mark.parametrize("flags", [["--max-reply-mb", "inf"], ["--max-reply-mb", "nan"], ["--concurrency", "0"],
                                    ["--max-reply-mb", "1e309"]])
 def test_a_bad_run_setting_is_a_usage_error_before_any_worker_starts(flags, capsys, monkeypatch):
-    """A review: the head start (workers started before pandas is imported) computed the frame limit from
-    --max-reply-mb before it was checked, so inf and nan were internal errors (exit 70)."""
-    from qaeval.system import spares
+    """A review: the frame limit was computed from --max-reply-mb before it was checked, so inf and nan
+    were internal errors (exit 70)."""
+    from qaeval.system import calls
 
     started = []
-    monkeypatch.setattr(spares, "spawn_worker", lambda env, limit: started.append(limit))
+    monkeypatch.setattr(calls, "spawn_worker", lambda env, limit: started.append(limit))
     assert main(["run", "--data", str(GOLDEN), *flags]) == 64
     assert "must be" in capsys.readouterr().err and started == []

@@ -236,28 +236,3 @@ def test_a_citation_with_no_other_passage_is_weighed_without_a_decoy_and_says_so
 def test_a_judge_without_a_seed_is_labelled_without_one():
     assert JudgeConfig(name="kw", model="example", seed=None).label() == "kw:example t=0 rubric=v2"
     assert "seed=7" in JudgeConfig(name="kw", model="example", seed=7).label()
-
-
-def test_decoys_chosen_in_pieces_make_the_same_requests():
-    """``score_outputs`` chooses the hardest decoys in two pieces (one in a forked child); put together,
-    they are the decoys ``build_requests`` chooses by itself."""
-    from conftest import GOLDEN
-
-    from qaeval import api
-    from qaeval.scoring.judge import choose_decoys
-
-    run = api.run(str(GOLDEN), isolation="none")
-    cases, sources = run.suite.to_frame(), run.suite.sources_frame()
-    alone = build_requests(cases, run.outputs, sources)
-    ids = cases["case_id"].tolist()
-    odd, even = frozenset(ids[0::2]), frozenset(ids[1::2])
-    pieces = {**choose_decoys(run.outputs, sources, odd), **choose_decoys(run.outputs, sources, even)}
-    assert len(pieces) == sum(len(r.citations) for r in alone) > 0
-    assert set(choose_decoys(run.outputs, sources, odd)).isdisjoint(choose_decoys(run.outputs, sources, even))
-    assert build_requests(cases, run.outputs, sources, decoys=pieces) == alone
-    assert any(c.decoy_id is not None for r in alone for c in r.citations)
-    # Requests asked for in halves are the requests of those cases, in the same order.
-    halves = build_requests(cases, run.outputs, sources, only=odd) + build_requests(cases, run.outputs, sources,
-                                                                                     only=even)
-    assert sorted(halves, key=lambda r: ids.index(r.case_id)) == alone
-    assert {r.case_id for r in build_requests(cases, run.outputs, sources, only=odd)} <= odd

@@ -14,7 +14,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "qaeval"
 LAYERS = (
     ("base", ("qaeval.errors", "qaeval.files", "qaeval.frames", "qaeval.text", "qaeval.plugins", "qaeval.params",
-              "qaeval.audit", "qaeval.results", "qaeval.forked")),
+              "qaeval.audit", "qaeval.results")),
     ("data", ("qaeval.data",)),
     ("system", ("qaeval.system",)),
     ("integrations", ("qaeval.integrations",)),

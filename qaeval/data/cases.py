@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -274,13 +274,11 @@ def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None =
 
 
 def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
-                fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None,
-                computed: Callable[[str, int], str | None] | None = None) -> Suite:
+                fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
     """Validate raw case objects, each with the file and line it came from, into a Suite. Raises one
     DatasetError listing every problem. ``fingerprints`` (by case id) keeps the identity a case had
     when it was first loaded, for cases read back from a run record. With a ``corpus``, a case without
-    ``sources`` is a corpus case. ``computed(file, line)``: the fingerprint of the case just read there,
-    when it was computed already (``qaeval.data.ahead``), else None."""
+    ``sources`` is a corpus case."""
     problems: list[Problem] = []
     cases: list[GoldenCase] = []
     seen: dict[str, str] = {}
@@ -301,7 +299,7 @@ def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
         label = f"case {case_id!r}: " if _is_str(case_id) else ""
         problems.extend(Problem(where, number, label + p) for p in found)
         if not found:
-            known = (fingerprints or {}).get(case_id) or (computed(where, number) if computed else None)
+            known = (fingerprints or {}).get(case_id)
             cases.append(_build(raw, sys.intern(where), number, known))
     if not cases and not problems:
         problems.append(Problem(root, None, "the suite is empty: no case in any *.jsonl file"))
@@ -333,20 +331,15 @@ def load_suite(data_dir: str | Path) -> Suite:
         corpus = load_corpus(root)
     except DatasetError as exc:  # the cases are checked as well, so every problem is reported at once
         raise DatasetError(exc.problems + _problems_beside_a_broken_corpus(files, root)) from None
-    from qaeval.data.ahead import ReadAhead  # not a worker's import: it never loads a suite
-
-    # A forked copy computes fingerprints and term sets on another core.
-    with ReadAhead(files, case_fingerprint) as ahead:
-        entries = ((str(path), number, raw) for index, path in enumerate(files)
-                   for number, raw in ahead.lines(index, path, problems))
-        try:  # streamed: each line is validated and built as it is read, no file is held whole
-            suite = build_suite(entries, str(root), corpus=corpus, computed=ahead.fingerprint)
-        except DatasetError as exc:
-            if corpus is not None:
-                corpus.close()
-            found = problems + [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message
-                                                                 and problems)]
-            raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
+    entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
+    try:  # streamed: each line is validated and built as it is read, no file is held whole
+        suite = build_suite(entries, str(root), corpus=corpus)
+    except DatasetError as exc:
+        if corpus is not None:
+            corpus.close()
+        found = problems + [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message
+                                                             and problems)]
+        raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
     if problems:
         if corpus is not None:
             corpus.close()

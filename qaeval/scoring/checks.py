@@ -273,20 +273,6 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
     return found
 
 
-def checks_and_coverage(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                        corpus: Any = None) -> tuple[pd.DataFrame, dict[tuple[str, tuple[str, ...]], Coverage]]:
-    """``check_outputs`` and the coverage it computed, for a process that ran it elsewhere (a forked
-    copy: ``qaeval.forked``) to ``adopt_coverage`` before the outcomes ask again."""
-    frame = check_outputs(cases, outputs, sources, corpus)
-    return frame, dict(_COVERAGE)
-
-
-def adopt_coverage(found: dict[tuple[str, tuple[str, ...]], Coverage]) -> None:
-    if len(_COVERAGE) + len(found) > _COVERAGE_LIMIT:
-        _COVERAGE.clear()
-    _COVERAGE.update(list(found.items())[-_COVERAGE_LIMIT:])
-
-
 def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
                             counts: tuple[int, int, list[str]] | None = None) -> tuple[bool, str]:
     """``counts``: ``coverage_counts(out, bodies)`` when the caller has it already."""
@@ -377,36 +363,28 @@ def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]
     return ids[:: max(1, len(ids) // TEMPLATE_SAMPLE)]
 
 
-def template_of(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                corpus: Any = None) -> frozenset[tuple[str, ...]]:
-    """``learn_template`` over the prompts of every case in ``cases`` (the caller chose them:
-    ``template_sample``)."""
-    by_id = RowsByKey(outputs)
-    frozen = frozen_passages(sources, outputs, corpus, frozenset(cases["case_id"].tolist()))
-    remainders = (prompt_remainder(c, by_id[c.case_id], *used_passages(frozen.get(c.case_id, {}), by_id[c.case_id]))
-                  for c in cases.itertuples(index=False))
-    return learn_template([r for r in remainders if r is not None])
-
-
 def prompt_template(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
                     corpus: Any = None) -> frozenset[tuple[str, ...]]:
     """The run's prompt template: ``learn_template`` over ``template_sample``'s prompts. The frames are
     the whole run's, as ``check_outputs`` takes them."""
     sample = frozenset(template_sample(cases["case_id"].tolist(), outputs))
-    return template_of(cases[cases["case_id"].isin(sample)], outputs, sources, corpus)
+    chosen = cases[cases["case_id"].isin(sample)]
+    by_id = RowsByKey(outputs)
+    frozen = frozen_passages(sources, outputs, corpus, frozenset(chosen["case_id"].tolist()))
+    remainders = (prompt_remainder(c, by_id[c.case_id], *used_passages(frozen.get(c.case_id, {}), by_id[c.case_id]))
+                  for c in chosen.itertuples(index=False))
+    return learn_template([r for r in remainders if r is not None])
 
 
-def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None,
-                  template: frozenset[tuple[str, ...]] | None = None) -> pd.DataFrame:
+def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
+                  corpus: Any = None) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
     ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
-    (case, check): case_id, check, passed (bool), reason (str). ``template``: the whole run's
-    ``prompt_template``, when the frames hold only some of its cases (else it is learnt from them).
+    (case, check): case_id, check, passed (bool), reason (str).
     """
-    if template is None:
-        template = prompt_template(cases, outputs, sources, corpus)
+    template = prompt_template(cases, outputs, sources, corpus)
     by_id = RowsByKey(outputs)
     frozen = frozen_passages(sources, outputs, corpus)
     rows = Rows(CHECK_SCHEMA)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import platform
 import subprocess
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -31,13 +30,11 @@ import pandas as pd
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.errors import TierOneFailed, UsageError
-from qaeval.forked import Beside, Pieces
 from qaeval.frames import RowsByKey, frame, text_frame
-from qaeval.judges.offline import grades_in_a_copy
 from qaeval.results import Result
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
-from qaeval.scoring.judge import JudgeClient, JudgeConfig, choose_decoys, judge_config_of, score_with_judge
+from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text
@@ -303,25 +300,11 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     if k is not None:
         meta = replace(meta, k=k)
     _one_output_per_case(suite, outputs)
-    # Scoring is shared with a forked copy of this process (qaeval.forked: the same frames, from
-    # whichever process gives them; all here when forking is not safe).
-    if grades_in_a_copy(judge) and custom is None:
-        return _score_in_shares(suite, meta, outputs, judge, bootstrap_seed)
     cases, sources = suite.to_frame(), suite.sources_frame()
-    judged = used_sources(suite, outputs, sources)
-    # Any other judge is asked here while the copy runs the deterministic checks; the copy first chooses
-    # the hardest decoys of every other case, while this process chooses the rest.
-    ids = cases["case_id"].tolist()
-    with Beside(layer1.checks_and_coverage, cases, outputs, sources, suite.corpus, rows=len(cases),
-                first=partial(choose_decoys, outputs, judged, frozenset(ids[1::2]))) as later:
-        retrieval = score_retrieval(cases, outputs, k=meta.k)
-        decoys = choose_decoys(outputs, judged, frozenset(ids[0::2]))
-        decoys.update(later.first_value())
-        verdicts = score_with_judge(judge, cases, outputs, judged, decoys)
-        trajectory = score_trajectories(cases, outputs)
-        checks, coverage = later.result()
-    if later.forked:
-        layer1.adopt_coverage(coverage)  # the outcomes ask for the coverage the child computed
+    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus)
+    retrieval = score_retrieval(cases, outputs, k=meta.k)
+    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
+    trajectory = score_trajectories(cases, outputs)
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
 
@@ -340,120 +323,14 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
     raise UsageError("the outputs do not match the suite: " + "; ".join(problems or ["no case_id column"]))
 
 
-@dataclass(frozen=True)
-class _Share:
-    """Every per-case frame of some of the cases."""
-
-    checks: pd.DataFrame
-    verdicts: pd.DataFrame
-    retrieval: pd.DataFrame
-    trajectory: pd.DataFrame
-    per_case: pd.DataFrame
-    units: pd.DataFrame
-
-
-def _score_share(suite: Suite, judge: JudgeClient, template: frozenset[tuple[str, ...]], k: int,
-                 outputs: pd.DataFrame) -> _Share:
-    """Score some of the cases (``suite`` and ``outputs`` hold theirs alone) through every layer to their
-    outcome: each case's rows depend on that case alone, and on the whole run's prompt ``template``."""
-    cases, sources = suite.to_frame(), suite.sources_frame()
-    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus, template=template)
-    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
-    retrieval, trajectory = score_retrieval(cases, outputs, k=k), score_trajectories(cases, outputs)
-    per_case, units, _, _ = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory)
-    return _Share(checks, verdicts, retrieval, trajectory, per_case, units)
-
-
-SMALLEST_SHARE = 250
-
-
-def share_spans(cases: int, processes: int = 2) -> list[tuple[int, int]]:
-    """Runs of case positions, the largest first: each a quarter of the cases left (for two processes),
-    none smaller than a fortieth of all or ``SMALLEST_SHARE`` cases (a share costs a few milliseconds
-    of frames), unless that is more than a quarter of all; so the two processes start on large shares
-    and end on small ones, and finish together whichever turns out slower."""
-    smallest = max(cases // 40, min(SMALLEST_SHARE, cases // 4), 1)
-    spans, start = [], 0
-    while start < cases:
-        size = max(smallest, -(-(cases - start) // (2 * processes)))
-        spans.append((start, min(cases, start + size)))
-        start += size
-    return spans
-
-
-def _rows_by_share(df: pd.DataFrame, share_of: dict[str, int], count: int) -> list[Any]:
-    """The positions of ``df``'s rows of each share's cases, in ``df``'s order."""
-    import numpy as np
-
-    shares = np.fromiter((share_of[cid] for cid in df["case_id"].tolist()), dtype=np.int64, count=len(df))
-    order = np.argsort(shares, kind="stable")
-    bounds = np.searchsorted(shares[order], np.arange(count + 1))
-    return [order[bounds[n]:bounds[n + 1]] for n in range(count)]
-
-
-def _score_in_shares(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, judge: JudgeClient,
-                     bootstrap_seed: int) -> RunResult:
-    """``score_outputs`` for a pure judge (``grades_in_a_copy``) and no registered checks or metrics: the
-    cases are cut into shares (``share_spans``); this process scores the first, a forked copy the
-    second, and each then takes the next share left until none is (``forked.Pieces``), so neither
-    waits long for the other. Each share makes its own frames of its cases. The shares are put back in
-    case order; only the prompt template and the scoreboard are computed from the whole."""
-    spans = share_spans(len(suite)) or [(0, 0)]  # an empty suite is one empty share
-    ids = [case.id for case in suite]
-    share_of = {cid: n for n, (start, stop) in enumerate(spans) for cid in ids[start:stop]}
-    output_rows = _rows_by_share(outputs, share_of, len(spans))
-    sampled = Suite(tuple(suite[cid] for cid in layer1.template_sample(ids, outputs)), suite.root, suite.corpus)
-    template = layer1.template_of(sampled.to_frame(), outputs, sampled.sources_frame(), suite.corpus)
-
-    def score(n: int) -> _Share:
-        start, stop = spans[n]
-        return _score_share(Suite(suite.cases[start:stop], suite.root, suite.corpus), judge, template, meta.k,
-                            outputs.iloc[output_rows[n]])
-
-    def score_taken(pieces: Pieces, first: int) -> dict[int, _Share]:
-        done = {first: score(first)} if first < len(spans) else {}
-        while (n := pieces.take()) is not None:
-            done[n] = score(n)
-        return done
-
-    with Pieces(len(spans), first=min(2, len(spans))) as pieces, \
-            Beside(score_taken, pieces, 1, rows=len(suite)) as later:
-        done = score_taken(pieces, 0)
-        done.update(later.result())
-    done.update({n: score(n) for n in range(len(spans)) if n not in done})  # what a child that failed had taken
-    shares = [done[n] for n in range(len(spans))]
-    by_case = {cid: n for n, cid in enumerate(ids)}
-    by_output = {cid: n for n, cid in enumerate(outputs["case_id"].tolist())}  # the judge takes outputs in order
-    whole = {f.name: in_order(by_output if f.name == "verdicts" else by_case, *(getattr(s, f.name) for s in shares))
-             for f in fields(_Share)}
-    del shares, done  # copied into the whole: not held through the scoreboard
-    return assemble(suite, meta, outputs, whole["checks"], whole["retrieval"], whole["verdicts"], whole["trajectory"],
-                    bootstrap_seed=bootstrap_seed, outcomes=(whole["per_case"], whole["units"]))
-
-
-def in_order(order: dict[str, int], *parts: pd.DataFrame) -> pd.DataFrame:
-    """Frames of disjoint cases (rows of a case together, in their order) as one frame whose cases follow
-    ``order`` (case id -> place), as if one process had made it."""
-    import numpy as np
-
-    kept = [p for p in parts if len(p)] or list(parts[:1])
-    whole = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
-    places = np.fromiter((order[cid] for cid in whole["case_id"].tolist()), dtype=np.int64, count=len(whole))
-    return whole.iloc[np.argsort(places, kind="stable")].reset_index(drop=True)
-
-
 def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
              verdicts: pd.DataFrame, trajectory: pd.DataFrame, *, bootstrap_seed: int = 0,
              skip_scoreboard: bool = False, custom: pd.DataFrame | None = None, registered: Registered = Registered(),
-             runner: Any = None, outcomes: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> RunResult:
+             runner: Any = None) -> RunResult:
     """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
-    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``). ``outcomes``: (per_case,
-    units) when they were computed already, with no registered check or metric."""
-    if outcomes is None:
-        per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
-                                                            custom, registered, runner)
-    else:
-        (per_case, units), custom = outcomes, frame([], CUSTOM_SCHEMA)
+    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
+    per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
+                                                        custom, registered, runner)
     run = RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
                     trajectory=trajectory, per_case=per_case, units=units, scoreboard=pd.DataFrame(),
                     slices=pd.DataFrame(), custom=custom, registered=registered)

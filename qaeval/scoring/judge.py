@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
@@ -201,13 +201,9 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     return best[1], best[2]
 
 
-Decoys = dict[tuple[str, int], "str | None"]  # (case id, citation's place in the output) -> its decoy's id
-
-
-def _judged(outputs: pd.DataFrame, only: Container[str] | None = None) -> Iterator[dict[str, Any]]:
-    """The output rows the judge grades: answered, with no adapter error (of the cases in ``only``, if given)."""
-    return (out for out in RowsByKey(outputs) if (only is None or out["case_id"] in only)
-            and is_missing(out["error"]) and not out["abstained"])
+def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
+    """The output rows the judge grades: answered, with no adapter error."""
+    return (out for out in RowsByKey(outputs) if is_missing(out["error"]) and not out["abstained"])
 
 
 def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
@@ -217,37 +213,18 @@ def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple
     return [hardest_decoy(c["claim"], others) for c in out["citations"]]
 
 
-def choose_decoys(outputs: pd.DataFrame, sources: pd.DataFrame, only: Container[str] | None = None) -> Decoys:
-    """The hardest decoy of every citation of the judged outputs of the cases in ``only`` (else of every
-    case): the tokenising ``build_requests`` does, done in pieces that ``decoys=`` puts back together
-    (``score_outputs`` computes one piece in a forked copy of this process while it computes the other)."""
-    bodies = source_bodies(sources)
-    chosen: Decoys = {}
-    for out in _judged(outputs, only):
-        for place, (decoy_id, _) in enumerate(_decoys_of(out, bodies.get(out["case_id"], {}))):
-            chosen[(out["case_id"], place)] = decoy_id
-    return chosen
-
-
 def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                   rubric: Rubric | None = None, decoys: Decoys | None = None, only: Container[str] | None = None,
-                   ) -> list[JudgeRequest]:
-    """One request per answered case (no adapter error, not abstained), of the cases in ``only`` if given.
-    ``decoys``: ``choose_decoys``'s pieces for every judged output, when they were computed already (else
-    they are computed here)."""
+                   rubric: Rubric | None = None) -> list[JudgeRequest]:
+    """One request per answered case (no adapter error, not abstained)."""
     rubric = rubric or Rubric.load()
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
     requests = []
-    for out in _judged(outputs, only):
+    for out in _judged(outputs):
         case_id = out["case_id"]
         fixture = bodies.get(case_id, {})
-        if decoys is None:
-            found = _decoys_of(out, fixture)
-        else:
-            found = [(d, None if d is None else fixture[d])
-                     for d in (decoys[(case_id, place)] for place in range(len(out["citations"])))]
+        found = _decoys_of(out, fixture)
         cited = [CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
                  for c, (decoy_id, decoy_text) in zip(out["citations"], found)]
         g = gold[case_id] if isinstance(gold[case_id], str) else None
@@ -382,11 +359,10 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
 
 
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame, decoys: Decoys | None = None) -> pd.DataFrame:
-    """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
-    ``decoys``: as ``build_requests`` takes them."""
+                     sources: pd.DataFrame) -> pd.DataFrame:
+    """Build requests, call the judge once per answered case, validate. Returns the verdict frame."""
     config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version), decoys)
+    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
     return verdict_frame(requests, call_judge(judge, requests), config)
 
 

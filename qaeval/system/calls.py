@@ -140,10 +140,9 @@ def spawn_worker(env: Mapping[str, str], frame_limit: int) -> UserProcess:
         raise UsageError(str(exc)) from None
 
 
-def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits,
-                 proc: UserProcess | None = None) -> UserProcess:
-    """A worker building the adapter: ``proc`` (a ``spawn_worker`` waiting for its setup) or a new one."""
-    proc = proc if proc is not None else spawn_worker(env, limits.frame)
+def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
+    """A new worker building the adapter."""
+    proc = spawn_worker(env, limits.frame)
     setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
     if spec.corpus is not None:  # a link (or copy) in the worker's own scratch folder: no data folder path
         setup["corpus"] = str(spec.corpus.export(proc.scratch))

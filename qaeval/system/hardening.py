@@ -63,36 +63,6 @@ def drop_ptrace() -> bool:
     return not has_ptrace()
 
 
-class WaitingPolicy:
-    """Linux: a worker waiting for its next case is under ``SCHED_BATCH``, so handing it one does not
-    preempt the harness, which has more replies to read and cases to hand out; while it answers (the
-    adapter, and every thread and process the adapter starts) it is back under ``SCHED_OTHER``, whose
-    wake-ups are not delayed. Only for a worker started under ``SCHED_OTHER`` (a run under ``chrt`` is
-    left as it is); the nice value, and so the share of the CPU, never changes. Needs no privilege."""
-
-    def __init__(self) -> None:
-        batch = getattr(os, "SCHED_BATCH", None)
-        try:
-            usable = batch is not None and os.sched_getscheduler(0) == os.SCHED_OTHER
-        except OSError:
-            usable = False
-        self.batch = batch if usable else None
-
-    def _set(self, policy: int) -> None:
-        try:
-            os.sched_setscheduler(0, policy, os.sched_param(0))  # this thread
-        except OSError:  # refused (a seccomp profile): leave it, for good
-            self.batch = None
-
-    def waiting(self) -> None:
-        if self.batch is not None:
-            self._set(self.batch)
-
-    def working(self) -> None:
-        if self.batch is not None:
-            self._set(os.SCHED_OTHER)
-
-
 def has_ptrace() -> bool:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():

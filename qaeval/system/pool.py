@@ -35,7 +35,6 @@ import collections
 import concurrent.futures as cf
 import contextlib
 import math
-import os
 import select
 import subprocess
 import time
@@ -56,7 +55,6 @@ from qaeval.system.inprocess import run_in_process
 from qaeval.system.hardening import harness_guard
 from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, parse, stopped_because
 from qaeval.system.remote import run_on_executor
-from qaeval.system.spares import release_spares, take_spare
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never
@@ -124,7 +122,6 @@ class _PoolRun:
         try:
             for _ in range(min(self.pool.size, self.remaining)):
                 self.start()
-            release_spares()
             while self.remaining > 0:
                 self.dispatch()
                 if not self.workers:  # no worker could be started: the cases left cannot be answered
@@ -141,8 +138,7 @@ class _PoolRun:
     # ---- workers coming and going
 
     def start(self) -> None:
-        spare = take_spare(self.pool.env, self.limits.frame)
-        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits, spare)
+        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits)
         self.workers.append(_Worker(proc, self.limits.startup))
 
     def retire(self, w: _Worker, reason: str, *, hand_back: bool = False) -> None:

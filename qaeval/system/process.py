@@ -228,19 +228,13 @@ def _decode(data: bytes) -> Any:
     return json.loads(data)
 
 
-_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # Linux and macOS have it; elsewhere every read may wait
-
-
 class FrameReader:
     """The child's reading end for a run of frames from the harness (trusted): each ``receive()`` takes
-    what has arrived in one ``recv`` that does not wait (the next case is usually queued behind the
-    last: header and payload come in one call, often with the frame after them), and only when nothing
-    is there calls ``before_wait()``, blocks, then ``after_wait()`` (``hardening.WaitingPolicy``: two
-    system calls a case saved whenever the worker need not wait). EOFError when the harness has gone."""
+    what has arrived in one ``recv`` (the next case is usually queued behind the last: header and payload
+    come in one call, often with the frame after them). EOFError when the harness has gone."""
 
-    def __init__(self, sock: socket.socket, before_wait: Callable[[], None] = lambda: None,
-                 after_wait: Callable[[], None] = lambda: None) -> None:
-        self.sock, self.before_wait, self.after_wait = sock, before_wait, after_wait
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.buffer = bytearray()
 
     def receive(self) -> Any:
@@ -253,14 +247,7 @@ class FrameReader:
                     data = bytes(buffer[HEADER.size:end])
                     del buffer[:end]
                     return _decode(data)
-            try:
-                chunk = self.sock.recv(_READ_CHUNK, _DONTWAIT)
-            except BlockingIOError:
-                self.before_wait()
-                try:
-                    chunk = self.sock.recv(_READ_CHUNK)
-                finally:
-                    self.after_wait()
+            chunk = self.sock.recv(_READ_CHUNK)
             if not chunk:
                 raise EOFError
             buffer += chunk

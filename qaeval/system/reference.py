@@ -27,7 +27,7 @@ from typing import Any
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.text import TermCounter, distinct_terms, term_set
+from qaeval.text import distinct_terms, term_set
 
 RELEVANCE_FLOOR = 0.5
 TOP_K = 5
@@ -57,25 +57,8 @@ def lexical_scores(question: str, sources: tuple[Source, ...]) -> list[tuple[flo
 
 
 def relevant_sources(question: str, sources: tuple[Source, ...], floor: float, top_k: int) -> list[Source]:
-    """The sources ``lexical_scores`` ranks at or above ``floor``, in its order, at most ``top_k``; without
-    the term sets of the sources (``TermCounter`` counts the question's terms in each), which a worker
-    would compute for every source of every case only to drop most of them. A source's focus, and so
-    its term set, is computed only to order two that clear the floor."""
-    q_terms = term_set(question)
-    counter = TermCounter(q_terms)
-    kept = []
-    for place, src in enumerate(sources):
-        hits = counter.count(src.text, src.title)
-        relevance = _share(hits, len(q_terms))
-        if relevance >= floor:
-            kept.append((relevance, hits, place, src))
-    if len(kept) > 1:
-        def order(item: tuple[float, int, int, Source]) -> tuple[float, float, int]:
-            relevance, hits, place, src = item
-            return -relevance, -_share(hits, len(_terms_of(src))), place
-
-        kept.sort(key=order)
-    return [src for *_, src in kept[:top_k]]
+    """The sources ``lexical_scores`` ranks at or above ``floor``, in its order, at most ``top_k``."""
+    return [src for relevance, _, src in lexical_scores(question, sources) if relevance >= floor][:top_k]
 
 
 def build_prompt(question: str, passages: list[Source] | list[Passage]) -> str:

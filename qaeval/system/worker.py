@@ -200,20 +200,12 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.hardening import WaitingPolicy, drop_ptrace
+    from qaeval.system.hardening import drop_ptrace
     from qaeval.system.process import FrameReader, read_frame, watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
-    # qaeval's side of answering a case, imported before the setup arrives: a spare worker
-    # (``spares.spare_workers``, ``spares.early``) does this while the harness is still busy.
-    import qaeval.plugins  # noqa: F401
-    import qaeval.system.contract  # noqa: F401
-    import qaeval.text
-
-    qaeval.text.MEMO_SHARED = False  # the reference system counts terms without term sets: none is read again
-
     setup = read_frame(sock)["setup"]
     limit = int(setup["frame_limit"])
     sys.argv = ["qaeval-worker"]
@@ -229,8 +221,7 @@ def main(fd: int) -> None:
         _send(sock, {"init_error": str(exc) if usage else describe(exc), "usage": usage, "logs": capture.take()}, limit)
         os._exit(0)
     _send(sock, {"ready": True, "logs": capture.take()}, limit)
-    policy = WaitingPolicy()
-    frames = FrameReader(sock, policy.waiting, policy.working)
+    frames = FrameReader(sock)
     while True:
         try:
             message = frames.receive()
