@@ -145,7 +145,7 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
         result = evaluate(suite, p["adapter"], judge, k=p["k"], timeout=p["timeout"], concurrency=p["concurrency"],
                           isolation=p["isolation"], executor=executor, executor_label=label,
                           startup_timeout=p["startup_timeout"], max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024),
-                          custom=custom)
+                          custom=custom, trials=p.get("trials") or 1, pass_k=p.get("pass_k"))
     return result
 
 
@@ -179,12 +179,14 @@ def run(data: str | None = None, *, adapter: Any = None, judge: Any = None, k: i
         timeout: float | None = None, concurrency: int | None = None, isolation: str | None = None,
         executor: Any = None, labels: str | None = None, save: str | None = None, judge_model: str | None = None,
         judge_base_url: str | None = None, judge_concurrency: int | None = None, judge_cache: bool | None = None,
-        record: str | None = None, **unknown: Any) -> RunResult:
-    """Run the system over the golden cases and score every layer (``record``: load a saved run)."""
+        record: str | None = None, trials: int | None = None, pass_k: int | None = None,
+        **unknown: Any) -> RunResult:
+    """Run the system over the golden cases and score every layer (``record``: load a saved run).
+    ``trials``: run each case that many times (``qaeval.scoring.trials``)."""
     given = dict(data=data, adapter=adapter, judge=judge, k=k, timeout=timeout, concurrency=concurrency,
                  isolation=isolation, executor=executor, labels=labels, save=save, judge_model=judge_model,
                  judge_base_url=judge_base_url, judge_concurrency=judge_concurrency, judge_cache=judge_cache,
-                 record=record)
+                 record=record, trials=trials, pass_k=pass_k)
     p = check_parameters("run", **given, **unknown)
     if p["record"]:
         return _recorded("run", p, RunResult)
@@ -224,7 +226,7 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     if current.labels is not None:
         calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
                                 min_kappa=p["min_kappa"], source=p["labels"])
-    return _finish(gate(current, base, limits, calibration=calibration), p)
+    return _finish(gate(current, base, limits, calibration=calibration, alpha=p["alpha"]), p)
 
 
 def calibrate_run(data: str | None = None, *, labels: str | None = None, labelled: str | None = None,

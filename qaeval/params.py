@@ -50,6 +50,11 @@ PARAMS: tuple[Param, ...] = (
     Param("judge", "plugin", DEFAULT_JUDGE, "the judge, as module:factory (default: the offline mechanical judge)",
           SCORING, metavar="MODULE:FACTORY"),
     Param("k", "int", 5, "cut-off for retrieval metrics", SCORING, minimum=1),
+    Param("trials", "int", 1, "run each case this many times, each an independent call of the system; the gate "
+          "then tells a flaky case from a regression", ("run", "baseline", "gate", "drift"), minimum=1, maximum=100,
+          metavar="K"),
+    Param("pass_k", "int", None, "the k of pass_hat_k and pass_at_k (default: --trials)", ("run", "baseline", "gate",
+          "drift"), minimum=1, maximum=100, metavar="K"),
     Param("timeout", "float", 60.0, "seconds one case may take before its worker is replaced", SCORING,
           minimum=0.001, maximum=MAX_TIMEOUT, metavar="SECONDS"),
     Param("startup_timeout", "float", 120.0, "seconds a worker may take to build the adapter; past it the worker "
@@ -81,6 +86,9 @@ PARAMS: tuple[Param, ...] = (
     Param("baseline", "str", None, "the baseline run record to gate against", ("gate",), metavar="FILE",
           required=("gate",)),
     Param("tolerances", "str", None, 'JSON file {"metric": tolerance} over the defaults', ("gate",), metavar="FILE"),
+    Param("alpha", "float", 0.05, "with several trials on either side, the chance that tier 2 blocks an unchanged "
+          "system, at most (split between the cases and the gated metrics)", ("gate",), minimum=0.0001,
+          maximum=0.5, metavar="P"),
     Param("tolerance", "list", (), "override one tolerance, metric=value (repeatable)", ("gate",),
           metavar="METRIC=VALUE"),
     Param("out", "str", None, "where to write the baseline record", ("baseline",), metavar="FILE",

@@ -13,9 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pandas as pd
+
 import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
+from qaeval.scoring.trials import combine_trials
 from qaeval.scoring.judge import JudgeClient, judge_config_of
 from qaeval.system.calls import adapter_label
 from qaeval.system.pool import run_suite
@@ -55,19 +58,39 @@ def fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*_saved)
 
 
+def trial_suite(suite: Suite, trials: int) -> Suite:
+    """The suite's cases ``trials`` times over, trial by trial: what the pool is asked for. Each entry is
+    an independent call (a fresh opaque id, the same view of the case), so the trials of one case may
+    run on different workers at once."""
+    return Suite(suite.cases * trials, suite.root, suite.corpus)
+
+
+def split_trials(outputs: pd.DataFrame, cases: int, trials: int) -> list[pd.DataFrame]:
+    """``run_suite``'s rows over ``trial_suite`` cut back into one frame per trial, each in suite order."""
+    return [outputs.iloc[t * cases:(t + 1) * cases].reset_index(drop=True) for t in range(trials)]
+
+
 def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
              concurrency: int = 4, isolation: str = "process", executor: Any = None,
              executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
-             adapter_name: str | None = None, custom: Any = None, **limits: Any) -> RunResult:
-    """Run the adapter over the suite and score every layer. ``custom``: the registered checks and
-    metrics' runner (``qaeval.judges.custom.make_custom``). ``limits``: ``startup_timeout`` and
+             adapter_name: str | None = None, custom: Any = None, trials: int = 1, pass_k: int | None = None,
+             **limits: Any) -> RunResult:
+    """Run the adapter over the suite ``trials`` times and score every layer of every trial. ``custom``:
+    the registered checks and metrics' runner (``qaeval.judges.custom.make_custom``). ``pass_k``: the k
+    of pass_hat_k and pass_at_k (default: ``trials``). ``limits``: ``startup_timeout`` and
     ``max_reply_bytes`` for ``run_suite``."""
     config = judge_config_of(judge)
     with fewer_collections():
-        outputs = run_suite(suite, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
-                            executor=executor, show_progress=show_progress, **limits)
+        asked = trial_suite(suite, trials) if trials > 1 else suite
+        outputs = run_suite(asked, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
+                            executor=executor, show_progress=show_progress, data_dir=suite.root, **limits)
         label = adapter_name or adapter_label(adapter)
         meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
                            executor=executor_label or (type(executor).__name__ if executor is not None else None),
                            k=k, timeout=timeout, data=suite.root)
-        return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom)
+        if trials == 1:
+            return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom)
+        memo: dict[Any, Any] = {}
+        runs = [score_outputs(suite, part, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
+                              judge_memo=memo) for part in split_trials(outputs, len(suite), trials)]
+        return combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k)

@@ -31,6 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qaeval-concurrency", type=int, metavar="N", help="cases in flight (default 4)")
     group.addoption("--qaeval-isolation", choices=("process", "none"), help="worker processes (default) or in-process")
     group.addoption("--qaeval-timeout", type=float, metavar="SECONDS", help="per-case timeout (default 60)")
+    group.addoption("--qaeval-trials", type=int, metavar="K",
+                    help="run each case K times; a case's test passes when every trial passes (default 1)")
     group.addoption("--qaeval-check", action="append", metavar="MODULE:FUNCTION",
                     help="a check of your own (repeatable)")
     group.addoption("--qaeval-metric", action="append", metavar="MODULE:NAME", help="a metric of your own (repeatable)")
@@ -56,6 +58,7 @@ class _Runs:
         return {k: v for k, v in dict(adapter=opt("qaeval_adapter"), judge=opt("qaeval_judge"),
                                       concurrency=opt("qaeval_concurrency"), isolation=opt("qaeval_isolation"),
                                       timeout=opt("qaeval_timeout"), check=opt("qaeval_check"),
+                                      trials=opt("qaeval_trials"),
                                       metric=opt("qaeval_metric")).items() if v is not None}
 
     def run(self) -> Any:
@@ -73,7 +76,8 @@ class _Runs:
             custom = make_custom(p)
             try:
                 self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
-                                     concurrency=p["concurrency"], isolation=p["isolation"], custom=custom)
+                                     concurrency=p["concurrency"], isolation=p["isolation"], custom=custom,
+                                     trials=p["trials"])
             finally:
                 close_custom(custom)
             if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):
@@ -108,7 +112,9 @@ class GoldenCaseItem(pytest.Item):
         if row["error"] is not None:
             answer = f"(no answer: {row['error']})"
         gold = row["gold_answer"] if row["gold_answer"] is not None else "(must abstain)"
-        lines = [f"golden case {self.case_id} failed:"] + [f"  - {r}" for r in row["fail_reasons"]]
+        head = f"golden case {self.case_id} failed" + (f" ({row['passes']} of {row['trials']} trials passed)"
+                                                        if row["trials"] > 1 else "")
+        lines = [f"{head}:"] + [f"  - {r}" for r in row["fail_reasons"]]
         lines += [f"  answer: {answer}", f"  gold:   {gold}"]
         raise CaseFailed("\n".join(lines))
 

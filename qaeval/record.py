@@ -3,7 +3,8 @@
 Format ``qaeval-record``, version 2: a JSON object with sorted keys, one case per line.
 
 ==============  ==========================================================================================
-format, version ``"qaeval-record"``, ``2`` (version 1, qaeval 0.2, is not read: run its command again)
+format, version ``"qaeval-record"``, ``3`` (versions 1 and 2, before qaeval 0.4, are not read: run the
+                command again)
 kind            ``run``, ``gate``, ``calibrate`` or ``drift``: which report draws it
 baseline        true when written by ``qaeval baseline``: prompts are kept as their sha256 only and the
                 fields that change from run to run on an unchanged system (time, commit, latency, logs,
@@ -21,7 +22,10 @@ cases           one line per case: ``case`` (the golden case as loaded), ``finge
                 prompt_sha256, computed_aggregate, error, latency_s, logs, output_fingerprint), ``checks``
                 ([check, passed, reason] each), ``retrieval``, ``verdicts`` (each with its quote and
                 rationale), ``trajectory``, and what they add up to: ``passed``, ``fail_reasons`` (each
-                ``{code, message}``, plus ``name`` for a registered check or metric), ``units`` ({metric: [numerator, denominator]})
+                ``{code, message}``, plus ``name`` for a registered check or metric), ``units`` ({metric: [numerator, denominator]});
+                with several trials (``meta.trials`` K > 1), those layers are the first trial's and
+                ``trials`` lists the other K - 1, each with the same keys from ``output`` to ``units``
+                (and ``custom``); a run of one trial has no ``trials`` key and no meta.trials
 gate            (kind gate) the verdict: tiers, metric movements, regressed and new cases, the
                 baseline's answers for the cases that matter
 calibration     (kind calibrate) label pairs, agreement per axis with intervals, confusion matrices
@@ -71,11 +75,13 @@ from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.data.logs import sample_suite_from_raw
-from qaeval.record_check import audit_custom, audit_layers, audit_outcomes
-from qaeval.record_shape import read_meta, refuse_malformed, shape_problems
+from qaeval.record_check import audit_board, audit_custom, audit_layers, audit_outcomes
+from qaeval.record_shape import TRIAL_LAYERS, read_meta, refuse_malformed, shape_problems
+from qaeval.scoring.trials import combine_trials
 
 FORMAT = "qaeval-record"
-VERSION = 2  # 2: fail reasons carry a code (qaeval 0.3)
+VERSION = 3  # 2: fail reasons carry a code (qaeval 0.3); 3: every trial of a case (qaeval 0.4)
+TRIAL_KEYS = (*TRIAL_LAYERS, "custom")  # what a case line holds for each trial after its first
 LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
 VOLATILE_META = ("created", "git_commit", "python")
 
@@ -128,15 +134,23 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
     if baseline:
         for key in VOLATILE_META:
             meta.pop(key, None)
-    index = CaseIndex(run)
+    if run.trials == 1:  # a run of one trial is recorded as it was before trials
+        meta.pop("trials", None)
+        meta.pop("pass_k", None)
     corpus = _corpus_section(run)
-    names = [m.name for m in run.metrics]
+    names = [m.name for m in run.runs[0].metrics]  # the per-case units of each trial
+    indexes = [CaseIndex(r) for r in run.runs]
+
+    def line(case: GoldenCase) -> dict[str, Any]:
+        first, *more = (_case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
+                        for index in indexes)
+        return first | ({"trials": [{k: v for k, v in m.items() if k in TRIAL_KEYS} for m in more]} if more else {})
+
     return dict(
         format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
         allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
         labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
-        cases=[_case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
-               for case in run.suite.cases],
+        cases=[line(case) for case in run.suite.cases],
     ) | ({"corpus": corpus} if corpus is not None else {}) | \
         ({"custom": run.registered.to_plain()} if run.registered else {})
 
@@ -228,9 +242,11 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
     if data.get("format") != FORMAT:
         raise RecordError(f"not a qaeval run record (expected format {FORMAT!r})", file=where)
     if data.get("version") != VERSION:
-        again = ("; version 1 was written before fail reasons carried codes: make it again with the qaeval "
-                 "installed now (run its command again, e.g. `qaeval baseline --data DIR --out FILE`)"
-                 ) if data.get("version") == 1 else ""
+        why = {1: "version 1 was written before fail reasons carried codes",
+               2: "version 2 was written before trials (qaeval 0.3)"}.get(
+                   data["version"] if isinstance(data.get("version"), int) else 0)
+        again = (f"; {why}: make it again with the qaeval installed now (run its command again, e.g. `qaeval "
+                 "baseline --data DIR --out FILE`)") if why else ""
         raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION}){again}",
                           file=where)
     problems = []
@@ -254,8 +270,27 @@ def run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
         raise RecordError([p for p in exc.problems]) from None
 
 
+def _trial_data(data: Mapping[str, Any], trial: int) -> Mapping[str, Any]:
+    """The record as if it held only trial ``trial`` (0: the layers of each line, else its trials[t-1])."""
+    if trial == 0:
+        return data
+    lines = [{k: line[k] for k in ("case_id", "case", "fingerprint")} | line["trials"][trial - 1] for line in data["cases"]]
+    return {**data, "cases": lines}
+
+
 def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     meta = read_meta(data["meta"], where)
+    if meta.trials == 1:
+        return _trial_from_record(data, where, meta, whole=True)
+    one = replace(meta, trials=1, pass_k=None)
+    runs = [_trial_from_record(_trial_data(data, t), where, one, whole=False) for t in range(meta.trials)]
+    run = combine_trials(runs, skip_scoreboard=True, pass_k=meta.pass_k)
+    return _with_stored_board(data, where, run)
+
+
+def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole: bool) -> RunResult:
+    """One trial's run from the record (``whole``: the record has one trial, so its scoreboard, slices
+    and labels are this run's, and are checked here)."""
     lines = data["cases"]
     section = data.get("calibration")
     labelled = data["kind"] == "calibrate" and isinstance(section, dict) and section.get("labelled") is True
@@ -290,9 +325,20 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     run = assemble(suite, meta, outputs_frame, frame(checks, CHECK_SCHEMA),
                    frame(retrieval, RETRIEVAL_SCHEMA), frame(verdicts, VERDICT_SCHEMA),
                    frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True, custom=custom, registered=registered)
+    audit_outcomes(audit, data, run)
+    if not whole:
+        audit.done()
+        return run
+    return _with_stored_board(data, where, run, audit)  # one list of what the cases and the board get wrong
+
+
+def _with_stored_board(data: Mapping[str, Any], where: str, run: RunResult, audit: Audit | None = None) -> RunResult:
+    """``run`` with the record's labels, notes, scoreboard and slices, once they are checked against its
+    units (``audit_board``)."""
     labels = data.get("labels")
     labels = frame(labels, LABEL_SCHEMA) if labels is not None else None
-    audit_outcomes(audit, data, run, labels)
+    audit = audit or Audit(where, run.meta.qaeval_version)
+    audit_board(audit, data, run, labels)
     audit.done()
     notes = list(data.get("notes") or [])
     board, slices = frame(data["scoreboard"], SCOREBOARD_SCHEMA), frame(data["slices"], SLICE_SCHEMA)

@@ -155,9 +155,8 @@ def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
                                    v.get(name), value, basis)
 
 
-def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: pd.DataFrame | None) -> None:
-    """Per-case pass/fail and units, green, and the scoreboard's and slices' values, n and PPI columns.
-    Bootstrap intervals are not drawn again (they cost as much as the rest of a load and decide nothing)."""
+def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult) -> None:
+    """Per-case pass/fail and units (of one trial: ``data`` holds that trial's layers in its lines)."""
     basis = "its layers"
     lines = data["cases"]
     for i, (line, passed, reasons) in enumerate(zip(lines, run.per_case["case_passed"].tolist(),
@@ -175,12 +174,19 @@ def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult, labels
             stored = line["units"].get(m, ...)
             if stored is not ... and not same(stored, [num, den]):
                 audit.disagree(f"cases[{i}].units.{m} ({line['case_id']})", stored, [num, den], basis)
+
+
+def audit_board(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: pd.DataFrame | None) -> None:
+    """Green, and the scoreboard's and slices' values, n and PPI columns, from the run's units (every
+    trial's). Bootstrap intervals are not drawn again (they cost as much as the rest of a load and
+    decide nothing)."""
     audit.same("green", data.get("green"), run.ok)
     board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0, metrics=run.metrics)
     if labels is not None:
         board, _ = apply_ppi(board, run.units, run.per_case, labels)
     # a metric the record predates is recomputed, not compared; one this qaeval does not know is left alone
-    named = {row.get("metric") for row in data["scoreboard"]} & set(METRIC_NAMES) | set(run.registered.names)
+    known = set(METRIC_NAMES) | {m.name for m in run.metrics[len(METRIC_NAMES) + len(run.registered.names):]}
+    named = {row.get("metric") for row in data["scoreboard"]} & known | set(run.registered.names)
     _audit_rows(audit, "scoreboard", data["scoreboard"], board[board["metric"].isin(named)], ("metric",),
                 ("value", "n", "direction", "ppi_value", "ppi_ci_low", "ppi_ci_high", "n_labelled"))
     _audit_rows(audit, "slices", data["slices"], slices[slices["metric"].isin(named)], ("slice", "group", "metric"),

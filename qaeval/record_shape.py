@@ -25,7 +25,8 @@ from qaeval.scoring.outcomes import REASON
 
 META_TYPES: dict[str, tuple[type, ...]] = {
     "adapter": (str,), "isolation": (str,), "concurrency": (int,), "executor": (str, type(None)), "k": (int,),
-    "timeout": (int, float, type(None)), "data": (str,), "created": (str, type(None)),
+    "timeout": (int, float, type(None)), "data": (str,), "created": (str, type(None)), "trials": (int,),
+    "pass_k": (int, type(None)),
     "git_commit": (str, type(None)), "qaeval_version": (str,), "python": (str,),
 }
 JUDGE_TYPES: dict[str, tuple[type, ...]] = {
@@ -78,14 +79,29 @@ LINE = Fields(dict(  # a case line of a record, as the loader reads it
     retrieval=Maybe(Fields({k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"})),
     verdicts=rows_of({k: v for k, v in VERDICT_SCHEMA.items() if k != "case_id"}, optional=("cached",)),
     trajectory=rows_of({k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
-    passed="bool", fail_reasons=Each(REASON), units="dict"))
+    passed="bool", fail_reasons=Each(REASON), units="dict", trials="list"), optional=("trials",))
+TRIAL_LAYERS = ("output", "checks", "retrieval", "verdicts", "trajectory", "passed", "fail_reasons", "units")
+TRIAL = Fields({name: LINE.fields[name] for name in TRIAL_LAYERS} | {"custom": "list"},
+               optional=("custom",))  # one more trial of a case: the layers a line holds for its first
 
 
-def _line_problems(line: Any, at: str) -> list[str]:
+def _line_problems(line: Any, at: str, trials: int) -> list[str]:
     problems = shape_problems_of(line, LINE, at)
     if not problems and line["case"].get("id") != line["case_id"]:
         problems.append(f"{at}.case.id is not the line's case_id {line['case_id']!r}")
-    return problems
+    if problems:
+        return problems
+    more = line.get("trials", [])
+    if len(more) != trials - 1:
+        return [f"{at}.trials holds {len(more)} more trial(s), but meta.trials says each case ran {trials} time(s)"]
+    return [p for j, trial in enumerate(more) for p in shape_problems_of(trial, TRIAL, f"{at}.trials[{j}]")]
+
+
+def record_trials(data: Mapping[str, Any]) -> int:
+    """meta.trials of a record (1 when absent), or 0 when it is not a whole number from 1 to 100."""
+    meta = data.get("meta")
+    value = meta.get("trials", 1) if isinstance(meta, dict) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100 else 0
 
 
 def shape_problems(data: Mapping[str, Any]) -> list[str]:
@@ -95,7 +111,13 @@ def shape_problems(data: Mapping[str, Any]) -> list[str]:
     file (exit 70, not 65)."""
     if not isinstance(data.get("cases"), list):
         return [f"cases is {type(data.get('cases')).__name__}, not a list"]
-    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]")]
+    trials = record_trials(data)
+    if trials == 0:
+        return [f"meta.trials is {data['meta'].get('trials')!r}, not a whole number from 1 to 100"]
+    pass_k = data["meta"].get("pass_k") if isinstance(data.get("meta"), dict) else None
+    if pass_k is not None and not (isinstance(pass_k, int) and not isinstance(pass_k, bool) and 1 <= pass_k <= 100):
+        return [f"meta.pass_k is {pass_k!r}, not a whole number from 1 to 100"]
+    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]", trials)]
     problems += shape_problems_of(data.get("notes"), Maybe(Each("str")), "notes")
     problems += row_problems(data.get("scoreboard"), SCOREBOARD_SCHEMA, "scoreboard")
     problems += row_problems(data.get("slices"), SLICE_SCHEMA, "slices")

@@ -614,3 +614,54 @@ def make_announcer():
     return Announces()
 
 
+
+
+class AbstainEveryOther(WrapsHub):
+    """The reference hub, except that it abstains on the DVD question every second time it is asked in this
+    process (a flaky wrong refusal: with one worker or in-process, trials alternate pass and fail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def answer(self, case):
+        if "DVD" in case.question:
+            self.asked += 1
+            if self.asked % 2 == 0:
+                return SUTOutput(abstained=True)
+        return self.hub.answer(case)
+
+
+def make_abstain_every_other():
+    return AbstainEveryOther()
+
+
+class CallCounter(WrapsHub):
+    """The reference hub, appending one line per call to the file named by QAEVAL_TEST_CALLS (absolute)."""
+
+    def answer(self, case):
+        import os
+
+        with open(os.environ["QAEVAL_TEST_CALLS"], "a") as f:
+            f.write(case.question + "\n")
+        return self.hub.answer(case)
+
+
+def make_call_counter():
+    return CallCounter()
+
+
+class Varying(WrapsHub):
+    """Answers with a fresh random token each call (an output that never repeats)."""
+
+    def answer(self, case):
+        import secrets
+
+        out = self.hub.answer(case)
+        return SUTOutput(answer=out.answer + " " + secrets.token_hex(4) if not out.abstained else "",
+                         citations=out.citations, retrieved_ids=out.retrieved_ids, abstained=out.abstained,
+                         model_was_called=out.model_was_called, prompt_to_model=out.prompt_to_model)
+
+
+def make_varying():
+    return Varying()

@@ -155,9 +155,9 @@ def test_gate_report_shows_the_baseline_answer_beside_the_new_one(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("{", "not valid JSON"),
-    ('{"format": "qaeval-record", "version": 3}', "record version 3 is not one this qaeval reads (2)"),
+    ('{"format": "qaeval-record", "version": 4}', "record version 4 is not one this qaeval reads (3)"),
     ('{"format": "qaeval-record", "version": 1}', "version 1 was written before fail reasons carried codes"),
-    ('{"format": "qaeval-record", "version": 2, "kind": "run"}', "field 'meta' missing"),
+    ('{"format": "qaeval-record", "version": 3, "kind": "run"}', "field 'meta' missing"),
     ('{"format": "qaeval-baseline/1"}', "a qaeval 0.1 baseline"),
     ("[" * 100_000, "nested too deeply"),
 ])

@@ -108,7 +108,7 @@ def test_baseline_is_a_reviewable_run_record(tmp_path, capsys):
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(path)]) == 0
     first = path.read_text()
     data = json.loads(first)
-    assert data["format"] == "qaeval-record" and data["version"] == 2 and data["baseline"] is True
+    assert data["format"] == "qaeval-record" and data["version"] == 3 and data["baseline"] is True
     assert [row["metric"] for row in data["scoreboard"]] == list(METRIC_NAMES)
     case = next(c for c in data["cases"] if c["case_id"] == "multi-0001")
     assert case["passed"] is False and [r["code"] for r in case["fail_reasons"]] == ["trajectory_failed"]

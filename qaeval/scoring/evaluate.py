@@ -39,6 +39,7 @@ from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboar
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.outcomes import case_outcomes, reasons_text
 from qaeval.scoring.trajectory import score_trajectories
+from qaeval.scoring.trials import add_trial_columns
 from qaeval.text import one_line
 
 
@@ -61,6 +62,8 @@ class RunMeta:
     concurrency: int = 1
     executor: str | None = None
     k: int = 5
+    trials: int = 1  # each case was run this many times (``qaeval.scoring.trials``)
+    pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
     timeout: float | None = None
     data: str = ""
     created: str | None = None
@@ -106,6 +109,10 @@ class RunResult(Result):
     notes: list[str] = field(default_factory=list)
     custom: pd.DataFrame = field(default_factory=lambda: frame([], CUSTOM_SCHEMA))  # registered checks, metrics
     registered: Registered = Registered()
+    # With several trials, every trial's own run (trial 0 first), each scored alone; the layer frames
+    # above (outputs, checks, retrieval, verdicts, trajectory, custom) are trial 0's, ``per_case`` and
+    # ``units`` hold every trial (``qaeval.scoring.trials``). Empty with one trial.
+    trial_runs: tuple[RunResult, ...] = ()
 
     kind = "run"
     error_type = TierOneFailed
@@ -123,13 +130,34 @@ class RunResult(Result):
     def metrics(self) -> tuple[Metric, ...]:
         """Every metric of this run: the built-in ones, then a pass rate per registered check, then the
         registered metrics."""
-        return METRICS + self.registered.all_metrics()
+        from qaeval.scoring.trials import trial_metrics
+
+        extra = trial_metrics(self.meta.pass_k or self.trials) if self.trials > 1 else ()
+        return METRICS + self.registered.all_metrics() + extra
+
+    @property
+    def trials(self) -> int:
+        """How many times each case was run."""
+        return self.meta.trials
+
+    @property
+    def runs(self) -> tuple[RunResult, ...]:
+        """Every trial's run, trial 0 first (this run itself with one trial)."""
+        return self.trial_runs or (self,)
+
+    def trial_frame(self, layer: str) -> pd.DataFrame:
+        """A layer (``outputs``, ``checks``, ``verdicts``, ``per_case``...) of every trial, with a ``trial``
+        column (0 to K - 1) after ``case_id``."""
+        from qaeval.scoring.trials import trials_frame
+
+        return trials_frame(self, layer)
 
     @property
     def tier_one_failures(self) -> list[str]:
         """Case ids with an adapter error, a failing deterministic check or a failing tier-1 registered check."""
-        pc, c = self.per_case, self.custom
-        blocked = set(c.loc[c["blocks"] & ~c["passed"], "case_id"])
+        pc = self.per_case
+        blocked = {cid for run in self.runs for cid in run.custom.loc[run.custom["blocks"] & ~run.custom["passed"],
+                                                                       "case_id"]}
         return [cid for cid, ok in zip(pc["case_id"], pc["deterministic_passed"]) if not ok or cid in blocked]
 
     @property
@@ -168,13 +196,13 @@ class RunResult(Result):
 
     @property
     def adapter_errors(self) -> int:
-        return int(self.outputs["error"].notna().sum())
+        return sum(int(run.outputs["error"].notna().sum()) for run in self.runs)
 
     @property
     def judge_usage(self) -> dict[str, int]:
         """Judge cost of this run: verdict calls (one per answered case), how many the cache answered,
         how many failed, and the prompt and completion tokens spent (cache hits spend none)."""
-        per_call = self.verdicts.drop_duplicates("case_id")
+        per_call = pd.concat([run.verdicts.drop_duplicates("case_id") for run in self.runs], ignore_index=True)
         cached = per_call["cached"].astype(bool)
         spent = per_call[~cached]
         return dict(
@@ -213,6 +241,7 @@ class RunResult(Result):
             "",
             f"TIER 1: {self.verdict}   cases passing: {passed}/{len(self.per_case)}   "
             f"adapter errors: {self.adapter_errors}",
+            *self._trial_lines(),
             *self._failing_lines(),
             f"judge calls: {usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors), "
             f"tokens spent: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
@@ -221,6 +250,18 @@ class RunResult(Result):
         return "\n".join(lines)
 
     SHOWN_FAILING = 5
+
+    def _trial_lines(self) -> list[str]:
+        """With several trials: how many, the flaky cases, and what each case's passing means."""
+        if self.trials == 1:
+            return []
+        pc = self.per_case
+        flaky = pc.loc[pc["flaky"].astype(bool), "case_id"].tolist()
+        shown = ", ".join(f"{cid} {p}/{self.trials}" for cid, p in zip(flaky[:6], pc.loc[pc["flaky"].astype(bool),
+                                                                                             "passes"].tolist()))
+        return [f"trials: {self.trials} per case ({self.trials * len(pc)} system calls); a case passes when every "
+                f"trial passes; flaky (some trials pass): {len(flaky)}" + (f": {shown}" if flaky else "")
+                + (" ..." if len(flaky) > 6 else "")]
 
     def _failing_lines(self) -> list[str]:
         """The first failing cases and why, for the terminal (the rest are in the record and the report)."""
@@ -292,9 +333,12 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
 
 
 def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, meta: RunMeta | None = None,
-                  k: int | None = None, bootstrap_seed: int = 0, custom: Any = None) -> RunResult:
+                  k: int | None = None, bootstrap_seed: int = 0, custom: Any = None,
+                  judge_memo: dict[Any, Any] | None = None) -> RunResult:
     """Score outputs that were already collected (pure apart from the judge call and the registered
-    checks and metrics, run by ``custom``: ``qaeval.judges.custom.make_custom``)."""
+    checks and metrics, run by ``custom``: ``qaeval.judges.custom.make_custom``). ``outputs`` holds one
+    row per case (one trial); ``judge_memo``: shared by the trials of one run, so an output seen in an
+    earlier trial is not judged again (``score_with_judge``)."""
     config = judge_config_of(judge)
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:
@@ -303,7 +347,7 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     cases, sources = suite.to_frame(), suite.sources_frame()
     checks = layer1.check_outputs(cases, outputs, sources, suite.corpus)
     retrieval = score_retrieval(cases, outputs, k=meta.k)
-    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources))
+    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources), memo=judge_memo)
     trajectory = score_trajectories(cases, outputs)
     return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
                     runner=custom)
@@ -331,6 +375,7 @@ def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.Data
     scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
     per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
                                                         custom, registered, runner)
+    per_case = add_trial_columns(per_case)
     run = RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
                     trajectory=trajectory, per_case=per_case, units=units, scoreboard=pd.DataFrame(),
                     slices=pd.DataFrame(), custom=custom, registered=registered)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -358,12 +358,37 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     return responses
 
 
+JudgeMemo = dict[tuple[Any, ...], Any]  # a request's content -> the response it got, within one run
+
+
+def _request_key(req: JudgeRequest) -> tuple[Any, ...]:
+    """Everything a request's prompt is made of (the rubric is the run's): equal keys, equal prompts."""
+    return (req.case_id, req.question, req.answer, req.gold_answer, req.citations)
+
+
 def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame) -> pd.DataFrame:
-    """Build requests, call the judge once per answered case, validate. Returns the verdict frame."""
+                     sources: pd.DataFrame, memo: JudgeMemo | None = None) -> pd.DataFrame:
+    """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
+
+    ``memo`` (one dict for the trials of a run): a request whose content an earlier call already sent
+    is not sent again; its response is reused, marked ``cached`` and without tokens (none were spent),
+    so the judge is asked once per distinct output however many trials there are."""
     config = judge_config_of(judge)
     requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
-    return verdict_frame(requests, call_judge(judge, requests), config)
+    if memo is None:
+        return verdict_frame(requests, call_judge(judge, requests), config)
+    keys = [_request_key(r) for r in requests]
+    fresh = {key: r for key, r in zip(keys, requests) if key not in memo}  # one of each distinct request
+    for key, response in zip(fresh, call_judge(judge, list(fresh.values()))):
+        memo[key] = response
+    responses = []
+    for key in keys:
+        response = memo[key]
+        if key not in fresh and isinstance(response, JudgeResponse):
+            response = replace(response, cached=True, prompt_tokens=None, completion_tokens=None)
+        responses.append(response)
+        fresh.pop(key, None)  # a second equal request within this call is a reuse too
+    return verdict_frame(requests, responses, config)
 
 
 def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:

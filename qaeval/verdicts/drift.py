@@ -115,6 +115,8 @@ def history_problems(record: Any) -> list[str]:
         problems += [f"'n' of {k!r} is {v!r}, not a whole number >= 0" for k, v in counts.items() if not _is_count(v)]
     if "cases" in record and not _is_count(record["cases"]):
         problems.append(f"'cases' is {record['cases']!r}, not a whole number >= 0")
+    if "trials" in record and not (_is_count(record["trials"]) and record["trials"] >= 1):
+        problems.append(f"'trials' is {record['trials']!r}, not a whole number >= 1")
     alarms = record.get("alarms", [])
     if not isinstance(alarms, list) or not all(isinstance(a, str) for a in alarms):
         problems.append(f"'alarms' is {alarms!r}, not a list of metric names")
@@ -318,7 +320,7 @@ def summary_dict(run: RunResult) -> dict[str, Any]:
     return dict(
         metrics={m: clean(float(board.at[m, "value"])) for m in names},
         n={m: int(board.at[m, "n"]) for m in names},
-        cases=len(run.suite), adapter=run.meta.adapter, isolation=run.meta.isolation,
+        cases=len(run.suite), trials=run.trials, adapter=run.meta.adapter, isolation=run.meta.isolation,
         judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
         git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
     )
@@ -361,6 +363,9 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     notes += more
     if history and history[-1].get("dataset_fingerprint") != record["dataset_fingerprint"]:
         notes.append("the frozen split's fingerprint differs from the previous run's: the series mixes datasets")
+    if history and history[-1].get("trials", 1) != record["trials"]:
+        notes.append(f"{record['trials']} trial(s) per case, the previous run {history[-1].get('trials', 1)}: "
+                     "the series mixes trial counts (a metric is a mean over trials either way)")
     if not run.meta.boundary_enforced:
         notes.append("isolation none: the boundary was not enforced in this run")
     line = dumps_canonical(clean(record))

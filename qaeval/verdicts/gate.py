@@ -41,27 +41,31 @@ from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.tiers import (
-    DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_RULES, TIER_SCHEMA, CaseMatch, tier_row, gated, match_cases, metric_movements,
-    metrics_tier, movement, new_cases, regressions, tier_one,
+    CASE_TRIALS_SCHEMA, DELTA_SCHEMA, MOVEMENT, NEW_SCHEMA, REGRESSED_SCHEMA, TIER_RULES, TIER_SCHEMA, CaseMatch,
+    case_trials, gated, match_cases, metric_movements, metrics_tier, movement, new_cases, one_trial_each, regressions,
+    tier_one, tier_row,
 )
+
+DEFAULT_ALPHA = 0.05
 
 BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
     fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
-    abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text"),
-    optional=("answer", "abstained", "citations", "output_fingerprint"))
+    abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text", passes="int", trials="int"),
+    optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials"))
 SECTION = Fields(dict(  # the gate section of a record, as GateResult.from_section reads it
     baseline=Fields(dict(path="str", dataset_fingerprint="str", judge="Dict", green="bool", allowed_failing="bool",
                          created="text", git_commit="text", adapter="text", corpus_fingerprint="text",
-                         custom=Maybe(Keyed("str"))),
+                         custom=Maybe(Keyed("str")), trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100")),
                     optional=("judge", "green", "allowed_failing", "created", "git_commit", "adapter",
-                              "corpus_fingerprint", "custom")),
+                              "corpus_fingerprint", "custom", "trials")),
     baseline_metrics=Keyed(Fixed(("float", "int"))), baseline_cases=Keyed(BASELINE_CASE),
     baseline_notes=Maybe(Each("str")), tiers=rows_of(TIER_SCHEMA, tier="str", case_ids=Each("str"),
                                                         rule=Valid("str", TIER_RULES.__contains__, f"one of {', '.join(TIER_RULES)}")),
     metric_deltas=rows_of(DELTA_SCHEMA), regressed=rows_of(REGRESSED_SCHEMA), new_failing=rows_of(NEW_SCHEMA),
     match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
-    calibration=Maybe(CALIBRATION_SECTION), notes=Maybe(Each("str"))),
-    optional=("baseline_notes", "calibration", "notes"))
+    calibration=Maybe(CALIBRATION_SECTION), notes=Maybe(Each("str")), case_trials=rows_of(CASE_TRIALS_SCHEMA),
+    alpha=Valid("float", lambda a: 0 < a < 1, "a number between 0 and 1")),
+    optional=("baseline_notes", "calibration", "notes", "case_trials", "alpha"))
 
 
 # --------------------------------------------------------------------------- the result
@@ -80,6 +84,13 @@ class GateResult(Result):
     match: CaseMatch
     calibration: Any = None  # a CalibrationResult when the gate was given labels
     notes: list[str] = field(default_factory=list)
+    case_trials: pd.DataFrame = field(default_factory=lambda: frame([], CASE_TRIALS_SCHEMA))  # tiers.case_trials
+    alpha: float = DEFAULT_ALPHA
+
+    @property
+    def flaky(self) -> pd.DataFrame:
+        """Matched cases some of whose trials passed and some failed, on either side, that do not block."""
+        return self.case_trials[self.case_trials["verdict"] == "flaky"]
 
     kind = "gate"
     error_type = GateBlocked
@@ -176,6 +187,11 @@ class GateResult(Result):
                          "their outcomes and pass rates have nothing to compare with")
         if not self.run.meta.boundary_enforced:
             notes.append("isolation none: the boundary was not enforced in this run")
+        if self.run.trials != self.baseline.trials:
+            notes.append(f"{self.run.trials} trial(s) per case against a baseline of {self.baseline.trials}"
+                         + (": a single baseline draw cannot tell whether a case that fails some trials now was "
+                            "flaky before, so such a case is reported as flaky, and blocks only when it fails every "
+                            "trial" if self.baseline.trials == 1 else ""))
         return notes
 
     def summary_text(self) -> str:
@@ -190,6 +206,11 @@ class GateResult(Result):
                 lines.append(f"         cases: {', '.join(row.case_ids)}")
         if self.ok and self.already_failing:
             lines.append(f"  (already failing in the baseline, not blocking: {', '.join(self.already_failing)})")
+        flaky = self.flaky
+        if len(flaky):
+            shown = [f"{r.case_id} {r.baseline_passes}/{r.baseline_trials} -> {r.passes}/{r.trials} (p={r.p_value:.2g})"
+                     for r in flaky.head(8).itertuples(index=False)]
+            lines.append(f"  flaky, not blocking ({len(flaky)}): {', '.join(shown)}{' ...' if len(flaky) > 8 else ''}")
         lines.append("")
         lines.append(f"  {'metric':<26} {'baseline':>9} {'current':>9} {'delta':>8} {'tol':>6}  noise test")
         for row in self.metric_deltas.itertuples(index=False):
@@ -207,8 +228,10 @@ class GateResult(Result):
             set(self.new_failing["case_id"]) | set(self.run.per_case.loc[~self.run.per_case["case_passed"], "case_id"])
         cases = {cid: dict(fingerprint=c.fingerprint, passed=c.passed, fail_reasons=[r.to_dict() for r in c.fail_reasons],
                            answer=c.answer, abstained=c.abstained, citations=c.citations,
-                           output_fingerprint=c.output_fingerprint, units={m: list(v) for m, v in c.units.items()})
+                           output_fingerprint=c.output_fingerprint, units={m: list(v) for m, v in c.units.items()},
+                           passes=c.pass_count, trials=c.trials)
                  for cid, c in self.baseline.cases.items() if cid in keep}
+        trials = self.case_trials[self.case_trials["verdict"] != "steady"]
         return dict(
             baseline=self.baseline.summary(), baseline_metrics={m: list(v) for m, v in self.baseline.metrics.items()},
             baseline_cases=cases, baseline_notes=self.baseline.notes,
@@ -217,7 +240,7 @@ class GateResult(Result):
             match=dict(matched=self.match.matched, changed=self.match.changed, new=self.match.new,
                        removed=self.match.removed),
             calibration=clean(self.calibration.record_section()) if self.calibration is not None else None,
-            notes=self.notes,
+            notes=self.notes, case_trials=frame_rows(trials), alpha=self.alpha,
         )
 
     @classmethod
@@ -231,18 +254,21 @@ class GateResult(Result):
         b = s["baseline"]
         cases = {cid: BaselineCase(c["fingerprint"], bool(c["passed"]), [FailReason.from_dict(r) for r in c["fail_reasons"]],
                                    {m: (float(v[0]), float(v[1])) for m, v in c["units"].items()},
-                                   c.get("answer"), c.get("abstained"), c.get("citations"), c.get("output_fingerprint"))
+                                   c.get("answer"), c.get("abstained"), c.get("citations"), c.get("output_fingerprint"),
+                                   c.get("passes"), c.get("trials", 1))
                  for cid, c in s["baseline_cases"].items()}
+        trials = b.get("trials", 1)
         for cid in s["match"]["matched"] + s["match"]["changed"]:  # cases the record did not need in full
             same = cid in run.suite and cid not in s["match"]["changed"]  # (a matched case the run lacks: audited)
-            cases.setdefault(cid, BaselineCase(run.suite[cid].fingerprint if same else "", True, [], {}))
+            cases.setdefault(cid, BaselineCase(run.suite[cid].fingerprint if same else "", True, [], {},
+                                               passes=trials, trials=trials))
         baseline = Baseline(
             path=b["path"], dataset_fingerprint=b["dataset_fingerprint"], judge=b.get("judge"),
             metrics={m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()},
             cases=cases, green=bool(b.get("green", True)), allowed_failing=bool(b.get("allowed_failing", False)),
             created=b.get("created"), git_commit=b.get("git_commit"),
             adapter=b.get("adapter"), notes=list(s.get("baseline_notes") or []),
-            corpus_fingerprint=b.get("corpus_fingerprint"), custom=dict(b.get("custom") or {}))
+            corpus_fingerprint=b.get("corpus_fingerprint"), custom=dict(b.get("custom") or {}), trials=trials)
         calibration = None
         if s.get("calibration"):
             calibration = CalibrationResult.from_section(run, s["calibration"])
@@ -251,7 +277,8 @@ class GateResult(Result):
                    metric_deltas=frame(s["metric_deltas"], DELTA_SCHEMA), regressed=frame(s["regressed"], REGRESSED_SCHEMA),
                    new_failing=frame(s["new_failing"], NEW_SCHEMA),
                    match=CaseMatch(list(m["matched"]), list(m["changed"]), list(m["new"]), list(m["removed"])),
-                   calibration=calibration, notes=list(s.get("notes") or []))
+                   calibration=calibration, notes=list(s.get("notes") or []),
+                   case_trials=frame(s.get("case_trials") or [], CASE_TRIALS_SCHEMA), alpha=s.get("alpha", DEFAULT_ALPHA))
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "gate") -> None:
         """Decide the gate again from the run's cases and the baseline as the record embeds it (its
@@ -276,12 +303,16 @@ class GateResult(Result):
             audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
         board = self.run.scoreboard.set_index("metric")
         by_name = {m.name: m for m in self.run.metrics}
-        moves = [movement(by_name[name], tol, self.baseline, board) for name, tol in tolerances.items()]
+        case_level, metric_level = levels(self.run, self.baseline, match, tolerances, self.alpha)
+        stored_p = [row.get("p_value") if metric_level is not None else None for row in s["metric_deltas"]]
+        moves = [movement(by_name[name], tol, self.baseline, board, p_worse=p, level=metric_level)
+                 for (name, tol), p in zip(tolerances.items(), stored_p)]
         for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
             for column in MOVEMENT[1:]:
                 audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
         tiers, regressed, new_failing = decide(self.run, self.baseline, match,
-                                               frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}))
+                                               frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}),
+                                               case_trials(self.run, self.baseline, match.matched, case_level))
         for name, stored, computed, columns in (
                 ("regressed", s["regressed"], regressed, ("case_id", "baseline_state", "current_state")),
                 ("new_failing", s["new_failing"], new_failing, ("case_id", "status", "baseline_state"))):
@@ -317,29 +348,52 @@ def _recorded_tolerances(audit: Audit, rows: list[Any], prefix: str,
     return None if len(audit.problems) > found else tolerances
 
 
+def _regression_detail(regressed: pd.DataFrame, trials: pd.DataFrame, match: CaseMatch) -> str:
+    flaky = int((trials["verdict"] == "flaky").sum())
+    tail = f"; {flaky} flaky, not blocking" if flaky else ""
+    if len(regressed):
+        return f"{len(regressed)} previously passing case(s) now fail{tail}"
+    return f"{len(match.matched)} matched case(s), none regressed{tail}"
+
+
+def levels(run: RunResult, baseline: Baseline, match: CaseMatch, tolerances: Mapping[str, float],
+           alpha: float) -> tuple[float, float | None]:
+    """(the cases' share of alpha, each gated metric's level or None). With one trial on both sides the
+    gate decides as before trials (the tolerances alone; a case regresses when it passed and fails now)
+    and alpha is not used. Otherwise alpha is split in two: half for the cases (``case_trials``), half
+    for the gated metrics, Bonferroni over them, so an unchanged system is blocked by the regression
+    test or a metric with a chance of at most alpha."""
+    if one_trial_each(run, baseline, match.matched):
+        return alpha, None
+    return alpha / 2, alpha / 2 / max(1, len(tolerances))
+
+
 def gate(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float] | None = None, *,
-         calibration: Any = None) -> GateResult:
+         calibration: Any = None, alpha: float = DEFAULT_ALPHA) -> GateResult:
     """Compare a RunResult with a Baseline. Pure: no I/O."""
     tolerances = dict(gated(run.metrics) if tolerances is None else tolerances)
     match = match_cases(run, baseline)
-    deltas = metric_movements(run, baseline, tolerances, match.matched)
-    tiers, regressed, new_failing = decide(run, baseline, match, deltas)
+    case_level, metric_level = levels(run, baseline, match, tolerances, alpha)
+    deltas = metric_movements(run, baseline, tolerances, match.matched, level=metric_level)
+    trials = case_trials(run, baseline, match.matched, case_level)
+    tiers, regressed, new_failing = decide(run, baseline, match, deltas, trials)
     return GateResult(run=run, baseline=baseline, tiers=tiers, metric_deltas=deltas,
-                      regressed=regressed, new_failing=new_failing, match=match, calibration=calibration)
+                      regressed=regressed, new_failing=new_failing, match=match, calibration=calibration,
+                      case_trials=trials, alpha=alpha)
 
 
-def decide(run: RunResult, baseline: Baseline, match: CaseMatch,
-           deltas: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(tiers, regressed, new_failing): the four tiers from the matched cases and the metric movements."""
-    regressed = regressions(run, baseline, match.matched)
+def decide(run: RunResult, baseline: Baseline, match: CaseMatch, deltas: pd.DataFrame,
+           trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(tiers, regressed, new_failing): the four tiers from the matched cases, their trials
+    (``case_trials``) and the metric movements."""
+    regressed = regressions(run, trials)
     new_failing = new_cases(run, baseline, match)
     n_new = len(match.new) + len(match.changed)
     tiers = [
         tier_one(run),
         metrics_tier(run, baseline, deltas),
-        tier_row(2, "no passing case regresses", regressed.empty,
-                 f"{len(regressed)} previously passing case(s) now fail" if len(regressed)
-                 else f"{len(match.matched)} matched case(s), none regressed", regressed["case_id"].tolist()),
+        tier_row(2, "no passing case regresses", regressed.empty, _regression_detail(regressed, trials, match),
+                 regressed["case_id"].tolist()),
         tier_row(2, "new cases pass", new_failing.empty,
                  f"{len(new_failing)} of {n_new} new or changed case(s) fail" if len(new_failing)
                  else f"{n_new} new or changed case(s), all pass", new_failing["case_id"].tolist()),

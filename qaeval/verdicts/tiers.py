@@ -125,10 +125,14 @@ def tier_one(run: RunResult) -> dict[str, Any]:
 MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
 
 
-def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame) -> dict[str, Any]:
+def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame, *, p_worse: float | None = None,
+             level: float | None = None) -> dict[str, Any]:
     """How one gated metric moved from the baseline's value to the run's (``board``: the scoreboard
     indexed by metric), and whether that is within its tolerance: the part of a metric_deltas row that
-    decides. A metric the baseline lacks (registered since) is not comparable, and passes."""
+    decides. A metric the baseline lacks (registered since) is not comparable, and passes. With trials
+    (``level`` given), a move past the tolerance blocks only when the one-sided paired test says the
+    run is worse by more than noise, ``p_worse`` <= ``level``, or when no case pairs with the baseline
+    (``p_worse`` NaN or None), so there is no noise to measure."""
     name = metric.name
     b, n_base = baseline.metrics.get(name, (math.nan, 0))
     c = float(board.at[name, "value"])
@@ -137,21 +141,27 @@ def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame
         ok = True
     else:
         ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
+        if not ok and level is not None and p_worse is not None and not math.isnan(p_worse):
+            ok = p_worse > level  # no paired case to test (p_worse NaN): the tolerance alone decides
     return dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
                 passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]))
 
 
 def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float],
-                     matched: list[str]) -> pd.DataFrame:
-    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test."""
+                     matched: list[str], level: float | None = None) -> pd.DataFrame:
+    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test:
+    an exact paired sign-flip test over the matched cases' per-case values (with trials, each case's
+    mean over its trials). ``level`` (with trials): a move past the tolerance blocks only when the
+    one-sided p-value of that test, that the run is worse (half the two-sided p when the paired
+    differences lean the wrong way, else 1), is at most ``level``; ``p_value`` is then that one-sided
+    p. Without ``level`` the tolerance alone decides and ``p_value`` is the two-sided p, as a note."""
     board = run.scoreboard.set_index("metric")
     position = {cid: i for i, cid in enumerate(run.units["case_id"])}
     by_name = {m.name: m for m in run.metrics}
     rows = []
     for name, tol in tolerances.items():
         nums, dens = run.units[f"{name}__num"].to_numpy(), run.units[f"{name}__den"].to_numpy()
-        moved_by = movement(by_name[name], tol, baseline, board)
-        delta = moved_by["delta"]
+        delta = movement(by_name[name], tol, baseline, board)["delta"]
         note = "not comparable (n=0 on one side)" if math.isnan(delta) else ""
         base_units = baseline.outcomes(name)
         diffs = []
@@ -161,7 +171,13 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
                 bn, bd = base_units[cid]
                 diffs.append(num / den - bn / bd)
         p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
+        if level is not None:
+            leans_worse = (sum(diffs) < -_EPS) if by_name[name].higher_is_better else (sum(diffs) > _EPS)
+            p, floor = (p / 2, floor / 2) if leans_worse else (1.0, floor / 2)
+        moved_by = movement(by_name[name], tol, baseline, board, p_worse=p if diffs else math.nan, level=level)
         distinguishable, noise = noise_note(p, floor, moved, len(diffs))
+        if level is not None:
+            noise = f"one-sided p={p:.3g} against level {level:.3g}; " + noise
         if moved == 0 and diffs and not math.isnan(delta) and abs(delta) > _EPS:
             noise += "; the change comes from cases counted on one side only"
         rows.append(dict(**moved_by, n_paired=len(diffs), n_moved=moved, p_value=p if diffs else math.nan,
@@ -179,6 +195,7 @@ def _worse(share: float, higher: bool, base: tuple[float, float] | None) -> bool
 
 
 def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> dict[str, Any]:
+    """The metrics tier's row: the gated metrics that blocked, and the cases that moved them."""
     failed = deltas[~deltas["passed"]]
     detail = "no gated metric moved past its tolerance"
     if len(failed):
@@ -194,10 +211,20 @@ def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> di
     return tier_row(2, "metrics vs baseline", failed.empty, detail, [c for c in run.units["case_id"] if c in worse])
 
 
-def regressions(run: RunResult, baseline: Baseline, matched: list[str]) -> pd.DataFrame:
+def _state(passes: int, trials: int) -> str:
+    return ("passed" if passes else "failed") if trials == 1 else f"passed {passes}/{trials}"
+
+
+def regressions(run: RunResult, trials: pd.DataFrame) -> pd.DataFrame:
+    """The cases ``case_trials`` calls broken or regressed (with one trial each: passed then, fail now)."""
     pc = run.per_case.set_index("case_id")
-    rows = [dict(case_id=cid, baseline_state="passed", current_state="failed", why=reasons_text(pc.at[cid, "fail_reasons"]))
-            for cid in matched if baseline.cases[cid].passed and not pc.at[cid, "case_passed"]]
+    rows = []
+    for r in trials[trials["verdict"].isin(["broken", "regressed"])].itertuples(index=False):
+        why = reasons_text(pc.at[r.case_id, "fail_reasons"])
+        if r.verdict == "regressed":
+            why = f"passes less often than in the baseline (one-sided Fisher p={r.p_value:.3g}): {why}"
+        rows.append(dict(case_id=r.case_id, baseline_state=_state(r.baseline_passes, r.baseline_trials),
+                         current_state=_state(r.passes, r.trials), why=why))
     return frame(rows, REGRESSED_SCHEMA)
 
 
@@ -208,3 +235,75 @@ def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFr
                  why=reasons_text(pc.at[cid, "fail_reasons"]))
             for cid in pc.index if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]]
     return frame(rows, NEW_SCHEMA)
+
+
+# --------------------------------------------------------------------------- trials
+
+
+def fisher_drop_p(base_passes: int, base_trials: int, passes: int, trials: int) -> tuple[float, float]:
+    """(p, smallest p these margins allow) of the one-sided Fisher exact test that the current pass rate
+    is lower than the baseline's, conditional on the total passes S = base_passes + passes over
+    N = base_trials + trials trials: p = sum over x <= passes of C(S, x) C(N - S, trials - x) / C(N, trials),
+    the chance that so few of the current trials pass if the trials of both runs were exchangeable (an
+    unchanged system). The smallest p is that of the fewest current passes S allows."""
+    total, passing = base_trials + trials, base_passes + passes
+    whole = math.comb(total, trials)
+
+    def at(x: int) -> float:
+        return math.comb(passing, x) * math.comb(total - passing, trials - x) / whole
+
+    lowest = max(0, passing - base_trials)
+    return min(1.0, sum(at(x) for x in range(lowest, passes + 1))), at(lowest)
+
+
+def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
+    """Tarone's (1990) level for discrete tests: the smallest m >= 1 such that at most m of the tests
+    could reach p <= alpha / m at all (``min_ps``: the smallest p each test's margins allow), and
+    alpha / m. Tests that cannot reach it are left out of the count, which keeps the family-wise error at
+    most alpha while the exact tests of cases that never moved (p = 1 whatever happens) cost no power."""
+    m = 1
+    while sum(1 for p in min_ps if p <= alpha / m) > m:
+        m += 1
+    return alpha / m, m
+
+
+CASE_TRIALS_SCHEMA = {"case_id": "text", "baseline_passes": "int", "baseline_trials": "int", "passes": "int",
+                      "trials": "int", "p_value": "float", "min_p": "float", "verdict": "text"}
+
+
+def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: float) -> pd.DataFrame:
+    """Every matched case's trial counts against the baseline's and what they mean, one row each.
+
+    ``verdict``:
+    * ``broken``: it passed every baseline trial and fails every current trial (with one trial on each
+      side, the gate's rule before trials: passed then, fails now). Blocks.
+    * ``regressed``: it passes in fewer trials than in the baseline, by more than chance allows: its
+      one-sided Fisher p-value (``fisher_drop_p``) is at most Tarone's level (``tarone_level``) for
+      ``alpha`` over the matched cases that are not broken. Blocks.
+    * ``flaky``: some trials passed and some failed, on either side, and neither rule above holds.
+      Reported, never blocking.
+    * ``steady``: every other case (passes as it did, or fails as it did).
+    """
+    pc = run.per_case.set_index("case_id")
+    rows = []
+    for cid in matched:
+        base = baseline.cases[cid]
+        cb, nb, cc, nc = base.pass_count, base.trials, int(pc.at[cid, "passes"]), int(pc.at[cid, "trials"])
+        p, floor = fisher_drop_p(cb, nb, cc, nc)
+        verdict = "broken" if cb == nb and cc == 0 else "steady"
+        rows.append(dict(case_id=cid, baseline_passes=cb, baseline_trials=nb, passes=cc, trials=nc, p_value=p,
+                         min_p=floor, verdict=verdict))
+    level, _ = tarone_level([r["min_p"] for r in rows if r["verdict"] != "broken"], alpha)
+    for r in rows:
+        if r["verdict"] == "broken":
+            continue
+        if r["passes"] * r["baseline_trials"] < r["baseline_passes"] * r["trials"] and r["p_value"] <= level:
+            r["verdict"] = "regressed"
+        elif 0 < r["passes"] < r["trials"] or 0 < r["baseline_passes"] < r["baseline_trials"]:
+            r["verdict"] = "flaky"
+    return frame(rows, CASE_TRIALS_SCHEMA)
+
+
+def one_trial_each(run: RunResult, baseline: Baseline, matched: list[str]) -> bool:
+    """Whether both sides ran every matched case once: the gate then decides as it did before trials."""
+    return run.trials == 1 and all(baseline.cases[c].trials == 1 for c in matched)

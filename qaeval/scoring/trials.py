@@ -1,0 +1,140 @@
+"""Trials: each case run K times, each trial scored alone, then put together into one run.
+
+``combine_trials(runs)`` takes the K ``RunResult``s of one suite (trial 0 first), each scored as if it were
+the only run, and returns the run that holds them all:
+
+* ``per_case``: one row per case. Its output and judge columns are trial 0's (the answer a reader sees
+  first); each deterministic-check column, ``deterministic_passed`` and ``case_passed`` hold only when
+  they hold in every trial; ``fail_reasons`` lists every distinct reason once, naming the trials it
+  happened in when there are several. Added: ``trials`` (K), ``passes`` (trials that passed),
+  ``pass_rate`` (passes / trials) and ``flaky`` (0 < passes < trials).
+* ``units``: each case's share of every metric is the mean over its trials of its numerator and of its
+  denominator, so a case weighs the same whatever K is, and with K = 1 nothing changes. The scoreboard
+  averages cases from these; its bootstrap resamples cases (each with all its trials), never trials
+  alone: the clustered bootstrap.
+* ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``).
+
+Pure: no I/O, no judge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from qaeval.scoring.metrics import Metric, scoreboard_and_slices
+from qaeval.scoring.outcomes import FailReason
+
+RunResult = Any  # qaeval.scoring.evaluate.RunResult, which imports this module
+
+TRIAL_COLUMNS = {"trials": "int", "passes": "int", "pass_rate": "float", "flaky": "bool"}
+
+
+def pass_hat_k(passes: int, trials: int, k: int) -> float:
+    """tau-bench's pass^k: the chance that k trials drawn without replacement from a case's ``trials``
+    all pass, C(passes, k) / C(trials, k), an unbiased estimate of p^k. NaN when k > trials."""
+    if k < 1 or k > trials:
+        return math.nan
+    return math.comb(passes, k) / math.comb(trials, k)
+
+
+def pass_at_k(passes: int, trials: int, k: int) -> float:
+    """Chen et al. (2021)'s pass@k: the chance that at least one of k trials drawn without replacement
+    passes, 1 - C(trials - passes, k) / C(trials, k). NaN when k > trials."""
+    if k < 1 or k > trials:
+        return math.nan
+    return 1.0 - math.comb(trials - passes, k) / math.comb(trials, k)
+
+
+def trial_metrics(k: int) -> tuple[Metric, ...]:
+    """The two scoreboard rows a run of several trials adds (over cases, not gated, no drift band)."""
+    return (
+        Metric("pass_hat_k", True, "cases", f"chance that all {k} trials of a case pass (pass^{k})",
+               lambda f: (math.nan, 0.0)),
+        Metric("pass_at_k", True, "cases", f"chance that at least one of {k} trials of a case passes (pass@{k})",
+               lambda f: (math.nan, 0.0)),
+    )
+
+
+def merged_reasons(reasons_by_trial: Sequence[Sequence[FailReason]]) -> list[FailReason]:
+    """Every distinct reason once, in the order first met; with several trials each names the trials
+    it happened in (counted from 1): "judged unfaithful (score 0) [trials 2, 5 of 5]"."""
+    seen: dict[tuple[str, str, str | None], list[int]] = {}
+    for trial, reasons in enumerate(reasons_by_trial, start=1):
+        for r in reasons:
+            seen.setdefault((r.code, r.message, r.name), []).append(trial)
+    if len(reasons_by_trial) == 1:
+        return [FailReason(code, message, name) for code, message, name in seen]  # type: ignore[arg-type]
+    total = len(reasons_by_trial)
+    def where(at: list[int]) -> str:
+        if len(at) == total:
+            return f"all {total} trials"
+        return f"trial{'s' if len(at) > 1 else ''} {', '.join(map(str, at))} of {total}"
+
+    return [FailReason(code, f"{message} [{where(at)}]", name)  # type: ignore[arg-type]
+            for (code, message, name), at in seen.items()]
+
+
+def add_trial_columns(per_case: pd.DataFrame) -> pd.DataFrame:
+    """``per_case`` of a run of one trial with the trial columns: trials 1, passes 1 or 0, never flaky."""
+    passed = per_case["case_passed"].to_numpy(bool)
+    return per_case.assign(trials=1, passes=passed.astype(int), pass_rate=passed.astype(float), flaky=False)
+
+
+def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k: int | None = None,
+                   skip_scoreboard: bool = False) -> RunResult:
+    """One run from the K trial runs of one suite (trial 0 first): see the module's docstring. With one
+    trial, that trial's run with the four trial columns added to its ``per_case``."""
+    first = runs[0]
+    k_trials = len(runs)
+    k = pass_k or k_trials
+    frames = [r.per_case for r in runs]
+    per_case = first.per_case.copy()
+    check_columns = [c for c in per_case.columns if per_case[c].dtype == bool and c != "abstained"
+                     and c not in TRIAL_COLUMNS]
+    for column in check_columns:  # a check, deterministic_passed, case_passed, a registered check
+        together = frames[0][column].to_numpy(bool).copy()
+        for other in frames[1:]:
+            together &= other[column].to_numpy(bool)
+        per_case[column] = together
+    passes = sum(f["case_passed"].to_numpy(bool).astype(int) for f in frames)
+    per_case["fail_reasons"] = [merged_reasons([f.at[i, "fail_reasons"] for f in frames]) for i in range(len(per_case))]
+    per_case["trials"] = k_trials
+    per_case["passes"] = passes
+    per_case["pass_rate"] = passes / k_trials
+    per_case["flaky"] = (passes > 0) & (passes < k_trials)
+    units = first.units.copy()
+    if k_trials > 1:
+        numeric = [c for c in units.columns if c != "case_id"]
+        units[numeric] = sum(r.units[numeric].to_numpy(float) for r in runs) / k_trials
+    metrics = first.metrics
+    if k_trials > 1:
+        units["pass_hat_k__num"] = [pass_hat_k(int(c), k_trials, k) for c in passes]
+        units["pass_at_k__num"] = [pass_at_k(int(c), k_trials, k) for c in passes]
+        valid = k <= k_trials
+        units["pass_hat_k__den"] = units["pass_at_k__den"] = 1.0 if valid else 0.0
+        if not valid:
+            units["pass_hat_k__num"] = units["pass_at_k__num"] = 0.0
+        metrics = metrics + trial_metrics(k)
+    combined = replace(first, per_case=per_case, units=units, trial_runs=tuple(runs) if k_trials > 1 else (),
+                       meta=replace(first.meta, trials=k_trials, pass_k=k if k_trials > 1 else None))
+    if skip_scoreboard:
+        return combined
+    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=metrics)
+    return replace(combined, scoreboard=board, slices=slices)
+
+
+def trials_frame(run: RunResult, layer: str) -> pd.DataFrame:
+    """A layer (``outputs``, ``checks``, ``verdicts``, ``per_case``, ...) of every trial of ``run``, with a
+    ``trial`` column (0 to K - 1) after ``case_id``, rows in trial then suite order."""
+    runs = run.trial_runs or (run,)
+    parts = []
+    for trial, r in enumerate(runs):
+        df = getattr(r, layer).copy()
+        df.insert(1, "trial", trial)
+        parts.append(df)
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,244 @@
+"""Trials (--trials K): every case run K times, each an independent call; the record holds every trial; the
+figures average trials per case; the gate tells a flaky case from a regression."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import GOLDEN, ROOT
+
+from qaeval import api
+from qaeval.cli import main
+from qaeval.errors import RecordError
+from qaeval.judges.offline import OfflineJudge
+from qaeval.pipeline import evaluate
+from qaeval.record import load_run, read_baseline
+from qaeval.scoring.trials import pass_at_k, pass_hat_k
+from qaeval.data.cases import load_suite
+from qaeval.verdicts.gate import gate
+from qaeval.verdicts.tiers import fisher_drop_p, tarone_level
+
+TESTS = str(ROOT / "tests")
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    monkeypatch.setenv("QAEVAL_PROGRESS", "0")
+
+
+def test_pass_hat_k_and_pass_at_k_follow_their_formulas():
+    assert pass_hat_k(3, 5, 2) == pytest.approx(3 / 10)  # C(3,2)/C(5,2)
+    assert pass_at_k(3, 5, 2) == pytest.approx(1 - 1 / 10)  # 1 - C(2,2)/C(5,2)
+    assert pass_hat_k(5, 5, 5) == 1.0 and pass_at_k(0, 5, 5) == 0.0
+    assert math.isnan(pass_hat_k(2, 3, 4)) and math.isnan(pass_at_k(2, 3, 0))
+
+
+def test_the_fisher_drop_test_and_tarones_level():
+    p, floor = fisher_drop_p(5, 5, 0, 5)
+    assert p == pytest.approx(1 / 252) and floor == pytest.approx(1 / 252)
+    assert fisher_drop_p(5, 5, 5, 5) == (1.0, 1.0)  # a case that never moved cannot be tested at all
+    assert fisher_drop_p(3, 3, 0, 3)[0] == pytest.approx(1 / 20)
+    # cases that can never reach significance do not count against the level
+    assert tarone_level([1.0] * 100 + [1 / 252], 0.05) == (0.05, 1)
+    level, m = tarone_level([0.001] * 3 + [0.5] * 50, 0.05)
+    assert m == 3 and level == pytest.approx(0.05 / 3)
+
+
+def test_each_trial_is_its_own_call_and_results_come_back_in_suite_order(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls))
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_call_counter", trials=3, concurrency=4)
+    suite = load_suite(GOLDEN)
+    assert len(calls.read_text().splitlines()) == 3 * len(suite)
+    assert run.trials == 3 and len(run.trial_runs) == 3
+    for trial in run.trial_runs:
+        assert trial.outputs["case_id"].tolist() == [c.id for c in suite]
+    frame = run.trial_frame("outputs")
+    assert frame["trial"].tolist() == [t for t in range(3) for _ in suite]
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_outputs_differ_between_trials_when_the_system_varies(isolation, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_varying", trials=2, isolation=isolation, concurrency=2)
+    answered = [cid for cid, a in zip(run.per_case["case_id"], run.per_case["abstained"]) if not a]
+    first, second = (r.outputs.set_index("case_id") for r in run.trial_runs)
+    assert all(first.at[c, "answer"] != second.at[c, "answer"] for c in answered)
+
+
+class CountingJudge(OfflineJudge):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def judge(self, requests):
+        self.asked += len(requests)
+        return super().judge(requests)
+
+
+def test_a_deterministic_system_costs_one_judge_call_per_answered_case_whatever_k():
+    suite = load_suite(GOLDEN)
+    once, thrice = CountingJudge(), CountingJudge()
+    one = evaluate(suite, "qaeval.system.reference:make_adapter", once, isolation="none")
+    three = evaluate(suite, "qaeval.system.reference:make_adapter", thrice, isolation="none", trials=3)
+    answered = int((~one.per_case["abstained"]).sum())
+    assert once.asked == thrice.asked == answered > 0
+    usage = three.judge_usage
+    assert usage["calls"] - usage["cached"] == answered and usage["cached"] == 2 * answered
+    # the figures of a deterministic system do not move with K
+    assert three.scoreboard.set_index("metric")["value"].drop(["pass_hat_k", "pass_at_k"]).to_dict() == \
+        pytest.approx(one.scoreboard.set_index("metric")["value"].to_dict(), nan_ok=True)
+
+
+def test_a_flaky_case_is_counted_per_trial_and_its_metrics_are_means(monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
+                  concurrency=1)
+    pc = run.per_case.set_index("case_id")
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    assert (pc.at[dvd, "passes"], pc.at[dvd, "trials"], pc.at[dvd, "flaky"]) == (2, 4, True)
+    assert not pc.at[dvd, "case_passed"] and pc.at[dvd, "pass_rate"] == 0.5
+    assert any("wrongly abstained [trials 2, 4 of 4]" == str(r) for r in pc.at[dvd, "fail_reasons"])
+    units = run.units.set_index("case_id")
+    assert units.at[dvd, "over_refusal_rate__num"] == 0.5 and units.at[dvd, "over_refusal_rate__den"] == 1.0
+    board = run.scoreboard.set_index("metric")
+    answerable = int(board.at["over_refusal_rate", "n"])
+    assert board.at["over_refusal_rate", "value"] == pytest.approx(0.5 / answerable)
+    assert "flaky (some trials pass): 1" in run.summary_text()
+
+
+def test_a_record_holds_every_trial_and_reads_back_the_same(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=3, isolation="none",
+                  concurrency=1, save=str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["version"] == 3 and data["meta"]["trials"] == 3
+    assert all(len(line["trials"]) == 2 for line in data["cases"])
+    back = load_run(tmp_path / "r.json")
+    assert back.trials == 3
+    cols = ["case_id", "passes", "trials", "flaky", "case_passed"]
+    assert back.per_case[cols].equals(run.per_case[cols])
+    assert back.scoreboard["value"].tolist() == pytest.approx(run.scoreboard["value"].tolist(), nan_ok=True)
+
+
+def test_a_record_of_one_trial_is_as_small_as_before(tmp_path):
+    api.run(str(GOLDEN), isolation="none", save=str(tmp_path / "one.json"))
+    data = json.loads((tmp_path / "one.json").read_text())
+    assert "trials" not in data["meta"] and not any("trials" in line for line in data["cases"])
+
+
+def test_a_forged_trial_is_refused(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=2, isolation="none", concurrency=1,
+            save=str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    line = next(line for line in data["cases"] if not line["trials"][0]["passed"])
+    line["trials"][0]["passed"] = True  # the second trial says it passed; its layers say it did not
+    (tmp_path / "forged.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=r"cases\[\d+\]\.passed"):
+        load_run(tmp_path / "forged.json")
+    del line["trials"][0]
+    (tmp_path / "short.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="holds 0 more trial"):
+        load_run(tmp_path / "short.json")
+
+
+def test_a_record_of_version_2_is_refused_by_name(tmp_path):
+    api.run(str(GOLDEN), isolation="none", save=str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["version"] = 2
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="version 2 was written before trials"):
+        load_run(tmp_path / "old.json")
+
+
+@pytest.fixture(scope="module")
+def baseline_k4(tmp_path_factory):
+    path = tmp_path_factory.mktemp("base") / "baseline.json"
+    os.environ["QAEVAL_PROGRESS"] = "0"
+    api.baseline(str(GOLDEN), out=str(path), trials=4, isolation="none")
+    return read_baseline(path)
+
+
+def test_a_case_flaky_now_is_reported_flaky_not_regressed(baseline_k4, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
+                  concurrency=1)
+    result = gate(run, baseline_k4)
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    assert result.ok, result.summary_text()
+    assert result.flaky["case_id"].tolist() == [dvd] and result.regressed.empty
+    row = result.flaky.iloc[0]
+    assert (row.baseline_passes, row.baseline_trials, row.passes, row.trials) == (4, 4, 2, 4)
+    # over_refusal_rate rose past its tolerance of 0, but one case moving is within noise
+    deltas = result.metric_deltas.set_index("metric")
+    assert deltas.at["over_refusal_rate", "delta"] > 0 and deltas.at["over_refusal_rate", "passed"]
+    assert "flaky, not blocking (1)" in result.summary_text()
+
+
+def test_a_case_that_fails_every_trial_after_passing_every_baseline_trial_blocks(baseline_k4, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_on_dvd", trials=3, isolation="none")
+    result = gate(run, baseline_k4)
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    assert not result.ok and result.regressed["case_id"].tolist() == [dvd]
+    assert result.regressed.iloc[0].baseline_state == "passed 4/4"
+    assert result.regressed.iloc[0].current_state == "passed 0/3"
+    assert "3 trial(s) per case against a baseline of 4" in result.summary_text()
+
+
+def test_one_trial_each_side_decides_as_before(tmp_path, monkeypatch):
+    """K=1 against K=1: a case that passed and fails now blocks, and a metric past its tolerance blocks
+    without any noise test, as before trials."""
+    monkeypatch.syspath_prepend(TESTS)
+    api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), isolation="none")
+    result = api.gate_run(str(GOLDEN), baseline=str(tmp_path / "b.json"), adapter="plugins:make_abstain_on_dvd",
+                          isolation="none")
+    deltas = result.metric_deltas.set_index("metric")
+    assert not result.ok and not deltas.at["over_refusal_rate", "passed"]
+    assert result.regressed.iloc[0].baseline_state == "passed" and result.regressed.iloc[0].current_state == "failed"
+
+
+def test_a_gate_record_with_trials_reads_back_and_is_checked(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.chdir(tmp_path)
+    assert main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none",
+                 "--quiet"]) == 0
+    code = main(["gate", "--data", str(GOLDEN), "--trials", "3", "--baseline", "b.json", "--isolation", "none",
+                 "--adapter", "plugins:make_abstain_every_other", "--concurrency", "1", "--save", "g.json"])
+    out = capsys.readouterr().out
+    assert code == 0 and "flaky, not blocking (1)" in out, out
+    back = load_run(tmp_path / "g.json")
+    assert len(back.flaky) == 1 and back.ok
+
+
+def test_the_pytest_plugin_runs_trials():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
+                           "-m", "qaeval", "--qaeval-trials", "2", "-k", "multi-0001"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "QAEVAL_PROGRESS": "0"})
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "golden case multi-0001 failed (0 of 2 trials passed)" in done.stdout and "[all 2 trials]" in done.stdout
+
+
+def test_the_gate_notebook_takes_trials(tmp_path, monkeypatch):
+    """papermill -p trials 3: the gate notebook runs every case three times and passes against a baseline of
+    three trials (the trials line shows in the report)."""
+    import nbformat
+
+    from qaeval.reports.render import notebook_path, run_papermill
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), trials=3, isolation="none")
+    out = tmp_path / "gate-out.ipynb"
+    run_papermill(notebook_path("gate"), out, parameters=dict(data=str(GOLDEN), baseline=str(tmp_path / "b.json"),
+                                                              trials=3), kernel_name="python3", progress_bar=False,
+                  cwd=str(ROOT))
+    text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
+    assert "PASS" in text and "pass_hat_k" in text
