@@ -242,3 +242,15 @@ def test_the_gate_notebook_takes_trials(tmp_path, monkeypatch):
                   cwd=str(ROOT))
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
     assert "PASS" in text and "pass_hat_k" in text
+
+
+def test_the_readme_trials_commands_pass_an_unchanged_flaky_system(tmp_path, monkeypatch, capsys):
+    """The README's two commands: a baseline of the flaky stand-in with five trials, and a gate of the same
+    system against it, which passes (its trials vary; the gate lists what varied as flaky)."""
+    monkeypatch.chdir(ROOT)
+    base = str(tmp_path / "flaky.json")
+    assert main(["baseline", "--data", "golden", "--trials", "5", "--adapter", "qaeval.system.flaky:make_adapter",
+                 "--out", base, "--quiet"]) == 0
+    assert main(["gate", "--data", "golden", "--trials", "5", "--adapter", "qaeval.system.flaky:make_adapter",
+                 "--baseline", base]) == 0
+    assert "GATE: PASS" in capsys.readouterr().out
