@@ -665,3 +665,20 @@ class Varying(WrapsHub):
 
 def make_varying():
     return Varying()
+
+
+class HostileVarying(WrapsHub):
+    """Answers with markup and a fresh token each call, so its trials differ and are drawn side by side."""
+
+    def answer(self, case):
+        import secrets
+
+        out = self.hub.answer(case)
+        if out.abstained:
+            return out
+        return SUTOutput(answer=f"{MARKUP} {secrets.token_hex(4)}", citations=out.citations,
+                         retrieved_ids=out.retrieved_ids, model_was_called=True, prompt_to_model=out.prompt_to_model)
+
+
+def make_hostile_varying():
+    return HostileVarying()

@@ -30,6 +30,18 @@ def test_dask_executor_gives_the_same_scoreboard(cluster, golden_run):
     assert run.meta.executor == "ClientExecutor" and run.outputs["error"].isna().all()
 
 
+def test_trials_on_dask_are_independent_calls_in_suite_order(cluster, golden_run):
+    """--trials on an executor: every case asked three times, each trial's outputs in suite order, and a
+    deterministic system's figures as with one trial."""
+    with distributed.Client(cluster) as client:
+        run = api.run(str(GOLDEN), executor=client.get_executor(), trials=3)
+    assert run.trials == 3 and all(r.outputs["case_id"].tolist() == golden_run.outputs["case_id"].tolist()
+                                   for r in run.trial_runs)
+    assert (run.per_case["passes"] == 3 * golden_run.per_case["case_passed"].astype(int)).all()
+    board = run.scoreboard.set_index("metric")["value"].drop(["pass_hat_k", "pass_at_k"])
+    pd.testing.assert_series_equal(board, golden_run.scoreboard.set_index("metric")["value"])
+
+
 def test_dask_url_on_the_command_line(cluster, capsys, tmp_path):
     url = cluster.scheduler_address.replace("tcp://", "dask://")
     record = tmp_path / "r.json"

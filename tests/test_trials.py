@@ -254,3 +254,31 @@ def test_the_readme_trials_commands_pass_an_unchanged_flaky_system(tmp_path, mon
     assert main(["gate", "--data", "golden", "--trials", "5", "--adapter", "qaeval.system.flaky:make_adapter",
                  "--baseline", base]) == 0
     assert "GATE: PASS" in capsys.readouterr().out
+
+
+def test_the_reports_draw_each_trial_and_list_flaky_cases_apart(baseline_k4, monkeypatch):
+    """The run report's case table and drill-down draw a mark per trial, the drill-down shows the trials'
+    differing outputs side by side (escaped), and the gate report lists the flaky case with its counts."""
+    from qaeval import reports
+
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
+                  concurrency=1)
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    table = reports.cases_table(run).markup
+    assert 'title="2 of 4 trials passed"' in table and "4 trials per case" in table
+    page = reports.drilldown(run, [dvd]).markup
+    assert "Trials: 2 of 4 passed" in page and "<b>trials 1, 3</b>" in page and "<b>trials 2, 4</b>" in page
+    assert "(abstained)" in page and "wrongly abstained" in page
+    flaky = reports.not_blocking(gate(run, baseline_k4)).markup
+    assert "Flaky, not blocking" in flaky and "4 of 4" in flaky and "2 of 4" in flaky
+
+
+def test_a_trial_answer_is_escaped_in_the_drilldown(monkeypatch):
+    from qaeval import reports
+
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_hostile_varying", trials=2, isolation="none")
+    page = reports.drilldown(run).markup
+    assert "<b>trial 1</b>" in page and "<b>trial 2</b>" in page  # the trials differ, so both are drawn
+    assert "<script>" not in page and "<img" not in page and "&lt;script&gt;" in page

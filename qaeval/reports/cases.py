@@ -21,7 +21,7 @@ from typing import Any
 
 from qaeval.data.schema import CITATION_CORRECTNESS, GoldenCase
 from qaeval.frames import is_missing
-from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score
+from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score, trial_marks
 from qaeval.scoring.checks import fold as fold_passage
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
@@ -51,6 +51,7 @@ class CaseDetail:
     full: bool
     baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
     corpus: Mapping[str, Any] | None = None  # the run's corpus (or the passages its record kept)
+    trials: tuple[CaseRows, ...] = ()  # every trial's rows, with several trials (the first is ``rows``)
 
     @property
     def passed(self) -> bool:
@@ -107,7 +108,9 @@ def _summary(view: CaseDetail, tags: Tags) -> str:
     tag_html = "".join(f'<span class="tag {c}">{esc(t)}</span>' for t, c in tags)
     kind = esc(case.difficulty) + (" · " + esc(case.adversarial) if case.adversarial else "")
     why = " — " + esc(first_reason(reasons, 140)) if reasons else ""
-    return f'<summary>{mark(view.passed)} <code>{esc(case.id)}</code> {tag_html}<span class="na">{kind}</span>{why}</summary>'
+    marks = trial_marks(t.outcome["case_passed"] for t in view.trials)
+    return (f'<summary>{mark(view.passed)} {marks} <code>{esc(case.id)}</code> {tag_html}<span class="na">{kind}</span>'
+            f'{why}</summary>')
 
 
 def _about(view: CaseDetail) -> str:
@@ -288,8 +291,39 @@ def logs_section(view: CaseDetail) -> str:
     return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
 
 
+def _output_key(out: Row) -> tuple[Any, ...]:
+    return (out["answer"], bool(out["abstained"]), out["error"] if not is_missing(out["error"]) else None,
+            tuple(c["source_id"] for c in out["citations"]))
+
+
+def trials_section(view: CaseDetail) -> str:
+    """With several trials: each distinct output once, with the trials that gave it, whether each passed
+    and why not, side by side (nothing when every trial gave the same output)."""
+    if len(view.trials) < 2:
+        return ""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for n, t in enumerate(view.trials):
+        groups.setdefault(_output_key(t.output), []).append(n)
+    passes = sum(bool(t.outcome["case_passed"]) for t in view.trials)
+    head = f"<h3>Trials: {passes} of {len(view.trials)} passed</h3>"
+    if len(groups) == 1:
+        return head + '<p class="na">Every trial gave the same output.</p>'
+    blocks = []
+    for (answer, abstained, error, cited), at in groups.items():
+        first = view.trials[at[0]]
+        label = f"trial{'s' if len(at) > 1 else ''} {', '.join(str(n + 1) for n in at)}"
+        verdicts = ", ".join("passed" if view.trials[n].outcome["case_passed"] else "failed" for n in at)
+        body = (f'<span class="bad">adapter error</span>: {esc(error)}' if error is not None else
+                '<span class="na">(abstained)</span>' if abstained else esc(answer))
+        cites = f'<br><span class="na">cites: {esc(", ".join(cited))}</span>' if cited else ""
+        why = first.outcome["fail_reasons"]
+        reason = f'<br><span class="bad">{esc(first_reason(why, 160))}</span>' if why else ""
+        blocks.append(f"<div><b>{esc(label)}</b> <span class=na>({esc(verdicts)})</span><br>{body}{cites}{reason}</div>")
+    return head + f'<div class="side">{"".join(blocks)}</div>'
+
+
 SECTIONS: tuple[Callable[[CaseDetail], str], ...] = (
-    passages_section, citations_section, judge_section, checks_section, trajectory_section, prompt_section,
+    trials_section, passages_section, citations_section, judge_section, checks_section, trajectory_section, prompt_section,
     logs_section)
 
 
@@ -319,10 +353,12 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     failing = [c for c in ids if not idx.passed(c)]
     passing = [c for c in ids if idx.passed(c)]
     everything_full = len(run.suite) <= ALL_FULL_UP_TO
+    trial_indexes = [CaseIndex(r) for r in run.trial_runs]
     parts = []
     for n, cid in enumerate([*failing, *passing]):
         view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
-                        baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus)
+                          baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus,
+                          trials=tuple(t[cid] for t in trial_indexes))
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:

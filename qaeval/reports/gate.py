@@ -8,8 +8,8 @@ from typing import Any
 
 from qaeval.reports.calibration import agreement_table
 from qaeval.reports.cases import Tags, drilldown
-from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num
-from qaeval.reports.run import run_facts, run_notes
+from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num, trial_marks
+from qaeval.reports.run import run_facts, run_notes, trial_outcomes
 from qaeval.verdicts.gate import GateResult
 
 
@@ -39,7 +39,9 @@ def delta_table(result: GateResult) -> Html:
     return Html(html_table(rows, [Col("metric", "metric", "id"), Col("baseline", "baseline", "html"),
                                   Col("current", "now", "html"), Col("delta", "change", "html"),
                                   Col("tolerance", "allowed"), Col("result", "result", "html"),
-                                  Col("noise", "noise test (informs; tolerances decide)")],
+                                  Col("noise", "noise test (with trials it decides past the tolerance; "
+                                                        "else it informs)" if result.run.trials > 1 or
+                                      result.baseline.trials > 1 else "noise test (informs; tolerances decide)")],
                            caption="Gated metrics against the baseline", bad=lambda r: failed(r["passed"])))
 
 
@@ -56,17 +58,35 @@ def blocking_cases(result: GateResult) -> Html:
     return drilldown(result.run, ids, baseline=result.baseline, tags=tripped, open_failing=True)
 
 
+def flaky_table(result: GateResult) -> Html:
+    """The flaky cases that do not block: their passes in the baseline and now, each trial's mark, and the
+    one-sided Fisher p-value of the drop (1 when there is none)."""
+    flaky = result.flaky
+    if flaky.empty:
+        return Html("")
+    outcomes = trial_outcomes(result.run)
+    rows = [dict(case_id=r["case_id"], baseline=f"{r['baseline_passes']} of {r['baseline_trials']}",
+                 now=f"{r['passes']} of {r['trials']}", trials=trial_marks(outcomes.get(r["case_id"], [])),
+                 p=f"{r['p_value']:.3g}") for r in flaky.to_dict("records")]
+    return Html(html_table(rows, [Col("case_id", "case", "id"), Col("baseline", "passed in the baseline"),
+                                  Col("now", "passed now"), Col("trials", "trials now", "html"),
+                                  Col("p", "p (a drop, one-sided Fisher)")],
+                           caption="Flaky, not blocking: some trials pass and some fail, on either side, and the "
+                                   "drop is within what chance allows"))
+
+
 def not_blocking(result: GateResult) -> Html:
-    """Failing cases that do not block, labelled with why (already failing in the baseline)."""
+    """The flaky cases that do not block (``flaky_table``), then the failing cases that do not block,
+    labelled with why (already failing in the baseline, or flaky)."""
     blocking = set(result.blocking_cases)
     pc = result.run.per_case
     failing = [c for c in pc.loc[~pc["case_passed"], "case_id"] if c not in blocking]
     if not failing:
-        return empty_note("No other case fails.")
-    already = set(result.already_failing)
-    tags: dict[str, Tags] = {c: [("already failing in the baseline" if c in already else "not blocking", "was")]
-                             for c in failing}
-    return drilldown(result.run, failing, baseline=result.baseline, tags=tags)
+        return Html(flaky_table(result).markup or empty_note("No other case fails.").markup)
+    already, flaky = set(result.already_failing), set(result.flaky["case_id"])
+    tags: dict[str, Tags] = {c: [("flaky, not blocking" if c in flaky else "already failing in the baseline"
+                                  if c in already else "not blocking", "was")] for c in failing}
+    return Html(flaky_table(result).markup + drilldown(result.run, failing, baseline=result.baseline, tags=tags).markup)
 
 
 def gate_calibration(result: GateResult) -> Html:

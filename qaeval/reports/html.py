@@ -24,6 +24,19 @@ KICKERS = {"run": "qaeval run · tier 1", "gate": "qaeval gate", "calibrate": "q
            "drift": "qaeval drift", "compare": "qaeval compare"}
 
 
+def trial_marks(outcomes: Any) -> str:
+    """Each trial's outcome as a mark, in order (✓ passed, ✗ failed), titled with the count; "" for one
+    trial. Inline colours, so the marks read the same outside the qaeval template."""
+    outcomes = list(outcomes)
+    if len(outcomes) < 2:
+        return ""
+    marks = "".join(f'<span style="color:{PASS_COLOR}">✓</span>' if ok else
+                    f'<span style="color:{FAIL_COLOR};font-weight:600">✗</span>' for ok in outcomes)
+    passed = sum(bool(ok) for ok in outcomes)
+    return (f'<span class="trials" title="{passed} of {len(outcomes)} trials passed" '
+            f'aria-label="{passed} of {len(outcomes)} trials passed">{marks}</span>')
+
+
 def esc(value: Any) -> str:
     """HTML-escape anything for inclusion in report markup."""
     return html.escape("" if value is None else str(value), quote=True)

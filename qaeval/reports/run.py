@@ -7,7 +7,7 @@ from typing import Any
 
 from qaeval.data.schema import AXES
 from qaeval.frames import is_missing
-from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score
+from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score, trial_marks
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_interval, format_number, format_value
@@ -22,6 +22,7 @@ def run_facts(run: RunResult) -> dict[str, Any]:
         "boundary": "enforced (worker processes)" if meta.boundary_enforced and not meta.executor else
         f"executor {meta.executor}" if meta.executor else "NOT enforced (isolation none)",
         "concurrency": meta.concurrency, "judge": meta.judge.label(),
+        **({"trials": f"{run.trials} per case ({run.trials * len(run.suite)} system calls)"} if run.trials > 1 else {}),
         "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
         "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
@@ -113,10 +114,19 @@ def slice_table(run: RunResult) -> Html:
                 f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _case_row(r: dict[str, Any], registered: list[str]) -> dict[str, Any]:
+def trial_outcomes(run: RunResult) -> dict[str, list[bool]]:
+    """Each case's trials, passed or not, in order (one entry with one trial)."""
+    out: dict[str, list[bool]] = {}
+    for r in run.runs:
+        for cid, ok in zip(r.per_case["case_id"], r.per_case["case_passed"]):
+            out.setdefault(cid, []).append(bool(ok))
+    return out
+
+
+def _case_row(r: dict[str, Any], registered: list[str], trials: list[bool]) -> dict[str, Any]:
     failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
     return dict(
-        case_id=r["case_id"], result=mark(r["case_passed"]),
+        case_id=r["case_id"], result=mark(r["case_passed"]) + (" " + trial_marks(trials) if len(trials) > 1 else ""),
         kind=esc(f"{r['difficulty']}{' · ' + r['adversarial'] if r['adversarial'] else ''}"),
         checks=mark(not failed_checks, "all", ", ".join(failed_checks) or "failed"),
         retrieval="—" if is_missing(r["recall_at_k"]) else f"R@k {r['recall_at_k']:.2f} · MRR {r['mrr']:.2f}",
@@ -129,9 +139,14 @@ def _case_row(r: dict[str, Any], registered: list[str]) -> dict[str, Any]:
 def cases_table(run: RunResult) -> Html:
     """Every case on one line (failing first), narrow enough not to scroll sideways."""
     pc = run.per_case.sort_values("case_passed", kind="stable")
-    rows = [_case_row(r, [c.name for c in run.registered.checks]) for r in pc.to_dict("records")]
+    outcomes = trial_outcomes(run)
+    rows = [_case_row(r, [c.name for c in run.registered.checks], outcomes[r["case_id"]]) for r in pc.to_dict("records")]
     cols = [Col("case_id", "case", "id"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
             Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
             Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]
-    return Html(html_table(rows, cols, caption="Every case (failing first); F, A, C: the judge's faithfulness, "
-                                               "answer correctness and citation correctness, 0 to 2"))
+    caption = ("Every case (failing first); F, A, C: the judge's faithfulness, answer correctness and citation "
+               "correctness, 0 to 2")
+    if run.trials > 1:
+        caption += (f"; {run.trials} trials per case, each drawn as a mark (✓ passed, ✗ failed), and a case passes "
+                    "when every trial does (the judge scores are the first trial's)")
+    return Html(html_table(rows, cols, caption=caption))
