@@ -282,3 +282,19 @@ def test_a_trial_answer_is_escaped_in_the_drilldown(monkeypatch):
     page = reports.drilldown(run).markup
     assert "<b>trial 1</b>" in page and "<b>trial 2</b>" in page  # the trials differ, so both are drawn
     assert "<script>" not in page and "<img" not in page and "&lt;script&gt;" in page
+
+
+def test_compare_tells_a_flaky_case_from_a_regressed_one(tmp_path, monkeypatch):
+    from qaeval.verdicts.compare import compare
+
+    monkeypatch.syspath_prepend(TESTS)
+    before = api.run(str(GOLDEN), trials=4, isolation="none")
+    flaky = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
+                    concurrency=1)
+    broken = api.run(str(GOLDEN), adapter="plugins:make_abstain_on_dvd", trials=4, isolation="none")
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    first = compare(before, flaky).cases.set_index("case_id")
+    assert first.at[dvd, "change"] == "flaky" and first.at[dvd, "trials"] == "4/4 -> 2/4"
+    assert compare(before, flaky).regressed == []
+    second = compare(before, broken)
+    assert second.regressed == [dvd] and "trials passed 4/4 -> 0/4" in second.summary_text()

@@ -10,7 +10,7 @@ from qaeval.reports.html import Col, Html, delta, empty_note, failed, html_table
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.compare import Comparison
 
-CHANGE_TAGS = {"regressed": ("regressed", "fail"), "fixed": ("fixed", "pass")}
+CHANGE_TAGS = {"regressed": ("regressed", "fail"), "fixed": ("fixed", "pass"), "flaky": ("flaky", "was")}
 
 
 def compare_metrics(c: Comparison) -> Html:
@@ -30,6 +30,8 @@ def _change_tags(r: dict[str, Any]) -> Tags:
              if flag is True]
     what += [(f"check {x}", "") for x in r["checks_flipped"]] + [(f"judge {x}", "") for x in r["scores_changed"]]
     what += [(f"now {x}", "") for x in r["new_reasons"]]
+    if r["trials"]:
+        what.append((f"trials passed {r['trials']}", ""))
     if r["status"] != "matched":
         what.append((r["status"], "was"))
     return what

@@ -5,6 +5,11 @@ whether it passes before and after, and what changed between the two outputs: th
 citations, which deterministic checks flipped, which judge axes changed score. Cases only in one run
 are listed as new or removed; a case whose content changed is listed as changed and not compared.
 
+With trials on either side, a matched case is "regressed" when the gate's case rule would block it
+(``tiers.case_trials`` at alpha 0.05: it passed every trial before and fails every trial now, or its
+drop is significant), "flaky" when some trials pass and some fail and the drop is within chance, and
+its ``trials`` column says "4/5 -> 2/5".
+
 A comparison is informational: ``qaeval compare`` exits 0 whatever it finds. ``ok`` says whether
 ``after`` is free of regressions (no case that passed before fails now, no metric moved the wrong
 way beyond rounding).
@@ -26,13 +31,13 @@ from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.scoring.outcomes import FailReason, reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
-from qaeval.verdicts.tiers import match_cases, metric_movements
+from qaeval.verdicts.tiers import case_trials, match_cases, metric_movements
 
 CASE_SCHEMA = {
     "case_id": "text", "status": "text", "before_passed": "boolean", "after_passed": "boolean", "change": "text",
     "answer_changed": "boolean", "citations_changed": "boolean", "checks_flipped": "object",
     "scores_changed": "object", "new_reasons": "object", "before_answer": "text", "after_answer": "text", "before_why": "text",
-    "after_why": "text",
+    "after_why": "text", "trials": "text",
 }
 
 
@@ -63,7 +68,7 @@ class Comparison(Result):
         c = self.cases
         moved = c["answer_changed"].fillna(False) | c["citations_changed"].fillna(False) | \
             c["checks_flipped"].map(bool) | c["scores_changed"].map(bool) | c["new_reasons"].map(bool) | \
-            c["change"].isin(["regressed", "fixed"]) | \
+            c["change"].isin(["regressed", "fixed", "flaky"]) | \
             c["status"].isin(["new", "removed", "changed"])
         return c[moved.astype(bool)]
 
@@ -109,6 +114,8 @@ class Comparison(Result):
                 what.append("judge " + ", ".join(r["scores_changed"]))
             if r["new_reasons"]:
                 what.append("now " + ", ".join(r["new_reasons"]))
+            if r["trials"]:
+                what.append(f"trials passed {r['trials']}")
             lines.append(f"    {r['case_id']:<24} {r['change']:<15} {'; '.join(what) or r['status']}")
         return "\n".join(lines)
 
@@ -140,6 +147,7 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
     """Set two runs side by side. Pure."""
     base = baseline_from_run(before, before_label)
     match = match_cases(after, base)
+    verdicts = {r.case_id: r for r in case_trials(after, base, match.matched, 0.05).itertuples(index=False)}
     deltas = metric_movements(after, base, {m: 0.0 for m in METRIC_NAMES}, match.matched)
     b_pc = before.per_case.set_index("case_id")
     a_pc = after.per_case.set_index("case_id")
@@ -151,15 +159,18 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
         a = a_pc.loc[cid]
         row: dict[str, Any] = dict(case_id=cid, after_passed=bool(a["case_passed"]), after_answer=a["answer"],
                                    after_why=reasons_text(a["fail_reasons"]), checks_flipped=[], scores_changed=[],
-                                   new_reasons=[])
+                                   new_reasons=[], trials=None)
         if cid in match.new or cid in match.changed:
             rows.append({**row, "status": "new" if cid in match.new else "changed", "change": "not compared",
                          "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
                          "answer_changed": None, "citations_changed": None, "before_answer": None, "before_why": None})
             continue
         b = b_pc.loc[cid]
-        if b["case_passed"] and not a["case_passed"]:
+        t = verdicts[cid]
+        if t.verdict in ("broken", "regressed"):
             change = "regressed"
+        elif t.verdict == "flaky":
+            change = "flaky"
         elif not b["case_passed"] and a["case_passed"]:
             change = "fixed"
         else:
@@ -172,13 +183,15 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
                      "checks_flipped": [] if errored else
                      [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
                      "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
-                     "new_reasons": new, "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"])})
+                     "new_reasons": new, "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"]),
+                     "trials": f"{t.baseline_passes}/{t.baseline_trials} -> {t.passes}/{t.trials}"
+                     if t.baseline_trials > 1 or t.trials > 1 else None})
     for cid in match.removed:
         b = b_pc.loc[cid]
         rows.append(dict(case_id=cid, status="removed", before_passed=bool(b["case_passed"]), after_passed=None,
                          change="not compared", answer_changed=None, citations_changed=None, checks_flipped=[],
                          scores_changed=[], new_reasons=[], before_answer=b["answer"], after_answer=None,
-                         before_why=reasons_text(b["fail_reasons"]), after_why=None))
+                         before_why=reasons_text(b["fail_reasons"]), after_why=None, trials=None))
     return Comparison(before=before, after=after, metric_deltas=deltas, cases=frame(rows, CASE_SCHEMA),
                       before_label=before_label, after_label=after_label)
 

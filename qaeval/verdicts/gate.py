@@ -17,8 +17,32 @@ this n (every one of the 2^m sign patterns of the m cases that moved, up to m = 
 estimate with p >= 1/(B+1) beyond). When even the most extreme pattern could not reach p = 0.05 (m <= 5)
 it says there are too few paired cases to tell. The test informs the reviewer; the tolerances decide.
 
+With trials (``--trials K`` on either side; ``qaeval.scoring.trials``) tier 1 blocks on a failure in any
+trial, and tier 2 tells noise from change (``tiers.case_trials``, ``levels``). Write c_b of n_b baseline
+trials passed and c of n current ones:
+
+* broken: c_b = n_b and c = 0 blocks (with n_b = n = 1, the rule above);
+* regressed: c / n < c_b / n_b and the one-sided Fisher exact p-value of the drop, conditional on the
+  c_b + c passes, sum_{x <= c} C(c_b + c, x) C(n_b + n - c_b - c, n - x) / C(n_b + n, n), is at most
+  Tarone's level alpha / (2 m), m the smallest count such that at most m cases could reach p <= alpha
+  / (2 m) at all (a case that never moved, 5/5 -> 5/5, has p = 1 whatever happens and costs nothing);
+* flaky: any other case with some trials passing and some failing: listed, never blocking;
+* a gated metric past its tolerance blocks only when the one-sided paired sign-flip test over the
+  matched cases' per-case means has p <= alpha / (2 G), G the number of gated metrics, or when no case
+  pairs with the baseline.
+
+What it can and cannot detect: at K = 1 the rule is the one above (any passing case that fails once
+blocks, so a system that varies is blocked on noise); at K = 3 a case 3/3 -> 0/3 blocks, and an
+unchanged system whose cases pass 90% of the time trips that rule with a chance of 1 - (1 - 0.9^3
+0.1^3)^N (7% at N = 100); at K = 5 that chance is 0.06% and a case's drop from 5/5 to 0/5 has Fisher
+p = 1/252; at K = 10 a drop from 10/10 to 5/10 has p = 0.016. A metric whose cases are few (m that
+moved) cannot reach p below 2^-m, so at the default alpha a zero-tolerance metric over fewer than about
+nine cases that moved cannot block on its own with trials; the per-case rules still can. The broken
+rule is outside alpha: it is what the gate did before trials, and K >= 5 makes its false alarms rare.
+
 The gate is computed by ``gate(run, baseline)`` in steps a reader can name (``qaeval.verdicts.tiers``):
-``match_cases``, ``tier_one``, ``metric_movements``, ``metrics_tier``, ``regressions``, ``new_cases``.
+``match_cases``, ``tier_one``, ``metric_movements``, ``metrics_tier``, ``case_trials``, ``regressions``,
+``new_cases``.
 """
 
 from __future__ import annotations
