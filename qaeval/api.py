@@ -131,9 +131,18 @@ def _executor(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
     return value, type(value).__name__
 
 
-def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
+def _evaluate(p: Mapping[str, Any], suite: Suite | None = None,
+              settled: Callable[[str], bool] | None = None) -> RunResult:
+    """A fresh run of ``suite`` (else of ``data``) with the command's checked parameters ``p``.
+    ``settled``: for ``--adaptive``, whether a case whose first trial passed needs no more (the gate: its
+    baseline passed every trial)."""
     if suite is None:
-        return _evaluate(p, load_suite(p["data"]))
+        return _evaluate(p, load_suite(p["data"]), settled)
+    if p.get("resume") and not _record_path(p):
+        raise UsageError("--resume reads the journal kept beside the run's record: give the record's path "
+                         "(--save FILE, or baseline's --out FILE) as the interrupted run did")
+    if p.get("adaptive") and (p.get("trials") or 1) < 2:
+        raise UsageError("--adaptive spreads --trials K over the cases that need them: give --trials 2 or more")
     judge = make_judge(p)
     with ExitStack() as stack:
         stack.callback(usercode.close_judge, judge)
@@ -145,24 +154,42 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None) -> RunResult:
         result = evaluate(suite, p["adapter"], judge, k=p["k"], timeout=p["timeout"], concurrency=p["concurrency"],
                           isolation=p["isolation"], executor=executor, executor_label=label,
                           startup_timeout=p["startup_timeout"], max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024),
-                          custom=custom, trials=p.get("trials") or 1, pass_k=p.get("pass_k"))
+                          custom=custom, trials=p.get("trials") or 1, pass_k=p.get("pass_k"),
+                          journal=_record_path(p), resume=bool(p.get("resume")), keep_errors=bool(p.get("keep_errors")),
+                          adaptive=bool(p.get("adaptive")), settled=settled)
     return result
+
+
+def _record_path(p: Mapping[str, Any]) -> str | None:
+    """Where the command writes its run's record (``--save``, or baseline's ``--out``): the journal is
+    kept beside it while the run goes (``qaeval.scoring.journal``)."""
+    return p.get("save") or p.get("out")
+
+
+def _drop_journal(p: Mapping[str, Any]) -> None:
+    """The record is written: the journal it replaces goes."""
+    from qaeval.scoring.journal import journal_path
+
+    path = _record_path(p)
+    if path is not None:
+        journal_path(path).unlink(missing_ok=True)
 
 
 def _finish(result: Result, p: Mapping[str, Any]) -> Result:
     if p.get("save"):
         write_record(result, p["save"])
+        _drop_journal(p)
     log_command(result, p)  # with mlflow: one MLflow run; a tracker that fails is a warning, never another verdict
     return result
 
 
-def _labelled_run(p: Mapping[str, Any]) -> RunResult:
+def _labelled_run(p: Mapping[str, Any], settled: Callable[[str], bool] | None = None) -> RunResult:
     """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
     against the suite before the system is called, so a bad labels file costs no run."""
     with fewer_collections():  # loading the cases too
         suite = load_suite(p["data"])
         labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
-        return _evaluate(p, suite).with_labels(labels)
+        return _evaluate(p, suite, settled).with_labels(labels)
 
 
 def _recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
@@ -204,6 +231,7 @@ def baseline(data: str | None = None, *, out: str | None = None, allow_failing: 
         raise BaselineRefused(f"not a green run, so not a baseline: {result.reason}. Fix it, or keep it anyway with "
                               "--allow-failing (the baseline then says it was not green)", result)
     write_record(result, p["out"], baseline=True, allowed_failing=not result.ok)
+    _drop_journal(p)
     return _finish(result, p)
 
 
@@ -220,7 +248,7 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
     registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
-    current = _labelled_run(p)
+    current = _labelled_run(p, lambda cid: cid not in base.cases or base.cases[cid].pass_count == base.cases[cid].trials)
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:

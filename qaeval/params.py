@@ -55,6 +55,13 @@ PARAMS: tuple[Param, ...] = (
           metavar="K"),
     Param("pass_k", "int", None, "the k of pass_hat_k and pass_at_k (default: --trials)", ("run", "baseline", "gate",
           "drift"), minimum=1, maximum=100, metavar="K"),
+    Param("adaptive", "bool", False, "with --trials K: every case gets one trial, and the other K - 1 go only to the "
+          "cases it does not settle (it failed, or the gate's baseline had the case flaky or failing)",
+          ("run", "baseline", "gate", "drift")),
+    Param("resume", "bool", False, "reuse what the journal beside the record (--save, or baseline's --out) holds "
+          "from an interrupted run, and ask the system only for the rest", ("run", "baseline", "gate", "drift")),
+    Param("keep_errors", "bool", False, "with --resume, keep the outputs that failed instead of asking again",
+          ("run", "baseline", "gate", "drift")),
     Param("timeout", "float", 60.0, "seconds one case may take before its worker is replaced", SCORING,
           minimum=0.001, maximum=MAX_TIMEOUT, metavar="SECONDS"),
     Param("startup_timeout", "float", 120.0, "seconds a worker may take to build the adapter; past it the worker "

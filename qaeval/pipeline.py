@@ -8,17 +8,24 @@ above both, so neither imports the other.
 from __future__ import annotations
 
 import gc
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
+from qaeval.frames import frame
+from qaeval.scoring.journal import JournalWriter, memo_from, read_journal
+from qaeval.scoring.judge import request_key
+from qaeval.scoring.rubric import Rubric
+from qaeval.scoring.stream import JudgeStream, request_for, streaming
 from qaeval.scoring.trials import combine_trials
+from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.scoring.judge import JudgeClient, judge_config_of
 from qaeval.system.calls import adapter_label
 from qaeval.system.pool import run_suite
@@ -65,32 +72,141 @@ def trial_suite(suite: Suite, trials: int) -> Suite:
     return Suite(suite.cases * trials, suite.root, suite.corpus)
 
 
-def split_trials(outputs: pd.DataFrame, cases: int, trials: int) -> list[pd.DataFrame]:
-    """``run_suite``'s rows over ``trial_suite`` cut back into one frame per trial, each in suite order."""
-    return [outputs.iloc[t * cases:(t + 1) * cases].reset_index(drop=True) for t in range(trials)]
+def run_identity(suite: Suite, label: str, judge: JudgeClient, k: int, trials: int, custom: Any,
+                 adaptive: bool) -> dict[str, Any]:
+    """What a journal must match for a run to resume from it (``qaeval.scoring.journal``)."""
+    registered = getattr(custom, "registered", None)
+    return dict(data=suite.fingerprint, corpus=suite.corpus_fingerprint, adapter=label,
+                judge=judge_config_of(judge).to_dict(), k=k, trials=trials, adaptive=adaptive,
+                checks=registered.hashes() if registered is not None else {})
+
+
+@dataclass
+class Collected:
+    """Every (case, trial) output of a run by its place (trial * cases + case), and how they came."""
+
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    asked: int = 0  # system calls made by this run (not restored from a journal)
+    notes: list[str] = field(default_factory=list)
+
+
+def _collect(suite: Suite, adapter: Any, places: list[int], collected: Collected, stream: JudgeStream,
+             journal: JournalWriter | None, run_options: dict[str, Any]) -> None:
+    """Ask the system for the given places; each output is journaled and handed to the judge as it comes."""
+    if not places:
+        return
+    n = len(suite)
+    cases = [suite.cases[p % n] for p in places]
+
+    def arrived(i: int, row: dict[str, Any]) -> None:
+        place = places[i]
+        collected.rows[place] = row
+        if journal is not None:
+            journal.output(place, row, place // n)
+        stream.submit(cases[i], row)
+
+    run_suite(Suite(tuple(cases), suite.root, suite.corpus), adapter, on_output=arrived, **run_options)
+    collected.asked += len(places)
 
 
 def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
              concurrency: int = 4, isolation: str = "process", executor: Any = None,
              executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
              adapter_name: str | None = None, custom: Any = None, trials: int = 1, pass_k: int | None = None,
-             **limits: Any) -> RunResult:
-    """Run the adapter over the suite ``trials`` times and score every layer of every trial. ``custom``:
-    the registered checks and metrics' runner (``qaeval.judges.custom.make_custom``). ``pass_k``: the k
-    of pass_hat_k and pass_at_k (default: ``trials``). ``limits``: ``startup_timeout`` and
-    ``max_reply_bytes`` for ``run_suite``."""
+             journal: str | os.PathLike[str] | None = None, resume: bool = False, keep_errors: bool = False,
+             adaptive: bool = False, settled: Callable[[str], bool] | None = None, **limits: Any) -> RunResult:
+    """Run the adapter over the suite ``trials`` times and score every layer of every trial.
+
+    The judge runs beside the system: each output is judged as it arrives (``qaeval.scoring.stream``),
+    and scoring afterwards finds every verdict already there. ``custom``: the registered checks and
+    metrics' runner (``qaeval.judges.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
+    (default: ``trials``). ``journal``: the journal's path (``qaeval.scoring.journal``); ``resume``: reuse
+    what it holds (``keep_errors``: the failed outputs too). ``adaptive``: every case gets one trial,
+    and the other ``trials - 1`` go only to the cases that one trial does not settle: it failed, or
+    ``settled(case_id)`` is false (the gate: the baseline had the case flaky or failing). ``limits``:
+    ``startup_timeout`` and ``max_reply_bytes`` for ``run_suite``."""
     config = judge_config_of(judge)
-    with fewer_collections():
-        asked = trial_suite(suite, trials) if trials > 1 else suite
-        outputs = run_suite(asked, adapter, timeout=timeout, concurrency=concurrency, isolation=isolation,
-                            executor=executor, show_progress=show_progress, data_dir=suite.root, **limits)
-        label = adapter_name or adapter_label(adapter)
-        meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
-                           executor=executor_label or (type(executor).__name__ if executor is not None else None),
-                           k=k, timeout=timeout, data=suite.root)
-        if trials == 1:
-            return score_outputs(suite, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom)
-        memo: dict[Any, Any] = {}
-        runs = [score_outputs(suite, part, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
-                              judge_memo=memo) for part in split_trials(outputs, len(suite), trials)]
-        return combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k)
+    label = adapter_name or adapter_label(adapter)
+    n = len(suite)
+    everyone = trial_suite(suite, trials)
+    identity = run_identity(suite, label, judge, k, trials, custom, adaptive)
+    collected = Collected()
+    memo: dict[Any, Any] = {}
+    if journal is not None and resume:
+        path = journal_path_of(journal)
+        if path.exists():
+            restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
+            collected.rows.update(restored.outputs)
+            collected.notes += restored.notes
+            rubric = Rubric.load(config.prompt_version)
+            keys = {p: request_for(suite, rubric, everyone.cases[p], row) for p, row in restored.outputs.items()}
+            memo = memo_from(restored, {p: request_key(req) for p, req in keys.items() if req is not None})
+            collected.notes.append(f"resumed from {path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
+                                   f"output(s) reused, {len(memo)} verdict(s)")
+        else:
+            collected.notes.append(f"nothing to resume: no journal at {path}")
+    writer = None
+    if journal is not None:
+        path = journal_path_of(journal)
+        writer = JournalWriter(path, identity, append=resume and path.exists())
+    run_options = dict(timeout=timeout, concurrency=concurrency, isolation=isolation, executor=executor,
+                       show_progress=show_progress, data_dir=suite.root, **limits)
+    try:
+        with fewer_collections(), streaming(judge, suite, memo=memo, show_progress=show_progress,
+                                            on_judged=(lambda key, _req, resp: writer.verdict(key, resp))
+                                            if writer is not None else None) as stream:
+            for place, row in collected.rows.items():  # restored outputs still without a verdict
+                stream.submit(everyone.cases[place], row)
+            first = [p for p in range(n) if p not in collected.rows]
+            rest = [p for p in range(n, n * trials) if p not in collected.rows]
+            if adaptive and trials > 1:
+                _collect(suite, adapter, first, collected, stream, writer, run_options)
+                unsettled = {c.id for c in suite} - _passed_first(suite, collected, judge, stream.drain(), k,
+                                                                   custom, settled)
+                skipped = [p for p in rest if everyone.cases[p].id not in unsettled]
+                rest = [p for p in rest if everyone.cases[p].id in unsettled]
+                collected.notes.append(f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
+                                       f"{len(skipped)} system call(s) saved of {n * trials}")
+                _collect(suite, adapter, rest, collected, stream, writer, run_options)
+            else:
+                _collect(suite, adapter, first + rest, collected, stream, writer, run_options)
+            memo = stream.finish()
+    finally:
+        if writer is not None:
+            writer.close()
+    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
+                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
+                       k=k, timeout=timeout, data=suite.root)
+    runs = []
+    for t in range(trials):
+        places = [t * n + i for i in range(n) if t * n + i in collected.rows]
+        if not places:
+            continue
+        part = Suite(tuple(everyone.cases[p] for p in places), suite.root, suite.corpus)
+        outputs = frame([collected.rows[p] for p in places], OUTPUT_SCHEMA)
+        runs.append(score_outputs(part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
+                                  judge_memo=memo))
+    result = runs[0] if trials == 1 else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k,
+                                                        trials=trials, adaptive=adaptive)
+    if collected.notes:
+        result = replace(result, notes=result.notes + collected.notes)
+    return result
+
+
+def journal_path_of(record: str | os.PathLike[str]) -> Path:
+    from qaeval.scoring.journal import journal_path
+
+    return journal_path(record)
+
+
+def _passed_first(suite: Suite, collected: Collected, judge: JudgeClient, memo: dict[Any, Any], k: int,
+                  custom: Any, settled: Callable[[str], bool] | None) -> set[str]:
+    """The cases whose first trial passed (scored now, with what the judge has answered so far, waiting
+    for the rest) and that ``settled`` does not hold back."""
+    first = frame([collected.rows[i] for i in range(len(suite))], OUTPUT_SCHEMA)
+    run = score_outputs(suite, first, judge, meta=RunMeta(adapter="", judge=judge_config_of(judge), k=k),
+                        custom=custom, judge_memo=memo)
+    for entry in memo.values():  # scoring the whole run uses them afresh
+        entry.uses = 0
+    passed = {cid for cid, ok in zip(run.per_case["case_id"], run.per_case["case_passed"]) if ok}
+    return {cid for cid in passed if settled is None or settled(cid)}

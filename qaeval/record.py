@@ -137,13 +137,15 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
     if run.trials == 1:  # a run of one trial is recorded as it was before trials
         meta.pop("trials", None)
         meta.pop("pass_k", None)
+    if not run.meta.adaptive:
+        meta.pop("adaptive", None)
     corpus = _corpus_section(run)
     names = [m.name for m in run.runs[0].metrics]  # the per-case units of each trial
     indexes = [CaseIndex(r) for r in run.runs]
 
     def line(case: GoldenCase) -> dict[str, Any]:
         first, *more = (_case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
-                        for index in indexes)
+                        for index in indexes if case.id in index)
         return first | ({"trials": [{k: v for k, v in m.items() if k in TRIAL_KEYS} for m in more]} if more else {})
 
     return dict(
@@ -274,7 +276,8 @@ def _trial_data(data: Mapping[str, Any], trial: int) -> Mapping[str, Any]:
     """The record as if it held only trial ``trial`` (0: the layers of each line, else its trials[t-1])."""
     if trial == 0:
         return data
-    lines = [{k: line[k] for k in ("case_id", "case", "fingerprint")} | line["trials"][trial - 1] for line in data["cases"]]
+    lines = [{k: line[k] for k in ("case_id", "case", "fingerprint")} | line["trials"][trial - 1] for line in data["cases"]
+             if len(line.get("trials", ())) >= trial]  # with adaptive trials, the cases that had this one
     return {**data, "cases": lines}
 
 
@@ -282,9 +285,10 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     meta = read_meta(data["meta"], where)
     if meta.trials == 1:
         return _trial_from_record(data, where, meta, whole=True)
-    one = replace(meta, trials=1, pass_k=None)
-    runs = [_trial_from_record(_trial_data(data, t), where, one, whole=False) for t in range(meta.trials)]
-    run = combine_trials(runs, skip_scoreboard=True, pass_k=meta.pass_k)
+    one = replace(meta, trials=1, pass_k=None, adaptive=False)
+    runs = [_trial_from_record(_trial_data(data, t), where, one, whole=False) for t in range(meta.trials)
+            if t == 0 or any(len(line.get("trials", ())) >= t for line in data["cases"])]
+    run = combine_trials(runs, skip_scoreboard=True, pass_k=meta.pass_k, trials=meta.trials, adaptive=meta.adaptive)
     return _with_stored_board(data, where, run)
 
 

@@ -26,7 +26,7 @@ from qaeval.scoring.outcomes import REASON
 META_TYPES: dict[str, tuple[type, ...]] = {
     "adapter": (str,), "isolation": (str,), "concurrency": (int,), "executor": (str, type(None)), "k": (int,),
     "timeout": (int, float, type(None)), "data": (str,), "created": (str, type(None)), "trials": (int,),
-    "pass_k": (int, type(None)),
+    "pass_k": (int, type(None)), "adaptive": (bool,),
     "git_commit": (str, type(None)), "qaeval_version": (str,), "python": (str,),
 }
 JUDGE_TYPES: dict[str, tuple[type, ...]] = {
@@ -85,14 +85,14 @@ TRIAL = Fields({name: LINE.fields[name] for name in TRIAL_LAYERS} | {"custom": "
                optional=("custom",))  # one more trial of a case: the layers a line holds for its first
 
 
-def _line_problems(line: Any, at: str, trials: int) -> list[str]:
+def _line_problems(line: Any, at: str, trials: int, adaptive: bool = False) -> list[str]:
     problems = shape_problems_of(line, LINE, at)
     if not problems and line["case"].get("id") != line["case_id"]:
         problems.append(f"{at}.case.id is not the line's case_id {line['case_id']!r}")
     if problems:
         return problems
     more = line.get("trials", [])
-    if len(more) != trials - 1:
+    if len(more) > trials - 1 or (len(more) != trials - 1 and not adaptive):
         return [f"{at}.trials holds {len(more)} more trial(s), but meta.trials says each case ran {trials} time(s)"]
     return [p for j, trial in enumerate(more) for p in shape_problems_of(trial, TRIAL, f"{at}.trials[{j}]")]
 
@@ -117,7 +117,8 @@ def shape_problems(data: Mapping[str, Any]) -> list[str]:
     pass_k = data["meta"].get("pass_k") if isinstance(data.get("meta"), dict) else None
     if pass_k is not None and not (isinstance(pass_k, int) and not isinstance(pass_k, bool) and 1 <= pass_k <= 100):
         return [f"meta.pass_k is {pass_k!r}, not a whole number from 1 to 100"]
-    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]", trials)]
+    adaptive = data["meta"].get("adaptive") is True if isinstance(data.get("meta"), dict) else False
+    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]", trials, adaptive)]
     problems += shape_problems_of(data.get("notes"), Maybe(Each("str")), "notes")
     problems += row_problems(data.get("scoreboard"), SCOREBOARD_SCHEMA, "scoreboard")
     problems += row_problems(data.get("slices"), SLICE_SCHEMA, "slices")

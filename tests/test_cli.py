@@ -111,14 +111,19 @@ def test_a_failed_report_write_leaves_the_old_report_and_no_temporary(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html"], "no temporary left behind"
 
 
-def test_a_failed_baseline_write_leaves_nothing(tmp_path, monkeypatch, capsys):
+def test_a_failed_baseline_write_leaves_no_partial_record_and_keeps_the_journal(tmp_path, monkeypatch, capsys):
+    """A full disk when the record is written: no partial file, and the run's journal stays, so --resume
+    writes the baseline without asking the system again."""
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full)
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(tmp_path / "b.json")]) == 74
     monkeypatch.undo()
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json.journal"]
+    assert main(["baseline", "--data", str(GOLDEN), "--out", str(tmp_path / "b.json"), "--resume"]) == 0
+    assert "15 of 15 (case, trial) output(s) reused" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
 
 
 def test_gate_output_escapes_control_characters(tmp_path, capsys):

@@ -62,6 +62,8 @@ def public_url(url: str | None) -> str | None:
 class OpenAIJudge:
     """A ``JudgeClient`` over chat completions with bounded concurrency, retries and a verdict cache."""
 
+    thread_safe = True  # judge() may be called from several threads at once (qaeval.scoring.stream)
+
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
                  temperature: float = 0.0, seed: int | None = 0, concurrency: int = 8, max_retries: int = 4,
                  timeout: float = 60.0, cache: VerdictCache | None = None, rubric_version: str = RUBRIC_VERSION,
@@ -85,6 +87,8 @@ class OpenAIJudge:
         self._structured = True
         self._lock = threading.Lock()
         self.calls_made = 0
+        self.defer_warnings = False  # a run judging as outputs arrive reports rejected cache rows once, at its end
+        self._rejected_reported = cache.rejected if cache is not None else 0
 
     def _key(self, req: JudgeRequest) -> str:
         c = self.config
@@ -106,9 +110,8 @@ class OpenAIJudge:
                 except ValueError:
                     self.cache.forget(self._key(req))  # a reply that no longer parses is a miss
             todo.append(i)
-        if self.cache is not None and self.cache.rejected > rejected:
-            warnings.warn(f"{self.cache.rejected - rejected} cached judge verdict(s) in {self.cache.path} failed "
-                          "authentication (edited, or written by an older qaeval) and are asked again", stacklevel=2)
+        if self.cache is not None and self.cache.rejected > rejected and not self.defer_warnings:
+            self.report_rejected()
         if todo:
             with progress_bar(len(todo), desc="judge calls", enabled=self.show_progress) as bar, \
                     ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:
@@ -117,6 +120,16 @@ class OpenAIJudge:
                     results[futures[future]] = future.result()
                     bar.update()
         return [r for r in results if r is not None]
+
+    def report_rejected(self) -> None:
+        """Warn once about the cached verdicts that failed authentication since the last warning."""
+        if self.cache is None:
+            return
+        with self._lock:
+            count, self._rejected_reported = self.cache.rejected - self._rejected_reported, self.cache.rejected
+        if count:
+            warnings.warn(f"{count} cached judge verdict(s) in {self.cache.path} failed authentication (edited, or "
+                          "written by an older qaeval) and are asked again", stacklevel=2)
 
     def _create(self, req: JudgeRequest) -> Any:
         body: dict[str, Any] = dict(model=self.config.model, messages=list(req.messages),

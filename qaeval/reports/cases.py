@@ -358,7 +358,7 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     for n, cid in enumerate([*failing, *passing]):
         view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
                           baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus,
-                          trials=tuple(t[cid] for t in trial_indexes))
+                          trials=tuple(t[cid] for t in trial_indexes if cid in t))
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:

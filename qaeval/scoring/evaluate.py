@@ -64,6 +64,7 @@ class RunMeta:
     k: int = 5
     trials: int = 1  # each case was run this many times (``qaeval.scoring.trials``)
     pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
+    adaptive: bool = False  # the trials after the first went only to the cases it did not settle
     timeout: float | None = None
     data: str = ""
     created: str | None = None
@@ -259,9 +260,11 @@ class RunResult(Result):
         flaky = pc.loc[pc["flaky"].astype(bool), "case_id"].tolist()
         shown = ", ".join(f"{cid} {p}/{self.trials}" for cid, p in zip(flaky[:6], pc.loc[pc["flaky"].astype(bool),
                                                                                              "passes"].tolist()))
-        return [f"trials: {self.trials} per case ({self.trials * len(pc)} system calls); a case passes when every "
-                f"trial passes; flaky (some trials pass): {len(flaky)}" + (f": {shown}" if flaky else "")
-                + (" ..." if len(flaky) > 6 else "")]
+        calls = int(pc["trials"].sum())
+        how = (f"up to {self.trials} per case (adaptive: {calls} system calls of {self.trials * len(pc)})"
+               if self.meta.adaptive else f"{self.trials} per case ({calls} system calls)")
+        return [f"trials: {how}; a case passes when every trial passes; flaky (some trials pass): {len(flaky)}"
+                + (f": {shown}" if flaky else "") + (" ..." if len(flaky) > 6 else "")]
 
     def _failing_lines(self) -> list[str]:
         """The first failing cases and why, for the terminal (the rest are in the record and the report)."""

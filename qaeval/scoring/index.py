@@ -54,6 +54,9 @@ class CaseIndex:
         self._trajectory = _grouped(run.trajectory.to_dict("records"))
         self._custom = _grouped(run.custom.to_dict("records"))
 
+    def __contains__(self, case_id: object) -> bool:
+        return case_id in self._outcomes
+
     def __getitem__(self, case_id: str) -> CaseRows:
         return CaseRows(self._outputs[case_id], self._outcomes[case_id], self._units[case_id],
                         self._retrieval.get(case_id), self._checks.get(case_id, []),

@@ -358,10 +358,19 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     return responses
 
 
-JudgeMemo = dict[tuple[Any, ...], Any]  # a request's content -> the response it got, within one run
+class MemoEntry:
+    """A response a run already has for a request's content, and how often scoring has used it."""
+
+    __slots__ = ("response", "uses")
+
+    def __init__(self, response: Any) -> None:
+        self.response, self.uses = response, 0
 
 
-def _request_key(req: JudgeRequest) -> tuple[Any, ...]:
+JudgeMemo = dict[tuple[Any, ...], MemoEntry]  # a request's content -> the response it got, within one run
+
+
+def request_key(req: JudgeRequest) -> tuple[Any, ...]:
     """Everything a request's prompt is made of (the rubric is the run's): equal keys, equal prompts."""
     return (req.case_id, req.question, req.answer, req.gold_answer, req.citations)
 
@@ -370,24 +379,26 @@ def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFr
                      sources: pd.DataFrame, memo: JudgeMemo | None = None) -> pd.DataFrame:
     """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
 
-    ``memo`` (one dict for the trials of a run): a request whose content an earlier call already sent
-    is not sent again; its response is reused, marked ``cached`` and without tokens (none were spent),
-    so the judge is asked once per distinct output however many trials there are."""
+    ``memo`` (one dict for a run: its trials, and what ``qaeval.scoring.stream`` judged while the system
+    answered): a request whose content the run already has a response for is not sent again. The
+    response's first use is as it came; every later one is marked ``cached`` and without tokens (none
+    were spent), so the judge is asked once per distinct output however many trials there are."""
     config = judge_config_of(judge)
     requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
     if memo is None:
         return verdict_frame(requests, call_judge(judge, requests), config)
-    keys = [_request_key(r) for r in requests]
+    keys = [request_key(r) for r in requests]
     fresh = {key: r for key, r in zip(keys, requests) if key not in memo}  # one of each distinct request
     for key, response in zip(fresh, call_judge(judge, list(fresh.values()))):
-        memo[key] = response
+        memo[key] = MemoEntry(response)
     responses = []
     for key in keys:
-        response = memo[key]
-        if key not in fresh and isinstance(response, JudgeResponse):
+        entry = memo[key]
+        response = entry.response
+        if entry.uses and isinstance(response, JudgeResponse):
             response = replace(response, cached=True, prompt_tokens=None, completion_tokens=None)
+        entry.uses += 1
         responses.append(response)
-        fresh.pop(key, None)  # a second equal request within this call is a reuse too
     return verdict_frame(requests, responses, config)
 
 

@@ -12,7 +12,8 @@ the only run, and returns the run that holds them all:
   denominator, so a case weighs the same whatever K is, and with K = 1 nothing changes. The scoreboard
   averages cases from these; its bootstrap resamples cases (each with all its trials), never trials
   alone: the clustered bootstrap.
-* ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``).
+* ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``),
+  over the cases that had at least k trials (with adaptive trials, the ones a first trial did not settle).
 
 Pure: no I/O, no judge.
 """
@@ -86,45 +87,52 @@ def add_trial_columns(per_case: pd.DataFrame) -> pd.DataFrame:
 
 
 def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k: int | None = None,
-                   skip_scoreboard: bool = False) -> RunResult:
-    """One run from the K trial runs of one suite (trial 0 first): see the module's docstring. With one
-    trial, that trial's run with the four trial columns added to its ``per_case``."""
+                   skip_scoreboard: bool = False, trials: int | None = None, adaptive: bool = False) -> RunResult:
+    """One run from the trial runs of one suite: see the module's docstring. ``runs[0]`` is trial 0 and
+    holds every case; a later trial's run may hold only some of them (``adaptive``: the cases one trial
+    did not settle), so each case is counted over the trials it had. ``trials``: how many were asked
+    for (default ``len(runs)``)."""
     first = runs[0]
-    k_trials = len(runs)
+    k_trials = trials or len(runs)
     k = pass_k or k_trials
-    frames = [r.per_case for r in runs]
+    ids = first.per_case["case_id"].tolist()
+    rows: dict[str, list[dict[str, Any]]] = {cid: [] for cid in ids}
+    units: dict[str, list[dict[str, Any]]] = {cid: [] for cid in ids}
+    for run in runs:
+        for row in run.per_case.to_dict("records"):
+            rows[row["case_id"]].append(row)
+        for row in run.units.to_dict("records"):
+            units[row["case_id"]].append(row)
     per_case = first.per_case.copy()
     check_columns = [c for c in per_case.columns if per_case[c].dtype == bool and c != "abstained"
                      and c not in TRIAL_COLUMNS]
     for column in check_columns:  # a check, deterministic_passed, case_passed, a registered check
-        together = frames[0][column].to_numpy(bool).copy()
-        for other in frames[1:]:
-            together &= other[column].to_numpy(bool)
-        per_case[column] = together
-    passes = sum(f["case_passed"].to_numpy(bool).astype(int) for f in frames)
-    per_case["fail_reasons"] = [merged_reasons([f.at[i, "fail_reasons"] for f in frames]) for i in range(len(per_case))]
-    per_case["trials"] = k_trials
+        per_case[column] = [all(bool(r[column]) for r in rows[cid]) for cid in ids]
+    passes = [sum(bool(r["case_passed"]) for r in rows[cid]) for cid in ids]
+    counts = [len(rows[cid]) for cid in ids]
+    per_case["fail_reasons"] = [merged_reasons([r["fail_reasons"] for r in rows[cid]]) for cid in ids]
+    per_case["trials"] = counts
     per_case["passes"] = passes
-    per_case["pass_rate"] = passes / k_trials
-    per_case["flaky"] = (passes > 0) & (passes < k_trials)
-    units = first.units.copy()
-    if k_trials > 1:
-        numeric = [c for c in units.columns if c != "case_id"]
-        units[numeric] = sum(r.units[numeric].to_numpy(float) for r in runs) / k_trials
+    per_case["pass_rate"] = [c / n for c, n in zip(passes, counts)]
+    per_case["flaky"] = [0 < c < n for c, n in zip(passes, counts)]
+    mean_units = first.units.copy()
+    numeric = [c for c in mean_units.columns if c != "case_id"]
+    for column in numeric:
+        mean_units[column] = [sum(float(u[column]) for u in units[cid]) / len(units[cid]) for cid in ids]
     metrics = first.metrics
     if k_trials > 1:
-        units["pass_hat_k__num"] = [pass_hat_k(int(c), k_trials, k) for c in passes]
-        units["pass_at_k__num"] = [pass_at_k(int(c), k_trials, k) for c in passes]
-        valid = k <= k_trials
-        units["pass_hat_k__den"] = units["pass_at_k__den"] = 1.0 if valid else 0.0
-        if not valid:
-            units["pass_hat_k__num"] = units["pass_at_k__num"] = 0.0
+        hat = [pass_hat_k(c, n, k) for c, n in zip(passes, counts)]
+        at = [pass_at_k(c, n, k) for c, n in zip(passes, counts)]
+        mean_units["pass_hat_k__num"] = [0.0 if math.isnan(v) else v for v in hat]
+        mean_units["pass_at_k__num"] = [0.0 if math.isnan(v) else v for v in at]
+        mean_units["pass_hat_k__den"] = mean_units["pass_at_k__den"] = [0.0 if math.isnan(v) else 1.0 for v in hat]
         metrics = metrics + trial_metrics(k)
-    combined = replace(first, per_case=per_case, units=units, trial_runs=tuple(runs) if k_trials > 1 else (),
-                       meta=replace(first.meta, trials=k_trials, pass_k=k if k_trials > 1 else None))
+    combined = replace(first, per_case=per_case, units=mean_units, trial_runs=tuple(runs) if k_trials > 1 else (),
+                       meta=replace(first.meta, trials=k_trials, pass_k=k if k_trials > 1 else None,
+                                    adaptive=adaptive and k_trials > 1))
     if skip_scoreboard:
         return combined
-    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=metrics)
+    board, slices = scoreboard_and_slices(mean_units, per_case, seed=bootstrap_seed, metrics=metrics)
     return replace(combined, scoreboard=board, slices=slices)
 
 

@@ -38,6 +38,7 @@ import math
 import select
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -342,7 +343,8 @@ class _PoolRun:
 def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency: int = 4,
               isolation: str = "process", executor: cf.Executor | None = None,
               show_progress: bool | None = None, data_dir: str | None = None,
-              startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, max_reply_bytes: int = DEFAULT_FRAME_LIMIT) -> pd.DataFrame:
+              startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, max_reply_bytes: int = DEFAULT_FRAME_LIMIT,
+              on_output: Callable[[int, dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """Ask the adapter for every case of the suite.
 
     ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. A worker that
@@ -365,6 +367,10 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
     logs                the last characters the adapter printed while answering this case
     output_fingerprint  hash of answer, citations, abstention and error (what a labeller saw)
     ==================  ==================================================================
+
+    ``on_output(index, row)`` is called with each row as it arrives (the index is the case's place in
+    the suite), on the thread that called ``run_suite``; again with a later row for the same case (a
+    failure found after it answered), which replaces the first.
     """
     if isolation not in ISOLATIONS:
         raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
@@ -378,6 +384,8 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
             if rows[index] is None:
                 bar.update()
             rows[index] = row  # a later row for the same case is a failure found after it was answered
+            if on_output is not None:
+                on_output(index, row)
 
         if executor is not None:
             run_on_executor(executor, spec, suite, concurrency=concurrency, limits=limits, done=done)

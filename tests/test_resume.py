@@ -1,0 +1,225 @@
+"""A run that judges while the system answers (streaming), keeps a journal beside its record, and resumes
+from it after an interruption; adaptive trials spend only the calls a case needs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from conftest import GOLDEN, ROOT
+
+from qaeval import api
+from qaeval.data.cases import load_suite
+from qaeval.judges.offline import OfflineJudge
+from qaeval.pipeline import evaluate
+from qaeval.record import load_run, run_record
+from qaeval.scoring.evaluate import score_outputs
+
+TESTS = str(ROOT / "tests")
+CASES = len(load_suite(GOLDEN))
+
+
+def qaeval(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qaeval", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": TESTS, **env})
+
+
+def interrupted(tmp_path: Path, *extra: str, stop_after: int = 7) -> tuple[dict[str, str], list[str]]:
+    """A run Ctrl-C'd (by its own adapter) after ``stop_after`` answers: exit 130, its journal left."""
+    env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": str(stop_after)}
+    args = ["run", "--data", str(GOLDEN), "--adapter", "plugins:make_interrupter", "--concurrency", "1",
+            "--save", "r.json", *extra]
+    done = qaeval(*args, cwd=tmp_path, env=env)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert (tmp_path / "r.json.journal").exists() and not (tmp_path / "r.json").exists()
+    return env, args
+
+
+def calls(tmp_path: Path) -> int:
+    return len((tmp_path / "calls").read_text().splitlines())
+
+
+def journal_outputs(tmp_path: Path) -> int:
+    return sum(json.loads(line)["kind"] == "output" for line in (tmp_path / "r.json.journal").read_text().splitlines())
+
+
+def test_resume_asks_only_for_what_the_journal_lacks_and_scores_as_an_uninterrupted_run(tmp_path):
+    env, args = interrupted(tmp_path, "--trials", "2")
+    kept, before = journal_outputs(tmp_path), calls(tmp_path)
+    assert 0 < kept < 2 * CASES
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert calls(tmp_path) - before == 2 * CASES - kept, "the system is asked only for the unfinished pairs"
+    assert f"{kept} of {2 * CASES} (case, trial) output(s) reused" in done.stdout
+    assert not (tmp_path / "r.json.journal").exists(), "the record replaces the journal"
+    resumed = load_run(tmp_path / "r.json")
+    whole = api.run(str(GOLDEN), trials=2, isolation="none")
+    assert resumed.scoreboard[["metric", "value", "n"]].equals(whole.scoreboard[["metric", "value", "n"]])
+    assert resumed.per_case["case_passed"].tolist() == whole.per_case["case_passed"].tolist()
+
+
+def test_resume_is_refused_when_the_run_differs_naming_what(tmp_path):
+    env, args = interrupted(tmp_path)
+    for flags, named in ((["--trials", "2"], "trials: 1 then, 2 now"), (["--k", "3"], "k: 5 then, 3 now")):
+        done = qaeval(*args, "--resume", *flags, cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+        assert done.returncode == 64 and named in done.stderr, done.stderr[-1000:]
+    other = [a if a != "plugins:make_interrupter" else "plugins:make_call_counter" for a in args]
+    done = qaeval(*other, "--resume", cwd=tmp_path, env=env)
+    assert done.returncode == 64 and 'adapter: "plugins:make_interrupter" then' in done.stderr
+
+
+def test_a_forged_journal_line_is_refused(tmp_path):
+    env, args = interrupted(tmp_path)
+    path = tmp_path / "r.json.journal"
+    lines = path.read_text().splitlines()
+    line = json.loads(lines[1])
+    line["output"]["answer"] = "A forged answer."
+    lines[1] = json.dumps(line, sort_keys=True)
+    path.write_text("\n".join(lines) + "\n")
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 65 and "line 2 fails authentication" in done.stderr, done.stderr[-1000:]
+
+
+def test_a_torn_last_line_is_dropped_with_a_note(tmp_path):
+    env, args = interrupted(tmp_path)
+    path = tmp_path / "r.json.journal"
+    path.write_text(path.read_text() + '{"kind": "output", "index": 9')  # the run died mid-write
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert "was cut short and is dropped" in done.stdout
+
+
+def test_failed_outputs_are_asked_again_unless_kept(tmp_path, monkeypatch):
+    """The journal holds a case the adapter failed (it raised on its first call); resuming asks for it
+    again, --keep-errors keeps the failure."""
+    monkeypatch.syspath_prepend(TESTS)
+    record = tmp_path / "r.json"
+    from qaeval.scoring.journal import journal_path
+
+    api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record), concurrency=1)
+    first = load_run(record)
+    failed = first.outputs["error"].notna().sum()
+    assert failed == 1
+    # make the run look interrupted: put back a journal of it (written as a run writes it)
+    from qaeval.pipeline import run_identity
+    from qaeval.scoring.journal import JournalWriter
+
+    suite = load_suite(GOLDEN)
+    ident = run_identity(suite, "plugins:make_raises_on_one", OfflineJudge(), 5, 1, None, False)
+    writer = JournalWriter(journal_path(record), ident, append=False)
+    for i, row in enumerate(first.outputs.to_dict("records")):
+        writer.output(i, row, 0)
+    writer.close()
+    kept = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record),
+                   resume=True, keep_errors=True)
+    assert kept.outputs["error"].notna().sum() == 1
+    writer = JournalWriter(journal_path(record), ident, append=False)
+    for i, row in enumerate(first.outputs.to_dict("records")):
+        writer.output(i, row, 0)
+    writer.close()
+    again = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record),
+                    resume=True)
+    assert any("asked again" in n for n in again.notes)
+
+
+def test_resume_needs_the_record_path(capsys):
+    from qaeval.cli import main
+
+    assert main(["run", "--data", str(GOLDEN), "--resume"]) == 64
+    assert "give the record's path" in capsys.readouterr().err
+
+
+class GatedJudge(OfflineJudge):
+    """Sets ``asked`` when it is first called: the system below waits for that before answering the rest.
+    It says it may be called from several threads, as the OpenAI-compatible judge does, so it streams."""
+
+    thread_safe = True
+    concurrency = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = threading.Event()
+
+    def judge(self, requests):
+        self.asked.set()
+        return super().judge(requests)
+
+
+class WaitsForTheJudge:
+    """Answers the first case at once, and every later one only once the judge has been asked for
+    something: a run that judged only after the system finished would never get here (it times out)."""
+
+    def __init__(self, judge: GatedJudge) -> None:
+        from qaeval.system.reference import ReferenceHub
+
+        self.hub, self.judge, self.calls = ReferenceHub(), judge, 0
+        self.lock = threading.Lock()
+
+    def answer(self, case):
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+        if not first and not self.judge.asked.wait(30):
+            raise RuntimeError("the judge was not asked while the system answered")
+        return self.hub.answer(case)
+
+
+def test_the_judge_is_asked_while_the_system_still_answers():
+    judge = GatedJudge()
+    suite = load_suite(GOLDEN)
+    first_judged = next(c for c in suite if not c.must_abstain)  # so the first output is judged
+    ordered = type(suite)((first_judged, *[c for c in suite if c.id != first_judged.id]), suite.root, suite.corpus)
+    run = evaluate(ordered, WaitsForTheJudge(judge), judge, isolation="none", concurrency=1)
+    assert run.outputs["error"].isna().all(), run.outputs["error"].dropna().tolist()
+
+
+def test_a_streamed_run_is_the_run_its_outputs_score_to(tmp_path):
+    """Field by field, times aside: the record of a streamed run equals the record of scoring the same
+    outputs in one pass afterwards (``score_outputs``)."""
+    suite = load_suite(GOLDEN)
+    streamed = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), isolation="none")
+    phased = score_outputs(suite, streamed.outputs, OfflineJudge(), meta=streamed.meta)
+    a, b = run_record(streamed), run_record(phased)
+    for line in a["cases"] + b["cases"]:
+        line["output"].pop("latency_s", None)
+        for v in line["verdicts"]:
+            v.pop("cached", None)
+    assert a == b
+
+
+def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settle(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    calls_file = tmp_path / "calls"
+    monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls_file))
+    run = api.run(str(GOLDEN), adapter="plugins:make_call_counter", trials=4, adaptive=True, isolation="none",
+                  save=str(tmp_path / "a.json"))
+    failing = int((~run.per_case["case_passed"]).sum())
+    assert len(calls_file.read_text().splitlines()) == CASES + 3 * failing < 4 * CASES
+    pc = run.per_case.set_index("case_id")
+    assert set(pc.loc[pc["case_passed"], "trials"]) == {1} and set(pc.loc[~pc["case_passed"], "trials"]) == {4}
+    assert "system call(s) saved" in run.summary_text() and "adaptive" in run.summary_text()
+    back = load_run(tmp_path / "a.json")
+    assert back.per_case["trials"].tolist() == run.per_case["trials"].tolist() and back.meta.adaptive
+
+
+def test_adaptive_in_a_gate_gives_every_trial_to_a_case_the_baseline_had_flaky(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    base = tmp_path / "b.json"
+    api.baseline(str(GOLDEN), out=str(base), adapter="plugins:make_abstain_every_other", trials=4,
+                 isolation="none", concurrency=1, allow_failing=True)
+    result = api.gate_run(str(GOLDEN), baseline=str(base), trials=4, adaptive=True, isolation="none")
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    pc = result.run.per_case.set_index("case_id")
+    assert pc.at[dvd, "trials"] == 4 and pc.at[dvd, "case_passed"], "flaky in the baseline: every trial"
+    assert result.ok, result.summary_text()
+
+
+def test_adaptive_needs_trials(capsys):
+    from qaeval.cli import main
+
+    assert main(["run", "--data", str(GOLDEN), "--adaptive"]) == 64
+    assert "--trials 2 or more" in capsys.readouterr().err
