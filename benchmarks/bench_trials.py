@@ -25,6 +25,7 @@ least 95%.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -54,6 +55,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="gate runs per K and system")
     parser.add_argument("--trials", type=int, nargs="*", default=[1, 3, 5, 10])
     parser.add_argument("--table", action="store_true")
+    parser.add_argument("--adaptive", action="store_true", help="also gate with --adaptive against the same baseline")
     args = parser.parse_args()
     if args.table:
         table()
@@ -74,21 +76,25 @@ def main() -> None:
             base = str(Path(tmp) / f"baseline-{k}.json")
             api.baseline(str(data), out=base, adapter="qaeval.system.flaky:make_adapter", trials=k,
                          allow_failing=True, **common)
-            blocked = {}
-            start = time.perf_counter()
-            for name in ("make_adapter", "make_regressed"):
-                count = 0
-                for _ in range(args.runs):
-                    result = api.gate_run(str(data), baseline=base, adapter=f"qaeval.system.flaky:{name}", trials=k,
-                                          **common)
-                    count += not result.ok
-                blocked[name] = count
-            spent = (time.perf_counter() - start) / (2 * args.runs)
-            usage = result.run.judge_usage
-            print(f"K={k:<3} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
-                  f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"
-                  f"{args.runs} ({blocked['make_regressed'] / args.runs:6.1%})   one gate: {args.cases * k} system "
-                  f"calls, {usage['calls'] - usage['cached']} judge calls, {spent:.2f} s", flush=True)
+            for adaptive in ([False, True] if args.adaptive and k > 1 else [False]):
+                blocked, calls = {}, []
+                start = time.perf_counter()
+                for name in ("make_adapter", "make_regressed"):
+                    count = 0
+                    for _ in range(args.runs):
+                        result = api.gate_run(str(data), baseline=base, adapter=f"qaeval.system.flaky:{name}",
+                                              trials=k, adaptive=adaptive, **common)
+                        count += not result.ok
+                        calls.append(int(result.run.per_case["trials"].sum()))
+                    blocked[name] = count
+                spent = (time.perf_counter() - start) / (2 * args.runs)
+                usage = result.run.judge_usage
+                label = f"K={k}{' adaptive' if adaptive else ''}"
+                print(f"{label:<13} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
+                      f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"
+                      f"{args.runs} ({blocked['make_regressed'] / args.runs:6.1%})   one gate: median "
+                      f"{statistics.median(calls):.0f} system calls of {args.cases * k}, "
+                      f"{usage['calls'] - usage['cached']} judge calls, {spent:.2f} s", flush=True)
     print("targets: at K=5 unchanged blocked <= 5%, regressed blocked >= 95%")
 
 

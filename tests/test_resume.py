@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
@@ -223,3 +225,55 @@ def test_adaptive_needs_trials(capsys):
 
     assert main(["run", "--data", str(GOLDEN), "--adaptive"]) == 64
     assert "--trials 2 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("data", ["golden", "corpus"])
+def test_the_streamed_request_is_the_request_scoring_builds(data, tmp_path, monkeypatch):
+    """``stream.request_for`` (one output, no frames) makes the request ``build_requests`` makes for it, so
+    what the stream judged is found again at scoring, for cases with their own passages and from a corpus."""
+    from qaeval.scoring.evaluate import used_sources
+    from qaeval.scoring.judge import build_requests, request_key
+    from qaeval.scoring.rubric import Rubric
+    from qaeval.scoring.stream import request_for
+
+    if data == "corpus":
+        from test_corpus_pipeline import corpus_folder
+
+        folder = corpus_folder(tmp_path)
+    else:
+        folder = GOLDEN
+    suite = load_suite(folder)
+    run = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), isolation="none")
+    rubric = Rubric.load()
+    batch = {r.case_id: request_key(r) for r in build_requests(suite.to_frame(), run.outputs,
+                                                                 used_sources(suite, run.outputs, suite.sources_frame()),
+                                                                 rubric)}
+    streamed = {}
+    for row in run.outputs.to_dict("records"):
+        req = request_for(suite, rubric, suite[row["case_id"]], row)
+        if req is not None:
+            streamed[req.case_id] = request_key(req)
+    assert streamed == batch and batch
+
+
+class CountingStreamJudge(OfflineJudge):
+    thread_safe = True
+    concurrency = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+        self.lock = threading.Lock()
+
+    def judge(self, requests):
+        with self.lock:
+            self.asked += len(requests)
+        return super().judge(requests)
+
+
+def test_a_streaming_judge_is_asked_once_per_output_and_never_again_at_scoring():
+    judge = CountingStreamJudge()
+    run = evaluate(load_suite(GOLDEN), "qaeval.system.reference:make_adapter", judge, isolation="none", trials=2)
+    answered = int((~run.runs[0].per_case["abstained"]).sum())
+    assert judge.asked == answered, "one call per distinct output, all of them while the system answered"
+    assert run.judge_usage["cached"] == answered  # the second trial's identical outputs

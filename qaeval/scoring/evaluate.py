@@ -21,6 +21,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -312,6 +313,25 @@ def corpus_excerpt(suite: Suite, outputs: pd.DataFrame) -> dict[str, Passage]:
     return kept
 
 
+def passages_beyond(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, tuple[str | None, str]]:
+    """{id: (title, text)} of the passages an output used that its case's sources do not hold: its own
+    ``passages``, else the corpus's, by id."""
+    if not (out["passages"] or (corpus is not None and out["retrieved_ids"])):
+        return {}
+    own = {s.id for s in case.sources}
+    held: dict[str, tuple[str, str | None, str]] = {}
+    if corpus is not None:
+        layer1.add_from_corpus(held, out, corpus)
+    bodies, titles = layer1.used_passages(held, out)
+    return {pid: (titles.get(pid), text) for pid, text in bodies.items() if pid not in own}
+
+
+def judged_fixture(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, str]:
+    """{id: text} the judge weighs one output's citations against: ``used_sources``'s rows of its case."""
+    return {**{s.id: s.text for s in case.sources},
+            **{pid: text for pid, (_, text) in passages_beyond(case, out, corpus).items()}}
+
+
 def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
     """``sources`` (``Suite.sources_frame()``) plus, per case, the passages its output used that its
     sources do not hold (from the system's ``passages``, else the corpus): what the judge grades against."""
@@ -319,15 +339,9 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
     rows = []
     for case in suite:
         out = outs[case.id] if case.id in outs else None
-        if out is None or not (out["passages"] or (suite.corpus is not None and out["retrieved_ids"])):
-            continue
-        own = {s.id for s in case.sources}
-        held: dict[str, tuple[str, str | None, str]] = {}
-        if suite.corpus is not None:
-            layer1.add_from_corpus(held, out, suite.corpus)
-        bodies, titles = layer1.used_passages(held, out)
-        rows += [(case.id, pid, titles.get(pid), text, pid in case.gold_source_ids)
-                 for pid, text in bodies.items() if pid not in own]
+        if out is not None:
+            rows += [(case.id, pid, title, text, pid in case.gold_source_ids)
+                     for pid, (title, text) in passages_beyond(case, out, suite.corpus).items()]
     if not rows:
         return sources
     extra = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)

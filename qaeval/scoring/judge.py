@@ -202,8 +202,8 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
 
 
 def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    """The output rows the judge grades: answered, with no adapter error."""
-    return (out for out in RowsByKey(outputs) if is_missing(out["error"]) and not out["abstained"])
+    """The output rows the judge grades (``is_judged``)."""
+    return (out for out in RowsByKey(outputs) if is_judged(out))
 
 
 def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
@@ -220,17 +220,25 @@ def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataF
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
-    requests = []
-    for out in _judged(outputs):
-        case_id = out["case_id"]
-        fixture = bodies.get(case_id, {})
-        found = _decoys_of(out, fixture)
-        cited = [CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
-                 for c, (decoy_id, decoy_text) in zip(out["citations"], found)]
-        g = gold[case_id] if isinstance(gold[case_id], str) else None
-        requests.append(JudgeRequest(case_id, questions[case_id], out["answer"], g, tuple(cited),
-                                     Prompt(rubric, questions[case_id], out["answer"], g, tuple(cited))))
-    return requests
+    return [judge_request(out, questions[out["case_id"]], gold[out["case_id"]], bodies.get(out["case_id"], {}), rubric)
+            for out in _judged(outputs)]
+
+
+def is_judged(out: Mapping[str, Any]) -> bool:
+    """Whether the judge grades this output: it answered, with no adapter error."""
+    return is_missing(out["error"]) and not out["abstained"]
+
+
+def judge_request(out: Mapping[str, Any], question: str, gold: Any, fixture: Mapping[str, str],
+                  rubric: Rubric) -> JudgeRequest:
+    """The request for one answered output: its citations with the cited text and the hardest decoy
+    among the other passages of ``fixture`` ({id: text}, in the case's order: its sources, then what
+    the output used beyond them)."""
+    found = _decoys_of(out, fixture)
+    cited = tuple(CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
+                  for c, (decoy_id, decoy_text) in zip(out["citations"], found))
+    g = gold if isinstance(gold, str) else None
+    return JudgeRequest(out["case_id"], question, out["answer"], g, cited, Prompt(rubric, question, out["answer"], g, cited))
 
 
 # --------------------------------------------------------------------------- validation

@@ -25,12 +25,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.frames import frame
 from qaeval.plugins import progress_bar
-from qaeval.scoring.judge import (JudgeClient, JudgeMemo, JudgeRequest, MemoEntry, build_requests, call_judge,
-                                  judge_config_of, request_key)
+from qaeval.scoring.judge import (JudgeClient, JudgeMemo, JudgeRequest, MemoEntry, call_judge, is_judged,
+                                  judge_config_of, judge_request, request_key)
 from qaeval.scoring.rubric import Rubric
-from qaeval.system.contract import OUTPUT_SCHEMA
 
 _STOP = object()
 
@@ -46,14 +44,13 @@ def judge_lanes(judge: Any) -> int:
 
 
 def request_for(suite: Suite, rubric: Rubric, case: GoldenCase, row: dict[str, Any]) -> JudgeRequest | None:
-    """The request scoring will build for one output of ``case`` (None when it is not judged: abstained,
-    failed)."""
-    from qaeval.scoring.evaluate import used_sources
+    """The request scoring will build for one output of ``case`` (``build_requests``, without its frames),
+    or None when it is not judged (abstained, failed)."""
+    from qaeval.scoring.evaluate import judged_fixture
 
-    one = Suite((case,), suite.root, suite.corpus)
-    out = frame([row], OUTPUT_SCHEMA)
-    found = build_requests(one.to_frame(), out, used_sources(one, out, one.sources_frame()), rubric)
-    return found[0] if found else None
+    if not is_judged(row):
+        return None
+    return judge_request(row, case.question, case.gold_answer, judged_fixture(case, row, suite.corpus), rubric)
 
 
 class JudgeStream:

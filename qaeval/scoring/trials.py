@@ -11,7 +11,10 @@ the only run, and returns the run that holds them all:
 * ``units``: each case's share of every metric is the mean over its trials of its numerator and of its
   denominator, so a case weighs the same whatever K is, and with K = 1 nothing changes. The scoreboard
   averages cases from these; its bootstrap resamples cases (each with all its trials), never trials
-  alone: the clustered bootstrap.
+  alone: the clustered bootstrap. With adaptive trials the units are the first trial's: the later
+  trials went to the cases whose first trial failed, so a mean over them would lean on that choice
+  (a case that passed once would count as always passing); the first trial is an unbiased draw of
+  every case, and the later ones tell a flaky case from a broken one.
 * ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``),
   over the cases that had at least k trials (with adaptive trials, the ones a first trial did not settle).
 
@@ -117,8 +120,9 @@ def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k
     per_case["flaky"] = [0 < c < n for c, n in zip(passes, counts)]
     mean_units = first.units.copy()
     numeric = [c for c in mean_units.columns if c != "case_id"]
-    for column in numeric:
-        mean_units[column] = [sum(float(u[column]) for u in units[cid]) / len(units[cid]) for cid in ids]
+    if not adaptive:  # with adaptive trials the first trial alone is an unbiased draw of every case
+        for column in numeric:
+            mean_units[column] = [sum(float(u[column]) for u in units[cid]) / len(units[cid]) for cid in ids]
     metrics = first.metrics
     if k_trials > 1:
         hat = [pass_hat_k(c, n, k) for c, n in zip(passes, counts)]
