@@ -298,3 +298,13 @@ def test_compare_tells_a_flaky_case_from_a_regressed_one(tmp_path, monkeypatch):
     assert compare(before, flaky).regressed == []
     second = compare(before, broken)
     assert second.regressed == [dvd] and "trials passed 4/4 -> 0/4" in second.summary_text()
+
+
+def test_drift_bands_use_trial_averaged_figures_and_each_history_line_records_k(tmp_path):
+    series = tmp_path / "series.jsonl"
+    api.drift_run(str(GOLDEN), timeseries=str(series), trials=3, isolation="none")
+    api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+    first, second = (json.loads(line) for line in series.read_text().splitlines())
+    assert (first["trials"], second["trials"]) == (3, 1)
+    result = api.drift_run(str(GOLDEN), timeseries=str(series), trials=2, isolation="none")
+    assert any("the series mixes trial counts" in n for n in result.notes)

@@ -22,7 +22,8 @@ def run_facts(run: RunResult) -> dict[str, Any]:
         "boundary": "enforced (worker processes)" if meta.boundary_enforced and not meta.executor else
         f"executor {meta.executor}" if meta.executor else "NOT enforced (isolation none)",
         "concurrency": meta.concurrency, "judge": meta.judge.label(),
-        **({"trials": f"{run.trials} per case ({run.trials * len(run.suite)} system calls)"} if run.trials > 1 else {}),
+        **({"trials": f"{'up to ' if meta.adaptive else ''}{run.trials} per case "
+                      f"({int(run.per_case['trials'].sum())} system calls)"} if run.trials > 1 else {}),
         "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
         "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
