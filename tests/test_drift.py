@@ -175,3 +175,22 @@ def test_append_line_reports_failure_as_file_access_error(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "write", no_space)
     with pytest.raises(FileAccessError, match="No space left on device"):
         append_line(tmp_path / "x.jsonl", "{}")
+
+
+def test_a_line_separator_inside_a_history_line_does_not_tear_it(tmp_path):
+    """Issue 40: history lines are written with U+2028 and its kin unescaped, and read back with
+    str.splitlines(), which split every such line into two torn halves: the history emptied, and a
+    drift that should alarm did not. Lines end at a newline alone."""
+    from qaeval import api
+
+    series = tmp_path / "series.jsonl"
+    for _ in range(2):
+        api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+    lines = series.read_text(encoding="utf-8").splitlines(keepends=True)
+    record = json.loads(lines[0])
+    record["adapter"] = "my\u2028adapter\u2029with\x85separators"
+    lines[0] = json.dumps(record, ensure_ascii=False) + "\n"
+    series.write_text("".join(lines), encoding="utf-8")
+    result = api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+    assert result.history["run"].nunique() == 3 and not any("torn" in n for n in result.notes), result.notes
+    assert any("2 earlier runs" in n for n in result.notes), result.notes

@@ -147,7 +147,10 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     records: list[dict[str, Any]] = []
     bad: list[Problem] = []
     notes: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" alone: str.splitlines() also splits at U+2028, U+2029, U+0085 and others, which a
+    # line qaeval wrote may hold inside a string (its JSON keeps them unescaped), and would tear it in two.
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
