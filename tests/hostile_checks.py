@@ -63,3 +63,4 @@ not_a_metric = 42
 @check(tier=1)
 def hangs_always(case, output, passages):
     time.sleep(3600)
+huge_units = Metric("huge_units", True, "cases", "valid units near the largest float", unit=lambda s: (1e308, 1e308))

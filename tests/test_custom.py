@@ -303,3 +303,13 @@ def test_compare_names_a_check_only_the_second_run_ran_when_it_fails_a_case():
     cases = api.compare(before, after).cases.set_index("case_id")
     must = next(c.id for c in before.suite if c.must_abstain)
     assert cases.at[must, "new_reasons"] == ["check abstains_never"]
+
+
+def test_a_metric_whose_units_are_near_the_largest_float_scores_instead_of_crashing(capsys):
+    """Issue 40: (1e308, 1e308) is a valid unit (finite, 0 <= num <= den), but two of them sum to inf and
+    `run` and `gate` exited 70 (OverflowError rounding n). The metric is 1.0 over them."""
+    from qaeval.cli import main
+
+    assert main(["run", "--data", str(GOLDEN), "--metric", "hostile_checks:huge_units", "--isolation", "none"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("huge_units"))
+    assert row.split()[1] == "1.000", row

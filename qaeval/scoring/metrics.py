@@ -153,18 +153,38 @@ def _resampled_ratios(num: np.ndarray, den: np.ndarray, masks: Sequence[np.ndarr
     return out
 
 
-def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: float = 0.95) -> list[tuple[float, float, float, int]]:
+N_LIMIT = 2**62  # n is shown as at most this: a registered metric's units may add up past any count
+
+
+def _scaled(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The units of every metric whose denominators are beyond any count (a registered metric may return
+    (1e308, 1e308)) divided by its largest denominator: its ratios are unchanged, and its sums (exactly
+    and in the bootstrap's float32) stay finite."""
+    if not len(den):
+        return num, den
+    top = den.max(axis=0)
+    scale = np.where(top > 1e30, top, 1.0)
+    return num / scale, den / scale
+
+
+def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: float = 0.95,
+               raw_den: np.ndarray | None = None) -> list[tuple[float, float, float, int]]:
+    """(value, ci_low, ci_high, n) per metric; ``raw_den``: the denominators before ``_scaled``, whose
+    sum is n (at most ``N_LIMIT``)."""
     rows = []
     alpha = (1 - level) / 2
+    raw_den = den if raw_den is None else raw_den
     for j in range(num.shape[1]):
         n = float(den[:, j].sum())
+        with np.errstate(over="ignore"):
+            total = float(raw_den[:, j].sum())  # inf past the largest float: n is then N_LIMIT
         if n == 0:
             rows.append((math.nan, math.nan, math.nan, 0))
             continue
         value = float(num[:, j].sum()) / n
         stats = ratios[:, j][np.isfinite(ratios[:, j])]
         low, high = (np.quantile(stats, [alpha, 1 - alpha]) if stats.size else (math.nan, math.nan))
-        rows.append((value, float(low), float(high), int(round(n))))
+        rows.append((value, float(low), float(high), int(round(total)) if total < N_LIMIT else N_LIMIT))
     return rows
 
 
@@ -174,7 +194,8 @@ def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resample
     ones) and the per-slice frame (one row per slice, group and metric), from the per-case units and a
     frame of the slicing columns (same row order). Cases without an adversarial tag form the group
     "(none)"."""
-    num, den = _matrices(units, [m.name for m in metrics])
+    raw_num, raw_den = _matrices(units, [m.name for m in metrics])
+    num, den = _scaled(raw_num, raw_den)
     masks = [np.ones(len(units), dtype=bool)]
     labels: list[tuple[str, str]] = []
     for column in SLICE_BY:
@@ -184,12 +205,12 @@ def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resample
             labels.append((column, group))
     ratios = _resampled_ratios(num, den, masks, resamples=resamples, seed=seed)
     board = []
-    for m, (value, low, high, n) in zip(metrics, _summarise(num, den, ratios[0])):
+    for m, (value, low, high, n) in zip(metrics, _summarise(num, den, ratios[0], raw_den=raw_den)):
         board.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
                           over=m.over, ppi_value=math.nan, ppi_ci_low=math.nan, ppi_ci_high=math.nan, n_labelled=0))
     slices = []
     for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:]):
-        for m, (value, low, high, n) in zip(metrics, _summarise(num[mask], den[mask], ratio)):
+        for m, (value, low, high, n) in zip(metrics, _summarise(num[mask], den[mask], ratio, raw_den=raw_den[mask])):
             slices.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n))
     return frame(board, SCOREBOARD_SCHEMA), frame(slices, SLICE_SCHEMA)
 
