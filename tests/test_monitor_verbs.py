@@ -68,7 +68,35 @@ def test_a_window_out_of_its_band_alarms_with_exit_3_and_is_not_appended_twice(t
     assert [line["window"][:10] for line in lines] == ["2026-02-01", "2026-02-02", "2026-02-03", "2026-02-04"]
     assert lines[-1]["alarms"] and not any(line["alarms"] for line in lines[:3]), "three earlier windows before a band"
     assert main(args) == 0 and len(history.read_text().splitlines()) == 4
-    assert "is not after the history's last" in capsys.readouterr().out
+    assert "is in the history already: not appended again" in capsys.readouterr().out
+
+
+def test_a_future_dated_window_does_not_silence_the_next_days_alarm(tmp_path, capsys):
+    """Issue 40: one row stamped 2099 went into the history, and every later window was 'not after the
+    history's last' and skipped: a day on which every citation failed exited 0."""
+    history = tmp_path / "history.jsonl"
+    good = traffic(days=3, per_day=40) + [log_row(900 + k, timestamp="2099-01-01T00:00:00+00:00") for k in range(40)]
+    assert main(["monitor", "--logs", str(write_jsonl(tmp_path / "a.jsonl", good)), "--window", "1D",
+                 "--timeseries", str(history), "--quiet"]) == 0
+    bad = [log_row(1000 + k, day=4, bad_citation=True) for k in range(40)]
+    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "b.jsonl", bad)), "--window", "1D",
+                 "--timeseries", str(history), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 3 and "citation_resolvability dropped below its band" in out, out[-2000:]
+
+
+def test_a_window_appended_with_too_few_rows_is_completed_later_and_alarms(tmp_path, capsys):
+    """Issue 40: a scheduled run early in the day appended today's window with too few rows; the full
+    day, whose rows fail, was then never compared."""
+    history = tmp_path / "history.jsonl"
+    early = traffic(days=3, per_day=40) + [log_row(500 + k, day=4, bad_citation=True) for k in range(5)]
+    args = ["--window", "1D", "--timeseries", str(history), "--quiet"]
+    assert main(["monitor", "--logs", str(write_jsonl(tmp_path / "early.jsonl", early)), *args]) == 0
+    full = [log_row(500 + k, day=4, bad_citation=True) for k in range(40)]
+    assert main(["monitor", "--logs", str(write_jsonl(tmp_path / "full.jsonl", full)), *args]) == 3
+    assert "citation_resolvability dropped below its band" in capsys.readouterr().out
+    days = [json.loads(line)["window"][:10] for line in history.read_text().splitlines()]
+    assert days == ["2026-02-01", "2026-02-02", "2026-02-03", "2026-02-04", "2026-02-04"]
 
 
 def test_a_window_with_too_few_rows_says_so_instead_of_alarming(tmp_path, capsys):

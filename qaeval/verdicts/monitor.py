@@ -215,26 +215,33 @@ def _line(window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any]) 
 
 def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, Any], band_window: int = BAND_WINDOW,
           min_rows: int = MIN_ROWS) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``."""
+    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``.
+
+    A window already in the history with enough rows is not appended again; one that had too few rows
+    (a scheduled run early in the day) is compared and appended again once it has enough, and the later
+    line stands. A window's band is made of the windows before it, whatever order the history holds
+    them in, so a line stamped in the future neither silences later windows nor joins their bands."""
     history, notes = read_history(timeseries)
     earlier = [h for h in history if h.get("kind") == "monitor"]
     if len(earlier) < len(history):
         notes.append(f"{len(history) - len(earlier)} line(s) of {timeseries} are not monitor windows: left out of the bands")
-    last = max((h["window"] for h in earlier if isinstance(h.get("window"), str)), default=None)
-    usable = [h for h in earlier if not h.get("too_few")]
+    usable = sorted((h for h in earlier if not h.get("too_few") and isinstance(h.get("window"), str)),
+                    key=lambda h: h["window"])
+    complete = {h["window"] for h in usable}
     overall = windows[windows["slice"] == ALL]
     timeline, alarms, lines = [], [], []
     for window, part in overall.groupby("window", sort=True):
-        if last is not None and window <= last:
-            notes.append(f"window {window} is not after the history's last ({last}): not appended again")
-            continue
         rows = int(part["rows"].iloc[0])
+        if window in complete:
+            notes.append(f"window {window} is in the history already: not appended again")
+            continue
         line = _line(window, part, rows, about)
         entry: dict[str, Any] = dict(window=window, rows=rows, too_few=rows < min_rows, bands=[], alarms=[])
         if entry["too_few"]:
             line["too_few"] = True  # the timeline says so: fewer than min_rows, not compared, no alarm
         else:
-            bands, found, more = compare(usable, line, window=band_window, min_history=MIN_HISTORY, unit="windows",
+            before = [h for h in usable if h["window"] < window]
+            bands, found, more = compare(before, line, window=band_window, min_history=MIN_HISTORY, unit="windows",
                                          metrics=METRICS)
             found = [{**a, "window": window, "message": f"{window}: {a['message']}"} for a in found]
             line["alarms"] = [a["metric"] for a in found]
@@ -242,6 +249,7 @@ def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, 
             notes += [f"window {window}: {m}" for m in more]
             alarms += found
             usable.append(line)
+            complete.add(window)
         timeline.append(entry)
         lines.append(line)
     for line in lines:
