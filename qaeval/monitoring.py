@@ -34,15 +34,23 @@ from qaeval.verdicts.monitor import MonitorResult, watch
 
 
 def check_window(every: str | None) -> None:
-    """A pandas frequency (1D, 1W, 6H, ...) or a UsageError, before anything is read."""
+    """A time span the windows can be cut by (1D, 1W, 6h, 30min, ...) of at least one unit, or a
+    UsageError, before anything is read: a span is tried on two timestamps as the windows will use it."""
     if every is None:
         return
+    import pandas as pd
     from pandas.tseries.frequencies import to_offset
 
+    from qaeval.scoring.monitor_metrics import window_keys
+
+    works = "a time span such as 1D, 1W, 6h or 30min"
     try:
-        to_offset(every)
-    except ValueError:
-        raise UsageError(f"window {every!r} is not a time span such as 1D, 1W or 6H") from None
+        offset = to_offset(every)
+        window_keys(pd.Series(["2026-01-01T00:00:00Z", "2026-02-15T12:30:00Z"]), every)
+    except (ValueError, TypeError, AttributeError):
+        raise UsageError(f"window {every!r} cannot cut the log into windows; give {works}") from None
+    if offset.n < 1:
+        raise UsageError(f"window {every!r} is empty or negative; give {works}")
 
 
 def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogScan]:

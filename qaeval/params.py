@@ -145,11 +145,11 @@ PARAMS = tuple(replace(p, commands=p.commands + ("monitor",)) if p.name in MONIT
           "request per row", ("monitor",), metavar="FILE", required=("monitor",)),
     Param("by", "list", (), "a slice column to break every metric down by (repeatable); the judged sample is "
           "stratified by it", ("monitor",), metavar="COLUMN"),
-    Param("time_window", "str", None, "a time span (1D, 1W, 6H, ...): every metric per window of the timestamp column",
+    Param("time_window", "str", None, "a time span (1D, 1W, 6h, 30min, ...): every metric per window of the timestamp column",
           ("monitor",), metavar="SPAN", cli_flag="--window"),
     Param("sample", "int", None, "judge a uniform random N of the answered rows (default: all); the checks run on "
           "every row", ("monitor",), minimum=1, metavar="N"),
-    Param("seed", "int", 0, "seed of the judged sample", ("monitor",), metavar="S"),
+    Param("seed", "int", 0, "seed of the judged sample", ("monitor",), minimum=0, maximum=2**32 - 1, metavar="S"),
     Param("band_window", "int", 10, "trailing windows of the history that make a metric's band", ("monitor",),
           minimum=1, metavar="N"),
     Param("min_rows", "int", 30, "rows a time window needs before it is compared with its band", ("monitor",),

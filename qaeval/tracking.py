@@ -93,7 +93,7 @@ def require() -> None:
 
 def redact(text: str) -> str:
     """``text`` with the user and password of every URL in it (``scheme://user:secret@host``) removed."""
-    return re.sub(r"(?<=://)[^/@\s]*@", "***@", text)
+    return re.sub(r"(?<=://)[^/\s]*@", "***@", text)  # up to the last "@" before the host: a password may hold "@"
 
 
 def _where(uri: str | None) -> str:

@@ -49,7 +49,7 @@ def test_exit_codes(tmp_path, capsys):
     assert "bad.jsonl:1: timestamp 'soon' is not an ISO 8601 date and time" in capsys.readouterr().err
     assert main(["monitor", "--logs", str(good), "--by", "tenant"]) == 64
     assert main(["monitor", "--logs", str(good), "--window", "fortnightly"]) == 64
-    assert "not a time span" in capsys.readouterr().err
+    assert "cannot cut the log into windows" in capsys.readouterr().err
     assert main(["monitor", "--logs", str(good), "--timeseries", str(tmp_path / "h.jsonl")]) == 64
     assert "timeseries needs window" in capsys.readouterr().err
     assert main(["monitor", "--logs", str(tmp_path / "absent.jsonl")]) == 65
@@ -316,3 +316,18 @@ def test_a_monitor_record_whose_alarms_were_added_or_removed_is_refused(tmp_path
     (tmp_path / "hidden.json").write_text(json.dumps(hidden))
     with pytest.raises(RecordError, match=r"monitor.timeline\[3\].bands\[\d+\].alarm says false but its band"):
         api.load_run(tmp_path / "hidden.json")
+
+
+@pytest.mark.parametrize("span", ["1ME", "1YE", "1QS", "1SME", "1C", "1bh", "1M", "0D", "-1D"])
+def test_a_window_that_cannot_cut_the_log_is_a_usage_error_naming_what_works(span, tmp_path, capsys):
+    """Issue 40: calendar spans crashed (exit 70 in to_period) and 0D made one window per row."""
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=5))
+    assert main(["monitor", "--logs", str(logs), f"--window={span}"]) == 64
+    assert "give a time span such as 1D, 1W, 6h or 30min" in capsys.readouterr().err
+
+
+def test_a_negative_monitor_seed_is_a_usage_error(tmp_path, capsys):
+    """Issue 40: --seed -1 exited 70 (the sampler's ValueError)."""
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=5))
+    assert main(["monitor", "--logs", str(logs), "--seed", "-1"]) == 64
+    assert "seed" in capsys.readouterr().err

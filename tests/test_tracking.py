@@ -283,3 +283,11 @@ def tracking_warning(caught) -> str:
     found = [str(w.message) for w in caught if issubclass(w.category, TrackingWarning)]
     assert len(found) == 1, found
     return found[0]
+
+
+def test_a_password_holding_an_at_sign_is_redacted_whole():
+    """Issue 40: redaction stopped at the first "@", printing the rest of the password."""
+    from qaeval.tracking import redact
+
+    assert redact("http://alice:Tr0ub@dor-x9@host:5000/x") == "http://***@host:5000/x"
+    assert redact("see http://u:p@a and https://v:q@b/c") == "see http://***@a and https://***@b/c"
