@@ -64,3 +64,11 @@ not_a_metric = 42
 def hangs_always(case, output, passages):
     time.sleep(3600)
 huge_units = Metric("huge_units", True, "cases", "valid units near the largest float", unit=lambda s: (1e308, 1e308))
+
+
+@check(tier=1)
+def forks(case, output, passages):
+    """Forks without ending its child, so the child replies too (issue 40): passes on answered cases,
+    fails on abstentions, so a verdict recorded for the wrong case shows."""
+    os.fork()
+    return (not output.abstained), "answered" if not output.abstained else "abstained"

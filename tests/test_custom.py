@@ -313,3 +313,20 @@ def test_a_metric_whose_units_are_near_the_largest_float_scores_instead_of_crash
     assert main(["run", "--data", str(GOLDEN), "--metric", "hostile_checks:huge_units", "--isolation", "none"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("huge_units"))
     assert row.split()[1] == "1.000", row
+
+
+def test_a_check_that_forks_never_gets_one_cases_verdict_recorded_for_another():
+    """Issue 40: the check process's replies did not name the case they answered, so a check that
+    forked (its child replied too) had 11 to 14 of 15 cases carry another case's verdict. Now every
+    reply names its request; a stray one fails that case and replaces the process, and no case
+    carries a verdict that is not its own."""
+    run = api.run(str(GOLDEN), check=["hostile_checks:forks"])
+    rows = run.custom.set_index("case_id")
+    pc = run.per_case.set_index("case_id")
+    for cid, passed, reason in zip(rows.index, rows["passed"], rows["reason"]):
+        if reason in ("answered", "abstained"):  # a verdict of the check: it must be this case's
+            assert passed == (reason == "answered") == (not pc.at[cid, "abstained"]), (cid, reason)
+        else:  # the process misbehaved on this case: it fails, with why
+            assert not passed and ("where one was expected" in reason or "not asked now" in reason
+                                   or "not asked:" in reason), (cid, reason)
+    assert any(r not in ("answered", "abstained") for r in rows["reason"]), "the stray replies were noticed"

@@ -37,7 +37,7 @@ from qaeval.scoring.custom import ATTRIBUTE, Outcomes, Registered, code_hash, re
     sample_from_plain, valid_unit
 from qaeval.scoring.metrics import Metric
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import FrameError, UserProcess, parse
+from qaeval.system.process import FrameError, UserProcess
 
 GROUPS = {"checks": "qaeval.checks", "metrics": "qaeval.metrics"}
 MAX_LOST = 3
@@ -229,8 +229,7 @@ class CustomProcess:
                 self._start()
                 deadline = time.monotonic() + self.timeout  # starting has its own deadline
             assert self.proc is not None
-            self.proc.channel.send({"score": plain}, deadline)
-            return parse(self.proc.channel.receive(deadline), what="the check runner"), ""
+            return self.proc.channel.ask({"score": plain}, deadline, what="the check runner"), ""
         except (UserCodeFailed, UsageError) as exc:
             return None, str(exc)
         except FrameError as exc:

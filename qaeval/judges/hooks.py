@@ -17,7 +17,7 @@ from qaeval.judges.usercode import Launch, lost, spec_of
 from qaeval.judges.wire import bounded_text
 from qaeval.plugins import UserCodeFailed, resolve
 from qaeval.system.hardening import harness_guard
-from qaeval.system.process import FrameError, UserProcess, parse
+from qaeval.system.process import FrameError, UserProcess
 
 
 def _plain_alarm(alarm: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,8 +53,7 @@ class HookProcess:
                 raise UserCodeFailed(str(exc)) from None
             deadline = time.monotonic() + self.timeout
             try:
-                proc.channel.send({"notify": [_plain_alarm(a) for a in alarms]}, deadline)
-                reply = parse(proc.channel.receive(deadline), what="the notify hook")
+                reply = proc.channel.ask({"notify": [_plain_alarm(a) for a in alarms]}, deadline, what="the notify hook")
             except FrameError as exc:
                 raise UserCodeFailed(lost(proc, exc, deadline, doing="before it finished",
                                           late=f"the notify hook did not finish within {self.timeout:g} s")) from None

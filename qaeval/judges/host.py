@@ -94,7 +94,7 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
         write_frame(sock, message)
     except (TypeError, ValueError) as exc:  # something the user's code produced that JSON cannot carry
-        write_frame(sock, {"error": f"the reply cannot be sent back ({str(exc)[:200]})"})
+        write_frame(sock, {"error": f"the reply cannot be sent back ({str(exc)[:200]})", "answers": message.get("answers")})
 
 
 def main(fd: int) -> None:
@@ -140,6 +140,7 @@ def main(fd: int) -> None:
         else:
             break
         reply["logs"] = capture.take()
+        reply["answers"] = message.get("n")  # which request this answers (Channel.ask)
         try:
             _send(sock, reply)
         except OSError:

@@ -216,8 +216,7 @@ class JudgeProcess:
                 self._start()
             assert self.proc is not None
             deadline = time.monotonic() + self.timeout
-            self.proc.channel.send({"judge": [request_to_plain(r) for r in chunk]}, deadline)
-            reply = parse(self.proc.channel.receive(deadline), what="the judge")
+            reply = self.proc.channel.ask({"judge": [request_to_plain(r) for r in chunk]}, deadline, what="the judge")
         except (UserCodeFailed, UsageError) as exc:
             return self._errors(chunk, str(exc)), str(exc)
         except FrameError as exc:

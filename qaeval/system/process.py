@@ -188,6 +188,21 @@ class Channel:
             self.pending.append(bytes(self.buffer[HEADER.size:HEADER.size + size]))
             del self.buffer[:HEADER.size + size]
 
+    def ask(self, message: dict[str, Any], deadline: float, *, what: str) -> Any:
+        """Send one request to a user-code host and read its reply, which must name the request it
+        answers: each request carries a fresh ``n`` that the host echoes as ``answers``. A reply that
+        answers another request (a second reply: code that forked, and whose copy replied too) is a
+        FrameError, so the caller fails that request and replaces the process, as for a broken frame."""
+        import secrets
+
+        nonce = secrets.token_hex(8)
+        self.send({**message, "n": nonce}, deadline)
+        reply = parse(self.receive(deadline), what=what)
+        if not isinstance(reply, dict) or reply.get("answers") != nonce:
+            raise FrameError(f"{what} sent a reply to a request it was not asked now (a second reply, from code "
+                             "that forked?): its process is replaced")
+        return reply
+
     def receive(self, deadline: float, ended: Callable[[], bool] | None = None) -> bytes:
         """Block (up to ``deadline``) for one whole frame. FrameError on a timeout or a broken frame, or
         (``ended``: whether the process on the other side has exited, asked every 50 ms) when the process
