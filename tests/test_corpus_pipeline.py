@@ -266,12 +266,25 @@ def test_the_drilldown_says_where_each_passage_came_from_and_diffs_an_altered_on
         assert html.count('<div class="fidelity">') == 2, "one altered passage in each case, nothing else"
 
 
-def test_unicode_and_whitespace_differences_are_not_infidelity():
+def test_whitespace_invisible_characters_and_canonical_equivalence_are_not_infidelity():
     from qaeval.scoring.checks import check_passage_fidelity
 
-    frozen = {"p": ("The ﬁrst  branch\nopened.", None, "frozen corpus")}
-    out = {"passages": [{"id": "p", "text": " The first branch opened. ", "title": None}]}
+    frozen = {"p": ("The cafe\u0301 ope\u200bned  its first\nbranch.", None, "frozen corpus")}
+    out = {"passages": [{"id": "p", "text": " The caf\u00e9 opened its first branch. ", "title": None}]}
     assert check_passage_fidelity(out, frozen)[0]
+
+
+@pytest.mark.parametrize("frozen, given", [("It holds 106 books.", "It holds 10\u2076 books."),  # a million
+                                           ("Half: 1/2 of them.", "Half: \u00bd of them."),
+                                           ("The first branch.", "The \ufb01rst branch.")])
+def test_superscripts_fractions_and_ligatures_are_differences(frozen, given):
+    """Issue 40: NFKC folding took "10⁶" (a million) for a frozen "106"; only what cannot change meaning is
+    folded now."""
+    from qaeval.scoring.checks import check_passage_fidelity
+
+    ok, why = check_passage_fidelity({"passages": [{"id": "p", "text": given, "title": None}]},
+                                     {"p": (frozen, None, "frozen corpus")})
+    assert not ok and "differs from the frozen corpus" in why
 
 
 def _grounding(prompt: str) -> tuple[bool, str]:

@@ -33,7 +33,8 @@ fail_closed_abstention
     answer.
 passage_fidelity
     Text the system returns for an id that the frozen corpus or the case's sources hold matches it once
-    both are folded (Unicode NFKC, runs of whitespace): a stale production index shows up here. Ids
+    both are folded (canonical equivalence, invisible characters, runs of whitespace; not NFKC, which
+    would take "10⁶" for "106"): a stale production index shows up here. Ids
     unknown to both are the system's own and pass (they count as non-gold in retrieval).
 
 An adapter error fails every check of its case, with the error as the reason.
@@ -180,9 +181,16 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
     return True, "prompt carries the question and its sources; no gold answer outside them"
 
 
+# Characters that show as nothing: a system's copy may gain or lose them without changing a word.
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
+
+
 def fold(text: str) -> str:
-    """Text as passage fidelity compares it: Unicode NFKC, runs of whitespace as one space, no edges."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
+    """Text as passage fidelity compares it: canonical equivalence (NFC: a precomposed "é" is "e" and its
+    accent), invisible characters dropped, runs of whitespace as one space, no edges. Not NFKC, which
+    would take "10⁶" (a million) for "106", "½" for "1⁄2" and a ligature for its letters: what can change
+    a passage's meaning is a difference."""
+    return " ".join(unicodedata.normalize("NFC", text).translate(_INVISIBLE).split())
 
 
 def check_passage_fidelity(out: Mapping[str, Any], frozen: Mapping[str, tuple[str, str | None, str]]) -> tuple[bool, str]:
