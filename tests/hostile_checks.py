@@ -72,3 +72,8 @@ def forks(case, output, passages):
     fails on abstentions, so a verdict recorded for the wrong case shows."""
     os.fork()
     return (not output.abstained), "answered" if not output.abstained else "abstained"
+
+
+@check(tier=1, name="faithfulness_rate_n")
+def takes_a_logged_key(case, output, passages):
+    return True, ""

@@ -155,6 +155,8 @@ def test_metrics_that_return_garbage_or_raise_count_their_worst_value_and_fail_t
 @pytest.mark.parametrize("name, why", [
     ("hostile_checks:no_such", "has no attribute 'no_such'"),
     ("hostile_checks:takes_a_builtin_name", "faithfulness_rate: a name taken by a built-in"),
+    # issue 40: it was accepted, and MLflow logged its n (0.0) over the built-in faithfulness_rate_n (12)
+    ("hostile_checks:takes_a_logged_key", "faithfulness_rate_n: a name taken by a built-in check, metric, column or logged key"),
 ])
 def test_a_check_that_does_not_resolve_or_takes_a_builtin_name_is_a_usage_error(name, why):
     with pytest.raises(UsageError, match=why):

@@ -61,11 +61,16 @@ def specs(checks: Sequence[Any], metrics: Sequence[Any]) -> dict[str, list[dict[
 
 
 def reserved_names() -> set[str]:
+    from qaeval.data.schema import AXES
     from qaeval.scoring.checks import CHECKS
+    from qaeval.scoring.metrics import METRIC_NAMES, logged_keys
     from qaeval.scoring.outcomes import PER_CASE_SCHEMA
-    from qaeval.scoring.metrics import METRIC_NAMES
+    from qaeval.scoring.trials import TRIAL_COLUMNS
 
-    return {*CHECKS, *METRIC_NAMES, *PER_CASE_SCHEMA}
+    logged = {key for name in (*METRIC_NAMES, "pass_hat_k", "pass_at_k") for key in logged_keys(name)}
+    agreement = {f"{kind}_{a}{suffix}" for a in AXES for kind in ("agreement", "kappa")
+                 for suffix in ("", "_ci_low", "_ci_high", "_n")}
+    return {*CHECKS, *PER_CASE_SCHEMA, *TRIAL_COLUMNS, *logged, *agreement}
 
 
 def declared(plain: Any) -> Registered:

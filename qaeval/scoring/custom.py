@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from qaeval.data.schema import GoldenCase, Source
-from qaeval.scoring.metrics import CaseFacts, Metric
+from qaeval.scoring.metrics import CaseFacts, Metric, logged_keys
 
 CUSTOM_SCHEMA = {"case_id": "text", "name": "text", "kind": "text", "blocks": "bool", "passed": "bool",
                  "reason": "text", "num": "float", "den": "float"}
@@ -172,9 +172,11 @@ def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     metrics = [MetricSpec(metric_from_plain(m), *_hash_and_source(m, "a metric")) for m in plain["metrics"]]
     done = Registered(tuple(checks), tuple(metrics))
     names = done.names
-    clash = sorted({n for n in names if n in reserved or names.count(n) > 1})
+    others = {n: {k for m in names if m != n for k in logged_keys(m)} for n in set(names)}
+    clash = sorted({n for n in names if n in reserved or names.count(n) > 1 or n in others[n]})
     if clash:
-        raise _bad(f"{', '.join(clash)}: a name taken by a built-in check, metric or column, or registered twice")
+        raise _bad(f"{', '.join(clash)}: a name taken by a built-in check, metric, column or logged key "
+                   "(such as faithfulness_rate_n), or registered twice")
     return done
 
 

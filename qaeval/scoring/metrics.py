@@ -97,6 +97,14 @@ METRIC_NAMES = tuple(m.name for m in METRICS)
 BY_NAME = {m.name: m for m in METRICS}
 GATED = {m.name: m.tolerance for m in METRICS if m.tolerance is not None}
 
+# What a tracker logs for each scoreboard row (qaeval.tracking): the metric's name with each of these.
+LOGGED_SUFFIXES = ("", "_ci_low", "_ci_high", "_n", "_ppi", "_ppi_ci_low", "_ppi_ci_high", "_n_labelled")
+
+
+def logged_keys(name: str) -> set[str]:
+    """Every key a tracker logs for the scoreboard row of metric ``name``."""
+    return {name + suffix for suffix in LOGGED_SUFFIXES}
+
 SCOREBOARD_SCHEMA = {
     "metric": "text", "value": "float", "ci_low": "float", "ci_high": "float", "n": "int", "direction": "text",
     "over": "text", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float", "n_labelled": "int",
