@@ -29,6 +29,7 @@ Rows are in time order (records without a time last), then by path.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,22 @@ def record_files(folder: str | Path) -> list[Path]:
     if not root.is_dir():
         raise DatasetError("no such folder of run records" if not root.exists() else
                            "not a folder: give the folder the run records were saved in", file=str(root))
-    return sorted(p for p in root.rglob("*.json") if p.is_file())
+    return sorted(root.rglob("*.json"))  # every entry: one that is not a readable file is a row saying why
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` is no record file (a dangling symbolic link, a folder, a FIFO, ...), or None when it is a
+    regular file; found without opening it (opening a FIFO would wait for a writer)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if path.is_symlink() else "gone while listing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(info.st_mode):
+        return None
+    return "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
+        "not a regular file"
 
 
 def _row(result: Result) -> dict[str, Any]:
@@ -72,11 +88,14 @@ def _row(result: Result) -> dict[str, Any]:
 
 def read_row(path: Path) -> dict[str, Any]:
     """One record as a row; a record that does not load is a row carrying only its path and the reason."""
-    try:
-        row = _row(load_run(path))
-        reason = None
-    except (QaevalError, OSError, ValueError) as exc:
-        row, reason = {}, f"{type(exc).__name__}: {exc}"
+    row, reason = {}, _not_a_file(path)
+    if reason is not None:
+        reason = f"not a record file: {reason}"
+    else:
+        try:
+            row = _row(load_run(path))
+        except (QaevalError, OSError, ValueError) as exc:
+            row, reason = {}, f"{type(exc).__name__}: {exc}"
     report = path.with_suffix(".html")
     return {**row, "path": str(path), "report": str(report) if report.is_file() else None, "reason": reason}
 

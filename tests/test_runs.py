@@ -115,3 +115,22 @@ def test_the_index_opens_in_chromium_with_its_chart_and_links(saved, tmp_path):
 
     pixels = imread(io.BytesIO(base64.b64decode(images[0][1])), format="png")
     assert pixels.shape[0] > 200 and pixels.shape[1] > 600, "the chart is a real picture, a panel per metric"
+
+
+def test_entries_that_are_not_record_files_are_rows_with_their_reason_not_skipped(tmp_path, capsys):
+    """Issue 40: a dangling symlink, a FIFO and a folder named x.json were left out, and the output said
+    "0 could not be read"."""
+    import os
+
+    from qaeval.cli import main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    os.mkfifo(folder / "pipe.json")
+    (folder / "x.json").mkdir()
+    assert main(["runs", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "3 record(s) under" in out and "3 could not be read" in out, out
+    for why in ("a symbolic link to nothing", "a FIFO", "a folder"):
+        assert f"not a record file: {why}" in out, out
