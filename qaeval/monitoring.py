@@ -25,7 +25,7 @@ from qaeval.errors import DatasetError, Problem, UsageError
 from qaeval.scoring.evaluate import RunMeta
 from qaeval.scoring.judge import judge_config_of
 from qaeval.scoring.monitor import ROW_COLUMNS, check_rows, judge_columns, judge_sample, sample_rows
-from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
+from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, ALL, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
                                             window_keys)
 from qaeval.scoring.ppi import fresh_labels
 from qaeval.frames import frame
@@ -58,10 +58,10 @@ def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogS
     scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
     parts = [check_rows(rows, sorted({k for r in rows for k in r.slices}))
              for rows in (scan_logs(source, scan, chunk=chunk) if chunk else scan_logs(source, scan))]
-    clash = [c for c in scan.slice_columns if c in ROW_COLUMNS]
+    clash = [c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL]
     if clash:
         scan.problems.append(Problem(scan.where, None, f"column(s) {', '.join(clash)} are names of the monitor's own "
-                                                       "per-row columns: rename them in the log"))
+                                                       f"per-row columns or of its {ALL} slice: rename them in the log"))
     if scan.problems:
         raise DatasetError(scan.problems)
     if not parts:

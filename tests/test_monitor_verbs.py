@@ -331,3 +331,13 @@ def test_a_negative_monitor_seed_is_a_usage_error(tmp_path, capsys):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=5))
     assert main(["monitor", "--logs", str(logs), "--seed", "-1"]) == 64
     assert "seed" in capsys.readouterr().err
+
+
+def test_a_slice_column_named_like_the_all_rows_group_is_bad_data_and_nothing_is_appended(tmp_path, capsys):
+    """Issue 40: a column named "(all)" gave a traceback (exit 70), after appending a history line whose
+    overall figures were one group's."""
+    rows = [dict(r, **{"(all)": "x" if i % 2 else "y"}) for i, r in enumerate(traffic(days=1, per_day=10))]
+    history = tmp_path / "h.jsonl"
+    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), "--window", "1D",
+                 "--timeseries", str(history)])
+    assert code == 65 and "(all)" in capsys.readouterr().err and not history.exists()
