@@ -183,3 +183,27 @@ def test_a_dataframe_read_the_obvious_way_scores_as_its_file_does():
     assert from_frame.rows["timestamp"].tolist() == from_file.rows["timestamp"].tolist()
     assert from_frame.rows["abstained"].tolist() == from_file.rows["abstained"].tolist()
     pd.testing.assert_frame_equal(from_frame.scoreboard, from_file.scoreboard)
+
+
+def test_a_csv_header_naming_a_column_twice_is_bad_data_with_its_line(tmp_path, capsys):
+    """Issue 40: csv.DictReader kept the last of two 'abstained' cells silently, so an answered row was
+    scored as an abstention."""
+    from qaeval.cli import main
+
+    path = tmp_path / "logs.csv"
+    path.write_text("id,question,answer,abstained,abstained\nr1,When?,At nine.,false,true\n")
+    assert main(["monitor", "--logs", str(path)]) == 65
+    assert "logs.csv:1: the header names column(s) 'abstained' more than once" in capsys.readouterr().err
+
+
+def test_a_csv_row_with_fewer_cells_than_the_header_is_bad_data_with_its_line(tmp_path, capsys):
+    """Issue 40: a torn write (a row cut short) was accepted, its missing cells read as absent."""
+    from qaeval.cli import main
+
+    rows = [log_row(i) for i in range(3)]
+    path = _csv(tmp_path / "logs.csv", rows)
+    lines = path.read_text().splitlines()
+    assert lines[0].endswith(",timestamp")  # the last column, which a row may leave empty
+    path.write_text("\n".join(lines[:-1] + [lines[-1].rsplit(",", 1)[0]]) + "\n")
+    assert main(["monitor", "--logs", str(path)]) == 65
+    assert f"logs.csv:{len(lines)}: 8 cells, fewer than the header's 9 columns" in capsys.readouterr().err

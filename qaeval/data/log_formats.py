@@ -51,14 +51,27 @@ def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[s
         return
     handle = open(path, newline="", encoding="utf-8-sig")
     with handle:
-        reader = csv.DictReader(handle)
+        reader = csv.reader(handle)
         try:
+            header = next(reader, None)
+            if header is None:
+                return
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:  # a dict of the row would keep the last cell of each, silently
+                problems.append(Problem(str(path), 1, f"the header names column(s) {', '.join(map(repr, twice))} "
+                                                      "more than once"))
+                return
             for cells in reader:
+                if not cells:
+                    continue  # a blank line, as csv.DictReader skips it
+                if len(cells) != len(header):  # a torn write, or a cell too many
+                    more = "more" if len(cells) > len(header) else "fewer"
+                    problems.append(Problem(str(path), reader.line_num, f"{len(cells)} cells, {more} than the "
+                                                                        f"header's {len(header)} columns"))
+                    continue
                 raw: dict[str, Any] = {}
-                for key, value in cells.items():
-                    if key is None:
-                        problems.append(Problem(str(path), reader.line_num, "more cells than header columns"))
-                    elif value not in (None, ""):
+                for key, value in zip(header, cells):
+                    if value != "":
                         raw[key] = _csv_value(key, value, str(path), reader.line_num, problems)
                 yield reader.line_num, raw
         except (UnicodeDecodeError, csv.Error) as exc:
