@@ -52,6 +52,7 @@ class _Runs:
         self.selected: list[str] | None = None
         self._run: Any = None
         self._full: Any = None
+        self._failed: BaseException | None = None  # the run's failure: reported on every item, never run again
 
     def _params(self) -> dict[str, Any]:
         opt = self.config.getoption
@@ -62,6 +63,15 @@ class _Runs:
                                       metric=opt("qaeval_metric")).items() if v is not None}
 
     def run(self) -> Any:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return self._run_once()
+        except Exception as exc:
+            self._failed = exc
+            raise
+
+    def _run_once(self) -> Any:
         if self._run is None:
             from qaeval import api
             from qaeval.data.cases import Suite, load_suite

@@ -705,3 +705,13 @@ class InterruptsTheRun(CallCounter):
 
 def make_interrupter():
     return InterruptsTheRun()
+
+
+def make_counted_raising_factory():
+    """A factory that fails, counting its calls in QAEVAL_TEST_CALLS (issue 40: the pytest plugin called it
+    once per case)."""
+    import os
+
+    with open(os.environ["QAEVAL_TEST_CALLS"], "a") as f:
+        f.write("built\n")
+    raise RuntimeError("the index is not there")

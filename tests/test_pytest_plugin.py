@@ -27,3 +27,18 @@ def test_the_readme_command_collects_only_the_golden_cases():
 def test_paths_given_are_collected_beside_the_golden_cases():
     listed = pytest_at_root("--qaeval-data", "golden", "tests/test_retrieval.py", "--collect-only").stdout
     assert "golden/frozen.jsonl::single-0001" in listed and "tests/test_retrieval.py::" in listed, listed[-2000:]
+
+
+def test_a_run_that_fails_is_run_once_and_reported_on_every_item(tmp_path):
+    """Issue 40: after a failure each item ran the suite again: a factory that raises was called 15 times
+    for 15 cases (and a hanging one waited --startup-timeout 15 times)."""
+    calls = tmp_path / "calls"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
+                           "-m", "qaeval", "--qaeval-adapter", "plugins:make_counted_raising_factory",
+                           "--qaeval-isolation", "none"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "QAEVAL_PROGRESS": "0", "QAEVAL_TEST_CALLS": str(calls),
+                               "PYTHONPATH": str(ROOT / "tests")})
+    assert done.stdout.splitlines()[-1].startswith("15 failed"), done.stdout[-1500:]
+    assert calls.read_text().splitlines() == ["built"], "the factory is called once, not once per case"
+    assert done.stdout.count("the index is not there") >= 15
