@@ -85,6 +85,10 @@ def _windows(rows: pd.DataFrame, every: str | None, by: Sequence[str], notes: li
         raise UsageError("window needs a timestamp column: no row of the log has one")
     if missing:
         notes.append(f"{missing} row(s) have no timestamp: they are in no window")
+    early = sorted({k for k in keys.dropna().tolist() if k < "1970"})
+    if early:  # a week's window of 1970-01-01 starts on 1969-12-29, which no history may hold
+        raise DatasetError(f"window {every} puts rows in a window that starts before 1970 ({early[0]}); the history "
+                           "holds 1970 to 2999: check those timestamps, or choose a window that starts with them")
     return window_frame(rows, keys, by)
 
 

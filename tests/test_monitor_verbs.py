@@ -341,3 +341,14 @@ def test_a_slice_column_named_like_the_all_rows_group_is_bad_data_and_nothing_is
     code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), "--window", "1D",
                  "--timeseries", str(history)])
     assert code == 65 and "(all)" in capsys.readouterr().err and not history.exists()
+
+
+@pytest.mark.parametrize("stamp, span", [("1970-01-01T00:00:00Z", "1W"), ("1970-01-01T00:30:00+01:00", "1D")])
+def test_epoch_timestamps_never_put_a_window_before_1970_into_the_history(stamp, span, tmp_path, capsys):
+    """Issue 40: a window of 1969-12-29 (1W) or a time of 1969 in UTC (checked before conversion) was
+    appended, and every later run exited 65 on the history qaeval wrote itself."""
+    rows = [log_row(i, timestamp=stamp) for i in range(5)]
+    history = tmp_path / "h.jsonl"
+    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), f"--window={span}",
+                 "--timeseries", str(history)])
+    assert code == 65 and "1970" in capsys.readouterr().err and not history.exists()

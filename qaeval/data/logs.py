@@ -178,9 +178,13 @@ def parse_timestamp(value: Any) -> tuple[datetime | None, str | None]:
         when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
         return None, f"timestamp {value!r} is not an ISO 8601 date and time"
-    if not 1970 <= when.year <= 2999:
+    try:  # the year is checked in UTC, as the windows and the history hold it
+        when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
         return None, f"timestamp {value!r} is outside the years 1970 to 2999"
-    return (when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)), None
+    if not 1970 <= when.year <= 2999:
+        return None, f"timestamp {value!r} is outside the years 1970 to 2999 (in UTC)"
+    return when, None
 
 
 def _optional(raw: dict[str, Any], key: str, kind: type, what: str, problems: list[str]) -> Any:
