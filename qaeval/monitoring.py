@@ -25,7 +25,7 @@ from qaeval.errors import DatasetError, Problem, UsageError
 from qaeval.scoring.evaluate import RunMeta
 from qaeval.scoring.judge import judge_config_of
 from qaeval.scoring.monitor import ROW_COLUMNS, check_rows, judge_columns, judge_sample, sample_rows
-from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, ALL, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
+from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, ALL, METRICS, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
                                             window_keys)
 from qaeval.scoring.ppi import fresh_labels
 from qaeval.frames import frame
@@ -113,9 +113,13 @@ def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | Non
     run = judge_sample(judged, judge, meta, scan.where).with_labels(label_frame)
     rows = judge_columns(rows, run)
     usable = fresh_labels(label_frame, run.per_case) if label_frame is not None else None
-    if label_frame is not None:
-        notes.append(f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged: "
-                     "the PPI columns use those")
+    if label_frame is not None and usable is not None:
+        axes = sorted({m.label_axis for m in METRICS if m.label_axis is not None})
+        used = usable[usable["axis"].isin(axes)]
+        unused = sorted(set(usable["axis"]) - set(axes))
+        notes.append(f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged; "
+                     f"the PPI columns use the {len(used)} on {', '.join(axes)}"
+                     + (f" (no monitor metric uses {', '.join(unused)})" if unused else ""))
     windows = _windows(rows, every, by, notes)
     result = MonitorResult(run=run, rows=rows, scoreboard=scoreboard(rows, usable), slices=slice_frame(rows, by, usable),
                            windows=windows, by=list(by), every=every, sample=sample, seed=seed, source=scan.where,

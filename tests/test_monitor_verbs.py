@@ -352,3 +352,17 @@ def test_epoch_timestamps_never_put_a_window_before_1970_into_the_history(stamp,
     code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), f"--window={span}",
                  "--timeseries", str(history)])
     assert code == 65 and "1970" in capsys.readouterr().err and not history.exists()
+
+
+def test_the_labels_note_counts_only_the_labels_a_monitor_metric_uses(tmp_path):
+    """Issue 40: "2 of 2 label(s) ... the PPI columns use those", where one was on answer correctness,
+    which no monitor metric uses."""
+    logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=10))
+    first = api.score_logs(str(logs))
+    row = first.rows["row_id"].tolist()[0]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"case_id": row, "axis": axis, "score": 2}) + "\n"
+                              for axis in ("faithfulness", "answer_correctness")))
+    note = " ".join(api.score_logs(str(logs), labels=str(labels)).notes)
+    assert "2 of 2 label(s) are on judged rows" in note and "the PPI columns use the 1 on" in note
+    assert "no monitor metric uses answer_correctness" in note, note
