@@ -207,3 +207,13 @@ def test_a_csv_row_with_fewer_cells_than_the_header_is_bad_data_with_its_line(tm
     path.write_text("\n".join(lines[:-1] + [lines[-1].rsplit(",", 1)[0]]) + "\n")
     assert main(["monitor", "--logs", str(path)]) == 65
     assert f"logs.csv:{len(lines)}: 8 cells, fewer than the header's 9 columns" in capsys.readouterr().err
+
+
+def test_a_log_row_is_held_to_a_systems_output_limits(tmp_path, capsys):
+    """Issue 40: log rows had no cap; one 3 MB row with 12,000 passages held the run 25 s."""
+    from qaeval.cli import main
+
+    many = log_row(0, passages=[{"id": f"p{i}", "text": "Word."} for i in range(1001)])
+    path = write_jsonl(tmp_path / "logs.jsonl", [many, log_row(1)])
+    assert main(["monitor", "--logs", str(path)]) == 65
+    assert "logs.jsonl:1: passages holds 1001 passages (limit 1000" in capsys.readouterr().err

@@ -108,9 +108,19 @@ def _mapping(raw: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     return "RAGAS (user_input, retrieved_contexts, response)", renamed, problems
 
 
+# A logged row is held to what a system's output may hold (qaeval.system.contract): as many passages or
+# citations, texts as long.
+MAX_ITEMS, MAX_CHARS = 1000, 1_000_000
+
+
 def _passages(value: Any, ragas: bool) -> tuple[tuple[Source, ...], list[str]]:
     if not isinstance(value, list):
         return (), [f"passages must be a list, got {type(value).__name__}"]
+    if len(value) > MAX_ITEMS:
+        return (), [f"passages holds {len(value)} passages (limit {MAX_ITEMS}, as for a system's output)"]
+    if any(isinstance(t, str) and len(t) > MAX_CHARS or isinstance(t, dict) and isinstance(t.get("text"), str)
+           and len(t["text"]) > MAX_CHARS for t in value):
+        return (), [f"a passage is longer than {MAX_CHARS:,} characters (as for a system's output)"]
     if ragas:
         bad = [i for i, t in enumerate(value, 1) if not isinstance(t, str) or not t.strip()]
         if bad:
@@ -160,6 +170,8 @@ def _passage_problems(i: int, p: Any, seen: set[str], out: list[Source]) -> list
 def _citations(value: Any) -> tuple[tuple[dict[str, str], ...], list[str]]:
     if not isinstance(value, list):
         return (), [f"citations must be a list, got {type(value).__name__}"]
+    if len(value) > MAX_ITEMS:
+        return (), [f"citations holds {len(value)} citations (limit {MAX_ITEMS}, as for a system's output)"]
     out, problems = [], []
     for i, c in enumerate(value, 1):
         if not isinstance(c, dict) or set(c) != {"source_id", "claim"} or \
@@ -228,6 +240,9 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
         problems.append("abstained is true but the row has an answer")
     called = _optional(row, "model_was_called", bool, "true or false", problems)
     prompt = _optional(row, "prompt", str, "text or null", problems)
+    for name, text in (("answer", answer), ("prompt", prompt)):
+        if text is not None and len(text) > MAX_CHARS:
+            problems.append(f"{name} is {len(text):,} characters long (limit {MAX_CHARS:,}, as for a system's output)")
     _optional(row, "reference", str, "text or null", problems)
     when = None
     if row.get("timestamp") is not None:
