@@ -133,6 +133,17 @@ def _answer_block(title: str, answer: Any, abstained: Any, quote: str = "", stat
     return f"<div><b>{esc(title)}</b>{note}<br>{body}</div>"
 
 
+def baseline_state(b: Any) -> str:
+    """A baseline case's outcome in a reviewer's words: what its pass checked, and the judge's answer
+    correctness, which a pass does not read (``units``: (right, out of) per metric)."""
+    state = ("passed in the baseline (checks, faithfulness, trajectory)" if b.passed
+             else "failed in the baseline")
+    right, out_of = b.units.get("answer_correctness", (0.0, 0.0))
+    if out_of:
+        state += "; answer judged " + ("correct" if right else "not correct") + " (answer correctness is not gated)"
+    return state
+
+
 def _answers(view: CaseDetail) -> str:
     """The answer with the judge's answer-correctness quote marked, beside the baseline's when compared."""
     out = view.rows.output
@@ -142,8 +153,7 @@ def _answers(view: CaseDetail) -> str:
         now = _answer_block("Answer", out["answer"], out["abstained"], view.quote("answer_correctness"))
     b = view.baseline
     if b is not None:
-        before = _answer_block("Baseline answer", b.answer, b.abstained,
-                               state="passed in the baseline" if b.passed else "failed in the baseline")
+        before = _answer_block("Baseline answer", b.answer, b.abstained, state=baseline_state(b))
         return f'<div class="side">{before}{now}</div>'
     return now if view.full else f'<div class="side">{now}</div>'
 
@@ -285,7 +295,11 @@ def logs_section(view: CaseDetail) -> str:
     logs = view.rows.output.get("logs")
     if not logs:
         return ""
-    return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
+    if is_missing(view.rows.output["error"]):
+        return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
+    # an adapter error: its traceback is at the end of the logs (qaeval.system.worker.with_traceback)
+    return (f'<details class="more" open><summary>What the adapter printed, and the traceback of what it raised'
+            f'</summary><pre>{esc(logs)}</pre></details>')
 
 
 SECTIONS: tuple[Callable[[CaseDetail], str], ...] = (

@@ -10,6 +10,7 @@ from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.retrieval import unknown_ids_note
 from qaeval.scoring.metrics import format_interval, format_number, format_value
 
 
@@ -51,8 +52,8 @@ def registered_line(run: RunResult) -> str:
 
 
 def run_notes(run: RunResult) -> list[str]:
-    return list(run.notes) + ([] if run.meta.boundary_enforced else
-                              ["isolation none: the boundary was NOT enforced in this run"])
+    return list(run.notes) + unknown_ids_note(run.suite, run.outputs) + (
+        [] if run.meta.boundary_enforced else ["isolation none: the boundary was NOT enforced in this run"])
 
 
 def _scoreboard_row(r: dict[str, Any], ppi: bool) -> dict[str, Any]:

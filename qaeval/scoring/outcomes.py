@@ -8,7 +8,7 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -54,6 +54,20 @@ class FailReason:
 
 REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
                      name="text"), optional=("name",))  # a FailReason as a record stores it
+
+
+PASS_MEANS = ("a case passes on its deterministic checks, the judge's full faithfulness score and, when "
+              "multi-step, its trajectory")
+
+
+def passing_line(per_case: pd.DataFrame, metrics: Sequence[Any], gated: Collection[str] | None = None,
+                 aside: str = "") -> str:
+    """What a verdict's count of passing cases means, in words: "10 of 15 cases pass; answer correctness
+    is not gated" (a case's pass never reads the judge's answer correctness; ``gated``: the metrics a gate
+    holds to a tolerance, by default those of ``metrics`` that have one)."""
+    names = {m.name for m in metrics if m.tolerance is not None} if gated is None else set(gated)
+    return f"{int(per_case['case_passed'].sum())} of {len(per_case)} cases pass{aside}" + (
+        "" if "answer_correctness" in names else "; answer correctness is not gated")
 
 
 def reasons_text(reasons: Sequence[FailReason]) -> str:

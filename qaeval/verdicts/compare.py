@@ -24,7 +24,7 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
-from qaeval.scoring.outcomes import FailReason, reasons_text
+from qaeval.scoring.outcomes import PASS_MEANS, FailReason, reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import match_cases, metric_movements
 
@@ -88,7 +88,8 @@ class Comparison(Result):
         return "; ".join(parts)
 
     def summary_text(self) -> str:
-        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})"]
+        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})",
+                 f"  ({PASS_MEANS}; answer correctness is not part of it)"]
         lines.append(f"  {'metric':<26} {'before':>8} {'after':>8} {'delta':>8}  noise test")
         for r in self.metric_deltas.itertuples(index=False):
             mark = "" if r.passed else "  <- worse"
