@@ -662,3 +662,19 @@ class ShardDown:
 
 def make_shard_down():
     return ShardDown()
+
+
+class CitesSecond(WrapsHub):
+    """The reference hub with an off-by-one: it cites the passage ranked second where there is one."""
+
+    def answer(self, case):
+        from dataclasses import replace
+
+        out = self.hub.answer(case)
+        if out.abstained or len(out.retrieved_ids) < 2:
+            return out
+        return replace(out, citations=[Citation(out.retrieved_ids[1], c.claim) for c in out.citations])
+
+
+def make_cites_second():
+    return CitesSecond()

@@ -27,3 +27,13 @@ def test_the_readme_command_collects_only_the_golden_cases():
 def test_paths_given_are_collected_beside_the_golden_cases():
     listed = pytest_at_root("--qaeval-data", "golden", "tests/test_retrieval.py", "--collect-only").stdout
     assert "golden/frozen.jsonl::single-0001" in listed and "tests/test_retrieval.py::" in listed, listed[-2000:]
+
+
+def test_a_miscitation_names_the_cited_source_beside_the_gold_one():
+    """With a cite-the-second-passage bug the message said only `judged unfaithful (score 0)`."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
+                           "--qaeval-adapter", "plugins:make_cites_second", "-m", "qaeval", "-k", "single-0003"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT / "tests")})
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "judged unfaithful (score 0; cited media-studio; gold eastside-profile)" in done.stdout, done.stdout[-2000:]

@@ -208,3 +208,16 @@ def test_compare_report_says_a_passing_baseline_case_was_not_judged_correct(tmp_
     block = block[: block.index("</details>")]
     assert ("passed in the baseline (checks, faithfulness, trajectory); answer judged not correct (answer "
             "correctness is not gated)") in block
+
+
+def test_gate_drilldown_says_the_citation_moved_when_the_answer_did_not(tmp_path):
+    """A cite-the-second-passage bug: the baseline's answer and the new one read the same, and nothing said
+    the citation had moved."""
+    page = tmp_path / "gate.html"
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--adapter",
+                 "plugins:make_cites_second", "--quiet", "--html", str(page)]) == 1
+    text = page.read_text()
+    block = text[text.index('id="case-single-0003"'):]
+    block = block[: block.index("</details>")]
+    assert "citation changed: eastside-profile → media-studio" in block
+    assert "cited media-studio; gold eastside-profile" in block

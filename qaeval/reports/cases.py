@@ -25,6 +25,7 @@ from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_t
 from qaeval.scoring.checks import fold as fold_passage
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
+from qaeval.scoring.outcomes import cited_beside_gold, citation_change
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
@@ -116,6 +117,9 @@ def _about(view: CaseDetail) -> str:
     gold = esc(case.gold_answer) if case.gold_answer is not None else "<span class=na>(must abstain)</span>"
     parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>",
              f"<dt>Gold answer</dt><dd>{gold}</dd>"]
+    out = view.rows.output
+    if is_missing(out["error"]) and not out["abstained"]:
+        parts.append(f"<dt>Sources</dt><dd>{esc(cited_beside_gold(out['citations'], case.gold_source_ids))}</dd>")
     if reasons:
         parts.append('<dt>Why it fails</dt><dd><ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in reasons)
                      + "</ul></dd>")
@@ -154,7 +158,10 @@ def _answers(view: CaseDetail) -> str:
     b = view.baseline
     if b is not None:
         before = _answer_block("Baseline answer", b.answer, b.abstained, state=baseline_state(b))
-        return f'<div class="side">{before}{now}</div>'
+        moved = citation_change(b.citations, out["citations"]) if b.citations is not None and not b.abstained \
+            and is_missing(out["error"]) and not out["abstained"] else ""
+        note = f'<p class="bad">{esc(moved)}</p>' if moved else ""
+        return f'<div class="side">{before}{now}</div>{note}'
     return now if view.full else f'<div class="side">{now}</div>'
 
 

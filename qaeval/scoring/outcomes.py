@@ -56,6 +56,24 @@ REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.j
                      name="text"), optional=("name",))  # a FailReason as a record stores it
 
 
+def cited_ids(citations: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The ids an answer cites, each once, in the order it first cites them."""
+    return list(dict.fromkeys(str(c.get("source_id")) for c in citations or ()))
+
+
+def citation_change(before: Sequence[Mapping[str, Any]] | None, after: Sequence[Mapping[str, Any]] | None) -> str:
+    """ "citation changed: hours → history" when the ids cited differ (a claim reworded is not a move), else "". """
+    was, now = cited_ids(before), cited_ids(after)
+    if was == now:
+        return ""
+    return f"citation changed: {', '.join(was) or 'none'} → {', '.join(now) or 'none'}"
+
+
+def cited_beside_gold(citations: Sequence[Mapping[str, Any]] | None, gold: Sequence[str]) -> str:
+    """ "cited history; gold hours": what an answer cites beside what the case says grounds it."""
+    return f"cited {', '.join(cited_ids(citations)) or 'nothing'}; gold {', '.join(gold) or 'none'}"
+
+
 PASS_MEANS = ("a case passes on its deterministic checks, the judge's full faithfulness score and, when "
               "multi-step, its trajectory")
 
@@ -157,7 +175,8 @@ def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
     if facts.answered and case.id in idx.judge_errors:
         reasons.append(FailReason("judge_error", f"judge error: {idx.judge_errors[case.id]}"))
     elif facts.answered and facts.faithfulness is not None and facts.faithfulness < 2:
-        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness})"))
+        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness}; "
+                                                f"{cited_beside_gold(out['citations'], case.gold_source_ids)})"))
     if case.multi_step and not facts.trajectory_success:
         why = ", ".join(idx.trajectory_failures.get(case.id, []))
         reasons.append(FailReason("trajectory_failed", f"trajectory failed ({why})"))

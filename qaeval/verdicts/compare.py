@@ -24,7 +24,7 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
-from qaeval.scoring.outcomes import PASS_MEANS, FailReason, reasons_text
+from qaeval.scoring.outcomes import PASS_MEANS, FailReason, citation_change, reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import match_cases, metric_movements
 
@@ -103,7 +103,9 @@ class Comparison(Result):
             if r["answer_changed"]:
                 what.append("answer")
             if r["citations_changed"]:
-                what.append("citations")
+                moved = citation_change(self.before.per_case.set_index("case_id").at[r["case_id"], "citations"],
+                                        self.after.per_case.set_index("case_id").at[r["case_id"], "citations"])
+                what.append(moved or "citations reworded")
             if r["checks_flipped"]:
                 what.append("checks " + ", ".join(r["checks_flipped"]))
             if r["scores_changed"]:
