@@ -25,7 +25,7 @@ from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_t
 from qaeval.scoring.checks import fold as fold_passage
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
-from qaeval.scoring.outcomes import cited_beside_gold, citation_change
+from qaeval.scoring.outcomes import cited_beside_gold, cited_ids, citation_change
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
@@ -52,6 +52,7 @@ class CaseDetail:
     full: bool
     baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
     corpus: Mapping[str, Any] | None = None  # the run's corpus (or the passages its record kept)
+    gold: bool = True  # False for a logged row (monitor): it has no gold answer, gold sources or answer correctness
 
     @property
     def passed(self) -> bool:
@@ -115,11 +116,14 @@ def _about(view: CaseDetail) -> str:
     """The question, the gold answer and why the case fails."""
     case, reasons = view.case, view.rows.outcome["fail_reasons"]
     gold = esc(case.gold_answer) if case.gold_answer is not None else "<span class=na>(must abstain)</span>"
-    parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>",
-             f"<dt>Gold answer</dt><dd>{gold}</dd>"]
+    parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>"]
+    if view.gold:
+        parts.append(f"<dt>Gold answer</dt><dd>{gold}</dd>")
     out = view.rows.output
     if is_missing(out["error"]) and not out["abstained"]:
-        parts.append(f"<dt>Sources</dt><dd>{esc(cited_beside_gold(out['citations'], case.gold_source_ids))}</dd>")
+        sources = cited_beside_gold(out["citations"], case.gold_source_ids) if view.gold else \
+            f"cited {', '.join(cited_ids(out['citations'])) or 'nothing'}"
+        parts.append(f"<dt>Sources</dt><dd>{esc(sources)}</dd>")
     if reasons:
         parts.append('<dt>Why it fails</dt><dd><ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in reasons)
                      + "</ul></dd>")
@@ -264,7 +268,8 @@ def judge_section(view: CaseDetail) -> str:
         return ""
     return "<h3>Judge</h3><dl>" + "".join(
         f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
-        for axis in ("faithfulness", "answer_correctness") if axis in by_axis) + "</dl>"
+        for axis in ("faithfulness", "answer_correctness") if axis in by_axis
+        and (view.gold or axis != "answer_correctness")) + "</dl>"
 
 
 def checks_section(view: CaseDetail) -> str:
@@ -329,7 +334,7 @@ def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
 
 
 def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline: Baseline | None = None,
-              tags: Mapping[str, Tags] | None = None, open_failing: bool = False) -> Html:
+              tags: Mapping[str, Tags] | None = None, open_failing: bool = False, gold: bool = True) -> Html:
     """One collapsible section per case, failing first. Suites of up to ``ALL_FULL_UP_TO`` cases get
     every case in full; larger ones get the first ``FULL_DRILLDOWN`` failing cases in full and the
     rest in short form (question, answer, cited passages), so the page stays usable at thousands."""
@@ -343,7 +348,8 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     parts = []
     for n, cid in enumerate([*failing, *passing]):
         view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
-                        baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus)
+                        baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus,
+                        gold=gold)
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:

@@ -114,10 +114,14 @@ def slice_table(run: RunResult) -> Html:
                 f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
+QUESTION_CHARS = 90  # of a question under its case id in the case table (the drill-down has it whole)
+
+
 def _case_row(r: dict[str, Any], registered: list[str]) -> dict[str, Any]:
     failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
+    question = r["question"] if len(r["question"]) <= QUESTION_CHARS else r["question"][:QUESTION_CHARS - 1] + "…"
     return dict(
-        case_id=r["case_id"], result=mark(r["case_passed"]),
+        case_id=f'<code>{esc(r["case_id"])}</code><br><span class="na">{esc(question)}</span>', result=mark(r["case_passed"]),
         kind=esc(f"{r['difficulty']}{' · ' + r['adversarial'] if r['adversarial'] else ''}"),
         checks=mark(not failed_checks, "all", ", ".join(failed_checks) or "failed"),
         retrieval="—" if is_missing(r["recall_at_k"]) else f"R@k {r['recall_at_k']:.2f} · MRR {r['mrr']:.2f}",
@@ -131,7 +135,7 @@ def cases_table(run: RunResult) -> Html:
     """Every case on one line (failing first), narrow enough not to scroll sideways."""
     pc = run.per_case.sort_values("case_passed", kind="stable")
     rows = [_case_row(r, [c.name for c in run.registered.checks]) for r in pc.to_dict("records")]
-    cols = [Col("case_id", "case", "id"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
+    cols = [Col("case_id", "case · question", "html"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
             Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
             Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]
     return Html(html_table(rows, cols, caption="Every case (failing first); F, A, C: the judge's faithfulness, "

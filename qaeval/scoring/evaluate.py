@@ -206,7 +206,7 @@ class RunResult(Result):
                             for c in r["citations"]),
         ) for r in failing.to_dict("records")]
         return text_frame(frame(rows, {"case_id": "text", "why": "text", "answer": "text", "gold_answer": "text",
-                                       "cited": "text"}))
+                                       "cited": "text"}), empty="No case fails.")
 
     def summary_text(self) -> str:
         usage = self.judge_usage
