@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import papermill
 import pytest
-from conftest import GOLDEN, LABELS, ROOT
+from conftest import GOLDEN, ROOT
 from papermill.exceptions import PapermillExecutionError
 
 from qaeval import api
@@ -84,9 +84,9 @@ def test_run_notebook_executes_and_shows_the_scoreboard(tmp_path):
     assert "details class=\\\"case fail\\\"" in text, "every case has a drill-down"
 
 
-def test_calibrate_notebook_raises_its_refusal(tmp_path):
+def test_calibrate_notebook_raises_its_refusal(tmp_path, strict_labels):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "calibrate", data=str(GOLDEN), labels=str(LABELS))
+        execute(tmp_path, "calibrate", data=str(GOLDEN), labels=str(strict_labels))
     assert info.value.ename == "JudgeNotTrusted" and "answer_correctness" in info.value.evalue
     text = outputs_text(nbformat.read(tmp_path / "calibrate-out.ipynb", as_version=4))
     assert "RETUNE JUDGE" in text
