@@ -37,6 +37,7 @@ from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import hooks, usercode
 from qaeval.judges.custom import close_custom, installed, make_custom
 from qaeval.system.hardening import harness_guard
+from qaeval.text import one_line
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison, compare as _compare
 from qaeval.verdicts.drift import DriftResult, drift
@@ -246,6 +247,10 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     if p["record"]:
         return _recorded("gate", p, GateResult)
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
+    notes = []
+    if options.get("adapter") is None:  # no adapter named: gate the system the baseline was recorded from
+        p, note = _baseline_adapter(p, base.adapter)
+        notes.append(note)
     registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
     current = _labelled_run(p, lambda cid: cid not in base.cases or base.cases[cid].pass_count == base.cases[cid].trials)
@@ -254,7 +259,18 @@ def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances
     if current.labels is not None:
         calibration = calibrate(current, current.labels, min_agreement=p["min_agreement"], min_labels=p["min_labels"],
                                 min_kappa=p["min_kappa"], source=p["labels"])
-    return _finish(gate(current, base, limits, calibration=calibration, alpha=p["alpha"]), p)
+    result = gate(current, base, limits, calibration=calibration, alpha=p["alpha"])
+    result.notes[:0] = notes
+    return _finish(result, p)
+
+
+def _baseline_adapter(p: dict[str, Any], recorded: str | None) -> tuple[dict[str, Any], str]:
+    """The parameters with the adapter a baseline records, when it records one by name, and a note
+    saying which adapter is gated and why."""
+    if recorded and P.is_plugin_name(recorded) and recorded.isprintable():
+        return {**p, "adapter": recorded}, f"no adapter given: gating {recorded}, the adapter the baseline records"
+    return p, (f"no adapter given and the baseline names none by module:factory ({one_line(recorded or 'not recorded')}): "
+               f"gating the default, {p['adapter']}")
 
 
 def calibrate_run(data: str | None = None, *, labels: str | None = None, labelled: str | None = None,

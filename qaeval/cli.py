@@ -44,7 +44,20 @@ def _notebook() -> ModuleType:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would exit 2, which means "judge not trusted"
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+        raise UsageError(f"{message}{_closest_choice(message)} (see `{self.prog} --help`)")
+
+
+def _closest_choice(message: str) -> str:
+    """For argparse's "invalid choice: 'gat' (choose from 'gate', ...)": the choice closest to it, if any."""
+    import difflib
+    import re
+
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not found:
+        return ""
+    choices = re.findall(r"'([^']*)'", found.group(2)) or [c.strip() for c in found.group(2).split(",")]
+    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -240,7 +253,8 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         result = verb(**params)
     notes = []
     if args.command == "baseline":
-        notes.append(f"baseline written to {params['out']}")
+        default = "" if params.get("adapter") else " (no --adapter given: the bundled reference system)"
+        notes.append(f"baseline of {result.adapter}{default} written to {params['out']}")
     if params.get("save"):
         notes.append(f"run record saved to {params['save']}")
     if args.html:

@@ -275,26 +275,38 @@ class RowsByKey:
         return (self.row(i) for i in range(len(self.index)))
 
 
-def text_frame(df: pd.DataFrame) -> pd.DataFrame:
+def text_frame(df: pd.DataFrame, empty: str = "No rows.") -> pd.DataFrame:
     """``df`` as a frame that shows its text in full in a notebook (wrapped, escaped, never cut at
-    pandas' column width); otherwise an ordinary DataFrame."""
-    return __getattr__("TextFrame")(df)
+    pandas' column width), and ``empty`` when it has no rows (not pandas' "Empty TextFrame");
+    otherwise an ordinary DataFrame."""
+    shown = __getattr__("TextFrame")(df)
+    shown.empty_text = empty
+    return shown
 
 
 def _text_frame_class() -> type:
     import pandas as pd
 
     class TextFrame(pd.DataFrame):
+        _metadata = ["empty_text"]
+        empty_text = "No rows."
+
         @property
         def _constructor(self) -> type:
             return TextFrame
 
         def _repr_html_(self) -> str:  # type: ignore[override]
+            if self.empty:
+                import html
+
+                return f'<p class="qaeval-empty">{html.escape(self.empty_text)}</p>'
             styler = pd.DataFrame(self).style.format(escape="html", na_rep="").hide(axis="index")
             return styler.set_properties(**{"white-space": "pre-wrap", "text-align": "left",
                                             "vertical-align": "top"}).to_html()
 
         def __repr__(self) -> str:
+            if self.empty:
+                return self.empty_text
             with pd.option_context("display.max_colwidth", None, "display.width", 200):
                 return pd.DataFrame.__repr__(self)
 

@@ -18,6 +18,7 @@ from qaeval import api
 from qaeval import params as P
 from qaeval.errors import UsageError
 from qaeval.files import check_writable, refuse_overwrite
+from qaeval.plugins import scoped_environ
 from qaeval.record import load_run, write_record
 from qaeval.results import Result
 from qaeval.runs import runs_table
@@ -61,7 +62,8 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
     """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
     verbs: dict[str, Callable[..., Result]] = {"run": api.run, "gate": api.gate_run, "calibrate": api.calibrate_run,
                                                 "drift": api.drift_run, "monitor": api.score_logs}
-    return verbs[command](**dict(p))
+    with scoped_environ({"QAEVAL_PROGRESS": "0"}):  # a bar drawn into a report is noise, not progress
+        return verbs[command](**dict(p))
 
 
 def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:

@@ -167,6 +167,11 @@ def default(name: str) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def is_plugin_name(value: Any) -> bool:
+    """Whether ``value`` names user code as ``module:attribute``."""
+    return isinstance(value, str) and value.count(":") == 1 and all(value.split(":"))
+
+
 def _check_value(p: Param, value: Any) -> Any:
     what = f"{p.name} must be"
     if p.kind == "int":
@@ -209,7 +214,7 @@ def _check_value(p: Param, value: Any) -> Any:
                 raise UsageError(f"{p.name} must be named as module:attribute, got {v!r}")
     elif p.kind == "plugin":
         if isinstance(value, str):
-            if value.count(":") != 1 or not all(value.split(":")):
+            if not is_plugin_name(value):
                 raise UsageError(f"{p.name} must be named as module:callable, got {value!r}")
         elif not callable(value) and not hasattr(value, "answer") and p.name == "adapter":
             raise UsageError(f"adapter must be a module:factory name, a factory or an object with answer(case), "

@@ -69,10 +69,23 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise UsageError(f"{what} {name!r}: module {module_name!r} has no attribute {attr!r}") from None
+            raise UsageError(f"{what} {name!r}: module {module_name!r} has no attribute {attr!r}"
+                             f"{_closest_name(part, target)}") from None
     if want_callable and not callable(target):
         raise UsageError(f"{what} {name!r}: {attr!r} is a {type(target).__name__}, not callable")
     return target
+
+
+def _closest_name(attr: str, owner: Any) -> str:
+    """"; did you mean make_adapter?" for a misspelt name, when ``owner`` has a public name close to it."""
+    import difflib
+
+    try:
+        names = [n for n in vars(owner) if not n.startswith("_")]
+    except TypeError:
+        return ""
+    close = difflib.get_close_matches(attr, names, n=1, cutoff=0.7)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _did(exc: BaseException) -> str:

@@ -378,13 +378,25 @@ def load_run(path: str | Path) -> Result:
 # --------------------------------------------------------------------------- baselines
 
 
+def _beside(path: Path) -> str:
+    """"; did you mean golden/ci-baseline.json?" when a file beside a missing ``path`` has a name close to it."""
+    import difflib
+
+    try:
+        names = [p.name for p in path.parent.iterdir() if p.is_file()] if path.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.7)
+    return f"; did you mean {path.parent / close[0]}?" if close else ""
+
+
 def read_baseline(path: str | Path | None) -> Baseline:
     """Read the baseline to gate against. Missing or corrupt is a BaselineError (exit 65), never a pass."""
     if path is None:
         raise BaselineError("no baseline given: write one with `qaeval baseline --data DIR --out FILE`")
     where = str(path)
     if not Path(path).exists():
-        raise BaselineError("baseline not found (write one with `qaeval baseline`)", file=where)
+        raise BaselineError(f"baseline not found{_beside(Path(path))} (write one with `qaeval baseline`)", file=where)
     try:
         text = read_text(path, "baseline")
         data = loads_strict(text)

@@ -28,6 +28,24 @@ def _cache_key_in_a_temporary_folder(tmp_path_factory):
     if "QAEVAL_CACHE_KEY" not in os.environ:
         os.environ["QAEVAL_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
 
+def write_strict_labels(path: Path) -> Path:
+    """The demo labels as a strict annotator gives them: an answer that quotes a whole passage around the
+    fact asked for is partly right (1), not right (2). The offline judge credits an answer that contains
+    the gold answer, so it disagrees on those eight and is refused on answer correctness (exact 2/12),
+    while the overall agreement (25/35) clears the bar: a judge these labels do not trust."""
+    rows = [json.loads(line) for line in LABELS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        if row["axis"] == "answer_correctness" and row["score"] == 2:
+            row["score"] = 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def strict_labels(tmp_path_factory) -> Path:
+    return write_strict_labels(tmp_path_factory.mktemp("strict-labels") / "strict_labels.jsonl")
+
+
 BASE_CASE: dict[str, Any] = {
     "id": "case-0001",
     "question": "When did the Eastside Branch open?",

@@ -137,6 +137,28 @@ def make_abstain_on_dvd():
     return AbstainOn("DVD")
 
 
+class OwnIds(WrapsHub):
+    """The reference hub under ids of its own ("doc-" + the source id), returning the passages' text: its
+    answers are as good as the hub's, and no id it retrieves is one the cases know."""
+
+    def answer(self, case):
+        from dataclasses import replace
+
+        from qaeval import Passage
+
+        out = self.hub.answer(case)
+        if out.abstained:
+            return out
+        text = {s.id: s.text for s in case.sources}
+        return replace(out, retrieved_ids=[f"doc-{r}" for r in out.retrieved_ids],
+                       citations=[Citation(f"doc-{c.source_id}", c.claim) for c in out.citations],
+                       passages=[Passage(f"doc-{r}", text[r]) for r in out.retrieved_ids])
+
+
+def make_own_ids():
+    return OwnIds()
+
+
 MARKUP = ("<script>document.body.setAttribute('data-pwned','script')</script>"
           "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"> costs $5 and $6")
 
@@ -715,3 +737,34 @@ def make_counted_raising_factory():
     with open(os.environ["QAEVAL_TEST_CALLS"], "a") as f:
         f.write("built\n")
     raise RuntimeError("the index is not there")
+
+
+class ShardDown:
+    """Raises from a helper two calls deep, as a retriever with a missing shard would."""
+
+    def answer(self, case):
+        return self.retrieve(case.question)
+
+    def retrieve(self, question):
+        shards = {0: [], 1: [], 2: []}
+        return shards[3]  # KeyError: 3
+
+
+def make_shard_down():
+    return ShardDown()
+
+
+class CitesSecond(WrapsHub):
+    """The reference hub with an off-by-one: it cites the passage ranked second where there is one."""
+
+    def answer(self, case):
+        from dataclasses import replace
+
+        out = self.hub.answer(case)
+        if out.abstained or len(out.retrieved_ids) < 2:
+            return out
+        return replace(out, citations=[Citation(out.retrieved_ids[1], c.claim) for c in out.citations])
+
+
+def make_cites_second():
+    return CitesSecond()

@@ -141,3 +141,27 @@ def test_a_well_formed_output_has_no_problems():
                                      computed_aggregate=3.5)) == []
     assert output_problems(SUTOutput(answer="x", computed_aggregate=-(2**63 - 1))) == [], "64 bits are kept"
     assert output_problems(SUTOutput(abstained=True, model_was_called=True, prompt_to_model="p")) == []
+
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_an_adapter_exception_keeps_its_file_line_and_traceback(isolation, tmp_path, capsys):
+    """`adapter raised KeyError: 3` named no file or line, in the terminal, the record or the report."""
+    import inspect
+    import json
+
+    import plugins
+
+    from qaeval.cli import main
+
+    line = inspect.getsource(plugins.ShardDown).splitlines().index("        return shards[3]  # KeyError: 3")
+    line += inspect.getsourcelines(plugins.ShardDown)[1]
+    record, page = tmp_path / "run.json", tmp_path / "run.html"
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_shard_down", "--isolation", isolation,
+                 "--quiet", "--save", str(record), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert f"single-0001: adapter error: adapter raised KeyError: 3 (at plugins.py:{line} in retrieve)" in out
+    logs = json.loads(record.read_text())["cases"][0]["output"]["logs"]
+    assert logs.startswith("Traceback (most recent call last):") and logs.rstrip().endswith("KeyError: 3")
+    assert f'plugins.py", line {line}, in retrieve' in logs and "in answer_one" not in logs, "the adapter's frames only"
+    text = page.read_text()
+    assert "the traceback of what it raised" in text and f"line {line}, in retrieve" in text

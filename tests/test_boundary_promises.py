@@ -315,7 +315,7 @@ def test_the_command_finds_an_adapter_in_the_working_folder_beside_a_custom_judg
         done = subprocess.run([*AS_THE_COMMAND, "run", "--data", str(GOLDEN), "--adapter", "myrag:make", *judge],
                               capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
         assert done.returncode in (0, 1), done.stderr
-        assert "adapter errors: 0" in done.stdout and "No module named" not in done.stderr, (judge, done.stdout)
+        assert "deterministic checks green, no adapter error" in done.stdout and "No module named" not in done.stderr, (judge, done.stdout)
 
 
 def test_the_environment_filter_matches_whole_paths(tmp_path, monkeypatch):

@@ -32,16 +32,25 @@ def agreeing(golden_run, axis: str, cases=ALL_ANSWERED):
     return [(c, axis, int(scores[c]), None) for c in cases]
 
 
-def test_demo_labels_refuse_the_offline_judge_on_answer_correctness(capsys):
-    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS)]) == 2
+def test_demo_labels_trust_the_offline_judge_that_credits_an_answer_containing_the_gold(capsys):
+    """The offline judge gave 1 (which counts as wrong) to eight answers that contain the gold answer and
+    that people call right; crediting containment (SQuAD-style, as ALCE's str_em) it agrees with them."""
+    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS)]) == 0
     out = capsys.readouterr().out
-    assert "RETUNE JUDGE" in out and "answer_correctness" in out and "<- weak: exact agreement 0.17 < 0.70" in out
+    assert "CALIBRATION: TRUSTED" in out
+    assert "answer_correctness       12   0.83 [0.55, 0.95]      1.00   0.17   0.89  ok" in out
     assert "faithfulness" in out and "(stale)" in out
 
 
-def test_demo_labels_show_why_the_rule_is_per_axis(golden_run):
+def test_strict_labels_refuse_the_offline_judge_on_answer_correctness(capsys, strict_labels):
+    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(strict_labels)]) == 2
+    out = capsys.readouterr().out
+    assert "RETUNE JUDGE" in out and "answer_correctness" in out and "<- weak: exact agreement 0.17 < 0.70" in out
+
+
+def test_strict_labels_show_why_the_rule_is_per_axis(golden_run, strict_labels):
     """The overall figure clears the bar; answer correctness does not; the judge is refused."""
-    result = calibrate(golden_run, load_labels(LABELS))
+    result = calibrate(golden_run, load_labels(strict_labels))
     rows = result.agreement.set_index("axis")
     assert rows.at["overall", "exact"] >= 0.70 and result.overall_clears_bar
     assert rows.at["answer_correctness", "exact"] == pytest.approx(2 / 12)
@@ -74,7 +83,7 @@ def test_too_few_labels_cannot_certify_an_axis(golden_run):
 
 def test_good_overall_average_does_not_save_a_weak_axis(golden_run):
     rows = agreeing(golden_run, "faithfulness") + agreeing(golden_run, "citation_correctness")
-    rows += [(c, "answer_correctness", 2, None) for c in ALL_ANSWERED[:6]]  # the judge gives none of them a 2
+    rows += [(c, "answer_correctness", 1, None) for c in ALL_ANSWERED[:6]]  # the judge gives none of them a 1
     result = calibrate(golden_run, labels(rows), min_labels=6)
     assert result.agreement.set_index("axis").at["overall", "exact"] == pytest.approx(24 / 30)
     assert result.overall_clears_bar and result.weak_axes == ["answer_correctness"]
@@ -103,19 +112,19 @@ def test_label_on_an_abstained_case_is_not_judged(golden_run):
     assert result.pairs["status"].item() == "not judged"
 
 
-def test_agreement_intervals_kappa_and_confusion_matrix(golden_run):
-    result = calibrate(golden_run, load_labels(LABELS))
+def test_agreement_intervals_kappa_and_confusion_matrix(golden_run, strict_labels):
+    result = calibrate(golden_run, load_labels(strict_labels))
     row = result.agreement.set_index("axis").loc["answer_correctness"]
     assert row["n"] == 12 and row["within_one"] == 1.0
     assert (row["exact_low"], row["exact_high"]) == pytest.approx(wilson(2, 12))
     assert row["exact_low"] < row["exact"] < row["exact_high"]
     matrix = result.confusion["answer_correctness"]
     assert matrix.shape == (3, 3) and matrix.values.sum() == 12
-    assert matrix.loc[2, 1] == 8, "eight answers a person calls right, the F1 judge calls partial"
+    assert matrix.loc[1, 2] == 8, "eight answers the strict annotator calls partial, the containment judge right"
 
 
-def test_disagreements_come_first_with_the_judges_quote_and_rationale(golden_run):
-    result = calibrate(golden_run, load_labels(LABELS))
+def test_disagreements_come_first_with_the_judges_quote_and_rationale(golden_run, strict_labels):
+    result = calibrate(golden_run, load_labels(strict_labels))
     d = result.disagreements()
     assert len(d) == 10 and set(d["axis"]) == {"answer_correctness"}
     first = d.iloc[0]

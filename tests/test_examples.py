@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -88,3 +89,16 @@ def test_readme_commands_never_write_over_the_demo_reports():
         written |= set(re.findall(r"papermill \S+ (reports/[\w.-]+)", line))
     assert written, "the README's commands were not found"
     assert not written & demo, f"README commands overwrite the demo's {sorted(written & demo)}"
+
+
+def test_the_example_workflow_calibrates_its_llm_judge_before_trusting_its_metrics():
+    """The workflow gated with an LLM judge and no labels: nothing checked the judge against people."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((ROOT / "examples" / "github-actions.yml").read_text())
+    steps = [s for s in workflow["jobs"]["gate"]["steps"] if "papermill" in s.get("run", "")]
+    assert len(steps) == 1
+    gate = steps[0]["run"]
+    assert "-p judge qaeval.judges.openai:make_judge" in gate
+    labels = re.search(r"-p labels (\S+)", gate)
+    assert labels and labels.group(1).endswith(".jsonl"), "the gate is given hand labels, so a judge they do not " \
+                                                          "trust blocks (exit 2) before its metrics count"

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import GOLDEN, LABELS
+from conftest import GOLDEN
 
 from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
@@ -232,16 +232,17 @@ def test_a_different_judge_than_the_baseline_is_noted(golden_run):
     base = baseline_from_run(golden_run, "b.json")
     other = replace(base, judge={**base.judge, "model": "another-model"})
     result = gate(golden_run, other)
-    assert not result.judge_match and "the baseline by offline:another-model" in result.summary_text()
+    assert not result.judge_match
+    assert "note: judge differs from the baseline's: offline:another-model rubric=v2, now offline:token-overlap" in result.summary_text()
     assert gate(golden_run, base).judge_match
 
 
-def test_gate_with_labels_refuses_an_untrusted_judge_with_exit_2(baseline_file, capsys):
-    code = main(["gate", "--data", str(GOLDEN), "--baseline", baseline_file, "--labels", str(LABELS), "--quiet"])
+def test_gate_with_labels_refuses_an_untrusted_judge_with_exit_2(baseline_file, capsys, strict_labels):
+    code = main(["gate", "--data", str(GOLDEN), "--baseline", baseline_file, "--labels", str(strict_labels), "--quiet"])
     out = capsys.readouterr().out
     assert code == 2, "the tiers pass, but the judge that scored them is not trusted"
     assert "GATE: BLOCK" in out and "judge calibration: RETUNE JUDGE" in out and "answer_correctness" in out
-    result = api.gate_run(str(GOLDEN), baseline=baseline_file, labels=str(LABELS))
+    result = api.gate_run(str(GOLDEN), baseline=baseline_file, labels=str(strict_labels))
     assert result.tiers["passed"].all() and not result.ok
     with pytest.raises(JudgeNotTrusted):
         result.raise_for_status()
@@ -260,3 +261,60 @@ def test_unwritable_output_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(blocker / "b.json")]) == 74
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(blocker) in err
+
+
+# --------------------------------------------------------------------------- what the verdict says it gated
+
+
+@pytest.fixture(scope="module")
+def dvd_baseline(tmp_path_factory) -> str:
+    """A baseline recorded from another system than the default: one that abstains on DVD questions."""
+    path = tmp_path_factory.mktemp("dvd") / "baseline.json"
+    assert main(["baseline", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--out", str(path),
+                 "--quiet"]) == 0
+    return str(path)
+
+
+def test_a_gate_without_an_adapter_gates_the_system_its_baseline_records_and_says_so(dvd_baseline, capsys):
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", dvd_baseline, "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "note: no adapter given: gating plugins:make_abstain_on_dvd, the adapter the baseline records"
+    assert not any("adapter differs" in line for line in lines)
+    result = api.gate_run(str(GOLDEN), baseline=dvd_baseline)
+    assert result.run.meta.adapter == "plugins:make_abstain_on_dvd" and result.adapter_match
+
+
+def test_a_gate_of_another_adapter_or_judge_says_so_first_in_the_verdict_and_the_report(dvd_baseline, tmp_path,
+                                                                                          capsys):
+    page = tmp_path / "gate.html"
+    code = main(["gate", "--data", str(GOLDEN), "--baseline", dvd_baseline, "--adapter",
+                 "qaeval.system.reference:make_adapter", "--judge", "constant_judge:make_judge", "--quiet",
+                 "--html", str(page)])
+    assert code == 0, "the reference system answers the DVD question the baseline abstained on: nothing regressed"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("note: adapter differs from the baseline's: plugins:make_abstain_on_dvd, now "
+                        "qaeval.system.reference:make_adapter")
+    assert lines[3].startswith("note: judge differs from the baseline's: offline:token-overlap rubric=v2, now "
+                               "constant:always-2")
+    text = page.read_text()
+    first = text.index("adapter differs from the baseline's: plugins:make_abstain_on_dvd, now "
+                       "qaeval.system.reference:make_adapter")
+    assert first < text.index("judge differs from the baseline's") < text.index("<h2>Tiers</h2>")
+
+
+def test_the_first_line_of_a_gate_says_what_was_checked_and_that_answer_correctness_is_not(capsys):
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--quiet"]) == 0
+    first, means = capsys.readouterr().out.splitlines()[:2]
+    assert first == ("GATE: PASS   deterministic checks green and every tier-2 rule held against the baseline; "
+                     "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated   "
+                     "(baseline " + str(GOLDEN / "ci-baseline.json") + ")")
+    assert "faithfulness" in means and "trajectory" in means
+
+
+def test_a_gate_without_labels_says_its_judge_was_not_calibrated_in_this_run(capsys, strict_labels):
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the judge (offline:token-overlap t=0 seed=0 rubric=v2) was not calibrated against human labels "
+            "in this run (no labels given): faithfulness_rate, citation_precision gate on its word alone") in out
+    labelled = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels))
+    assert not any("not calibrated" in n for n in labelled.all_notes())

@@ -8,7 +8,7 @@ from helpers import S1, S2, frames, output
 
 from qaeval import UsageError
 from qaeval.data.schema import AXES
-from qaeval.judges.offline import OfflineJudge
+from qaeval.judges.offline import OfflineJudge, contains_gold
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import (
     AxisVerdict, JudgeConfig, JudgeResponse, build_requests, hardest_decoy, score_with_judge,
@@ -198,11 +198,25 @@ def test_malformed_replies_are_value_errors(reply, fragment):
         parse_verdict_json(reply)
 
 
-def test_offline_judge_rewards_quotes_and_penalises_verbose_answers(tmp_path):
+def test_offline_judge_credits_an_answer_that_contains_the_gold_answer(tmp_path):
+    """A quoted passage that contains the gold answer ("1964") is right (2), whatever its token F1: SQuAD-style
+    containment after normalisation, as ALCE's str_em. A score of 1 counts as wrong, so it was 0 before."""
     v = verdicts(tmp_path, OfflineJudge())
     assert v.loc[("faithfulness", ""), "score"] == 2 and v.loc[("faithfulness", ""), "valid"]
-    assert v.loc[("answer_correctness", ""), "score"] == 1, "1964 is in the answer but F1 is low"
+    row = v.loc[("answer_correctness", "")]
+    assert row["score"] == 2 and row["credit"], "1964 is in the answer: right, though F1 is low"
+    assert "the answer contains the gold answer" in row["rationale"]
     assert v.loc[("citation_correctness", "s1"), "score"] == 2
+
+
+def test_offline_judge_containment_is_on_whole_words_after_normalisation():
+    assert contains_gold("The Eastside Branch opened in 1964.", "1964")
+    assert contains_gold("DVDs may be borrowed for 7 days.", "Seven days") is False  # words, not meaning
+    assert contains_gold("It is THE Harborview Room, on floor 2.", "Harborview room")
+    assert contains_gold("It is the Harborview Room.", "the  Harborview  Room!")
+    assert not contains_gold("Membership costs $15 a year.", "5"), "5 is not in 15"
+    assert not contains_gold("Days: 7 or more.", "7 days"), "the gold words must come together, in order"
+    assert not contains_gold("anything", "")
 
 
 def test_offline_judge_gives_no_credit_to_unsupported_answer(tmp_path):

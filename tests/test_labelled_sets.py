@@ -98,24 +98,25 @@ def test_where_people_gave_one_score_only_the_axis_is_judged_on_exact_agreement_
     assert "exact alone: on faithfulness the people gave one score only" in result.summary_text()
 
 
-def test_the_demo_labels_refuse_the_judge_for_the_same_reason_as_before(capsys):
+def test_strict_labels_refuse_the_judge_on_answer_correctness_alone(capsys, strict_labels):
     """Faithfulness and citation correctness labels are all 2 (kappa cannot measure them), answer
-    correctness has spread and a kappa of 0.44, over the floor: only its exact agreement fails."""
-    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS)]) == 2
+    correctness has spread and a kappa of 0.35: with the kappa floor at 0.30 only its exact agreement fails."""
+    assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(strict_labels), "--min-kappa", "0.3"]) == 2
     out = capsys.readouterr().out
-    result = api.calibrate_run(str(GOLDEN), labels=str(LABELS))
+    result = api.calibrate_run(str(GOLDEN), labels=str(strict_labels), min_kappa=0.3)
     assert result.reason == "answer_correctness: weak: exact agreement 0.17 < 0.70"
     rows = result.agreement.set_index("axis")
-    assert rows.at["answer_correctness", "kappa"] == pytest.approx(0.44, abs=0.005)
+    assert rows.at["answer_correctness", "kappa"] == pytest.approx(0.35, abs=0.005)
     assert result.unmeasured_axes == ["faithfulness", "citation_correctness"]
     assert "faithfulness             11   1.00 [0.74, 1.00]      1.00   0.00    NaN  ok (exact alone)" in out
 
 
-def test_gate_with_labels_refuses_the_judge_by_the_same_bars(tmp_path):
-    result = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(LABELS), min_kappa=0.5)
+def test_gate_with_labels_refuses_the_judge_by_the_same_bars(tmp_path, strict_labels):
+    result = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels),
+                          min_kappa=0.5)
     assert result.verdict == "BLOCK" and result.calibration.min_kappa == 0.5
     assert result.calibration.agreement.set_index("axis").at["answer_correctness", "failed"] == "exact,kappa"
-    assert "quadratic kappa 0.44 < 0.50" in result.reason
+    assert "quadratic kappa 0.35 < 0.50" in result.reason
 
 
 @pytest.mark.skipif(not EXPERTQA.is_file(), reason=f"real data absent: {EXPERTQA} is not part of a clone")
@@ -153,8 +154,8 @@ def test_axes_asked_for_are_the_ones_decided_and_an_unknown_one_is_a_usage_error
         capsys.readouterr().err
 
 
-def test_keyed_labels_are_decided_on_every_axis_by_default(golden_run):
-    result = api.calibrate_run(str(GOLDEN), labels=str(LABELS), axes=["answer_correctness"])
+def test_keyed_labels_are_decided_on_every_axis_by_default(golden_run, strict_labels):
+    result = api.calibrate_run(str(GOLDEN), labels=str(strict_labels), axes=["answer_correctness"])
     assert result.ok is False and result.not_assessed == ["faithfulness", "citation_correctness"]
     assert api.calibrate_run(str(GOLDEN), labels=str(LABELS)).axes == AXES
 

@@ -366,3 +366,27 @@ def test_the_labels_note_counts_only_the_labels_a_monitor_metric_uses(tmp_path):
     note = " ".join(api.score_logs(str(logs), labels=str(labels)).notes)
     assert "2 of 2 label(s) are on judged rows" in note and "the PPI columns use the 1 on" in note
     assert "no monitor metric uses answer_correctness" in note, note
+
+
+def test_the_monitor_report_draws_no_gold_says_what_no_alarm_means_and_keeps_its_dates_apart(tmp_path):
+    """Logged rows were drawn with "Gold answer (must abstain)" and "answer correctness 0"; the banner was a
+    green OK while a fifth of the rows failed a check; the per-window charts' dates overlapped."""
+    from qaeval.reports.monitor import metrics_over_time
+
+    log = write_jsonl(tmp_path / "log.jsonl", traffic(days=28, per_day=5))  # the first row of each day miscites
+    page = tmp_path / "monitor.html"
+    assert main(["monitor", "--logs", str(log), "--window", "1D", "--html", str(page), "--quiet"]) == 0
+    text = page.read_text()
+    banner = text[text.index("qaeval-banner"):]
+    banner = banner[: banner.index("</div></div>")]
+    assert "NO ALARM" in banner and "28 of 140 row(s) (20.0%) fail a check" in banner
+    rows = text[text.index('id="case-r'):]
+    assert "Gold answer" not in rows and "must abstain" not in rows and "answer correctness" not in rows
+    assert "cited hours" in rows
+
+    figure = metrics_over_time(api.score_logs(str(log), window="1D")).figure
+    figure.canvas.draw()
+    for ax in figure.axes:
+        boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(boxes) >= 2, ax.get_title()
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), f"{ax.get_title()}: tick labels overlap"

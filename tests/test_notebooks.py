@@ -15,9 +15,10 @@ from pathlib import Path
 import nbformat
 import papermill
 import pytest
-from conftest import GOLDEN, LABELS, ROOT
+from conftest import GOLDEN, ROOT
 from papermill.exceptions import PapermillExecutionError
 
+from qaeval import api
 from qaeval import params as P
 from qaeval.cli import main
 from qaeval.reports.render import NOTEBOOKS, notebook_path, run_papermill
@@ -83,9 +84,9 @@ def test_run_notebook_executes_and_shows_the_scoreboard(tmp_path):
     assert "details class=\\\"case fail\\\"" in text, "every case has a drill-down"
 
 
-def test_calibrate_notebook_raises_its_refusal(tmp_path):
+def test_calibrate_notebook_raises_its_refusal(tmp_path, strict_labels):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "calibrate", data=str(GOLDEN), labels=str(LABELS))
+        execute(tmp_path, "calibrate", data=str(GOLDEN), labels=str(strict_labels))
     assert info.value.ename == "JudgeNotTrusted" and "answer_correctness" in info.value.evalue
     text = outputs_text(nbformat.read(tmp_path / "calibrate-out.ipynb", as_version=4))
     assert "RETUNE JUDGE" in text
@@ -277,3 +278,36 @@ def test_a_kernel_that_dies_before_it_answers_is_started_again(monkeypatch, tmp_
     with pytest.raises(RuntimeError, match="something else"):
         run_papermill("nb.ipynb", tmp_path / "out.ipynb")
     assert len(calls) == 1
+
+
+def test_a_report_rendered_with_the_template_carries_no_plumbing(tmp_path, monkeypatch):
+    """A notebook rendered with `nbconvert --template qaeval` opened with `TqdmWarning: IProgress not found`
+    (or a progress bar), its headings carried nbconvert's ¶ anchors, and its case table had ids only."""
+    jupyter = Path(sys.executable).with_name("jupyter")
+    if not jupyter.exists():
+        pytest.skip("jupyter is not installed next to this interpreter")
+    monkeypatch.setenv("QAEVAL_PROGRESS", "1")  # as in a terminal: the run would draw its bar
+    nb = execute(tmp_path, "run", data=str(GOLDEN))
+    assert "cases:" not in outputs_text(nb), "no progress bar is drawn into a report notebook"
+    warning = "TqdmWarning: IProgress not found. Please update jupyter and ipywidgets."
+    nb.cells[-1].outputs.append(nbformat.v4.new_output("stream", name="stderr", text=warning))  # a library's
+    nbformat.write(nb, tmp_path / "run-out.ipynb")
+    done = subprocess.run([str(jupyter), "nbconvert", "--to", "html", "--template", "qaeval",
+                           str(tmp_path / "run-out.ipynb"), "--output", "page"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "page.html").read_text()
+    assert "TqdmWarning" not in page and "¶" not in page
+    table = page[page.index("<caption>Every case (failing first)"):]
+    table = table[: table.index("</table>")]
+    assert "How many days can I keep a DVD I borrowed?" in table
+
+
+def test_failing_cases_with_none_says_so(tmp_path):
+    from conftest import make_case, write_cases
+
+    write_cases(tmp_path / "d", [make_case()])
+    result = api.run(str(tmp_path / "d"))
+    assert result.ok and int(result.per_case["case_passed"].sum()) == 1
+    none = result.failing_cases()
+    assert none.empty and repr(none) == "No case fails." and "No case fails." in none._repr_html_()

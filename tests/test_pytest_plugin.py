@@ -42,3 +42,13 @@ def test_a_run_that_fails_is_run_once_and_reported_on_every_item(tmp_path):
     assert done.stdout.splitlines()[-1].startswith("15 failed"), done.stdout[-1500:]
     assert calls.read_text().splitlines() == ["built"], "the factory is called once, not once per case"
     assert done.stdout.count("the index is not there") >= 15
+
+
+def test_a_miscitation_names_the_cited_source_beside_the_gold_one():
+    """With a cite-the-second-passage bug the message said only `judged unfaithful (score 0)`."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
+                           "--qaeval-adapter", "plugins:make_cites_second", "-m", "qaeval", "-k", "single-0003"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT / "tests")})
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "judged unfaithful (score 0; cited media-studio; gold eastside-profile)" in done.stdout, done.stdout[-2000:]

@@ -193,3 +193,31 @@ def test_a_record_older_than_a_metric_still_loads_and_gates(golden_run, tmp_path
     assert again.metric("rerank_mrr") == golden_run.metric("rerank_mrr"), "recomputed from the stored layers"
     assert any("predates rerank_mrr" in n for n in again.notes)
     assert api.gate_run(str(GOLDEN), baseline=str(path)).ok
+
+
+def test_compare_report_says_a_passing_baseline_case_was_not_judged_correct(tmp_path):
+    """single-0001 asks about DVDs and the reference system answers with the e-books sentence: it passed
+    in the baseline (checks, faithfulness), which a reviewer read as "right"."""
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    assert main(["run", "--data", str(GOLDEN), "--save", str(before), "--quiet"]) == 0
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--save", str(after),
+                 "--quiet"]) == 0
+    assert main(["compare", str(before), str(after), "--html", str(tmp_path / "compare.html")]) == 0
+    page = (tmp_path / "compare.html").read_text()
+    block = page[page.index('id="case-single-0001"'):]
+    block = block[: block.index("</details>")]
+    assert ("passed in the baseline (checks, faithfulness, trajectory); answer judged not correct (answer "
+            "correctness is not gated)") in block
+
+
+def test_gate_drilldown_says_the_citation_moved_when_the_answer_did_not(tmp_path):
+    """A cite-the-second-passage bug: the baseline's answer and the new one read the same, and nothing said
+    the citation had moved."""
+    page = tmp_path / "gate.html"
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--adapter",
+                 "plugins:make_cites_second", "--quiet", "--html", str(page)]) == 1
+    text = page.read_text()
+    block = text[text.index('id="case-single-0003"'):]
+    block = block[: block.index("</details>")]
+    assert "citation changed: eastside-profile → media-studio" in block
+    assert "cited media-studio; gold eastside-profile" in block

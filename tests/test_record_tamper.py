@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GOLDEN, LABELS
+from conftest import GOLDEN
 
 from qaeval import RecordError, api, load_run
 from qaeval.cli import main
@@ -269,9 +269,9 @@ def test_a_baseline_record_keeps_prompts_as_hashes_and_its_grounding_is_taken_as
 
 
 @pytest.fixture(scope="module")
-def calibration_record(tmp_path_factory) -> Path:
+def calibration_record(tmp_path_factory, strict_labels) -> Path:
     path = tmp_path_factory.mktemp("cal") / "cal.json"
-    api.calibrate_run(str(GOLDEN), labels=str(LABELS), save=str(path))
+    api.calibrate_run(str(GOLDEN), labels=str(strict_labels), save=str(path))
     return path
 
 
@@ -292,7 +292,7 @@ def test_a_calibration_record_with_an_axis_edited_to_pass_is_caught(calibration_
         for row in data["calibration"]["agreement"]:
             row["passed"] = True
 
-    assert load_run(calibration_record).verdict == "RETUNE JUDGE", "the golden labels refuse the offline judge"
+    assert load_run(calibration_record).verdict == "RETUNE JUDGE", "the strict labels refuse the offline judge"
     forged = edited(calibration_record, tmp_path / "cal.json", forge)
     with pytest.raises(RecordError, match=r"calibration\.agreement\[\d\]\.passed \(\w+\) says true but its cases give false"):
         api.calibrate_run(record=str(forged))
@@ -449,10 +449,10 @@ def monitor_record(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gate_labelled(tmp_path_factory) -> Path:
+def gate_labelled(tmp_path_factory, strict_labels) -> Path:
     """The golden run gated with labels: the gate record carries a calibration section of its own."""
     path = tmp_path_factory.mktemp("gate_labelled") / "gate.json"
-    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(CI_BASELINE), "--labels", str(LABELS),
+    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(CI_BASELINE), "--labels", str(strict_labels),
                  "--save", str(path), "--quiet"]) == 2
     return path
 

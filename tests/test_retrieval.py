@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import make_case
+from conftest import GOLDEN, make_case
 from helpers import frames, output
 
 from qaeval.scoring.retrieval import case_retrieval, score_retrieval
@@ -42,3 +42,20 @@ def test_k_is_respected(tmp_path):
     _, cases, outs, _ = frames(tmp_path, outputs=[output(retrieved_ids=["s2", "s1"])])
     assert score_retrieval(cases, outs, k=1)["recall_at_k"].item() == 0.0
     assert score_retrieval(cases, outs, k=2)["recall_at_k"].item() == 1.0
+
+
+def test_a_run_whose_retrieved_ids_the_cases_do_not_know_says_why_retrieval_reads_zero(capsys, tmp_path):
+    """A system that names passages its own way ("doc-" + id) answers as well as the reference system and
+    stays green, while recall and MRR read 0: said in a note, in the terminal and the report."""
+    from qaeval.cli import main
+
+    page = tmp_path / "run.html"
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_own_ids", "--quiet", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "TIER 1: GREEN" in out and "rerank_mrr                      0.000" in out
+    note = ("24 of the 24 retrieved ids (100%) are not ids of the cases' sources: retrieval compares retrieved ids "
+            "with the gold source ids, so recall and MRR read 0 for them")
+    assert f"note: {note}" in out
+    assert note in page.read_text()
+    assert main(["run", "--data", str(GOLDEN), "--quiet"]) == 0
+    assert "retrieved ids" not in capsys.readouterr().out, "the reference system's ids are the cases' own"

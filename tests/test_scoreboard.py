@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd  # noqa: F401
+import pytest
 from conftest import GOLDEN, make_case
 from helpers import frames, output
 
@@ -24,7 +25,7 @@ def test_reference_hub_shows_the_honest_profile(golden_run):
     assert board["abstention_recall"] == 1.0
     assert board["over_refusal_rate"] == 0.0
     assert board["multi_step_task_success"] == 0.0
-    assert board["answer_correctness"] < 0.5
+    assert board["answer_correctness"] == pytest.approx(8 / 12), "the eight answers that quote the gold answer"
 
 
 def test_scoreboard_has_every_metric_with_interval_n_and_direction(golden_run):

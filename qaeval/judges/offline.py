@@ -27,6 +27,20 @@ def _share(part: frozenset[str], whole: tuple[str, ...]) -> float:
     return len(part.intersection(whole)) / len(part) if part else 0.0
 
 
+_ARTICLES = frozenset(("a", "an", "the"))
+
+
+def contains_gold(answer: str, gold: str) -> bool:
+    """Whether ``answer`` contains ``gold`` after SQuAD's normalisation (lower-case, accents, punctuation
+    and the articles a/an/the removed, spaces collapsed), as ALCE's ``str_em`` tests it, but on whole
+    words: "7 days" is in "DVDs are lent for 7 days.", "5" is not in "15"."""
+    want = [t for t in tokens(gold) if t not in _ARTICLES]
+    if not want:
+        return False
+    have = " " + " ".join(t for t in tokens(answer) if t not in _ARTICLES) + " "
+    return f" {' '.join(want)} " in have
+
+
 def token_f1(prediction: str, reference: str) -> float:
     pred, ref = tokens(prediction), tokens(reference)
     common = sum(min(pred.count(t), ref.count(t)) for t in set(pred) & set(ref))
@@ -40,13 +54,13 @@ class OfflineJudge:
     """A mechanical judge: token overlap against the cited span. Deterministic, offline, free.
 
     faithfulness: share of the answer's content terms found in the cited sources (2 at 0.9+, 1 at
-    0.5+). answer_correctness: SQuAD-style token F1 with the gold answer (2 at 0.8+), 1 when every gold
-    token appears in the answer, else 0. citation_correctness: share of the claim's terms in the cited
-    snippet versus in the decoy (2 at 0.9+ and ahead of the decoy; 1 at 0.5+).
+    0.5+). answer_correctness: 2 when the answer contains the normalised gold answer (``contains_gold``:
+    SQuAD-style containment, as ALCE's str_em) or its token F1 with the gold answer is 0.8+; 1 when every
+    gold token appears in the answer, scattered; else 0. citation_correctness: share of the claim's terms
+    in the cited snippet versus in the decoy (2 at 0.9+ and ahead of the decoy; 1 at 0.5+).
 
-    It is a stand-in. Its known weakness is answer correctness: a long answer that contains the gold
-    answer scores 1 on F1 where a person gives 2. Calibration against the demo labels catches exactly
-    that, which is the point of calibrating.
+    It is a stand-in. It does not read meaning: an answer that contains the gold string next to a wrong
+    claim still gets full credit, and a right answer in other words gets none. Calibrate before trusting it.
     """
 
     def __init__(self) -> None:
@@ -66,12 +80,14 @@ class OfflineJudge:
         gold = req.gold_answer or ""
         f1 = token_f1(req.answer, gold)
         gold_tokens = tokens(gold)
+        contained = contains_gold(req.answer, gold)
         all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
-        a_score = 2 if f1 >= 0.8 else 1 if all_in else 0
+        a_score = 2 if contained or f1 >= 0.8 else 1 if all_in else 0
         a_quote = _best_sentence(req.answer, term_set(gold) | set(gold_tokens)) if a_score else ""
         verdicts.append(AxisVerdict("answer_correctness", a_score, a_quote,
                                     f"token F1 {f1:.2f} with the gold answer"
-                                    + ("; every gold token present" if all_in else "")))
+                                    + ("; the answer contains the gold answer" if contained
+                                       else "; every gold token present, not as one phrase" if all_in else "")))
         for c in req.citations:
             claim = term_set(c.claim)
             cited = _share(claim, distinct_terms(c.text))
@@ -96,14 +112,6 @@ def made_by_qaeval(judge: object) -> bool:
     if type(judge) is not OfflineJudge or type(vars(judge)) is not dict:  # a dict subclass could hide a key
         return False
     return set(vars(judge)) == {"config"} and plain_config(vars(judge)["config"])
-
-
-def grades_in_a_copy(judge: object) -> bool:
-    """Whether shares of the cases may be graded by a forked copy of the process (``qaeval.scoring.evaluate``):
-    only for this judge as qaeval made it (``made_by_qaeval``), which is pure (no connection, cache,
-    counter or hook that a copy would share or lose) and runs no user code (its label is written in the
-    copy). Any other judge is called in the process, once, with every request."""
-    return made_by_qaeval(judge)
 
 
 def make_judge() -> OfflineJudge:

@@ -25,6 +25,7 @@ from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_t
 from qaeval.scoring.checks import fold as fold_passage
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
+from qaeval.scoring.outcomes import cited_beside_gold, cited_ids, citation_change
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
@@ -52,6 +53,7 @@ class CaseDetail:
     baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
     corpus: Mapping[str, Any] | None = None  # the run's corpus (or the passages its record kept)
     trials: tuple[CaseRows, ...] = ()  # every trial's rows, with several trials (the first is ``rows``)
+    gold: bool = True  # False for a logged row (monitor): it has no gold answer, gold sources or answer correctness
 
     @property
     def passed(self) -> bool:
@@ -117,8 +119,14 @@ def _about(view: CaseDetail) -> str:
     """The question, the gold answer and why the case fails."""
     case, reasons = view.case, view.rows.outcome["fail_reasons"]
     gold = esc(case.gold_answer) if case.gold_answer is not None else "<span class=na>(must abstain)</span>"
-    parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>",
-             f"<dt>Gold answer</dt><dd>{gold}</dd>"]
+    parts = [f"<dl><dt>Question</dt><dd>{esc(case.question) or '<span class=na>(none)</span>'}</dd>"]
+    if view.gold:
+        parts.append(f"<dt>Gold answer</dt><dd>{gold}</dd>")
+    out = view.rows.output
+    if is_missing(out["error"]) and not out["abstained"]:
+        sources = cited_beside_gold(out["citations"], case.gold_source_ids) if view.gold else \
+            f"cited {', '.join(cited_ids(out['citations'])) or 'nothing'}"
+        parts.append(f"<dt>Sources</dt><dd>{esc(sources)}</dd>")
     if reasons:
         parts.append('<dt>Why it fails</dt><dd><ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in reasons)
                      + "</ul></dd>")
@@ -136,6 +144,17 @@ def _answer_block(title: str, answer: Any, abstained: Any, quote: str = "", stat
     return f"<div><b>{esc(title)}</b>{note}<br>{body}</div>"
 
 
+def baseline_state(b: Any) -> str:
+    """A baseline case's outcome in a reviewer's words: what its pass checked, and the judge's answer
+    correctness, which a pass does not read (``units``: (right, out of) per metric)."""
+    state = ("passed in the baseline (checks, faithfulness, trajectory)" if b.passed
+             else "failed in the baseline")
+    right, out_of = b.units.get("answer_correctness", (0.0, 0.0))
+    if out_of:
+        state += "; answer judged " + ("correct" if right else "not correct") + " (answer correctness is not gated)"
+    return state
+
+
 def _answers(view: CaseDetail) -> str:
     """The answer with the judge's answer-correctness quote marked, beside the baseline's when compared."""
     out = view.rows.output
@@ -145,9 +164,11 @@ def _answers(view: CaseDetail) -> str:
         now = _answer_block("Answer", out["answer"], out["abstained"], view.quote("answer_correctness"))
     b = view.baseline
     if b is not None:
-        before = _answer_block("Baseline answer", b.answer, b.abstained,
-                               state="passed in the baseline" if b.passed else "failed in the baseline")
-        return f'<div class="side">{before}{now}</div>'
+        before = _answer_block("Baseline answer", b.answer, b.abstained, state=baseline_state(b))
+        moved = citation_change(b.citations, out["citations"]) if b.citations is not None and not b.abstained \
+            and is_missing(out["error"]) and not out["abstained"] else ""
+        note = f'<p class="bad">{esc(moved)}</p>' if moved else ""
+        return f'<div class="side">{before}{now}</div>{note}'
     return now if view.full else f'<div class="side">{now}</div>'
 
 
@@ -250,7 +271,8 @@ def judge_section(view: CaseDetail) -> str:
         return ""
     return "<h3>Judge</h3><dl>" + "".join(
         f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
-        for axis in ("faithfulness", "answer_correctness") if axis in by_axis) + "</dl>"
+        for axis in ("faithfulness", "answer_correctness") if axis in by_axis
+        and (view.gold or axis != "answer_correctness")) + "</dl>"
 
 
 def checks_section(view: CaseDetail) -> str:
@@ -288,7 +310,11 @@ def logs_section(view: CaseDetail) -> str:
     logs = view.rows.output.get("logs")
     if not logs:
         return ""
-    return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
+    if is_missing(view.rows.output["error"]):
+        return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
+    # an adapter error: its traceback is at the end of the logs (qaeval.system.worker.with_traceback)
+    return (f'<details class="more" open><summary>What the adapter printed, and the traceback of what it raised'
+            f'</summary><pre>{esc(logs)}</pre></details>')
 
 
 def _output_key(out: Row) -> tuple[Any, ...]:
@@ -342,7 +368,7 @@ def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
 
 
 def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline: Baseline | None = None,
-              tags: Mapping[str, Tags] | None = None, open_failing: bool = False) -> Html:
+              tags: Mapping[str, Tags] | None = None, open_failing: bool = False, gold: bool = True) -> Html:
     """One collapsible section per case, failing first. Suites of up to ``ALL_FULL_UP_TO`` cases get
     every case in full; larger ones get the first ``FULL_DRILLDOWN`` failing cases in full and the
     rest in short form (question, answer, cited passages), so the page stays usable at thousands."""
@@ -358,7 +384,7 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     for n, cid in enumerate([*failing, *passing]):
         view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
                           baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus,
-                          trials=tuple(t[cid] for t in trial_indexes if cid in t))
+                          trials=tuple(t[cid] for t in trial_indexes if cid in t), gold=gold)
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:

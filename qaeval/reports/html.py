@@ -189,4 +189,5 @@ def banner_html(verdict: str, detail: str, ok: bool, kicker: str = "") -> str:
 
 def banner(result: Result) -> Html:
     """The verdict at the top of every report: the word, and why in a line or two."""
-    return Html(banner_html(result.verdict, result.reason, result.ok, KICKERS.get(result.kind, "")))
+    word = getattr(result, "banner_word", result.verdict)  # a monitor's says what its OK means
+    return Html(banner_html(word, result.reason, result.ok, KICKERS.get(result.kind, "")))

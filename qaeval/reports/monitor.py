@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import matplotlib.dates as mdates
 import pandas as pd
 
 from qaeval.reports.calibration import agreement_table
@@ -65,6 +66,10 @@ def _panel(ax: Any, part: pd.DataFrame, metric: str) -> None:
         label = "all rows" if column == ALL else f"{column}={group}"
         ax.plot(xs, series["value"], marker="o", ms=3, lw=1.2, label=plain(label, 30))
         ax.fill_between(xs, series["ci_low"], series["ci_high"], alpha=0.15, lw=0)
+    # At most five dates a panel, each said once (ConciseDateFormatter): readable at any window count.
+    locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(metric, fontsize=9)
     ax.tick_params(labelsize=7)
@@ -120,7 +125,7 @@ def worst_rows(result: MonitorResult) -> Html:
         return empty_note("No row was judged.")
     order = judged.assign(f=judged["faithfulness"].fillna(3), c=judged["citation_correctness"].fillna(3),
                           p=judged["passed"].astype(int)).sort_values(["f", "c", "p", "line"])
-    return drilldown(result.run, order["row_id"].tolist())
+    return drilldown(result.run, order["row_id"].tolist(), gold=False)  # a logged row has no gold
 
 
 def labelled_agreement(result: MonitorResult) -> Html:

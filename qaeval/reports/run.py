@@ -10,6 +10,7 @@ from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score, trial_marks
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.retrieval import unknown_ids_note
 from qaeval.scoring.metrics import format_interval, format_number, format_value
 
 
@@ -53,8 +54,8 @@ def registered_line(run: RunResult) -> str:
 
 
 def run_notes(run: RunResult) -> list[str]:
-    return list(run.notes) + ([] if run.meta.boundary_enforced else
-                              ["isolation none: the boundary was NOT enforced in this run"])
+    return list(run.notes) + unknown_ids_note(run.suite, run.outputs) + (
+        [] if run.meta.boundary_enforced else ["isolation none: the boundary was NOT enforced in this run"])
 
 
 def _scoreboard_row(r: dict[str, Any], ppi: bool) -> dict[str, Any]:
@@ -124,10 +125,15 @@ def trial_outcomes(run: RunResult) -> dict[str, list[bool]]:
     return out
 
 
+QUESTION_CHARS = 90  # of a question under its case id in the case table (the drill-down has it whole)
+
+
 def _case_row(r: dict[str, Any], registered: list[str], trials: list[bool]) -> dict[str, Any]:
     failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
+    question = r["question"] if len(r["question"]) <= QUESTION_CHARS else r["question"][:QUESTION_CHARS - 1] + "…"
     return dict(
-        case_id=r["case_id"], result=mark(r["case_passed"]) + (" " + trial_marks(trials) if len(trials) > 1 else ""),
+        case_id=f'<code>{esc(r["case_id"])}</code><br><span class="na">{esc(question)}</span>',
+        result=mark(r["case_passed"]) + (" " + trial_marks(trials) if len(trials) > 1 else ""),
         kind=esc(f"{r['difficulty']}{' · ' + r['adversarial'] if r['adversarial'] else ''}"),
         checks=mark(not failed_checks, "all", ", ".join(failed_checks) or "failed"),
         retrieval="—" if is_missing(r["recall_at_k"]) else f"R@k {r['recall_at_k']:.2f} · MRR {r['mrr']:.2f}",
@@ -142,7 +148,7 @@ def cases_table(run: RunResult) -> Html:
     pc = run.per_case.sort_values("case_passed", kind="stable")
     outcomes = trial_outcomes(run)
     rows = [_case_row(r, [c.name for c in run.registered.checks], outcomes[r["case_id"]]) for r in pc.to_dict("records")]
-    cols = [Col("case_id", "case", "id"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
+    cols = [Col("case_id", "case · question", "html"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
             Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
             Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]
     caption = ("Every case (failing first); F, A, C: the judge's faithfulness, answer correctness and citation "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -37,8 +37,8 @@ from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
 from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
 from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
-from qaeval.scoring.retrieval import score_retrieval
-from qaeval.scoring.outcomes import case_outcomes, reasons_text
+from qaeval.scoring.retrieval import score_retrieval, unknown_ids_note
+from qaeval.scoring.outcomes import PASS_MEANS, case_outcomes, passing_line, reasons_text
 from qaeval.scoring.trajectory import score_trajectories
 from qaeval.scoring.trials import add_trial_columns
 from qaeval.text import one_line
@@ -164,13 +164,17 @@ class RunResult(Result):
 
     @property
     def reason(self) -> str:
-        passed = int(self.per_case["case_passed"].sum())
-        head = f"{passed}/{len(self.per_case)} cases pass"
+        head = self.passing_line()
         bad = self.tier_one_failures
         if bad:
-            return f"tier 1 fails on {len(bad)} case(s): {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}; {head}"
-        kinds = "deterministic and tier-1" if self.registered.checks else "deterministic"
-        return f"every {kinds} check green, no adapter error; {head}"
+            named = ", ".join(one_line(c) for c in bad[:6])  # a case id is the user's text: one line, always
+            return f"tier 1 fails on {len(bad)} case(s): {named}{' ...' if len(bad) > 6 else ''}; {head}"
+        kinds = "deterministic and tier-1 checks" if self.registered.checks else "deterministic checks"
+        return f"{kinds} green, no adapter error; {head}"
+
+    def passing_line(self, gated: Collection[str] | None = None, aside: str = "") -> str:
+        """"10 of 15 cases pass; answer correctness is not gated" (``outcomes.passing_line``)."""
+        return passing_line(self.per_case, self.metrics, gated, aside)
 
     # convenience views
     @property
@@ -228,11 +232,10 @@ class RunResult(Result):
                             for c in r["citations"]),
         ) for r in failing.to_dict("records")]
         return text_frame(frame(rows, {"case_id": "text", "why": "text", "answer": "text", "gold_answer": "text",
-                                       "cited": "text"}))
+                                       "cited": "text"}), empty="No case fails.")
 
     def summary_text(self) -> str:
         usage = self.judge_usage
-        passed = int(self.per_case["case_passed"].sum())
         lines = [f"qaeval run: {len(self.suite)} cases from {self.suite.root}  adapter={self.adapter}"]
         if not self.meta.boundary_enforced:
             lines.append("WARNING: isolation none: the boundary was NOT enforced (the adapter ran inside the harness)")
@@ -241,14 +244,15 @@ class RunResult(Result):
             "",
             format_scoreboard(self.scoreboard),
             "",
-            f"TIER 1: {self.verdict}   cases passing: {passed}/{len(self.per_case)}   "
-            f"adapter errors: {self.adapter_errors}",
+            f"TIER 1: {self.verdict}   {self.reason}"
+            + (f"   adapter errors: {self.adapter_errors}" if self.adapter_errors else ""),
+            f"  ({PASS_MEANS})",
             *self._trial_lines(),
             *self._failing_lines(),
             f"judge calls: {usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors), "
             f"tokens spent: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
         ]
-        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"note: {n}" for n in [*self.notes, *unknown_ids_note(self.suite, self.outputs)]]
         return "\n".join(lines)
 
     SHOWN_FAILING = 5

@@ -8,7 +8,7 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -54,6 +54,38 @@ class FailReason:
 
 REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
                      name="text"), optional=("name",))  # a FailReason as a record stores it
+
+
+def cited_ids(citations: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The ids an answer cites, each once, in the order it first cites them."""
+    return list(dict.fromkeys(str(c.get("source_id")) for c in citations or ()))
+
+
+def citation_change(before: Sequence[Mapping[str, Any]] | None, after: Sequence[Mapping[str, Any]] | None) -> str:
+    """ "citation changed: hours → history" when the ids cited differ (a claim reworded is not a move), else "". """
+    was, now = cited_ids(before), cited_ids(after)
+    if was == now:
+        return ""
+    return f"citation changed: {', '.join(was) or 'none'} → {', '.join(now) or 'none'}"
+
+
+def cited_beside_gold(citations: Sequence[Mapping[str, Any]] | None, gold: Sequence[str]) -> str:
+    """ "cited history; gold hours": what an answer cites beside what the case says grounds it."""
+    return f"cited {', '.join(cited_ids(citations)) or 'nothing'}; gold {', '.join(gold) or 'none'}"
+
+
+PASS_MEANS = ("a case passes on its deterministic checks, the judge's full faithfulness score and, when "
+              "multi-step, its trajectory")
+
+
+def passing_line(per_case: pd.DataFrame, metrics: Sequence[Any], gated: Collection[str] | None = None,
+                 aside: str = "") -> str:
+    """What a verdict's count of passing cases means, in words: "10 of 15 cases pass; answer correctness
+    is not gated" (a case's pass never reads the judge's answer correctness; ``gated``: the metrics a gate
+    holds to a tolerance, by default those of ``metrics`` that have one)."""
+    names = {m.name for m in metrics if m.tolerance is not None} if gated is None else set(gated)
+    return f"{int(per_case['case_passed'].sum())} of {len(per_case)} cases pass{aside}" + (
+        "" if "answer_correctness" in names else "; answer correctness is not gated")
 
 
 def reasons_text(reasons: Sequence[FailReason]) -> str:
@@ -143,7 +175,8 @@ def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
     if facts.answered and case.id in idx.judge_errors:
         reasons.append(FailReason("judge_error", f"judge error: {idx.judge_errors[case.id]}"))
     elif facts.answered and facts.faithfulness is not None and facts.faithfulness < 2:
-        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness})"))
+        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness}; "
+                                                f"{cited_beside_gold(out['citations'], case.gold_source_ids)})"))
     if case.multi_step and not facts.trajectory_success:
         why = ", ".join(idx.trajectory_failures.get(case.id, []))
         reasons.append(FailReason("trajectory_failed", f"trajectory failed ({why})"))

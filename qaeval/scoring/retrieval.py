@@ -28,6 +28,7 @@ boundary already refuses such output as malformed), so no figure can leave [0, 1
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -69,3 +70,24 @@ def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -
         rows.append(dict(case_id=case_id, k=k, n_gold=len(gold), n_retrieved=len(ranking),
                          **case_retrieval(list(gold), ranking, k)))
     return frame(rows, RETRIEVAL_SCHEMA)
+
+
+def unknown_ids_note(suite: Any, outputs: pd.DataFrame, *, known_below: float = 0.5) -> list[str]:
+    """A note when fewer than ``known_below`` of the ids a run retrieved are ids the corpus or the case's
+    sources hold: retrieval compares ids with the gold source ids, so a system that names passages its own
+    way reads recall and MRR 0 however well it retrieves. Empty when the ids are known (or none were
+    retrieved)."""
+    corpus = suite.corpus
+    retrieved = dict(zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist()))
+    total = known = 0
+    for case in suite:
+        own = {s.id for s in case.sources}
+        for rid in dict.fromkeys(retrieved.get(case.id) or ()):
+            total += 1
+            known += rid in own or (corpus is not None and rid in corpus)
+    if not total or known >= known_below * total:
+        return []
+    where = "the corpus or the cases' sources" if corpus is not None else "the cases' sources"
+    return [f"{total - known} of the {total} retrieved ids ({(total - known) / total:.0%}) are not ids of {where}: "
+            "retrieval compares retrieved ids with the gold source ids, so recall and MRR read 0 for them; "
+            f"return the ids {where} use in retrieved_ids"]

@@ -16,7 +16,7 @@ from qaeval.data.cases import Suite
 from qaeval.errors import UsageError, describe
 from qaeval.system.calls import LOG_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
-from qaeval.system.worker import Caller, answer_one
+from qaeval.system.worker import Caller, answer_one, with_traceback
 
 
 
@@ -85,7 +85,7 @@ class _ThreadRun:
             text = buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
-            self.results.put((index, reply, text[-LOG_LIMIT:]))
+            self.results.put((index, reply, with_traceback(text[-LOG_LIMIT:], reply)[-LOG_LIMIT:]))
 
     def spawn(self) -> None:
         threading.Thread(target=self.loop, daemon=True, name="qaeval-adapter").start()

@@ -102,7 +102,9 @@ class Caller:
 
 
 def answer_one(call: Caller, payload: Any) -> dict[str, Any]:
-    """Answer one case; every way the adapter can fail becomes an error string, never an exception."""
+    """Answer one case; every way the adapter can fail becomes an error string, never an exception. An
+    exception's error names the file and line it was raised at, and its traceback (the adapter's frames,
+    not this module's) goes with it, for the case's logs (``with_traceback``)."""
     from qaeval.errors import describe
     from qaeval.system.contract import output_to_plain, view_of
 
@@ -112,7 +114,33 @@ def answer_one(call: Caller, payload: Any) -> dict[str, Any]:
     except SystemExit as exc:
         return {"error": f"adapter {describe(exc)}"}
     except BaseException as exc:  # noqa: BLE001  (whatever the adapter raises is its case's failure)
-        return {"error": f"adapter raised {describe(exc)}"}
+        where, trace = _where_raised(exc)
+        return {"error": f"adapter raised {describe(exc)}{where}", "traceback": trace}
+
+
+def _where_raised(exc: BaseException) -> tuple[str, str]:
+    """(" (at my_rag.py:42 in retrieve)", the traceback from the adapter's first frame), for an exception
+    the adapter raised; ("", "") when there is nothing to say."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(exc.__traceback__)
+        while frames and frames[0].filename == __file__:  # this module's calls into the adapter
+            frames = traceback.StackSummary.from_list(frames[1:])
+        if not frames:
+            return "", ""
+        last = frames[-1]
+        trace = ("Traceback (most recent call last):\n" + "".join(frames.format())
+                 + "".join(traceback.format_exception_only(type(exc), exc)))
+        return f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})", trace
+    except Exception:  # noqa: BLE001  (an exception whose text cannot be formatted still fails its case)
+        return "", ""
+
+
+def with_traceback(logs: str, reply: dict[str, Any]) -> str:
+    """What a case printed, then the traceback of what it raised (taken out of ``reply``)."""
+    trace = reply.pop("traceback", "")
+    return f"{logs}{chr(10) if logs and not logs.endswith(chr(10)) else ''}{trace}" if trace else logs
 
 
 # --------------------------------------------------------------------------- output capture
@@ -230,7 +258,7 @@ def main(fd: int) -> None:
         if "case" not in message:
             break
         reply = {"id": message["case"][0], **answer_one(call, message["case"])}
-        reply["logs"] = capture.take()
+        reply["logs"] = with_traceback(capture.take(), reply)
         try:
             _send(sock, reply, limit)
         except (TypeError, ValueError) as exc:  # text the adapter produced that JSON cannot carry

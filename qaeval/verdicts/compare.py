@@ -29,7 +29,7 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.evaluate import RunResult
 from qaeval.data.schema import AXES
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
-from qaeval.scoring.outcomes import FailReason, reasons_text
+from qaeval.scoring.outcomes import PASS_MEANS, FailReason, citation_change, reasons_text
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import case_trials, match_cases, metric_movements
 
@@ -93,7 +93,8 @@ class Comparison(Result):
         return "; ".join(parts)
 
     def summary_text(self) -> str:
-        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})"]
+        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})",
+                 f"  ({PASS_MEANS}; answer correctness is not part of it)"]
         lines.append(f"  {'metric':<26} {'before':>8} {'after':>8} {'delta':>8}  noise test")
         for r in self.metric_deltas.itertuples(index=False):
             mark = "" if r.passed else "  <- worse"
@@ -107,7 +108,9 @@ class Comparison(Result):
             if r["answer_changed"]:
                 what.append("answer")
             if r["citations_changed"]:
-                what.append("citations")
+                moved = citation_change(self.before.per_case.set_index("case_id").at[r["case_id"], "citations"],
+                                        self.after.per_case.set_index("case_id").at[r["case_id"], "citations"])
+                what.append(moved or "citations reworded")
             if r["checks_flipped"]:
                 what.append("checks " + ", ".join(r["checks_flipped"]))
             if r["scores_changed"]:

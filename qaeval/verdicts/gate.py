@@ -60,7 +60,9 @@ from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, Valid, clean, frame
 from qaeval.results import Result
 from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.metrics import format_number
-from qaeval.scoring.outcomes import REASON, FailReason
+from qaeval.scoring.retrieval import unknown_ids_note
+from qaeval.text import one_line
+from qaeval.scoring.outcomes import PASS_MEANS, REASON, FailReason
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
@@ -71,6 +73,7 @@ from qaeval.verdicts.tiers import (
 )
 
 DEFAULT_ALPHA = 0.05
+JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision")  # read from the judge's verdicts
 
 BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
     fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
@@ -147,12 +150,14 @@ class GateResult(Result):
     def reason(self) -> str:
         if not self.judge_trusted:
             return f"the judge is not trusted ({self.calibration.reason}); its numbers cannot gate"
+        gated = set(self.metric_deltas["metric"])
         if self.ok:
             already = len(self.already_failing)
-            return f"every tier passed against {self.baseline.path}" + (
-                f"; {already} case(s) fail as they did in the baseline" if already else "")
+            head = self.run.passing_line(gated, f" ({already} fail as they did in the baseline)" if already else "")
+            return f"deterministic checks green and every tier-2 rule held against the baseline; {head}"
+        head = self.run.passing_line(gated)
         return "failed " + "; ".join(f"{r.tier} ({len(r.case_ids)} case(s))" if r.case_ids else r.tier
-                                     for r in self.failed_tiers.itertuples(index=False))
+                                     for r in self.failed_tiers.itertuples(index=False)) + f"; {head}"
 
     @property
     def blocking_cases(self) -> list[str]:
@@ -188,15 +193,29 @@ class GateResult(Result):
     def baseline_path(self) -> str:
         return self.baseline.path
 
+    @property
+    def adapter_match(self) -> bool:
+        """Whether this run's system is the one the baseline was recorded from (by its recorded name)."""
+        return not self.baseline.adapter or self.baseline.adapter == self.run.meta.adapter
+
+    def differences(self) -> list[str]:
+        """What makes this a comparison of different things: another adapter, another judge. The first
+        lines of the verdict and of the report."""
+        lines = []
+        if not self.adapter_match:
+            lines.append(f"adapter differs from the baseline's: {self.baseline.adapter}, now {self.run.meta.adapter}")
+        if not self.judge_match:
+            b = self.baseline.judge or {}
+            lines.append(f"judge differs from the baseline's: {b.get('name')}:{b.get('model')} "
+                         f"rubric={b.get('prompt_version')}, now {self.run.judge_config.label()}; judge metrics "
+                         "may move for that reason alone")
+        return [one_line(line) for line in lines]  # names from the baseline file, which is the user's
+
     def all_notes(self) -> list[str]:
-        notes = list(self.notes) + list(self.baseline.notes)
+        notes = self.differences() + list(self.notes) + list(self.baseline.notes)
         if not self.baseline.green:
             notes.append("the baseline was not green when it was written (--allow-failing): cases that failed "
                          "there do not count as regressions")
-        if not self.judge_match:
-            notes.append(f"judged by {self.run.judge_config.label()}, the baseline by {self.baseline.judge.get('name')}:"
-                         f"{self.baseline.judge.get('model')} rubric={self.baseline.judge.get('prompt_version')}; "
-                         "judge metrics may move for that reason alone")
         if not self.dataset_match:
             notes.append(f"the data differs from the baseline's: {len(self.match.changed)} case(s) changed, "
                          f"{len(self.match.new)} new, {len(self.match.removed)} no longer present")
@@ -209,6 +228,12 @@ class GateResult(Result):
         if changed:
             notes.append(f"the registered checks and metrics changed since the baseline ({', '.join(changed)}): "
                          "their outcomes and pass rates have nothing to compare with")
+        notes += unknown_ids_note(self.run.suite, self.run.outputs)
+        if self.calibration is None:
+            judged = [r.metric for r in self.metric_deltas.itertuples(index=False) if r.metric in JUDGE_METRICS]
+            notes.append(f"the judge ({self.run.judge_config.label()}) was not calibrated against human labels in "
+                         f"this run (no labels given): {', '.join(judged) or 'its metrics'} gate on its word alone; "
+                         "calibrate it first (qaeval calibrate, or gate --labels FILE)")
         if not self.run.meta.boundary_enforced:
             notes.append("isolation none: the boundary was not enforced in this run")
         if self.run.trials != self.baseline.trials:
@@ -219,10 +244,12 @@ class GateResult(Result):
         return notes
 
     def summary_text(self) -> str:
-        lines = [f"GATE: {self.verdict}   ({len(self.run.suite)} cases, baseline {self.baseline.path})"]
+        lines = [f"GATE: {self.verdict}   {self.reason}   (baseline {self.baseline.path})", f"  ({PASS_MEANS})"]
+        notes = self.all_notes()
+        lines += [f"note: {n}" for n in notes[:len(self.differences())]]  # what differs from the baseline, first
         if self.calibration is not None:
             lines.append(f"  judge calibration: {self.calibration.verdict} ({self.calibration.reason})")
-        lines += [f"note: {n}" for n in self.all_notes()]
+        lines += [f"note: {n}" for n in notes[len(self.differences()):]]
         for row in self.tiers.itertuples(index=False):
             mark = "ok  " if row.passed else "FAIL"
             lines.append(f"  [{mark}] {row.tier}: {row.detail}")

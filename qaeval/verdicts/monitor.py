@@ -85,7 +85,18 @@ class MonitorResult(Result):
             return "alarm on " + ", ".join(f"{a['metric']} ({a['window']})" for a in self.alarms)
         judged = int(self.rows["sampled"].sum())
         watched = f"; {len(self.timeline)} window(s) appended to {self.timeseries}" if self.timeseries else ""
-        return f"{len(self.rows)} row(s) checked, {judged} judged{watched}"
+        bands = "every window inside its bands" if self.timeseries else "no history to compare with"
+        return f"no alarm ({bands}); {self.failing_share()}; {judged} judged{watched}"
+
+    def failing_share(self) -> str:
+        """"9 of 120 rows (7.5%) fail a check": what no alarm does not say (an alarm is a move, not a level)."""
+        bad, n = int((~self.rows["passed"].astype(bool)).sum()), len(self.rows)
+        return f"{bad} of {n} row(s) ({bad / n:.1%}) fail a check" if n else "no row"
+
+    @property
+    def banner_word(self) -> str:
+        """The banner's word: "OK" read as "good" while a fifth of the rows failed a check."""
+        return "NO ALARM" if self.ok else "ALARM"
 
     @property
     def slice_columns(self) -> list[str]:
