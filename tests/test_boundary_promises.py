@@ -230,7 +230,7 @@ def test_the_harness_cannot_be_read_through_proc(living):
     found = json.loads(frame["answer"][0])
     # memory (where the labels live) and the harness's open files (CI's stdout) are closed to a worker;
     # /proc/<pid>/environ is the harness's starting environment, which the worker got anyway, less the
-    # variables naming the data folder (the README says so)
+    # variables naming the data folder (docs/guides/boundary.md says so)
     assert (found["mem"], found["fd/1"]) == ("PermissionError", "PermissionError"), found
     libc = ctypes.CDLL(None)
     assert libc.prctl(3, 0, 0, 0, 0) == 1, "the harness is dumpable again after the run"

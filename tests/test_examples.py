@@ -59,7 +59,7 @@ def test_custom_judge_skeleton_runs(monkeypatch):
 
 @pytest.mark.parametrize("cwd", ["", "examples"])
 def test_grow_the_golden_set_example_notebook_runs_as_written(tmp_path, monkeypatch, cwd):
-    """With no parameters at all, from the repository's root (as the README runs it) and from examples/ (as
+    """With no parameters at all, from the repository's root (as docs/guides/cases.md runs it) and from examples/ (as
     Jupyter opens it): it imports the SQuAD-format sample shipped beside it."""
     import nbformat
 
@@ -76,18 +76,21 @@ def test_grow_the_golden_set_example_notebook_runs_as_written(tmp_path, monkeypa
 
 
 def test_readme_commands_never_write_over_the_demo_reports():
-    """Following the README after `python3 dev.py demo` must not turn the demo's BLOCK page into a PASS."""
+    """Following the README and docs/ after `python3 dev.py demo` must not turn the demo's BLOCK page into a
+    PASS."""
     import re
+
+    from test_docs import all_blocks
 
     demo = set(re.findall(r"reports/[\w.-]+", (ROOT / "dev.py").read_text()))
     assert {"reports/gate.html", "reports/compare.html", "reports/run.json"} <= demo
-    commands = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("    ")]
+    commands = [line for b in all_blocks() if b["lang"] in ("sh", "bash") for line in b["code"].splitlines()]
     written = set()
     for line in commands:
         written |= set(re.findall(r"(?:--save|--html|--out|-o)\s+(reports/[\w.-]+)", line))
         written |= {m.removesuffix(".ipynb") + ".html" for m in re.findall(r"nbconvert .*?(reports/[\w.-]+\.ipynb)", line)}
         written |= set(re.findall(r"papermill \S+ (reports/[\w.-]+)", line))
-    assert written, "the README's commands were not found"
+    assert written, "the docs' commands were not found"
     assert not written & demo, f"README commands overwrite the demo's {sorted(written & demo)}"
 
 

@@ -179,7 +179,7 @@ def test_adapter_objects_and_factories_are_shipped_to_the_workers(golden):
 
 
 def test_a_class_is_a_factory_in_every_isolation_and_is_recorded_by_its_name():
-    """The README: adapter= takes "a factory or an adapter object, even a class defined in a notebook cell".
+    """docs/guides/adapters.md: adapter= takes "a factory or an adapter object, even a class defined in a notebook cell".
     A class has an answer attribute (a function), so it was taken for an adapter object: every case
     failed with "answer() missing 1 required positional argument: 'case'", recorded as builtins.type."""
     from qaeval.system.reference import ReferenceHub, make_adapter

@@ -1,4 +1,4 @@
-"""The pytest plugin as the README runs it: from the project's root, where pytest also knows the project's
+"""The pytest plugin as docs/guides/ci.md runs it: from the project's root, where pytest also knows the project's
 own tests (``testpaths``)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def pytest_at_root(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_readme_command_collects_only_the_golden_cases():
     done = pytest_at_root("--qaeval-data", "golden", "-m", "qaeval")
-    # the reference system fails five golden cases by design, as the README says
+    # the reference system fails five golden cases by design, as docs/guides/ci.md says
     assert done.returncode == 1, done.stdout[-2000:]
     assert done.stdout.splitlines()[-1].startswith("5 failed, 10 passed in "), done.stdout[-500:]
     assert "deselected" not in done.stdout

@@ -1,0 +1,195 @@
+"""The README and docs/ say what the code does: their shell and Python blocks run, and their lists
+(notebooks, checks, metrics, exit codes) are the code's.
+
+Every ```sh, ```bash or ```python block runs, in order, in one temporary copy of the repository (``.venv``
+there is this interpreter's environment), unless the line just before it is a marker:
+
+    <!-- docs-test: not run: REASON -->   not run, for the reason given (a reason is required)
+    <!-- docs-test: file NAME -->         written to NAME in the copy (for the blocks after it), not run
+    <!-- docs-test: exit N -->            run; must exit N (otherwise every block must exit 0)
+
+An unmarked block runs: a block that cannot run must say why. Other fences (json, text) are not run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+# in reading order: README, the docs home (its commands write what later pages read), the rest
+PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md",
+         *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md")]
+RUNNABLE = {"sh", "bash", "python"}
+FENCE = re.compile(r"^```(\w*)")
+MARKER = re.compile(r"^<!-- docs-test: (not run: (?P<reason>.*?)|file (?P<file>\S+)|exit (?P<exit>\d+)) -->$")
+
+
+def blocks(page: Path) -> list[dict]:
+    """Every fenced block of a page: language, code, line and the marker before it (if any)."""
+    lines, found, i = page.read_text(encoding="utf-8").splitlines(), [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, end = i, i + 1
+        while not lines[end].startswith("```"):
+            end += 1
+        before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        marker = MARKER.match(before.strip())
+        found.append(dict(lang=m.group(1), code="\n".join(lines[start + 1:end]) + "\n", line=start + 1,
+                          page=page, marker=marker.groupdict() if marker else {}))
+        i = end + 1
+    return found
+
+
+def all_blocks() -> list[dict]:
+    return [b for page in PAGES for b in blocks(page)]
+
+
+def test_every_runnable_block_is_run_or_says_why_not():
+    assert len(PAGES) > 10, PAGES
+    for b in all_blocks():
+        where = f"{b['page'].relative_to(ROOT)}:{b['line']}"
+        assert b["lang"], f"{where}: a fence without a language: say sh, python, json or text"
+        reason = b["marker"].get("reason")
+        if reason is not None:
+            assert len(reason.strip()) > 5, f"{where}: 'not run' needs a reason"
+    markers = [line for page in PAGES for line in page.read_text().splitlines() if "docs-test:" in line]
+    assert all(MARKER.match(line.strip()) for line in markers), [m for m in markers if not MARKER.match(m.strip())]
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    """One copy of what the documented commands read; .venv is this environment."""
+    where = tmp_path_factory.mktemp("docs") / "repo"
+    where.mkdir()
+    for name in ("golden", "examples", "notebooks"):
+        shutil.copytree(ROOT / name, where / name)
+    (where / "reports").mkdir()
+    (where / ".venv").symlink_to(Path(sys.prefix))
+    return where
+
+
+def test_the_documented_commands_run_as_written(copy):
+    env = {**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(copy)}
+    ran = 0
+    for b in all_blocks():
+        if b["lang"] not in RUNNABLE or b["marker"].get("reason") is not None:
+            continue
+        where = f"{b['page'].relative_to(ROOT)}:{b['line']}"
+        if b["marker"].get("file"):
+            (copy / b["marker"]["file"]).write_text(b["code"], encoding="utf-8")
+            continue
+        command = ["bash", "-euo", "pipefail", "-c", b["code"]] if b["lang"] != "python" \
+            else [str(copy / ".venv" / "bin" / "python"), "-c", b["code"]]
+        done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+        expected = int(b["marker"].get("exit") or 0)
+        assert done.returncode == expected, f"{where} exited {done.returncode}, not {expected}:\n{done.stderr[-2000:]}"
+        ran += 1
+    assert ran >= 5, "the docs' commands were not found"
+
+
+# --------------------------------------------------------------------------- the lists against the code
+
+
+def _text(*parts: str) -> str:
+    return (ROOT / "docs").joinpath(*parts).read_text(encoding="utf-8")
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_notebooks_named_are_the_notebooks_shipped():
+    shipped = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        said = re.search(r"(\w+) parameteri[sz]ed notebooks? \(([^)]*)\)", " ".join(page.read_text().split()))
+        assert said, f"{page.name} does not list the notebooks"
+        named = sorted(re.split(r",\s*|\s+and\s+", said.group(2)))
+        assert named == shipped, (page.name, named)
+        words = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+        assert said.group(1).lower() == words[len(shipped)], (page.name, said.group(1))
+
+
+def test_the_deterministic_checks_listed_are_the_checks():
+    from qaeval.scoring.checks import CHECKS
+
+    text = " ".join(_text("guides", "metrics.md").split())
+    listed = text[text.index("The layer-1 checks are"):]
+    listed = listed[:listed.index("Each metric is defined once")]
+    # every check, and no more: the sentence names each once
+    for name in CHECKS:
+        assert name.replace("_", " ").replace("fail closed", "fail-closed") in listed, name
+    assert len(re.findall(r"\),|,|\band\b", re.sub(r"\([^)]*\)", "", listed))) >= len(CHECKS) - 1
+
+
+def test_the_metric_table_is_the_metrics():
+    from qaeval.scoring.metrics import METRICS
+
+    rows = _table(_text("guides", "metrics.md"), "| metric |")
+    names = [row[0].replace(" (lower is better)", "") for row in rows]
+    assert names == [m.name for m in METRICS]
+    lower = {row[0].split()[0] for row in rows if "lower is better" in row[0]}
+    assert lower == {m.name for m in METRICS if not m.higher_is_better}
+
+
+def test_the_exit_code_table_is_the_mapping():
+    from qaeval import errors
+    from qaeval.cli import _failed
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    mapped = {cls.exit_code for cls in subclasses(errors.QaevalError) if "exit_code" in vars(cls)}
+    documented = {int(row[0]) for row in _table(_text("guides", "files.md"), "| code |")}
+    # 0 is a pass; 130 (Ctrl-C) and 74 (any OSError) are the command line's own
+    assert _failed(KeyboardInterrupt()) == 130 and errors.exit_code_for(OSError()) == 74
+    assert errors.exit_code_for(ValueError()) == 70
+    assert documented == mapped | {0, 130}, (documented, mapped)
+
+
+# --------------------------------------------------------------------------- the site
+
+
+def test_the_cli_reference_is_every_command_of_the_parser():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = hooks.on_page_markdown((ROOT / "docs" / "reference" / "cli.md").read_text())
+    assert hooks.MARKER not in page
+    for command in ("validate", "run", "baseline", "gate", "calibrate", "drift", "monitor", "report", "compare",
+                    "runs", "label export", "label import", "export trec", "import", "add-case"):
+        assert f"## `qaeval {command}`" in page, command
+    assert "--max-reply-mb" in page and "--judge-timeout" in page
+
+
+def test_the_site_builds_strictly_and_fetches_no_font(tmp_path):
+    mkdocs = Path(sys.prefix) / "bin" / "mkdocs"
+    if not mkdocs.exists():
+        pytest.skip("mkdocs is not installed (the dev extra has it)")
+    assert re.search(r"^  font: false", (ROOT / "mkdocs.yml").read_text(), re.M), "Material loads Google Fonts"
+    done = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    pages = "".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
+    assert "fonts.googleapis" not in pages and "qaeval gate" in pages and "GateResult" in pages
