@@ -213,7 +213,8 @@ def test_adaptive_in_a_gate_gives_every_trial_to_a_case_the_baseline_had_flaky(t
     base = tmp_path / "b.json"
     api.baseline(str(GOLDEN), out=str(base), adapter="plugins:make_abstain_every_other", trials=4,
                  isolation="none", concurrency=1, allow_failing=True)
-    result = api.gate_run(str(GOLDEN), baseline=str(base), trials=4, adaptive=True, isolation="none")
+    result = api.gate_run(str(GOLDEN), baseline=str(base), trials=4, adaptive=True, isolation="none",
+                          adapter="qaeval.system.reference:make_adapter")
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     pc = result.run.per_case.set_index("case_id")
     assert pc.at[dvd, "trials"] == 4 and pc.at[dvd, "case_passed"], "flaky in the baseline: every trial"
