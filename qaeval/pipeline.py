@@ -73,11 +73,12 @@ def trial_suite(suite: Suite, trials: int) -> Suite:
 
 
 def run_identity(suite: Suite, label: str, judge: JudgeClient, k: int, trials: int, custom: Any,
-                 adaptive: bool) -> dict[str, Any]:
-    """What a journal must match for a run to resume from it (``qaeval.scoring.journal``)."""
+                 adaptive: bool, isolation: str = "process") -> dict[str, Any]:
+    """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
+    without the boundary (isolation none) are never taken into a run that enforces it."""
     registered = getattr(custom, "registered", None)
     return dict(data=suite.fingerprint, corpus=suite.corpus_fingerprint, adapter=label,
-                judge=judge_config_of(judge).to_dict(), k=k, trials=trials, adaptive=adaptive,
+                judge=judge_config_of(judge).to_dict(), k=k, trials=trials, adaptive=adaptive, isolation=isolation,
                 checks=registered.hashes() if registered is not None else {})
 
 
@@ -129,9 +130,11 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     label = adapter_name or adapter_label(adapter)
     n = len(suite)
     everyone = trial_suite(suite, trials)
-    identity = run_identity(suite, label, judge, k, trials, custom, adaptive)
+    identity = run_identity(suite, label, judge, k, trials, custom, adaptive,
+                            isolation if executor is None else f"executor {executor_label or type(executor).__name__}")
     collected = Collected()
     memo: dict[Any, Any] = {}
+    restored = None
     if journal is not None and resume:
         path = journal_path_of(journal)
         if path.exists():
@@ -148,7 +151,7 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     writer = None
     if journal is not None:
         path = journal_path_of(journal)
-        writer = JournalWriter(path, identity, append=resume and path.exists())
+        writer = JournalWriter(path, identity, resumed=restored)
     run_options = dict(timeout=timeout, concurrency=concurrency, isolation=isolation, executor=executor,
                        show_progress=show_progress, data_dir=suite.root, **limits)
     try:

@@ -111,15 +111,15 @@ def test_failed_outputs_are_asked_again_unless_kept(tmp_path, monkeypatch):
     from qaeval.scoring.journal import JournalWriter
 
     suite = load_suite(GOLDEN)
-    ident = run_identity(suite, "plugins:make_raises_on_one", OfflineJudge(), 5, 1, None, False)
-    writer = JournalWriter(journal_path(record), ident, append=False)
+    ident = run_identity(suite, "plugins:make_raises_on_one", OfflineJudge(), 5, 1, None, False, "none")
+    writer = JournalWriter(journal_path(record), ident)
     for i, row in enumerate(first.outputs.to_dict("records")):
         writer.output(i, row, 0)
     writer.close()
     kept = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record),
                    resume=True, keep_errors=True)
     assert kept.outputs["error"].notna().sum() == 1
-    writer = JournalWriter(journal_path(record), ident, append=False)
+    writer = JournalWriter(journal_path(record), ident)
     for i, row in enumerate(first.outputs.to_dict("records")):
         writer.output(i, row, 0)
     writer.close()
@@ -278,3 +278,60 @@ def test_a_streaming_judge_is_asked_once_per_output_and_never_again_at_scoring()
     answered = int((~run.runs[0].per_case["abstained"]).sum())
     assert judge.asked == answered, "one call per distinct output, all of them while the system answered"
     assert run.judge_usage["cached"] == answered  # the second trial's identical outputs
+
+
+def test_lines_spliced_from_another_runs_journal_are_refused(tmp_path):
+    """A review: each line's MAC covered only its own fields, so the header of a broken system's journal
+    followed by a good system's lines resumed with the good system's outputs under the broken one's name.
+    Every line is bound to its journal's run and its place."""
+    env, args = interrupted(tmp_path)
+    good = (tmp_path / "r.json.journal").read_text().splitlines()
+    other = tmp_path / "other"
+    other.mkdir()
+    env2, _ = interrupted(other, stop_after=2)
+    theirs = (other / "r.json.journal").read_text().splitlines()
+    (tmp_path / "r.json.journal").write_text("\n".join([good[0]] + theirs[1:]) + "\n")
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 65 and "line 2 fails authentication or is out of place" in done.stderr, done.stderr
+    (tmp_path / "r.json.journal").write_text("\n".join([good[0], good[2], good[1], *good[3:]]) + "\n")  # reordered
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 65 and "out of place" in done.stderr
+
+
+def test_a_second_interruption_after_a_torn_line_leaves_a_journal_that_resumes(tmp_path):
+    """A review: resuming dropped a torn last line but appended after it, so the next resume refused the
+    journal. The torn line is cut off before anything is appended."""
+    env, args = interrupted(tmp_path)
+    path = tmp_path / "r.json.journal"
+    path.write_bytes(path.read_bytes()[:-40])  # the run died while writing its last line
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "2"})
+    assert done.returncode == 130, done.stderr[-1000:]
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-1000:]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_journal_path_that_is_not_a_regular_file_is_refused_not_followed_or_waited_on(kind, tmp_path):
+    """A review: a FIFO at PATH.journal hung the run; a symbolic link there was written through."""
+    journal = tmp_path / "r.json.journal"
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    if kind == "fifo":
+        os.mkfifo(journal)
+    else:
+        journal.symlink_to(precious)
+    for extra in ([], ["--resume"]):
+        done = qaeval("run", "--data", str(GOLDEN), "--save", "r.json", "--isolation", "none", *extra, cwd=tmp_path,
+                      env={})
+        assert done.returncode == 74 and "journal" in done.stderr, (extra, done.stderr[-500:])
+    assert precious.read_text() == "keep me"
+
+
+def test_outputs_made_without_the_boundary_are_not_resumed_into_a_run_that_enforces_it(tmp_path):
+    env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": "5"}
+    args = ["run", "--data", str(GOLDEN), "--adapter", "plugins:make_interrupter", "--concurrency", "1",
+            "--save", "r.json"]
+    done = qaeval(*args, "--isolation", "none", cwd=tmp_path, env={**env, "QAEVAL_TEST_IN_HARNESS": "1"})
+    assert done.returncode == 130
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 64 and 'isolation: "none" then, "process" now' in done.stderr, done.stderr[-800:]

@@ -9,8 +9,10 @@ goes, one JSON line each, flushed as it is written:
   the pool made it); a later line for the same place replaces it (a failure found after the answer);
 * ``verdict``: what the judge answered for one request, keyed by the sha256 of the request's content.
 
-Every line carries an HMAC-SHA256 over its other fields with the key the judge cache uses
-(``qaeval.judges.cache.load_secret``), so a line this user's qaeval did not write is refused. When the run
+Every line carries an HMAC-SHA256, with the key the judge cache uses (``qaeval.judges.cache.load_secret``),
+over its other fields, the run's random id (in the header) and its place in the journal, so a line this
+user's qaeval did not write, or one spliced in from another journal, reordered or repeated, is refused.
+The journal is a regular file: a symbolic link, a FIFO or a folder at its path is refused (74). When the run
 finishes, the record replaces the journal. ``--resume`` reads the journal back, checks every line as a
 record is checked (the header must name this run, an output must be well formed, for a case of this
 suite at that place), reuses every output (and every verdict for one), and asks the system only for the
@@ -25,6 +27,7 @@ import hmac
 import json
 import math
 import os
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.errors import DatasetError, FileAccessError, UsageError
+from qaeval.files import loads_strict
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
 from qaeval.scoring.rubric import AxisVerdict
 from qaeval.system.contract import output_row, validate_plain
@@ -134,11 +138,29 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
 
 @dataclass
 class Restored:
-    """What a journal gives back: outputs by place in the run, verdicts by request digest, notes."""
+    """What a journal gives back: outputs by place in the run, verdicts by request digest, notes, and
+    where to go on writing (the run's id, the next line's place, the length of its whole lines)."""
 
     outputs: dict[int, dict[str, Any]] = field(default_factory=dict)
     verdicts: dict[str, JudgeResponse] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    run: str = ""
+    next_seq: int = 0
+    whole: int = 0
+
+
+def _regular(path: Path, flags: int, what: str) -> int:
+    """An open descriptor on ``path``, a regular file (never a link, FIFO or folder: opening a FIFO would
+    wait for a writer), or FileAccessError (exit 74)."""
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o600)
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot {what} the journal ({exc.strerror or exc}; it must be a regular "
+                                    "file, not a link)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileAccessError(path, f"cannot {what} the journal: it is not a regular file")
+    return fd
 
 
 def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool,
@@ -148,8 +170,10 @@ def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str
     before the last line, is a JournalError (exit 65)."""
     secret = secret if secret is not None else _secret()
     where = str(path)
+    fd = _regular(path, os.O_RDONLY, "read")
     try:
-        data = path.read_bytes()
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
     except OSError as exc:
         raise FileAccessError(path, f"cannot read the journal ({exc.strerror or exc})") from None
     lines = data.split(b"\n")
@@ -157,21 +181,32 @@ def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str
         lines.pop()
     restored = Restored()
     parsed: list[dict[str, Any]] = []
+    run = None
     for number, raw in enumerate(lines, start=1):
         try:
-            line = json.loads(raw.decode("utf-8"))
-            ok = isinstance(line, dict) and isinstance(line.get("mac"), str) and \
-                hmac.compare_digest(line["mac"], _mac(secret, line))
+            line = loads_strict(raw.decode("utf-8"))
+            if not isinstance(line, dict):
+                raise ValueError("not an object")
         except (UnicodeDecodeError, ValueError, TypeError):
             if number == len(lines):  # the run ended while writing it
                 restored.notes.append(f"the journal's last line (line {number}) was cut short and is dropped")
                 break
             raise JournalError(f"line {number} is not valid JSON: the journal is damaged; delete it to start over",
                                file=where) from None
+        if run is None and isinstance(line.get("run"), str):
+            run = line["run"]
+        try:
+            ok = isinstance(line.get("mac"), str) and line.get("run") == run and line.get("seq") == number - 1 and \
+                hmac.compare_digest(line["mac"], _mac(secret, line))
+        except (TypeError, ValueError):
+            ok = False
         if not ok:
-            raise JournalError(f"line {number} fails authentication: it was not written by this user's qaeval "
-                               "(edited, or from another machine); delete the journal to start over", file=where)
+            raise JournalError(f"line {number} fails authentication or is out of place: it was not written here by "
+                               "this user's qaeval (edited, spliced from another journal, reordered or repeated); "
+                               "delete the journal to start over", file=where)
         parsed.append(line)
+        restored.whole += len(raw) + 1
+    restored.run, restored.next_seq = run or "", len(parsed)
     if not parsed or parsed[0].get("kind") != "header" or parsed[0].get("format") != FORMAT:
         raise JournalError("the journal has no header", file=where)
     if parsed[0].get("version") != VERSION:
@@ -197,7 +232,8 @@ def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str
             digest = line.get("key")
             if response is None or not isinstance(digest, str):
                 raise JournalError(f"line {number}: the verdict is malformed", file=where)
-            restored.verdicts[digest] = response
+            if response.error is None or keep_errors:  # a judge error (an outage) is asked again
+                restored.verdicts[digest] = response
         else:
             raise JournalError(f"line {number} is of no kind a journal holds", file=where)
     if not keep_errors:
@@ -215,27 +251,47 @@ def _short(value: Any) -> str:
 
 
 class JournalWriter:
-    """Appends signed lines to a journal, one at a time, from any thread."""
+    """Appends signed lines to a journal, one at a time, from any thread. ``resumed``: the journal read
+    back (``read_journal``), to go on after its last whole line; else a new journal is started."""
 
-    def __init__(self, path: Path, identity: Mapping[str, Any], *, append: bool, secret: bytes | None = None) -> None:
+    def __init__(self, path: Path, identity: Mapping[str, Any], *, resumed: Restored | None = None,
+                 secret: bytes | None = None) -> None:
+        import secrets
+
         self.path, self._secret = path, secret if secret is not None else _secret()
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a" if append else "w", encoding="utf-8")
         except OSError as exc:
             raise FileAccessError(path, f"cannot write the journal ({exc.strerror or exc})") from None
-        if not append:
+        if resumed is None and (path.is_symlink() or (path.exists() and not path.is_file())):
+            raise FileAccessError(path, "cannot write the journal: something that is not a regular file is there")
+        if resumed is None:
+            path.unlink(missing_ok=True)  # a new journal, never written through what was there
+        fd = _regular(path, os.O_WRONLY | os.O_CREAT | (0 if resumed is not None else os.O_EXCL), "write")
+        if resumed is not None:
+            os.ftruncate(fd, resumed.whole)  # a last line cut short is cut off, so the next starts whole
+            os.lseek(fd, 0, os.SEEK_END)
+        os.set_blocking(fd, True)
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        self.run = resumed.run if resumed is not None else secrets.token_hex(16)
+        self.seq = resumed.next_seq if resumed is not None else 0
+        if resumed is None:
             self._write(dict(kind="header", format=FORMAT, version=VERSION, identity=dict(identity)))
 
     def _write(self, line: dict[str, Any]) -> None:
-        line["mac"] = _mac(self._secret, line)
-        text = json.dumps(line, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"  # no line separator inside
         with self._lock:
             if self._file.closed:
                 return
-            self._file.write(text)
-            self._file.flush()
+            line.update(run=self.run, seq=self.seq)
+            line["mac"] = _mac(self._secret, line)
+            text = json.dumps(line, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"  # no separator inside
+            try:
+                self._file.write(text)
+                self._file.flush()
+            except OSError as exc:
+                raise FileAccessError(self.path, f"cannot write the journal ({exc.strerror or exc})") from None
+            self.seq += 1
 
     def output(self, index: int, row: Mapping[str, Any], trial: int) -> None:
         plain = {k: v for k, v in row.items() if k not in ("case_id", "output_fingerprint")}

@@ -36,11 +36,13 @@ _STOP = object()
 def judge_lanes(judge: Any) -> int:
     """How many threads stream ``judge``: its ``concurrency`` when its class says ``thread_safe = True``
     (the OpenAI-compatible judge), else 0 (it is asked once, at scoring)."""
-    if getattr(type(judge), "thread_safe", False) is True:
+    try:
+        if getattr(type(judge), "thread_safe", False) is not True:
+            return 0
         concurrency = getattr(judge, "concurrency", 1)
-        return concurrency if isinstance(concurrency, int) and not isinstance(concurrency, bool) and \
-            1 <= concurrency <= 256 else 1
-    return 0
+    except Exception:  # noqa: BLE001  (a judge's attribute that raises: it does not stream)
+        return 0
+    return int.__int__(concurrency) if type(concurrency) is int and 1 <= int.__int__(concurrency) <= 256 else 1
 
 
 def request_for(suite: Suite, rubric: Rubric, case: GoldenCase, row: dict[str, Any]) -> JudgeRequest | None:
@@ -135,8 +137,10 @@ class JudgeStream:
 
     def _report(self) -> None:
         if self._defers:
+            from qaeval.plugins import contained
+
             self.judge.defer_warnings = False  # type: ignore[attr-defined]
-            self.judge.report_rejected()  # type: ignore[attr-defined]
+            contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]
 
     def abandon(self) -> None:
         """Stop without waiting (Ctrl-C): nothing queued is sent; a call in flight ends on its own thread."""
