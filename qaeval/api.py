@@ -144,6 +144,11 @@ def _evaluate(p: Mapping[str, Any], suite: Suite | None = None,
                          "(--save FILE, or baseline's --out FILE) as the interrupted run did")
     if p.get("adaptive") and (p.get("trials") or 1) < 2:
         raise UsageError("--adaptive spreads --trials K over the cases that need them: give --trials 2 or more")
+    if p.get("pass_k") is not None and p["pass_k"] > (p.get("trials") or 1):
+        raise UsageError(f"--pass-k {p['pass_k']} needs at least that many --trials (pass^k and pass@k draw k of a "
+                         "case's trials)")
+    if p.get("keep_errors") and not p.get("resume"):
+        raise UsageError("--keep-errors says what --resume keeps: give --resume too")
     judge = make_judge(p)
     with ExitStack() as stack:
         stack.callback(usercode.close_judge, judge)

@@ -308,3 +308,34 @@ def test_drift_bands_use_trial_averaged_figures_and_each_history_line_records_k(
     assert (first["trials"], second["trials"]) == (3, 1)
     result = api.drift_run(str(GOLDEN), timeseries=str(series), trials=2, isolation="none")
     assert any("the series mixes trial counts" in n for n in result.notes)
+
+
+def test_a_gate_record_whose_trial_verdicts_are_forged_is_refused(tmp_path, monkeypatch):
+    """A review: a gate record's case_trials (the flaky list) and its baseline trial counts were not
+    checked: a forged verdict loaded and showed; passes above trials crashed (exit 70)."""
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.chdir(tmp_path)
+    assert main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none",
+                 "--quiet"]) == 0
+    assert main(["gate", "--data", str(GOLDEN), "--trials", "3", "--baseline", "b.json", "--isolation", "none",
+                 "--adapter", "plugins:make_abstain_every_other", "--concurrency", "1", "--save", "g.json"]) == 0
+    data = json.loads((tmp_path / "g.json").read_text())
+    forged = json.loads(json.dumps(data))
+    forged["gate"]["case_trials"][0]["verdict"] = "steady"
+    (tmp_path / "f1.json").write_text(json.dumps(forged))
+    with pytest.raises(RecordError, match="case_trials"):
+        load_run(tmp_path / "f1.json")
+    forged = json.loads(json.dumps(data))
+    case = next(iter(forged["gate"]["baseline_cases"].values()))
+    case["passes"] = case["trials"] + 2
+    (tmp_path / "f2.json").write_text(json.dumps(forged))
+    with pytest.raises(RecordError, match="more than its 3 trial"):
+        load_run(tmp_path / "f2.json")
+
+
+@pytest.mark.parametrize("flags, says", [(["--trials", "2", "--pass-k", "3"], "needs at least that many --trials"),
+                                         (["--pass-k", "2"], "needs at least that many --trials"),
+                                         (["--keep-errors"], "give --resume too")])
+def test_options_that_mean_nothing_together_are_usage_errors(flags, says, capsys):
+    assert main(["run", "--data", str(GOLDEN), *flags]) == 64
+    assert says in capsys.readouterr().err

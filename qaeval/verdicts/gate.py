@@ -77,7 +77,8 @@ JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision"
 
 BASELINE_CASE = Fields(dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
     fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number"))), answer="text",
-    abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text", passes="int", trials="int"),
+    abstained="boolean", citations=Maybe(Each("dict")), output_fingerprint="text",
+    passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"), trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100")),
     optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials"))
 SECTION = Fields(dict(  # the gate section of a record, as GateResult.from_section reads it
     baseline=Fields(dict(path="str", dataset_fingerprint="str", judge="Dict", green="bool", allowed_failing="bool",
@@ -91,7 +92,7 @@ SECTION = Fields(dict(  # the gate section of a record, as GateResult.from_secti
     metric_deltas=rows_of(DELTA_SCHEMA), regressed=rows_of(REGRESSED_SCHEMA), new_failing=rows_of(NEW_SCHEMA),
     match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
     calibration=Maybe(CALIBRATION_SECTION), notes=Maybe(Each("str")), case_trials=rows_of(CASE_TRIALS_SCHEMA),
-    alpha=Valid("float", lambda a: 0 < a < 1, "a number between 0 and 1")),
+    alpha=Valid("float", lambda a: 0.0001 <= a <= 0.5, "a number from 0.0001 to 0.5, as --alpha takes")),
     optional=("baseline_notes", "calibration", "notes", "case_trials", "alpha"))
 
 
@@ -298,7 +299,11 @@ class GateResult(Result):
     def section_problems(cls, s: Mapping[str, Any], prefix: str = "gate") -> list[str]:
         """Every field of a saved section that is missing or of the wrong type (``SECTION``), named by its
         place; ``from_section`` and ``audit_section`` trust the types of a section without any."""
-        return shape_problems(s, SECTION, prefix)
+        problems = shape_problems(s, SECTION, prefix)
+        if not problems:
+            problems += [f"{prefix}.baseline_cases.{cid}.passes is {c['passes']}, more than its {c.get('trials', 1)} "
+                         "trial(s)" for cid, c in s["baseline_cases"].items() if c.get("passes", 0) > c.get("trials", 1)]
+        return problems
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> GateResult:
@@ -361,9 +366,14 @@ class GateResult(Result):
         for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
             for column in MOVEMENT[1:]:
                 audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
+        trials = case_trials(self.run, self.baseline, match.matched, case_level)
         tiers, regressed, new_failing = decide(self.run, self.baseline, match,
-                                               frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}),
-                                               case_trials(self.run, self.baseline, match.matched, case_level))
+                                               frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}), trials)
+        if "case_trials" in s:  # the flaky, broken and regressed cases, decided again from the trial counts
+            shown = ("case_id", "baseline_passes", "baseline_trials", "passes", "trials", "verdict")
+            kept = trials[trials["verdict"] != "steady"]
+            audit.same(f"{prefix}.case_trials", [[row.get(c) for c in shown] for row in s["case_trials"]],
+                       [list(r) for r in zip(*(kept[c].tolist() for c in shown))])
         for name, stored, computed, columns in (
                 ("regressed", s["regressed"], regressed, ("case_id", "baseline_state", "current_state")),
                 ("new_failing", s["new_failing"], new_failing, ("case_id", "status", "baseline_state"))):

@@ -261,10 +261,16 @@ def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
     could reach p <= alpha / m at all (``min_ps``: the smallest p each test's margins allow), and
     alpha / m. Tests that cannot reach it are left out of the count, which keeps the family-wise error at
     most alpha while the exact tests of cases that never moved (p = 1 whatever happens) cost no power."""
-    m = 1
-    while sum(1 for p in min_ps if p <= alpha / m) > m:
+    ordered = sorted(min_ps)
+    m, reach = 1, 0  # reach: how many tests could reach alpha / m, counted from the smallest floor up
+    while True:
+        while reach < len(ordered) and ordered[reach] <= alpha / m:
+            reach += 1
+        while reach > 0 and ordered[reach - 1] > alpha / m:  # alpha / m only shrinks as m grows
+            reach -= 1
+        if reach <= m:
+            return alpha / m, m
         m += 1
-    return alpha / m, m
 
 
 CASE_TRIALS_SCHEMA = {"case_id": "text", "baseline_passes": "int", "baseline_trials": "int", "passes": "int",
