@@ -102,6 +102,10 @@ def check_outputs(p: Mapping[str, Any], *, html: str | Path | None = None) -> No
     folder (``qaeval.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
     is asked for (``qaeval.files.check_writable``)."""
     outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
+    if "trials" in p and _record_path(p):  # a scoring command keeps its journal beside its record
+        from qaeval.scoring.journal import journal_path
+
+        outputs.append(("journal", str(journal_path(_record_path(p))), "journal"))
     refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
     check_writable(outputs)
 

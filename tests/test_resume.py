@@ -335,3 +335,13 @@ def test_outputs_made_without_the_boundary_are_not_resumed_into_a_run_that_enfor
     assert done.returncode == 130
     done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
     assert done.returncode == 64 and 'isolation: "none" then, "process" now' in done.stderr, done.stderr[-800:]
+
+
+def test_the_journal_may_not_overwrite_an_input(tmp_path):
+    """A review: `gate --baseline g.json.journal --save g.json` overwrote, then deleted, the baseline."""
+    base = tmp_path / "g.json.journal"
+    api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), isolation="none")
+    base.write_bytes((tmp_path / "b.json").read_bytes())
+    done = qaeval("gate", "--data", str(GOLDEN), "--baseline", str(base), "--save", "g.json", cwd=tmp_path, env={})
+    assert done.returncode == 64 and "run's journal" in done.stderr, done.stderr[-500:]
+    assert base.read_bytes() == (tmp_path / "b.json").read_bytes()
