@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_run import write_suite
+from bench_run import write_suite  # noqa: E402  (importable once HERE is on the path)
 
 
 def worktree(repo: Path, rev: str, into: Path) -> Path:
