@@ -13,14 +13,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
 from qaeval.frames import frame
-from qaeval.scoring.journal import JournalWriter, memo_from, read_journal
+from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
 from qaeval.scoring.judge import request_key
 from qaeval.scoring.rubric import Rubric
 from qaeval.scoring.stream import JudgeStream, request_for, streaming
@@ -136,7 +135,7 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     memo: dict[Any, Any] = {}
     restored = None
     if journal is not None and resume:
-        path = journal_path_of(journal)
+        path = journal_path(journal)
         if path.exists():
             restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
             collected.rows.update(restored.outputs)
@@ -150,7 +149,7 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
             collected.notes.append(f"nothing to resume: no journal at {path}")
     writer = None
     if journal is not None:
-        path = journal_path_of(journal)
+        path = journal_path(journal)
         writer = JournalWriter(path, identity, resumed=restored)
     run_options = dict(timeout=timeout, concurrency=concurrency, isolation=isolation, executor=executor,
                        show_progress=show_progress, data_dir=suite.root, **limits)
@@ -194,12 +193,6 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
     return result
-
-
-def journal_path_of(record: str | os.PathLike[str]) -> Path:
-    from qaeval.scoring.journal import journal_path
-
-    return journal_path(record)
 
 
 def _passed_first(suite: Suite, collected: Collected, judge: JudgeClient, memo: dict[Any, Any], k: int,
