@@ -46,6 +46,7 @@ from qaeval.verdicts.tiers import gated, load_tolerances
 from qaeval.verdicts.sheets import export_sheet, import_sheet
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
+from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
 from qaeval.tracking import TrackingWarning, check_options, log_command, track  # noqa: F401 (TrackingWarning)
 
 def _load_views() -> None:
@@ -92,7 +93,7 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
     return checked
 
 
-OUTPUT_PARAMS = {"save": "record", "out": "record"}
+OUTPUT_PARAMS = {"save": "record", "out": "record", "sheet": "review"}
 INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after", "logs")
 
 

@@ -118,9 +118,9 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
         shown = f" (default {default})" if default not in (None, [], (), False) and param.kind != "bool" \
             and "default" not in param.help else ""
         kwargs: dict[str, Any] = dict(dest=param.name, default=None, help=param.help + shown)
-        if param.name == "judge_cache":
-            target.add_argument("--no-judge-cache", dest="judge_cache", action="store_const", const=False,
-                                default=None, help="bypass the verdict cache")
+        if param.name in ("judge_cache", "generator_cache"):
+            target.add_argument(f"--no-{param.name.replace('_', '-')}", dest=param.name, action="store_const",
+                                const=False, default=None, help="bypass the signed cache of replies")
             continue
         if param.kind == "bool":
             target.add_argument(param.flag, action="store_const", const=True, **kwargs)
@@ -151,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scoring_commands(sub)
     _record_commands(sub)
     _data_commands(sub)
+    _proposal_commands(sub)
     return parser
 
 
@@ -234,6 +235,16 @@ def _data_commands(sub: Any) -> None:
     p.add_argument("--interactive", action="store_true", help="ask for the fields the miss file does not give")
 
 
+def _proposal_commands(sub: Any) -> None:
+    """propose and accept: candidate cases for a person to review, and the reviewed ones into the suite."""
+    p = sub.add_parser("propose", help="write a review sheet of candidate cases, from a monitor record or a corpus")
+    _add_params(p, "propose")
+    p.add_argument("--html", metavar="PATH", help="also render the candidates to a self-contained HTML page")
+    p = sub.add_parser("accept", help="add the rows of a review sheet marked accept=y to the living split")
+    p.add_argument("sheet", metavar="SHEET.csv", help="the review sheet, filled")
+    p.add_argument("--data", required=True, metavar="DIR", help="the golden folder to add the cases to")
+
+
 def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in P.names_for(args.command)
             if name != "record" and getattr(args, name, None) is not None}
@@ -307,6 +318,17 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
                                    split=args.split, prefix=args.prefix, labelled=args.labelled,
                                    corpus=args.corpus)
         return report_.summary_text(), 0, []
+    if args.command == "propose":
+        api.check_outputs({"sheet": args.sheet}, html=args.html)
+        proposal = api.propose(**_scoring_params(args))
+        notes = []
+        if args.html:
+            from qaeval.reports.render import render_proposal
+
+            notes.append(f"report: {render_proposal(proposal, args.html)}")
+        return proposal.summary_text(), proposal.exit_code, notes
+    if args.command == "accept":
+        return api.accept(args.sheet, data=args.data).summary_text(), 0, []
     if args.command == "add-case":
         case_id, path = api.add_case(args.data, args.miss, interactive=args.interactive)
         return f"added {case_id} to {path}", 0, []

@@ -252,8 +252,10 @@ def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int,
 # What qaeval puts near the top of a file it wrote, by kind of output: an existing file inside a data
 # folder may be replaced only by an output of the same kind that finds its own mark in it.
 OUTPUT_MARKS = {"record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
-                "report": (b'class="qaeval-report"',), "journal": (b'"format": "qaeval-journal"',)}
-OUTPUT_WORDS = {"record": "run record", "report": "HTML report", "sheet": "label sheet", "labels": "labels file",
+                "report": (b'class="qaeval-report"',), "journal": (b'"format": "qaeval-journal"',),
+                "review": (b"candidate_id,origin,source,",)}
+OUTPUT_WORDS = {"record": "run record", "report": "HTML report", "sheet": "label sheet", "review": "review sheet",
+                "labels": "labels file",
                 "journal": "run's journal"}
 
 

@@ -66,6 +66,12 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
         return verbs[command](**dict(p))
 
 
+def propose(p: Mapping[str, Any]) -> Any:
+    """The propose notebook's proposal (``qaeval.proposals.run.propose``), its sheet written."""
+    with scoped_environ({"QAEVAL_PROGRESS": "0"}):
+        return api.propose(**dict(p))
+
+
 def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
     """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
     from qaeval.reports.runs import render_runs

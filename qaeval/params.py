@@ -142,18 +142,45 @@ MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save"
                   "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")
 PARAMS = tuple(replace(p, commands=p.commands + ("monitor",)) if p.name in MONITOR_SHARED else p for p in PARAMS) + (
     Param("logs", "str", None, "the logged traffic: JSONL, CSV (list columns JSON-encoded) or Parquet, one answered "
-          "request per row", ("monitor",), metavar="FILE", required=("monitor",)),
+          "request per row (propose: the log a monitor record was made from, when it is no longer where the record "
+          "says)", ("monitor",), metavar="FILE", required=("monitor",)),
     Param("by", "list", (), "a slice column to break every metric down by (repeatable); the judged sample is "
           "stratified by it", ("monitor",), metavar="COLUMN"),
     Param("time_window", "str", None, "a time span (1D, 1W, 6h, 30min, ...): every metric per window of the timestamp column",
           ("monitor",), metavar="SPAN", cli_flag="--window"),
     Param("sample", "int", None, "judge a uniform random N of the answered rows (default: all); the checks run on "
           "every row", ("monitor",), minimum=1, metavar="N"),
-    Param("seed", "int", 0, "seed of the judged sample", ("monitor",), minimum=0, maximum=2**32 - 1, metavar="S"),
+    Param("seed", "int", 0, "seed of the judged sample (monitor) or of the draw (propose)", ("monitor",), minimum=0, maximum=2**32 - 1, metavar="S"),
     Param("band_window", "int", 10, "trailing windows of the history that make a metric's band", ("monitor",),
           minimum=1, metavar="N"),
     Param("min_rows", "int", 30, "rows a time window needs before it is compared with its band", ("monitor",),
           minimum=1, metavar="N"),
+)
+PROPOSE_SHARED = ("data", "logs", "seed", "isolation", "startup_timeout")
+PARAMS = tuple(replace(p, commands=p.commands + ("propose",)) if p.name in PROPOSE_SHARED else p for p in PARAMS) + (
+    Param("from_monitor", "str", None, "a record `qaeval monitor --save` wrote: propose the logged rows that failed a "
+          "check, were judged unfaithful or abstained", ("propose",), metavar="RECORD"),
+    Param("from_corpus", "str", None, "a folder holding corpus.jsonl (or the file): generate candidates from its "
+          "passages and verify them", ("propose",), metavar="DIR"),
+    Param("sheet", "str", None, "where to write the review sheet (CSV)", ("propose",), metavar="SHEET.csv",
+          required=("propose",), cli_flag="--out"),
+    Param("n", "int", 50, "how many candidates", ("propose",), minimum=1, maximum=100_000, metavar="N"),
+    Param("generator", "plugin", "qaeval.proposals.generator:make_generator", "(--from-corpus) the generator, as "
+          "module:factory (default: an OpenAI-compatible model); any other runs in its own process", ("propose",),
+          metavar="MODULE:FACTORY"),
+    Param("generator_model", "str", None, "(--from-corpus) the generator's model (else QAEVAL_GENERATOR_MODEL, else "
+          "QAEVAL_JUDGE_MODEL)", ("propose",), metavar="NAME"),
+    Param("generator_base_url", "str", None, "(--from-corpus) the generator's endpoint (else OPENAI_BASE_URL)",
+          ("propose",), metavar="URL"),
+    Param("generator_concurrency", "int", None, "(--from-corpus) generator calls in flight at once (else "
+          "QAEVAL_JUDGE_CONCURRENCY, else 8)", ("propose",), minimum=1, maximum=256, metavar="N"),
+    Param("generator_cache", "bool", None, "(--from-corpus) reuse cached generator replies (else QAEVAL_JUDGE_CACHE, "
+          "else on)", ("propose",)),
+    Param("generator_timeout", "float", 300.0, "(--from-corpus) seconds a custom generator may take on each chunk of "
+          "16 requests; past it its process is killed and those candidates are lost", ("propose",), minimum=0.001,
+          maximum=MAX_TIMEOUT, metavar="SECONDS"),
+    Param("max_calls", "int", None, "(--from-corpus) stop after this many generator calls (default: 3 N + 10)",
+          ("propose",), minimum=1, metavar="N"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 

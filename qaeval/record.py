@@ -199,17 +199,26 @@ ORDER = ("format", "version", "kind", "baseline", "green", "allowed_failing", "m
          "slices", "gate", "calibration", "drift", "corpus", "custom", "cases")
 
 
+ROWS_LINE = '  "rows": ['  # how a monitor record's row list opens: one row a line follows (qaeval.proposals.traffic)
+
+
 def dumps_record(record: dict[str, Any]) -> str:
     """A fixed order of sections (what a reviewer reads first comes first, the cases last), keys sorted
-    within them, and each case (and each scoreboard and slice row) on one line."""
+    within them, and each case (and each scoreboard and slice row, and each of a monitor's rows) on one
+    line, so that a reader can stream a record's rows without parsing the whole file."""
     keys = [k for k in ORDER if k in record] + sorted(k for k in record if k not in ORDER)
-    placeholders = {key: f"@@{key}@@" for key in ("cases", "scoreboard", "slices") if key in record}
-    ordered = {k: placeholders.get(k, record[k]) for k in keys}
+    lists: dict[str, tuple[list[Any], str]] = {key: (record[key], " ") for key in ("cases", "scoreboard", "slices")
+                                               if key in record}
+    ordered = {k: f"@@{k}@@" if k in lists else record[k] for k in keys}
+    monitor = record.get("monitor")
+    if isinstance(monitor, dict) and isinstance(monitor.get("rows"), list):
+        ordered["monitor"] = {**monitor, "rows": "@@monitor.rows@@"}
+        lists["monitor.rows"] = (monitor["rows"], "  ")
     text = json.dumps(ordered, indent=1, ensure_ascii=False, allow_nan=False)
-    for key, token in placeholders.items():
-        items = record[key]
-        block = "[]" if not items else "[\n" + ",\n".join("  " + dumps_canonical(item) for item in items) + "\n ]"
-        text = text.replace(json.dumps(token), block, 1)
+    for key, (items, indent) in lists.items():
+        block = "[]" if not items else "[\n" + ",\n".join(indent + " " + dumps_canonical(item) for item in items) \
+            + "\n" + indent + "]"
+        text = text.replace(json.dumps(f"@@{key}@@"), block, 1)
     return text + "\n"
 
 

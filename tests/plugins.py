@@ -769,3 +769,45 @@ class CitesSecond(WrapsHub):
 
 def make_cites_second():
     return CitesSecond()
+
+
+class PidGenerator:
+    """A custom case generator: answers each request from its passages and says which process it ran in."""
+
+    def __init__(self) -> None:
+        from qaeval.proposals.generator import GeneratorConfig
+
+        self.config = GeneratorConfig(name="pid", model="test")
+
+    def generate(self, requests):
+        import json
+        import os
+        import re
+
+        from qaeval.proposals.generator import GenerationReply
+
+        out = []
+        for r in requests:
+            ids = [p.id for p in r.passages]
+            if r.kind == "abstain":
+                body = {"request": r.request_id, "question": f"What colour is the zorblat {r.request_id[-6:]} pid "
+                        f"{os.getpid()}?", "answer": None, "source_ids": []}
+            else:
+                number = re.findall(r"\d+", r.passages[-1].text)[0]
+                body = {"request": r.request_id, "question": f"Which year is in {' '.join(ids)} per generator pid "
+                        f"{os.getpid()}?", "answer": number, "source_ids": ids if r.kind == "multi" else ids[:1]}
+            out.append(GenerationReply(r.request_id, json.dumps(body)))
+        return out
+
+
+def make_pid_generator():
+    return PidGenerator()
+
+
+class RaisingGenerator(PidGenerator):
+    def generate(self, requests):
+        raise RuntimeError("the model is down")
+
+
+def make_raising_generator():
+    return RaisingGenerator()

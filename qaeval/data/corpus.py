@@ -284,6 +284,12 @@ class Corpus:
                 block, block_start = self._pread(max(_BLOCK, length), offset), offset
             yield _parse(block[offset - block_start: offset - block_start + length])
 
+    def at(self, row: int) -> Passage:
+        """The passage on the ``row``-th line of passages (0-based, file order)."""
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        return self._read(row)
+
     def _read(self, row: int) -> Passage:
         self._check_unchanged()
         return _parse(self._pread(int(self._lengths[row]), int(self._offsets[row])))

@@ -4,6 +4,15 @@ For tests, benchmarks and trying ``qaeval.judges.openai`` without a model: it bi
 answers ``POST /v1/chat/completions`` with a rubric-shaped JSON verdict whose quotes are copied from the
 prompt (so they validate), and can add latency and inject failures.
 
+It also answers qaeval's generation prompt (``qaeval.proposals.generator``: a user message that starts
+with ``REQUEST:``) deterministically, from the passages it was sent: a single-passage question whose
+answer is a span of the first passage, a two-passage one, or a must-abstain question made of invented
+words. That is plumbing for tests and benchmarks, not question quality. ``generation_faults`` maps a
+fault to ``k`` (every k-th generation request gets it): ``malformed`` (not JSON), ``wrong_request``
+(another request's id), ``not_in_passage`` (an answer the passage does not hold), ``copies`` (a question
+that copies the passage), ``duplicate`` (the same question as the last one), ``answerable`` (a
+must-abstain question the corpus does answer), ``hang`` (no reply for ``hang_seconds``).
+
     with FakeJudgeServer(latency=0.05, fail_every=5) as server:
         os.environ["OPENAI_BASE_URL"] = server.url
         ...
@@ -20,6 +29,50 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}|\d[\d,.]*")
+_SYLLABLES = ("zor", "blat", "quen", "nix", "vel", "dran", "mop", "trel", "skiv", "olu", "prax", "dim")
+
+
+def _invented(seed: str, n: int) -> list[str]:
+    import hashlib
+
+    digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).digest()
+    return ["".join(_SYLLABLES[digest[2 * i + j] % len(_SYLLABLES)] for j in range(2)) + "ite" for i in range(n)]
+
+
+def generate(user_message: str, fault: str | None = None, previous: str | None = None) -> dict[str, Any]:
+    """A candidate for one generation prompt (``qaeval/rubric/generate-v1/user.txt``)."""
+    request = re.search(r"^REQUEST: (.*)$", user_message, re.M)
+    kind = re.search(r"^KIND: (.*)$", user_message, re.M)
+    found = re.findall(r"^\[([^\]]+)\](?: \(.*?\))? (.*)$", user_message, re.M)
+    rid = request.group(1) if request else ""
+    kind_name = kind.group(1) if kind else "single"
+    ids = [pid for pid, _ in found]
+    texts = [text for _, text in found]
+    if fault == "wrong_request":
+        rid = rid[:-1] + ("0" if not rid.endswith("0") else "1")
+    if kind_name == "abstain" or not texts:
+        a, b = _invented(rid, 2)
+        question = f"What is the {a} of the {b}?"
+        if fault == "answerable" and texts:
+            question = "What " + " ".join(texts[0].split()[:7]) + "?"
+        return {"request": rid, "question": question, "answer": None, "source_ids": []}
+    words = _WORD.findall(texts[-1])
+    answer = next((w for w in reversed(words) if w[0].isdigit()), words[-1] if words else texts[-1].split()[-1])
+    answer = answer.rstrip(".,")
+    cue = [w for w in _WORD.findall(texts[0]) if w.lower() != answer.lower()][:3]
+    label = " and ".join(ids)
+    question = f"Per {label}, which detail goes with {' '.join(cue)}?"
+    if fault == "copies":
+        question = "Which passage says " + " ".join(texts[0].split()[:10]) + "?"
+    if fault == "duplicate" and previous:
+        question = previous
+    if fault == "not_in_passage":
+        answer = "a thing no passage says"
+    return {"request": rid, "question": question, "answer": answer,
+            "source_ids": ids if kind_name == "multi" else ids[:1]}
 
 
 def grade(user_message: str) -> dict[str, Any]:
@@ -60,12 +113,17 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeJudgeServer:
     def __init__(self, *, port: int = 0, latency: float = 0.0, fail_every: int = 0, fail_always: bool = False,
                  reject_response_format: bool = False, garbage: bool = False, reply: str | None = None,
-                 no_choices: bool = False) -> None:
+                 no_choices: bool = False, generation_faults: dict[str, int] | None = None,
+                 hang_seconds: float = 5.0) -> None:
         """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
-        ``no_choices``: a completion whose ``choices`` is null."""
+        ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
         self.reject_response_format, self.garbage = reject_response_format, garbage
         self.reply, self.no_choices = reply, no_choices
+        self.generation_faults, self.hang_seconds = dict(generation_faults or {}), hang_seconds
+        self.generations = 0
+        self._last_question: str | None = None
+        self._stop = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -91,8 +149,25 @@ class FakeJudgeServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._stop.set()  # a hanging reply ends now
         self._server.shutdown()
         self._server.server_close()
+
+    def _generation(self, user: str) -> str | None:
+        """The reply to one generation prompt, with this request's fault if any (None: it hung)."""
+        with self._lock:
+            self.generations += 1
+            number, previous = self.generations, self._last_question
+        fault = next((f for f, k in self.generation_faults.items() if k and number % k == 0), None)
+        if fault == "hang":
+            self._stop.wait(self.hang_seconds)
+            return None
+        if fault == "malformed":
+            return '{"request": "truncated'
+        candidate = generate(user, fault, previous)
+        with self._lock:
+            self._last_question = candidate["question"]
+        return json.dumps(candidate)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
@@ -133,7 +208,12 @@ class FakeJudgeServer:
                     if outer.reject_response_format and "response_format" in body:
                         return self._send(400, {"error": {"message": "response_format json_schema is not supported"}})
                     user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
-                    content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
+                    if user.startswith("REQUEST: "):
+                        content = outer._generation(user)
+                        if content is None:
+                            return None
+                    else:
+                        content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
                     if outer.reply is not None:
                         content = outer.reply
                     choices = None if outer.no_choices else [

@@ -33,7 +33,9 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
     from qaeval.scoring.judge import judge_config_of
     from qaeval.judges.usercode import settings_from_plain
 
-    what = "judge" if role == "judge" else "notify hook"
+    what = {"judge": "judge", "generator": "generator"}.get(role, "notify hook")
+    if role == "generator":
+        return build_generator(spec, settings)
     if role == "custom":
         from qaeval.judges.custom import build as build_custom
 
@@ -52,6 +54,49 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
         target = build_plugin(target, what="judge", settings=settings_from_plain(settings or {}, os.environ))
     judge_config_of(target)
     return target
+
+
+def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
+    from qaeval.errors import UsageError
+    from qaeval.judges.usercode import settings_from_plain
+    from qaeval.plugins import build as build_plugin
+
+    if "name" in spec:
+        target: Any = spec["name"]
+    else:
+        import cloudpickle
+
+        target = cloudpickle.loads(base64.b64decode(spec["pickle"]))
+    if not callable(getattr(target, "generate", None)):
+        target = build_plugin(target, what="generator", settings=settings_from_plain(settings or {}, os.environ))
+    if not callable(getattr(target, "generate", None)):
+        raise UsageError(f"the generator is a {type(target).__name__}, with no generate(requests) method")
+    config = getattr(target, "config", None)
+    plain = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
+    from qaeval.proposals.generator import GeneratorConfig
+
+    GeneratorConfig.from_plain(plain)  # checked here too, so a bad one is the factory's error
+    return target
+
+
+def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
+    from qaeval.data.schema import Source
+    from qaeval.plugins import contained
+    from qaeval.proposals.generator import GenerationReply, GenerationRequest
+
+    requests = [GenerationRequest(r["request_id"], r["kind"], tuple(Source(p["id"], p["text"], p.get("title"))
+                                                                     for p in r["passages"]),
+                                  tuple(r["messages"])) for r in plain_requests]
+    ok, value = contained(obj.generate, requests, what="the generator")
+    if not ok:
+        return {"error": value}
+    try:
+        replies = list(value)
+        return {"replies": [r.to_plain() if isinstance(r, GenerationReply) else None for r in replies]}
+    except BaseException as exc:  # noqa: BLE001  (replies whose attributes fail when read)
+        from qaeval.errors import describe
+
+        return {"error": f"the generator's replies could not be read: {describe(exc)}"}
 
 
 def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -113,14 +158,15 @@ def main(fd: int) -> None:
     ready: dict[str, Any] = {"ready": True}
     try:
         obj = build(role, setup["spec"], setup["settings"])
-        if role == "judge":
-            ready["config"] = obj.config.to_dict()
+        if role in ("judge", "generator"):
+            config = obj.config
+            ready["config"] = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
         elif role == "custom":
             obj, ready["declared"] = obj[:2], obj[2]
     except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
         from qaeval.errors import UsageError, describe
 
-        what = {"judge": "judge", "hook": "notify hook"}.get(role, "checks and metrics")
+        what = {"judge": "judge", "hook": "notify hook", "generator": "generator"}.get(role, "checks and metrics")
         message = str(exc) if isinstance(exc, UsageError) else f"the {what} could not be built: {describe(exc)}"
         _send(sock, {"init_error": message})
         os._exit(0)
@@ -133,6 +179,8 @@ def main(fd: int) -> None:
             break
         if "judge" in message:
             reply = judge(obj, message["judge"])
+        elif "generate" in message:
+            reply = generate(obj, message["generate"])
         elif "notify" in message:
             reply = notify(obj, message["notify"])
         elif "score" in message:

@@ -159,8 +159,14 @@ def lost(proc: UserProcess, exc: FrameError, deadline: float, *, late: str, doin
 # --------------------------------------------------------------------------- judges: the proxy
 
 
-class JudgeProcess:
-    """A custom judge in its own process, seen from the harness as a ``JudgeClient``."""
+class HostClient:
+    """User code in its own process, asked in chunks: the part a custom judge and a custom generator share.
+    A subclass names its ``role``, how a chunk is sent (``request``) and read back (``decode``), and what
+    a lost chunk's items become (``errors``)."""
+
+    role = "judge"
+    what = "the judge"
+    doing = "while judging"
 
     def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
                  data_dir: str | os.PathLike[str] | None) -> None:
@@ -170,85 +176,148 @@ class JudgeProcess:
         self.proc: UserProcess | None = None
         self._guard: contextlib.ExitStack | None = None
         try:
-            ready = self._start()
+            self.ready = self._start()
         except UserCodeFailed as exc:
             raise UsageError(str(exc)) from None
-        try:
-            self.config = config_from_plain(ready.get("config"))
-        except UsageError:
-            self.close()
-            raise
 
     def _start(self) -> dict[str, Any]:
-        """Start the judge's process under the harness guard (kept until ``close``)."""
+        """Start the process under the harness guard (kept until ``close``)."""
         if self._guard is None:
             self._guard = contextlib.ExitStack()
             self._guard.enter_context(harness_guard())
         try:
-            self.proc, ready = self.launch.start("judge", self.spec, self.settings, time.monotonic() + self.startup,
-                                                 what="the judge", timeout=self.startup)
+            self.proc, ready = self.launch.start(self.role, self.spec, self.settings, time.monotonic() + self.startup,
+                                                 what=self.what, timeout=self.startup)
         except BaseException:
             self.close()
             raise
         return ready
 
-    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
-        """Every request's response, in order; the judge's process is stopped at the end."""
-        out: list[JudgeResponse] = []
+    def request(self, chunk: Sequence[Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode(self, reply: Any, chunk: Sequence[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def errors(self, chunk: Sequence[Any], why: str) -> list[Any]:
+        raise NotImplementedError
+
+    def ask_all(self, items: Sequence[Any]) -> list[Any]:
+        """Every item's answer, in order, in chunks of ``CHUNK``; after ``MAX_LOST`` chunks lost in a row
+        the rest are not asked."""
+        out: list[Any] = []
         lost_in_a_row, last_loss = 0, ""
-        try:
-            for start in range(0, len(requests), CHUNK):
-                chunk = requests[start:start + CHUNK]
-                if lost_in_a_row >= MAX_LOST:
-                    out += self._errors(chunk, f"not asked: {lost_in_a_row} chunks in a row were lost ({last_loss})")
-                    continue
-                responses, loss = self._ask(chunk)
-                out += responses
-                lost_in_a_row, last_loss = (lost_in_a_row + 1, loss) if loss else (0, "")
-        finally:
-            self.close()
+        for start in range(0, len(items), CHUNK):
+            chunk = items[start:start + CHUNK]
+            if lost_in_a_row >= MAX_LOST:
+                out += self.errors(chunk, f"not asked: {lost_in_a_row} chunks in a row were lost ({last_loss})")
+                continue
+            answers, loss = self._ask(chunk)
+            out += answers
+            lost_in_a_row, last_loss = (lost_in_a_row + 1, loss) if loss else (0, "")
         return out
 
-    def _ask(self, chunk: Sequence[JudgeRequest]) -> tuple[list[JudgeResponse], str]:
-        """(responses, "") or (judge errors, why the chunk and its process were lost)."""
+    def _ask(self, chunk: Sequence[Any]) -> tuple[list[Any], str]:
+        """(answers, "") or (errors, why the chunk and its process were lost)."""
         try:
             if self.proc is None:
                 self._start()
             assert self.proc is not None
             deadline = time.monotonic() + self.timeout
-            reply = self.proc.channel.ask({"judge": [request_to_plain(r) for r in chunk]}, deadline, what="the judge")
+            reply = self.proc.channel.ask(self.request(chunk), deadline, what=self.what)
         except (UserCodeFailed, UsageError) as exc:
-            return self._errors(chunk, str(exc)), str(exc)
+            return self.errors(chunk, str(exc)), str(exc)
         except FrameError as exc:
             proc, self.proc = self.proc, None
             assert proc is not None
-            why = lost(proc, exc, deadline, late=f"the judge did not answer within {self.timeout:g} s",
-                       doing="while judging")
-            return self._errors(chunk, why), why
-        return self._decode(reply, chunk), ""
-
-    @staticmethod
-    def _errors(chunk: Sequence[JudgeRequest], why: str) -> list[JudgeResponse]:
-        return [JudgeResponse(r.case_id, error=why) for r in chunk]
-
-    def _decode(self, reply: Any, chunk: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+            why = lost(proc, exc, deadline, late=f"{self.what} did not answer within {self.timeout:g} s",
+                       doing=self.doing)
+            return self.errors(chunk, why), why
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
-            return self._errors(chunk, bounded_text(reply["error"]))
-        responses = reply.get("responses") if isinstance(reply, dict) else None
-        if not isinstance(responses, list):
-            return self._errors(chunk, "the judge's process sent something other than responses")
-        if len(responses) != len(chunk):
-            return self._errors(chunk, f"the judge returned {len(responses)} responses for {len(chunk)} requests")
-        return [response_from_plain(p, r) for p, r in zip(responses, chunk)]
+            return self.errors(chunk, bounded_text(reply["error"])), ""
+        return self.decode(reply, chunk), ""
 
     def close(self) -> None:
-        """Stop the judge's process (if any) and end the harness guard it was started under."""
+        """Stop the process (if any) and end the harness guard it was started under."""
         proc, self.proc = self.proc, None
         if proc is not None:
             proc.stop(0.5)
         guard, self._guard = self._guard, None
         if guard is not None:
             guard.close()
+
+
+class JudgeProcess(HostClient):
+    """A custom judge in its own process, seen from the harness as a ``JudgeClient``."""
+
+    def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
+                 data_dir: str | os.PathLike[str] | None) -> None:
+        super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
+        try:
+            self.config = config_from_plain(self.ready.get("config"))
+        except UsageError:
+            self.close()
+            raise
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        """Every request's response, in order; the judge's process is stopped at the end."""
+        try:
+            return self.ask_all(requests)
+        finally:
+            self.close()
+
+    def request(self, chunk: Sequence[JudgeRequest]) -> dict[str, Any]:
+        return {"judge": [request_to_plain(r) for r in chunk]}
+
+    def errors(self, chunk: Sequence[JudgeRequest], why: str) -> list[JudgeResponse]:
+        return [JudgeResponse(r.case_id, error=why) for r in chunk]
+
+    def decode(self, reply: Any, chunk: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        responses = reply.get("responses") if isinstance(reply, dict) else None
+        if not isinstance(responses, list):
+            return self.errors(chunk, "the judge's process sent something other than responses")
+        if len(responses) != len(chunk):
+            return self.errors(chunk, f"the judge returned {len(responses)} responses for {len(chunk)} requests")
+        return [response_from_plain(p, r) for p, r in zip(responses, chunk)]
+
+
+class GeneratorProcess(HostClient):
+    """A custom case generator (``qaeval propose --generator``) in its own process; ``generate`` as the
+    built-in one has it. Its process lives until ``close``."""
+
+    role = "generator"
+    what = "the generator"
+    doing = "while generating"
+
+    def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
+                 data_dir: str | os.PathLike[str] | None) -> None:
+        from qaeval.proposals.generator import GeneratorConfig
+
+        super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
+        try:
+            self.config = GeneratorConfig.from_plain(self.ready.get("config"))
+        except UsageError:
+            self.close()
+            raise
+
+    def generate(self, requests: Sequence[Any]) -> list[Any]:
+        return self.ask_all(requests)
+
+    def request(self, chunk: Sequence[Any]) -> dict[str, Any]:
+        return {"generate": [r.to_plain() for r in chunk]}
+
+    def errors(self, chunk: Sequence[Any], why: str) -> list[Any]:
+        from qaeval.proposals.generator import GenerationReply
+
+        return [GenerationReply(r.request_id, error=why) for r in chunk]
+
+    def decode(self, reply: Any, chunk: Sequence[Any]) -> list[Any]:
+        from qaeval.proposals.generator import GenerationReply
+
+        replies = reply.get("replies") if isinstance(reply, dict) else None
+        if not isinstance(replies, list) or len(replies) != len(chunk):
+            return self.errors(chunk, "the generator's process did not send one reply per request")
+        return [GenerationReply.from_plain(p, r) for p, r in zip(replies, chunk)]
 
 
 def make_judge(judge: Any, *, settings: JudgeSettings, isolation: str, timeout: float, startup: float,

@@ -12,6 +12,7 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 ``calibration``     agreement with people per axis, disagreements, agreeing labels
 ``drift``           alarms and bands
 ``compare``         metrics before and after, cases that changed
+``proposals``       the propose notebook: what candidates were chosen from, drops, the candidates
 ``views``           each result's facts line and its rich view in a notebook (``register``)
 ``render``          executing a notebook and rendering the page (the ``qaeval`` nbconvert template)
 ==================  ==========================================================================
@@ -33,6 +34,7 @@ from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, n
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.run import cases_table, scoreboard_table, slice_table
 from qaeval.reports.views import facts, register, view
+from qaeval.reports.proposals import candidates_table, proposal_drops, proposal_pool
 from qaeval.reports.monitor import (failing_rows, labelled_agreement, metrics_over_time, monitor_slices,
                                     timeline_table, worst_rows)
 
@@ -41,7 +43,7 @@ __all__ = [
     "cases_table", "compare_cases", "compare_metrics", "confusion_chart", "delta_chart", "delta_table",
     "disagreements", "drift_chart", "drilldown", "esc", "facts", "facts_html", "gate_calibration", "not_blocking",
     "register", "scoreboard_chart", "failing_rows", "labelled_agreement", "metrics_over_time", "monitor_slices",
-    "timeline_table", "worst_rows", "scoreboard_table", "slice_table", "tier_table", "view",
+    "timeline_table", "worst_rows", "candidates_table", "proposal_drops", "proposal_pool", "scoreboard_table", "slice_table", "tier_table", "view",
 ]
 
 register()

@@ -169,3 +169,14 @@ def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
             + "<h2>Metrics</h2>" + compare_metrics(comparison).markup
             + "<h2>What changed, case by case</h2>" + compare_cases(comparison).markup)
     return write_atomic(html_path, page("qaeval compare", body))
+
+
+def render_proposal(proposal: Any, html_path: str | Path) -> Path:
+    """The propose notebook's page, drawn directly: the candidates, what they were chosen from, the drops."""
+    from qaeval.reports.html import esc
+    from qaeval.reports.proposals import candidates_table, proposal_drops, proposal_pool
+
+    body = (f"<h1>qaeval proposed cases</h1><pre>{esc(proposal.summary_text())}</pre>"
+            + "<h2>What it chose from</h2>" + proposal_pool(proposal).markup + proposal_drops(proposal).markup
+            + "<h2>The candidates, with their checks</h2>" + candidates_table(proposal).markup)
+    return write_atomic(html_path, page("qaeval proposed cases", body))

@@ -112,7 +112,7 @@ def sample_rows(rows: pd.DataFrame, size: int | None, seed: int, by: Sequence[st
     rng = np.random.default_rng(seed)
     groups = pd.Series(np.arange(len(answered)), index=answered).groupby(strata.to_numpy())
     sizes = {h: len(g) for h, g in groups}
-    quota = _allocate(sizes, size)
+    quota = allocate(sizes, size)
     picked = [g.index.to_numpy()[rng.choice(len(g), quota[h], replace=False)] for h, g in groups if quota[h]]
     rows.loc[np.concatenate(picked) if picked else [], "sampled"] = True
     return rows
@@ -128,7 +128,7 @@ def _strata(rows: pd.DataFrame, by: Sequence[str]) -> pd.Series:
     return joined.astype(object)
 
 
-def _allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:
+def allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:
     """Proportional allocation of ``total`` over strata (largest remainder), each stratum at least one
     when the total allows, never more than its size."""
     whole = sum(sizes.values())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,22 @@ def sheet_value(cell: str) -> str:
     if cell.startswith("'") and cell.lstrip("'").startswith(FORMULA_STARTS):
         return cell[1:]
     return cell
+
+
+def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(line the row starts on, its row number in a spreadsheet, its cells with ``sheet_value`` undone and
+    outer spaces stripped) for each row of a CSV sheet; a DatasetError when a required column is missing."""
+    text = read_text(path, what)
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DatasetError(f"not a {what}: no {', '.join(missing)} column(s)", file=str(path))
+    inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
+    for cells in reader:
+        breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
+        line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
+        number, inner = line - inner, inner + breaks  # its row in a spreadsheet
+        yield line, number, {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
 
 
 def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0,
@@ -72,22 +89,12 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
     """(keyed labels, rows left blank) from a filled sheet, checked against ``run``: every row with a bad
     score, an unknown case or axis, or a fingerprint that no longer matches is a problem with its line."""
     where = str(path)
-    text = read_text(path, "label sheet")
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in ("case_id", "axis", "output_fingerprint", "score", "reason") if c not in (reader.fieldnames or [])]
-    if missing:
-        raise DatasetError(f"not a label sheet: no {', '.join(missing)} column(s)", file=where)
     fingerprints = dict(zip(run.per_case["case_id"], run.per_case["output_fingerprint"]))
     problems: list[Problem] = []
     labels: list[dict[str, Any]] = []
     blank = 0
     seen: dict[tuple[str, str], int] = {}
-    inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
-    for cells in reader:
-        breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
-        line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
-        number, inner = line - inner, inner + breaks  # its row in a spreadsheet
-        row = {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
+    for line, number, row in sheet_rows(path, "label sheet", ("case_id", "axis", "output_fingerprint", "score", "reason")):
         cid, axis = row.get("case_id", ""), row.get("axis", "")
         score_text = row.get("score", "")
         if not score_text:

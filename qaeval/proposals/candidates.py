@@ -1,0 +1,120 @@
+"""A candidate case, and the review sheet a person fills.
+
+One CSV row per candidate, in this order:
+
+=====================  ====================================================================================
+``candidate_id``       ``cand-`` and 12 hex digits of a hash of where it came from and its question: the
+                       same candidate proposed twice has the same id
+``origin``             ``traffic`` (a monitor record's row) or ``corpus`` (generated from passages)
+``source``             where it came from: ``LOG line N (row id)`` or the passage ids it was made from
+``why``                why it was proposed (the failed check, the judge's score, the abstention, or what the
+                       generator was asked for)
+``checks``             what was verified mechanically before the sheet was written
+``question``           the question
+``passages``           the passages, as a JSON list of ``{id, text, title?}``: for traffic what the system
+                       retrieved, for a corpus candidate its gold passage(s) or, for a must-abstain one, the
+                       passages the retriever found closest
+``answer``             what the system said (traffic) or the generator's answer (corpus)
+``accept``             **for the reviewer**: ``y`` to add the case, ``n`` to reject it (remembered, so it is
+                       not proposed again); left blank, the row is undecided
+``expected_behavior``  **for the reviewer**, pre-filled with qaeval's proposal: ``answer`` or
+                       ``unanswerable_must_abstain``
+``gold_answer``        **for the reviewer** (pre-filled for corpus candidates): the right answer
+``gold_source_ids``    **for the reviewer** (pre-filled for corpus candidates): the passage ids that carry
+                       it, separated by commas
+``difficulty``         **for the reviewer**, pre-filled: ``single-hop``, ``multi-hop`` or ``aggregation``
+``note``               **for the reviewer**: anything; kept in the ledger of decisions
+``fingerprint``        a hash of the proposal (id, origin, source, question, passages, answer): ``accept``
+                       refuses a row whose proposal was edited
+=====================  ====================================================================================
+
+Cells are written as the label sheets write them (``qaeval.verdicts.sheets.sheet_cell``): a cell that a
+spreadsheet would run as a formula gets one leading ``'``, which reading takes off again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qaeval.data.schema import Source
+from qaeval.files import dumps_canonical, write_atomic
+from qaeval.verdicts.sheets import sheet_cell
+
+SHEET_COLUMNS = ("candidate_id", "origin", "source", "why", "checks", "question", "passages", "answer", "accept",
+                 "expected_behavior", "gold_answer", "gold_source_ids", "difficulty", "note", "fingerprint")
+REVIEW_COLUMNS = ("accept", "expected_behavior", "gold_answer", "gold_source_ids", "difficulty", "note")
+ANSWER, ABSTAIN = "answer", "unanswerable_must_abstain"
+ORIGINS = ("traffic", "corpus")
+
+
+def candidate_id(origin: str, source: str, question: str) -> str:
+    digest = hashlib.sha256(dumps_canonical([origin, source, question]).encode("utf-8", "surrogatepass"))
+    return "cand-" + digest.hexdigest()[:12]
+
+
+def passages_plain(passages: Sequence[Source]) -> list[dict[str, str]]:
+    return [{"id": p.id, "text": p.text, **({"title": p.title} if p.title else {})} for p in passages]
+
+
+def fingerprint(cid: str, origin: str, source: str, question: str, passages: Sequence[Source],
+                answer: str | None) -> str:
+    plain = [cid, origin, source, question, passages_plain(passages), answer or ""]
+    return hashlib.sha256(dumps_canonical(plain).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposed case: what a person reviews. ``kind`` says what it is a candidate for (traffic:
+    ``check_failed``, ``unfaithful``, ``abstained``; corpus: ``single``, ``multi``, ``abstain``)."""
+
+    origin: str
+    kind: str
+    source: str
+    why: str
+    question: str
+    passages: tuple[Source, ...]
+    answer: str | None
+    expected_behavior: str = ANSWER
+    gold_answer: str | None = None
+    gold_source_ids: tuple[str, ...] = ()
+    difficulty: str = "single-hop"
+    checks: tuple[str, ...] = field(default_factory=tuple)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", candidate_id(self.origin, self.source, self.question))
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.id, self.origin, self.source, self.question, self.passages, self.answer)
+
+    def to_row(self) -> dict[str, Any]:
+        return dict(candidate_id=self.id, origin=self.origin, source=self.source, why=self.why,
+                    checks="; ".join(self.checks), question=self.question,
+                    passages=json.dumps(passages_plain(self.passages), ensure_ascii=False, indent=1),
+                    answer=self.answer or "", accept="", expected_behavior=self.expected_behavior,
+                    gold_answer=self.gold_answer or "", gold_source_ids=", ".join(self.gold_source_ids),
+                    difficulty=self.difficulty, note="", fingerprint=self.fingerprint)
+
+
+def sheet_text(candidates: Sequence[Candidate]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(SHEET_COLUMNS), lineterminator="\r\n")  # RFC 4180
+    writer.writeheader()
+    for c in candidates:
+        writer.writerow({k: sheet_cell(v) for k, v in c.to_row().items()})
+    return buffer.getvalue()
+
+
+def write_sheet(candidates: Sequence[Candidate], path: str | Path) -> Path:
+    """The review sheet, written atomically (UTF-8 with a byte-order mark, so spreadsheets read it as
+    UTF-8)."""
+    return write_atomic(path, "\ufeff" + sheet_text(candidates))

@@ -1,0 +1,279 @@
+"""The generator: what it is asked, how, and reading what it answers.
+
+A generator is any object with a ``config`` (a ``GeneratorConfig``) and ``generate(requests)``, taking
+``GenerationRequest`` objects and returning one ``GenerationReply`` per request. qaeval ships one,
+``qaeval.proposals.generator:make_generator``: an OpenAI-compatible chat-completions model behind the
+official ``openai`` SDK (the ``openai`` extra), set up exactly like the HTTP judge (the same
+``--judge-*`` settings and environment variables, ``QAEVAL_GENERATOR_MODEL`` naming the model when it
+differs from the judge's, the same retries with backoff, the same per-call timeout) and caching its
+replies in the judge's signed cache (``qaeval.judges.cache``) under keys of their own. Any other
+generator is the user's code and runs in its own process, as a custom judge does
+(``qaeval.judges.usercode.GeneratorProcess``).
+
+The prompt is versioned beside the judge's rubric, in ``qaeval/rubric/generate-v1/`` (``system.txt``,
+``user.txt``); its version is part of every cache key. A request asks for one of three kinds:
+
+==========  ===========================================================================================
+``single``  a question that one passage answers by itself, its answer copied from it
+``multi``   a question that needs both of two passages (a fact from each)
+``abstain`` a question on the passages' topic that none of them answers (answer null)
+==========  ===========================================================================================
+
+The reply is one JSON object ``{"request", "question", "answer", "source_ids"}``; ``parse_reply``
+reads it strictly: a reply that is not that object, or that names another request, costs its
+candidate and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from string import Template
+from typing import Any
+
+from qaeval.data.schema import Source
+from qaeval.errors import UsageError, install_extra
+from qaeval.files import loads_strict
+from qaeval.scoring.judge import JudgeSettings
+
+PROMPT_VERSION = "generate-v1"
+KINDS = ("single", "multi", "abstain")
+TASKS = {
+    "single": "Write one question that the first passage answers by itself, and its answer: a short span (a name, "
+              "a number, a date, a few words) copied word for word from that passage. Ask in your own words: do "
+              "not copy a phrase of eight or more words from the passage into the question.",
+    "multi": "Write one question that needs both passages to answer: it must use a fact from each. The answer is "
+             "a short span copied word for word from one of them; source_ids lists both passages.",
+    "abstain": "Write one question on the topic of these passages that none of them answers: a plausible detail "
+               "that no passage states. The answer is null and source_ids is empty.",
+}
+MAX_REPLY = 20_000  # characters of a reply that are read; a longer one is malformed
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["request", "question", "answer", "source_ids"],
+          "properties": {"request": {"type": "string"}, "question": {"type": "string"},
+                         "answer": {"type": ["string", "null"]}, "source_ids": {"type": "array", "items": {"type": "string"}}}}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_candidate", "strict": True, "schema": SCHEMA}}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """What identifies a generator's candidates; shown in the proposal's notes."""
+
+    name: str
+    model: str
+    temperature: float = 0.0
+    seed: int | None = 0
+    prompt_version: str = PROMPT_VERSION
+    base_url: str | None = None
+
+    def label(self) -> str:
+        return f"{self.name}:{self.model} t={self.temperature:g} prompt={self.prompt_version}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_plain(cls, data: Any) -> GeneratorConfig:
+        """A config as a generator's process sent it: plain values of the right types, or a UsageError."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str) or not isinstance(data.get("model"), str):
+            raise UsageError("the generator's config must give a name and a model (text)")
+        known = {f.name: f for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("prompt_version", "base_url"):
+            if values.get(key) is not None and not isinstance(values[key], str):
+                raise UsageError(f"the generator's config {key} must be text")
+        if not isinstance(values.get("temperature", 0.0), (int, float)) or isinstance(values.get("temperature"), bool):
+            raise UsageError("the generator's config temperature must be a number")
+        if values.get("seed") is not None and (not isinstance(values["seed"], int) or isinstance(values["seed"], bool)):
+            raise UsageError("the generator's config seed must be a whole number or null")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One call's worth of generation: the kind asked for and the passages, with the prompt built."""
+
+    request_id: str
+    kind: str
+    passages: tuple[Source, ...]
+    messages: tuple[dict[str, str], ...]
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "kind": self.kind, "messages": [dict(m) for m in self.messages],
+                "passages": [{"id": p.id, "text": p.text, "title": p.title} for p in self.passages]}
+
+
+@dataclass(frozen=True)
+class GenerationReply:
+    request_id: str
+    text: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_plain(cls, plain: Any, request: GenerationRequest) -> GenerationReply:
+        """A reply as a generator's process sent it; anything malformed is an error for its request."""
+        if not isinstance(plain, Mapping):
+            return cls(request.request_id, error="the generator sent something other than a reply")
+        rid, text, error = plain.get("request_id"), plain.get("text"), plain.get("error")
+        if error is not None:
+            return cls(request.request_id, error=str(error)[:500])
+        if not isinstance(rid, str) or not isinstance(text, str):
+            return cls(request.request_id, error="a reply needs request_id and text (strings)")
+        return cls(rid, text[: MAX_REPLY + 1])
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "text": self.text, "error": self.error}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    version: str
+    system: str
+    user: Template
+
+    @classmethod
+    def load(cls, version: str = PROMPT_VERSION) -> Prompt:
+        folder = resources.files("qaeval") / "rubric" / version
+        try:
+            return cls(version, (folder / "system.txt").read_text("utf-8"), Template((folder / "user.txt").read_text("utf-8")))
+        except OSError:
+            raise UsageError(f"no generation prompt {version!r} in qaeval/rubric/") from None
+
+
+def request_for(kind: str, passages: Sequence[Source], salt: str, prompt: Prompt | None = None) -> GenerationRequest:
+    """The request for ``kind`` over ``passages``; its id is a hash of them and ``salt`` (the same request
+    on the same passages has the same id, so a cached reply is found again)."""
+    prompt = prompt or Prompt.load()
+    digest = hashlib.sha256("\x00".join([kind, salt, *(p.id for p in passages)]).encode("utf-8", "surrogatepass"))
+    rid = f"gen-{digest.hexdigest()[:16]}"
+    shown = "\n\n".join(f"[{p.id}]" + (f" ({p.title})" if p.title else "") + f" {p.text}" for p in passages)
+    user = prompt.user.substitute(request=rid, kind=kind, task=TASKS[kind], passages=shown)
+    return GenerationRequest(rid, kind, tuple(passages), ({"role": "system", "content": prompt.system},
+                                                          {"role": "user", "content": user}))
+
+
+@dataclass(frozen=True)
+class Generated:
+    question: str
+    answer: str | None
+    source_ids: tuple[str, ...]
+
+
+def parse_reply(reply: GenerationReply, request: GenerationRequest) -> tuple[Generated | None, str]:
+    """(what the generator proposed, "") or (None, why the reply cannot be used)."""
+    if reply.error is not None:
+        return None, "the generator failed"
+    if reply.request_id != request.request_id:
+        return None, "the generator answered another request"
+    text = reply.text or ""
+    if len(text) > MAX_REPLY:
+        return None, "malformed reply"
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = loads_strict(text[start:end + 1]) if 0 <= start < end else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return None, "malformed reply"
+    if data.get("request") != request.request_id:
+        return None, "the generator answered another request"
+    question, answer, ids = data.get("question"), data.get("answer"), data.get("source_ids")
+    if not isinstance(question, str) or not question.strip() or (answer is not None and not isinstance(answer, str)) \
+            or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return None, "malformed reply"
+    return Generated(" ".join(question.split()), answer.strip() if isinstance(answer, str) and answer.strip() else None,
+                     tuple(dict.fromkeys(ids))), ""
+
+
+class OpenAIGenerator:
+    """The built-in generator: one chat-completions call per request, a thread-safe client, replies cached."""
+
+    thread_safe = True  # generate() may be called from several threads at once
+
+    def __init__(self, settings: JudgeSettings, model: str) -> None:
+        try:
+            import openai
+        except ImportError:
+            raise UsageError(f"the OpenAI generator needs the openai package: {install_extra('openai')}") from None
+        if not model:
+            raise UsageError("no generator model: set QAEVAL_GENERATOR_MODEL (or QAEVAL_JUDGE_MODEL) or pass "
+                             "--generator-model")
+        from qaeval.judges.cache import VerdictCache
+        from qaeval.judges.openai import public_url
+
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=settings.base_url, api_key=settings.api_key or "unused-by-local-servers",
+                                     max_retries=settings.max_retries, timeout=settings.timeout)
+        self.config = GeneratorConfig(name="openai", model=model, temperature=settings.temperature, seed=settings.seed,
+                                      base_url=public_url(str(self._client.base_url)))
+        self.concurrency = settings.concurrency
+        self.cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
+        self._structured = True
+        self._lock = threading.Lock()
+        self.calls_made = 0
+
+    def _key(self, request: GenerationRequest) -> str:
+        from qaeval.judges.cache import cache_key
+
+        c = self.config
+        return cache_key(dict(task="generate", base_url=c.base_url, model=c.model, temperature=c.temperature,
+                              seed=c.seed, prompt=c.prompt_version, messages=list(request.messages), schema=SCHEMA))
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationReply]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, request: GenerationRequest) -> GenerationReply:
+        key = self._key(request)
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            reply = GenerationReply(request.request_id, hit[0])
+            if parse_reply(reply, request)[0] is not None:
+                return reply
+            assert self.cache is not None
+            self.cache.forget(key)
+        body: dict[str, Any] = dict(model=self.config.model, messages=list(request.messages),
+                                    temperature=self.config.temperature)
+        if self.config.seed is not None:
+            body["seed"] = self.config.seed
+        try:
+            completion = self._create(body)
+            text = completion.choices[0].message.content or ""
+        except self._openai.APIStatusError as exc:
+            return GenerationReply(request.request_id, error=f"HTTP {exc.status_code} from the generator after retries")
+        except self._openai.APITimeoutError:
+            return GenerationReply(request.request_id, error="the generator timed out after retries")
+        except self._openai.OpenAIError as exc:
+            return GenerationReply(request.request_id, error=f"generator call failed: {type(exc).__name__}")
+        except (IndexError, AttributeError, TypeError):
+            return GenerationReply(request.request_id, error="a completion without a message")
+        reply = GenerationReply(request.request_id, text)
+        if self.cache is not None and parse_reply(reply, request)[0] is not None:
+            usage = getattr(completion, "usage", None)
+            self.cache.put(key, text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None),
+                           self.config.model)
+        return reply
+
+    def _create(self, body: dict[str, Any]) -> Any:
+        with self._lock:
+            self.calls_made += 1
+        if self._structured:
+            try:
+                return self._client.chat.completions.create(**body, response_format=RESPONSE_FORMAT)
+            except self._openai.BadRequestError as exc:
+                if "response_format" not in str(exc) and "json_schema" not in str(exc):
+                    raise
+                self._structured = False  # this server cannot do structured output: parse tolerantly
+        return self._client.chat.completions.create(**body)
+
+
+def make_generator(settings: JudgeSettings | None = None) -> OpenAIGenerator:
+    """Factory for ``--generator qaeval.proposals.generator:make_generator`` (the default)."""
+    import os
+
+    settings = settings or JudgeSettings.from_env()
+    if settings.api_key is None and settings.base_url is None:
+        raise UsageError("set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) to use the OpenAI generator")
+    model = os.environ.get("QAEVAL_GENERATOR_MODEL") or settings.model or ""
+    return OpenAIGenerator(settings, model)

@@ -1,0 +1,180 @@
+"""``qaeval propose`` and ``qa.propose``: the edges (files, the generator) around the pure parts.
+
+``propose(from_monitor=RECORD | from_corpus=DIR, out=SHEET, n=N)`` returns a ``Proposal`` and writes
+the review sheet; ``accept(SHEET, data=DIR)`` is ``qaeval.proposals.accept.accept``.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from qaeval.errors import UsageError
+from qaeval.files import check_writable, refuse_overwrite
+from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
+from qaeval.proposals.candidates import Candidate, write_sheet
+from qaeval.proposals.ledger import Ledger, read_ledger
+
+DEFAULT_GENERATOR = "qaeval.proposals.generator:make_generator"
+CANDIDATE_COLUMNS = ["candidate_id", "origin", "kind", "source", "question", "answer", "expected_behavior",
+                     "gold_answer", "gold_source_ids", "why", "checks"]
+
+
+@dataclass
+class Proposal:
+    """What ``propose`` found: the candidates (written to ``sheet``), what was dropped and why, and for
+    traffic the pool it chose from (kind, stratum, rows, chosen)."""
+
+    origin: str
+    candidates: list[Candidate]
+    dropped: dict[str, int]
+    notes: list[str]
+    sheet: Path | None = None
+    pool: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["kind", "stratum", "rows", "chosen"]))
+    calls: int = 0
+    exit_code: int = 0
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per candidate (``CANDIDATE_COLUMNS``)."""
+        return pd.DataFrame([dict(candidate_id=c.id, origin=c.origin, kind=c.kind, source=c.source, question=c.question,
+                                  answer=c.answer, expected_behavior=c.expected_behavior, gold_answer=c.gold_answer,
+                                  gold_source_ids=", ".join(c.gold_source_ids), why=c.why, checks="; ".join(c.checks))
+                             for c in self.candidates], columns=CANDIDATE_COLUMNS)
+
+    def dropped_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(sorted(self.dropped.items(), key=lambda kv: -kv[1]), columns=["reason", "dropped"])
+
+    def summary_text(self) -> str:
+        where = f" written to {self.sheet}" if self.sheet else ""
+        head = (f"PROPOSED: {len(self.candidates)} candidate(s) from {self.origin}{where}" if self.candidates else
+                f"PROPOSED: no candidate from {self.origin}{where}")
+        lines = [head] + [f"  note: {n}" for n in self.notes]
+        if self.dropped:
+            lines.append("  dropped: " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items(), key=lambda kv: -kv[1])))
+        if self.candidates:
+            lines.append("  next: fill accept (y/n) and the gold columns, then `qaeval accept SHEET --data DIR`")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        return "<pre>" + escape(self.summary_text()) + "</pre>" + self.to_frame().to_html(index=False)
+
+
+def _generator_settings(model: str | None, base_url: str | None, concurrency: int | None, cache: bool | None) -> Any:
+    from qaeval.scoring.judge import JudgeSettings
+
+    model = model or os.environ.get("QAEVAL_GENERATOR_MODEL") or None
+    return JudgeSettings.from_env(model=model, base_url=base_url, concurrency=concurrency, cache=cache)
+
+
+def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, startup: float, stack: ExitStack) -> Any:
+    """The built-in generator in this process; any other in its own (``GeneratorProcess``)."""
+    from qaeval.judges.usercode import GeneratorProcess, spec_of
+    from qaeval.plugins import build
+    from qaeval.proposals import generator as gen
+
+    if spec in (None, DEFAULT_GENERATOR, gen.make_generator) or isolation == "none":
+        built = build(spec or DEFAULT_GENERATOR, what="generator", settings=settings)
+        if not callable(getattr(built, "generate", None)):
+            raise UsageError(f"the generator is a {type(built).__name__}, with no generate(requests) method")
+        return built
+    proc = GeneratorProcess(spec_of(spec, what="generator"), settings=settings, timeout=timeout, startup=startup,
+                            data_dir=None)
+    stack.callback(proc.close)
+    return proc
+
+
+def _data(data: str | os.PathLike[str] | None) -> tuple[Any, Ledger | None]:
+    from qaeval.data.cases import load_suite
+
+    if data is None:
+        return None, None
+    return load_suite(data), read_ledger(data)
+
+
+def propose(*, from_monitor: str | os.PathLike[str] | None = None, from_corpus: str | os.PathLike[str] | None = None,
+            sheet: str | os.PathLike[str] | None = None, n: int | None = None, seed: int | None = None,
+            data: str | os.PathLike[str] | None = None, logs: str | None = None, generator: Any = None,
+            generator_model: str | None = None, generator_base_url: str | None = None,
+            generator_concurrency: int | None = None, generator_cache: bool | None = None,
+            generator_timeout: float | None = None, startup_timeout: float | None = None, isolation: str | None = None,
+            max_calls: int | None = None) -> Proposal:
+    """Candidate cases from a monitor record (``from_monitor``) or a corpus (``from_corpus``: a folder
+    holding ``corpus.jsonl``, or the file), written to the review sheet ``sheet``. ``data``: the golden
+    folder they are for (its cases are not proposed again, nor what its ledger holds)."""
+    from qaeval import params as P
+
+    given = dict(from_monitor=from_monitor, from_corpus=from_corpus, sheet=sheet, n=n, seed=seed, data=data, logs=logs,
+                 generator=generator, generator_model=generator_model, generator_base_url=generator_base_url,
+                 generator_concurrency=generator_concurrency, generator_cache=generator_cache,
+                 generator_timeout=generator_timeout, startup_timeout=startup_timeout, isolation=isolation,
+                 max_calls=max_calls)
+    p = P.check("propose", {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()})
+    if (p["from_monitor"] is None) == (p["from_corpus"] is None):
+        raise UsageError("propose needs exactly one of --from-monitor RECORD and --from-corpus DIR")
+    if not str(p["sheet"]).lower().endswith(".csv"):
+        raise UsageError(f"the review sheet is a CSV file: give a path ending in .csv, not {p['sheet']!r}")
+    if p["from_corpus"] is not None and p["data"] is None:
+        p["data"] = _cases_beside(Path(p["from_corpus"]))
+    inputs = [("from_monitor", p["from_monitor"]), ("from_corpus", p["from_corpus"]), ("logs", p["logs"])]
+    outputs = [("out", p["sheet"], "review")]
+    refuse_overwrite(outputs, inputs, data=p["data"])
+    check_writable(outputs)
+    if p["from_monitor"] is not None:
+        from qaeval.proposals.traffic import propose_from_monitor
+
+        suite, ledger = _data(p["data"])
+        found = propose_from_monitor(p["from_monitor"], p["n"], seed=p["seed"], logs=p["logs"], suite=suite,
+                                     ledger=ledger)
+        result = Proposal("traffic", found.candidates, found.dropped, found.notes, pool=found.pool)
+    else:
+        settings = _generator_settings(p["generator_model"], p["generator_base_url"], p["generator_concurrency"],
+                                       p["generator_cache"])
+        result = _from_corpus(Path(p["from_corpus"]), p["n"], seed=p["seed"], data=p["data"], generator=p["generator"],
+                              settings=settings, isolation=p["isolation"], timeout=p["generator_timeout"],
+                              startup=p["startup_timeout"], max_calls=p["max_calls"])
+    result.sheet = write_sheet(result.candidates, p["sheet"])
+    return result
+
+
+def _cases_beside(path: Path) -> str | None:
+    """A corpus folder that also holds case files is the golden set its candidates are for."""
+    from qaeval.data.cases import case_files
+
+    return str(path) if path.is_dir() and case_files(path) else None
+
+
+def _from_corpus(path: Path, n: int, *, seed: int, data: Any, generator: Any, settings: Any, isolation: str,
+                 timeout: float, startup: float, max_calls: int | None) -> Proposal:
+    from qaeval.data.corpus import CORPUS_FILE, Corpus
+    from qaeval.errors import DatasetError
+    from qaeval.proposals.documents import propose_from_corpus
+    from qaeval.system.retriever import CorpusRetriever
+
+    file = path / CORPUS_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise DatasetError(f"no corpus: {file} is not a file (give a folder holding {CORPUS_FILE}, or the file)",
+                           file=str(path))
+    notes = [f"the cases in {path} are the golden set the candidates are for (--data)"] \
+        if data is not None and Path(data) == path else []
+    suite, ledger = _data(data)
+    with ExitStack() as stack:
+        corpus = stack.enter_context(Corpus.open(file))
+        made = _generator(generator, settings, isolation=isolation, timeout=timeout, startup=startup, stack=stack)
+        retriever = CorpusRetriever.build(corpus, settings.cache_dir if settings.cache else None)
+        stack.callback(retriever.close)
+        found = propose_from_corpus(corpus, n, made, retriever=retriever, seed=seed,
+                                    existing=[c.question for c in suite] if suite is not None else (), ledger=ledger,
+                                    concurrency=settings.concurrency, max_calls=max_calls)
+        config = getattr(made, "config", None)
+        label = config.label() if callable(getattr(config, "label", None)) else type(made).__name__
+    if suite is not None and suite.corpus is not None:
+        suite.corpus.close()
+    return Proposal("corpus", found.candidates, found.dropped, [f"generator: {label}", *notes, *found.notes],
+                    calls=found.calls)

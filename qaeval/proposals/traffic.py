@@ -1,0 +1,402 @@
+"""Candidates from traffic: the rows of a monitor record most worth a person's look.
+
+``propose_from_monitor(record, n)``:
+
+1. Reads the record's envelope and monitor section without its rows or its judged cases (one pass over
+   the lines; a record qaeval writes has each row on a line of its own), and checks it is a monitor
+   record of this version.
+2. Streams the rows (a second pass). A row is a candidate of one kind, the first that applies:
+   ``check_failed`` (it failed a deterministic check: the strongest evidence), ``unfaithful`` (the
+   monitor's judge scored its faithfulness 0) or ``abstained``. A row that is none of these is counted and not parsed; a
+   candidate row is checked field by field (a RecordError with its line when it is malformed). A row
+   whose log id the ledger holds (``--data``) was decided before and is left out, counted.
+3. Keeps, per kind and stratum (the record's ``by`` slices and its time window, when it has them), the
+   rows with the smallest hash of (seed, row id): a seeded sample that does not depend on the order of
+   the log, in memory bounded by the strata and ``n``, never by the log.
+4. Splits ``n`` evenly over the kinds that have rows (a kind with fewer gives its share to the others),
+   and each kind's share over its strata in proportion to their sizes, at least one each when the share
+   allows (``qaeval.scoring.monitor.allocate``).
+5. Reads the chosen rows back from the log the record was made from (only their lines are parsed) and
+   runs the four checks on them again: a row the log no longer holds, whose id differs or whose checks
+   now say otherwise is dropped with the reason and replaced by the next of its stratum. A row that is
+   already a case of ``--data`` (same question, same passages) is dropped too.
+
+The proposal for each row: ``answer`` as the expected behaviour, except for an abstention where no
+passage holds half the question's content terms (``unanswerable_must_abstain``: the case then guards
+the abstention); the gold answer is the reviewer's to write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from qaeval.data.cases import Suite
+from qaeval.data.logs import LogRow, parse_row, row_hash
+from qaeval.data.log_formats import raw_rows
+from qaeval.data.misses import find_duplicate
+from qaeval.errors import DatasetError, Problem, RecordError, UsageError
+from qaeval.files import loads_strict
+from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
+from qaeval.proposals.ledger import Ledger, traffic_key
+from qaeval.scoring.monitor import allocate, check_row
+from qaeval.scoring.monitor_metrics import window_keys
+from qaeval.system.retriever import coverage
+
+KINDS = ("check_failed", "unfaithful", "abstained")
+KIND_WORDS = {"check_failed": "failed a deterministic check", "unfaithful": "judged unfaithful",
+              "abstained": "abstained"}
+FLOOR = 0.5  # an abstention over passages none of which holds this share of the question's terms is right
+CHUNK = 20_000
+MAX_PROBLEMS = 100  # a record this broken is reported by its first problems
+ROWS_OPEN, CASES_OPEN = '  "rows": [', ' "cases": ['
+RECORD_FORMAT, RECORD_VERSION = "qaeval-record", 3
+
+
+@dataclass
+class Pool:
+    """What the scan found: per (kind, stratum) the number of rows and the best-ranked ones kept."""
+
+    rows: int = 0
+    decided: int = 0
+    sizes: dict[tuple[str, str], int] = field(default_factory=dict)
+    kept: dict[tuple[str, str], list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, kind: str, stratum: str, rank: int, row: dict[str, Any], limit: int) -> None:
+        key = (kind, stratum)
+        self.sizes[key] = self.sizes.get(key, 0) + 1
+        heap = self.kept.setdefault(key, [])
+        item = (-rank, -row["line"], row)  # a max-heap of the kept: the worst is dropped first
+        if len(heap) < limit:
+            heapq.heappush(heap, item)
+        elif item > heap[0]:
+            heapq.heapreplace(heap, item)
+
+    def ranked(self, key: tuple[str, str]) -> list[dict[str, Any]]:
+        return [row for _, _, row in sorted(self.kept.get(key, []), reverse=True)]
+
+    def kind_sizes(self) -> dict[str, int]:
+        out = {k: 0 for k in KINDS}
+        for (kind, _), n in self.sizes.items():
+            out[kind] += n
+        return out
+
+
+# --------------------------------------------------------------------------- reading the record
+
+
+def _skeleton(path: Path) -> tuple[dict[str, Any], bool]:
+    """(the record without its rows and judged cases, whether its rows are one a line); pass one."""
+    parts: list[bytes] = []
+    one_a_line = False
+    skipping = opened = False
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw.rstrip(b"\r\n")
+                if opened:  # the line after an opener says whether its items are one a line
+                    opened = False
+                    item = line.strip().rstrip(b",")
+                    skipping = item.startswith(b"{") and item.endswith(b"}") or item in (b"]", b"")
+                    if skipping and parts[-1].rstrip(b"\r\n") == ROWS_OPEN.encode():
+                        one_a_line = True
+                if skipping:
+                    if line.strip() in (b"]", b"],"):
+                        parts.append(b"]" + (b"," if line.rstrip().endswith(b",") else b"") + b"\n")
+                        skipping = False
+                    continue
+                parts.append(raw)
+                opened = line in (ROWS_OPEN.encode(), CASES_OPEN.encode())
+    except FileNotFoundError:
+        raise RecordError("monitor record not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise RecordError("the monitor record is a folder, not a file", file=str(path)) from None
+    try:
+        data = loads_strict(b"".join(parts).decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RecordError(f"not a qaeval run record ({str(exc)[:200]})", file=str(path)) from None
+    return data, one_a_line
+
+
+def _section(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        raise RecordError("not a qaeval run record", file=where)
+    if data.get("version") != RECORD_VERSION:
+        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({RECORD_VERSION}): "
+                          "run `qaeval monitor ... --save` again", file=where)
+    if data.get("kind") != "monitor":
+        raise RecordError(f"a {data.get('kind')!r} record, not a monitor record: propose reads what "
+                          "`qaeval monitor --save` writes", file=where)
+    s = data.get("monitor")
+    problems = [] if isinstance(s, dict) else ["no monitor section"]
+    if not problems:
+        if not isinstance(s.get("source"), str) or not s["source"]:
+            problems.append("monitor.source (the log) missing")
+        if not isinstance(s.get("by"), list) or not all(isinstance(b, str) for b in s["by"]):
+            problems.append("monitor.by is not a list of column names")
+        if s.get("every") is not None and not isinstance(s["every"], str):
+            problems.append("monitor.every is not a time span")
+        if not isinstance(s.get("seed"), int):
+            problems.append("monitor.seed is not a whole number")
+    if problems:
+        raise RecordError("monitor record is malformed: " + "; ".join(problems), file=where)
+    return s
+
+
+def _row_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each row line; pass two."""
+    inside = False
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not inside:
+                inside = raw.rstrip(b"\r\n") == ROWS_OPEN.encode()
+                continue
+            text = raw.decode("utf-8", "surrogatepass").rstrip("\r\n")
+            if text.strip() in ("]", "],"):
+                return
+            yield number, text.rstrip(",")
+
+
+def _kind_of(row: Mapping[str, Any]) -> str | None:
+    if row.get("passed") is False:
+        return "check_failed"
+    if row.get("faithfulness") == 0:
+        return "unfaithful"
+    if row.get("abstained") is True:
+        return "abstained"
+    return None
+
+
+ROW_TYPES: dict[str, tuple[type, ...]] = {
+    "row_id": (str,), "line": (int,), "passed": (bool,), "abstained": (bool,), "faithfulness": (int, type(None)),
+    "fail_reasons": (str, type(None)), "timestamp": (str, type(None))}
+
+
+def _row_problems(row: Any, by: list[str]) -> list[str]:
+    if not isinstance(row, dict):
+        return ["a row must be a JSON object"]
+    out = [f"{k!r} missing or not {' or '.join(t.__name__ for t in types)}"
+           for k, types in ROW_TYPES.items() if not isinstance(row.get(k), types)
+           or (isinstance(row.get(k), bool) and bool not in types)]
+    if isinstance(row.get("line"), int) and row["line"] < 1:
+        out.append("'line' must be at least 1")
+    out += [f"slice {b!r} missing or not text" for b in by if not isinstance(row.get(b), str)]
+    return out
+
+
+def _rank(seed: int, row_id: str) -> int:
+    digest = hashlib.blake2b(f"{seed}\x00{row_id}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def scan_record(path: Path, section: Mapping[str, Any], *, seed: int, limit: int,
+                ledger: Ledger | None, rows: list[Any] | None = None) -> Pool:
+    """Pass two: the candidate rows, pooled by kind and stratum (see the module's steps 2 and 3)."""
+    where = str(path)
+    by, every = list(section["by"]), section.get("every")
+    pool = Pool()
+    batch: list[tuple[str, dict[str, Any]]] = []
+    problems: list[Problem] = []
+
+    def flush() -> None:
+        windows = window_keys(pd.Series([r["timestamp"] for _, r in batch], dtype=object), every).tolist() \
+            if every else [None] * len(batch)
+        for (kind, row), window in zip(batch, windows):
+            parts = [f"{b}={row[b]}" for b in by] + ([f"window {window or '(no time)'}"] if every else [])
+            pool.add(kind, " | ".join(parts) or "(all)", _rank(seed, row["row_id"]), row, limit)
+        batch.clear()
+
+    lines: Iterator[tuple[int, Any]] = ((i, r) for i, r in enumerate(rows, 1)) if rows is not None \
+        else _row_lines(path)
+    for number, text in lines:
+        pool.rows += 1
+        if isinstance(text, str):
+            if '"passed": true' in text and '"abstained": false' in text and '"faithfulness": 0,' not in text:
+                continue  # not a candidate: counted, not parsed
+            try:
+                row = json.loads(text)
+            except ValueError as exc:
+                row, found = None, [f"a row that is not JSON ({str(exc)[:100]})"]
+            else:
+                found = _row_problems(row, by)
+        else:
+            row, found = text, _row_problems(text, by)
+        if found:
+            problems += [Problem(where, number, p) for p in found]
+            if len(problems) >= MAX_PROBLEMS:
+                break
+            continue
+        kind = _kind_of(row)
+        if kind is None:
+            continue
+        if ledger is not None and ledger.decided(traffic_key(row["row_id"])):
+            pool.decided += 1
+            continue
+        batch.append((kind, {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", *by)}))
+        if len(batch) >= CHUNK:
+            flush()
+    if problems:
+        raise RecordError(problems)
+    if batch:
+        flush()
+    return pool
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def quotas(pool: Pool, n: int) -> dict[tuple[str, str], int]:
+    """How many rows each (kind, stratum) gives: ``n`` split evenly over the kinds that have rows, then
+    over each kind's strata in proportion to their sizes."""
+    sizes = pool.kind_sizes()
+    share = {k: 0 for k in KINDS if sizes[k]}
+    left = n
+    while left and any(share[k] < sizes[k] for k in share):
+        open_ = [k for k in share if share[k] < sizes[k]]
+        each, extra = divmod(left, len(open_))
+        for i, k in enumerate(open_):
+            give = min(sizes[k] - share[k], each + (1 if i < extra else 0))
+            share[k] += give
+            left -= give
+    out: dict[tuple[str, str], int] = {}
+    for kind, total in share.items():
+        strata = {s: size for (k, s), size in pool.sizes.items() if k == kind}
+        for stratum, q in allocate(strata, total).items():
+            out[(kind, stratum)] = q
+    return out
+
+
+@dataclass
+class TrafficProposal:
+    candidates: list[Candidate]
+    pool: pd.DataFrame  # kind, stratum, rows, chosen
+    dropped: dict[str, int]
+    notes: list[str]
+
+
+def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple[LogRow | None, str]]:
+    """Each wanted line's row as the log holds it now (None, why, when it cannot be used)."""
+    out: dict[int, tuple[LogRow | None, str]] = {}
+    problems: list[Problem] = []
+    try:
+        for line, raw in raw_rows(log, problems, only=wanted):
+            row, _, found = parse_row(raw, 0, line)
+            if row is None:
+                out[line] = (None, "the log's row is no longer valid")
+                continue
+            expected = wanted[line]["row_id"]
+            logged = row.id or row_hash(raw)
+            if not (logged == expected or (row.generated_id and expected.startswith(logged + "-"))):
+                out[line] = (None, "the log holds another row at that line")
+                continue
+            from dataclasses import replace
+
+            out[line] = (replace(row, id=expected), "")
+    except OSError as exc:
+        raise DatasetError(f"the log the monitor read cannot be read ({exc.strerror or exc}); if it moved, give "
+                           "its new path with --logs", file=log) from None
+    file_problems = [p for p in problems if p.line is None]
+    if file_problems:
+        raise DatasetError([Problem(log, None, f"{p.message}: the log the monitor read; if it moved, give its new "
+                                            "path with --logs")
+                            for p in file_problems])
+    for line in wanted:
+        out.setdefault(line, (None, "the log no longer has that line"))
+    return out
+
+
+def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Candidate | None, str]:
+    checked = check_row(row)
+    if kind == "check_failed" and checked["passed"]:
+        return None, "the log's row passes every check now"
+    if kind == "abstained" and not row.abstained:
+        return None, "the log's row did not abstain"
+    why = {"unfaithful": f"the monitor's judge scored faithfulness {faithfulness}",
+           "check_failed": f"failed: {checked['fail_reasons']}", "abstained": "the system abstained"}[kind]
+    if kind == "check_failed" and faithfulness == 0:
+        why += "; and the monitor's judge scored faithfulness 0"
+    expected = ANSWER
+    if kind == "abstained":
+        best = max((coverage(row.question, p) for p in row.passages), default=0.0)  # type: ignore[arg-type]
+        if best < FLOOR:
+            expected = ABSTAIN
+            why += f" and no passage holds half the question's content terms (best {best:.2f}): a must-abstain case?"
+        else:
+            why += f" although a passage holds {best:.0%} of the question's content terms: an over-refusal?"
+    checks = [f"read back from {log} line {row.line}", "the checks give the same result again"]
+    return Candidate(origin="traffic", kind=kind, source=f"{log} line {row.line} ({row.id})", why=why,
+                     question=row.question, passages=row.passages, answer=row.answer, expected_behavior=expected,
+                     checks=tuple(checks)), ""
+
+
+def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str | None = None,
+                         suite: Suite | None = None, ledger: Ledger | None = None) -> TrafficProposal:
+    """Up to ``n`` candidates from a monitor record (see the module's steps)."""
+    path = Path(record)
+    if n < 1:
+        raise UsageError("n must be at least 1")
+    data, one_a_line = _skeleton(path)
+    section = _section(data, str(path))
+    notes = []
+    rows = None
+    if not one_a_line:  # written by hand, or before rows were kept one a line: read whole
+        rows = section.get("rows")
+        if not isinstance(rows, list):
+            raise RecordError("monitor record is malformed: monitor.rows is not a list", file=str(path))
+        notes.append("the record's rows are not one a line (an older qaeval wrote it): it was read whole")
+    pool = scan_record(path, section, seed=seed, limit=2 * n + 8, ledger=ledger, rows=rows)
+    log = logs or section["source"]
+    if log == "<DataFrame>":
+        raise UsageError("the monitor scored a DataFrame, not a file: give the log with --logs")
+    quota = quotas(pool, n)
+    order = {key: pool.ranked(key) for key in quota}
+    taken = {key: 0 for key in quota}
+    chosen: dict[tuple[str, str], list[Candidate]] = {key: [] for key in quota}
+    dropped: dict[str, int] = {}
+    while True:
+        wanted: dict[int, tuple[tuple[str, str], dict[str, Any]]] = {}
+        for key, q in quota.items():
+            need = q - len(chosen[key])
+            while need > 0 and taken[key] < len(order[key]):
+                row = order[key][taken[key]]
+                taken[key] += 1
+                wanted[row["line"]] = (key, row)
+                need -= 1
+        if not wanted:
+            break
+        fetched = _source_rows(log, {line: row for line, (_, row) in wanted.items()})
+        for line, (key, meta) in sorted(wanted.items()):
+            row, why = fetched[line]
+            candidate = None
+            if row is not None:
+                candidate, why = _candidate(row, key[0], log, meta.get("faithfulness"))
+            if candidate is not None and suite is not None:
+                same = find_duplicate(suite, row.question, [(p.id, p.text) for p in row.passages])  # type: ignore[union-attr]
+                if same is not None:
+                    candidate, why = None, "already a case"
+            if candidate is None:
+                dropped[why] = dropped.get(why, 0) + 1
+                continue
+            chosen[key].append(candidate)
+    frame = pd.DataFrame([dict(kind=k, stratum=s, rows=pool.sizes[(k, s)], chosen=len(chosen[(k, s)]))
+                          for (k, s) in sorted(pool.sizes, key=lambda x: (KINDS.index(x[0]), x[1]))],
+                         columns=["kind", "stratum", "rows", "chosen"])
+    sizes = pool.kind_sizes()
+    picked = [c for key in sorted(chosen, key=lambda x: (KINDS.index(x[0]), x[1])) for c in chosen[key]]
+    notes.insert(0, f"{pool.rows:,} row(s) in the record; chose {len(picked)} from " + ", ".join(
+        f"{sum(len(v) for (k, _), v in chosen.items() if k == kind)} of {sizes[kind]:,} {KIND_WORDS[kind]}"
+        for kind in KINDS) + (f" (seed {seed})" if picked else ""))
+    if pool.decided:
+        notes.append(f"{pool.decided} row(s) were decided before (the ledger of {ledger.path.parent.parent if ledger else ''}) "
+                     "and are not proposed again")
+    if not picked:
+        notes.append("no row failed a check, was judged unfaithful or abstained: nothing to propose"
+                     if not any(sizes.values()) else "every row chosen was dropped (see the reasons)")
+    return TrafficProposal(picked, frame, dropped, notes)
