@@ -811,3 +811,23 @@ class RaisingGenerator(PidGenerator):
 
 def make_raising_generator():
     return RaisingGenerator()
+
+
+class HangingGenerator(PidGenerator):
+    def generate(self, requests):
+        import threading
+
+        threading.Event().wait()  # never answers: its chunk's deadline ends it
+
+
+def make_hanging_generator():
+    return HangingGenerator()
+
+
+class ConfiglessGenerator(PidGenerator):
+    config = {"model": 3}
+
+
+def make_configless_generator():
+    g = ConfiglessGenerator.__new__(ConfiglessGenerator)
+    return g

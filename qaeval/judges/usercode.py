@@ -175,6 +175,7 @@ class HostClient:
         self.launch = Launch(data_dir)
         self.proc: UserProcess | None = None
         self._guard: contextlib.ExitStack | None = None
+        self.lost_in_a_row, self.last_loss = 0, ""
         try:
             self.ready = self._start()
         except UserCodeFailed as exc:
@@ -204,17 +205,16 @@ class HostClient:
 
     def ask_all(self, items: Sequence[Any]) -> list[Any]:
         """Every item's answer, in order, in chunks of ``CHUNK``; after ``MAX_LOST`` chunks lost in a row
-        the rest are not asked."""
+        (counted across calls: a generator is asked many times) nothing more is asked."""
         out: list[Any] = []
-        lost_in_a_row, last_loss = 0, ""
         for start in range(0, len(items), CHUNK):
             chunk = items[start:start + CHUNK]
-            if lost_in_a_row >= MAX_LOST:
-                out += self.errors(chunk, f"not asked: {lost_in_a_row} chunks in a row were lost ({last_loss})")
+            if self.lost_in_a_row >= MAX_LOST:
+                out += self.errors(chunk, f"not asked: {self.lost_in_a_row} chunks in a row were lost ({self.last_loss})")
                 continue
             answers, loss = self._ask(chunk)
             out += answers
-            lost_in_a_row, last_loss = (lost_in_a_row + 1, loss) if loss else (0, "")
+            self.lost_in_a_row, self.last_loss = (self.lost_in_a_row + 1, loss) if loss else (0, "")
         return out
 
     def _ask(self, chunk: Sequence[Any]) -> tuple[list[Any], str]:

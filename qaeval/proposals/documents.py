@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ MIX = {"single": 0.6, "multi": 0.2, "abstain": 0.2}
 MIN_TERMS = 12
 FLOOR = 0.5  # the relevance floor of the reference system's corpus retriever
 NEIGHBOURS = 3
+GIVEN_UP = "not asked:"  # how a custom generator's proxy says it stopped asking (qaeval.judges.usercode)
+GIVEN_UP_WHY = "not asked: the generator's process lost two chunks in a row"
 CHUNK = 16  # requests sent at once to a generator that is not thread-safe (one in its own process)
 DIFFICULTY = {"single": "single-hop", "multi": "multi-hop", "abstain": "single-hop"}
 WHY = {"single": "generated: a question one passage answers",
@@ -65,6 +68,7 @@ class CorpusProposal:
     dropped: dict[str, int]
     calls: int
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # from the first request to the last reply
 
 
 class _Draw:
@@ -116,16 +120,27 @@ def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: Co
     calls = 0
     threaded = bool(getattr(generator, "thread_safe", False))
     pending: dict[Future[list[GenerationReply]], list[GenerationRequest]] = {}
-    exhausted = False
+    exhausted = given_up = False
+    surplus = 0
+    started = time.perf_counter()
 
     def drop(why: str) -> None:
         dropped[why] = dropped.get(why, 0) + 1
 
+    replied = {"all": 0, "kept": 0}
+
+    def expected(kind: str) -> float:
+        """Candidates of ``kind`` taken and, at the share of replies kept so far, to come from those in
+        flight: a kind is asked for again before its last replies are in, so a dropped reply at the end
+        does not cost a round trip of its own."""
+        rate = (replied["kept"] + 1) / (replied["all"] + 1)
+        return len(taken[kind]) + flying[kind] * rate
+
     def next_request() -> GenerationRequest | None:
         nonlocal exhausted
-        open_kinds = [k for k in target if len(taken[k]) + flying[k] < target[k]]
+        open_kinds = [k for k in target if expected(k) < target[k] - 0.5]
         while open_kinds and not exhausted:
-            kind = min(open_kinds, key=lambda k: (len(taken[k]) + flying[k]) / target[k])
+            kind = min(open_kinds, key=lambda k: expected(k) / target[k])
             first = draw.next()
             if first is None:
                 exhausted = True
@@ -140,7 +155,7 @@ def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: Co
     def submit(pool: ThreadPoolExecutor) -> bool:
         nonlocal calls
         batch: list[GenerationRequest] = []
-        while calls < max_calls and len(batch) < (1 if threaded else CHUNK):
+        while calls < max_calls and not given_up and len(batch) < (1 if threaded else CHUNK):
             request = next_request()
             if request is None:
                 break
@@ -163,23 +178,37 @@ def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: Co
                 replies = future.result()
                 for request, reply in zip(batch, replies):
                     flying[request.kind] -= 1
+                    if (reply.error or "").startswith(GIVEN_UP):
+                        given_up = True
+                        drop(GIVEN_UP_WHY)
+                        continue
                     candidate, why = _verified(request, reply, retriever, seen, ledger)
+                    replied["all"] += 1
                     if candidate is None:
                         drop(why)
                     elif len(taken[request.kind]) < target[request.kind]:
+                        replied["kept"] += 1
                         seen.add(candidate.question)
                         taken[request.kind].append(candidate)
+                    else:
+                        replied["kept"] += 1
+                        surplus += 1
                     if on_reply is not None:
                         on_reply()
+    seconds = time.perf_counter() - started
     picked = [c for k in target for c in taken[k]]
     notes = [f"{len(picked)} of {n} candidate(s) verified from {calls} generator call(s): " +
              ", ".join(f"{len(taken[k])} of {target[k]} {k}" for k in target)]
+    if surplus:
+        notes.append(f"{surplus} verified candidate(s) beyond the number asked for were not used (asked for ahead "
+                     "of drops)")
     if draw.short:
         notes.append(f"{draw.short} passage(s) drawn had fewer than {MIN_TERMS} content terms and were not used")
     if len(picked) < n:
-        notes.append("the corpus ran out of passages to draw" if exhausted else
+        notes.append("the generator's process was given up on: it lost two chunks in a row" if given_up else
+                     "the corpus ran out of passages to draw" if exhausted else
                      f"stopped at {max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted")
-    return CorpusProposal(picked, dropped, calls, notes)
+    return CorpusProposal(picked, dropped, calls, notes, seconds)
 
 
 def _generate(generator: Any, batch: list[GenerationRequest]) -> list[GenerationReply]:

@@ -37,6 +37,7 @@ class Proposal:
     sheet: Path | None = None
     pool: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["kind", "stratum", "rows", "chosen"]))
     calls: int = 0
+    generation_seconds: float = 0.0  # (corpus) from the first generator request to the last reply
     exit_code: int = 0
 
     def to_frame(self) -> pd.DataFrame:
@@ -167,7 +168,7 @@ def _from_corpus(path: Path, n: int, *, seed: int, data: Any, generator: Any, se
     with ExitStack() as stack:
         corpus = stack.enter_context(Corpus.open(file))
         made = _generator(generator, settings, isolation=isolation, timeout=timeout, startup=startup, stack=stack)
-        retriever = CorpusRetriever.build(corpus, settings.cache_dir if settings.cache else None)
+        retriever = CorpusRetriever.build(corpus, settings.cache_dir)  # the index is kept whatever the reply cache
         stack.callback(retriever.close)
         found = propose_from_corpus(corpus, n, made, retriever=retriever, seed=seed,
                                     existing=[c.question for c in suite] if suite is not None else (), ledger=ledger,
@@ -177,4 +178,4 @@ def _from_corpus(path: Path, n: int, *, seed: int, data: Any, generator: Any, se
     if suite is not None and suite.corpus is not None:
         suite.corpus.close()
     return Proposal("corpus", found.candidates, found.dropped, [f"generator: {label}", *notes, *found.notes],
-                    calls=found.calls)
+                    calls=found.calls, generation_seconds=found.seconds)
