@@ -518,7 +518,7 @@ def make_hangs_on_one():
     return StopsOnDigitalLoans(hang=True)
 
 
-def make_exits_on_one():
+def make_exits_on_digital_loans():
     return StopsOnDigitalLoans(hang=False)
 
 

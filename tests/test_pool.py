@@ -361,7 +361,7 @@ def test_a_run_collects_garbage_less_often_and_gives_the_thresholds_back():
 
 @pytest.mark.parametrize("factory, reason", [
     ("plugins:make_hangs_on_one", "timed out after 1 s (its worker was stopped and replaced)"),
-    ("plugins:make_exits_on_one", "adapter process exited with code 3"),
+    ("plugins:make_exits_on_digital_loans", "adapter process exited with code 3"),
 ])
 def test_the_case_queued_behind_a_stopped_worker_is_answered_by_its_replacement(golden, monkeypatch, factory, reason):
     """A busy worker is sent its next case before it answers. When it is stopped (a hang, an exit), that
