@@ -71,7 +71,7 @@ def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> An
         target = build_plugin(target, what="generator", settings=settings_from_plain(settings or {}, os.environ))
     if not callable(getattr(target, "generate", None)):
         raise UsageError(f"the generator is a {type(target).__name__}, with no generate(requests) method")
-    config = getattr(target, "config", None)
+    config: Any = getattr(target, "config", None)
     plain = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
     from qaeval.proposals.generator import GeneratorConfig
 

@@ -258,14 +258,15 @@ class OpenAIGenerator:
     def _create(self, body: dict[str, Any]) -> Any:
         with self._lock:
             self.calls_made += 1
+        create: Any = self._client.chat.completions.create  # its overloads want literal keywords, not **body
         if self._structured:
             try:
-                return self._client.chat.completions.create(**body, response_format=RESPONSE_FORMAT)
+                return create(**body, response_format=RESPONSE_FORMAT)
             except self._openai.BadRequestError as exc:
                 if "response_format" not in str(exc) and "json_schema" not in str(exc):
                     raise
                 self._structured = False  # this server cannot do structured output: parse tolerantly
-        return self._client.chat.completions.create(**body)
+        return create(**body)
 
 
 def make_generator(settings: JudgeSettings | None = None) -> OpenAIGenerator:

@@ -23,7 +23,7 @@ from qaeval.text import normalize
 FOLDER = ".qaeval"
 FILE = "decisions.jsonl"
 DECISIONS = ("accepted", "rejected")
-FIELDS = {"candidate_id": str, "key": str, "decision": str, "case_id": (str, type(None)), "note": str, "decided": str}
+FIELDS: dict[str, type | tuple[type, ...]] = {"candidate_id": str, "key": str, "decision": str, "case_id": (str, type(None)), "note": str, "decided": str}
 
 
 def ledger_path(data_dir: str | Path) -> Path:

@@ -96,7 +96,7 @@ def _data(data: str | os.PathLike[str] | None) -> tuple[Any, Ledger | None]:
 
     if data is None:
         return None, None
-    return load_suite(data), read_ledger(data)
+    return load_suite(Path(data)), read_ledger(Path(data))
 
 
 def propose(*, from_monitor: str | os.PathLike[str] | None = None, from_corpus: str | os.PathLike[str] | None = None,
@@ -173,7 +173,7 @@ def _from_corpus(path: Path, n: int, *, seed: int, data: Any, generator: Any, se
         found = propose_from_corpus(corpus, n, made, retriever=retriever, seed=seed,
                                     existing=[c.question for c in suite] if suite is not None else (), ledger=ledger,
                                     concurrency=settings.concurrency, max_calls=max_calls)
-        config = getattr(made, "config", None)
+        config: Any = getattr(made, "config", None)
         label = config.label() if callable(getattr(config, "label", None)) else type(made).__name__
     if suite is not None and suite.corpus is not None:
         suite.corpus.close()

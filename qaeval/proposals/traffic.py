@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.data.cases import Suite
+from qaeval.data.corpus import Passage
 from qaeval.data.logs import LogRow, parse_row, row_hash
 from qaeval.data.log_formats import raw_rows
 from qaeval.data.misses import find_duplicate
@@ -135,16 +136,17 @@ def _section(data: Any, where: str) -> dict[str, Any]:
         raise RecordError(f"a {data.get('kind')!r} record, not a monitor record: propose reads what "
                           "`qaeval monitor --save` writes", file=where)
     s = data.get("monitor")
-    problems = [] if isinstance(s, dict) else ["no monitor section"]
-    if not problems:
-        if not isinstance(s.get("source"), str) or not s["source"]:
-            problems.append("monitor.source (the log) missing")
-        if not isinstance(s.get("by"), list) or not all(isinstance(b, str) for b in s["by"]):
-            problems.append("monitor.by is not a list of column names")
-        if s.get("every") is not None and not isinstance(s["every"], str):
-            problems.append("monitor.every is not a time span")
-        if not isinstance(s.get("seed"), int):
-            problems.append("monitor.seed is not a whole number")
+    if not isinstance(s, dict):
+        raise RecordError("monitor record is malformed: no monitor section", file=where)
+    problems = []
+    if not isinstance(s.get("source"), str) or not s["source"]:
+        problems.append("monitor.source (the log) missing")
+    if not isinstance(s.get("by"), list) or not all(isinstance(b, str) for b in s["by"]):
+        problems.append("monitor.by is not a list of column names")
+    if s.get("every") is not None and not isinstance(s["every"], str):
+        problems.append("monitor.every is not a time span")
+    if not isinstance(s.get("seed"), int):
+        problems.append("monitor.seed is not a whole number")
     if problems:
         raise RecordError("monitor record is malformed: " + "; ".join(problems), file=where)
     return s
@@ -324,7 +326,7 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
         why += "; and the monitor's judge scored faithfulness 0"
     expected = ANSWER
     if kind == "abstained":
-        best = max((coverage(row.question, p) for p in row.passages), default=0.0)  # type: ignore[arg-type]
+        best = max((coverage(row.question, Passage(p.id, p.text, p.title)) for p in row.passages), default=0.0)
         if best < FLOOR:
             expected = ABSTAIN
             why += f" and no passage holds half the question's content terms (best {best:.2f}): a must-abstain case?"
@@ -373,12 +375,12 @@ def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str
             break
         fetched = _source_rows(log, {line: row for line, (_, row) in wanted.items()})
         for line, (key, meta) in sorted(wanted.items()):
-            row, why = fetched[line]
+            logged, why = fetched[line]
             candidate = None
-            if row is not None:
-                candidate, why = _candidate(row, key[0], log, meta.get("faithfulness"))
+            if logged is not None:
+                candidate, why = _candidate(logged, key[0], log, meta.get("faithfulness"))
             if candidate is not None and suite is not None:
-                same = find_duplicate(suite, row.question, [(p.id, p.text) for p in row.passages])  # type: ignore[union-attr]
+                same = find_duplicate(suite, candidate.question, [(p.id, p.text) for p in candidate.passages])
                 if same is not None:
                     candidate, why = None, "already a case"
             if candidate is None:
