@@ -298,6 +298,25 @@ def test_accept_refuses_a_duplicate_of_a_case_and_a_decision_reversed(monitored,
     assert "already accepted on" in err and "the sheet now says rejected" in err
 
 
+def test_two_rows_that_make_the_same_case_are_refused_and_a_row_id_may_hold_brackets(tmp_path, golden_copy, capsys):
+    rows = [log_row(i, id=f"req (shard {i})", bad_citation=True) for i in range(2)]
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    record = tmp_path / "mon.json"
+    assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet"]) == 0
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=2)
+    got = sheet_rows(sheet)
+    assert len(got) == 2 and got[0]["question"] == got[1]["question"]
+    for r in got:
+        r.update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
+    assert main(["accept", str(write_rows(tmp_path / "f.csv", got)), "--data", str(golden_copy)]) == 65
+    assert "the same question and passages as the row on line 2" in capsys.readouterr().err
+    got[1]["accept"] = "n"
+    assert main(["accept", str(write_rows(tmp_path / "f.csv", got)), "--data", str(golden_copy)]) == 0
+    decisions = (golden_copy / ".qaeval" / "decisions.jsonl").read_text()
+    assert '"key": "row:req (shard 0)"' in decisions and '"key": "row:req (shard 1)"' in decisions
+
+
 def test_a_cell_a_spreadsheet_would_run_is_quoted_and_accepted_as_it_was(tmp_path, golden_copy):
     rows = [log_row(i, question="=HYPERLINK(\"http://x\") when does it open?", bad_citation=True) for i in range(3)]
     log = write_jsonl(tmp_path / "log.jsonl", rows)

@@ -35,6 +35,7 @@ from qaeval.errors import DatasetError, Problem
 from qaeval.files import dumps_canonical, loads_strict, read_bytes, write_atomic
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint
 from qaeval.proposals.ledger import question_key, read_ledger, traffic_key
+from qaeval.text import normalize
 from qaeval.verdicts.sheets import sheet_rows
 
 YES, NO = ("y", "yes"), ("n", "no")
@@ -75,8 +76,8 @@ def _passages(cell: str) -> tuple[tuple[Source, ...] | None, str]:
 
 
 def _key(row: Mapping[str, str]) -> str:
-    if row["origin"] == "traffic":
-        found = re.search(r"\(([^()]*)\)$", row["source"])
+    if row["origin"] == "traffic":  # the source is "LOG line N (ROW ID)", and a row id may hold brackets
+        found = re.search(r" line \d+ \((.*)\)$", row["source"])
         return traffic_key(found.group(1) if found else row["source"])
     return question_key(row["question"])
 
@@ -127,6 +128,7 @@ def accept(sheet: str | Path, data: str | Path) -> Accepted:
     rejected: list[dict[str, Any]] = []
     undecided = 0
     again: list[str] = []  # rows decided the same way by an earlier accept of this sheet
+    batch: dict[tuple[str, frozenset[str]], int] = {}  # the accepted rows' questions and passages: no case twice
     seen: dict[str, int] = {}
     for line, number, row in sheet_rows(sheet, "review sheet", SHEET_COLUMNS):
         def refuse(message: str) -> None:
@@ -179,6 +181,11 @@ def accept(sheet: str | Path, data: str | Path) -> Accepted:
         if dup is not None:
             refuse(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
             continue
+        identity = (normalize(case["question"]), frozenset(normalize(p.text) for p in passages))
+        if identity in batch:
+            refuse(f"the same question and passages as the row on line {batch[identity]}")
+            continue
+        batch[identity] = line
         new.append((line, number, case, row))
     if problems:
         raise DatasetError(problems)
