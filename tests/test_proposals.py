@@ -298,6 +298,18 @@ def test_accept_refuses_a_duplicate_of_a_case_and_a_decision_reversed(monitored,
     assert "already accepted on" in err and "the sheet now says rejected" in err
 
 
+def test_accept_refuses_a_row_already_in_the_suite(monitored, tmp_path, golden_copy, capsys):
+    _, _, record = monitored
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    row = next(r for r in sheet_rows(sheet) if r["expected_behavior"] == "answer")
+    case_id, _ = api.add_case(golden_copy, {"question": row["question"], "sources": json.loads(row["passages"]),
+                                            "gold_answer": "nine", "gold_source_ids": ["hours"]})
+    row.update(accept="y", gold_answer="nine", gold_source_ids="hours")
+    assert main(["accept", str(write_rows(tmp_path / "f.csv", [row])), "--data", str(golden_copy)]) == 65
+    assert f"already in the suite as {case_id}" in capsys.readouterr().err
+
+
 def test_two_rows_that_make_the_same_case_are_refused_and_a_row_id_may_hold_brackets(tmp_path, golden_copy, capsys):
     rows = [log_row(i, id=f"req (shard {i})", bad_citation=True) for i in range(2)]
     log = write_jsonl(tmp_path / "log.jsonl", rows)
