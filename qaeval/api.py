@@ -103,10 +103,11 @@ def check_outputs(p: Mapping[str, Any], *, html: str | Path | None = None) -> No
     folder (``qaeval.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
     is asked for (``qaeval.files.check_writable``)."""
     outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
-    if "trials" in p and _record_path(p):  # a scoring command keeps its journal beside its record
+    record = _record_path(p) if "trials" in p else None
+    if record:  # a scoring command keeps its journal beside its record
         from qaeval.scoring.journal import journal_path
 
-        outputs.append(("journal", str(journal_path(_record_path(p))), "journal"))
+        outputs.append(("journal", str(journal_path(record)), "journal"))
     refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
     check_writable(outputs)
 
@@ -186,7 +187,7 @@ def _drop_journal(p: Mapping[str, Any]) -> None:
         journal_path(path).unlink(missing_ok=True)
 
 
-def _finish(result: Result, p: Mapping[str, Any]) -> Result:
+def _finish(result: Any, p: Mapping[str, Any]) -> Any:
     if p.get("save"):
         write_record(result, p["save"])
         _drop_journal(p)

@@ -61,7 +61,7 @@ def _closest_choice(message: str) -> str:
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
-    flags = []
+    flags: list[str] = []
     for action in parser._actions:
         flags += action.option_strings
         if isinstance(action, argparse._SubParsersAction):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -271,7 +271,7 @@ class RowsByKey:
     def __len__(self) -> int:
         return len(self.index)
 
-    def __iter__(self) -> Iterable[dict[str, Any]]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self.row(i) for i in range(len(self.index)))
 
 

@@ -128,7 +128,7 @@ class GoldenCaseItem(pytest.Item):
         lines += [f"  answer: {answer}", f"  gold:   {gold}"]
         raise CaseFailed("\n".join(lines))
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
             return excinfo.value.text
         return super().repr_failure(excinfo)
@@ -148,7 +148,7 @@ class GateItem(pytest.Item):
         if not result.ok:
             raise CaseFailed(result.summary_text())
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
             return excinfo.value.text
         return super().repr_failure(excinfo)

@@ -62,7 +62,8 @@ class Result:
     def headline(self) -> Any:
         """The scoreboard that speaks for this result (a DataFrame: metric, value, ci_low, ci_high, n, ...):
         its run's, unless the result keeps one of its own (a monitor's, over every logged row)."""
-        return getattr(self, "run", self).scoreboard
+        run: Any = getattr(self, "run", self)
+        return run.scoreboard
 
     def raise_for_status(self) -> None:
         """Raise this result's typed error (carrying the result) when it is not ok."""

@@ -74,7 +74,7 @@ def _not_a_file(path: Path) -> str | None:
 
 
 def _row(result: Result) -> dict[str, Any]:
-    run = getattr(result, "run", result)
+    run: Any = getattr(result, "run", result)
     meta = run.meta
     row: dict[str, Any] = dict(time=meta.created, kind=result.kind, verdict=result.verdict, commit=meta.git_commit,
                                adapter=meta.adapter, judge=meta.judge.label(), data_fingerprint=run.suite.fingerprint)

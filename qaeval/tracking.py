@@ -114,7 +114,7 @@ def _number(value: Any) -> float:
 
 
 def params_of(result: Result) -> dict[str, str]:
-    run = getattr(result, "run", result)
+    run: Any = getattr(result, "run", result)
     meta, judge = run.meta, run.meta.judge
     values = dict(adapter=meta.adapter, judge_name=judge.name, judge_model=judge.model,
                   judge_temperature=judge.temperature, judge_seed=judge.seed, judge_rubric=judge.prompt_version,
@@ -129,7 +129,8 @@ def _per_row(result: Result) -> tuple[pd.DataFrame, str]:
     rows = getattr(result, "rows", None)
     if isinstance(rows, pd.DataFrame):
         return rows, "per_row.csv"
-    per_case = getattr(result, "run", result).per_case.copy()
+    run: Any = getattr(result, "run", result)
+    per_case = run.per_case.copy()
     per_case["fail_reasons"] = per_case["fail_reasons"].map(reasons_text)  # their messages, as people read them
     return per_case, "per_case.csv"
 
@@ -153,7 +154,7 @@ def metrics_of(result: Result) -> dict[str, float]:
 
 
 def tags_of(result: Result) -> dict[str, str]:
-    run = getattr(result, "run", result)
+    run: Any = getattr(result, "run", result)
     tags = {"kind": result.kind, "verdict": result.verdict, "mlflow.runName": f"qaeval {result.kind}"}
     if run.meta.git_commit:
         tags.update({"commit": run.meta.git_commit, "mlflow.source.git.commit": run.meta.git_commit})

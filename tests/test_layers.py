@@ -1,5 +1,5 @@
-"""The package reads the way data flows: data -> system -> scoring -> verdicts -> record -> reports -> the
-verbs. A module may import from its own layer or the ones below it, never above (lazy imports inside
+"""The package reads the way data flows: data -> system -> scoring -> verdicts -> proposals -> record ->
+reports -> the verbs. A module may import from its own layer or the ones below it, never above (lazy imports inside
 functions included), and no import cycle is left anywhere."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ LAYERS = (
     ("data", ("qaeval.data",)),
     ("system", ("qaeval.system",)),
     ("integrations", ("qaeval.integrations",)),
-    ("scoring", ("qaeval.scoring", "qaeval.judges")),
+    ("scoring", ("qaeval.scoring", "qaeval.judges", "qaeval.proposals.generator")),  # a generator is run as a judge is
     ("verdicts", ("qaeval.verdicts",)),
+    ("proposals", ("qaeval.proposals",)),
     ("record", ("qaeval.record", "qaeval.record_shape", "qaeval.record_check", "qaeval.runs")),
     ("reports", ("qaeval.reports",)),
     ("verbs", ("qaeval.pipeline", "qaeval.export", "qaeval.api", "qaeval.notebook", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__",

@@ -49,10 +49,11 @@ def traffic_rows() -> list[dict]:
     rows = []
     for i in range(60):
         row = log_row(i, day=1 + i % 3, system="ab"[i % 2], bad_citation=i % 10 == 0)
+        question = f"When does the library open on visit {i}?"  # rows alike would be proposed once
         if i >= 55:
-            question = "Can I rent a kayak at the marina?" if i < 58 else "When does the library open?"
-            row.update(answer=None, citations=[], abstained=True, question=question,
-                       prompt=row["prompt"].replace("When does the library open?", question))
+            question = f"Can I rent kayak {i} at the marina?" if i < 58 else question
+            row.update(answer=None, citations=[], abstained=True)
+        row.update(question=question, prompt=row["prompt"].replace("When does the library open?", question))
         rows.append(row)
     return rows
 
@@ -310,23 +311,36 @@ def test_accept_refuses_a_row_already_in_the_suite(monitored, tmp_path, golden_c
     assert f"already in the suite as {case_id}" in capsys.readouterr().err
 
 
-def test_two_rows_that_make_the_same_case_are_refused_and_a_row_id_may_hold_brackets(tmp_path, golden_copy, capsys):
-    rows = [log_row(i, id=f"req (shard {i})", bad_citation=True) for i in range(2)]
+def test_rows_alike_are_proposed_once_and_a_row_id_may_hold_brackets(tmp_path, golden_copy):
+    rows = [log_row(i, id=f"req (shard {i})", bad_citation=True) for i in range(3)]
     log = write_jsonl(tmp_path / "log.jsonl", rows)
     record = tmp_path / "mon.json"
     assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet"]) == 0
     sheet = tmp_path / "s.csv"
-    api.propose(from_monitor=str(record), sheet=str(sheet), n=2)
+    proposal = api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    assert len(proposal.candidates) == 1, "three rows alike make one case"
+    assert proposal.dropped == {"the same question and passages as another candidate": 2}
     got = sheet_rows(sheet)
-    assert len(got) == 2 and got[0]["question"] == got[1]["question"]
-    for r in got:
-        r.update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
-    assert main(["accept", str(write_rows(tmp_path / "f.csv", got)), "--data", str(golden_copy)]) == 65
-    assert "the same question and passages as the row on line 2" in capsys.readouterr().err
-    got[1]["accept"] = "n"
-    assert main(["accept", str(write_rows(tmp_path / "f.csv", got)), "--data", str(golden_copy)]) == 0
+    got[0].update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
+    assert api.accept(write_rows(tmp_path / "f.csv", got), data=str(golden_copy)).added
     decisions = (golden_copy / ".qaeval" / "decisions.jsonl").read_text()
-    assert '"key": "row:req (shard 0)"' in decisions and '"key": "row:req (shard 1)"' in decisions
+    assert '"key": "row:req (shard ' in decisions
+
+
+def test_two_rows_of_a_sheet_that_make_the_same_case_are_refused(monitored, tmp_path, golden_copy, capsys):
+    _, _, record = monitored
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    row = next(r for r in sheet_rows(sheet) if r["expected_behavior"] == "answer")
+    row.update(accept="y", gold_answer="nine", gold_source_ids="hours")
+    twin = dict(row)  # a merged sheet: the same proposal under another id (its fingerprint made to match)
+    from qaeval.proposals.candidates import fingerprint
+    twin["candidate_id"] = "cand-000000000000"
+    twin["fingerprint"] = fingerprint(twin["candidate_id"], twin["origin"], twin["source"], twin["question"],
+                                      [Source(p["id"], p["text"], p.get("title")) for p in json.loads(twin["passages"])],
+                                      twin["answer"] or None)
+    assert main(["accept", str(write_rows(tmp_path / "f.csv", [row, twin])), "--data", str(golden_copy)]) == 65
+    assert "the same question and passages as the row on line 2" in capsys.readouterr().err
 
 
 def test_a_cell_a_spreadsheet_would_run_is_quoted_and_accepted_as_it_was(tmp_path, golden_copy):

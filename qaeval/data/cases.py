@@ -292,14 +292,14 @@ def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
         found = _case_problems(raw, corpus)
         case_id = raw.get("id")
         if _is_str(case_id):
-            if case_id in seen:
-                found.append(f"duplicate id {case_id!r} (first at {seen[case_id]})")
+            if str(case_id) in seen:
+                found.append(f"duplicate id {case_id!r} (first at {seen[str(case_id)]})")
             else:
-                seen[case_id] = f"{where}:{number}"
+                seen[str(case_id)] = f"{where}:{number}"
         label = f"case {case_id!r}: " if _is_str(case_id) else ""
         problems.extend(Problem(where, number, label + p) for p in found)
         if not found:
-            known = (fingerprints or {}).get(case_id)
+            known = (fingerprints or {}).get(str(case_id))
             cases.append(_build(raw, sys.intern(where), number, known))
     if not cases and not problems:
         problems.append(Problem(root, None, "the suite is empty: no case in any *.jsonl file"))

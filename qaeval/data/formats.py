@@ -229,7 +229,7 @@ def ragas_case(record: Any, prefix: str, split: str, number: int) -> dict[str, A
         raise Refused("no contexts")
     truth = record.get("ground_truth") or record.get("reference")
     if not truth and record.get("ground_truths"):
-        truth = (_listish(record["ground_truths"], "ground_truths") or [None])[0]
+        truth = next(iter(_listish(record["ground_truths"], "ground_truths")), None)
     truth = _text(truth, "ground_truth/reference")
     references = record.get("reference_contexts")
     gold: list[str] = []
@@ -271,7 +271,7 @@ def wice_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
             if not isinstance(evidence, list) or not any(isinstance(s, str) and s.strip() for s in evidence):
                 raise Refused("no evidence text")
             text = " ".join(s.strip() for s in evidence if isinstance(s, str) and s.strip())
-            meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+            meta: dict[str, Any] = record["meta"] if isinstance(record.get("meta"), dict) else {}
             cid = f"{prefix}-{meta.get('id') or where.rsplit(':', 1)[-1]}"
             yield where, _labelled(cid, "", [{"id": "page", "text": text}], _text(record.get("claim"), "claim"),
                                    WICE_SCORES[label], f"WiCE: {label}")
@@ -301,7 +301,7 @@ def expertqa_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
                         raise Refused("no evidence to judge the claim against")
                     sources = [{"id": f"e{i}", "text": e.strip()} for i, e in enumerate(evidence, start=1)]
                     cid = f"{prefix}-{line}-{re.sub(r'[^a-z0-9]+', '-', str(system).lower())}-{n}"
-                    yield here, _labelled(cid, question, sources, _text(claim.get("claim_string"), "claim"),
+                    yield here, _labelled(cid, str(question), sources, _text(claim.get("claim_string"), "claim"),
                                           EXPERTQA_SCORES[support], f"ExpertQA expert: {support}")
                 except Refused as exc:
                     yield here, exc

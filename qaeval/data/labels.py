@@ -81,14 +81,14 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
             if key in raw and raw[key] is not None and not isinstance(raw[key], str):
                 found.append(f"{key!r} must be a string")
         if not found:
-            key = (cid, axis)
-            if key in seen:
-                found.append(f"a second label for {cid} / {axis} (first on line {seen[key]})")
-            seen[key] = number
+            pair = (str(cid), str(axis))
+            if pair in seen:
+                found.append(f"a second label for {cid} / {axis} (first on line {seen[pair]})")
+            seen[pair] = number
         if found:
             problems.extend(where(p) for p in found)
             continue
-        rows.append(dict(case_id=cid, axis=axis, human=int(score), reason=raw.get("reason") or "",
+        rows.append(dict(case_id=cid, axis=axis, human=int(score or 0), reason=raw.get("reason") or "",
                          output_fingerprint=raw.get("output_fingerprint"), line=number))
     if not rows and not problems:
         problems.append(Problem(str(path), None, "no labels in the file"))
@@ -172,7 +172,7 @@ def _plain_output(out: dict[str, Any]) -> dict[str, Any]:
                 computed_aggregate=None)
 
 
-LABELLED_CASE = dict(expected_behavior="answer", difficulty="single-hop", split="frozen")  # what the set's cases are
+LABELLED_CASE: dict[str, Any] = dict(expected_behavior="answer", difficulty="single-hop", split="frozen")  # what the set's cases are
 STORED_FIELDS = {"id", "question", "sources", "gold_answer", "gold_source_ids", *LABELLED_CASE}  # as to_raw writes them
 
 
@@ -205,7 +205,7 @@ def labelled_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprin
         if found:
             problems += [Problem(file, number, f"case {raw.get('id')!r}: {p}") for p in found]
             continue
-        cases.append(_labelled_case(raw, tuple(gold_ids), file, number,
+        cases.append(_labelled_case(raw, tuple(gold_ids or ()), file, number,
                                     fingerprints.get(raw["id"]) or case_fingerprint(raw)))
     if problems:
         raise DatasetError(problems)

@@ -254,7 +254,7 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
     slices = {k: _slice_value(k, v, problems) for k, v in row.items() if k not in KNOWN}
     if problems:
         return None, mapping, problems
-    return LogRow(position, line, rid or "", question, passages, answer, citations, abstained, called, prompt,
+    return LogRow(position, line, rid or "", str(question), passages, answer, citations, abstained, called, prompt,
                   when, slices, generated_id=rid is None), mapping, []
 
 

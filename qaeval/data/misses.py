@@ -125,7 +125,7 @@ def add_case(data_dir: str | Path, miss: dict[str, Any] | str | Path, *,
     case = build_case(raw, suite, where)
     sources = case.get("sources")
     if isinstance(case.get("question"), str) and isinstance(sources, list):
-        pairs = [(s.get("id"), s.get("text")) for s in sources if isinstance(s, dict) and isinstance(s.get("text"), str)]
+        pairs = [(str(s.get("id")), s["text"]) for s in sources if isinstance(s, dict) and isinstance(s.get("text"), str)]
         duplicate = find_duplicate(suite, case["question"], pairs)
         if duplicate is not None:
             raise DatasetError(f"this miss is already in the suite as {duplicate.id} ({duplicate.file}:{duplicate.line}): "

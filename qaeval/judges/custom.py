@@ -96,7 +96,7 @@ def _target(spec: Mapping[str, str], what: str) -> tuple[Any, str]:
     return target, f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
 
 
-def build(spec: Mapping[str, list[dict[str, str]]]) -> tuple[list[Any], list[Metric], dict[str, Any]]:
+def build(spec: Mapping[str, Any]) -> tuple[list[Any], list[Metric], dict[str, Any]]:
     """(check functions, metrics, their declaration) from the specs; UsageError when one is not a check
     or a Metric."""
     checks, metrics = [], []
@@ -133,7 +133,7 @@ def score(checks: Sequence[Any], metrics: Sequence[Metric], plain: Mapping[str, 
     sample = sample_from_plain(plain)
     out: dict[str, list[Any]] = {"checks": [], "metrics": []}
     for fn in checks:
-        name = (getattr(fn, ATTRIBUTE, None) or {}).get("name") or getattr(fn, "__name__", "?")
+        name = str((getattr(fn, ATTRIBUTE, None) or {}).get("name") or getattr(fn, "__name__", "?"))
         if sample.error is not None:
             out["checks"].append({"error": "adapter error"})  # not run: the harness says why
             continue

@@ -108,7 +108,7 @@ class OpenAIJudge:
                                                completion_tokens=ct, cached=True)
                     continue
                 except ValueError:
-                    self.cache.forget(self._key(req))  # a reply that no longer parses is a miss
+                    self.cache.forget(self._key(req))  # type: ignore[union-attr]  # a hit came from the cache
             todo.append(i)
         if self.cache is not None and self.cache.rejected > rejected and not self.defer_warnings:
             self.report_rejected()
@@ -140,7 +140,8 @@ class OpenAIJudge:
             try:
                 with self._lock:
                     self.calls_made += 1
-                return self._client.chat.completions.create(**body, response_format=RESPONSE_FORMAT)
+                create: Any = self._client.chat.completions.create  # its overloads want literal keywords
+                return create(**body, response_format=RESPONSE_FORMAT)
             except self._openai.BadRequestError as exc:
                 if "response_format" not in str(exc) and "json_schema" not in str(exc):
                     raise

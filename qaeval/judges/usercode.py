@@ -114,7 +114,7 @@ class Launch:
     def __init__(self, data_dir: str | os.PathLike[str] | None) -> None:
         self.env, self.sys_path = child_launch(data_dir)
 
-    def start(self, role: str, spec: dict[str, str], settings: dict[str, Any] | None, deadline: float, *,
+    def start(self, role: str, spec: dict[str, Any], settings: dict[str, Any] | None, deadline: float, *,
               what: str, timeout: float) -> tuple[UserProcess, dict[str, Any]]:
         """A started host with its user code built: (process, its ready message). UserCodeFailed when it
         could not be built in time; UsageError when the user's code is at fault (a bad name, a factory

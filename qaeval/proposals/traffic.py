@@ -19,7 +19,7 @@
 5. Reads the chosen rows back from the log the record was made from (only their lines are parsed) and
    runs the four checks on them again: a row the log no longer holds, whose id differs or whose checks
    now say otherwise is dropped with the reason and replaced by the next of its stratum. A row that is
-   already a case of ``--data`` (same question, same passages) is dropped too.
+   already a case of ``--data``, or another candidate (same question, same passages), is dropped too.
 
 The proposal for each row: ``answer`` as the expected behaviour, except for an abstention where no
 passage holds half the question's content terms (``unanswerable_must_abstain``: the case then guards
@@ -50,6 +50,7 @@ from qaeval.proposals.ledger import Ledger, traffic_key
 from qaeval.scoring.monitor import allocate, check_row
 from qaeval.scoring.monitor_metrics import window_keys
 from qaeval.system.retriever import coverage
+from qaeval.text import normalize
 
 KINDS = ("check_failed", "unfaithful", "abstained")
 KIND_WORDS = {"check_failed": "failed a deterministic check", "unfaithful": "judged unfaithful",
@@ -362,6 +363,7 @@ def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str
     taken = {key: 0 for key in quota}
     chosen: dict[tuple[str, str], list[Candidate]] = {key: [] for key in quota}
     dropped: dict[str, int] = {}
+    identities: set[tuple[str, frozenset[str]]] = set()  # two rows alike would make one case
     while True:
         wanted: dict[int, tuple[tuple[str, str], dict[str, Any]]] = {}
         for key, q in quota.items():
@@ -383,6 +385,11 @@ def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str
                 same = find_duplicate(suite, candidate.question, [(p.id, p.text) for p in candidate.passages])
                 if same is not None:
                     candidate, why = None, "already a case"
+            if candidate is not None:
+                identity = (normalize(candidate.question), frozenset(normalize(p.text) for p in candidate.passages))
+                if identity in identities:
+                    candidate, why = None, "the same question and passages as another candidate"
+                identities.add(identity)
             if candidate is None:
                 dropped[why] = dropped.get(why, 0) + 1
                 continue

@@ -51,7 +51,7 @@ class CaseDetail:
     rows: CaseRows
     full: bool
     baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
-    corpus: Mapping[str, Any] | None = None  # the run's corpus (or the passages its record kept)
+    corpus: Any = None  # the run's corpus, or the passages its record kept: anything with get(id)
     trials: tuple[CaseRows, ...] = ()  # every trial's rows, with several trials (the first is ``rows``)
     gold: bool = True  # False for a logged row (monitor): it has no gold answer, gold sources or answer correctness
 
@@ -196,7 +196,7 @@ def shown_passage(view: CaseDetail, sid: str) -> Shown:
         return Shown(held.text if held is not None else None, held.title if held is not None else None, origin)
     title = given.get("title") or (held.title if held is not None else None)
     differs = held is not None and fold_passage(given["text"]) != fold_passage(held.text)
-    return Shown(given["text"], title, origin, held.text if differs else None)
+    return Shown(given["text"], title, origin, held.text if differs and held is not None else None)
 
 
 def word_diff(frozen: str, given: str) -> str:

@@ -103,7 +103,7 @@ def exporter(*, show_code: bool = False) -> Any:
     html = HTMLExporter(template_name="qaeval", extra_template_basedirs=[str(TEMPLATES)])
     html.exclude_input_prompt = html.exclude_output_prompt = True
     html.exclude_anchor_links = True
-    html.qaeval_show_code = show_code
+    html.qaeval_show_code = show_code  # type: ignore[attr-defined]  # read by the qaeval template
     return html
 
 

@@ -229,8 +229,9 @@ def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
                        passages=[Passage(p["id"], p["text"], p.get("title")) for p in o["passages"]],
                        abstained=o["abstained"], model_was_called=o["model_was_called"],
                        prompt_to_model=o["prompt_to_model"], computed_aggregate=o["computed_aggregate"])
-    facts = CaseFacts(**{k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v)
-                         for k, v in plain["facts"].items()})
+    values: dict[str, Any] = {k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v)
+                              for k, v in plain["facts"].items()}
+    facts = CaseFacts(**values)
     return Sample(case, output, dict(plain["passages"]), facts, plain.get("error"))
 
 

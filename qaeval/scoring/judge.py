@@ -203,7 +203,7 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
 
 def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
     """The output rows the judge grades (``is_judged``)."""
-    return (out for out in RowsByKey(outputs) if is_judged(out))
+    return (out for out in RowsByKey(outputs) if is_judged(out))  # a generator: an Iterator
 
 
 def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
@@ -326,7 +326,8 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         if isinstance(resp, JudgeResponse):
             base.update(prompt_tokens=_count(resp.prompt_tokens), completion_tokens=_count(resp.completion_tokens),
                         cached=resp.cached is True)
-        targets = [("faithfulness", "", req.evidence, None), ("answer_correctness", "", req.answer, None)]
+        targets: list[tuple[str, str, str, str | None]] = [("faithfulness", "", req.evidence, None),
+                                                           ("answer_correctness", "", req.answer, None)]
         targets += [(CITATION_CORRECTNESS, c.source_id, c.text, c.decoy_id) for c in req.citations]
         if problem is not None:
             for axis, target, _, decoy in targets:

@@ -168,7 +168,7 @@ def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies
 def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex) -> list[FailReason]:
     if not is_missing(out["error"]):
         return [FailReason("adapter_error", f"adapter error: {out['error']}")]
-    reasons = [FailReason(check, f"{check}: {reason}")  # type: ignore[arg-type]  (a check's name is its code)
+    reasons = [FailReason(check, f"{check}: {reason}")  # type: ignore[arg-type]  # a check's name is its code
                for check, (passed, reason) in idx.checks[case.id].items() if not passed]
     if facts.abstained and not case.must_abstain:
         reasons.append(FailReason("wrongly_abstained", "wrongly abstained"))
@@ -180,11 +180,12 @@ def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx
     if case.multi_step and not facts.trajectory_success:
         why = ", ".join(idx.trajectory_failures.get(case.id, []))
         reasons.append(FailReason("trajectory_failed", f"trajectory failed ({why})"))
-    return reasons + [FailReason(kind, message, name) for kind, name, message in custom_reasons(idx.custom.get(case.id, []))]
+    return reasons + [FailReason(kind, message, name)  # type: ignore[arg-type]  # "check" or "metric"
+                      for kind, name, message in custom_reasons(idx.custom.get(case.id, []))]
 
 
 def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex,
-                 reasons: list[str]) -> dict[str, Any]:
+                 reasons: list[FailReason]) -> dict[str, Any]:
     retr = idx.retrieval.get(case.id) or {}
     return dict(
         case_id=case.id, split=case.split, difficulty=case.difficulty, expected_behavior=case.expected_behavior,

@@ -141,7 +141,7 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
 
 def verdict_json_schema() -> dict[str, Any]:
     """The JSON schema a structured-output judge is asked to follow."""
-    axis = {"type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
+    axis: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
             "properties": {"quote": {"type": "string"}, "rationale": {"type": "string"},
                            "score": {"type": "integer", "enum": [0, 1, 2]}}}
     return {

@@ -86,6 +86,9 @@ class CaseView:
     """
 
     __slots__ = ("_id", "_question", "_sources")
+    _id: str
+    _question: str
+    _sources: tuple[Source, ...]
 
     def __init__(self, opaque_id: str, question: str, sources: tuple[Source, ...]) -> None:
         _fill(self, opaque_id, question, tuple(Source(s.id, s.text, s.title) for s in sources))

@@ -166,7 +166,7 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
         for future in finished:
             index, case_id, opaque, sent = in_flight.pop(future)
             row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits)
-            if not_started and not started:
+            if isinstance(not_started, tuple) and not started:
                 doubt = doubt or not_started
             elif not_started is False:
                 started, doubt = True, None

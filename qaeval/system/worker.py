@@ -168,8 +168,8 @@ class FdCapture:
         try:
             import ctypes
 
-            self._fflush = ctypes.CDLL(None).fflush
-        except Exception:  # noqa: BLE001
+            self._fflush: Any = ctypes.CDLL(None).fflush
+        except Exception:  # noqa: BLE001  (no C library to flush: nothing buffered there)
             self._fflush = None
 
     def restore(self) -> None:

@@ -382,10 +382,10 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
     axes = tuple(a for a in AXES if a in axes)
     pairs = frame(_pair_rows(run, labels), PAIR_SCHEMA)
     compared = pairs[pairs["status"] == "compared"]
-    bars = dict(bar=min_agreement, min_labels=min_labels, min_kappa=min_kappa)
+    bars: dict[str, Any] = dict(bar=min_agreement, min_labels=min_labels, min_kappa=min_kappa)
     agreement = [agreement_row(axis, compared[compared["axis"] == axis], assessed=axis in axes, **bars) for axis in AXES]
     agreement.append(agreement_row("overall", compared[compared["axis"].isin(axes)], assessed=False, **bars))
-    confusion = {}
+    confusion: dict[str, pd.DataFrame] = {}
     for axis in AXES:
         sub = compared[compared["axis"] == axis]
         matrix = np.zeros((3, 3), dtype=int)

@@ -291,7 +291,7 @@ def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: f
     * ``steady``: every other case (passes as it did, or fails as it did).
     """
     pc = run.per_case.set_index("case_id")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cid in matched:
         base = baseline.cases[cid]
         cb, nb, cc, nc = base.pass_count, base.trials, int(pc.at[cid, "passes"]), int(pc.at[cid, "trials"])
