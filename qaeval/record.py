@@ -94,7 +94,7 @@ class Kind:
     """One kind of record: the result class it holds and the key of the section that class adds."""
 
     name: str
-    result: type
+    result: Any  # the Result subclass (its section_problems and from_section are classmethods)
     section: str | None
 
 
@@ -187,11 +187,12 @@ def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool =
     kind = KINDS.get(result.kind)
     if kind is None or not isinstance(result, kind.result):
         raise TypeError(f"{type(result).__name__} cannot be saved as a run record")
+    held: Any = result  # the kind's result class, checked above
     if kind.section is None:
-        return run_record(result, baseline=baseline, allowed_failing=allowed_failing)
-    record = run_record(result.run, baseline=baseline, allowed_failing=allowed_failing)
+        return run_record(held, baseline=baseline, allowed_failing=allowed_failing)
+    record = run_record(held.run, baseline=baseline, allowed_failing=allowed_failing)
     record["kind"] = kind.name
-    record[kind.section] = clean(result.record_section())
+    record[kind.section] = clean(held.record_section())
     return record
 
 
@@ -311,7 +312,7 @@ def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole:
     if data["kind"] == "monitor":  # the judged log rows: no gold, perhaps no passages
         build = sample_suite_from_raw
     corpus = StoredCorpus(data["corpus"], where) if "corpus" in data else None
-    extra = {"corpus": corpus} if corpus is not None else {}
+    extra: dict[str, Any] = {"corpus": corpus} if corpus is not None else {}
     suite = build([line["case"] for line in lines], meta.data or where, file=where,
                   fingerprints={line["case_id"]: line["fingerprint"] for line in lines}, **extra)
     outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []

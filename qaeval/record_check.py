@@ -234,7 +234,7 @@ def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.
     except ValueError as exc:
         audit.problem(f"custom is malformed: {exc}")
         return Registered(), None
-    kinds = {c.name: ("check", c.blocks, None) for c in registered.checks}
+    kinds: dict[str, tuple[str, bool, Any]] = {c.name: ("check", c.blocks, None) for c in registered.checks}
     kinds |= {m.metric.name: ("metric", False, m.metric) for m in registered.metrics}
     rows = []
     for i, line in enumerate(lines):

@@ -127,7 +127,7 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
     lists = [fields.get(name) for name in ("citations", "retrieved_ids", "passages")]
     if not all(isinstance(v, list) for v in lists):
         return None
-    citations, retrieved, passages = lists  # as the worker sends them, to be checked the same way
+    citations, retrieved, passages = (v if isinstance(v, list) else [] for v in lists)  # as the worker sends them
     fields |= dict(citations={"__type__": "list", "items": citations}, retrieved_ids={"__type__": "list", "items": retrieved},
                    passages={"__type__": "list", "items": [{"passage": p} for p in passages]})
     checked, problems = validate_plain(fields)

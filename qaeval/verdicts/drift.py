@@ -177,7 +177,7 @@ DIRECTIONS = {"drop": "alarms on a drop", "rise": "alarms on a rise", "both": "a
 def out_of_band(current: float | None, low: float | None, high: float | None, way: str) -> bool:
     """Whether ``current`` is out of [low, high] in the direction ``way`` ("drop", "rise", "both") alarms on;
     a missing value is never out."""
-    if any(v is None or math.isnan(v) for v in (current, low, high)):
+    if current is None or low is None or high is None or any(math.isnan(v) for v in (current, low, high)):
         return False
     return (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
 

@@ -38,7 +38,7 @@ MIN_ROWS = 30
 BAND_WINDOW = 10
 
 TIME = Valid("text", lambda t: t is None or parse_timestamp(t)[1] is None, "an ISO 8601 date and time")
-NAMES = dict(slice="str", group="str", metric="str")  # what the summary and the report format as text
+NAMES: dict[str, Any] = dict(slice="str", group="str", metric="str")  # what the summary and the report format as text
 WINDOWS = Valid(rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what), **NAMES),
                 lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
                 "one row per window, slice, group and metric")
