@@ -268,3 +268,29 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
     assert fast > len(fuzz) // 4  # the fast path is taken, not always refused
     assert text._ascii_words("Fees rose. Then fell.") == [b"fees", b"rose", b"then", b"fell"]
     assert text._ascii_words("It rose 2.5 percent.") is None  # a decimal: the regex places it
+
+
+def _one_scan_per_piece(text: str, pieces: list[str]) -> str:
+    """The removal as it was (one scan of the prompt per piece): the oracle for the indexed one."""
+    out = f" {text} "
+    for piece in sorted({p for p in pieces if p}, key=len, reverse=True):
+        needle = f" {piece} "
+        while needle in out:
+            out = out.replace(needle, " | ")
+    return out
+
+
+def test_the_indexed_prompt_cuts_and_finds_exactly_what_one_scan_per_piece_did():
+    import random
+
+    from qaeval.scoring.checks import PromptWords
+
+    rng = random.Random(7)
+    vocab = ["x", "y", "z", "lend", "items"]  # few words: repeats, overlaps and adjacent copies are common
+    for _ in range(2000):
+        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 14)))
+        pieces = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 5))]
+        words = PromptWords(text)
+        assert words.remove(pieces) == _one_scan_per_piece(text, pieces), (text, pieces)
+        for piece in pieces:
+            assert words.contains(piece) == (f" {piece} " in f" {text} "), (text, piece)
