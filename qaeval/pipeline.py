@@ -153,6 +153,10 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
         writer = JournalWriter(path, identity, resumed=restored)
     run_options = dict(timeout=timeout, concurrency=concurrency, isolation=isolation, executor=executor,
                        show_progress=show_progress, data_dir=suite.root, **limits)
+    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
+                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
+                       k=k, timeout=timeout, data=suite.root)
+    first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
     try:
         with fewer_collections(), streaming(judge, suite, memo=memo, show_progress=show_progress,
                                             on_judged=(lambda key, _req, resp: writer.verdict(key, resp))
@@ -163,8 +167,8 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
             rest = [p for p in range(n, n * trials) if p not in collected.rows]
             if adaptive and trials > 1:
                 _collect(suite, adapter, first, collected, stream, writer, run_options)
-                unsettled = {c.id for c in suite} - _passed_first(suite, collected, judge, stream.drain(), k,
-                                                                   custom, settled)
+                first_run = _score_first(suite, collected, judge, stream.drain(), meta, bootstrap_seed, custom)
+                unsettled = {c.id for c in suite} - _settled_by(first_run, settled)
                 skipped = [p for p in rest if everyone.cases[p].id not in unsettled]
                 rest = [p for p in rest if everyone.cases[p].id in unsettled]
                 collected.notes.append(f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
@@ -176,11 +180,8 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     finally:
         if writer is not None:
             writer.close()
-    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
-                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
-                       k=k, timeout=timeout, data=suite.root)
-    runs = []
-    for t in range(trials):
+    runs = [] if first_run is None else [first_run]
+    for t in range(1 if first_run is not None else 0, trials):
         places = [t * n + i for i in range(n) if t * n + i in collected.rows]
         if not places:
             continue
@@ -195,14 +196,16 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     return result
 
 
-def _passed_first(suite: Suite, collected: Collected, judge: JudgeClient, memo: dict[Any, Any], k: int,
-                  custom: Any, settled: Callable[[str], bool] | None) -> set[str]:
-    """The cases whose first trial passed (scored now, with what the judge has answered so far, waiting
-    for the rest) and that ``settled`` does not hold back."""
+def _score_first(suite: Suite, collected: Collected, judge: JudgeClient, memo: dict[Any, Any], meta: RunMeta,
+                 bootstrap_seed: int, custom: Any) -> RunResult:
+    """Trial 0 scored now (its verdicts all in: the judge is waited for), as the run will keep it: its
+    registered checks run once, here."""
     first = frame([collected.rows[i] for i in range(len(suite))], OUTPUT_SCHEMA)
-    run = score_outputs(suite, first, judge, meta=RunMeta(adapter="", judge=judge_config_of(judge), k=k),
-                        custom=custom, judge_memo=memo)
-    for entry in memo.values():  # scoring the whole run uses them afresh
-        entry.uses = 0
-    passed = {cid for cid, ok in zip(run.per_case["case_id"], run.per_case["case_passed"]) if ok}
+    return score_outputs(suite, first, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
+                         judge_memo=memo)
+
+
+def _settled_by(first: RunResult, settled: Callable[[str], bool] | None) -> set[str]:
+    """The cases whose first trial passed and that ``settled`` does not hold back."""
+    passed = {cid for cid, ok in zip(first.per_case["case_id"], first.per_case["case_passed"]) if ok}
     return {cid for cid in passed if settled is None or settled(cid)}

@@ -77,3 +77,11 @@ def forks(case, output, passages):
 @check(tier=1, name="faithfulness_rate_n")
 def takes_a_logged_key(case, output, passages):
     return True, ""
+
+
+@check
+def counts_its_calls(case, output, passages):
+    """One line per call in the file QAEVAL_TEST_CHECK_CALLS names (absolute): how often it ran on a case."""
+    with open(os.environ["QAEVAL_TEST_CHECK_CALLS"], "a") as f:
+        f.write(case.id + "\n")
+    return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qaeval import Citation, SUTOutput
+from qaeval import Citation, Passage, SUTOutput
 
 RECEIVED: list = []
 ALARMS: list = []
@@ -656,6 +656,34 @@ class AbstainEveryOther(WrapsHub):
 
 def make_abstain_every_other():
     return AbstainEveryOther()
+
+
+class TrajectoryEveryOther(WrapsHub):
+    """The reference hub, except on the seed-library question (a multi-step case): every first, third, ...
+    time it is asked it answers it right by both hops, citing both gold passages; every second time it
+    answers with no citation, so that trial's trajectory fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def answer(self, case):
+        if "seed library" not in case.question:
+            return self.hub.answer(case)
+        self.asked += 1
+        texts = {s.id: s.text for s in case.sources}
+        ids = ["seed-library", "leadership"]
+        prompt = f"Question: {case.question}\n" + "\n".join(texts[i] for i in ids)
+        first = "Northgate hosts the seed library."
+        second = "Marisol Okafor previously ran the Northgate Branch."
+        citations = [Citation("seed-library", first), Citation("leadership", second)] if self.asked % 2 else []
+        return SUTOutput(answer=f"{first} {second}", citations=citations, retrieved_ids=ids,
+                         passages=[Passage(i, texts[i]) for i in ids], abstained=False, model_was_called=True,
+                         prompt_to_model=prompt)
+
+
+def make_trajectory_every_other():
+    return TrajectoryEveryOther()
 
 
 class CallCounter(WrapsHub):

@@ -208,6 +208,18 @@ def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settl
     assert back.per_case["trials"].tolist() == run.per_case["trials"].tolist() and back.meta.adaptive
 
 
+def test_adaptive_trials_run_a_registered_check_once_per_trial(tmp_path, monkeypatch):
+    """Trial 0 was scored twice (once to see what it settles, once with the rest): its checks ran twice."""
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    calls = tmp_path / "checks"
+    monkeypatch.setenv("QAEVAL_TEST_CHECK_CALLS", str(calls))
+    run = api.run(str(GOLDEN), trials=3, adaptive=True, check=["hostile_checks:counts_its_calls"])
+    ran = calls.read_text().splitlines()
+    assert len(ran) == int(run.per_case["trials"].sum()), "once per trial that was run"
+    assert len(ran) < 3 * CASES
+
+
 def test_adaptive_in_a_gate_gives_every_trial_to_a_case_the_baseline_had_flaky(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     base = tmp_path / "b.json"

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from conftest import GOLDEN, ROOT
 
@@ -111,6 +112,20 @@ def test_a_flaky_case_is_counted_per_trial_and_its_metrics_are_means(monkeypatch
     answerable = int(board.at["over_refusal_rate", "n"])
     assert board.at["over_refusal_rate", "value"] == pytest.approx(0.5 / answerable)
     assert "flaky (some trials pass): 1" in run.summary_text()
+
+
+def test_a_multi_step_case_whose_trajectory_fails_in_one_trial_has_not_succeeded(tmp_path, monkeypatch):
+    """trajectory_success was trial 0's alone (a nullable column the combination skipped)."""
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_trajectory_every_other", trials=2, isolation="none",
+                  concurrency=1, save=str(tmp_path / "r.json"))
+    pc = run.per_case.set_index("case_id")
+    first = run.trial_runs[0].per_case.set_index("case_id")
+    assert bool(first.at["multi-0001", "trajectory_success"]) is True, "trial 0 reached the answer"
+    assert bool(pc.at["multi-0001", "trajectory_success"]) is False and pc.at["multi-0001", "flaky"]
+    assert pd.isna(pc.at["single-0001", "trajectory_success"]), "not multi-step: not assessed"
+    back = load_run(tmp_path / "r.json").per_case.set_index("case_id")
+    assert bool(back.at["multi-0001", "trajectory_success"]) is False
 
 
 def test_a_record_holds_every_trial_and_reads_back_the_same(tmp_path, monkeypatch):

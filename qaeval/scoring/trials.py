@@ -111,6 +111,11 @@ def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k
                      and c not in TRIAL_COLUMNS]
     for column in check_columns:  # a check, deterministic_passed, case_passed, a registered check
         per_case[column] = [all(bool(r[column]) for r in rows[cid]) for cid in ids]
+    if "trajectory_success" in per_case.columns:  # nullable: <NA> where the case is not multi-step
+        per_case["trajectory_success"] = pd.array(
+            [None if pd.isna(rows[cid][0]["trajectory_success"]) else
+             all(bool(r["trajectory_success"]) for r in rows[cid] if not pd.isna(r["trajectory_success"]))
+             for cid in ids], dtype="boolean")
     passes = [sum(bool(r["case_passed"]) for r in rows[cid]) for cid in ids]
     counts = [len(rows[cid]) for cid in ids]
     per_case["fail_reasons"] = [merged_reasons([r["fail_reasons"] for r in rows[cid]]) for cid in ids]
