@@ -236,12 +236,14 @@ def baseline(data: str | None = None, *, out: str | None = None, allow_failing: 
              **options: Any) -> RunResult:
     """Run, then write the run record a gate compares against. A run that is not green (a failing
     deterministic check or an adapter error) is refused (BaselineRefused) unless ``allow_failing``,
-    and then recorded as not green."""
+    and then recorded as not green. A refused run keeps its journal beside ``out``, so that
+    ``allow_failing`` with ``resume`` keeps it without calling the system again."""
     p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
     result = _evaluate(p)
     if not result.ok and not p["allow_failing"]:
+        again = " (its outputs are kept in the journal: add --resume to reuse them)" if _record_path(p) else ""
         raise BaselineRefused(f"not a green run, so not a baseline: {result.reason}. Fix it, or keep it anyway with "
-                              "--allow-failing (the baseline then says it was not green)", result)
+                              f"--allow-failing{again} (the baseline then says it was not green)", result)
     write_record(result, p["out"], baseline=True, allowed_failing=not result.ok)
     _drop_journal(p)
     return _finish(result, p)

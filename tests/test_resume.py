@@ -193,6 +193,25 @@ def test_a_streamed_run_is_the_run_its_outputs_score_to(tmp_path):
     assert a == b
 
 
+def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_path, monkeypatch, capsys):
+    from qaeval.cli import main
+
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls))
+    out = tmp_path / "b.json"
+    command = ["baseline", "--data", str(GOLDEN / "buggy"), "--out", str(out), "--adapter", "plugins:make_call_counter",
+               "--quiet"]
+    assert main(command) == 1
+    assert "add --resume to reuse them" in capsys.readouterr().err
+    asked = len(calls.read_text().splitlines())
+    assert (tmp_path / "b.json.journal").is_file() and not out.exists()
+    assert main([*command, "--allow-failing", "--resume"]) == 0
+    assert len(calls.read_text().splitlines()) == asked, "the system was not asked again"
+    assert out.is_file() and not (tmp_path / "b.json.journal").exists(), "the record replaced the journal"
+
+
 def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settle(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     calls_file = tmp_path / "calls"
