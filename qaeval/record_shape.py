@@ -94,7 +94,11 @@ def _line_problems(line: Any, at: str, trials: int, adaptive: bool = False) -> l
     more = line.get("trials", [])
     if len(more) > trials - 1 or (len(more) != trials - 1 and not adaptive):
         return [f"{at}.trials holds {len(more)} more trial(s), but meta.trials says each case ran {trials} time(s)"]
-    return [p for j, trial in enumerate(more) for p in shape_problems_of(trial, TRIAL, f"{at}.trials[{j}]")]
+    problems = [p for j, trial in enumerate(more) for p in shape_problems_of(trial, TRIAL, f"{at}.trials[{j}]")]
+    # a trial holds its layers only: a case_id or case of its own would stand in for the line's (and so
+    # move a trial to another case)
+    return problems + [f"{at}.trials[{j}] has a field a trial does not hold: {key!r}" for j, trial in enumerate(more)
+                       if isinstance(trial, dict) for key in trial if key not in TRIAL.fields]
 
 
 def record_trials(data: Mapping[str, Any]) -> int:

@@ -164,6 +164,18 @@ def test_a_forged_trial_is_refused(tmp_path, monkeypatch):
         load_run(tmp_path / "short.json")
 
 
+def test_a_trial_that_names_another_case_is_refused(tmp_path, monkeypatch):
+    """A trial entry's own case_id replaced its line's when the record was read: a trial moved cases."""
+    monkeypatch.syspath_prepend(TESTS)
+    api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=2, isolation="none", concurrency=1,
+            save=str(tmp_path / "r.json"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["cases"][0]["trials"][0]["case_id"] = data["cases"][1]["case_id"]
+    (tmp_path / "moved.json").write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=r"cases\[0\]\.trials\[0\] has a field a trial does not hold: 'case_id'"):
+        load_run(tmp_path / "moved.json")
+
+
 def test_a_record_of_version_2_is_refused_by_name(tmp_path):
     api.run(str(GOLDEN), isolation="none", save=str(tmp_path / "r.json"))
     data = json.loads((tmp_path / "r.json").read_text())
