@@ -212,6 +212,22 @@ def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_p
     assert out.is_file() and not (tmp_path / "b.json.journal").exists(), "the record replaced the journal"
 
 
+def test_a_second_run_with_the_same_record_path_is_refused_at_once(tmp_path, capsys):
+    """Two runs with one --save wrote one journal and replaced one record; the second is refused now."""
+    import fcntl
+
+    from qaeval.cli import main
+
+    record = tmp_path / "r.json"
+    with open(str(record) + ".lock", "w") as held:  # another run is writing r.json
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 64
+        assert f"another qaeval run is writing {record}" in capsys.readouterr().err
+        assert not record.exists() and not (tmp_path / "r.json.journal").exists(), "nothing of its own was written"
+    assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
+    assert record.is_file() and not (tmp_path / "r.json.lock").exists(), "the lock goes with the run"
+
+
 def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settle(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     calls_file = tmp_path / "calls"

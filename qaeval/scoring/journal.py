@@ -18,6 +18,11 @@ record is checked (the header must name this run, an output must be well formed,
 suite at that place), reuses every output (and every verdict for one), and asks the system only for the
 rest: the errored ones too unless ``--keep-errors``. A last line cut short (the run died while writing
 it) is dropped with a note; any other line that does not parse or authenticate refuses the journal.
+
+Two runs with the same record path would write one journal and replace one record: ``hold(PATH)`` takes
+an exclusive lock on ``PATH.lock`` for the whole command, and a second run asking for it is refused at
+once (a usage error, 64, naming the path) instead of waiting. The lock is ``fcntl.flock``: on a platform
+without it (Windows) there is none.
 """
 
 from __future__ import annotations
@@ -29,12 +34,18 @@ import math
 import os
 import stat
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qaeval.errors import DatasetError, FileAccessError, UsageError
+
+try:  # POSIX advisory locks; elsewhere two runs with one record path are not kept apart
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]  # the platform has none
 from qaeval.files import loads_strict
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
 from qaeval.scoring.rubric import AxisVerdict
@@ -52,6 +63,40 @@ class JournalError(DatasetError):
 
 def journal_path(record: str | os.PathLike[str]) -> Path:
     return Path(str(record) + SUFFIX)
+
+
+LOCK_SUFFIX = ".lock"
+
+
+@contextmanager
+def hold(record: str | os.PathLike[str] | None) -> Iterator[None]:
+    """An exclusive lock on the record path's ``.lock`` while the command runs; a UsageError at once when
+    another run holds it. The lock file is removed before it is let go (a run that opened it just then
+    fails to lock it, and the next one makes a new one)."""
+    if record is None or fcntl is None:
+        yield
+        return
+    path = Path(str(record) + LOCK_SUFFIX)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot lock the record's path ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
+                             "give this run another record path") from None
+        try:
+            yield
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
 
 
 def key_digest(key: tuple[Any, ...]) -> str:
