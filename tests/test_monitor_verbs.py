@@ -396,3 +396,36 @@ def test_the_monitor_report_draws_no_gold_says_what_no_alarm_means_and_keeps_its
         boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
         assert len(boxes) >= 2, ax.get_title()
         assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), f"{ax.get_title()}: tick labels overlap"
+
+
+def test_a_history_line_qaeval_could_not_read_back_is_never_appended(tmp_path, monkeypatch):
+    """Every window's line is checked as read_history reads it before the first is appended."""
+    from qaeval.errors import DatasetError
+    from qaeval.verdicts import monitor as verdicts_monitor
+
+    logs = write_jsonl(tmp_path / "log.jsonl", traffic(days=2, per_day=40))
+    history = tmp_path / "h.jsonl"
+    real = verdicts_monitor.metric_values
+
+    def out_of_range(part):
+        values, counts = real(part)
+        return values, {**counts, "citation_resolvability": -1}  # a count no history line may hold
+
+    monkeypatch.setattr(verdicts_monitor, "metric_values", out_of_range)
+    with pytest.raises(DatasetError, match="qaeval would append a history line it could not read back"):
+        api.score_logs(str(logs), window="1D", timeseries=str(history))
+    assert not history.exists(), "nothing appended"
+
+
+@pytest.mark.parametrize("name", ["log\u2028of day.jsonl", "log\u0085x.jsonl"])
+def test_a_log_path_with_a_line_separator_makes_a_history_that_reads_back(tmp_path, name, capsys):
+    logs = write_jsonl(tmp_path / name, traffic(days=2, per_day=40))
+    history = tmp_path / "h.jsonl"
+    record = tmp_path / "m.json"
+    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(history), "--save",
+                 str(record), "--quiet"]) == 0
+    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(history), "--quiet"]) == 0
+    assert "is in the history already: not appended again" in capsys.readouterr().out
+    lines = history.read_text(encoding="utf-8").split("\n")
+    assert len([x for x in lines if x.strip()]) == 2 and all(json.loads(x)["source"] == str(logs) for x in lines if x)
+    assert api.load_run(str(record)).source == str(logs)

@@ -171,6 +171,21 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     return records, notes
 
 
+def history_line(record: Mapping[str, Any], where: str | Path) -> str:
+    """``record`` as the one line a history gets, checked as ``read_history`` will read it back: a line
+    qaeval would refuse later (a rate out of [0, 1], a time out of range, anything the JSON does not keep)
+    is a DatasetError now, before anything is appended."""
+    from qaeval.files import loads_strict
+
+    line = dumps_canonical(clean(dict(record)))
+    found = ["it holds a line break"] if "\n" in line or "\r" in line else []
+    found += history_problems(loads_strict(line))
+    if found:
+        raise DatasetError([Problem(str(where), None, f"qaeval would append a history line it could not read back: {p}")
+                            for p in found])
+    return line
+
+
 DIRECTIONS = {"drop": "alarms on a drop", "rise": "alarms on a rise", "both": "alarms both ways"}  # a band's words
 
 
@@ -371,7 +386,7 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
                      "the series mixes trial counts (a metric is a mean over trials either way)")
     if not run.meta.boundary_enforced:
         notes.append("isolation none: the boundary was not enforced in this run")
-    line = dumps_canonical(clean(record))
+    line = history_line(record, timeseries)
     frame_ = history_frame(history, record, [m.name for m in run.metrics])
     append_line(timeseries, line)
     notes += notify_alarms(notify, alarms)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from qaeval.audit import Audit
 from qaeval.errors import DriftAlarm
-from qaeval.files import append_line, dumps_canonical
+from qaeval.files import append_line
 from qaeval.data.logs import parse_timestamp
 from qaeval.frames import Each, Fields, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.results import Result
@@ -32,7 +32,8 @@ from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scor
 from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (ALL, METRIC_NAMES, SLICE_SCHEMA, WINDOW_SCHEMA, METRICS,
                                             metric_values, scoreboard)
-from qaeval.verdicts.drift import ALARM, BAND_SCHEMA, DIRECTIONS, MIN_HISTORY, compare, out_of_band, read_history
+from qaeval.verdicts.drift import (ALARM, BAND_SCHEMA, DIRECTIONS, MIN_HISTORY, compare, history_line, out_of_band,
+                                   read_history)
 
 MIN_ROWS = 30
 BAND_WINDOW = 10
@@ -263,8 +264,9 @@ def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, 
             complete.add(window)
         timeline.append(entry)
         lines.append(line)
-    for line in lines:
-        append_line(timeseries, dumps_canonical(line))
+    checked = [history_line(line, timeseries) for line in lines]  # every line checked before the first is appended
+    for text in checked:
+        append_line(timeseries, text)
     return timeline, alarms, notes
 
 
