@@ -33,6 +33,7 @@ from qaeval.record import read_baseline, write_record
 from qaeval.pipeline import evaluate, fewer_collections
 from qaeval.results import VIEW_LOADERS, Result
 from qaeval.scoring.evaluate import RunResult, score_outputs
+from qaeval.scoring.journal import holding_the_record
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 from qaeval.judges import hooks, usercode
 from qaeval.judges.custom import close_custom, installed, make_custom
@@ -187,22 +188,6 @@ def _drop_journal(p: Mapping[str, Any]) -> None:
         journal_path(path).unlink(missing_ok=True)
 
 
-def _holding_the_record(verb: Callable[..., Any]) -> Callable[..., Any]:
-    """``verb`` run under the lock of the record it writes (``save``, or baseline's ``out``), so two runs
-    with one record path never share a journal (``qaeval.scoring.journal.hold``)."""
-    import functools
-
-    @functools.wraps(verb)
-    def held(*args: Any, **kwargs: Any) -> Any:
-        from qaeval.scoring.journal import hold
-
-        path = None if kwargs.get("record") else kwargs.get("out") or kwargs.get("save")
-        with hold(path if isinstance(path, (str, Path)) else None):
-            return verb(*args, **kwargs)
-
-    return held
-
-
 def _finish(result: Any, p: Mapping[str, Any]) -> Any:
     if p.get("save"):
         write_record(result, p["save"])
@@ -230,7 +215,7 @@ def _recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
 # --------------------------------------------------------------------------- the verbs
 
 
-@_holding_the_record
+@holding_the_record
 def run(data: str | None = None, *, adapter: Any = None, judge: Any = None, k: int | None = None,
         timeout: float | None = None, concurrency: int | None = None, isolation: str | None = None,
         executor: Any = None, labels: str | None = None, save: str | None = None, judge_model: str | None = None,
@@ -249,7 +234,7 @@ def run(data: str | None = None, *, adapter: Any = None, judge: Any = None, k: i
     return _finish(_labelled_run(p), p)
 
 
-@_holding_the_record
+@holding_the_record
 def baseline(data: str | None = None, *, out: str | None = None, allow_failing: bool | None = None,
              **options: Any) -> RunResult:
     """Run, then write the run record a gate compares against. A run that is not green (a failing
@@ -267,7 +252,7 @@ def baseline(data: str | None = None, *, out: str | None = None, allow_failing: 
     return _finish(result, p)
 
 
-@_holding_the_record
+@holding_the_record
 def gate_run(data: str | None = None, *, baseline: str | None = None, tolerances: str | None = None,
              tolerance: list[str] | str | None = None, labels: str | None = None, min_agreement: float | None = None,
              min_labels: int | None = None, min_kappa: float | None = None, **options: Any) -> GateResult:
@@ -341,7 +326,7 @@ def calibrate_run(data: str | None = None, *, labels: str | None = None, labelle
     return _finish(result, p)
 
 
-@_holding_the_record
+@holding_the_record
 def drift_run(data: str | None = None, *, timeseries: str | None = None, window: int | None = None,
               notify: Any = None, **options: Any) -> DriftResult:
     """Re-run the frozen split, compare with the series' bands, append the run, alarm."""

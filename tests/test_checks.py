@@ -283,7 +283,7 @@ def _one_scan_per_piece(text: str, pieces: list[str]) -> str:
 def test_the_indexed_prompt_cuts_and_finds_exactly_what_one_scan_per_piece_did():
     import random
 
-    from qaeval.scoring.checks import PromptWords
+    from qaeval.text import PromptWords
 
     rng = random.Random(7)
     vocab = ["x", "y", "z", "lend", "items"]  # few words: repeats, overlaps and adjacent copies are common

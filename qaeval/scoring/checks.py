@@ -45,14 +45,14 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
 import pandas as pd
 
 from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import distinct_terms, has_content_terms, normalize, normalize_once, split_sentences
+from qaeval.text import PromptWords, distinct_terms, has_content_terms, normalize, normalize_once, split_sentences
 
 CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
                     "passage_fidelity"]
@@ -77,45 +77,6 @@ def _within(padded: str, needle: str) -> bool:
 def _contains(haystack: str, needle: str) -> bool:
     """Word-bounded containment of normalised (folded) text."""
     return _within(f" {haystack} ", needle)
-
-
-class PromptWords:
-    """A normalised prompt's words, indexed by word, for word-bounded containment and removal of many
-    normalised pieces (the question, every passage) in one pass each: a piece is compared only where its
-    rarest word occurs, so the cost is about the prompt's length plus the pieces', not their product (a
-    prompt of 12,000 passages was scanned once per passage)."""
-
-    def __init__(self, normal: str) -> None:
-        self.words = normal.split()
-        self.at: dict[str, list[int]] = {}
-        for i, word in enumerate(self.words):
-            self.at.setdefault(word, []).append(i)
-
-    def _starts(self, piece: list[str]) -> Iterator[int]:
-        """Where ``piece`` (its words) starts in the prompt, in order."""
-        anchor = min(range(len(piece)), key=lambda k: len(self.at.get(piece[k], ())))
-        size = len(piece)
-        for pos in self.at.get(piece[anchor], ()):
-            start = pos - anchor
-            if start >= 0 and self.words[start:start + size] == piece:
-                yield start
-
-    def contains(self, piece: str) -> bool:
-        words = piece.split()
-        return bool(words) and next(self._starts(words), None) is not None
-
-    def remove(self, pieces: Sequence[str]) -> str:
-        """The prompt with every occurrence of every piece cut out, longest first (a cut word is never cut
-        again); each cut leaves a separator, so words on either side never join into a match."""
-        cut = bytearray(len(self.words))  # 0: kept; 1: a cut starts here; 2: inside a cut
-        for piece in sorted({p for p in pieces if p}, key=len, reverse=True):
-            words = piece.split()
-            for start in self._starts(words):
-                end = start + len(words)
-                if not any(cut[start:end]):
-                    cut[start:end] = b"\x01" + b"\x02" * (len(words) - 1)
-        kept = [w if c == 0 else "|" for w, c in zip(self.words, cut) if c != 2]
-        return " " + " ".join(kept) + " "
 
 
 def _remove(text: str, pieces: Sequence[str]) -> str:

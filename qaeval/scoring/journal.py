@@ -34,7 +34,7 @@ import math
 import os
 import stat
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,6 +97,20 @@ def hold(record: str | os.PathLike[str] | None) -> Iterator[None]:
                 pass
     finally:
         os.close(fd)
+
+
+def holding_the_record(verb: Callable[..., Any]) -> Callable[..., Any]:
+    """``verb`` run under the lock of the record it writes (``save``, or baseline's ``out``), so two runs
+    with one record path never share a journal (``qaeval.scoring.journal.hold``)."""
+    import functools
+
+    @functools.wraps(verb)
+    def held(*args: Any, **kwargs: Any) -> Any:
+        path = None if kwargs.get("record") else kwargs.get("out") or kwargs.get("save")
+        with hold(path if isinstance(path, (str, os.PathLike)) else None):
+            return verb(*args, **kwargs)
+
+    return held
 
 
 def key_digest(key: tuple[Any, ...]) -> str:
