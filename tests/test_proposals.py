@@ -77,8 +77,12 @@ def monitored(tmp_path_factory):
 
 
 def sheet_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        return list(csv.DictReader(f))
+    before = csv.field_size_limit(1 << 30)  # a passages cell may be longer than the csv module's 128 KiB
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return list(csv.DictReader(f))
+    finally:
+        csv.field_size_limit(before)  # what qaeval reads with is its own to set
 
 
 def write_rows(path: Path, rows: list[dict[str, str]]) -> Path:
@@ -633,3 +637,24 @@ def test_corpus_passages_are_read_by_position():
         with pytest.raises(IndexError):
             corpus.at(3)
     shutil.rmtree(corpus_dir)
+
+
+def test_a_sheet_with_a_cell_over_128_kib_is_read(monitored, tmp_path, golden_copy):
+    """The csv module refuses a field over 128 KiB (exit 70 was the result): a passage that long is real."""
+    from qaeval.verdicts.sheets import sheet_rows as read_rows
+
+    long_text = "word " * 40_000  # 200 KB
+    rows = [log_row(i, bad_citation=True, question=f"When does branch {i} open?", prompt=None,
+                    passages=[{"id": "hours", "text": long_text}]) for i in range(2)]
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    record = tmp_path / "mon.json"
+    assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet"]) == 0
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=1)
+    got = sheet_rows(sheet)
+    got[0].update(accept="y", gold_answer="word", gold_source_ids="hours")
+    assert len(api.accept(write_rows(tmp_path / "f.csv", got), data=str(golden_copy)).added) == 1
+    label_sheet = tmp_path / "labels.csv"
+    label_sheet.write_text("case_id,axis,score\nx," + "y" * 200_000 + ",1\n")
+    assert [r["axis"] for _, _, r in read_rows(label_sheet, "label sheet", ("case_id", "axis", "score"))] == ["y" * 200_000]
+

@@ -8,7 +8,9 @@ It also answers qaeval's generation prompt (``qaeval.proposals.generator``: a us
 with ``REQUEST:``) deterministically, from the passages it was sent: a single-passage question whose
 answer is a span of the first passage, a two-passage one, or a must-abstain question made of invented
 words. That is plumbing for tests and benchmarks, not question quality. ``generation_faults`` maps a
-fault to ``k`` (every k-th generation request gets it): ``malformed`` (not JSON), ``wrong_request``
+fault to ``k``: every k-th request it can apply to gets it, counted per fault (``answerable`` applies to
+must-abstain requests, ``not_in_passage`` and ``copies`` to the others, the rest to every request), so
+which requests get a fault does not depend on the order they arrive in more than that count does: ``malformed`` (not JSON), ``wrong_request``
 (another request's id), ``not_in_passage`` (an answer the passage does not hold), ``copies`` (a question
 that copies the passage), ``duplicate`` (the same question as the last one), ``answerable`` (a
 must-abstain question the corpus does answer), ``hang`` (no reply for ``hang_seconds``).
@@ -31,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+_KIND_FAULTS = ("answerable", "not_in_passage", "copies")  # answerable: must-abstain requests; the others: the rest
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}|\d[\d,.]*")
 _SYLLABLES = ("zor", "blat", "quen", "nix", "vel", "dran", "mop", "trel", "skiv", "olu", "prax", "dim")
 
@@ -122,6 +125,7 @@ class FakeJudgeServer:
         self.reply, self.no_choices = reply, no_choices
         self.generation_faults, self.hang_seconds = dict(generation_faults or {}), hang_seconds
         self.generations = 0
+        self._fault_counts: dict[str, int] = {}
         self._last_question: str | None = None
         self._stop = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -155,10 +159,19 @@ class FakeJudgeServer:
 
     def _generation(self, user: str) -> str | None:
         """The reply to one generation prompt, with this request's fault if any (None: it hung)."""
+        kind = re.search(r"^KIND: (.*)$", user, re.M)
+        answerable = (kind.group(1) if kind else "single") != "abstain"
+        fault = None
         with self._lock:
             self.generations += 1
-            number, previous = self.generations, self._last_question
-        fault = next((f for f, k in self.generation_faults.items() if k and number % k == 0), None)
+            previous = self._last_question
+            for name, k in self.generation_faults.items():  # the k-th request each fault can apply to gets it
+                applies = (not answerable) if name == "answerable" else answerable if name in _KIND_FAULTS else True
+                if not k or not applies:
+                    continue
+                self._fault_counts[name] = self._fault_counts.get(name, 0) + 1
+                if fault is None and self._fault_counts[name] % k == 0:
+                    fault = name
         if fault == "hang":
             self._stop.wait(self.hang_seconds)
             return None

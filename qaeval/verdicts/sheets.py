@@ -49,16 +49,30 @@ def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterat
     """(line the row starts on, its row number in a spreadsheet, its cells with ``sheet_value`` undone and
     outer spaces stripped) for each row of a CSV sheet; a DatasetError when a required column is missing."""
     text = read_text(path, what)
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in required if c not in (reader.fieldnames or [])]
-    if missing:
-        raise DatasetError(f"not a {what}: no {', '.join(missing)} column(s)", file=str(path))
-    inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
-    for cells in reader:
-        breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
-        line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
-        number, inner = line - inner, inner + breaks  # its row in a spreadsheet
-        yield line, number, {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
+    limit = csv.field_size_limit(len(text) + 1)  # a cell may be as long as the file (the csv module stops at 128 KiB)
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        try:
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+        except csv.Error as exc:
+            raise DatasetError([Problem(str(path), 1, f"not a CSV file qaeval can read ({exc})")]) from None
+        if missing:
+            raise DatasetError(f"not a {what}: no {', '.join(missing)} column(s)", file=str(path))
+        inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise DatasetError([Problem(str(path), reader.line_num, f"not a CSV row qaeval can read ({exc})")]) \
+                    from None
+            breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
+            line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
+            number, inner = line - inner, inner + breaks  # its row in a spreadsheet
+            yield line, number, {k: sheet_value((v or "").strip()) for k, v in cells.items() if isinstance(k, str)}
+    finally:
+        csv.field_size_limit(limit)
 
 
 def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0,
