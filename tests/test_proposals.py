@@ -658,3 +658,17 @@ def test_a_sheet_with_a_cell_over_128_kib_is_read(monitored, tmp_path, golden_co
     label_sheet.write_text("case_id,axis,score\nx," + "y" * 200_000 + ",1\n")
     assert [r["axis"] for _, _, r in read_rows(label_sheet, "label sheet", ("case_id", "axis", "score"))] == ["y" * 200_000]
 
+
+
+def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_path):
+    import subprocess
+    import sys
+
+    _, log, record = monitored
+    fifo = tmp_path / "log.jsonl"
+    os.mkfifo(fifo)
+    forged = tmp_path / "forged.json"
+    forged.write_text(record.read_text().replace(json.dumps(str(log)), json.dumps(str(fifo))))
+    done = subprocess.run([sys.executable, "-m", "qaeval", "propose", "--from-monitor", str(forged), "--out",
+                           str(tmp_path / "s.csv"), "--n", "2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 65 and "not a regular file" in done.stderr, done.stderr

@@ -140,8 +140,18 @@ def _parquet_batches(path: Path) -> Iterator[list[dict[str, Any]]]:
 
 
 def _jsonl_lines(path: Path, only: Container[int], problems: list[Problem]) -> Iterator[tuple[int, Any]]:
-    """(line, parsed value) of only the lines asked for: the others are not parsed at all."""
-    with open(path, "rb") as handle:
+    """(line, parsed value) of only the lines asked for: the others are not parsed at all. A path that is
+    not a regular file (a FIFO would block the read for ever, a folder has no lines) is a problem."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # opening a FIFO must not wait for a writer
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        problems.append(Problem(str(path), None, "not a regular file"))
+        return
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number in only:
                 try:
