@@ -132,23 +132,7 @@ class OpenAIJudge:
                           "written by an older qaeval) and are asked again", stacklevel=2)
 
     def _create(self, req: JudgeRequest) -> Any:
-        body: dict[str, Any] = dict(model=self.config.model, messages=list(req.messages),
-                                    temperature=self.config.temperature)
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
-        if self._structured:
-            try:
-                with self._lock:
-                    self.calls_made += 1
-                create: Any = self._client.chat.completions.create  # its overloads want literal keywords
-                return create(**body, response_format=RESPONSE_FORMAT)
-            except self._openai.BadRequestError as exc:
-                if "response_format" not in str(exc) and "json_schema" not in str(exc):
-                    raise
-                self._structured = False  # this server cannot do structured output: parse tolerantly
-        with self._lock:
-            self.calls_made += 1
-        return self._client.chat.completions.create(**body)
+        return create_completion(self, req.messages, RESPONSE_FORMAT)
 
     def _call(self, req: JudgeRequest) -> JudgeResponse:
         try:
@@ -173,6 +157,28 @@ class OpenAIJudge:
         if self.cache is not None:
             self.cache.put(self._key(req), reply, pt, ct, self.config.model)
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
+
+
+def create_completion(owner: Any, messages: Sequence[Any], response_format: dict[str, Any]) -> Any:
+    """One chat completion for ``owner`` (the judge or the generator: its ``_client``, ``_openai``,
+    ``config``, ``_lock``, ``calls_made`` and ``_structured``), asking for structured output until the server
+    says it cannot do it, then without."""
+    body: dict[str, Any] = dict(model=owner.config.model, messages=list(messages), temperature=owner.config.temperature)
+    if owner.config.seed is not None:
+        body["seed"] = owner.config.seed
+    create: Any = owner._client.chat.completions.create  # its overloads want literal keywords, not **body
+    if owner._structured:
+        try:
+            with owner._lock:
+                owner.calls_made += 1
+            return create(**body, response_format=response_format)
+        except owner._openai.BadRequestError as exc:
+            if "response_format" not in str(exc) and "json_schema" not in str(exc):
+                raise
+            owner._structured = False  # this server cannot do structured output: parse tolerantly
+    with owner._lock:
+        owner.calls_made += 1
+    return create(**body)
 
 
 def make_judge(settings: JudgeSettings | None = None) -> OpenAIJudge:

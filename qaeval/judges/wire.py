@@ -106,12 +106,12 @@ def response_from_plain(plain: Any, req: JudgeRequest) -> JudgeResponse:
                          prompt_tokens=tokens[0], completion_tokens=tokens[1], cached=plain.get("cached") is True)
 
 
-def config_from_plain(plain: Any) -> JudgeConfig:
-    """The judge's config as its process reported it, checked field by field."""
+def config_from_plain(plain: Any, what: str = "judge") -> JudgeConfig:
+    """The judge's (or generator's) config as its process reported it, checked field by field."""
     import re
 
     def fail(why: str) -> UsageError:
-        return UsageError(f"the judge's config {why}")
+        return UsageError(f"the {what}'s config {why}")
 
     if not isinstance(plain, dict):
         raise fail("did not arrive")

@@ -31,7 +31,7 @@ from qaeval.data.schema import Source
 from qaeval.errors import UsageError
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
-from qaeval.proposals.generator import (GenerationReply, GenerationRequest, Prompt, parse_reply, request_for)
+from qaeval.proposals.generator import GenerationReply, GenerationRequest, load_prompt, parse_reply, request_for
 from qaeval.proposals.ledger import Ledger, question_key
 from qaeval.system.retriever import CorpusRetriever
 from qaeval.text import content_terms
@@ -112,7 +112,7 @@ def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: Co
         raise UsageError("concurrency must be at least 1")
     max_calls = 3 * n + 10 if max_calls is None else max_calls
     target = shares(n, mix)
-    draw, prompt = _Draw(corpus, seed), Prompt.load()
+    draw, prompt = _Draw(corpus, seed), load_prompt()
     seen = verify.Seen(existing)
     dropped: dict[str, int] = {}
     taken: dict[str, list[Candidate]] = {k: [] for k in target}

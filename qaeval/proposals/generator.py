@@ -29,15 +29,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from importlib import resources
-from string import Template
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from qaeval.data.schema import Source
 from qaeval.errors import UsageError, install_extra
 from qaeval.files import loads_strict
-from qaeval.scoring.judge import JudgeSettings
+from qaeval.scoring.judge import JudgeConfig, JudgeSettings
+from qaeval.scoring.rubric import Rubric
 
 PROMPT_VERSION = "generate-v1"
 KINDS = ("single", "multi", "abstain")
@@ -58,37 +57,22 @@ RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_candid
 
 
 @dataclass(frozen=True)
-class GeneratorConfig:
-    """What identifies a generator's candidates; shown in the proposal's notes."""
+class GeneratorConfig(JudgeConfig):
+    """What identifies a generator's candidates (a judge's config, with the generation prompt's version);
+    shown in the proposal's notes."""
 
-    name: str
-    model: str
-    temperature: float = 0.0
-    seed: int | None = 0
     prompt_version: str = PROMPT_VERSION
-    base_url: str | None = None
 
     def label(self) -> str:
         return f"{self.name}:{self.model} t={self.temperature:g} prompt={self.prompt_version}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_plain(cls, data: Any) -> GeneratorConfig:
-        """A config as a generator's process sent it: plain values of the right types, or a UsageError."""
-        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str) or not isinstance(data.get("model"), str):
-            raise UsageError("the generator's config must give a name and a model (text)")
-        known = {f.name: f for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key in ("prompt_version", "base_url"):
-            if values.get(key) is not None and not isinstance(values[key], str):
-                raise UsageError(f"the generator's config {key} must be text")
-        if not isinstance(values.get("temperature", 0.0), (int, float)) or isinstance(values.get("temperature"), bool):
-            raise UsageError("the generator's config temperature must be a number")
-        if values.get("seed") is not None and (not isinstance(values["seed"], int) or isinstance(values["seed"], bool)):
-            raise UsageError("the generator's config seed must be a whole number or null")
-        return cls(**values)
+        """A config as a generator's process sent it, checked as a custom judge's is, or a UsageError."""
+        from qaeval.judges.wire import config_from_plain
+
+        plain = {"prompt_version": PROMPT_VERSION, **data} if isinstance(data, Mapping) else data
+        return cls(**asdict(config_from_plain(plain, what="generator")))
 
 
 @dataclass(frozen=True)
@@ -127,25 +111,15 @@ class GenerationReply:
         return {"request_id": self.request_id, "text": self.text, "error": self.error}
 
 
-@dataclass(frozen=True)
-class Prompt:
-    version: str
-    system: str
-    user: Template
-
-    @classmethod
-    def load(cls, version: str = PROMPT_VERSION) -> Prompt:
-        folder = resources.files("qaeval") / "rubric" / version
-        try:
-            return cls(version, (folder / "system.txt").read_text("utf-8"), Template((folder / "user.txt").read_text("utf-8")))
-        except OSError:
-            raise UsageError(f"no generation prompt {version!r} in qaeval/rubric/") from None
+def load_prompt(version: str = PROMPT_VERSION) -> Rubric:
+    """The generation prompt, read as the judge's rubric is (``qaeval/rubric/<version>/``)."""
+    return Rubric.load(version)
 
 
-def request_for(kind: str, passages: Sequence[Source], salt: str, prompt: Prompt | None = None) -> GenerationRequest:
+def request_for(kind: str, passages: Sequence[Source], salt: str, prompt: Rubric | None = None) -> GenerationRequest:
     """The request for ``kind`` over ``passages``; its id is a hash of them and ``salt`` (the same request
     on the same passages has the same id, so a cached reply is found again)."""
-    prompt = prompt or Prompt.load()
+    prompt = prompt or load_prompt()
     digest = hashlib.sha256("\x00".join([kind, salt, *(p.id for p in passages)]).encode("utf-8", "surrogatepass"))
     rid = f"gen-{digest.hexdigest()[:16]}"
     shown = "\n\n".join(f"[{p.id}]" + (f" ({p.title})" if p.title else "") + f" {p.text}" for p in passages)
@@ -233,12 +207,10 @@ class OpenAIGenerator:
                 return reply
             assert self.cache is not None
             self.cache.forget(key)
-        body: dict[str, Any] = dict(model=self.config.model, messages=list(request.messages),
-                                    temperature=self.config.temperature)
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
+        from qaeval.judges.openai import create_completion
+
         try:
-            completion = self._create(body)
+            completion = create_completion(self, request.messages, RESPONSE_FORMAT)
             text = completion.choices[0].message.content or ""
         except self._openai.APIStatusError as exc:
             return GenerationReply(request.request_id, error=f"HTTP {exc.status_code} from the generator after retries")
@@ -254,20 +226,6 @@ class OpenAIGenerator:
             self.cache.put(key, text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None),
                            self.config.model)
         return reply
-
-    def _create(self, body: dict[str, Any]) -> Any:
-        with self._lock:
-            self.calls_made += 1
-        create: Any = self._client.chat.completions.create  # its overloads want literal keywords, not **body
-        if self._structured:
-            try:
-                return create(**body, response_format=RESPONSE_FORMAT)
-            except self._openai.BadRequestError as exc:
-                if "response_format" not in str(exc) and "json_schema" not in str(exc):
-                    raise
-                self._structured = False  # this server cannot do structured output: parse tolerantly
-        return create(**body)
-
 
 def make_generator(settings: JudgeSettings | None = None) -> OpenAIGenerator:
     """Factory for ``--generator qaeval.proposals.generator:make_generator`` (the default)."""
