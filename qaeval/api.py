@@ -244,9 +244,10 @@ def baseline(data: str | None = None, *, out: str | None = None, allow_failing: 
     p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
     result = _evaluate(p)
     if not result.ok and not p["allow_failing"]:
-        again = " (its outputs are kept in the journal: add --resume to reuse them)" if _record_path(p) else ""
+        again = "; add --resume as well to keep this very run (its outputs wait in the journal)" \
+            if _record_path(p) else ""
         raise BaselineRefused(f"not a green run, so not a baseline: {result.reason}. Fix it, or keep it anyway with "
-                              f"--allow-failing{again} (the baseline then says it was not green)", result)
+                              f"--allow-failing (the baseline then says it was not green){again}", result)
     write_record(result, p["out"], baseline=True, allowed_failing=not result.ok)
     _drop_journal(p)
     return _finish(result, p)

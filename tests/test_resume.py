@@ -204,7 +204,7 @@ def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_p
     command = ["baseline", "--data", str(GOLDEN / "buggy"), "--out", str(out), "--adapter", "plugins:make_call_counter",
                "--quiet"]
     assert main(command) == 1
-    assert "add --resume to reuse them" in capsys.readouterr().err
+    assert "add --resume as well to keep this very run" in capsys.readouterr().err
     asked = len(calls.read_text().splitlines())
     assert (tmp_path / "b.json.journal").is_file() and not out.exists()
     assert main([*command, "--allow-failing", "--resume"]) == 0
