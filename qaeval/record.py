@@ -1,11 +1,11 @@
 """The run record: everything one command knew, in one versioned file a reviewer can read as a diff.
 
-Format ``qaeval-record``, version 2: a JSON object with sorted keys, one case per line.
+Format ``qaeval-record``, version 3: a JSON object with sorted keys, one case per line.
 
 ==============  ==========================================================================================
 format, version ``"qaeval-record"``, ``3`` (versions 1 and 2, before qaeval 0.4, are not read: run the
                 command again)
-kind            ``run``, ``gate``, ``calibrate`` or ``drift``: which report draws it
+kind            ``run``, ``gate``, ``calibrate``, ``drift`` or ``monitor``: which report draws it
 baseline        true when written by ``qaeval baseline``: prompts are kept as their sha256 only and the
                 fields that change from run to run on an unchanged system (time, commit, latency, logs,
                 cache hits) are left out, so re-baselining an unchanged system gives an empty diff
@@ -30,6 +30,8 @@ gate            (kind gate) the verdict: tiers, metric movements, regressed and 
                 baseline's answers for the cases that matter
 calibration     (kind calibrate) label pairs, agreement per axis with intervals, confusion matrices
 drift           (kind drift) the history line appended, the series, bands and alarms
+monitor         (kind monitor) every logged row's checks (``rows``, one row a line, so that ``qaeval propose``
+                can stream them), the scoreboard, slices, windows and alarms; ``cases`` are the judged rows
 ==============  ==========================================================================================
 
 Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
