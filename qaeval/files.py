@@ -88,8 +88,9 @@ def read_text(path: str | Path, what: str = "file") -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise DatasetError([Problem(str(path), line, f"not valid UTF-8 (byte 0x{data[exc.start]:02x})")]) from None
+        at = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)  # utf-8-sig counts from past the BOM
+        line = data.count(b"\n", 0, at) + 1
+        raise DatasetError([Problem(str(path), line, f"not valid UTF-8 (byte 0x{data[at]:02x})")]) from None
 
 
 # --------------------------------------------------------------------------- strict JSON
@@ -225,8 +226,9 @@ def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int,
                 try:
                     line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    problems.append(Problem(where, number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
-                                                           f"{offset + exc.start})"))
+                    at = exc.start + (3 if number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0)  # past the BOM
+                    problems.append(Problem(where, number, f"not valid UTF-8 (byte 0x{raw[at]:02x} at offset "
+                                                           f"{offset + at})"))
                     offset += len(raw)
                     continue
                 offset += len(raw)
@@ -253,7 +255,7 @@ def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int,
 # folder may be replaced only by an output of the same kind that finds its own mark in it.
 OUTPUT_MARKS = {"record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
                 "report": (b'class="qaeval-report"',), "journal": (b'"format": "qaeval-journal"',),
-                "review": (b"candidate_id,origin,source,",)}
+                "review": (b"candidate_id,origin,source,",), "sheet": (b"case_id,axis,output_fingerprint,",)}
 OUTPUT_WORDS = {"record": "run record", "report": "HTML report", "sheet": "label sheet", "review": "review sheet",
                 "labels": "labels file",
                 "journal": "run's journal"}
@@ -280,9 +282,21 @@ def _written_as(path: str, kind: str) -> bool:
     return any(mark in head for mark in OUTPUT_MARKS.get(kind, ()))
 
 
+def _holds_other_data(path: str, kind: str) -> bool:
+    """An existing, non-empty regular file without qaeval's mark for ``kind``: what an output must not replace
+    (``/dev/null``, a pipe or an empty file hold nothing to lose)."""
+    try:
+        info = os.lstat(path)  # a link is the writer's to refuse (a journal), or is replaced, never followed
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0 and not _written_as(path, kind)
+
+
 def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[tuple[str, Any]] = (),
                      data: Any = None) -> None:
     """Raise UsageError (exit 64), naming both paths, when a command's output would destroy data.
+    Anywhere, an output of a kind qaeval marks (a record, a report, a journal, a sheet) replaces only an
+    empty file or one qaeval wrote as that kind: never a source file, a README or another tool's output.
 
     ``outputs`` are (parameter, path, kind) and ``inputs`` (parameter, path); ``None`` is skipped. An output
     may not be an input (the same file by resolved path, or by ``os.path.samefile`` for a hard link) nor
@@ -308,6 +322,10 @@ def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[t
                                  "or writes as well; choose another path")
         real = os.path.realpath(path)
         if folder is None or os.path.commonpath([real, folder]) != folder:
+            if kind in OUTPUT_MARKS and _holds_other_data(path, kind):
+                raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a file that is not a "
+                                 f"{OUTPUT_WORDS[kind]} qaeval wrote is there (your code, a document, another tool's "
+                                 "output); choose another path, or remove it first")
             continue
         if os.path.dirname(real) == folder and real.endswith(".jsonl"):
             raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a *.jsonl file in the "

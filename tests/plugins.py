@@ -658,6 +658,27 @@ def make_abstain_every_other():
     return AbstainEveryOther()
 
 
+class MiscitesEveryOther(WrapsHub):
+    """The reference hub, except that every second time it is asked the DVD question its citation names a
+    passage it never retrieved (citation resolvability fails in that trial only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def answer(self, case):
+        out = self.hub.answer(case)
+        if "DVD" in case.question:
+            self.asked += 1
+            if self.asked % 2 == 0 and out.citations:
+                out.citations = [Citation("nowhere", c.claim) for c in out.citations]
+        return out
+
+
+def make_miscites_every_other():
+    return MiscitesEveryOther()
+
+
 class TrajectoryEveryOther(WrapsHub):
     """The reference hub, except on the seed-library question (a multi-step case): every first, third, ...
     time it is asked it answers it right by both hops, citing both gold passages; every second time it

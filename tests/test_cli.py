@@ -98,7 +98,7 @@ def test_a_huge_aggregate_is_malformed_output_not_a_crash(capsys):
 
 def test_a_failed_report_write_leaves_the_old_report_and_no_temporary(tmp_path, monkeypatch, capsys):
     report = tmp_path / "run.html"
-    report.write_text("the previous report")
+    report.write_text('<main class="qaeval-report">the previous report</main>')  # one qaeval wrote
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -107,7 +107,7 @@ def test_a_failed_report_write_leaves_the_old_report_and_no_temporary(tmp_path, 
     code = main(["run", "--data", str(GOLDEN), "--html", str(report), "--quiet"])
     monkeypatch.undo()
     assert code == 74 and "No space left on device" in capsys.readouterr().err
-    assert report.read_text() == "the previous report"
+    assert report.read_text() == '<main class="qaeval-report">the previous report</main>'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.html"], "no temporary left behind"
 
 
@@ -378,3 +378,18 @@ def test_baseline_names_the_system_it_recorded_and_that_it_was_the_default(tmp_p
     err = capsys.readouterr().err
     assert ("baseline of qaeval.system.reference:make_adapter (no --adapter given: the bundled reference system) "
             f"written to {tmp_path / 'b.json'}") in err
+
+
+def test_an_output_never_replaces_a_file_qaeval_did_not_write(tmp_path, capsys):
+    """--save and --html replaced any file, the adapter's own source too (a new user's --save mysys2.py)."""
+    source = tmp_path / "my_adapter.py"
+    source.write_text("def make_adapter():\n    ...\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    assert main(["run", "--data", str(GOLDEN), "--save", str(source), "--quiet"]) == 64
+    assert "a file that is not a run record qaeval wrote is there" in capsys.readouterr().err
+    assert main(["run", "--data", str(GOLDEN), "--html", str(readme), "--quiet"]) == 64
+    assert source.read_text().startswith("def make_adapter") and readme.read_text() == "# my project\n"
+    record = tmp_path / "r.json"
+    assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
+    assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0, "its own record: replaced"

@@ -269,3 +269,15 @@ def test_a_file_wrong_on_every_line_lists_the_first_problems_and_counts_the_rest
     assert message.endswith(f"... and {len(caught.value.problems) - DatasetError.SHOWN} more (fix these and load again)")
     assert main(["validate", "--data", str(folder)]) == 65
     assert len(capsys.readouterr().err.splitlines()) == DatasetError.SHOWN + 2
+
+
+def test_a_bad_byte_after_a_byte_order_mark_is_named_where_it_is(tmp_path):
+    """utf-8-sig counts from past the BOM: the byte named was three to the left of the bad one."""
+    from qaeval.data.cases import load_suite
+    from qaeval.errors import DatasetError
+
+    data = b'\xef\xbb\xbf{"id": "b1", "question": "caf\xe9?"}\n'
+    (tmp_path / "cases.jsonl").write_bytes(data)
+    bad = data.index(bytes([0xE9]))
+    with pytest.raises(DatasetError, match=rf"byte 0xe9 at offset {bad}\)"):
+        load_suite(tmp_path)

@@ -128,6 +128,15 @@ def test_a_multi_step_case_whose_trajectory_fails_in_one_trial_has_not_succeeded
     assert bool(back.at["multi-0001", "trajectory_success"]) is False
 
 
+def test_the_gates_tier_one_breakdown_counts_every_trial(monkeypatch):
+    """A check that failed in trial 2 only was missing from the breakdown ("1 case(s) not green: ")."""
+    monkeypatch.syspath_prepend(TESTS)
+    result = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), trials=2, isolation="none",
+                          concurrency=1, adapter="plugins:make_miscites_every_other")
+    tier = next(t for t in result.tiers.to_dict("records") if t["rule"] == "deterministic checks")
+    assert not tier["passed"] and "citation_resolvability failed on 1" in tier["detail"], tier["detail"]
+
+
 def test_a_record_holds_every_trial_and_reads_back_the_same(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=3, isolation="none",

@@ -85,8 +85,9 @@ METRICS: tuple[MonitorMetric, ...] = (
                   "a passage the row holds", lambda r: (_flag(r, "citation_resolvability") & _answered(r), _answered(r))),
     MonitorMetric("citation_coverage", "higher", "answer sentences", "load-bearing answer sentences a claim covers",
                   lambda r: (r["covered"].to_numpy(float), r["sentences"].to_numpy(float))),
-    MonitorMetric("prompt_grounding", "higher", "rows with a logged prompt", "prompts carrying the question, a "
-                  "retrieved passage and every cited one", lambda r: (_flag(r, "prompt_grounding"),
+    MonitorMetric("prompt_grounding", "higher", "rows with a prompt or no model call",
+                  "prompts carrying the question, a retrieved passage and every cited one (a row that called no model "
+                  "passes)", lambda r: (_flag(r, "prompt_grounding"),
                                                                       _known(r, "prompt_grounding"))),
     MonitorMetric("fail_closed_rate", "higher", "rows", "rows with nothing retrieved that neither answered nor "
                   "called the model, and every row that retrieved something",

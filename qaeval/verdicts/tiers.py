@@ -110,14 +110,20 @@ def match_cases(run: RunResult, baseline: Baseline) -> CaseMatch:
 def tier_one(run: RunResult) -> dict[str, Any]:
     bad = run.tier_one_failures
     detail = f"all deterministic{' and tier-1' if run.registered.checks else ''} checks green, no adapter error"
-    if bad:
-        errored = run.outputs.loc[run.outputs["error"].notna(), "case_id"]
-        failing = run.checks[~run.checks["passed"] & ~run.checks["case_id"].isin(errored)]  # not by text
-        c = run.custom
-        blocking = c[c["blocks"] & ~c["passed"] & ~c["case_id"].isin(errored)].rename(columns={"name": "check"})
-        parts = [f"adapter error on {len(errored)}"] if len(errored) else []
-        parts += [f"{check} failed on {len(ids)}" for frame_ in (failing, blocking) for check, ids in
-                  sorted(frame_.groupby("check")["case_id"].apply(list).items())]
+    if bad:  # over every trial: a case is not green when any of its trials is not
+        errored: set[str] = set()
+        failed: dict[str, set[str]] = {}
+        for trial in run.trial_runs or (run,):
+            erred = set(trial.outputs.loc[trial.outputs["error"].notna(), "case_id"])
+            errored |= erred
+            failing = trial.checks[~trial.checks["passed"] & ~trial.checks["case_id"].isin(erred)]  # not by text
+            c = trial.custom
+            blocking = c[c["blocks"] & ~c["passed"] & ~c["case_id"].isin(erred)].rename(columns={"name": "check"})
+            for frame_ in (failing, blocking):
+                for check, ids in frame_.groupby("check")["case_id"]:
+                    failed.setdefault(str(check), set()).update(ids)
+        parts = [f"adapter error on {len(errored)}"] if errored else []
+        parts += [f"{check} failed on {len(ids)}" for check, ids in sorted(failed.items())]
         detail = f"{len(bad)} case(s) not green: " + ", ".join(parts)
     return tier_row(1, "deterministic checks", not bad, detail, bad)
 
