@@ -283,7 +283,7 @@ def test_accept_refuses_a_bad_row_with_its_line_and_writes_nothing(monitored, tm
     err = capsys.readouterr().err
     assert why in err and f"(sheet row {rows.index(good) + 2}, {good['candidate_id']})" in err
     assert (golden_copy / "living.jsonl").read_bytes() == living
-    assert not (golden_copy / ".qaeval").exists(), "not even the rejection is recorded"
+    assert not (golden_copy / ".qaeval" / "decisions.jsonl").exists(), "not even the rejection is recorded"
 
 
 def test_accept_refuses_a_duplicate_of_a_case_and_a_decision_reversed(monitored, tmp_path, golden_copy, capsys):
@@ -602,8 +602,9 @@ def test_propose_refuses_what_cannot_work(tmp_path, capsys):
         api.propose(from_corpus=str(tmp_path), sheet=str(tmp_path / "s.csv"), n=0)
     with pytest.raises(RecordError):
         api.propose(from_monitor=str(tmp_path / "none.json"), sheet=str(tmp_path / "s.csv"))
+    shutil.copytree(GOLDEN, tmp_path / "g", ignore=shutil.ignore_patterns("calibration", "buggy", "*.json"))
     with pytest.raises(DatasetError, match="review sheet not found"):
-        api.accept(tmp_path / "none.csv", data=str(GOLDEN))
+        api.accept(tmp_path / "none.csv", data=str(tmp_path / "g"))
 
 
 # --------------------------------------------------------------------------- the notebook
@@ -672,3 +673,37 @@ def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_pa
     done = subprocess.run([sys.executable, "-m", "qaeval", "propose", "--from-monitor", str(forged), "--out",
                            str(tmp_path / "s.csv"), "--n", "2"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 65 and "not a regular file" in done.stderr, done.stderr
+
+
+def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_path, golden_copy, capsys):
+    """From the adversarial review: a FIFO record hung; mixed second precision was exit 70; an answer ending
+    in a line break could never be accepted; a ledger that could not be written left the cases written."""
+    import fcntl
+
+    fifo = tmp_path / "rec.json"
+    os.mkfifo(fifo)
+    assert main(["propose", "--from-monitor", str(fifo), "--out", str(tmp_path / "s.csv")]) == 65
+    assert "not a regular file" in capsys.readouterr().err
+    rows = [log_row(i, bad_citation=True, question=f"When does branch {i} open?", answer="Nine.\n",
+                    citations=[{"source_id": "missing", "claim": "Nine."}],
+                    timestamp="2026-02-01T10:00:00.250Z" if i % 2 else "2026-02-01T09:00:00Z") for i in range(4)]
+    log = write_jsonl(tmp_path / "log.jsonl", rows)
+    record = tmp_path / "mon.json"
+    assert main(["monitor", "--logs", str(log), "--window", "1D", "--save", str(record), "--quiet"]) == 0
+    sheet = tmp_path / "s.csv"
+    assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "2"]) == 0
+    got = sheet_rows(sheet)
+    for r in got:
+        r.update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
+    filled = write_rows(tmp_path / "f.csv", got)
+    (golden_copy / ".qaeval").write_text("in the way")  # the ledger cannot be written
+    living = (golden_copy / "living.jsonl").read_bytes()
+    assert main(["accept", str(filled), "--data", str(golden_copy)]) == 74
+    assert (golden_copy / "living.jsonl").read_bytes() == living, "nothing written"
+    (golden_copy / ".qaeval").unlink()
+    (golden_copy / ".qaeval").mkdir()
+    with open(golden_copy / ".qaeval" / "accept.lock", "w") as held:  # another accept is at work
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert main(["accept", str(filled), "--data", str(golden_copy)]) == 64
+    capsys.readouterr()
+    assert main(["accept", str(filled), "--data", str(golden_copy)]) == 0, capsys.readouterr().err

@@ -34,7 +34,7 @@ from qaeval.data.schema import DIFFICULTIES, Source
 from qaeval.errors import DatasetError, Problem
 from qaeval.files import dumps_canonical, loads_strict, read_bytes, write_atomic
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint
-from qaeval.proposals.ledger import question_key, read_ledger, traffic_key
+from qaeval.proposals.ledger import FOLDER, question_key, read_ledger, traffic_key
 from qaeval.text import normalize
 from qaeval.verdicts.sheets import sheet_rows
 
@@ -117,9 +117,17 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
 
 def accept(sheet: str | Path, data: str | Path) -> Accepted:
     """Add the accepted rows of ``sheet`` to the living split of the golden folder ``data`` (see the module)."""
-    from qaeval.data.cases import build_suite
+
+    from qaeval.scoring.journal import hold
 
     root = Path(data)
+    with hold(root / FOLDER / "accept"):  # two accepts into one folder would number and write the same cases
+        return _accept(sheet, root)
+
+
+def _accept(sheet: str | Path, root: Path) -> Accepted:
+    from qaeval.data.cases import build_suite
+
     suite = load_suite(root)
     ledger = read_ledger(root)
     where = str(sheet)
@@ -209,6 +217,7 @@ def accept(sheet: str | Path, data: str | Path) -> Accepted:
         mine = [Problem(where, at[p.line][0], f"{p.message} (sheet row {at[p.line][1]}, {at[p.line][2]['candidate_id']})")
                 for p in exc.problems if p.file == str(target) and p.line in at]
         raise DatasetError(mine or exc.problems) from None
+    ledger.check_writable()  # before the cases are written: a ledger that cannot take the decisions stops here
     if new:
         if existing and not existing.endswith(b"\n"):
             existing += b"\n"

@@ -65,7 +65,9 @@ def passages_plain(passages: Sequence[Source]) -> list[dict[str, str]]:
 
 def fingerprint(cid: str, origin: str, source: str, question: str, passages: Sequence[Source],
                 answer: str | None) -> str:
-    plain = [cid, origin, source, question, passages_plain(passages), answer or ""]
+    # question and answer as a sheet reads them back (its cells are stripped): a logged answer ending in a
+    # line break is the same proposal after the round trip
+    plain = [cid, origin, source, question.strip(), passages_plain(passages), (answer or "").strip()]
     return hashlib.sha256(dumps_canonical(plain).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

@@ -50,11 +50,29 @@ class Ledger:
     def rejected_count(self) -> int:
         return sum(1 for e in self.by_key.values() if e["decision"] == "rejected")
 
+    def check_writable(self) -> None:
+        """A FileAccessError (74) now when the decisions could not be appended: a folder, a link or a file
+        in the way."""
+        from qaeval.errors import FileAccessError
+
+        folder = self.path.parent
+        for place in (folder, self.path):
+            if place.is_symlink():
+                raise FileAccessError(place, "the ledger of decisions may not be a link")
+        if folder.exists() and not folder.is_dir():
+            raise FileAccessError(folder, "cannot keep the ledger of decisions: a file is in the way of its folder")
+        if self.path.exists() and not self.path.is_file():
+            raise FileAccessError(self.path, "the ledger of decisions is not a regular file")
+
     def append(self, entries: list[dict[str, Any]]) -> None:
+        """Every decision in one append (all or nothing)."""
+        if not entries:
+            return
+        self.check_writable()
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        for entry in entries:
-            entry = {**entry, "decided": when}
-            append_line(self.path, dumps_canonical(entry))
+        stamped = [{**entry, "decided": when} for entry in entries]
+        append_line(self.path, "\n".join(dumps_canonical(e) for e in stamped))
+        for entry in stamped:
             self.by_key[entry["key"]] = self.by_id[entry["candidate_id"]] = entry
 
 

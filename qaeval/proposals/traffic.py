@@ -94,8 +94,23 @@ class Pool:
 # --------------------------------------------------------------------------- reading the record
 
 
+def _regular(path: Path) -> None:
+    """A record must be a regular file: a FIFO would block the read for ever, /dev/zero never end."""
+    import stat
+
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise RecordError("monitor record not found", file=str(path)) from None
+    except OSError as exc:
+        raise RecordError(f"the monitor record cannot be read ({exc.strerror or exc})", file=str(path)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RecordError("the monitor record is not a regular file", file=str(path))
+
+
 def _skeleton(path: Path) -> tuple[dict[str, Any], bool]:
     """(the record without its rows and judged cases, whether its rows are one a line); pass one."""
+    _regular(path)
     parts: list[bytes] = []
     one_a_line = False
     skipping = opened = False

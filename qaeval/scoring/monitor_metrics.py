@@ -213,7 +213,7 @@ def slice_frame(rows: pd.DataFrame, by: Sequence[str], labels: pd.DataFrame | No
 
 def window_keys(timestamps: pd.Series, every: str) -> pd.Series:
     """Each row's window (ISO start time, UTC) for a pandas frequency such as 1D, 1W or 6h; NA without a time."""
-    times = pd.to_datetime(timestamps, utc=True)
+    times = pd.to_datetime(timestamps, utc=True, format="ISO8601")  # a format guessed from the first would refuse "...00.250Z"
     try:
         starts = times.dt.floor(every)
     except ValueError:  # calendar frequencies (weeks, months) have no fixed length: use periods
