@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from conftest import make_case
 from helpers import S1, S2, frames, output
@@ -102,12 +104,13 @@ def test_the_template_is_stripped_the_same_through_the_memo_and_without_it():
     import random
 
     from qaeval.scoring import checks
+    from qaeval.text import search_pieces
 
     rng = random.Random(7)
     words = "answer the question using only passages below cite by its id | 2 1964 branch".split()
     lead = "answer the question using only the passages below"
     texts = [f" {lead} " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 400))) + " " for _ in range(150)]
-    remainders = [checks._remove(t, []) for t in texts] + [" answer the question using only | 2 | "]
+    remainders = [search_pieces(t, [])[0] for t in texts] + [" answer the question using only | 2 | "]
     template = checks.learn_template(remainders)
     assert template  # the lead's 4-grams: something is stripped
     checks._stripped_short.cache_clear()
@@ -271,7 +274,8 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
 
 
 def _one_scan_per_piece(text: str, pieces: list[str]) -> str:
-    """The removal as it was (one scan of the prompt per piece): the oracle for the indexed one."""
+    """The removal as it was (one scan of the prompt per piece, longest first): the oracle where no two
+    occurrences overlap."""
     out = f" {text} "
     for piece in sorted({p for p in pieces if p}, key=len, reverse=True):
         needle = f" {piece} "
@@ -280,17 +284,120 @@ def _one_scan_per_piece(text: str, pieces: list[str]) -> str:
     return out
 
 
-def test_the_indexed_prompt_cuts_and_finds_exactly_what_one_scan_per_piece_did():
+def _occurrences(text: str, pieces: list[str]) -> list[tuple[int, int]]:
+    words = text.split()
+    return [(i, i + len(p.split())) for p in set(pieces) if p for i in range(len(words))
+            if words[i:i + len(p.split())] == p.split()]
+
+
+def _overlap(spans: list[tuple[int, int]]) -> bool:
+    """Whether two occurrences share a word without one holding the other."""
+    return any(a < c < b < d for a, b in spans for c, d in spans)
+
+
+def _random_prompts(seed: int, count: int, vocab: list[str]) -> list[tuple[str, list[str], list[str]]]:
     import random
 
-    from qaeval.text import PromptWords
+    rng = random.Random(seed)
 
-    rng = random.Random(7)
-    vocab = ["x", "y", "z", "lend", "items"]  # few words: repeats, overlaps and adjacent copies are common
-    for _ in range(2000):
-        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 14)))
-        pieces = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 5))]
-        words = PromptWords(text)
-        assert words.remove(pieces) == _one_scan_per_piece(text, pieces), (text, pieces)
-        for piece in pieces:
-            assert words.contains(piece) == (f" {piece} " in f" {text} "), (text, piece)
+    def some(most: int) -> list[str]:
+        return [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, most))]
+
+    return [(" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30))), some(5), some(3)) for _ in range(count)]
+
+
+@pytest.fixture(params=["direct", "index"])
+def search(request, monkeypatch):
+    """``search_pieces`` by the direct scans or by the index, whatever the input's size."""
+    from qaeval import text
+
+    monkeypatch.setattr(text, "DIRECT_SCANS", 10**9 if request.param == "direct" else -1)
+    return text.search_pieces
+
+
+def test_where_no_occurrences_overlap_the_prompt_is_cut_as_one_scan_per_piece_cut_it(search):
+    compared = 0
+    for text, cut, find in _random_prompts(7, 3000, ["x", "y", "z", "lend", "items"]):
+        if _overlap(_occurrences(text, cut)):
+            continue
+        rest, found = search(text, cut, find)
+        assert rest == _one_scan_per_piece(text, cut), (text, cut)
+        for piece in cut + find:
+            assert (piece in found) == (bool(piece) and f" {piece} " in f" {text} "), (text, piece)
+        compared += 1
+    assert compared > 1000  # repeats and adjacent copies are common with five words; partial overlaps less so
+
+
+def test_the_direct_scans_and_the_index_cut_and_find_the_same_words():
+    """The index takes over from the direct scans past a size; what they give must not depend on which."""
+    from qaeval import text as qtext
+
+    for text, cut, find in _random_prompts(11, 3000, ["x", "y", "z"]):  # three words: overlaps everywhere
+        padded = f" {text} "
+        direct = qtext._cut_spans(padded, qtext._direct_spans(padded, [p for p in set(cut) if p], limit=10**9))
+        rest, found = qtext._indexed_search(text.split(), [p for p in dict.fromkeys(cut) if p],
+                                            [p for p in dict.fromkeys(find) if p])
+        assert rest == direct, (text, cut)
+        for piece in cut + find:
+            assert (piece in found) == (bool(piece) and f" {piece} " in padded), (text, piece)
+
+
+def test_overlapping_occurrences_are_cut_whole(search):
+    """Longest first, one cut at a time, left the part of an occurrence that overlapped an earlier cut."""
+    assert search("a b c d", ["a b c", "c d"])[0] == " | "
+    assert search("x y x y", ["x y"])[0] == " | | "  # adjacent copies: a separator each, as before
+    assert search("q a b c d r", ["a b c", "c d"])[0] == " q | r "
+
+
+def test_a_gold_answer_where_two_retrieved_passages_overlap_in_the_prompt_is_not_a_leak(search):
+    """A system that merges overlapping chunks into one block sends their shared words once; the answer
+    lies inside both passages, not outside them."""
+    from qaeval.scoring.checks import check_grounding_isolation
+
+    case = SimpleNamespace(question="What is Dunmore Street called now?", gold_answer="King Road")
+    bodies = {"c1": "The Eastside Branch opened in 1964 on Dunmore Street.",
+              "c2": "Dunmore Street was renamed King Road in 1990."}
+    out = dict(model_was_called=True, retrieved_ids=["c1", "c2"], citations=[{"source_id": "c2", "claim": "x"}],
+               prompt_to_model="What is Dunmore Street called now?\nThe Eastside Branch opened in 1964 on "
+                               "Dunmore Street was renamed King Road in 1990.")
+    assert check_grounding_isolation(case, out, bodies) == (
+        True, "prompt carries the question and its sources; no gold answer outside them")
+    out["prompt_to_model"] += " Hint: King Road."
+    ok, why = check_grounding_isolation(case, out, bodies)
+    assert not ok and why == "gold answer 'King Road' appears in the prompt outside the retrieved sources"
+
+
+def test_a_prompt_of_thousands_of_passages_is_checked_whole():
+    """Issue 40: one 3 MB row of 12,000 passages held a run 25 s, one scan of the prompt per piece. Past
+    ``DIRECT_SCANS`` the pieces are found through one index; the check must still see a leak and a cited
+    passage the prompt lacks among thousands (benchmarks/bench_grounding.py times it)."""
+    from qaeval import text
+    from qaeval.scoring.checks import check_grounding_isolation
+
+    bodies = {f"p{i}": f"Branch {i} lends {i % 13 + 2} items and renews them twice." for i in range(3000)}
+    case = SimpleNamespace(question="How many items does branch 7 lend?", gold_answer="9 items")
+    out = dict(model_was_called=True, retrieved_ids=list(bodies), citations=[{"source_id": "p2999", "claim": "x"}],
+               prompt_to_model="How many items does branch 7 lend?\n" + "\n".join(f"[{k}] {v}" for k, v in bodies.items()))
+    assert 2 * 3000 * 3 > text.DIRECT_SCANS  # through the index
+    assert check_grounding_isolation(case, out, bodies)[0]  # "9 items" is in passages only (p7, p20, ...)
+    out["prompt_to_model"] = out["prompt_to_model"].replace("[p1500]", "(9 items) [p1500]").replace(
+        f"[p2998] {bodies['p2998']}", "[p2998]")
+    out["citations"].append({"source_id": "p2998", "claim": "x"})
+    ok, why = check_grounding_isolation(case, out, bodies)
+    assert not ok and why == ("gold answer '9 items' appears in the prompt outside the retrieved sources; "
+                              "cited source(s) p2998 not in the prompt: the model never saw them")
+
+
+def test_a_repetitive_prompt_goes_to_the_index_once_the_direct_scans_meet_more_occurrences_than_words(monkeypatch):
+    """A prompt of one word repeated makes every piece of that word occur everywhere: the direct scans
+    stop counting at the prompt's words and the index, which reads the prompt once, cuts it."""
+    from qaeval import text
+
+    indexed = []
+    real = text._indexed_search
+    monkeypatch.setattr(text, "_indexed_search", lambda *a: indexed.append(1) or real(*a))
+    prompt = " ".join(["a"] * 1000)
+    assert text.search_pieces(prompt, ["a a a", "a a"])[0] == " | "  # 998 + 999 occurrences, in 1,000 words
+    assert indexed == [1]
+    assert text.search_pieces(prompt + " b", ["a a a a a a a a a a"])[0] == " | b "  # 991: the direct scans do it
+    assert indexed == [1]

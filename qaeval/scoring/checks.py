@@ -52,7 +52,7 @@ from typing import Any, Literal, get_args
 import pandas as pd
 
 from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import PromptWords, distinct_terms, has_content_terms, normalize, normalize_once, split_sentences
+from qaeval.text import distinct_terms, has_content_terms, normalize, normalize_once, search_pieces, split_sentences
 
 CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
                     "passage_fidelity"]
@@ -77,11 +77,6 @@ def _within(padded: str, needle: str) -> bool:
 def _contains(haystack: str, needle: str) -> bool:
     """Word-bounded containment of normalised (folded) text."""
     return _within(f" {haystack} ", needle)
-
-
-def _remove(text: str, pieces: Sequence[str]) -> str:
-    """``text`` (normalised) with every occurrence of every normalised piece cut out (``PromptWords.remove``)."""
-    return PromptWords(text).remove(pieces)
 
 
 TEMPLATE_SAMPLE = 500
@@ -131,45 +126,54 @@ def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str
     was recorded): where a leaked gold answer would have to be. A passage's id and title are context
     where they head its body ("[the-exies] The Exies\nThe Exies were ..." leaks nothing); a second
     copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages).
-    ``normal_prompt``: the prompt already normalised, when the caller has it."""
+    Every word inside an occurrence of any of these is cut, where occurrences overlap too
+    (``qaeval.text.search_pieces``). ``normal_prompt``: the prompt already normalised, when the caller has it."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
-    retrieved = [r for r in out["retrieved_ids"] if r in bodies]
+    normal = normal_prompt if normal_prompt is not None else normalize_once(prompt)
+    return search_pieces(normal, _isolation_pieces(case, out, bodies, titles))[0]
+
+
+def _isolation_pieces(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
+                      titles: Mapping[str, str | None] | None) -> list[str]:
+    """What ``prompt_remainder`` cuts, normalised: the question, and each retrieved passage's body, id,
+    and body headed by its id and title."""
     pieces = [normalize(case.question)]
-    for r in retrieved:
+    for r in out["retrieved_ids"]:
+        if r not in bodies:
+            continue
         body, rid, title = normalize(bodies[r]), normalize(r), normalize((titles or {}).get(r) or "")
         heads = [f"{title} {body}", f"{rid} {title} {body}", f"{title} {rid} {body}"] if title else []
         pieces += [*heads, f"{rid} {body}", body, rid]
-    return _remove(normal_prompt if normal_prompt is not None else normalize_once(prompt), pieces)
+    return pieces
 
 
 def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
                               template: frozenset[tuple[str, ...]] = frozenset(),
                               remainder: str | None = None, titles: Mapping[str, str | None] | None = None) -> tuple[bool, str]:
     """Every way the prompt breaks isolation, not just the first (a leak is named even when the prompt
-    also lacks a cited source)."""
+    also lacks a cited source). The prompt is searched once for all of it (``search_pieces``)."""
     if not out["model_was_called"]:
         return True, "no model call"
     prompt = out["prompt_to_model"]
     if is_missing(prompt) or not str(prompt).strip():
         return False, "a model was called but no prompt was recorded, so isolation cannot be verified"
-    normal = normalize_once(prompt)
-    words = PromptWords(normal)
+    question = normalize(case.question)
+    retrieved = [normalize(bodies[r]) for r in out["retrieved_ids"] if r in bodies]
+    cited = [(c["source_id"], normalize(bodies[c["source_id"]])) for c in out["citations"] if c["source_id"] in bodies]
+    leak_pieces = _isolation_pieces(case, out, bodies, titles) if case.gold_answer and remainder is None else []
+    rest, found = search_pieces(normalize_once(prompt), leak_pieces, [question, *retrieved, *(body for _, body in cited)])
     problems = []
-    if not words.contains(normalize(case.question)):
+    if question not in found:
         problems.append("the prompt does not carry the question")
-    retrieved = [r for r in out["retrieved_ids"] if r in bodies]
-    if retrieved and not any(words.contains(normalize(bodies[r])) for r in retrieved):
+    if retrieved and not any(body in found for body in retrieved):
         problems.append("the prompt carries none of the retrieved sources' text (ids alone ground nothing)")
-    seen: dict[str, bool] = {}  # a source cited many times is looked for once
-    missing = [c["source_id"] for c in out["citations"] if c["source_id"] in bodies and not (
-        seen[c["source_id"]] if c["source_id"] in seen else
-        seen.setdefault(c["source_id"], words.contains(normalize(bodies[c["source_id"]]))))]
+    missing = [sid for sid, body in cited if body not in found]
     if missing and retrieved:
         problems.append(f"cited source(s) {', '.join(dict.fromkeys(missing))} not in the prompt: the model never saw them")
     if case.gold_answer:
-        rest = remainder if remainder is not None else prompt_remainder(case, out, bodies, titles, normal) or ""
+        rest = remainder if remainder is not None else rest
         if _contains(_strip_template(rest, template), normalize(case.gold_answer)):
             problems.insert(0, f"gold answer {case.gold_answer!r} appears in the prompt outside the retrieved sources")
     if problems:
