@@ -228,6 +228,34 @@ def test_a_second_run_with_the_same_record_path_is_refused_at_once(tmp_path, cap
     assert record.is_file() and not (tmp_path / "r.json.lock").exists(), "the lock goes with the run"
 
 
+def test_a_run_that_opened_the_lock_file_as_the_holder_let_go_locks_the_file_the_path_names(tmp_path, monkeypatch):
+    """The lock file is removed before it is let go: a run that opened it just before locked a file no
+    other run could see, and a third run then locked a new one beside it (two runs, one record path)."""
+    import fcntl
+    from types import SimpleNamespace
+
+    from qaeval.errors import UsageError
+    from qaeval.scoring import journal
+
+    record = tmp_path / "r.json"
+    first = journal.hold(record)
+    first.__enter__()
+
+    def lock_once_the_first_run_is_done(fd, how):  # between this run's open and its lock, the first run ends
+        first.__exit__(None, None, None)
+        monkeypatch.setattr(journal, "fcntl", fcntl)  # and nothing else comes between
+        return fcntl.flock(fd, how)
+
+    monkeypatch.setattr(journal, "fcntl", SimpleNamespace(flock=lock_once_the_first_run_is_done,
+                                                          LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    with journal.hold(record):
+        assert (tmp_path / "r.json.lock").exists(), "the lock held is the file the path names"
+        with pytest.raises(UsageError, match=f"another qaeval run is writing {record}"):
+            with journal.hold(record):
+                pass
+    assert not (tmp_path / "r.json.lock").exists()
+
+
 def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settle(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     calls_file = tmp_path / "calls"

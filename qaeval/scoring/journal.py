@@ -71,23 +71,16 @@ LOCK_SUFFIX = ".lock"
 @contextmanager
 def hold(record: str | os.PathLike[str] | None) -> Iterator[None]:
     """An exclusive lock on the record path's ``.lock`` while the command runs; a UsageError at once when
-    another run holds it. The lock file is removed before it is let go (a run that opened it just then
-    fails to lock it, and the next one makes a new one)."""
+    another run holds it. The lock file is removed before it is let go, so a lock is only taken on the
+    file the path names once it is held: a run that opened the file just before the run holding it
+    removed it and let go would otherwise hold a lock on a file no later run can see, beside a later run
+    locking a new one (it opens the new one instead)."""
     if record is None or fcntl is None:
         yield
         return
     path = Path(str(record) + LOCK_SUFFIX)
+    fd = _locked(path, record)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError as exc:
-        raise FileAccessError(path, f"cannot lock the record's path ({exc.strerror or exc})") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
-                             "give this run another record path") from None
         try:
             yield
         finally:
@@ -96,6 +89,30 @@ def hold(record: str | os.PathLike[str] | None) -> Iterator[None]:
             except OSError:
                 pass
     finally:
+        os.close(fd)
+
+
+def _locked(path: Path, record: str | os.PathLike[str]) -> int:
+    """An open descriptor of ``path``, exclusively locked, that ``path`` still names."""
+    while True:  # again only when the run that held the lock finished between this run's open and lock
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise FileAccessError(path, f"cannot lock the record's path ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
+                             "give this run another record path") from None
+        try:
+            named = os.stat(path, follow_symlinks=False)
+        except OSError:
+            named = None
+        held = os.fstat(fd)
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd
         os.close(fd)
 
 
