@@ -417,7 +417,7 @@ def test_a_history_line_qaeval_could_not_read_back_is_never_appended(tmp_path, m
     assert not history.exists(), "nothing appended"
 
 
-@pytest.mark.parametrize("name", ["log\u2028of day.jsonl", "log\u0085x.jsonl"])
+@pytest.mark.parametrize("name", ["log\u2028of day.jsonl", "log\u0085x.jsonl", "log\nof day.jsonl", "log\rx.jsonl"])
 def test_a_log_path_with_a_line_separator_makes_a_history_that_reads_back(tmp_path, name, capsys):
     logs = write_jsonl(tmp_path / name, traffic(days=2, per_day=40))
     history = tmp_path / "h.jsonl"
