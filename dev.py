@@ -71,25 +71,65 @@ def demo(bin_dir: Path) -> None:
     qaeval("validate", "--data", "golden/buggy", expect=0)
     qaeval("run", "--data", "golden", "--save", "reports/run.json", "--html", "reports/run.html", expect=0)
     qaeval("gate", "--data", "golden", "--baseline", baseline, "--html", "reports/gate-golden.html", expect=0)
-    qaeval("gate", "--data", "golden/buggy", "--adapter", buggy, "--baseline", baseline,
-           "--save", "reports/gate-saboteur.json", "--html", "reports/gate.html", expect=1)
+    qaeval(
+        "gate",
+        "--data",
+        "golden/buggy",
+        "--adapter",
+        buggy,
+        "--baseline",
+        baseline,
+        "--save",
+        "reports/gate-saboteur.json",
+        "--html",
+        "reports/gate.html",
+        expect=1,
+    )
     # The offline judge agrees with the demo labels on every axis (it credits an answer that contains the
     # gold answer); on the hand-written labelled set it is refused on faithfulness.
-    qaeval("calibrate", "--data", "golden", "--labels", "golden/calibration/human_labels.jsonl",
-           "--html", "reports/calibrate.html", expect=0)
-    qaeval("calibrate", "--labelled", "examples/labelled-set.jsonl", "--min-labels", "5",
-           "--html", "reports/calibrate-labelled.html", expect=2)
+    qaeval(
+        "calibrate",
+        "--data",
+        "golden",
+        "--labels",
+        "golden/calibration/human_labels.jsonl",
+        "--html",
+        "reports/calibrate.html",
+        expect=0,
+    )
+    qaeval(
+        "calibrate",
+        "--labelled",
+        "examples/labelled-set.jsonl",
+        "--min-labels",
+        "5",
+        "--html",
+        "reports/calibrate-labelled.html",
+        expect=2,
+    )
     history.unlink(missing_ok=True)
     for _ in range(4):
         qaeval("drift", "--data", "golden", "--timeseries", str(history), "--quiet", expect=0)
-    qaeval("drift", "--data", "golden", "--timeseries", str(history), "--adapter", buggy,
-           "--html", "reports/drift.html", expect=3)
+    qaeval(
+        "drift",
+        "--data",
+        "golden",
+        "--timeseries",
+        str(history),
+        "--adapter",
+        buggy,
+        "--html",
+        "reports/drift.html",
+        expect=3,
+    )
     qaeval("run", "--data", "golden", "--adapter", buggy, "--save", "reports/saboteur-run.json", "--quiet", expect=0)
     qaeval("compare", baseline, "reports/saboteur-run.json", "--html", "reports/compare.html", expect=0)
     qaeval("report", "reports/gate-saboteur.json", "--html", "reports/gate-from-record.html", expect=0)
     print("\ndemo done: the gate passed golden against the committed baseline, blocked the saboteur, calibration")
     print("trusted the offline judge on the demo labels and refused it on the labelled set's faithfulness, drift")
-    print(f"alarmed on the saboteur, compare named every case it changed. Reports: {', '.join(sorted(p.name for p in reports.glob('*.html')))} in {reports}")
+    print(
+        f"alarmed on the saboteur, compare named every case it changed. Reports: {', '.join(sorted(p.name for p in reports.glob('*.html')))} in {reports}"
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -48,9 +48,14 @@ def one_run(tree: Path, data: Path, isolation: str, cwd: Path) -> tuple[float, f
     """(wall seconds, CPU seconds of the run and every process it started)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(data), "--quiet",
-                           "--isolation", isolation], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=cwd,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "qaeval", "run", "--data", str(data), "--quiet", "--isolation", isolation],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -78,15 +83,19 @@ def main() -> None:
             data.mkdir()
             write_suite(data, args.cases, args.case_kb)
             runs: dict[str, list[tuple[float, float]]] = {label: [] for label in trees}
-            print(f"{args.cases} cases of about {args.case_kb:g} KB, --isolation {args.isolation}, "
-                  f"{args.pairs} alternated pair(s)")
+            print(
+                f"{args.cases} cases of about {args.case_kb:g} KB, --isolation {args.isolation}, "
+                f"{args.pairs} alternated pair(s)"
+            )
             for _ in range(args.pairs):
                 for label, tree in trees.items():
                     wall, cpu = one_run(tree, data, args.isolation, base)
                     runs[label].append((wall, cpu))
                     print(f"  {label:<6} wall {wall:6.2f} s   cpu {cpu:6.2f} s", flush=True)
-            medians = {label: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
-                       for label, r in runs.items()}
+            medians = {
+                label: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+                for label, r in runs.items()
+            }
             for label, rev in (("before", args.before), ("after", args.after)):
                 wall, cpu = medians[label]
                 print(f"median {label:<6} ({rev}): wall {wall:.2f} s, cpu {cpu:.2f} s")

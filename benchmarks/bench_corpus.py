@@ -42,10 +42,12 @@ import tempfile
 import time
 from pathlib import Path
 
-COMMON = ("the of and to in a is was for on that by with as at from it an be are this which or its were "
-          "has have had not but also after first their new other two more one all into time over year when "
-          "city museum library branch river school church station bridge market harbour council garden "
-          "village street tower castle island valley forest railway company festival record season").split()
+COMMON = (
+    "the of and to in a is was for on that by with as at from it an be are this which or its were "
+    "has have had not but also after first their new other two more one all into time over year when "
+    "city museum library branch river school church station bridge market harbour council garden "
+    "village street tower castle island valley forest railway company festival record season"
+).split()
 SYLLABLES = "ka ro mi tu ne sa li po de va gu shi ren tal mor bek dan fil gor hun".split()
 QUESTIONS = 1000
 
@@ -72,7 +74,7 @@ def write_corpus(path: Path, n: int, seed: int = 7) -> None:
             count = min(10000, n - start)
             picks = np.searchsorted(cumulative, rng.random((count, 80)))
             for row, i in zip(picks.tolist(), range(start, start + count)):
-                sentences = [" ".join(words[w] for w in row[j:j + 10]) for j in range(0, 80, 10)]
+                sentences = [" ".join(words[w] for w in row[j : j + 10]) for j in range(0, 80, 10)]
                 text = ". ".join(s[0].upper() + s[1:] for s in sentences) + f". Ref {i}."
                 passage = {"id": f"doc-{i:07d}", "text": text}
                 if i % 2:
@@ -108,7 +110,6 @@ def rss_mib() -> float:
 
 
 def child_corpus(path: Path, n: int) -> dict:
-    import numpy as np  # noqa: F401  (the baseline includes numpy, which the corpus index uses)
 
     from qaeval.data.corpus import Corpus
 
@@ -127,8 +128,13 @@ def child_corpus(path: Path, n: int) -> dict:
     t0 = time.perf_counter()
     count = sum(1 for _ in corpus)
     assert count == n
-    return {"open_s": opened, "index_rss_mib": grown, "peak_rss_mib": peak_mib(),
-            "access_us": statistics.median(times) * 1e6, "iterate_s": time.perf_counter() - t0}
+    return {
+        "open_s": opened,
+        "index_rss_mib": grown,
+        "peak_rss_mib": peak_mib(),
+        "access_us": statistics.median(times) * 1e6,
+        "iterate_s": time.perf_counter() - t0,
+    }
 
 
 def _query_stats(search, qs) -> tuple[float, float]:
@@ -163,9 +169,17 @@ def child_fts5(path: Path, n: int) -> dict:
         agree = _agreement(retriever, qs[:200])
     finally:
         shutil.rmtree(cache)
-    return {"build_s": built, "size_mib": size, "peak_rss_mib": peak_mib(), "reopen_s": reopened,
-            "query_ms": plain, "query_floor_ms": floored, "recall@10": recall,
-            "out_of_corpus_empty": empty / (QUESTIONS // 10), "top10_same_as_all_words": agree}
+    return {
+        "build_s": built,
+        "size_mib": size,
+        "peak_rss_mib": peak_mib(),
+        "reopen_s": reopened,
+        "query_ms": plain,
+        "query_floor_ms": floored,
+        "recall@10": recall,
+        "out_of_corpus_empty": empty / (QUESTIONS // 10),
+        "top10_same_as_all_words": agree,
+    }
 
 
 def _agreement(retriever, qs) -> float:
@@ -177,7 +191,7 @@ def _agreement(retriever, qs) -> float:
     for question, gold in qs:
         if gold is None:
             continue
-        every = {r for r, in db.execute(sql, (match_expression(question_words(question)),))}
+        every = {r for (r,) in db.execute(sql, (match_expression(question_words(question)),))}
         cut = {int(pid.split("-")[1]) + 1 for pid, _ in retriever.search(question, 10)}
         same, total = same + len(every & cut), total + len(every)
     return same / total
@@ -203,8 +217,7 @@ def child_bm25s(path: Path, n: int) -> dict:
 
         tokens = list(tokenizer.streaming_tokenize(texts()))
         model = bm25s.BM25()
-        model.index(bm25s.tokenization.Tokenized(ids=tokens, vocab=tokenizer.get_vocab_dict()),
-                    show_progress=False)
+        model.index(bm25s.tokenization.Tokenized(ids=tokens, vocab=tokenizer.get_vocab_dict()), show_progress=False)
         del tokens
         model.save(folder)
         built = time.perf_counter() - t0
@@ -223,8 +236,14 @@ def child_bm25s(path: Path, n: int) -> dict:
         plain, recall = _query_stats(search, qs)
     finally:
         shutil.rmtree(folder)
-    return {"build_s": built, "size_mib": size, "peak_rss_mib": peak_mib(), "reopen_s": reopened,
-            "query_ms": plain, "recall@10": recall}
+    return {
+        "build_s": built,
+        "size_mib": size,
+        "peak_rss_mib": peak_mib(),
+        "reopen_s": reopened,
+        "query_ms": plain,
+        "recall@10": recall,
+    }
 
 
 CHILDREN = {"corpus": child_corpus, "fts5": child_fts5, "bm25s": child_bm25s}
@@ -234,8 +253,9 @@ CHILDREN = {"corpus": child_corpus, "fts5": child_fts5, "bm25s": child_bm25s}
 
 
 def measure(kind: str, path: Path, n: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", kind, str(path), str(n)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(path), str(n)], capture_output=True, text=True, check=False
+    )
     if done.returncode:
         sys.exit(f"{kind} on {n} passages failed:\n{done.stderr}")
     return json.loads(done.stdout)
@@ -268,10 +288,13 @@ def main() -> None:
             path = Path(tmp) / f"corpus-{n}.jsonl"
             t0 = time.perf_counter()
             write_corpus(path, n)
-            print(f"generated {n:,} passages, {path.stat().st_size / 2**20:.0f} MiB, in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
-            kinds = (["corpus"] if str(n) in args.corpus_sizes.split(",") else []) + \
-                    ([k for k in args.retrievers.split(",") if k] if str(n) in args.retriever_sizes.split(",") else [])
+            print(
+                f"generated {n:,} passages, {path.stat().st_size / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
+            kinds = (["corpus"] if str(n) in args.corpus_sizes.split(",") else []) + (
+                [k for k in args.retrievers.split(",") if k] if str(n) in args.retriever_sizes.split(",") else []
+            )
             for kind in kinds:
                 report(kind, n, [measure(kind, path, n) for _ in range(args.repeat)])
             os.unlink(path)

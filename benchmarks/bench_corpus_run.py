@@ -42,9 +42,15 @@ def write_data(folder: Path, passages: int, cases: int) -> None:
         asked = questions(corpus, passages)[:cases]
     with open(folder / "cases.jsonl", "w", encoding="utf-8") as out:
         for i, (question, gold) in enumerate(asked):
-            case = {"id": f"q-{i:05d}", "question": question, "gold_source_ids": [gold] if gold else [],
-                    "gold_answer": None, "expected_behavior": "unanswerable_must_abstain" if gold is None else "answer",
-                    "difficulty": "single-hop", "split": "frozen"}
+            case = {
+                "id": f"q-{i:05d}",
+                "question": question,
+                "gold_source_ids": [gold] if gold else [],
+                "gold_answer": None,
+                "expected_behavior": "unanswerable_must_abstain" if gold is None else "answer",
+                "difficulty": "single-hop",
+                "split": "frozen",
+            }
             if gold:  # the answer is the gold passage's last sentence, which the reference system quotes
                 case["gold_answer"] = "Ref"
             out.write(json.dumps(case) + "\n")
@@ -76,9 +82,23 @@ def one_run(data: Path, concurrency: int) -> tuple[float, float, str]:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "QAEVAL_PROGRESS": "0", "QAEVAL_INDEX_CACHE": cache, "XDG_CACHE_HOME": cache}
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "qaeval.cli", "run", "--data", str(data), "--concurrency",
-                                 str(concurrency), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "qaeval.cli",
+                "run",
+                "--data",
+                str(data),
+                "--concurrency",
+                str(concurrency),
+                "--quiet",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         peak = 0.0
         while proc.poll() is None:
             peak = max(peak, tree_rss_mib(proc.pid))
@@ -102,8 +122,10 @@ def main() -> None:
         data = Path(tmp) / "data"
         start = time.perf_counter()
         write_data(data, args.passages, args.cases)
-        print(f"{args.passages} passages, {args.cases} cases written in {time.perf_counter() - start:.1f} s; "
-              f"concurrency {args.concurrency}")
+        print(
+            f"{args.passages} passages, {args.cases} cases written in {time.perf_counter() - start:.1f} s; "
+            f"concurrency {args.concurrency}"
+        )
         times, peaks = [], []
         for _ in range(args.repeat):
             elapsed, peak, figures = one_run(data, args.concurrency)
@@ -111,8 +133,10 @@ def main() -> None:
             peaks.append(peak)
             print(f"  run: {elapsed:.1f} s, peak {peak:.0f} MiB across all processes; {figures}", flush=True)
         t, m = statistics.median(times), statistics.median(peaks)
-        print(f"median {t:.1f} s (target {TARGET_S:g} s: {'met' if t <= TARGET_S else 'MISSED'}), "
-              f"peak {m:.0f} MiB (target {TARGET_MIB:g} MiB: {'met' if m <= TARGET_MIB else 'MISSED'})")
+        print(
+            f"median {t:.1f} s (target {TARGET_S:g} s: {'met' if t <= TARGET_S else 'MISSED'}), "
+            f"peak {m:.0f} MiB (target {TARGET_MIB:g} MiB: {'met' if m <= TARGET_MIB else 'MISSED'})"
+        )
 
 
 if __name__ == "__main__":

@@ -46,11 +46,19 @@ def row(passages: int, chars: int, shared: bool) -> tuple[SimpleNamespace, dict,
     bodies = {f"p{i}": ("" if shared else f"Passage {i} says: ") + filler(rng, chars) for i in range(passages)}
     titles = {pid: f"Note {i}" for i, pid in enumerate(bodies)}
     question = "How many items per month does the policy allow?"
-    prompt = "\n\n".join([f"Answer from the passages below.\nQuestion: {question}",
-                          *(f"[{pid}] {titles[pid]}\n{text}" for pid, text in bodies.items())])
+    prompt = "\n\n".join(
+        [
+            f"Answer from the passages below.\nQuestion: {question}",
+            *(f"[{pid}] {titles[pid]}\n{text}" for pid, text in bodies.items()),
+        ]
+    )
     case = SimpleNamespace(question=question, gold_answer="forty two items", must_abstain=False)
-    out = dict(model_was_called=True, prompt_to_model=prompt, retrieved_ids=list(bodies),
-               citations=[{"source_id": pid, "claim": text} for pid, text in bodies.items()])
+    out = dict(
+        model_was_called=True,
+        prompt_to_model=prompt,
+        retrieved_ids=list(bodies),
+        citations=[{"source_id": pid, "claim": text} for pid, text in bodies.items()],
+    )
     return case, out, bodies, titles
 
 
@@ -72,21 +80,40 @@ def measure(passages: int, chars: int, shared: bool, repeat: int) -> dict:
 
 def at_commit(rev: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", rev, "qaeval"], check=True,
-                                 capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(HERE.parent), "archive", rev, "qaeval"], check=True, capture_output=True
+        ).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
-        done = subprocess.run([sys.executable, __file__, "--json", "--passages", str(args.passages), "--chars",
-                               str(args.chars), "--repeat", str(args.repeat), *(["--shared"] if args.shared else [])],
-                              env={**os.environ, "PYTHONPATH": tmp}, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--json",
+                "--passages",
+                str(args.passages),
+                "--chars",
+                str(args.chars),
+                "--repeat",
+                str(args.repeat),
+                *(["--shared"] if args.shared else []),
+            ],
+            env={**os.environ, "PYTHONPATH": tmp},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(done.stdout)
 
 
 def show(label: str, found: dict) -> None:
     for path, name in (("gold", "with a gold answer (a run)"), ("no_gold", "without one (the monitor)")):
         m = found[path]
-        print(f"{label}: {name}: median {m['median']:.3f} s (runs {', '.join(f'{t:.3f}' for t in m['runs'])}); "
-              f"verdict {m['verdict'][0]}", flush=True)
+        print(
+            f"{label}: {name}: median {m['median']:.3f} s (runs {', '.join(f'{t:.3f}' for t in m['runs'])}); "
+            f"verdict {m['verdict'][0]}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -103,8 +130,11 @@ def main() -> None:
         return
     before = at_commit(args.before, args) if args.before else None
     after = measure(args.passages, args.chars, args.shared, args.repeat)
-    print(f"one row: {args.passages:,} passages{' sharing their words' if args.shared else ''}, a prompt of "
-          f"{after['prompt_chars']:,} characters; median of {args.repeat}", flush=True)
+    print(
+        f"one row: {args.passages:,} passages{' sharing their words' if args.shared else ''}, a prompt of "
+        f"{after['prompt_chars']:,} characters; median of {args.repeat}",
+        flush=True,
+    )
     if before is not None:
         show(f"at {args.before}", before)
     show("this code", after)

@@ -41,15 +41,23 @@ def main() -> None:
     run = api.run(str(ROOT / "golden"))
     base = build_requests(run.suite.to_frame(), run.outputs, run.suite.sources_frame())
     answered = len(base)
-    requests = [dataclasses.replace(base[i % answered], case_id=f"{base[i % answered].case_id}#{i}")
-                for i in range(args.calls)]
+    requests = [
+        dataclasses.replace(base[i % answered], case_id=f"{base[i % answered].case_id}#{i}") for i in range(args.calls)
+    ]
     ideal = args.calls * args.latency / args.concurrency
-    print(f"{args.calls} calls, {args.latency * 1000:.0f} ms latency, concurrency {args.concurrency}: "
-          f"ideal {ideal:.2f} s")
+    print(
+        f"{args.calls} calls, {args.latency * 1000:.0f} ms latency, concurrency {args.concurrency}: ideal {ideal:.2f} s"
+    )
     times = []
     with FakeJudgeServer(latency=args.latency) as server:
-        judge = OpenAIJudge(model="bench", base_url=server.url, api_key="bench", concurrency=args.concurrency,
-                            cache=None, show_progress=False)
+        judge = OpenAIJudge(
+            model="bench",
+            base_url=server.url,
+            api_key="bench",
+            concurrency=args.concurrency,
+            cache=None,
+            show_progress=False,
+        )
         for _ in range(args.repeat):
             start = time.perf_counter()
             responses = judge.judge(requests)
@@ -58,10 +66,14 @@ def main() -> None:
         tokens = sum((r.prompt_tokens or 0) + (r.completion_tokens or 0) for r in responses)
         peak = server.max_in_flight
     med = statistics.median(times)
-    print(f"median wall {med:.2f} s over {args.repeat} runs (min {min(times):.2f}, max {max(times):.2f}): "
-          f"{med / ideal:.2f}x ideal; peak in flight {peak}")
-    print(f"calls per answered case: 1 ({answered} answered of {len(run.suite)} golden cases; "
-          f"abstentions cost 0); tokens per call: {tokens / args.calls:.0f}")
+    print(
+        f"median wall {med:.2f} s over {args.repeat} runs (min {min(times):.2f}, max {max(times):.2f}): "
+        f"{med / ideal:.2f}x ideal; peak in flight {peak}"
+    )
+    print(
+        f"calls per answered case: 1 ({answered} answered of {len(run.suite)} golden cases; "
+        f"abstentions cost 0); tokens per call: {tokens / args.calls:.0f}"
+    )
     met = med <= TARGET * ideal
     print(f"target: within {TARGET}x of ideal ({TARGET * ideal:.2f} s): {'met' if met else 'MISSED'}")
     if args.strict and not met:

@@ -4,7 +4,7 @@
     python benchmarks/bench_monitor.py                       # 1,000,000 rows, judge on 2,000; 3 timings of 100,000
     python benchmarks/bench_monitor.py --rows 200000 --repeat 5
 
-1. The mechanical layer alone (``qaeval.monitoring.check_log``: strict loading and the four gold-free
+1. The mechanical layer alone (``qaeval.commands.monitoring.check_log``: strict loading and the four gold-free
    checks on every row), in this process, on ``--layer-rows`` rows, ``--repeat`` times: the median rows
    per second.
 2. A whole ``qaeval monitor --logs FILE --by system --window 1D --sample 2000`` on ``--rows`` rows, in a
@@ -37,11 +37,17 @@ def row(i: int) -> dict:
     first = f"The {words[i % 7]} branch lends {i % 13 + 2} items per card."
     second = "It renews them twice unless another patron holds them."
     cited = "p9" if i % 10 == 0 else "p0"
-    return {"id": f"req-{i:07d}", "question": f"How many items does the {words[i % 7]} branch lend?",
-            "passages": passages, "answer": f"{first} {second}",
-            "citations": [{"source_id": cited, "claim": first}, {"source_id": "p0", "claim": second}],
-            "model_was_called": True, "prompt": "Passages:\n" + "\n".join(p["text"] for p in passages),
-            "timestamp": f"2026-03-{1 + i % 14:02d}T{i % 24:02d}:00:00Z", "system": f"sys-{i % 3}"}
+    return {
+        "id": f"req-{i:07d}",
+        "question": f"How many items does the {words[i % 7]} branch lend?",
+        "passages": passages,
+        "answer": f"{first} {second}",
+        "citations": [{"source_id": cited, "claim": first}, {"source_id": "p0", "claim": second}],
+        "model_was_called": True,
+        "prompt": "Passages:\n" + "\n".join(p["text"] for p in passages),
+        "timestamp": f"2026-03-{1 + i % 14:02d}T{i % 24:02d}:00:00Z",
+        "system": f"sys-{i % 3}",
+    }
 
 
 def write_log(path: Path, n: int) -> Path:
@@ -54,7 +60,7 @@ def write_log(path: Path, n: int) -> Path:
 def mechanical(path: Path, repeat: int) -> tuple[list[float], list[float]]:
     """(rows per wall second, rows per CPU second) of each run: on a shared machine the second is the
     figure that does not depend on what else is running."""
-    from qaeval.monitoring import check_log
+    from qaeval.commands.monitoring import check_log
 
     wall, cpu = [], []
     for _ in range(repeat):
@@ -67,8 +73,23 @@ def mechanical(path: Path, repeat: int) -> tuple[list[float], list[float]]:
 
 def whole_run(path: Path, sample: int) -> tuple[float, float, float, str]:
     """(wall seconds, CPU seconds, peak RSS in MiB, the command's first line) of one `qaeval monitor` process."""
-    command = [sys.executable, "-m", "qaeval", "monitor", "--logs", str(path), "--by", "system", "--window", "1D",
-               "--sample", str(sample), "--seed", "1", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "qaeval",
+        "monitor",
+        "--logs",
+        str(path),
+        "--by",
+        "system",
+        "--window",
+        "1D",
+        "--sample",
+        str(sample),
+        "--seed",
+        "1",
+        "--quiet",
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -88,16 +109,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qaeval-bench-monitor-") as tmp:
         small = write_log(Path(tmp) / "small.jsonl", args.layer_rows)
         wall, cpu = mechanical(small, args.repeat)
-        print(f"mechanical layer (load + 4 checks), {args.layer_rows:,} rows, {len(wall)} runs: median "
-              f"{statistics.median(wall):,.0f} rows/s of wall time ({', '.join(f'{r:,.0f}' for r in wall)}), "
-              f"{statistics.median(cpu):,.0f} rows per CPU second; load average {os.getloadavg()[0]:.1f} "
-              f"on {os.cpu_count()} cores")
+        print(
+            f"mechanical layer (load + 4 checks), {args.layer_rows:,} rows, {len(wall)} runs: median "
+            f"{statistics.median(wall):,.0f} rows/s of wall time ({', '.join(f'{r:,.0f}' for r in wall)}), "
+            f"{statistics.median(cpu):,.0f} rows per CPU second; load average {os.getloadavg()[0]:.1f} "
+            f"on {os.cpu_count()} cores"
+        )
         big = write_log(Path(tmp) / "big.jsonl", args.rows)
         size = big.stat().st_size / 2**20
         wall, cpu, peak, first = whole_run(big, args.sample)
-        print(f"qaeval monitor, {args.rows:,} rows ({size:,.0f} MiB of JSONL), judge on {args.sample:,}: "
-              f"{wall:,.1f} s wall ({args.rows / wall:,.0f} rows/s), {cpu:,.1f} CPU s ({args.rows / cpu:,.0f} rows per "
-              f"CPU second), peak RSS {peak:,.0f} MiB (target: under 1,536 MiB)")
+        print(
+            f"qaeval monitor, {args.rows:,} rows ({size:,.0f} MiB of JSONL), judge on {args.sample:,}: "
+            f"{wall:,.1f} s wall ({args.rows / wall:,.0f} rows/s), {cpu:,.1f} CPU s ({args.rows / cpu:,.0f} rows per "
+            f"CPU second), peak RSS {peak:,.0f} MiB (target: under 1,536 MiB)"
+        )
         print(f"  {first}")
 
 

@@ -49,15 +49,51 @@ def judged(folder: Path) -> int:
     return sum(1 for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip())
 
 
-def run(folder: Path, url: str, system: float, concurrency: int, judge_concurrency: int,
-        extra: list[str] | None = None, env: dict[str, str] | None = None) -> float:
-    env = {**os.environ, "QAEVAL_PROGRESS": "0", "BENCH_LATENCY": str(system), "OPENAI_BASE_URL": url,
-           "QAEVAL_JUDGE_CACHE": "off", "PYTHONPATH": str(HERE), **(env or {})}
+def run(
+    folder: Path,
+    url: str,
+    system: float,
+    concurrency: int,
+    judge_concurrency: int,
+    extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> float:
+    env = {
+        **os.environ,
+        "QAEVAL_PROGRESS": "0",
+        "BENCH_LATENCY": str(system),
+        "OPENAI_BASE_URL": url,
+        "QAEVAL_JUDGE_CACHE": "off",
+        "PYTHONPATH": str(HERE),
+        **(env or {}),
+    }
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--adapter",
-                           "bench_boundary:make_sleepy", "--judge", "qaeval.judges.openai:make_judge", "--judge-model",
-                           "fake", "--concurrency", str(concurrency), "--judge-concurrency", str(judge_concurrency),
-                           "--quiet", *(extra or [])], capture_output=True, text=True, env=env, cwd=folder.parent)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qaeval",
+            "run",
+            "--data",
+            str(folder),
+            "--adapter",
+            "bench_boundary:make_sleepy",
+            "--judge",
+            "qaeval.judges.openai:make_judge",
+            "--judge-model",
+            "fake",
+            "--concurrency",
+            str(concurrency),
+            "--judge-concurrency",
+            str(judge_concurrency),
+            "--quiet",
+            *(extra or []),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder.parent,
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"qaeval run exited {done.returncode}: {done.stderr[-2000:]}")
@@ -78,10 +114,13 @@ def overlap(cases: int, system: float, judge: float, concurrency: int, judge_con
         system_bound = cases * system / concurrency
         judge_bound = judged(folder) * judge / judge_concurrency
         bound = max(system_bound, judge_bound)
-        print(f"{cases} cases, system {system * 1000:.0f} ms x {concurrency}, judge {judge * 1000:.0f} ms x "
-              f"{judge_concurrency}: wall {wall:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}), fixed {fixed:.2f} s, "
-              f"bound {bound:.2f} s (system {system_bound:.2f}, judge {judge_bound:.2f}; phased {system_bound + judge_bound:.2f})"
-              f" -> (wall - fixed) / bound = {(wall - fixed) / bound:.3f}", flush=True)
+        print(
+            f"{cases} cases, system {system * 1000:.0f} ms x {concurrency}, judge {judge * 1000:.0f} ms x "
+            f"{judge_concurrency}: wall {wall:.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)}), fixed {fixed:.2f} s, "
+            f"bound {bound:.2f} s (system {system_bound:.2f}, judge {judge_bound:.2f}; phased {system_bound + judge_bound:.2f})"
+            f" -> (wall - fixed) / bound = {(wall - fixed) / bound:.3f}",
+            flush=True,
+        )
 
 
 def resume(cases: int = 1000) -> None:
@@ -91,11 +130,34 @@ def resume(cases: int = 1000) -> None:
         folder = Path(tmp) / "cases"
         write_cases(folder, cases)
         counted = Path(tmp) / "calls"
-        env = {**os.environ, "QAEVAL_PROGRESS": "0", "BENCH_LATENCY": "0.02", "OPENAI_BASE_URL": server.url,
-               "QAEVAL_JUDGE_CACHE": "off", "PYTHONPATH": str(HERE), "BENCH_CALLS": str(counted)}
-        args = [sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--adapter", "bench_overlap:make_counted",
-                "--judge", "qaeval.judges.openai:make_judge", "--judge-model", "fake", "--concurrency", "8",
-                "--save", str(Path(tmp) / "r.json"), "--quiet"]
+        env = {
+            **os.environ,
+            "QAEVAL_PROGRESS": "0",
+            "BENCH_LATENCY": "0.02",
+            "OPENAI_BASE_URL": server.url,
+            "QAEVAL_JUDGE_CACHE": "off",
+            "PYTHONPATH": str(HERE),
+            "BENCH_CALLS": str(counted),
+        }
+        args = [
+            sys.executable,
+            "-m",
+            "qaeval",
+            "run",
+            "--data",
+            str(folder),
+            "--adapter",
+            "bench_overlap:make_counted",
+            "--judge",
+            "qaeval.judges.openai:make_judge",
+            "--judge-model",
+            "fake",
+            "--concurrency",
+            "8",
+            "--save",
+            str(Path(tmp) / "r.json"),
+            "--quiet",
+        ]
         journal = Path(tmp) / "r.json.journal"
         proc = subprocess.Popen(args, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         while proc.poll() is None:  # a benchmark, not a test: it watches the journal grow
@@ -114,10 +176,15 @@ def resume(cases: int = 1000) -> None:
         resumed = json.loads((Path(tmp) / "r.json").read_text())["scoreboard"]
         subprocess.run(args[:-3] + ["--save", str(Path(tmp) / "whole.json"), "--quiet"], env=env, cwd=tmp, check=True)
         whole = json.loads((Path(tmp) / "whole.json").read_text())["scoreboard"]
-        same = [(r["metric"], r["value"], r["n"]) for r in resumed] == [(r["metric"], r["value"], r["n"]) for r in whole]
-        print(f"resume: interrupted with exit {proc.returncode} after {first} system calls, {kept} outputs journaled; "
-              f"the resumed run asked for {second} ({cases} - {kept} = {cases - kept}); scoreboard equal to an "
-              f"uninterrupted run's: {same}", flush=True)
+        same = [(r["metric"], r["value"], r["n"]) for r in resumed] == [
+            (r["metric"], r["value"], r["n"]) for r in whole
+        ]
+        print(
+            f"resume: interrupted with exit {proc.returncode} after {first} system calls, {kept} outputs journaled; "
+            f"the resumed run asked for {second} ({cases} - {kept} = {cases - kept}); scoreboard equal to an "
+            f"uninterrupted run's: {same}",
+            flush=True,
+        )
 
 
 class Counted:
@@ -128,13 +195,13 @@ class Counted:
 
         self.inner = make_sleepy()
 
-    def answer(self, case):  # noqa: ANN001
+    def answer(self, case):
         with open(os.environ["BENCH_CALLS"], "a") as f:
             f.write("x\n")
         return self.inner.answer(case)
 
 
-def make_counted():  # noqa: ANN201
+def make_counted():
     return Counted()
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 PHASES = (  # (label, module the caller looks the name up in, name)
     ("load the cases", "qaeval.api", "load_suite"),
-    ("the system", "qaeval.pipeline", "run_suite"),
+    ("the system", "qaeval.commands.pipeline", "run_suite"),
     ("checks", "qaeval.scoring.checks", "check_outputs"),
     ("retrieval", "qaeval.scoring.evaluate", "score_retrieval"),
     ("judge", "qaeval.scoring.evaluate", "score_with_judge"),
@@ -81,7 +81,7 @@ def time_collections(spent: dict[str, float]) -> None:
 
 
 def forget_text() -> None:
-    from qaeval import text
+    from qaeval.core import text
 
     for memo in (text._NORMAL, text._TERM_SETS):
         memo.clear()
@@ -118,8 +118,10 @@ def main() -> None:
             if code != 0:
                 sys.exit(f"qaeval run exited {code}")
             runs.append(dict(spent))
-    print(f"\n{args.cases} cases of about {args.case_kb:g} KB, isolation {args.isolation}, median of {args.repeat} "
-          f"run(s), CPU seconds of this process")
+    print(
+        f"\n{args.cases} cases of about {args.case_kb:g} KB, isolation {args.isolation}, median of {args.repeat} "
+        f"run(s), CPU seconds of this process"
+    )
     print(f"{'imports (once)':<22} {imports:>7.2f}")
     whole = statistics.median(r["whole run"] for r in runs)
     for label in [label for label, _, _ in PHASES] + ["garbage collector"]:
@@ -127,8 +129,10 @@ def main() -> None:
         print(f"{label:<22} {value:>7.2f}  {value / whole:>5.0%}")
     print(f"{'whole run':<22} {whole:>7.2f}  (the rest is the record, the notes and printing)")
     if (args.cases, args.case_kb) == (10_000, 4):
-        print(f"target: under 15 s of wall time end to end (imports included): "
-              f"{'met' if imports + whole < 8 else 'not met'} in CPU time here ({imports + whole:.1f} s)")
+        print(
+            f"target: under 15 s of wall time end to end (imports included): "
+            f"{'met' if imports + whole < 8 else 'not met'} in CPU time here ({imports + whole:.1f} s)"
+        )
     else:
         print("(the target, under 15 s end to end, is for 10,000 cases of 4 KB: the defaults)")
 

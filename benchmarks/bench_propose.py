@@ -36,14 +36,27 @@ WORDS = ("north", "south", "east", "west", "river", "hill", "harbour")
 
 def log_row(i: int) -> dict:
     w, n = WORDS[i % 7], i % 13 + 2
-    passages = [{"id": f"p{j}", "text": f"The {WORDS[(i + j) % 7]} branch lends {(i + j) % 13 + 2} items per card "
-                 "and renews them twice unless another patron holds them."} for j in range(4)]
+    passages = [
+        {
+            "id": f"p{j}",
+            "text": f"The {WORDS[(i + j) % 7]} branch lends {(i + j) % 13 + 2} items per card "
+            "and renews them twice unless another patron holds them.",
+        }
+        for j in range(4)
+    ]
     question = f"How many items does the {w} branch lend?"
     answer = f"The {w} branch lends {n} items per card."
-    row = {"id": f"req-{i:07d}", "question": question, "passages": passages, "answer": answer,
-           "citations": [{"source_id": "p9" if i % 50 == 0 else "p0", "claim": answer}], "model_was_called": True,
-           "prompt": f"Question: {question}\nPassages:\n" + "\n".join(p["text"] for p in passages),
-           "timestamp": f"2026-03-{1 + i % 14:02d}T{i % 24:02d}:00:00Z", "system": f"sys-{i % 3}"}
+    row = {
+        "id": f"req-{i:07d}",
+        "question": question,
+        "passages": passages,
+        "answer": answer,
+        "citations": [{"source_id": "p9" if i % 50 == 0 else "p0", "claim": answer}],
+        "model_was_called": True,
+        "prompt": f"Question: {question}\nPassages:\n" + "\n".join(p["text"] for p in passages),
+        "timestamp": f"2026-03-{1 + i % 14:02d}T{i % 24:02d}:00:00Z",
+        "system": f"sys-{i % 3}",
+    }
     if i % 100 == 1:
         row.update(answer=None, citations=[], abstained=True)
     elif i % 70 == 3:  # a claim its passage does not make: the judge, where it reads it, scores it unfaithful
@@ -67,13 +80,21 @@ def run(command: list[str]) -> None:
 
 def peak_of(command: list[str]) -> tuple[float, float, str]:
     """(wall seconds, the process's own peak RSS in MiB, stdout) of ``qaeval COMMAND`` in a fresh process."""
-    wrapper = [sys.executable, "-c", "import resource, runpy, sys; sys.argv = sys.argv[1:]; "
-               "import atexit; atexit.register(lambda: print('PEAK', resource.getrusage(resource.RUSAGE_SELF)"
-               ".ru_maxrss, file=sys.stderr)); runpy.run_module('qaeval', run_name='__main__')", "qaeval", *command]
+    wrapper = [
+        sys.executable,
+        "-c",
+        "import resource, runpy, sys; sys.argv = sys.argv[1:]; "
+        "import atexit; atexit.register(lambda: print('PEAK', resource.getrusage(resource.RUSAGE_SELF)"
+        ".ru_maxrss, file=sys.stderr)); runpy.run_module('qaeval', run_name='__main__')",
+        "qaeval",
+        *command,
+    ]
     start = time.perf_counter()
     done = subprocess.run(wrapper, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    peak = next((int(line.split()[1]) / 1024 for line in done.stderr.splitlines() if line.startswith("PEAK")), float("nan"))
+    peak = next(
+        (int(line.split()[1]) / 1024 for line in done.stderr.splitlines() if line.startswith("PEAK")), float("nan")
+    )
     if done.returncode != 0:
         sys.exit(f"qaeval {' '.join(command[:2])} failed ({done.returncode}): {done.stderr[-2000:]}")
     return wall, peak, done.stdout
@@ -84,18 +105,38 @@ def traffic(tmp: Path, rows: int, repeat: int) -> None:
         log = write_log(tmp / f"log-{size}.jsonl", size)
         record = tmp / f"mon-{size}.json"
         start = time.perf_counter()
-        run([sys.executable, "-m", "qaeval", "monitor", "--logs", str(log), "--by", "system", "--window", "1D",
-               "--sample", "2000", "--save", str(record), "--quiet"])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "qaeval",
+                "monitor",
+                "--logs",
+                str(log),
+                "--by",
+                "system",
+                "--window",
+                "1D",
+                "--sample",
+                "2000",
+                "--save",
+                str(record),
+                "--quiet",
+            ]
+        )
         made = time.perf_counter() - start
         walls, peaks = [], []
         for k in range(repeat):
-            wall, peak, out = peak_of(["propose", "--from-monitor", str(record), "--out", str(tmp / f"s{k}.csv"),
-                                       "--n", "50"])
+            wall, peak, out = peak_of(
+                ["propose", "--from-monitor", str(record), "--out", str(tmp / f"s{k}.csv"), "--n", "50"]
+            )
             walls.append(wall)
             peaks.append(peak)
-        print(f"traffic, {size:,} log rows (record {record.stat().st_size / 2**20:,.0f} MiB, made in {made:,.0f} s): "
-              f"propose --n 50 median {statistics.median(walls):.2f} s wall ({', '.join(f'{w:.2f}' for w in walls)}), "
-              f"peak RSS median {statistics.median(peaks):,.0f} MiB")
+        print(
+            f"traffic, {size:,} log rows (record {record.stat().st_size / 2**20:,.0f} MiB, made in {made:,.0f} s): "
+            f"propose --n 50 median {statistics.median(walls):.2f} s wall ({', '.join(f'{w:.2f}' for w in walls)}), "
+            f"peak RSS median {statistics.median(peaks):,.0f} MiB"
+        )
         print("  " + out.splitlines()[1].strip())
 
 
@@ -109,32 +150,47 @@ def corpus(tmp: Path, passages: int, n: int, latency: float, concurrency: int, r
     with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
         for i in range(passages):
             t = topics[i % 10]
-            f.write(json.dumps({"id": f"p{i:06d}", "title": f"{t} {i // 10}", "text":
-                    f"The {t} of district {i // 10} opened in {1800 + i % 220} after a subscription raised "
-                    f"{1000 + i % 9973} pounds. Its first keeper served {3 + i % 30} years and wrote a history of the "
-                    f"{t} numbered {i}."}) + "\n")
-    os.environ.update(QAEVAL_JUDGE_MODEL="fake", QAEVAL_CACHE_DIR=str(tmp / "cache"), QAEVAL_PROGRESS="0",
-                      QAEVAL_JUDGE_CONCURRENCY=str(concurrency))
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"p{i:06d}",
+                        "title": f"{t} {i // 10}",
+                        "text": f"The {t} of district {i // 10} opened in {1800 + i % 220} after a subscription raised "
+                        f"{1000 + i % 9973} pounds. Its first keeper served {3 + i % 30} years and wrote a history of the "
+                        f"{t} numbered {i}.",
+                    }
+                )
+                + "\n"
+            )
+    os.environ.update(
+        QAEVAL_JUDGE_MODEL="fake",
+        QAEVAL_CACHE_DIR=str(tmp / "cache"),
+        QAEVAL_PROGRESS="0",
+        QAEVAL_JUDGE_CONCURRENCY=str(concurrency),
+    )
     rows = []
     with FakeJudgeServer(latency=latency, generation_faults={"malformed": 10}) as server:
         os.environ["OPENAI_BASE_URL"] = server.url
         for k in range(repeat + 1):
             start = time.perf_counter()
-            p = api.propose(from_corpus=str(folder), sheet=str(tmp / f"c{k}.csv"), n=n, generator_cache=False,
-                            seed=k)
+            p = api.propose(from_corpus=str(folder), sheet=str(tmp / f"c{k}.csv"), n=n, generator_cache=False, seed=k)
             wall = time.perf_counter() - start
             ideal = p.calls * latency / concurrency
             rows.append((wall, ideal, p))
             label = "first (builds the index)" if k == 0 else f"run {k}"
-            print(f"corpus, {passages:,} passages, {label}: {len(p.candidates)} verified from {p.calls} calls in "
-                  f"{wall:.2f} s ({p.generation_seconds:.2f} s from the first request to the last reply); ideal "
-                  f"{ideal:.2f} s; ratio {wall / ideal:.2f} whole, {p.generation_seconds / ideal:.2f} generating; "
-                  f"dropped {p.dropped}")
+            print(
+                f"corpus, {passages:,} passages, {label}: {len(p.candidates)} verified from {p.calls} calls in "
+                f"{wall:.2f} s ({p.generation_seconds:.2f} s from the first request to the last reply); ideal "
+                f"{ideal:.2f} s; ratio {wall / ideal:.2f} whole, {p.generation_seconds / ideal:.2f} generating; "
+                f"dropped {p.dropped}"
+            )
     ratios = [w / i for w, i, _ in rows[1:]]
     phase = [p.generation_seconds / i for _, i, p in rows[1:]]
-    print(f"corpus: median wall/ideal over {repeat} runs with the index built: {statistics.median(ratios):.2f} for the "
-          f"whole call, {statistics.median(phase):.2f} while generating (target 1.2); the first run, building the "
-          f"index: {rows[0][0] / rows[0][1]:.2f}")
+    print(
+        f"corpus: median wall/ideal over {repeat} runs with the index built: {statistics.median(ratios):.2f} for the "
+        f"whole call, {statistics.median(phase):.2f} while generating (target 1.2); the first run, building the "
+        f"index: {rows[0][0] / rows[0][1]:.2f}"
+    )
 
 
 def main() -> None:

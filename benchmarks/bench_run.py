@@ -29,8 +29,10 @@ from pathlib import Path
 TARGET_MIB_100K = 1024.0  # peak resident memory of a 100,000-case run
 TARGET_S_10K_4KB = 15.0  # wall time of 10,000 cases of 4 KB (issue 36; was 8 s with the speed machinery of issue 19)
 
-WORDS = ("branch library card loan renewal fine hold printer museum pass garden tutor archive room "
-         "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop").split()
+WORDS = (
+    "branch library card loan renewal fine hold printer museum pass garden tutor archive room "
+    "visit budget director hours sunday ferry seed studio kit audiobook ebook laptop"
+).split()
 
 
 def filler(rng: random.Random, chars: int) -> str:
@@ -45,23 +47,36 @@ def filler(rng: random.Random, chars: int) -> str:
 def make_case(i: int, rng: random.Random, pad: int = 0) -> dict:
     topic = rng.sample(WORDS, 3)
     gold_text = f"The {topic[0]} {topic[1]} policy sets {topic[2]} limits at {i % 97} items per month for patrons."
-    sources = [{"id": f"s{j}", "text": f"The {rng.choice(WORDS)} {rng.choice(WORDS)} note mentions "
-                f"{topic[j % 3]} and {rng.choice(WORDS)} on page {j}. Staff review it every {j + 2} weeks."
-                + (" " + filler(rng, pad) if pad else "")}
-               for j in range(7)]
+    sources = [
+        {
+            "id": f"s{j}",
+            "text": f"The {rng.choice(WORDS)} {rng.choice(WORDS)} note mentions "
+            f"{topic[j % 3]} and {rng.choice(WORDS)} on page {j}. Staff review it every {j + 2} weeks."
+            + (" " + filler(rng, pad) if pad else ""),
+        }
+        for j in range(7)
+    ]
     if pad:
         gold_text = filler(rng, pad // 2) + " " + gold_text + " " + filler(rng, pad // 2)
     sources.insert(rng.randrange(8), {"id": "gold", "title": topic[0], "text": gold_text})
     kind = i % 10
     case = {"id": f"bench-{i:06d}", "sources": sources, "split": "frozen" if i % 3 else "living"}
     if kind < 2:
-        case.update(question=f"What does the zoo charge for {rng.choice(['parking', 'kayaks', 'telescopes'])}?",
-                    gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain",
-                    difficulty="single-hop")
+        case.update(
+            question=f"What does the zoo charge for {rng.choice(['parking', 'kayaks', 'telescopes'])}?",
+            gold_answer=None,
+            gold_source_ids=[],
+            expected_behavior="unanswerable_must_abstain",
+            difficulty="single-hop",
+        )
     else:
-        case.update(question=f"How many {topic[2]} items per month does the {topic[0]} {topic[1]} policy allow?",
-                    gold_answer=f"{i % 97} items", gold_source_ids=["gold"], expected_behavior="answer",
-                    difficulty="multi-hop" if kind == 9 else "single-hop")
+        case.update(
+            question=f"How many {topic[2]} items per month does the {topic[0]} {topic[1]} policy allow?",
+            gold_answer=f"{i % 97} items",
+            gold_source_ids=["gold"],
+            expected_behavior="answer",
+            difficulty="multi-hop" if kind == 9 else "single-hop",
+        )
         if kind == 9:
             case["checkpoints"] = [{"kind": "cited", "source_id": "gold"}]
     return case
@@ -79,9 +94,11 @@ def write_suite(folder: Path, n: int, case_kb: float = 0) -> None:
 def time_run(folder: Path, isolation: str) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet",
-                           "--isolation", isolation],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "qaeval", "run", "--data", str(folder), "--quiet", "--isolation", isolation],
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"qaeval run failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -91,11 +108,20 @@ def time_run(folder: Path, isolation: str) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2500, 5000, 10000],
-                        help="suite sizes (cases) to time, one after the other")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 2500, 5000, 10000],
+        help="suite sizes (cases) to time, one after the other",
+    )
     parser.add_argument("--repeat", type=int, default=5, help="runs per size; the median is printed")
-    parser.add_argument("--case-kb", type=float, default=0,
-                        help="pad passages with real-length sentences so each case is about this many KB")
+    parser.add_argument(
+        "--case-kb",
+        type=float,
+        default=0,
+        help="pad passages with real-length sentences so each case is about this many KB",
+    )
     parser.add_argument("--isolation", default="process", choices=["process", "none"])
     args = parser.parse_args()
     print(compiled_bytecode())
@@ -109,13 +135,14 @@ def main() -> None:
         times = [t for t, _ in runs]
         med = statistics.median(times)
         results[n] = (med, max(m for _, m in runs))
-        print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {results[n][1]:>9.0f}",
-              flush=True)
+        print(f"{n:>7} {med:>9.2f} {min(times):>7.2f} {med / n * 1000:>9.3f} {results[n][1]:>9.0f}", flush=True)
     print("(peak MiB is the largest child so far: read it on the largest size)")
     for line in targets(results, args.case_kb):
         print(line)
-    print(f"this machine's speed now: a fixed pure-Python loop takes {machine_speed():.2f} s (median of 3; on a "
-          "shared machine it drifts, so compare runs made beside each other)")
+    print(
+        f"this machine's speed now: a fixed pure-Python loop takes {machine_speed():.2f} s (median of 3; on a "
+        "shared machine it drifts, so compare runs made beside each other)"
+    )
 
 
 def compiled_bytecode() -> str:
@@ -128,12 +155,16 @@ def compiled_bytecode() -> str:
 
     package = Path(qaeval.__file__).resolve().parent
     ok = compileall.compile_dir(str(package), quiet=1)
-    return (f"qaeval's bytecode is compiled ({package})" if ok else
-            f"could not compile qaeval's bytecode in {package}: runs may include compiling it")
+    return (
+        f"qaeval's bytecode is compiled ({package})"
+        if ok
+        else f"could not compile qaeval's bytecode in {package}: runs may include compiling it"
+    )
 
 
 def machine_speed() -> float:
     """Seconds a fixed pure-Python loop takes: a yardstick for figures measured on a shared machine."""
+
     def loop() -> float:
         start, total = time.perf_counter(), 0
         for i in range(5_000_000):
@@ -148,15 +179,21 @@ def targets(results: dict[int, tuple[float, float]], case_kb: float) -> list[str
     lines = []
     if 100_000 in results:
         peak = results[100_000][1]
-        lines.append(f"target: 100,000 cases under {TARGET_MIB_100K:g} MiB peak: {peak:.0f} MiB, "
-                     f"{'met' if peak < TARGET_MIB_100K else 'MISSED'}")
+        lines.append(
+            f"target: 100,000 cases under {TARGET_MIB_100K:g} MiB peak: {peak:.0f} MiB, "
+            f"{'met' if peak < TARGET_MIB_100K else 'MISSED'}"
+        )
     if 10_000 in results and case_kb >= 4:
         med = results[10_000][0]
-        lines.append(f"target: 10,000 cases of 4 KB under {TARGET_S_10K_4KB:g} s: {med:.1f} s, "
-                     f"{'met' if med < TARGET_S_10K_4KB else 'MISSED'}")
+        lines.append(
+            f"target: 10,000 cases of 4 KB under {TARGET_S_10K_4KB:g} s: {med:.1f} s, "
+            f"{'met' if med < TARGET_S_10K_4KB else 'MISSED'}"
+        )
     if not lines:
-        lines.append(f"targets: under {TARGET_MIB_100K:g} MiB peak at --sizes 100000; under {TARGET_S_10K_4KB:g} s at "
-                     "--sizes 10000 --case-kb 4 (neither size was run)")
+        lines.append(
+            f"targets: under {TARGET_MIB_100K:g} MiB peak at --sizes 100000; under {TARGET_S_10K_4KB:g} s at "
+            "--sizes 10000 --case-kb 4 (neither size was run)"
+        )
     return lines
 
 

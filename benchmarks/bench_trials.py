@@ -74,27 +74,37 @@ def main() -> None:
         common = dict(isolation="none", concurrency=4)
         for k in args.trials:
             base = str(Path(tmp) / f"baseline-{k}.json")
-            api.baseline(str(data), out=base, adapter="qaeval.system.flaky:make_adapter", trials=k,
-                         allow_failing=True, **common)
-            for adaptive in ([False, True] if args.adaptive and k > 1 else [False]):
+            api.baseline(
+                str(data), out=base, adapter="qaeval.system.flaky:make_adapter", trials=k, allow_failing=True, **common
+            )
+            for adaptive in [False, True] if args.adaptive and k > 1 else [False]:
                 blocked, calls = {}, []
                 start = time.perf_counter()
                 for name in ("make_adapter", "make_regressed"):
                     count = 0
                     for _ in range(args.runs):
-                        result = api.gate_run(str(data), baseline=base, adapter=f"qaeval.system.flaky:{name}",
-                                              trials=k, adaptive=adaptive, **common)
+                        result = api.gate_run(
+                            str(data),
+                            baseline=base,
+                            adapter=f"qaeval.system.flaky:{name}",
+                            trials=k,
+                            adaptive=adaptive,
+                            **common,
+                        )
                         count += not result.ok
                         calls.append(int(result.run.per_case["trials"].sum()))
                     blocked[name] = count
                 spent = (time.perf_counter() - start) / (2 * args.runs)
                 usage = result.run.judge_usage
                 label = f"K={k}{' adaptive' if adaptive else ''}"
-                print(f"{label:<13} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
-                      f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"
-                      f"{args.runs} ({blocked['make_regressed'] / args.runs:6.1%})   one gate: median "
-                      f"{statistics.median(calls):.0f} system calls of {args.cases * k}, "
-                      f"{usage['calls'] - usage['cached']} judge calls, {spent:.2f} s", flush=True)
+                print(
+                    f"{label:<13} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
+                    f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"
+                    f"{args.runs} ({blocked['make_regressed'] / args.runs:6.1%})   one gate: median "
+                    f"{statistics.median(calls):.0f} system calls of {args.cases * k}, "
+                    f"{usage['calls'] - usage['cached']} judge calls, {spent:.2f} s",
+                    flush=True,
+                )
     print("targets: at K=5 unchanged blocked <= 5%, regressed blocked >= 95%")
 
 

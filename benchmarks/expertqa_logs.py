@@ -62,17 +62,33 @@ def convert(path: Path) -> tuple[list[dict], list[dict]]:
         for system, answer in record["answers"].items():
             claims = [c for c in answer.get("claims") or [] if isinstance(c, dict)]
             passages = _evidence(claims)
-            citations = [{"source_id": n, "claim": MARK.sub("", c["claim_string"]).strip()}
-                         for c in claims if isinstance(c.get("claim_string"), str)
-                         for n in dict.fromkeys(MARK.findall(c["claim_string"]))]
+            citations = [
+                {"source_id": n, "claim": MARK.sub("", c["claim_string"]).strip()}
+                for c in claims
+                if isinstance(c.get("claim_string"), str)
+                for n in dict.fromkeys(MARK.findall(c["claim_string"]))
+            ]
             rid = f"eqa-{number:03d}-{system}"
-            rows.append({"id": rid, "question": record["question"], "answer": answer["answer_string"],
-                         "passages": [{"id": n, "text": passages[n]} for n in sorted(passages, key=int)],
-                         "citations": citations, "system": system})
+            rows.append(
+                {
+                    "id": rid,
+                    "question": record["question"],
+                    "answer": answer["answer_string"],
+                    "passages": [{"id": n, "text": passages[n]} for n in sorted(passages, key=int)],
+                    "citations": citations,
+                    "system": system,
+                }
+            )
             score = _label(claims)
             if score is not None:
-                labels.append({"case_id": rid, "axis": "faithfulness", "score": score,
-                               "reason": "ExpertQA experts' claim support"})
+                labels.append(
+                    {
+                        "case_id": rid,
+                        "axis": "faithfulness",
+                        "score": score,
+                        "reason": "ExpertQA experts' claim support",
+                    }
+                )
     return rows, labels
 
 
@@ -96,34 +112,46 @@ def compare(paths: dict[str, Path]) -> None:
         label = json.loads(line)
         truth.setdefault(systems[label["case_id"]], []).append(label["score"] == 2)
     part = result.slices[result.slices["metric"] == "faithfulness_rate"]
-    print(f"{'system':<22} {'answers':>7}  {'offline judge':>13} {'95% CI':<15} {'PPI (20%)':>9} {'PPI 95% CI':<15} "
-          f"{'labels':>6}  {'truth (all)':>11} {'labels':>6}")
+    print(
+        f"{'system':<22} {'answers':>7}  {'offline judge':>13} {'95% CI':<15} {'PPI (20%)':>9} {'PPI 95% CI':<15} "
+        f"{'labels':>6}  {'truth (all)':>11} {'labels':>6}"
+    )
     for r in part.itertuples(index=False):
         t = truth.get(r.group, [])
-        print(f"{r.group:<22} {r.n:>7}  {format_number(r.value):>13} {format_interval(r.ci_low, r.ci_high, r.n):<15} "
-              f"{format_number(r.ppi_value, missing='-'):>9} {format_interval(r.ppi_ci_low, r.ppi_ci_high, r.n_labelled):<15} "
-              f"{r.n_labelled:>6}  {format_number(sum(t) / len(t) if t else None):>11} {len(t):>6}")
+        print(
+            f"{r.group:<22} {r.n:>7}  {format_number(r.value):>13} {format_interval(r.ci_low, r.ci_high, r.n):<15} "
+            f"{format_number(r.ppi_value, missing='-'):>9} {format_interval(r.ppi_ci_low, r.ppi_ci_high, r.n_labelled):<15} "
+            f"{r.n_labelled:>6}  {format_number(sum(t) / len(t) if t else None):>11} {len(t):>6}"
+        )
     board = result.scoreboard.set_index("metric")
-    print(f"citation_resolvability over all answers: {format_number(board.loc['citation_resolvability', 'value'])} "
-          f"(n={board.loc['citation_resolvability', 'n']})")
+    print(
+        f"citation_resolvability over all answers: {format_number(board.loc['citation_resolvability', 'value'])} "
+        f"(n={board.loc['citation_resolvability', 'n']})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", type=Path, default=DEFAULT)
-    parser.add_argument("--out", type=Path, help="where to write logs.jsonl and the labels (default: a temporary folder)")
+    parser.add_argument(
+        "--out", type=Path, help="where to write logs.jsonl and the labels (default: a temporary folder)"
+    )
     parser.add_argument("--share", type=float, default=0.2, help="share of the expert labels PPI uses")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--convert-only", action="store_true")
     args = parser.parse_args()
     if not args.input.is_file():
-        sys.exit(f"ExpertQA's validation file is absent: {args.input} (see ../shared/data/README.md; this clone does "
-                 "not ship it). Pass --input PATH to a copy of data/lfqa/rand_val.jsonl.")
+        sys.exit(
+            f"ExpertQA's validation file is absent: {args.input} (see ../shared/data/README.md; this clone does "
+            "not ship it). Pass --input PATH to a copy of data/lfqa/rand_val.jsonl."
+        )
     rows, labels = convert(args.input)
     with tempfile.TemporaryDirectory(prefix="qaeval-expertqa-") as tmp:
         paths = write(args.out or Path(tmp), rows, labels, args.share, args.seed)
-        print(f"{len(rows)} answers as log rows, {len(labels)} expert labels ({len(paths['some'].read_text().splitlines())} "
-              f"used for PPI) in {paths['logs'].parent}")
+        print(
+            f"{len(rows)} answers as log rows, {len(labels)} expert labels ({len(paths['some'].read_text().splitlines())} "
+            f"used for PPI) in {paths['logs'].parent}"
+        )
         if not args.convert_only:
             compare(paths)
 

@@ -21,22 +21,38 @@ import time
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data"
-QA = (("squad2", "squad2-small.json"), ("hotpotqa", "hotpotqa-distractor-100.json"), ("musique", "musique-sample-20.json"))
-LABELLED = (("wice", "wice-claim-dev.jsonl"), ("expertqa", "expertqa-rand-val.jsonl"), ("ares", "ares-human-examples.tsv"),
-            ("ares", "ares-nq-few-shot.tsv"))
-SHOWN = ("deterministic_pass_rate", "abstention_recall", "over_refusal_rate", "retrieval_recall_at_k", "rerank_mrr",
-         "multi_step_task_success", "answer_correctness")
+QA = (
+    ("squad2", "squad2-small.json"),
+    ("hotpotqa", "hotpotqa-distractor-100.json"),
+    ("musique", "musique-sample-20.json"),
+)
+LABELLED = (
+    ("wice", "wice-claim-dev.jsonl"),
+    ("expertqa", "expertqa-rand-val.jsonl"),
+    ("ares", "ares-human-examples.tsv"),
+    ("ares", "ares-nq-few-shot.tsv"),
+)
+SHOWN = (
+    "deterministic_pass_rate",
+    "abstention_recall",
+    "over_refusal_rate",
+    "retrieval_recall_at_k",
+    "rerank_mrr",
+    "multi_step_task_success",
+    "answer_correctness",
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(DEFAULT),
-                        help=f"folder holding the public files (default: {DEFAULT})")
+    parser.add_argument("--data", default=str(DEFAULT), help=f"folder holding the public files (default: {DEFAULT})")
     args = parser.parse_args()
     data = Path(args.data)
     if not data.is_dir():
-        sys.exit(f"real_data.py: {data} is not a folder; pass --data DIR, the folder that holds the files listed in "
-                 "../shared/data/README.md")
+        sys.exit(
+            f"real_data.py: {data} is not a folder; pass --data DIR, the folder that holds the files listed in "
+            "../shared/data/README.md"
+        )
     print(f"data: {data}")
 
     from qaeval import api
@@ -70,10 +86,14 @@ def main() -> None:
             result = api.calibrate_run(labelled=str(next(Path(tmp).glob("*-labelled.jsonl"))), min_labels=5)
         r = result.agreement.set_index("axis").loc["faithfulness"]
         refused = sum(report.refused.values())
-        print(f"  {name}: {report.imported} labelled claims ({refused} refused); exact {r['exact']:.2f} "
-              f"[{r['exact_low']:.2f}, {r['exact_high']:.2f}], within one {r['within_one']:.2f} "
-              f"[{r['within_one_low']:.2f}, {r['within_one_high']:.2f}], kappa {r['kappa']:.2f}, n={r['n']}")
-        print(f"    confusion (rows human 0/1/2, columns judge 0/1/2): {result.confusion['faithfulness'].values.tolist()}")
+        print(
+            f"  {name}: {report.imported} labelled claims ({refused} refused); exact {r['exact']:.2f} "
+            f"[{r['exact_low']:.2f}, {r['exact_high']:.2f}], within one {r['within_one']:.2f} "
+            f"[{r['within_one_low']:.2f}, {r['within_one_high']:.2f}], kappa {r['kappa']:.2f}, n={r['n']}"
+        )
+        print(
+            f"    confusion (rows human 0/1/2, columns judge 0/1/2): {result.confusion['faithfulness'].values.tolist()}"
+        )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qaeval import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse
-from qaeval.text import split_sentences
+from qaeval.core.text import split_sentences
 
 
 def sentence_with(text: str, needle: str) -> str:

@@ -24,7 +24,7 @@ from qaeval.integrations.langchain import adapter_factory  # isort: skip
 from langchain_core.language_models.chat_models import SimpleChatModel
 from langchain_core.messages import BaseMessage
 
-from qaeval.text import content_terms, split_sentences
+from qaeval.core.text import content_terms, split_sentences
 
 PASSAGE = re.compile(r"^\[(?P<id>[^\]\s]+)\][^\n]*\n(?P<text>.+?)(?=\n\n\[|\Z)", re.M | re.S)
 

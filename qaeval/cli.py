@@ -2,7 +2,7 @@
 
 Exit codes: 0 pass, 1 gate BLOCK (or a baseline refused), 2 judge not trusted, 3 drift alarm, 64 usage
 error, 65 bad input data, 70 internal error, 74 a file cannot be read or written. Everything printed
-passes through ``qaeval.text.printable``, so an ESC sequence in a case id or an answer is shown, not
+passes through ``qaeval.core.text.printable``, so an ESC sequence in a case id or an answer is shown, not
 obeyed by the terminal.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from qaeval import __version__
-from qaeval import params as P
-from qaeval.errors import QaevalError, UsageError, exit_code_for
-from qaeval.plugins import scoped_environ
-from qaeval.text import printable
+from qaeval.boundary.plugins import scoped_environ
+from qaeval.core import params as P
+from qaeval.core.errors import QaevalError, UsageError, exit_code_for
+from qaeval.core.text import printable
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -34,6 +34,12 @@ def _api() -> ModuleType:
     from qaeval import api
 
     return api
+
+
+def _common() -> ModuleType:
+    from qaeval.commands import common
+
+    return common
 
 
 def _notebook() -> ModuleType:
@@ -108,19 +114,28 @@ def _did_you_mean(command: argparse.ArgumentParser, top: argparse.ArgumentParser
 
 
 def _add_params(p: argparse.ArgumentParser, command: str) -> None:
-    """The command's flags, from the one table of parameters (``qaeval.params``)."""
+    """The command's flags, from the one table of parameters (``qaeval.core.params``)."""
     judge_group = p.add_argument_group("judge settings (for qaeval.judges.openai and judges that take settings)")
     for param in P.PARAMS:
         if command not in param.commands or param.name == "record":
             continue
         target = judge_group if param.name.startswith("judge_") and param.name != "judge" else p
         default = P.default(param.name)
-        shown = f" (default {default})" if default not in (None, [], (), False) and param.kind != "bool" \
-            and "default" not in param.help else ""
+        shown = (
+            f" (default {default})"
+            if default not in (None, [], (), False) and param.kind != "bool" and "default" not in param.help
+            else ""
+        )
         kwargs: dict[str, Any] = dict(dest=param.name, default=None, help=param.help + shown)
         if param.name in ("judge_cache", "generator_cache"):
-            target.add_argument(f"--no-{param.name.replace('_', '-')}", dest=param.name, action="store_const",
-                                const=False, default=None, help="bypass the signed cache of replies")
+            target.add_argument(
+                f"--no-{param.name.replace('_', '-')}",
+                dest=param.name,
+                action="store_const",
+                const=False,
+                default=None,
+                help="bypass the signed cache of replies",
+            )
             continue
         if param.kind == "bool":
             target.add_argument(param.flag, action="store_const", const=True, **kwargs)
@@ -159,13 +174,14 @@ def _scoring_commands(sub: Any) -> None:
     """validate, and the commands that call the system and the judge."""
     p = sub.add_parser("validate", help="load the cases strictly and count them")
     _add_params(p, "validate")
-    for command, text in (("run", "score a system and print the scoreboard"),
-                          ("baseline", "score a green run and write it as the baseline record"),
-                          ("gate", "PASS or BLOCK against a baseline (exit 1 on BLOCK)"),
-                          ("calibrate", "check the judge against human labels (exit 2 when not trusted)"),
-                          ("drift", "re-run the frozen split, append to a time series, alarm (exit 3)"),
-                          ("monitor", "score logged traffic without gold; a time window out of its band alarms "
-                                      "(exit 3)")):
+    for command, text in (
+        ("run", "score a system and print the scoreboard"),
+        ("baseline", "score a green run and write it as the baseline record"),
+        ("gate", "PASS or BLOCK against a baseline (exit 1 on BLOCK)"),
+        ("calibrate", "check the judge against human labels (exit 2 when not trusted)"),
+        ("drift", "re-run the frozen split, append to a time series, alarm (exit 3)"),
+        ("monitor", "score logged traffic without gold; a time window out of its band alarms (exit 3)"),
+    ):
         p = sub.add_parser(command, help=text)
         _add_params(p, command)
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -186,8 +202,9 @@ def _record_commands(sub: Any) -> None:
 
     p = sub.add_parser("runs", help="every saved run record under a folder as a table (and an index page)")
     p.add_argument("folder", metavar="DIR", help="the folder to search for run records (subfolders too)")
-    p.add_argument("--html", metavar="PATH", help="an index page: a row per run linking its report, each metric "
-                   "over time")
+    p.add_argument(
+        "--html", metavar="PATH", help="an index page: a row per run linking its report, each metric over time"
+    )
 
     p = sub.add_parser("label", help="the labelling round trip through a spreadsheet")
     lsub = p.add_subparsers(dest="label_command", required=True, parser_class=_Parser)
@@ -214,20 +231,32 @@ def _data_commands(sub: Any) -> None:
 
     p = sub.add_parser("import", help="convert a public QA dataset into golden cases")
     p.add_argument("format", choices=importers.FORMATS, help="the dataset's format")
-    p.add_argument("input", metavar="IN",
-                   help="the dataset's file (JSON, JSON Lines, CSV or TSV, as the format has it)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="the folder to write into, created if needed (DIR/<prefix>.jsonl)")
+    p.add_argument(
+        "input", metavar="IN", help="the dataset's file (JSON, JSON Lines, CSV or TSV, as the format has it)"
+    )
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="the folder to write into, created if needed (DIR/<prefix>.jsonl)"
+    )
     p.add_argument("--limit", type=int, metavar="N", help="keep the first N records imported (default: all)")
     p.add_argument("--seed", type=int, metavar="S", help="with --limit: a random sample (else the first N)")
-    p.add_argument("--split", choices=("frozen", "living"), default="frozen",
-                   help="the split the cases belong to (default: frozen)")
+    p.add_argument(
+        "--split",
+        choices=("frozen", "living"),
+        default="frozen",
+        help="the split the cases belong to (default: frozen)",
+    )
     p.add_argument("--prefix", metavar="TEXT", help="prefix for the case ids (default: the format's name)")
-    p.add_argument("--labelled", action="store_true",
-                   help="(wice, expertqa, ares) write a labelled set for calibrate --labelled instead of cases")
-    p.add_argument("--corpus", action="store_true",
-                   help="(squad2, hotpotqa, musique) pool every paragraph of IN into DIR/corpus.jsonl; "
-                        "the cases name their gold passages by corpus id and carry no sources")
+    p.add_argument(
+        "--labelled",
+        action="store_true",
+        help="(wice, expertqa, ares) write a labelled set for calibrate --labelled instead of cases",
+    )
+    p.add_argument(
+        "--corpus",
+        action="store_true",
+        help="(squad2, hotpotqa, musique) pool every paragraph of IN into DIR/corpus.jsonl; "
+        "the cases name their gold passages by corpus id and carry no sources",
+    )
 
     p = sub.add_parser("add-case", help="turn one production miss into a living-split regression case")
     p.add_argument("--data", required=True, metavar="DIR", help="the data folder to add the case to")
@@ -246,8 +275,11 @@ def _proposal_commands(sub: Any) -> None:
 
 
 def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in P.names_for(args.command)
-            if name != "record" and getattr(args, name, None) is not None}
+    return {
+        name: getattr(args, name)
+        for name in P.names_for(args.command)
+        if name != "record" and getattr(args, name, None) is not None
+    }
 
 
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
@@ -256,11 +288,19 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
     with scoped_environ(env):
         api = _api()
-        verb = {"run": api.run, "baseline": api.baseline, "gate": api.gate_run, "calibrate": api.calibrate_run,
-                "drift": api.drift_run, "monitor": api.score_logs}[args.command]
-        api.check_outputs(params | tracker, html=args.html)  # before anything runs: no output may overwrite an input
+        verb = {
+            "run": api.run,
+            "baseline": api.baseline,
+            "gate": api.gate_run,
+            "calibrate": api.calibrate_run,
+            "drift": api.drift_run,
+            "monitor": api.score_logs,
+        }[args.command]
+        _common().check_output_paths(
+            params | tracker, html=args.html
+        )  # before anything runs: no output may overwrite an input
         if tracker:  # logged below, once the report exists to be attached
-            api.check_parameters(args.command, **params, **tracker)
+            _common().check_parameters(args.command, **params, **tracker)
         result = verb(**params)
     notes = []
     if args.command == "baseline":
@@ -272,8 +312,9 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         _notebook().render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
     if tracker.get("mlflow"):
-        tracked = api.track(result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"),
-                            html=args.html)
+        tracked = api.track(
+            result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"), html=args.html
+        )
         notes.append(tracked.message if tracked.ok else f"qaeval: warning: {tracked.message}")
     return result.summary_text(), result.exit_code, notes
 
@@ -291,7 +332,7 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             notes.insert(0, "WARNING: isolation none: the boundary was NOT enforced in this run")
         return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, notes
     if args.command == "compare":
-        api.check_outputs({"before": args.before, "after": args.after}, html=args.html)
+        _common().check_output_paths({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)
         notes = []
         if args.html:
@@ -299,7 +340,7 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             notes.append(f"report: {args.html}")
         return comparison.summary_text(), comparison.exit_code, notes
     if args.command == "runs":
-        from qaeval.runs import summary_text
+        from qaeval.record.runs import summary_text
 
         if args.html:
             table, page = notebook.runs_index(args.folder, args.html)
@@ -308,18 +349,34 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.command == "label":
         if args.label_command == "export":
             path, n = api.label_export(args.record, args.out, sample=args.sample, seed=args.seed)
-            return f"wrote a sheet for {n} answered case(s) to {path}: fill the score (0, 1, 2) and reason columns", 0, []
+            return (
+                f"wrote a sheet for {n} answered case(s) to {path}: fill the score (0, 1, 2) and reason columns",
+                0,
+                [],
+            )
         path, n, blank = api.label_import(args.sheet, args.record, args.out)
-        return f"wrote {n} label(s) to {path}" + (f"; {blank} row(s) left blank were not imported" if blank else ""), 0, []
+        return (
+            f"wrote {n} label(s) to {path}" + (f"; {blank} row(s) left blank were not imported" if blank else ""),
+            0,
+            [],
+        )
     if args.command == "export":
         return api.export_trec(args.record, args.out).summary_text(), 0, []
     if args.command == "import":
-        report_ = api.import_cases(args.format, args.input, args.out, limit=args.limit, seed=args.seed,
-                                   split=args.split, prefix=args.prefix, labelled=args.labelled,
-                                   corpus=args.corpus)
+        report_ = api.import_cases(
+            args.format,
+            args.input,
+            args.out,
+            limit=args.limit,
+            seed=args.seed,
+            split=args.split,
+            prefix=args.prefix,
+            labelled=args.labelled,
+            corpus=args.corpus,
+        )
         return report_.summary_text(), 0, []
     if args.command == "propose":
-        api.check_outputs({"sheet": args.sheet}, html=args.html)
+        _common().check_output_paths({"sheet": args.sheet}, html=args.html)
         proposal = api.propose(**_scoring_params(args))
         notes = []
         if args.html:
@@ -344,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(build_parser(), argv)
         text, code, notes = _dispatch(args)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001  (anything raised ends in a message and its exit code, never a traceback)
         return _failed(exc)
     try:
         _emit(text, sys.stdout)
@@ -411,4 +468,3 @@ def _flush() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     entry()
-

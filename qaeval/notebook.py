@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from qaeval import api
-from qaeval import params as P
-from qaeval.errors import UsageError
-from qaeval.files import check_writable, refuse_overwrite
-from qaeval.plugins import scoped_environ
-from qaeval.record import load_run, write_record
-from qaeval.results import Result
-from qaeval.runs import runs_table
+from qaeval.boundary.plugins import scoped_environ
+from qaeval.commands.common import check_parameters
+from qaeval.core import params as P
+from qaeval.core.errors import UsageError
+from qaeval.core.files import check_writable, refuse_overwrite
+from qaeval.core.results import Result
+from qaeval.record.runs import runs_table
+from qaeval.record.write import load_run, write_record
 from qaeval.verdicts.compare import Comparison
+
 
 def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
@@ -32,9 +34,11 @@ def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     injected = _injected_names()
     unknown = sorted(n for n in injected if n not in known)
     if unknown:
-        raise UsageError(f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
-                         f"its parameters are: {', '.join(known)}")
-    return api.check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
+        raise UsageError(
+            f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
+            f"its parameters are: {', '.join(known)}"
+        )
+    return check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
 
 
 def _injected_names() -> list[str]:
@@ -53,15 +57,25 @@ def _injected_names() -> list[str]:
                 tree = ast.parse(source)
             except SyntaxError:
                 return []
-            return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                    if isinstance(t, ast.Name)]
+            return [
+                t.id
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                for t in node.targets
+                if isinstance(t, ast.Name)
+            ]
     return []
 
 
 def result(command: str, p: Mapping[str, Any]) -> Result:
     """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
-    verbs: dict[str, Callable[..., Result]] = {"run": api.run, "gate": api.gate_run, "calibrate": api.calibrate_run,
-                                                "drift": api.drift_run, "monitor": api.score_logs}
+    verbs: dict[str, Callable[..., Result]] = {
+        "run": api.run,
+        "gate": api.gate_run,
+        "calibrate": api.calibrate_run,
+        "drift": api.drift_run,
+        "monitor": api.score_logs,
+    }
     with scoped_environ({"QAEVAL_PROGRESS": "0"}):  # a bar drawn into a report is noise, not progress
         return verbs[command](**dict(p))
 

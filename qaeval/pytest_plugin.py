@@ -25,16 +25,23 @@ MARKER = "qaeval"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qaeval", "golden cases as tests (qaeval)")
     group.addoption("--qaeval-data", metavar="DIR", help="collect one test per golden case in DIR")
-    group.addoption("--qaeval-adapter", metavar="MODULE:FACTORY", help="the system under test (default: the reference system)")
+    group.addoption(
+        "--qaeval-adapter", metavar="MODULE:FACTORY", help="the system under test (default: the reference system)"
+    )
     group.addoption("--qaeval-judge", metavar="MODULE:FACTORY", help="the judge (default: the offline judge)")
     group.addoption("--qaeval-baseline", metavar="FILE", help="also collect a gate test against this baseline record")
     group.addoption("--qaeval-concurrency", type=int, metavar="N", help="cases in flight (default 4)")
     group.addoption("--qaeval-isolation", choices=("process", "none"), help="worker processes (default) or in-process")
     group.addoption("--qaeval-timeout", type=float, metavar="SECONDS", help="per-case timeout (default 60)")
-    group.addoption("--qaeval-trials", type=int, metavar="K",
-                    help="run each case K times; a case's test passes when every trial passes (default 1)")
-    group.addoption("--qaeval-check", action="append", metavar="MODULE:FUNCTION",
-                    help="a check of your own (repeatable)")
+    group.addoption(
+        "--qaeval-trials",
+        type=int,
+        metavar="K",
+        help="run each case K times; a case's test passes when every trial passes (default 1)",
+    )
+    group.addoption(
+        "--qaeval-check", action="append", metavar="MODULE:FUNCTION", help="a check of your own (repeatable)"
+    )
     group.addoption("--qaeval-metric", action="append", metavar="MODULE:NAME", help="a metric of your own (repeatable)")
 
 
@@ -56,11 +63,20 @@ class _Runs:
 
     def _params(self) -> dict[str, Any]:
         opt = self.config.getoption
-        return {k: v for k, v in dict(adapter=opt("qaeval_adapter"), judge=opt("qaeval_judge"),
-                                      concurrency=opt("qaeval_concurrency"), isolation=opt("qaeval_isolation"),
-                                      timeout=opt("qaeval_timeout"), check=opt("qaeval_check"),
-                                      trials=opt("qaeval_trials"),
-                                      metric=opt("qaeval_metric")).items() if v is not None}
+        return {
+            k: v
+            for k, v in dict(
+                adapter=opt("qaeval_adapter"),
+                judge=opt("qaeval_judge"),
+                concurrency=opt("qaeval_concurrency"),
+                isolation=opt("qaeval_isolation"),
+                timeout=opt("qaeval_timeout"),
+                check=opt("qaeval_check"),
+                trials=opt("qaeval_trials"),
+                metric=opt("qaeval_metric"),
+            ).items()
+            if v is not None
+        }
 
     def run(self) -> Any:
         if self._failed is not None:
@@ -73,21 +89,29 @@ class _Runs:
 
     def _run_once(self) -> Any:
         if self._run is None:
-            from qaeval import api
+            from qaeval.boundary.custom import close_custom, make_custom
+            from qaeval.commands.common import check_parameters, make_judge
+            from qaeval.commands.pipeline import evaluate
             from qaeval.data.cases import Suite, load_suite
-            from qaeval.judges.custom import close_custom, make_custom
-            from qaeval.pipeline import evaluate
 
             suite = load_suite(self.config.getoption("qaeval_data"))
             if self.selected is not None and len(self.selected) < len(suite):
                 wanted = set(self.selected)
                 suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
-            p = api.check_parameters("run", data=str(suite.root), **self._params())
+            p = check_parameters("run", data=str(suite.root), **self._params())
             custom = make_custom(p)
             try:
-                self._run = evaluate(suite, p["adapter"], api.make_judge(p), k=p["k"], timeout=p["timeout"],
-                                     concurrency=p["concurrency"], isolation=p["isolation"], custom=custom,
-                                     trials=p["trials"])
+                self._run = evaluate(
+                    suite,
+                    p["adapter"],
+                    make_judge(p),
+                    k=p["k"],
+                    timeout=p["timeout"],
+                    concurrency=p["concurrency"],
+                    isolation=p["isolation"],
+                    custom=custom,
+                    trials=p["trials"],
+                )
             finally:
                 close_custom(custom)
             if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):
@@ -98,12 +122,13 @@ class _Runs:
         from qaeval import api
 
         if self._full is not None:
-            from qaeval.record import read_baseline
+            from qaeval.record.write import read_baseline
             from qaeval.verdicts.gate import gate
 
             return gate(self._full, read_baseline(self.config.getoption("qaeval_baseline")))
-        return api.gate_run(self.config.getoption("qaeval_data"), baseline=self.config.getoption("qaeval_baseline"),
-                            **self._params())
+        return api.gate_run(
+            self.config.getoption("qaeval_data"), baseline=self.config.getoption("qaeval_baseline"), **self._params()
+        )
 
 
 class GoldenCaseItem(pytest.Item):
@@ -122,8 +147,9 @@ class GoldenCaseItem(pytest.Item):
         if row["error"] is not None:
             answer = f"(no answer: {row['error']})"
         gold = row["gold_answer"] if row["gold_answer"] is not None else "(must abstain)"
-        head = f"golden case {self.case_id} failed" + (f" ({row['passes']} of {row['trials']} trials passed)"
-                                                        if row["trials"] > 1 else "")
+        head = f"golden case {self.case_id} failed" + (
+            f" ({row['passes']} of {row['trials']} trials passed)" if row["trials"] > 1 else ""
+        )
         lines = [f"{head}:"] + [f"  - {r}" for r in row["fail_reasons"]]
         lines += [f"  answer: {answer}", f"  gold:   {gold}"]
         raise CaseFailed("\n".join(lines))
@@ -161,8 +187,8 @@ class GoldenFile(pytest.File):
     """One ``*.jsonl`` of the golden folder: one item per case in it (and the gate, on the first file)."""
 
     def collect(self) -> list[pytest.Item]:
+        from qaeval.core.errors import QaevalError
         from qaeval.data.cases import load_suite
-        from qaeval.errors import QaevalError
 
         runs = self.config.stash[_RUNS]
         try:
@@ -170,8 +196,11 @@ class GoldenFile(pytest.File):
         except QaevalError as exc:
             raise pytest.UsageError(f"--qaeval-data: {exc}") from None
         here = str(self.path)
-        items: list[pytest.Item] = [GoldenCaseItem.from_parent(self, name=c.id, case_id=c.id, runs=runs)
-                                    for c in suite if str(Path(c.file).resolve()) == here]
+        items: list[pytest.Item] = [
+            GoldenCaseItem.from_parent(self, name=c.id, case_id=c.id, runs=runs)
+            for c in suite
+            if str(Path(c.file).resolve()) == here
+        ]
         first = min(str(Path(c.file).resolve()) for c in suite)
         if self.config.getoption("qaeval_baseline") and here == first:
             items.append(GateItem.from_parent(self, name="gate", runs=runs))

@@ -28,6 +28,7 @@ def _cache_key_in_a_temporary_folder(tmp_path_factory):
     if "QAEVAL_CACHE_KEY" not in os.environ:
         os.environ["QAEVAL_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
 
+
 def write_strict_labels(path: Path) -> Path:
     """The demo labels as a strict annotator gives them: an answer that quotes a whole passage around the
     fact asked for is partly right (1), not right (2). The offline judge credits an answer that contains
@@ -100,16 +101,32 @@ def hostile_reports(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("hostile")
     markup = "<b>bold</b><script>document.body.setAttribute('data-pwned','case')</script> $x^2$"
-    data = write_cases(tmp / "data", [make_case(id="xss-<i>0001</i>", question=f"When did Eastside open? {markup}",
-                                                adversarial=f"tag {markup}")])
+    data = write_cases(
+        tmp / "data",
+        [make_case(id="xss-<i>0001</i>", question=f"When did Eastside open? {markup}", adversarial=f"tag {markup}")],
+    )
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), old]))
     try:
         baseline = tmp / "b.json"
         assert main(["baseline", "--data", str(data), "--out", str(baseline)]) == 0
         gate_html, run_html = tmp / "gate.html", tmp / "run.html"
-        assert main(["gate", "--data", str(data), "--adapter", "plugins:make_hostile", "--baseline", str(baseline),
-                     "--html", str(gate_html)]) == 1
+        assert (
+            main(
+                [
+                    "gate",
+                    "--data",
+                    str(data),
+                    "--adapter",
+                    "plugins:make_hostile",
+                    "--baseline",
+                    str(baseline),
+                    "--html",
+                    str(gate_html),
+                ]
+            )
+            == 1
+        )
         assert main(["run", "--data", str(data), "--adapter", "plugins:make_hostile", "--html", str(run_html)]) == 0
     finally:
         if old is None:

@@ -18,10 +18,11 @@ class ConstantJudge:
 
     def verdicts(self, r: JudgeRequest) -> list[AxisVerdict]:
         said = "the same score whatever the answer"
-        return [AxisVerdict("faithfulness", self.score, r.evidence, said),
-                AxisVerdict("answer_correctness", self.score, r.answer, said),
-                *(AxisVerdict("citation_correctness", self.score, c.text, said, target=c.source_id)
-                  for c in r.citations)]
+        return [
+            AxisVerdict("faithfulness", self.score, r.evidence, said),
+            AxisVerdict("answer_correctness", self.score, r.answer, said),
+            *(AxisVerdict("citation_correctness", self.score, c.text, said, target=c.source_id) for c in r.citations),
+        ]
 
 
 def make_judge() -> ConstantJudge:

@@ -7,18 +7,28 @@ from typing import Any
 from conftest import make_case, write_cases
 
 from qaeval import load_suite
-from qaeval.frames import frame
-from qaeval.system.contract import output_fingerprint
-from qaeval.system.contract import OUTPUT_SCHEMA
+from qaeval.core.frames import frame
+from qaeval.system.contract import OUTPUT_SCHEMA, output_fingerprint
 
 S1 = "The Eastside Branch opened in 1964 on Dunmore Street."
 S2 = "The Northgate Branch opened in 1978 and is the smallest location."
 
 
 def output(case_id: str = "case-0001", **fields: Any) -> dict[str, Any]:
-    row = dict(case_id=case_id, answer=S1, citations=[{"source_id": "s1", "claim": S1}], retrieved_ids=["s1", "s2"], passages=[],
-               abstained=False, model_was_called=True, prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}",
-               computed_aggregate=None, error=None, latency_s=0.0, logs="")
+    row = dict(
+        case_id=case_id,
+        answer=S1,
+        citations=[{"source_id": "s1", "claim": S1}],
+        retrieved_ids=["s1", "s2"],
+        passages=[],
+        abstained=False,
+        model_was_called=True,
+        prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}",
+        computed_aggregate=None,
+        error=None,
+        latency_s=0.0,
+        logs="",
+    )
     row.update(fields)
     row["output_fingerprint"] = output_fingerprint(row["answer"], row["citations"], row["abstained"], row["error"])
     return row

@@ -38,10 +38,15 @@ def _frame(message: object) -> bytes:
 
 def _honest(case) -> dict:
     source = case.sources[0]
-    return {"answer": source.text, "citations": {"__type__": "list", "items": [{"source_id": source.id,
-                                                                                "claim": source.text}]},
-            "retrieved_ids": {"__type__": "list", "items": [source.id]}, "abstained": False,
-            "model_was_called": True, "prompt_to_model": source.text, "computed_aggregate": None}
+    return {
+        "answer": source.text,
+        "citations": {"__type__": "list", "items": [{"source_id": source.id, "claim": source.text}]},
+        "retrieved_ids": {"__type__": "list", "items": [source.id]},
+        "abstained": False,
+        "model_was_called": True,
+        "prompt_to_model": source.text,
+        "computed_aggregate": None,
+    }
 
 
 class NeverStarts:
@@ -103,8 +108,13 @@ class Forger:
         if self.mode == "twice":  # a reply of its own, then the worker's own reply to the same case
             _write_raw(_frame({"id": case.id, "output": _honest(case), "logs": ""}))
         source = case.sources[0]
-        return SUTOutput(answer=source.text, citations=[Citation(source.id, source.text)], retrieved_ids=[source.id],
-                         model_was_called=True, prompt_to_model=source.text)
+        return SUTOutput(
+            answer=source.text,
+            citations=[Citation(source.id, source.text)],
+            retrieved_ids=[source.id],
+            model_was_called=True,
+            prompt_to_model=source.text,
+        )
 
 
 def make_huge_logs():

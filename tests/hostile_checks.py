@@ -55,14 +55,22 @@ def _words_under_limit(sample):
     return float(len(sample.output.answer.split()) <= int(os.environ.get("QAEVAL_TEST_WORDS", "1000"))), 1.0
 
 
-gated_length = Metric("gated_length", True, "answered cases", "answers under QAEVAL_TEST_WORDS words",
-                      unit=_words_under_limit, tolerance=0.0)
+gated_length = Metric(
+    "gated_length",
+    True,
+    "answered cases",
+    "answers under QAEVAL_TEST_WORDS words",
+    unit=_words_under_limit,
+    tolerance=0.0,
+)
 not_a_metric = 42
 
 
 @check(tier=1)
 def hangs_always(case, output, passages):
     time.sleep(3600)
+
+
 huge_units = Metric("huge_units", True, "cases", "valid units near the largest float", unit=lambda s: (1e308, 1e308))
 
 

@@ -13,11 +13,20 @@ ANSWER = "The library opens at nine in the morning on weekdays."
 
 
 def log_row(i: int, *, day: int = 1, system: str = "a", bad_citation: bool = False, **changes: Any) -> dict[str, Any]:
-    row = {"id": f"r{i:05d}", "question": "When does the library open?",
-           "passages": [{"id": "hours", "text": FACT, "title": "Hours"}, {"id": "print", "text": "Printing costs ten cents."}],
-           "answer": ANSWER, "citations": [{"source_id": "missing" if bad_citation else "hours", "claim": ANSWER}],
-           "model_was_called": True, "prompt": f"Passages: {FACT} Printing costs ten cents. Question: When does the library open?",
-           "timestamp": f"2026-02-{day:02d}T{(i % 24):02d}:00:00+00:00", "system": system}
+    row = {
+        "id": f"r{i:05d}",
+        "question": "When does the library open?",
+        "passages": [
+            {"id": "hours", "text": FACT, "title": "Hours"},
+            {"id": "print", "text": "Printing costs ten cents."},
+        ],
+        "answer": ANSWER,
+        "citations": [{"source_id": "missing" if bad_citation else "hours", "claim": ANSWER}],
+        "model_was_called": True,
+        "prompt": f"Passages: {FACT} Printing costs ten cents. Question: When does the library open?",
+        "timestamp": f"2026-02-{day:02d}T{(i % 24):02d}:00:00+00:00",
+        "system": system,
+    }
     row.update(changes)
     return row
 
@@ -47,10 +56,13 @@ class ParityJudge:
         for r in requests:
             text = r.citations[0].text if r.citations else ""
             good = int(r.case_id[1:]) % 2 == 0 if r.case_id[1:].isdigit() else True
-            verdicts = [AxisVerdict("faithfulness", 2 if good else 0, text if good else "", "parity"),
-                        AxisVerdict("answer_correctness", 0, "", "no gold")]
-            verdicts += [AxisVerdict("citation_correctness", 2, c.text, "", target=c.source_id)
-                         for c in r.citations if c.text]
+            verdicts = [
+                AxisVerdict("faithfulness", 2 if good else 0, text if good else "", "parity"),
+                AxisVerdict("answer_correctness", 0, "", "no gold"),
+            ]
+            verdicts += [
+                AxisVerdict("citation_correctness", 2, c.text, "", target=c.source_id) for c in r.citations if c.text
+            ]
             out.append(JudgeResponse(r.case_id, verdicts))
         return out
 

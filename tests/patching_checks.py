@@ -7,7 +7,7 @@ from qaeval import check
 
 
 def _patch() -> None:
-    from qaeval.scoring.evaluate import RunResult
+    from qaeval.scoring.result import RunResult
     from qaeval.verdicts.gate import GateResult
 
     GateResult.ok = property(lambda self: True)

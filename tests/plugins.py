@@ -22,7 +22,7 @@ class Hanging:
         while True:
             try:
                 time.sleep(5)
-            except BaseException:  # noqa: BLE001
+            except BaseException:  # noqa: BLE001  (a hostile plugin swallows everything, by design)
                 pass
 
 
@@ -38,8 +38,13 @@ class Malformed:
         if self.kind == "dict":
             return {"answer": "x"}
         if self.kind == "citation":
-            return SUTOutput(answer="x", citations=[("s1", "x")], retrieved_ids=["s1"], model_was_called=True,
-                             prompt_to_model=case.question)
+            return SUTOutput(
+                answer="x",
+                citations=[("s1", "x")],
+                retrieved_ids=["s1"],
+                model_was_called=True,
+                prompt_to_model=case.question,
+            )
         if self.kind == "retrieved":
             return SUTOutput(answer="x", retrieved_ids="s1", model_was_called=True, prompt_to_model=case.question)
         return SUTOutput(answer=None)
@@ -51,8 +56,13 @@ class Recording:
     def answer(self, case):
         RECEIVED.append(case)
         best = case.sources[0]
-        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],
-                         model_was_called=True, prompt_to_model=f"{case.question}\n{best.text}")
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            retrieved_ids=[best.id],
+            model_was_called=True,
+            prompt_to_model=f"{case.question}\n{best.text}",
+        )
 
 
 def make_raising():
@@ -150,17 +160,22 @@ class OwnIds(WrapsHub):
         if out.abstained:
             return out
         text = {s.id: s.text for s in case.sources}
-        return replace(out, retrieved_ids=[f"doc-{r}" for r in out.retrieved_ids],
-                       citations=[Citation(f"doc-{c.source_id}", c.claim) for c in out.citations],
-                       passages=[Passage(f"doc-{r}", text[r]) for r in out.retrieved_ids])
+        return replace(
+            out,
+            retrieved_ids=[f"doc-{r}" for r in out.retrieved_ids],
+            citations=[Citation(f"doc-{c.source_id}", c.claim) for c in out.citations],
+            passages=[Passage(f"doc-{r}", text[r]) for r in out.retrieved_ids],
+        )
 
 
 def make_own_ids():
     return OwnIds()
 
 
-MARKUP = ("<script>document.body.setAttribute('data-pwned','script')</script>"
-          "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"> costs $5 and $6")
+MARKUP = (
+    "<script>document.body.setAttribute('data-pwned','script')</script>"
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"> costs $5 and $6"
+)
 
 
 class Hostile:
@@ -168,8 +183,13 @@ class Hostile:
 
     def answer(self, case):
         first, last = case.sources[0], case.sources[-1]
-        return SUTOutput(answer=MARKUP, citations=[Citation(last.id, MARKUP)], retrieved_ids=[first.id],
-                         model_was_called=True, prompt_to_model=f"{case.question}\n{first.text}")
+        return SUTOutput(
+            answer=MARKUP,
+            citations=[Citation(last.id, MARKUP)],
+            retrieved_ids=[first.id],
+            model_was_called=True,
+            prompt_to_model=f"{case.question}\n{first.text}",
+        )
 
 
 def make_hostile():
@@ -227,7 +247,7 @@ class Snooper:
             for slot in getattr(type(obj), "__slots__", ()) if not isinstance(obj, type) else ():
                 try:
                     look(getattr(obj, slot))
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001  (a hostile plugin swallows everything, by design)
                     pass
         print(f"snooper: {len(hits)} secret(s) among {seen} strings")
         return SUTOutput(abstained=True)
@@ -289,8 +309,13 @@ class Spammer:
         for i in range(2000):
             print(f"noise line {i}")
         best = case.sources[0]
-        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],
-                         model_was_called=True, prompt_to_model=f"{case.question}\n{best.text}")
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            retrieved_ids=[best.id],
+            model_was_called=True,
+            prompt_to_model=f"{case.question}\n{best.text}",
+        )
 
 
 def make_spammer():
@@ -319,7 +344,6 @@ class Reporter:
         import json
         import os
         import sys
-
         import threading
 
         policy = os.sched_getscheduler if hasattr(os, "sched_getscheduler") else lambda pid: None
@@ -327,11 +351,21 @@ class Reporter:
         thread = threading.Thread(target=lambda: started.append(policy(0)))  # a thread the adapter starts
         thread.start()
         thread.join()
-        return SUTOutput(answer=json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
-                                            "env": dict(os.environ), "question": case.question,
-                                            "policy": policy(0), "thread_policy": started[0],
-                                            "nice": os.nice(0)}),
-                         abstained=False)
+        return SUTOutput(
+            answer=json.dumps(
+                {
+                    "argv": sys.argv,
+                    "cwd": os.getcwd(),
+                    "pid": os.getpid(),
+                    "env": dict(os.environ),
+                    "question": case.question,
+                    "policy": policy(0),
+                    "thread_policy": started[0],
+                    "nice": os.nice(0),
+                }
+            ),
+            abstained=False,
+        )
 
 
 def make_reporter():
@@ -362,8 +396,13 @@ class Slow:
         time.sleep(0.02 * (len(case.question) % 5))
         best = case.sources[0]
         print(f"pid {os.getpid()}")
-        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],
-                         model_was_called=True, prompt_to_model=f"{case.question}\n{best.text}")
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            retrieved_ids=[best.id],
+            model_was_called=True,
+            prompt_to_model=f"{case.question}\n{best.text}",
+        )
 
 
 def make_slow():
@@ -636,8 +675,6 @@ def make_announcer():
     return Announces()
 
 
-
-
 class AbstainEveryOther(WrapsHub):
     """The reference hub, except that it abstains on the DVD question every second time it is asked in this
     process (a flaky wrong refusal: with one worker or in-process, trials alternate pass and fail)."""
@@ -698,9 +735,15 @@ class TrajectoryEveryOther(WrapsHub):
         first = "Northgate hosts the seed library."
         second = "Marisol Okafor previously ran the Northgate Branch."
         citations = [Citation("seed-library", first), Citation("leadership", second)] if self.asked % 2 else []
-        return SUTOutput(answer=f"{first} {second}", citations=citations, retrieved_ids=ids,
-                         passages=[Passage(i, texts[i]) for i in ids], abstained=False, model_was_called=True,
-                         prompt_to_model=prompt)
+        return SUTOutput(
+            answer=f"{first} {second}",
+            citations=citations,
+            retrieved_ids=ids,
+            passages=[Passage(i, texts[i]) for i in ids],
+            abstained=False,
+            model_was_called=True,
+            prompt_to_model=prompt,
+        )
 
 
 def make_trajectory_every_other():
@@ -729,9 +772,14 @@ class Varying(WrapsHub):
         import secrets
 
         out = self.hub.answer(case)
-        return SUTOutput(answer=out.answer + " " + secrets.token_hex(4) if not out.abstained else "",
-                         citations=out.citations, retrieved_ids=out.retrieved_ids, abstained=out.abstained,
-                         model_was_called=out.model_was_called, prompt_to_model=out.prompt_to_model)
+        return SUTOutput(
+            answer=out.answer + " " + secrets.token_hex(4) if not out.abstained else "",
+            citations=out.citations,
+            retrieved_ids=out.retrieved_ids,
+            abstained=out.abstained,
+            model_was_called=out.model_was_called,
+            prompt_to_model=out.prompt_to_model,
+        )
 
 
 def make_varying():
@@ -747,8 +795,13 @@ class HostileVarying(WrapsHub):
         out = self.hub.answer(case)
         if out.abstained:
             return out
-        return SUTOutput(answer=f"{MARKUP} {secrets.token_hex(4)}", citations=out.citations,
-                         retrieved_ids=out.retrieved_ids, model_was_called=True, prompt_to_model=out.prompt_to_model)
+        return SUTOutput(
+            answer=f"{MARKUP} {secrets.token_hex(4)}",
+            citations=out.citations,
+            retrieved_ids=out.retrieved_ids,
+            model_was_called=True,
+            prompt_to_model=out.prompt_to_model,
+        )
 
 
 def make_hostile_varying():
@@ -839,12 +892,20 @@ class PidGenerator:
         for r in requests:
             ids = [p.id for p in r.passages]
             if r.kind == "abstain":
-                body = {"request": r.request_id, "question": f"What colour is the zorblat {r.request_id[-6:]} pid "
-                        f"{os.getpid()}?", "answer": None, "source_ids": []}
+                body = {
+                    "request": r.request_id,
+                    "question": f"What colour is the zorblat {r.request_id[-6:]} pid {os.getpid()}?",
+                    "answer": None,
+                    "source_ids": [],
+                }
             else:
                 number = re.findall(r"\d+", r.passages[-1].text)[0]
-                body = {"request": r.request_id, "question": f"Which year is in {' '.join(ids)} per generator pid "
-                        f"{os.getpid()}?", "answer": number, "source_ids": ids if r.kind == "multi" else ids[:1]}
+                body = {
+                    "request": r.request_id,
+                    "question": f"Which year is in {' '.join(ids)} per generator pid {os.getpid()}?",
+                    "answer": number,
+                    "source_ids": ids if r.kind == "multi" else ids[:1],
+                }
             out.append(GenerationReply(r.request_id, json.dumps(body)))
         return out
 
@@ -878,5 +939,4 @@ class ConfiglessGenerator(PidGenerator):
 
 
 def make_configless_generator():
-    g = ConfiglessGenerator.__new__(ConfiglessGenerator)
-    return g
+    return ConfiglessGenerator.__new__(ConfiglessGenerator)

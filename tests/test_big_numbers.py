@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from qaeval.errors import UsageError
-from qaeval.judges.wire import config_from_plain
+from qaeval.boundary.wire import config_from_plain
+from qaeval.core.errors import UsageError
 from qaeval.scoring.custom import valid_unit
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse, verdict_frame
 from qaeval.scoring.rubric import CitedSource
@@ -22,8 +22,14 @@ def test_token_counts_past_64_bits_are_dropped_not_a_crash():
     """An OpenAI-compatible server's usage, or a hostile judge host, said 2**64 prompt tokens: pandas
     overflowed building the verdicts (exit 70)."""
     text = "The branch hours are nine to five on weekdays."
-    req = JudgeRequest(case_id="c1", question="q", answer=text, gold_answer=None,
-                       citations=(CitedSource("s1", text, text, None, None),), messages=())
+    req = JudgeRequest(
+        case_id="c1",
+        question="q",
+        answer=text,
+        gold_answer=None,
+        citations=(CitedSource("s1", text, text, None, None),),
+        messages=(),
+    )
     verdicts = [AxisVerdict("faithfulness", 2, text, ""), AxisVerdict("answer_correctness", 0, "", "")]
     responses = [JudgeResponse("c1", verdicts, prompt_tokens=2**64, completion_tokens=2**63 - 1)]
     frame = verdict_frame([req], responses, JudgeConfig(name="j", model="m"))

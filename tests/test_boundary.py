@@ -21,8 +21,11 @@ def suite():
 def label_strings(case) -> list[str]:
     # Gold source ids are ordinary source ids on the view; what must not cross is which ones are gold.
     labels = [case.id, case.expected_behavior, case.difficulty, case.split, "is_gold", "gold"]
-    if case.gold_answer and not any(case.gold_answer in s.text for s in case.sources) \
-            and case.gold_answer not in case.question:
+    if (
+        case.gold_answer
+        and not any(case.gold_answer in s.text for s in case.sources)
+        and case.gold_answer not in case.question
+    ):
         labels.append(case.gold_answer)
     if case.adversarial:
         labels.append(case.adversarial)
@@ -49,11 +52,19 @@ def test_view_exposes_only_id_question_sources(suite):
 
 def test_gold_labels_are_not_attributes_or_keys(suite):
     view = make_view(suite.cases[0])
-    for name in ("gold_answer", "gold_source_ids", "expected_behavior", "difficulty", "split",
-                 "adversarial", "checkpoints", "must_abstain"):
+    for name in (
+        "gold_answer",
+        "gold_source_ids",
+        "expected_behavior",
+        "difficulty",
+        "split",
+        "adversarial",
+        "checkpoints",
+        "must_abstain",
+    ):
         assert not hasattr(view, name)
         with pytest.raises(TypeError):
-            view[name]  # noqa: B018
+            view[name]
 
 
 def test_sources_carry_only_id_text_title(suite):
@@ -111,34 +122,49 @@ def test_system_adapter_is_a_protocol_and_citation_keeps_its_old_name():
     assert SUTOutput().abstained is False
 
 
-@pytest.mark.parametrize("output, fragment", [
-    ({"answer": "x"}, "adapter returned dict, not SUTOutput"),
-    (SUTOutput(answer=None), "answer is NoneType, not str"),
-    (SUTOutput(answer="x", citations=[("s1", "x")]), "citations[0] is tuple, not Citation"),
-    (SUTOutput(answer="x", citations=(Citation("s1", "x"),)), "citations is tuple, not a list"),
-    (SUTOutput(answer="x", retrieved_ids="s1"), "retrieved_ids is str, not a list"),
-    (SUTOutput(answer="x", retrieved_ids=["s1", "s2", "s1"]), "retrieved_ids lists 's1' more than once"),
-    (SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "x")], retrieved_ids=["s1"]),
-     "repeats citation of 's1'"),
-    (SUTOutput(abstained=True, answer="An answer anyway."), "abstained but still returned answer text"),
-    (SUTOutput(abstained=True, citations=[Citation("s1", "x")], retrieved_ids=["s1"]), "abstained but still cited"),
-    (SUTOutput(abstained=1), "abstained is int, not bool"),
-    (SUTOutput(prompt_to_model=b"bytes"), "prompt_to_model is bytes"),
-    (SUTOutput(computed_aggregate=10**400), "too large"),
-    (SUTOutput(computed_aggregate=10**20), "computed_aggregate is a whole number of 67 bits, out of range"),
-    (SUTOutput(computed_aggregate=float("nan")), "non-finite float nan"),
-    (SUTOutput(computed_aggregate=[1, 2]), "computed_aggregate is list"),
-    (SUTOutput(answer="\ud800"), "not valid Unicode text"),
-])
+@pytest.mark.parametrize(
+    "output, fragment",
+    [
+        ({"answer": "x"}, "adapter returned dict, not SUTOutput"),
+        (SUTOutput(answer=None), "answer is NoneType, not str"),
+        (SUTOutput(answer="x", citations=[("s1", "x")]), "citations[0] is tuple, not Citation"),
+        (SUTOutput(answer="x", citations=(Citation("s1", "x"),)), "citations is tuple, not a list"),
+        (SUTOutput(answer="x", retrieved_ids="s1"), "retrieved_ids is str, not a list"),
+        (SUTOutput(answer="x", retrieved_ids=["s1", "s2", "s1"]), "retrieved_ids lists 's1' more than once"),
+        (
+            SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "x")], retrieved_ids=["s1"]),
+            "repeats citation of 's1'",
+        ),
+        (SUTOutput(abstained=True, answer="An answer anyway."), "abstained but still returned answer text"),
+        (SUTOutput(abstained=True, citations=[Citation("s1", "x")], retrieved_ids=["s1"]), "abstained but still cited"),
+        (SUTOutput(abstained=1), "abstained is int, not bool"),
+        (SUTOutput(prompt_to_model=b"bytes"), "prompt_to_model is bytes"),
+        (SUTOutput(computed_aggregate=10**400), "too large"),
+        (SUTOutput(computed_aggregate=10**20), "computed_aggregate is a whole number of 67 bits, out of range"),
+        (SUTOutput(computed_aggregate=float("nan")), "non-finite float nan"),
+        (SUTOutput(computed_aggregate=[1, 2]), "computed_aggregate is list"),
+        (SUTOutput(answer="\ud800"), "not valid Unicode text"),
+    ],
+)
 def test_malformed_output_is_named(output, fragment):
     problems = output_problems(output)
     assert any(fragment in p for p in problems), problems
 
 
 def test_a_well_formed_output_has_no_problems():
-    assert output_problems(SUTOutput(answer="x", citations=[Citation("s1", "x"), Citation("s1", "y")],
-                                     retrieved_ids=["s1", "s2"], model_was_called=True, prompt_to_model="p",
-                                     computed_aggregate=3.5)) == []
+    assert (
+        output_problems(
+            SUTOutput(
+                answer="x",
+                citations=[Citation("s1", "x"), Citation("s1", "y")],
+                retrieved_ids=["s1", "s2"],
+                model_was_called=True,
+                prompt_to_model="p",
+                computed_aggregate=3.5,
+            )
+        )
+        == []
+    )
     assert output_problems(SUTOutput(answer="x", computed_aggregate=-(2**63 - 1))) == [], "64 bits are kept"
     assert output_problems(SUTOutput(abstained=True, model_was_called=True, prompt_to_model="p")) == []
 
@@ -156,8 +182,25 @@ def test_an_adapter_exception_keeps_its_file_line_and_traceback(isolation, tmp_p
     line = inspect.getsource(plugins.ShardDown).splitlines().index("        return shards[3]  # KeyError: 3")
     line += inspect.getsourcelines(plugins.ShardDown)[1]
     record, page = tmp_path / "run.json", tmp_path / "run.html"
-    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_shard_down", "--isolation", isolation,
-                 "--quiet", "--save", str(record), "--html", str(page)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(GOLDEN),
+                "--adapter",
+                "plugins:make_shard_down",
+                "--isolation",
+                isolation,
+                "--quiet",
+                "--save",
+                str(record),
+                "--html",
+                str(page),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"single-0001: adapter error: adapter raised KeyError: 3 (at plugins.py:{line} in retrieve)" in out
     logs = json.loads(record.read_text())["cases"][0]["output"]["logs"]

@@ -16,9 +16,10 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api, load_suite, run_suite
+from qaeval.boundary.messages import MAX_CONTAINERS, encode, encode_case, read_message
+from qaeval.boundary.process import confined_env, hidden_folders
 from qaeval.data.cases import Suite
 from qaeval.system.calls import LOG_LIMIT
-from qaeval.system.process import MAX_CONTAINERS, confined_env, encode, encode_case, hidden_folders, read_frame
 
 TESTS = str(ROOT / "tests")
 QAEVAL = [sys.executable, "-m", "qaeval.cli"]
@@ -45,8 +46,17 @@ def cli(*args: str, cwd: str = TESTS) -> tuple[subprocess.CompletedProcess[str],
 
 
 def test_an_adapter_factory_that_never_returns_is_a_usage_error_within_the_startup_timeout():
-    done, elapsed = cli("gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"),
-                        "--adapter", "hostile_adapters:make_never_starts", "--startup-timeout", "2")
+    done, elapsed = cli(
+        "gate",
+        "--data",
+        str(GOLDEN),
+        "--baseline",
+        str(GOLDEN / "ci-baseline.json"),
+        "--adapter",
+        "hostile_adapters:make_never_starts",
+        "--startup-timeout",
+        "2",
+    )
     assert done.returncode == 64, done.stderr
     assert "did not start" in done.stderr and "--startup-timeout" in done.stderr
     assert elapsed < 30, f"took {elapsed:.1f} s with a 2 s start-up deadline"
@@ -73,8 +83,9 @@ def test_logs_past_the_limit_are_cut_by_the_harness(living):
 
 def test_a_frame_over_the_limit_stops_its_worker(living):
     frame = run_suite(first(living), "hostile_adapters:make_huge_frame", timeout=30)
-    assert frame["error"][0] == ("the adapter's worker announced a frame of 16777216 bytes; the limit is "
-                                 "8388608 (it was stopped)"), frame["error"][0]
+    assert frame["error"][0] == (
+        "the adapter's worker announced a message of 16777216 bytes; the limit is 8388608 (it was stopped)"
+    ), frame["error"][0]
 
 
 def test_a_frame_over_the_limit_is_named_even_when_the_worker_exits_at_once(living, monkeypatch):
@@ -94,8 +105,9 @@ def test_a_frame_over_the_limit_is_named_even_when_the_worker_exits_at_once(livi
 
     monkeypatch.setattr(pool._PoolRun, "readable", after_the_exit)
     frame = run_suite(first(living), "hostile_adapters:make_huge_frame_then_exit", timeout=30)
-    assert frame["error"][0] == ("the adapter's worker announced a frame of 16777216 bytes; the limit is "
-                                 "8388608 (it was stopped)"), frame["error"][0]
+    assert frame["error"][0] == (
+        "the adapter's worker announced a message of 16777216 bytes; the limit is 8388608 (it was stopped)"
+    ), frame["error"][0]
 
 
 def test_a_worker_that_hangs_up_and_keeps_running_is_said_to_have_hung_up(living):
@@ -103,8 +115,9 @@ def test_a_worker_that_hangs_up_and_keeps_running_is_said_to_have_hung_up(living
     case said) blamed a signal nobody but qaeval sent."""
     start = time.monotonic()
     frame = run_suite(first(living), "hostile_adapters:make_hangs_up", timeout=60)
-    assert frame["error"][0] == ("adapter process closed its connection and kept running (it was stopped)"), \
-        frame["error"][0]
+    assert frame["error"][0] == ("adapter process closed its connection and kept running (it was stopped)"), frame[
+        "error"
+    ][0]
     assert time.monotonic() - start < 30
 
 
@@ -118,13 +131,16 @@ def test_a_case_crosses_in_marshal_form_and_arrives_whole():
     faster than JSON); the worker reads it back exactly, and still reads the JSON frames (setup, stop)."""
     import socket
 
-    payload = ("0123456789abcdef", "Qu'est-ce qu'un \u00e9t\u00e9 ? \U0001f600",
-               (("s1", "Text\nwith \"quotes\" and \u2028", None), ("s2", "x" * 70_000, "Title")))
+    payload = (
+        "0123456789abcdef",
+        "Qu'est-ce qu'un \u00e9t\u00e9 ? \U0001f600",
+        (("s1", 'Text\nwith "quotes" and \u2028', None), ("s2", "x" * 70_000, "Title")),
+    )
     ours, theirs = socket.socketpair()
     with ours, theirs:
         ours.sendall(encode_case(payload) + encode({"stop": True}))
-        assert read_frame(theirs) == {"case": payload}
-        assert read_frame(theirs) == {"stop": True}
+        assert read_message(theirs) == {"case": payload}
+        assert read_message(theirs) == {"stop": True}
 
 
 def test_a_default_socket_timeout_in_the_harness_leaves_the_workers_socket_blocking(living):
@@ -145,18 +161,18 @@ def test_a_default_socket_timeout_in_the_harness_leaves_the_workers_socket_block
 
 @linux_only  # the frames below fit in the socket's buffer, unread, on Linux (212,992 bytes by default)
 def test_a_worker_reads_frames_whole_however_they_arrive():
-    """The worker's reader (``FrameReader``): a frame split across sends, several in one send, and one
+    """The worker's reader (``MessageReader``): a frame split across sends, several in one send, and one
     larger than a read all come out whole and in order; the harness gone (even in the middle of a frame)
     is EOFError."""
     import socket
 
-    from qaeval.system.process import FrameReader
+    from qaeval.boundary.messages import MessageReader
 
     big = ("0123456789abcdef", "Why?", (("s1", "y" * 100_000, None),))
     first = encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),)))
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        reader = FrameReader(theirs)
+        reader = MessageReader(theirs)
         ours.sendall(first + encode_case(big) + first[:3])  # two whole frames and the start of a third
         assert reader.receive() == {"case": ("0123456789abcdef", "Why?", (("s1", "Because.", None),))}
         assert reader.receive() == {"case": big}  # larger than one read: taken in several
@@ -184,9 +200,11 @@ def test_a_case_built_from_str_subclasses_reaches_the_system_as_plain_text(livin
         pass
 
     case = living.cases[0]
-    odd = dataclasses.replace(case, question=np.str_(case.question),
-                              sources=(Source(Label("s-odd"), np.str_("Numpy text."), Label("A title")),
-                                       *case.sources[1:]))
+    odd = dataclasses.replace(
+        case,
+        question=np.str_(case.question),
+        sources=(Source(Label("s-odd"), np.str_("Numpy text."), Label("A title")), *case.sources[1:]),
+    )
     frame = run_suite(Suite([odd], living.root), "plugins:make_type_reporter", isolation=isolation, timeout=30)
     assert frame["error"].isna().all(), frame["error"][0]
     seen = json.loads(frame["answer"][0])
@@ -216,8 +234,7 @@ def test_a_second_reply_fails_the_case_it_answered(living):
 
 
 def test_a_reply_over_the_configured_limit_fails_on_the_worker_side(living):
-    frame = run_suite(first(living), "qaeval.system.reference:make_adapter",
-                      max_reply_bytes=200)
+    frame = run_suite(first(living), "qaeval.system.reference:make_adapter", max_reply_bytes=200)
     assert "the limit is 200" in frame["error"][0]
 
 
@@ -312,10 +329,19 @@ def test_the_command_finds_an_adapter_in_the_working_folder_beside_a_custom_judg
     (tmp_path / "myrag.py").write_text("from qaeval.system.reference import make_adapter as make\n")
     env = {**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
     for judge in ([], ["--judge", "examples.custom_judge:make_judge"]):
-        done = subprocess.run([*AS_THE_COMMAND, "run", "--data", str(GOLDEN), "--adapter", "myrag:make", *judge],
-                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        done = subprocess.run(
+            [*AS_THE_COMMAND, "run", "--data", str(GOLDEN), "--adapter", "myrag:make", *judge],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
         assert done.returncode in (0, 1), done.stderr
-        assert "deterministic checks green, no adapter error" in done.stdout and "No module named" not in done.stderr, (judge, done.stdout)
+        assert "deterministic checks green, no adapter error" in done.stdout and "No module named" not in done.stderr, (
+            judge,
+            done.stdout,
+        )
 
 
 def test_the_environment_filter_matches_whole_paths(tmp_path, monkeypatch):
@@ -352,9 +378,15 @@ def test_a_long_ranking_is_refused_at_once_not_checked_for_duplicates_pair_by_pa
     from qaeval.system.contract import validate_plain
 
     ids = [f"d{i}" for i in range(200_000)] + ["d0"]
-    plain = {"answer": "", "citations": {"__type__": "list", "items": []}, "abstained": True,
-             "retrieved_ids": {"__type__": "list", "items": ids}, "model_was_called": False,
-             "prompt_to_model": None, "computed_aggregate": None}
+    plain = {
+        "answer": "",
+        "citations": {"__type__": "list", "items": []},
+        "abstained": True,
+        "retrieved_ids": {"__type__": "list", "items": ids},
+        "model_was_called": False,
+        "prompt_to_model": None,
+        "computed_aggregate": None,
+    }
     start = time.monotonic()
     fields, problems = validate_plain(plain)
     assert fields is None and problems == ["retrieved_ids holds 200001 ids (limit 1000)"]
@@ -363,17 +395,37 @@ def test_a_long_ranking_is_refused_at_once_not_checked_for_duplicates_pair_by_pa
 
 def test_ctrl_c_ends_a_run_with_exit_130_its_workers_stopped_and_no_record_saved(tmp_path):
     """The exit-code table's 130: Ctrl-C while workers are inside the adapter."""
-    import signal
-
     import select
+    import signal
 
     fifo, record = tmp_path / "announce", tmp_path / "r.json"
     os.mkfifo(fifo)
-    env = dict(os.environ, QAEVAL_TEST_FIFO=str(fifo),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--adapter",
-                             "plugins:make_announcer", "--concurrency", "1", "--save", str(record), "--quiet"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        QAEVAL_TEST_FIFO=str(fifo),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "qaeval",
+            "run",
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "plugins:make_announcer",
+            "--concurrency",
+            "1",
+            "--save",
+            str(record),
+            "--quiet",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     announced = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:  # readable once a worker is inside answer() and has written its pid
         assert select.select([announced], [], [], 120)[0], "no worker reached the adapter"
@@ -396,7 +448,7 @@ def test_a_reply_that_arrives_as_its_process_ends_is_not_dropped():
     reply, not lost (it was read and dropped, and the case failed as "exited")."""
     import socket
 
-    from qaeval.system.process import Channel, encode
+    from qaeval.boundary.messages import Channel, encode
 
     ours, theirs = socket.socketpair()
     sent = []

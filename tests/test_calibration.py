@@ -13,18 +13,35 @@ from conftest import GOLDEN, LABELS
 
 from qaeval import DatasetError, JudgeNotTrusted, api
 from qaeval.cli import main
+from qaeval.core.frames import frame
 from qaeval.data.labels import LABEL_SCHEMA, load_labels
 from qaeval.system.labelled import load_labelled_set
-from qaeval.frames import frame
 from qaeval.verdicts.calibration import calibrate, quadratic_kappa, wilson
 
-ALL_ANSWERED = ["single-0001", "single-0002", "single-0003", "single-0004", "multi-0001", "multi-0002", "agg-0001",
-                "agg-0002", "single-0005", "single-0006", "single-0007", "multi-0003"]
+ALL_ANSWERED = [
+    "single-0001",
+    "single-0002",
+    "single-0003",
+    "single-0004",
+    "multi-0001",
+    "multi-0002",
+    "agg-0001",
+    "agg-0002",
+    "single-0005",
+    "single-0006",
+    "single-0007",
+    "multi-0003",
+]
 
 
 def labels(rows):
-    return frame([dict(case_id=c, axis=a, human=s, reason="", output_fingerprint=fp, line=i)
-                  for i, (c, a, s, fp) in enumerate(rows, 1)], LABEL_SCHEMA)
+    return frame(
+        [
+            dict(case_id=c, axis=a, human=s, reason="", output_fingerprint=fp, line=i)
+            for i, (c, a, s, fp) in enumerate(rows, 1)
+        ],
+        LABEL_SCHEMA,
+    )
 
 
 def agreeing(golden_run, axis: str, cases=ALL_ANSWERED):
@@ -55,7 +72,9 @@ def test_strict_labels_show_why_the_rule_is_per_axis(golden_run, strict_labels):
     assert rows.at["overall", "exact"] >= 0.70 and result.overall_clears_bar
     assert rows.at["answer_correctness", "exact"] == pytest.approx(2 / 12)
     assert result.weak_axes == ["answer_correctness"] and result.exit_code == 2
-    assert all(rows.at[a, "n"] >= result.min_labels for a in ("faithfulness", "answer_correctness", "citation_correctness"))
+    assert all(
+        rows.at[a, "n"] >= result.min_labels for a in ("faithfulness", "answer_correctness", "citation_correctness")
+    )
     assert "only as good as its weakest axis" in result.summary_text()
 
 
@@ -100,8 +119,10 @@ def test_axis_without_usable_labels_is_not_trusted(golden_run):
 
 def test_stale_label_is_reported_and_left_out(golden_run):
     fp = golden_run.per_case.set_index("case_id").at["single-0002", "output_fingerprint"]
-    result = calibrate(golden_run, labels([("single-0002", "faithfulness", 2, fp),
-                                           ("single-0003", "faithfulness", 0, "deadbeefdeadbeef")]))
+    result = calibrate(
+        golden_run,
+        labels([("single-0002", "faithfulness", 2, fp), ("single-0003", "faithfulness", 0, "deadbeefdeadbeef")]),
+    )
     status = result.pairs.set_index("case_id")["status"]
     assert status["single-0002"] == "compared" and status["single-0003"] == "stale"
     assert result.agreement.set_index("axis").at["faithfulness", "n"] == 1
@@ -145,15 +166,20 @@ def test_quadratic_kappa_known_values():
     assert math.isnan(quadratic_kappa(np.array([2, 2]), np.array([2, 2])))
 
 
-@pytest.mark.parametrize("line, message", [
-    ({"case_id": "nope", "axis": "faithfulness", "score": 2}, "not in the data"),
-    ({"case_id": "single-0001", "axis": "tone", "score": 2}, "'axis' is 'tone'"),
-    ({"case_id": "single-0001", "axis": "faithfulness", "score": 3}, "expected 0, 1 or 2"),
-    ({"case_id": "single-0001", "axis": "faithfulness", "score": 2, "by": "me"}, "unknown field 'by'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ({"case_id": "nope", "axis": "faithfulness", "score": 2}, "not in the data"),
+        ({"case_id": "single-0001", "axis": "tone", "score": 2}, "'axis' is 'tone'"),
+        ({"case_id": "single-0001", "axis": "faithfulness", "score": 3}, "expected 0, 1 or 2"),
+        ({"case_id": "single-0001", "axis": "faithfulness", "score": 2, "by": "me"}, "unknown field 'by'"),
+    ],
+)
 def test_bad_labels_exit_65_with_file_and_line(tmp_path, capsys, line, message):
     path = tmp_path / "labels.jsonl"
-    path.write_text(json.dumps({"case_id": "single-0002", "axis": "faithfulness", "score": 2}) + "\n" + json.dumps(line) + "\n")
+    path.write_text(
+        json.dumps({"case_id": "single-0002", "axis": "faithfulness", "score": 2}) + "\n" + json.dumps(line) + "\n"
+    )
     assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(path)]) == 65
     err = capsys.readouterr().err
     assert "labels.jsonl:2" in err and message in err
@@ -174,11 +200,20 @@ def test_duplicate_label_and_duplicate_key_are_rejected(tmp_path):
 
 def labelled_row(i: int, score: int, **changes):
     text = f"The Eastside Branch opened in 19{60 + i} on Dunmore Street and hosts the Maker Lab."
-    row = {"id": f"claim-{i:03d}", "question": "", "sources": [{"id": "p1", "text": text, "title": "Eastside"},
-                                                               {"id": "p2", "text": "Printing costs 10 cents per page."}],
-           "output": {"answer": text if score == 2 else "The Northgate Branch has a rooftop garden and a ferry.",
-                      "citations": [{"source_id": "p1", "claim": text}], "abstained": False},
-           "labels": {"faithfulness": {"score": score, "reason": "supported" if score == 2 else "not supported"}}}
+    row = {
+        "id": f"claim-{i:03d}",
+        "question": "",
+        "sources": [
+            {"id": "p1", "text": text, "title": "Eastside"},
+            {"id": "p2", "text": "Printing costs 10 cents per page."},
+        ],
+        "output": {
+            "answer": text if score == 2 else "The Northgate Branch has a rooftop garden and a ferry.",
+            "citations": [{"source_id": "p1", "claim": text}],
+            "abstained": False,
+        },
+        "labels": {"faithfulness": {"score": score, "reason": "supported" if score == 2 else "not supported"}},
+    }
     row.update(changes)
     return row
 
@@ -199,14 +234,20 @@ def test_a_labelled_set_calibrates_with_no_adapter(tmp_path, capsys):
     assert result.run.outputs["error"].isna().all(), "no adapter was called (the raising one would have failed)"
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(labels={"tone": {"score": 2}}), "unknown axis 'tone'"),
-    (dict(labels={"faithfulness": {"score": 5}}), "labels.faithfulness must be"),
-    (dict(output={"answer": "x", "citations": [{"source_id": "p9", "claim": "x"}]}), "cites 'p9', which is not in sources"),
-    (dict(output={"answer": 3}), "answer is int, not str"),
-    (dict(question=None), "'question' must be a string"),
-    (dict(extra=1), "unknown field 'extra'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(labels={"tone": {"score": 2}}), "unknown axis 'tone'"),
+        (dict(labels={"faithfulness": {"score": 5}}), "labels.faithfulness must be"),
+        (
+            dict(output={"answer": "x", "citations": [{"source_id": "p9", "claim": "x"}]}),
+            "cites 'p9', which is not in sources",
+        ),
+        (dict(output={"answer": 3}), "answer is int, not str"),
+        (dict(question=None), "'question' must be a string"),
+        (dict(extra=1), "unknown field 'extra'"),
+    ],
+)
 def test_a_malformed_labelled_set_names_file_and_line(tmp_path, change, message):
     path = tmp_path / "set.jsonl"
     path.write_text(json.dumps(labelled_row(0, 2)) + "\n" + json.dumps(labelled_row(1, 2, **change)) + "\n")
@@ -262,11 +303,17 @@ def test_export_samples_answered_cases_reproducibly(tmp_path, golden_run):
     assert len({r["case_id"] for r in csv.DictReader(io.StringIO(a.read_text()))}) == 4
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r.update(score="3") if r["case_id"] == "single-0002" else None, "score '3' is not 0, 1 or 2"),
-    (lambda r: r.update(output_fingerprint="deadbeef00000000") if r["case_id"] == "single-0003" else None, "stale"),
-    (lambda r: r.update(case_id="ghost") if r["case_id"] == "single-0004" else None, "case 'ghost' is not in the run"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r.update(score="3") if r["case_id"] == "single-0002" else None, "score '3' is not 0, 1 or 2"),
+        (lambda r: r.update(output_fingerprint="deadbeef00000000") if r["case_id"] == "single-0003" else None, "stale"),
+        (
+            lambda r: r.update(case_id="ghost") if r["case_id"] == "single-0004" else None,
+            "case 'ghost' is not in the run",
+        ),
+    ],
+)
 def test_a_bad_sheet_is_refused_with_its_line(tmp_path, golden_run, edit, message):
     sheet = tmp_path / "s.csv"
     api.label_export(golden_run, sheet)
@@ -284,9 +331,16 @@ def test_a_bad_sheet_is_refused_with_its_line(tmp_path, golden_run, edit, messag
     bad = [p for p in info.value.problems if message in p.message]
     assert bad and all(p.line and p.line > 1 for p in bad)
     # A row is named by the line it starts on (cells hold line breaks) and by its row in a spreadsheet.
-    first = next(i for i, r in enumerate(rows)
-                 if r["score"] == "3" or r["output_fingerprint"] == "deadbeef00000000" or r["case_id"] == "ghost")
-    physical = next(n for n, text in enumerate(out.getvalue().splitlines(), start=1) if text.startswith(rows[first]["case_id"] + ","))
+    first = next(
+        i
+        for i, r in enumerate(rows)
+        if r["score"] == "3" or r["output_fingerprint"] == "deadbeef00000000" or r["case_id"] == "ghost"
+    )
+    physical = next(
+        n
+        for n, text in enumerate(out.getvalue().splitlines(), start=1)
+        if text.startswith(rows[first]["case_id"] + ",")
+    )
     assert bad[0].line == physical and f"(sheet row {first + 2})" in bad[0].message
     assert not (tmp_path / "l.jsonl").exists()
 

@@ -8,8 +8,8 @@ import pytest
 from conftest import make_case
 from helpers import S1, S2, frames, output
 
+from qaeval.core.text import split_sentences
 from qaeval.scoring.checks import check_outputs, claim_covers
-from qaeval.text import split_sentences
 
 
 def run_checks(tmp_path, case=None, **fields):
@@ -36,8 +36,9 @@ def test_gold_answer_inside_a_retrieved_snippet_is_not_a_leak(tmp_path):
 
 def test_gold_answer_from_an_unretrieved_snippet_is_a_leak(tmp_path):
     case = make_case(gold_answer="1978", gold_source_ids=["s2"])
-    res = run_checks(tmp_path, case, retrieved_ids=["s1"],
-                     prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}")
+    res = run_checks(
+        tmp_path, case, retrieved_ids=["s1"], prompt_to_model=f"When did the Eastside Branch open?\n{S1}\n{S2}"
+    )
     assert res["grounding_isolation"][0] is False
 
 
@@ -58,8 +59,12 @@ def test_a_prompt_of_ids_only_fails_grounding(tmp_path):
 
 
 def test_every_cited_passage_must_be_in_the_prompt(tmp_path):
-    res = run_checks(tmp_path, citations=[{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}],
-                     answer=f"{S1} {S2}", prompt_to_model=f"When did the Eastside Branch open?\n{S1}")
+    res = run_checks(
+        tmp_path,
+        citations=[{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}],
+        answer=f"{S1} {S2}",
+        prompt_to_model=f"When did the Eastside Branch open?\n{S1}",
+    )
     assert res["grounding_isolation"] == (False, "cited source(s) s2 not in the prompt: the model never saw them")
 
 
@@ -85,7 +90,9 @@ def test_full_width_digits_fold_to_plain_ones(tmp_path):
 def test_template_text_shared_by_most_prompts_is_not_a_leak(tmp_path):
     template = "Answer in at most 2 sentences and cite the passage you rely on."
     cases = [make_case(id=f"c{i}", gold_answer="2" if i == 0 else "1964") for i in range(4)]
-    outs = [output(f"c{i}", prompt_to_model=f"{template}\nWhen did the Eastside Branch open?\n{S1}\n{S2}") for i in range(4)]
+    outs = [
+        output(f"c{i}", prompt_to_model=f"{template}\nWhen did the Eastside Branch open?\n{S1}\n{S2}") for i in range(4)
+    ]
     suite, frame_cases, frame_outs, sources = frames(tmp_path, cases, outs)
     result = check_outputs(frame_cases, frame_outs, sources)
     grounding = result[result["check"] == "grounding_isolation"].set_index("case_id")
@@ -103,8 +110,8 @@ def test_the_template_is_stripped_the_same_through_the_memo_and_without_it():
     long remainders, with and without a leak in them."""
     import random
 
+    from qaeval.core.text import search_pieces
     from qaeval.scoring import checks
-    from qaeval.text import search_pieces
 
     rng = random.Random(7)
     words = "answer the question using only passages below cite by its id | 2 1964 branch".split()
@@ -124,21 +131,37 @@ def test_the_template_is_stripped_the_same_through_the_memo_and_without_it():
 
 def test_a_retrieved_passage_id_or_title_naming_the_answer_is_not_a_leak(tmp_path):
     """HotpotQA passages are titled by the entity that is often the answer: '[the-exies] The Exies were ...'."""
-    case = make_case(gold_answer="Dunmore Street", question="Which street is Eastside on?",
-                     sources=[{"id": "dunmore-street", "title": "Dunmore Street", "text": S1},
-                              {"id": "s2", "text": S2}], gold_source_ids=["dunmore-street"])
+    case = make_case(
+        gold_answer="Dunmore Street",
+        question="Which street is Eastside on?",
+        sources=[{"id": "dunmore-street", "title": "Dunmore Street", "text": S1}, {"id": "s2", "text": S2}],
+        gold_source_ids=["dunmore-street"],
+    )
     prompt = f"Which street is Eastside on?\n[dunmore-street] (Dunmore Street) {S1}"
-    res = run_checks(tmp_path, case, prompt_to_model=prompt, retrieved_ids=["dunmore-street"],
-                     citations=[{"source_id": "dunmore-street", "claim": S1}])
+    res = run_checks(
+        tmp_path,
+        case,
+        prompt_to_model=prompt,
+        retrieved_ids=["dunmore-street"],
+        citations=[{"source_id": "dunmore-street", "claim": S1}],
+    )
     assert res["grounding_isolation"][0] is True, res["grounding_isolation"]
-    unretrieved = run_checks(tmp_path / "b", case, prompt_to_model=prompt + "\n[s2] Dunmore Street", retrieved_ids=["s2"],
-                             citations=[{"source_id": "s2", "claim": S2}], answer=S2)
+    unretrieved = run_checks(
+        tmp_path / "b",
+        case,
+        prompt_to_model=prompt + "\n[s2] Dunmore Street",
+        retrieved_ids=["s2"],
+        citations=[{"source_id": "s2", "claim": S2}],
+        answer=S2,
+    )
     assert unretrieved["grounding_isolation"][0] is False, "a passage that was not retrieved still leaks"
 
 
 def test_a_lone_prompt_learns_no_template(tmp_path):
     case = make_case(gold_answer="2")
-    res = run_checks(tmp_path, case, prompt_to_model=f"Answer in at most 2 sentences.\nWhen did the Eastside Branch open?\n{S1}")
+    res = run_checks(
+        tmp_path, case, prompt_to_model=f"Answer in at most 2 sentences.\nWhen did the Eastside Branch open?\n{S1}"
+    )
     assert res["grounding_isolation"][0] is False, "with one prompt there is nothing to call template"
 
 
@@ -174,7 +197,9 @@ def test_an_answer_too_large_to_weigh_against_its_claims_fails_coverage_without_
     claims = [{"source_id": "s1", "claim": f"{S1} k{i}"} for i in range(1000)]
     res = run_checks(tmp_path, answer=answer, citations=claims)
     passed, reason = res["citation_coverage"]
-    assert passed is False and reason.startswith("too much to check: 5000 load-bearing sentence(s) against 1000 claim(s)")
+    assert passed is False and reason.startswith(
+        "too much to check: 5000 load-bearing sentence(s) against 1000 claim(s)"
+    )
     monkeypatch.undo()
     small = run_checks(tmp_path, answer=f"{S1} It also lends telescopes to every patron.")  # far within the bound
     assert small["citation_coverage"][1].startswith("1 of 2 sentence(s) uncited")
@@ -199,15 +224,27 @@ def test_model_called_on_empty_retrieval_fails_closed(tmp_path):
 
 def test_clean_abstention_passes_everything(tmp_path):
     case = make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None, gold_source_ids=[])
-    res = run_checks(tmp_path, case, answer="", citations=[], retrieved_ids=[], abstained=True,
-                     model_was_called=False, prompt_to_model=None)
+    res = run_checks(
+        tmp_path,
+        case,
+        answer="",
+        citations=[],
+        retrieved_ids=[],
+        abstained=True,
+        model_was_called=False,
+        prompt_to_model=None,
+    )
     assert all(ok for ok, _ in res.values())
 
 
 def test_sentence_splitting_keeps_numbers_and_abbreviations_together():
     text = "Fees rose 2.5 percent, e.g. for DVDs. Dr. Okafor approved it! Was it 2021? Yes."
-    assert split_sentences(text) == ["Fees rose 2.5 percent, e.g. for DVDs.", "Dr. Okafor approved it!",
-                                     "Was it 2021?", "Yes."]
+    assert split_sentences(text) == [
+        "Fees rose 2.5 percent, e.g. for DVDs.",
+        "Dr. Okafor approved it!",
+        "Was it 2021?",
+        "Yes.",
+    ]
 
 
 def test_claim_covers_by_containment_or_overlap():
@@ -219,7 +256,7 @@ def test_claim_covers_by_containment_or_overlap():
 def test_text_memos_are_bounded_and_agree_with_computing_afresh(monkeypatch):
     """The normal-form memo that the reference system, the checks and the judge share holds at most
     its character budget (plus one text), and what it returns is what computing afresh gives."""
-    from qaeval import text
+    from qaeval.core import text
 
     monkeypatch.setattr(text._NORMAL, "limit", 200)
     text._NORMAL.clear()
@@ -235,7 +272,7 @@ def test_text_memos_are_bounded_and_agree_with_computing_afresh(monkeypatch):
 
 def test_normalize_of_nothing_is_empty_every_time():
     """An adversarial review: normalize(None) raised on its first call and returned "" on the next."""
-    from qaeval.text import normalize, tokens
+    from qaeval.core.text import normalize, tokens
 
     assert normalize(None) == normalize(None) == "" and tokens(None) == [] and normalize("") == ""
 
@@ -246,7 +283,7 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
     the regex's normal form and terms, or hand the text to the regex."""
     import random
 
-    from qaeval import text
+    from qaeval.core import text
 
     def regex_normal(s: str) -> str:
         return " ".join(text._WORD.findall(s.lower().replace(",", "")))
@@ -254,8 +291,17 @@ def test_the_fast_ascii_tokenizer_finds_exactly_the_regex_tokens():
     def regex_terms(s: str) -> list[str]:
         return [t for t in map(text._term_of, regex_normal(s).split()) if t]
 
-    fixed = ["Fees rose 2.5 percent, e.g. for DVDs.", "U.S. law... see p. 3.", "1,000.50 items.", "end.",
-             "...", ".5 and 5. and a.b", "Tab\tNL\nCR\r\x00\x1b[2J", "v1.2.3 is OUT. Next", ""]
+    fixed = [
+        "Fees rose 2.5 percent, e.g. for DVDs.",
+        "U.S. law... see p. 3.",
+        "1,000.50 items.",
+        "end.",
+        "...",
+        ".5 and 5. and a.b",
+        "Tab\tNL\nCR\r\x00\x1b[2J",
+        "v1.2.3 is OUT. Next",
+        "",
+    ]
     rng = random.Random(7)
     alphabet = "aAzZ09 5.,.,. \t\n-'\"!?;:()3"
     fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
@@ -286,8 +332,13 @@ def _one_scan_per_piece(text: str, pieces: list[str]) -> str:
 
 def _occurrences(text: str, pieces: list[str]) -> list[tuple[int, int]]:
     words = text.split()
-    return [(i, i + len(p.split())) for p in set(pieces) if p for i in range(len(words))
-            if words[i:i + len(p.split())] == p.split()]
+    return [
+        (i, i + len(p.split()))
+        for p in set(pieces)
+        if p
+        for i in range(len(words))
+        if words[i : i + len(p.split())] == p.split()
+    ]
 
 
 def _overlap(spans: list[tuple[int, int]]) -> bool:
@@ -309,7 +360,7 @@ def _random_prompts(seed: int, count: int, vocab: list[str]) -> list[tuple[str, 
 @pytest.fixture(params=["direct", "index"])
 def search(request, monkeypatch):
     """``search_pieces`` by the direct scans or by the index, whatever the input's size."""
-    from qaeval import text
+    from qaeval.core import text
 
     monkeypatch.setattr(text, "DIRECT_SCANS", 10**9 if request.param == "direct" else -1)
     return text.search_pieces
@@ -330,13 +381,14 @@ def test_where_no_occurrences_overlap_the_prompt_is_cut_as_one_scan_per_piece_cu
 
 def test_the_direct_scans_and_the_index_cut_and_find_the_same_words():
     """The index takes over from the direct scans past a size; what they give must not depend on which."""
-    from qaeval import text as qtext
+    from qaeval.core import text as qtext
 
     for text, cut, find in _random_prompts(11, 3000, ["x", "y", "z"]):  # three words: overlaps everywhere
         padded = f" {text} "
         direct = qtext._cut_spans(padded, qtext._direct_spans(padded, [p for p in set(cut) if p], limit=10**9))
-        rest, found = qtext._indexed_search(text.split(), [p for p in dict.fromkeys(cut) if p],
-                                            [p for p in dict.fromkeys(find) if p])
+        rest, found = qtext._indexed_search(
+            text.split(), [p for p in dict.fromkeys(cut) if p], [p for p in dict.fromkeys(find) if p]
+        )
         assert rest == direct, (text, cut)
         for piece in cut + find:
             assert (piece in found) == (bool(piece) and f" {piece} " in padded), (text, piece)
@@ -355,13 +407,21 @@ def test_a_gold_answer_where_two_retrieved_passages_overlap_in_the_prompt_is_not
     from qaeval.scoring.checks import check_grounding_isolation
 
     case = SimpleNamespace(question="What is Dunmore Street called now?", gold_answer="King Road")
-    bodies = {"c1": "The Eastside Branch opened in 1964 on Dunmore Street.",
-              "c2": "Dunmore Street was renamed King Road in 1990."}
-    out = dict(model_was_called=True, retrieved_ids=["c1", "c2"], citations=[{"source_id": "c2", "claim": "x"}],
-               prompt_to_model="What is Dunmore Street called now?\nThe Eastside Branch opened in 1964 on "
-                               "Dunmore Street was renamed King Road in 1990.")
+    bodies = {
+        "c1": "The Eastside Branch opened in 1964 on Dunmore Street.",
+        "c2": "Dunmore Street was renamed King Road in 1990.",
+    }
+    out = dict(
+        model_was_called=True,
+        retrieved_ids=["c1", "c2"],
+        citations=[{"source_id": "c2", "claim": "x"}],
+        prompt_to_model="What is Dunmore Street called now?\nThe Eastside Branch opened in 1964 on "
+        "Dunmore Street was renamed King Road in 1990.",
+    )
     assert check_grounding_isolation(case, out, bodies) == (
-        True, "prompt carries the question and its sources; no gold answer outside them")
+        True,
+        "prompt carries the question and its sources; no gold answer outside them",
+    )
     out["prompt_to_model"] += " Hint: King Road."
     ok, why = check_grounding_isolation(case, out, bodies)
     assert not ok and why == "gold answer 'King Road' appears in the prompt outside the retrieved sources"
@@ -371,27 +431,34 @@ def test_a_prompt_of_thousands_of_passages_is_checked_whole():
     """Issue 40: one 3 MB row of 12,000 passages held a run 25 s, one scan of the prompt per piece. Past
     ``DIRECT_SCANS`` the pieces are found through one index; the check must still see a leak and a cited
     passage the prompt lacks among thousands (benchmarks/bench_grounding.py times it)."""
-    from qaeval import text
+    from qaeval.core import text
     from qaeval.scoring.checks import check_grounding_isolation
 
     bodies = {f"p{i}": f"Branch {i} lends {i % 13 + 2} items and renews them twice." for i in range(3000)}
     case = SimpleNamespace(question="How many items does branch 7 lend?", gold_answer="9 items")
-    out = dict(model_was_called=True, retrieved_ids=list(bodies), citations=[{"source_id": "p2999", "claim": "x"}],
-               prompt_to_model="How many items does branch 7 lend?\n" + "\n".join(f"[{k}] {v}" for k, v in bodies.items()))
+    out = dict(
+        model_was_called=True,
+        retrieved_ids=list(bodies),
+        citations=[{"source_id": "p2999", "claim": "x"}],
+        prompt_to_model="How many items does branch 7 lend?\n" + "\n".join(f"[{k}] {v}" for k, v in bodies.items()),
+    )
     assert 2 * 3000 * 3 > text.DIRECT_SCANS  # through the index
     assert check_grounding_isolation(case, out, bodies)[0]  # "9 items" is in passages only (p7, p20, ...)
-    out["prompt_to_model"] = out["prompt_to_model"].replace("[p1500]", "(9 items) [p1500]").replace(
-        f"[p2998] {bodies['p2998']}", "[p2998]")
+    out["prompt_to_model"] = (
+        out["prompt_to_model"].replace("[p1500]", "(9 items) [p1500]").replace(f"[p2998] {bodies['p2998']}", "[p2998]")
+    )
     out["citations"].append({"source_id": "p2998", "claim": "x"})
     ok, why = check_grounding_isolation(case, out, bodies)
-    assert not ok and why == ("gold answer '9 items' appears in the prompt outside the retrieved sources; "
-                              "cited source(s) p2998 not in the prompt: the model never saw them")
+    assert not ok and why == (
+        "gold answer '9 items' appears in the prompt outside the retrieved sources; "
+        "cited source(s) p2998 not in the prompt: the model never saw them"
+    )
 
 
 def test_a_repetitive_prompt_goes_to_the_index_once_the_direct_scans_meet_more_occurrences_than_words(monkeypatch):
     """A prompt of one word repeated makes every piece of that word occur everywhere: the direct scans
     stop counting at the prompt's words and the index, which reads the prompt once, cuts it."""
-    from qaeval import text
+    from qaeval.core import text
 
     indexed = []
     real = text._indexed_search

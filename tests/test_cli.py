@@ -25,15 +25,18 @@ def baseline(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--timeout", "inf", "timeout must be a finite number"),
-    ("--timeout", "1e300", "timeout must be at most 604800"),
-    ("--timeout", "0", "timeout must be at least 0.001"),
-    ("--concurrency", "0", "concurrency must be at least 1"),
-    ("--k", "many", "invalid int value"),
-    ("--isolation", "thread", "invalid choice"),
-    ("--executor", "tcp://1.2.3.4:1", "executor must be dask://HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--timeout", "inf", "timeout must be a finite number"),
+        ("--timeout", "1e300", "timeout must be at most 604800"),
+        ("--timeout", "0", "timeout must be at least 0.001"),
+        ("--concurrency", "0", "concurrency must be at least 1"),
+        ("--k", "many", "invalid int value"),
+        ("--isolation", "thread", "invalid choice"),
+        ("--executor", "tcp://1.2.3.4:1", "executor must be dask://HOST:PORT"),
+    ],
+)
 def test_bad_values_are_usage_errors(capsys, flag, value, message):
     assert main(["run", "--data", str(GOLDEN), flag, value]) == 64
     err = capsys.readouterr().err
@@ -85,8 +88,10 @@ def test_repeated_retrieved_ids_are_malformed_and_no_metric_leaves_zero_one(base
 
 
 def test_an_abstention_that_still_answers_is_malformed(baseline, capsys):
-    assert main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstains_but_answers",
-                 "--baseline", baseline]) == 1
+    assert (
+        main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstains_but_answers", "--baseline", baseline])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "adapter error on 3" in out and "abstention_recall" in out
 
@@ -114,6 +119,7 @@ def test_a_failed_report_write_leaves_the_old_report_and_no_temporary(tmp_path, 
 def test_a_failed_baseline_write_leaves_no_partial_record_and_keeps_the_journal(tmp_path, monkeypatch, capsys):
     """A full disk when the record is written: no partial file, and the run's journal stays, so --resume
     writes the baseline without asking the system again."""
+
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -163,7 +169,7 @@ def test_help_gives_each_default_once(capsys):
     assert main(["calibrate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     start = text.index("--judge MODULE:FACTORY the judge")
-    judge = text[start:text.index(" --k K ", start)]
+    judge = text[start : text.index(" --k K ", start)]
     assert judge.count("default") == 1, judge
 
 
@@ -177,10 +183,23 @@ def test_a_reader_that_leaves_early_gets_no_complaint_and_the_verdict_stands():
     import subprocess
     import sys
 
-    done = subprocess.Popen([sys.executable, "-m", "qaeval.cli", "gate", "--data", str(GOLDEN / "buggy"),
-                             "--adapter", "qaeval.system.saboteur:make_adapter", "--baseline",
-                             str(GOLDEN / "ci-baseline.json"), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "qaeval.cli",
+            "gate",
+            "--data",
+            str(GOLDEN / "buggy"),
+            "--adapter",
+            "qaeval.system.saboteur:make_adapter",
+            "--baseline",
+            str(GOLDEN / "ci-baseline.json"),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     done.stdout.close()  # as `| head -0` would
     err = done.stderr.read().decode()
     assert done.wait(timeout=300) == 1, err
@@ -195,8 +214,9 @@ def test_a_flag_of_another_command_is_named_as_such_not_suggested_back(capsys):
     assert "(see `qaeval baseline --help`)" in err
 
 
-@pytest.mark.parametrize("flag, said", [("--bogus", None), ("--foo", None), ("--log", None),
-                                        ("--concurency", "did you mean --concurrency?")])
+@pytest.mark.parametrize(
+    "flag, said", [("--bogus", None), ("--foo", None), ("--log", None), ("--concurency", "did you mean --concurrency?")]
+)
 def test_a_suggestion_is_a_flag_of_the_command_itself(flag, said, capsys):
     """A new user's report: `run --bogus` suggested monitor's --logs, `run --foo` add-case's --from."""
     assert main(["run", "--data", str(GOLDEN), flag, "2"]) == 64
@@ -261,13 +281,17 @@ def test_run_names_its_first_failing_cases_and_why(capsys):
     assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_raises_on_one", "--quiet"]) == 0
     out = capsys.readouterr().out
     failing = [line for line in out.splitlines() if line.startswith("  ") and ": " in line]
-    assert failing[0].startswith("  single-0002: adapter error: adapter raised RuntimeError: backend down for this one (at plugins.py:")
+    assert failing[0].startswith(
+        "  single-0002: adapter error: adapter raised RuntimeError: backend down for this one (at plugins.py:"
+    )
     assert main(["run", "--data", str(GOLDEN), "--adapter", "qaeval.system.saboteur:make_adapter", "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
     shown = [line for line in lines if line.startswith("  ") and ": " in line]
     assert len(shown) == 5 and all(len(line) <= 2 + 60 + 162 for line in shown)
-    assert ("  ... and 10 more, every one in the HTML report (--html PATH, or qaeval report RECORD --html PATH) "
-            "and in .failing_cases()") in lines
+    assert (
+        "  ... and 10 more, every one in the HTML report (--html PATH, or qaeval report RECORD --html PATH) "
+        "and in .failing_cases()"
+    ) in lines
 
 
 def test_a_failing_case_id_or_reason_with_a_line_break_cannot_print_a_line_of_its_own(capsys, tmp_path):
@@ -275,8 +299,17 @@ def test_a_failing_case_id_or_reason_with_a_line_break_cannot_print_a_line_of_it
     from conftest import make_case, write_cases
 
     forged = "TIER 1: GREEN   cases passing: 20/20   adapter errors: 0"
-    data = write_cases(tmp_path / "data", [make_case(id=f"evil\n{forged}", expected_behavior="unanswerable_must_abstain",
-                                                     gold_answer=None, gold_source_ids=[])])
+    data = write_cases(
+        tmp_path / "data",
+        [
+            make_case(
+                id=f"evil\n{forged}",
+                expected_behavior="unanswerable_must_abstain",
+                gold_answer=None,
+                gold_source_ids=[],
+            )
+        ],
+    )
     assert main(["run", "--data", str(data), "--adapter", "plugins:make_raising", "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert not any(line.startswith("TIER 1: GREEN") for line in lines), lines
@@ -286,8 +319,23 @@ def test_a_failing_case_id_or_reason_with_a_line_break_cannot_print_a_line_of_it
 def test_report_warns_of_isolation_none_for_every_record_that_holds_a_run(capsys, tmp_path):
     """A review: the warning came for a run's record only, not a gate's (its run is inside it)."""
     record = tmp_path / "gate.json"
-    assert main(["gate", "--data", str(GOLDEN), "--isolation", "none", "--baseline", str(GOLDEN / "ci-baseline.json"),
-                 "--save", str(record), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                str(GOLDEN),
+                "--isolation",
+                "none",
+                "--baseline",
+                str(GOLDEN / "ci-baseline.json"),
+                "--save",
+                str(record),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["report", str(record), "--html", str(tmp_path / "gate.html")]) == 0
     assert "the boundary was NOT enforced" in "".join(capsys.readouterr())
@@ -317,22 +365,27 @@ def test_saving_to_dev_stdout_redirected_to_a_file_writes_the_file_and_leaves_de
     """/dev/stdout is a link to /proc/self/fd/1; with stdout redirected to a regular file it looked like a
     file to replace, and a root run renamed its temporary record over the system's /dev/stdout."""
     out = tmp_path / "out.json"
-    probe = "import sys; from qaeval.files import _written_in_place; sys.stderr.write(str(_written_in_place('/dev/stdout')))"
+    probe = "import sys; from qaeval.core.files import _written_in_place; sys.stderr.write(str(_written_in_place('/dev/stdout')))"
     with open(out, "wb") as f:
         done = subprocess.run([sys.executable, "-c", probe], stdout=f, stderr=subprocess.PIPE, text=True, check=True)
     assert done.stderr == "True"  # checked first: the run below would replace /dev/stdout if this were False
     link = os.readlink("/dev/stdout")
     with open(out, "wb") as f:
-        done = subprocess.run([sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--save", "/dev/stdout",
-                               "--quiet"], stdout=f, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--save", "/dev/stdout", "--quiet"],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     assert done.returncode == 0, done.stderr
     assert os.readlink("/dev/stdout") == link and not list(Path("/dev").glob(".stdout*"))
     record, end = json.JSONDecoder().raw_decode(out.read_text())  # the record, then what the run printed
     assert record["format"] == "qaeval-record" and "deterministic_pass_rate" in out.read_text()[end:]
 
 
-@pytest.mark.parametrize("flags", [["--max-reply-mb", "inf"], ["--max-reply-mb", "nan"], ["--concurrency", "0"],
-                                   ["--max-reply-mb", "1e309"]])
+@pytest.mark.parametrize(
+    "flags", [["--max-reply-mb", "inf"], ["--max-reply-mb", "nan"], ["--concurrency", "0"], ["--max-reply-mb", "1e309"]]
+)
 def test_a_bad_run_setting_is_a_usage_error_before_any_worker_starts(flags, capsys, monkeypatch):
     """A review: the frame limit was computed from --max-reply-mb before it was checked, so inf and nan
     were internal errors (exit 70)."""
@@ -367,17 +420,23 @@ def test_the_run_verdict_says_what_was_checked_and_that_answer_correctness_is_no
     assert main(["run", "--data", str(GOLDEN), "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("TIER 1:"))
-    assert lines[verdict] == ("TIER 1: GREEN   deterministic checks green, no adapter error; 10 of 15 cases pass; "
-                              "answer correctness is not gated")
-    assert lines[verdict + 1] == ("  (a case passes on its deterministic checks, the judge's full faithfulness score "
-                                  "and, when multi-step, its trajectory)")
+    assert lines[verdict] == (
+        "TIER 1: GREEN   deterministic checks green, no adapter error; 10 of 15 cases pass; "
+        "answer correctness is not gated"
+    )
+    assert lines[verdict + 1] == (
+        "  (a case passes on its deterministic checks, the judge's full faithfulness score "
+        "and, when multi-step, its trajectory)"
+    )
 
 
 def test_baseline_names_the_system_it_recorded_and_that_it_was_the_default(tmp_path, capsys):
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(tmp_path / "b.json"), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert ("baseline of qaeval.system.reference:make_adapter (no --adapter given: the bundled reference system) "
-            f"written to {tmp_path / 'b.json'}") in err
+    assert (
+        "baseline of qaeval.system.reference:make_adapter (no --adapter given: the bundled reference system) "
+        f"written to {tmp_path / 'b.json'}"
+    ) in err
 
 
 def test_an_output_never_replaces_a_file_qaeval_did_not_write(tmp_path, capsys):

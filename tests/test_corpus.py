@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from qaeval.core.errors import DatasetError
 from qaeval.data.cases import Source
 from qaeval.data.corpus import MAX_PROBLEMS, Corpus, Passage, load_corpus
-from qaeval.errors import DatasetError
 from qaeval.system import retriever as retriever_module
 from qaeval.system.reference import lexical_scores
 from qaeval.system.retriever import CorpusRetriever, coverage
@@ -28,8 +28,7 @@ def write(folder: Path, lines: list[str | dict], *, raw: bytes | None = None) ->
     if raw is not None:
         path.write_bytes(raw)
     else:
-        path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines),
-                        encoding="utf-8")
+        path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines), encoding="utf-8")
     return path
 
 
@@ -47,29 +46,37 @@ def problems_of(path: Path) -> list[str]:
 # --------------------------------------------------------------------------- strict loading
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"id": "x", "text": "a", "url": "u"}', "passage 'x': unknown field 'url'"),
-    ('{"id": "x", "text": ""}', "passage 'x': 'text' must be a non-empty string"),
-    ('{"id": "x", "text": "   "}', "'text' must be a non-empty string"),
-    ('{"id": "x", "text": 5}', "'text' must be a non-empty string"),
-    ('{"id": "x"}', "'text' must be a non-empty string"),
-    ('{"id": "", "text": "a"}', "'id' must be a non-empty string"),
-    ('{"id": 3, "text": "a"}', "'id' must be a non-empty string"),
-    ('{"id": "x", "text": "a", "title": 7}', "'title' must be a string or null"),
-    ('{"id": "x", "text": NaN}', "NaN is not valid JSON"),
-    ('{"id": "x", "id": "y", "text": "a"}', "key 'id' appears twice"),
-    ('{"id": "x", "text": "\\ud800"}', "unpaired surrogate"),
-    ('["x", "a"]', "got a JSON array"),
-    ('"just text"', "got str"),
-    ('{"id": "x", "text": ', "not valid JSON"),
-    # a line without its closing brace: json places the error past the line (it said "at column 1")
-    ('{"id": "x", "text": "a"', "not valid JSON (Expecting ',' delimiter at the end of the line: is something "
-                                "missing, such as a closing } or ]?)"),
-    ('{"id": "x" "text": "a"}', "not valid JSON (Expecting ',' delimiter at column 12)"),
-    # longer than a system may return for one passage: it could never pass passage fidelity (a review)
-    ('{"id": "x", "title": "T", "text": "%s"}' % ("a" * 1_000_000),
-     "the passage is 1,000,001 characters long (text and title); a system can return at most 1,000,000"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"id": "x", "text": "a", "url": "u"}', "passage 'x': unknown field 'url'"),
+        ('{"id": "x", "text": ""}', "passage 'x': 'text' must be a non-empty string"),
+        ('{"id": "x", "text": "   "}', "'text' must be a non-empty string"),
+        ('{"id": "x", "text": 5}', "'text' must be a non-empty string"),
+        ('{"id": "x"}', "'text' must be a non-empty string"),
+        ('{"id": "", "text": "a"}', "'id' must be a non-empty string"),
+        ('{"id": 3, "text": "a"}', "'id' must be a non-empty string"),
+        ('{"id": "x", "text": "a", "title": 7}', "'title' must be a string or null"),
+        ('{"id": "x", "text": NaN}', "NaN is not valid JSON"),
+        ('{"id": "x", "id": "y", "text": "a"}', "key 'id' appears twice"),
+        ('{"id": "x", "text": "\\ud800"}', "unpaired surrogate"),
+        ('["x", "a"]', "got a JSON array"),
+        ('"just text"', "got str"),
+        ('{"id": "x", "text": ', "not valid JSON"),
+        # a line without its closing brace: json places the error past the line (it said "at column 1")
+        (
+            '{"id": "x", "text": "a"',
+            "not valid JSON (Expecting ',' delimiter at the end of the line: is something "
+            "missing, such as a closing } or ]?)",
+        ),
+        ('{"id": "x" "text": "a"}', "not valid JSON (Expecting ',' delimiter at column 12)"),
+        # longer than a system may return for one passage: it could never pass passage fidelity (a review)
+        (
+            '{"id": "x", "title": "T", "text": "%s"}' % ("a" * 1_000_000),
+            "the passage is 1,000,001 characters long (text and title); a system can return at most 1,000,000",
+        ),
+    ],
+)
 def test_each_bad_line_is_a_problem_with_file_and_line(tmp_path, line, message):
     path = write(tmp_path, [passages(1)[0], line])
     found = problems_of(path)
@@ -94,19 +101,24 @@ def test_every_problem_is_reported_at_once_and_the_list_is_capped(tmp_path):
     assert [p.split(":")[1] for p in found[:3]] == ["1", "2", "3"]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "corpus.jsonl", "corpus file not found"),
-    (lambda d: (d / "corpus.jsonl").mkdir() or d / "corpus.jsonl", "is a folder, not a corpus file"),
-    (lambda d: write(d, ["", "  "]), "the corpus is empty"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "corpus.jsonl", "corpus file not found"),
+        (lambda d: (d / "corpus.jsonl").mkdir() or d / "corpus.jsonl", "is a folder, not a corpus file"),
+        (lambda d: write(d, ["", "  "]), "the corpus is empty"),
+    ],
+)
 def test_missing_folder_and_empty_corpora_are_problems(tmp_path, make, message):
     path = make(tmp_path)
     assert any(message in p for p in problems_of(path))
 
 
 def test_bom_crlf_blank_lines_quotes_and_unicode_are_read_exactly(tmp_path):
-    items = [{"id": 'say "hi"', "text": "Ünïcödé \u00a0text ✓ \\ back", "title": "T"},
-             {"id": "日本", "text": "line\nbreak \U0001F600"}]
+    items = [
+        {"id": 'say "hi"', "text": "Ünïcödé \u00a0text ✓ \\ back", "title": "T"},
+        {"id": "日本", "text": "line\nbreak \U0001f600"},
+    ]
     body = "\r\n".join(["", json.dumps(items[0]), "   ", json.dumps(items[1], ensure_ascii=False), ""])
     path = write(tmp_path, [], raw=b"\xef\xbb\xbf" + body.encode("utf-8"))
     with Corpus.open(path) as corpus:
@@ -121,9 +133,14 @@ def test_bom_crlf_blank_lines_quotes_and_unicode_are_read_exactly(tmp_path):
 
 def test_random_access_returns_exact_text_and_iteration_keeps_file_order(tmp_path):
     rng = random.Random(5)
-    items = [{"id": f"id-{rng.random()}", "text": " ".join(rng.choice(["alpha", "β", "gamma", '"q"', "\\"])
-                                                            for _ in range(rng.randrange(1, 40))),
-              **({"title": f"t{i}"} if i % 3 else {})} for i in range(500)]
+    items = [
+        {
+            "id": f"id-{rng.random()}",
+            "text": " ".join(rng.choice(["alpha", "β", "gamma", '"q"', "\\"]) for _ in range(rng.randrange(1, 40))),
+            **({"title": f"t{i}"} if i % 3 else {}),
+        }
+        for i in range(500)
+    ]
     path = write(tmp_path, items)
     with Corpus.open(path) as corpus:
         assert len(corpus) == 500
@@ -185,11 +202,21 @@ def test_export_hides_the_data_folder_and_the_worker_reads_the_same_corpus(tmp_p
         exported = corpus.export(scratch)
         assert str(data) not in str(exported) and "secret" not in str(exported)
         assert exported.name == "corpus.jsonl" and exported.parent == scratch
-        assert os.stat(exported).st_ino != os.stat(data / "corpus.jsonl").st_ino, "a copy: writing it leaves the data alone"
-        script = ("import json, sys\nfrom qaeval.data.corpus import Corpus\nc = Corpus.open(sys.argv[1])\n"
-                  "print(json.dumps([c.fingerprint, [[p.id, p.text, p.title] for p in c]]))")
-        done = subprocess.run([sys.executable, "-c", script, "corpus.jsonl"], cwd=scratch, capture_output=True,
-                              text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert os.stat(exported).st_ino != os.stat(data / "corpus.jsonl").st_ino, (
+            "a copy: writing it leaves the data alone"
+        )
+        script = (
+            "import json, sys\nfrom qaeval.data.corpus import Corpus\nc = Corpus.open(sys.argv[1])\n"
+            "print(json.dumps([c.fingerprint, [[p.id, p.text, p.title] for p in c]]))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, "corpus.jsonl"],
+            cwd=scratch,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         fingerprint, seen = json.loads(done.stdout)
         assert fingerprint == corpus.fingerprint
         assert seen == [[p.id, p.text, p.title] for p in corpus]
@@ -203,13 +230,19 @@ def test_a_worker_opens_an_export_with_the_exporters_index_and_finds_every_id(tm
     items = passages(200) + [{"id": "ü-ß", "text": "Ünïcödé", "title": "x"}]
     with Corpus.open(write(tmp_path / "data", items)) as corpus:
         exported = corpus.export(tmp_path / "scratch")
-    script = ("import json, sys\nfrom qaeval.data import corpus as m\n"
-              "m._scan = lambda *a: sys.exit('the worker read the file again')\n"
-              "c = m.Corpus.open_export(sys.argv[1])\n"
-              "ids = [p.id for p in c]\n"
-              "print(json.dumps([c.fingerprint, len(c), [c[i].text for i in ids], 'nope' in c]))")
-    done = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"})
+    script = (
+        "import json, sys\nfrom qaeval.data import corpus as m\n"
+        "m._scan = lambda *a: sys.exit('the worker read the file again')\n"
+        "c = m.Corpus.open_export(sys.argv[1])\n"
+        "ids = [p.id for p in c]\n"
+        "print(json.dumps([c.fingerprint, len(c), [c[i].text for i in ids], 'nope' in c]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(exported)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"},
+    )
     assert done.returncode == 0, done.stderr
     fingerprint, size, texts, absent = json.loads(done.stdout)
     assert (fingerprint, size, absent) == (corpus.fingerprint, len(items), False)
@@ -231,14 +264,18 @@ def test_export_of_a_file_replaced_since_opening_copies_what_was_read(tmp_path):
 # --------------------------------------------------------------------------- the retriever
 
 
-WORDS = ("river bridge market tower museum garden harbour station village castle forest valley island street "
-         "school church library council festival railway season record company city").split()
+WORDS = (
+    "river bridge market tower museum garden harbour station village castle forest valley island street "
+    "school church library council festival railway season record company city"
+).split()
 
 
 def synthetic(n: int, seed: int = 1) -> list[dict]:
     rng = random.Random(seed)
-    return [{"id": f"doc-{i}", "text": " ".join(rng.choice(WORDS) for _ in range(40)) + f". Reference {i}."}
-            for i in range(n)]
+    return [
+        {"id": f"doc-{i}", "text": " ".join(rng.choice(WORDS) for _ in range(40)) + f". Reference {i}."}
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -265,11 +302,24 @@ def test_the_passage_with_the_rare_words_ranks_first(retriever_2000):
     assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
 
 
-@pytest.mark.parametrize("question", [
-    'what is "NEAR" AND OR * zanzibar', "NEAR(zanzibar quokka, 2)", "zanzibar:quokka ^festival -dawn",
-    "\"unbalanced 'quotes", "title:quokka", "(((", "AND", "*", "", "   ", "the of and", "ünïcödé ÿ",
-    "\x00 zanzibar \u202e",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        'what is "NEAR" AND OR * zanzibar',
+        "NEAR(zanzibar quokka, 2)",
+        "zanzibar:quokka ^festival -dawn",
+        "\"unbalanced 'quotes",
+        "title:quokka",
+        "(((",
+        "AND",
+        "*",
+        "",
+        "   ",
+        "the of and",
+        "ünïcödé ÿ",
+        "\x00 zanzibar \u202e",
+    ],
+)
 def test_hostile_questions_never_raise(retriever_2000, question):
     found = retriever_2000.search(question, 5)
     assert isinstance(found, list)
@@ -297,11 +347,17 @@ def test_common_words_rank_only_when_the_question_has_nothing_rarer(retriever_20
 
 def test_coverage_is_the_per_case_reference_relevance():
     question = "When did the Eastside Branch open on Dunmore Street?"
-    texts = ["The Eastside Branch opened in 1964 on Dunmore Street.", "Printing costs 10 cents.",
-             "Eastside branches open late."]
-    scored = {src.id: relevance for relevance, _, src in
-              lexical_scores(question, tuple(Source(f"s{i}", t, "Eastside" if i == 1 else None)
-                                             for i, t in enumerate(texts)))}
+    texts = [
+        "The Eastside Branch opened in 1964 on Dunmore Street.",
+        "Printing costs 10 cents.",
+        "Eastside branches open late.",
+    ]
+    scored = {
+        src.id: relevance
+        for relevance, _, src in lexical_scores(
+            question, tuple(Source(f"s{i}", t, "Eastside" if i == 1 else None) for i, t in enumerate(texts))
+        )
+    }
     for i, text in enumerate(texts):
         assert coverage(question, Passage(f"s{i}", text, "Eastside" if i == 1 else None)) == scored[f"s{i}"]
 
@@ -356,8 +412,15 @@ def test_a_bad_corpus_and_bad_cases_are_reported_at_once(tmp_path):
     from qaeval.data.cases import load_suite
 
     write(tmp_path, [{"id": "p1", "text": "The Eastside Branch opened in 1964."}, '{"id": "p2", "text": ""}'])
-    good = {"id": "c1", "question": "When did Eastside open?", "gold_answer": "1964", "gold_source_ids": ["p1"],
-            "expected_behavior": "answer", "difficulty": "single-hop", "split": "frozen"}
+    good = {
+        "id": "c1",
+        "question": "When did Eastside open?",
+        "gold_answer": "1964",
+        "gold_source_ids": ["p1"],
+        "expected_behavior": "answer",
+        "difficulty": "single-hop",
+        "split": "frozen",
+    }
     bad = dict(good, id="c2", questoin="typo")
     (tmp_path / "cases.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(DatasetError) as err:

@@ -11,7 +11,7 @@ import pytest
 from conftest import make_case, write_cases
 
 from qaeval import Citation, Passage, SUTOutput, load_suite
-from qaeval.errors import DatasetError
+from qaeval.core.errors import DatasetError
 
 PASSAGES = [
     {"id": "p-eastside", "title": "Eastside", "text": "The Eastside Branch opened in 1964 on Dunmore Street."},
@@ -26,8 +26,7 @@ def corpus_case(**changes: Any) -> dict[str, Any]:
 
 def write_corpus(folder: Path, passages: list[dict[str, Any]] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passages or PASSAGES),
-                                         encoding="utf-8")
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passages or PASSAGES), encoding="utf-8")
     return folder
 
 
@@ -91,8 +90,12 @@ def test_a_bad_corpus_is_a_load_error_naming_its_file(tmp_path):
 def _fields(**changes: Any) -> tuple[Any, list[str]]:
     from qaeval.system.contract import output_to_plain, validate_plain
 
-    out = SUTOutput(answer=PASSAGES[0]["text"], citations=[Citation("p-eastside", PASSAGES[0]["text"])],
-                    model_was_called=True, prompt_to_model="q")
+    out = SUTOutput(
+        answer=PASSAGES[0]["text"],
+        citations=[Citation("p-eastside", PASSAGES[0]["text"])],
+        model_was_called=True,
+        prompt_to_model="q",
+    )
     for key, value in changes.items():
         setattr(out, key, value)
     return validate_plain(json.loads(json.dumps(output_to_plain(out))))
@@ -102,26 +105,31 @@ def test_passages_alone_give_the_ranking_and_cross_the_boundary():
     fields, problems = _fields(passages=[Passage("own-1", "Own text."), Passage("p-eastside", "x", "Eastside")])
     assert problems == []
     assert fields["retrieved_ids"] == ["own-1", "p-eastside"]
-    assert fields["passages"] == [{"id": "own-1", "text": "Own text.", "title": None},
-                                  {"id": "p-eastside", "text": "x", "title": "Eastside"}]
+    assert fields["passages"] == [
+        {"id": "own-1", "text": "Own text.", "title": None},
+        {"id": "p-eastside", "text": "x", "title": "Eastside"},
+    ]
     fields, problems = _fields(retrieved_ids=["own-1"], passages=[Passage("own-1", "Own text.")])
     assert problems == [] and fields["retrieved_ids"] == ["own-1"]
     fields, _ = _fields(retrieved_ids=["p-eastside"])
     assert fields["passages"] == []
 
 
-@pytest.mark.parametrize("passages, retrieved, reason", [
-    ([Passage("a", "x"), Passage("a", "y")], [], "passages lists 'a' more than once"),
-    (["a"], [], "passages[0] is str, not Passage"),
-    ([{"id": "a", "text": "x"}], [], "passages[0] is dict, not Passage"),
-    ([Passage("a", 5)], [], "passages[0].text must be a non-empty str"),  # type: ignore[arg-type]
-    ([Passage("", "x")], [], "passages[0].id must be a non-empty str"),
-    ([Passage("a", "x", 3)], [], "passages[0].title is int"),  # type: ignore[arg-type]
-    ([Passage("a", "x")], ["b"], "retrieved_ids and passages disagree"),
-    ([Passage("a", "x"), Passage("b", "y")], ["b", "a"], "retrieved_ids and passages disagree"),
-    (("tuple",), [], "passages is tuple, not a list"),
-    ([Passage(str(i), "x") for i in range(1001)], [], "passages holds 1001 passages (limit 1000)"),
-])
+@pytest.mark.parametrize(
+    "passages, retrieved, reason",
+    [
+        ([Passage("a", "x"), Passage("a", "y")], [], "passages lists 'a' more than once"),
+        (["a"], [], "passages[0] is str, not Passage"),
+        ([{"id": "a", "text": "x"}], [], "passages[0] is dict, not Passage"),
+        ([Passage("a", 5)], [], "passages[0].text must be a non-empty str"),  # type: ignore[arg-type]  # the wrong type is the test
+        ([Passage("", "x")], [], "passages[0].id must be a non-empty str"),
+        ([Passage("a", "x", 3)], [], "passages[0].title is int"),  # type: ignore[arg-type]  # the wrong type is the test
+        ([Passage("a", "x")], ["b"], "retrieved_ids and passages disagree"),
+        ([Passage("a", "x"), Passage("b", "y")], ["b", "a"], "retrieved_ids and passages disagree"),
+        (("tuple",), [], "passages is tuple, not a list"),
+        ([Passage(str(i), "x") for i in range(1001)], [], "passages holds 1001 passages (limit 1000)"),
+    ],
+)
 def test_bad_passages_are_malformed_output_with_the_reason(passages, retrieved, reason):
     fields, problems = _fields(passages=passages, retrieved_ids=retrieved)
     assert fields is None and any(reason in p for p in problems), problems
@@ -156,8 +164,13 @@ class OwnIndex:
         ranked.append(self.passages["own-note"])
         best = ranked[0]
         prompt = f"Question: {case.question}\n" + "\n".join(f"{p.title or ''}\n{p.text}" for p in ranked)
-        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], passages=ranked,
-                         model_was_called=True, prompt_to_model=prompt)
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            passages=ranked,
+            model_was_called=True,
+            prompt_to_model=prompt,
+        )
 
     def alter_id(self, ranked: list[Passage]) -> str | None:
         return ranked[0].id if self.alter else None
@@ -200,7 +213,7 @@ def test_a_corpus_case_view_carries_the_question_and_no_passages(tmp_path):
 
 
 def test_a_factory_without_a_corpus_parameter_is_called_as_before(tmp_path):
-    from qaeval.system.worker import call_factory
+    from qaeval.boundary.worker import call_factory
 
     assert call_factory(lambda: "plain", corpus=object()) == "plain"
     assert call_factory(lambda corpus: corpus, corpus="c") == "c"
@@ -226,8 +239,9 @@ def test_a_system_with_its_own_index_scores_and_passes(tmp_path):
     assert all(ok for ok, _ in checks.values()), checks
     assert "2 passage(s) match their frozen text, 1 of the system's own" in checks["passage_fidelity"][1]
     row = result.retrieval.set_index("case_id").loc["case-0001"]
-    assert row["recall_at_k"] == 1.0 and row["n_retrieved"] == 3 and row["precision_at_k"] == pytest.approx(1 / 5), \
+    assert row["recall_at_k"] == 1.0 and row["n_retrieved"] == 3 and row["precision_at_k"] == pytest.approx(1 / 5), (
         "the system's own passage counts as non-gold (precision@5 over 5 ranks)"
+    )
     assert result.ok, result.reason
 
 
@@ -244,12 +258,15 @@ def _passage_labels(html: str, case_id: str) -> dict[str, str]:
     from html import unescape
 
     block = html.split(f'id="case-{case_id}"', 1)[1].split('<details class="case', 1)[0]
-    return {m.group(2): unescape(m.group(1)) for m in re.finditer(r'<span class="pid">([^<]*\[([^\]]+)\][^<]*)</span>', block)}
+    return {
+        m.group(2): unescape(m.group(1))
+        for m in re.finditer(r'<span class="pid">([^<]*\[([^\]]+)\][^<]*)</span>', block)
+    }
 
 
 def test_the_drilldown_says_where_each_passage_came_from_and_diffs_an_altered_one(tmp_path):
     from qaeval.api import load_run
-    from qaeval.record import write_record
+    from qaeval.record.write import write_record
     from qaeval.reports.cases import drilldown
 
     result = _run(corpus_folder(tmp_path, [corpus_case(), make_case(id="own-0001")]), make_altering)
@@ -262,7 +279,9 @@ def test_the_drilldown_says_where_each_passage_came_from_and_diffs_an_altered_on
         assert "the system's own" in corpus_case_labels["own-note"]
         assert "from the case" in own_case_labels["s1"] and "not retrieved" in own_case_labels["s1"]
         assert "from the corpus" in own_case_labels["p-eastside"], "a corpus id a case with sources retrieved"
-        assert "<del>1964</del> <ins>1971</ins>" in html, "the word diff shows the frozen word struck, the new one added"
+        assert "<del>1964</del> <ins>1971</ins>" in html, (
+            "the word diff shows the frozen word struck, the new one added"
+        )
         assert html.count('<div class="fidelity">') == 2, "one altered passage in each case, nothing else"
 
 
@@ -274,16 +293,22 @@ def test_whitespace_invisible_characters_and_canonical_equivalence_are_not_infid
     assert check_passage_fidelity(out, frozen)[0]
 
 
-@pytest.mark.parametrize("frozen, given", [("It holds 106 books.", "It holds 10\u2076 books."),  # a million
-                                           ("Half: 1/2 of them.", "Half: \u00bd of them."),
-                                           ("The first branch.", "The \ufb01rst branch.")])
+@pytest.mark.parametrize(
+    "frozen, given",
+    [
+        ("It holds 106 books.", "It holds 10\u2076 books."),  # a million
+        ("Half: 1/2 of them.", "Half: \u00bd of them."),
+        ("The first branch.", "The \ufb01rst branch."),
+    ],
+)
 def test_superscripts_fractions_and_ligatures_are_differences(frozen, given):
     """Issue 40: NFKC folding took "10⁶" (a million) for a frozen "106"; only what cannot change meaning is
     folded now."""
     from qaeval.scoring.checks import check_passage_fidelity
 
-    ok, why = check_passage_fidelity({"passages": [{"id": "p", "text": given, "title": None}]},
-                                     {"p": (frozen, None, "frozen corpus")})
+    ok, why = check_passage_fidelity(
+        {"passages": [{"id": "p", "text": given, "title": None}]}, {"p": (frozen, None, "frozen corpus")}
+    )
     assert not ok and "differs from the frozen corpus" in why
 
 
@@ -310,8 +335,14 @@ class BadPassages:
 
     def answer(self, case: Any) -> SUTOutput:
         text = self.corpus["p-eastside"].text
-        return SUTOutput(answer=text, citations=[Citation("p-eastside", text)], retrieved_ids=["p-northgate"],
-                         passages=[Passage("p-eastside", text)], model_was_called=True, prompt_to_model=text)
+        return SUTOutput(
+            answer=text,
+            citations=[Citation("p-eastside", text)],
+            retrieved_ids=["p-northgate"],
+            passages=[Passage("p-eastside", text)],
+            model_was_called=True,
+            prompt_to_model=text,
+        )
 
 
 def make_bad_passages(corpus=None):
@@ -333,8 +364,13 @@ def test_the_reference_system_retrieves_over_the_corpus_and_abstains_out_of_it(t
     from qaeval.system import reference
 
     monkeypatch.setattr(reference, "INDEX_CACHE", tmp_path / "index-cache")
-    out_of_corpus = corpus_case(id="abstain-0001", question="Who painted the ceiling of the chapel?",
-                                gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain")
+    out_of_corpus = corpus_case(
+        id="abstain-0001",
+        question="Who painted the ceiling of the chapel?",
+        gold_answer=None,
+        gold_source_ids=[],
+        expected_behavior="unanswerable_must_abstain",
+    )
     folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus, make_case(id="own-0001")])
     result = _run(folder, reference.make_adapter)
     outputs = result.outputs.set_index("case_id")
@@ -350,8 +386,13 @@ def test_the_own_index_example_scores_and_passes(tmp_path, monkeypatch):
     from conftest import ROOT
 
     monkeypatch.syspath_prepend(str(ROOT))
-    out_of_corpus = corpus_case(id="abstain-0001", question="Who painted the ceiling of the chapel?",
-                                gold_answer=None, gold_source_ids=[], expected_behavior="unanswerable_must_abstain")
+    out_of_corpus = corpus_case(
+        id="abstain-0001",
+        question="Who painted the ceiling of the chapel?",
+        gold_answer=None,
+        gold_source_ids=[],
+        expected_behavior="unanswerable_must_abstain",
+    )
     folder = corpus_folder(tmp_path, [corpus_case(), out_of_corpus, make_case(id="own-0001")])
     result = _run(folder, "examples.own_index_adapter:make_adapter", "process")
     assert result.ok, result.reason
@@ -384,15 +425,20 @@ class StaleCopy:
     def answer(self, case: Any) -> SUTOutput:
         src = case.sources[0]
         stale = Passage(src.id, src.text.replace(" ", " stale ", 1), src.title)
-        return SUTOutput(answer=stale.text, citations=[Citation(src.id, stale.text)], passages=[stale],
-                         model_was_called=True, prompt_to_model=f"Question: {case.question}\n{stale.text}")
+        return SUTOutput(
+            answer=stale.text,
+            citations=[Citation(src.id, stale.text)],
+            passages=[stale],
+            model_was_called=True,
+            prompt_to_model=f"Question: {case.question}\n{stale.text}",
+        )
 
 
 def test_a_stale_copy_of_a_case_source_fails_fidelity_and_its_record_reads_back(tmp_path):
     """The judge grades a case's own source ids against the frozen text; the record's check recomputes
     each verdict against that same text, so the record of such a run reads back (it was refused)."""
     from qaeval.api import load_run
-    from qaeval.record import write_record
+    from qaeval.record.write import write_record
 
     folder = write_cases(tmp_path / "data", [make_case(id="stale-0001"), make_case(id="stale-0002")])
     result = _run(folder, lambda: StaleCopy())
@@ -400,5 +446,8 @@ def test_a_stale_copy_of_a_case_source_fails_fidelity_and_its_record_reads_back(
     assert not ok and "differs from the case's frozen sources" in reason
     write_record(result, tmp_path / "run.json")
     back = load_run(tmp_path / "run.json")
-    assert back.verdicts[["case_id", "axis", "valid", "score"]].astype(str).equals(
-        result.verdicts[["case_id", "axis", "valid", "score"]].astype(str))
+    assert (
+        back.verdicts[["case_id", "axis", "valid", "score"]]
+        .astype(str)
+        .equals(result.verdicts[["case_id", "axis", "valid", "score"]].astype(str))
+    )

@@ -8,11 +8,26 @@ import json
 
 from qaeval.cli import main
 
-CORPUS = [{"id": f"p{i}", "title": f"Branch {i}", "text": f"The Branch {i} library opened in {1950 + i} and lends "
-           f"{i} thousand books a year to its readers."} for i in range(40)]
-CASES = [{"id": f"c{i}", "question": f"When did the Branch {i} library open?", "gold_answer": str(1950 + i),
-          "gold_source_ids": [f"p{i}"], "expected_behavior": "answer", "difficulty": "single-hop",
-          "split": "frozen"} for i in range(0, 40, 4)]
+CORPUS = [
+    {
+        "id": f"p{i}",
+        "title": f"Branch {i}",
+        "text": f"The Branch {i} library opened in {1950 + i} and lends {i} thousand books a year to its readers.",
+    }
+    for i in range(40)
+]
+CASES = [
+    {
+        "id": f"c{i}",
+        "question": f"When did the Branch {i} library open?",
+        "gold_answer": str(1950 + i),
+        "gold_source_ids": [f"p{i}"],
+        "expected_behavior": "answer",
+        "difficulty": "single-hop",
+        "split": "frozen",
+    }
+    for i in range(0, 40, 4)
+]
 
 
 def corpus_folder(tmp_path):
@@ -32,8 +47,9 @@ def test_a_corpus_run_round_trips_through_its_record(tmp_path, capsys):
     assert saved["corpus"]["size"] == 40 and len(saved["corpus"]["fingerprint"]) == 64
     assert {c["gold_source_ids"][0] for c in CASES} <= kept < {p["id"] for p in CORPUS}, "only what the run touched"
     assert main(["report", str(record), "--html", str(tmp_path / "run.html")]) == 0
-    assert "top 5 over a frozen corpus of 40 passages" in (tmp_path / "run.html").read_text(), \
+    assert "top 5 over a frozen corpus of 40 passages" in (tmp_path / "run.html").read_text(), (
         "the report states k and the whole corpus's size, not the excerpt's"
+    )
     assert main(["gate", "--data", str(data), "--baseline", str(record), "--quiet"]) == 0
     assert main(["export", "trec", str(record), "--out", str(tmp_path / "trec")]) == 0
     capsys.readouterr()

@@ -18,7 +18,7 @@ from conftest import GOLDEN, ROOT
 
 from qaeval import FailReason, RecordError, api, load_run
 from qaeval.cli import main
-from qaeval.errors import UsageError
+from qaeval.core.errors import UsageError
 from qaeval.verdicts.gate import GateResult
 
 BASELINE = str(GOLDEN / "ci-baseline.json")
@@ -53,8 +53,10 @@ def email_run(email_copy):
 def test_the_email_check_fails_the_answer_that_carries_an_address_and_joins_the_scoreboard(email_run):
     pc = email_run.per_case.set_index("case_id")
     assert not pc.at["single-0001", "no_email_address"] and pc["no_email_address"].sum() == len(pc) - 1
-    assert FailReason("check", f"no_email_address: the answer carries an e-mail address ({ADDRESS})",
-                      "no_email_address") in pc.at["single-0001", "fail_reasons"]
+    assert (
+        FailReason("check", f"no_email_address: the answer carries an e-mail address ({ADDRESS})", "no_email_address")
+        in pc.at["single-0001", "fail_reasons"]
+    )
     assert email_run.tier_one_failures == ["single-0001"] and not email_run.ok
     board = email_run.scoreboard.set_index("metric")
     assert board.at["no_email_address", "value"] == pytest.approx((len(pc) - 1) / len(pc))
@@ -66,8 +68,24 @@ def test_the_email_check_fails_the_answer_that_carries_an_address_and_joins_the_
 
 def test_the_email_check_blocks_the_gate_and_is_named_in_its_report(email_copy, tmp_path, capsys):
     html, saved = tmp_path / "gate.html", tmp_path / "gate.json"
-    code = main(["gate", "--data", str(email_copy), "--baseline", BASELINE, "--check", EMAIL, "--metric", LENGTH,
-                 "--html", str(html), "--save", str(saved), "--quiet"])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(email_copy),
+            "--baseline",
+            BASELINE,
+            "--check",
+            EMAIL,
+            "--metric",
+            LENGTH,
+            "--html",
+            str(html),
+            "--save",
+            str(saved),
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "GATE: BLOCK" in out
     assert "no_email_address failed on 1" in out and "cases: single-0001" in out
@@ -81,8 +99,11 @@ def test_the_email_check_blocks_the_gate_and_is_named_in_its_report(email_copy, 
     assert record["custom"]["checks"][0]["tier"] == 1 and len(record["custom"]["checks"][0]["sha256"]) == 64
     assert record["custom"]["metrics"][0]["name"] == "answer_length_ok"
     again = load_run(saved)
-    assert isinstance(again, GateResult) and not again.ok and again.run.registered.names == [
-        "no_email_address", "answer_length_ok"]
+    assert (
+        isinstance(again, GateResult)
+        and not again.ok
+        and again.run.registered.names == ["no_email_address", "answer_length_ok"]
+    )
 
 
 def test_without_the_check_the_same_copy_passes_the_gate(email_copy, capsys):
@@ -90,18 +111,49 @@ def test_without_the_check_the_same_copy_passes_the_gate(email_copy, capsys):
 
 
 def test_the_pytest_plugin_fails_the_case_with_the_checks_reason(email_copy):
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data",
-                           str(email_copy), "-m", "qaeval", "--qaeval-check", EMAIL, "-k", "single-0001"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "QAEVAL_PROGRESS": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--qaeval-data",
+            str(email_copy),
+            "-m",
+            "qaeval",
+            "--qaeval-check",
+            EMAIL,
+            "-k",
+            "single-0001",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "QAEVAL_PROGRESS": "0"},
+    )
     assert done.returncode == 1, done.stdout[-2000:]
     assert f"no_email_address: the answer carries an e-mail address ({ADDRESS})" in done.stdout, done.stdout[-2000:]
 
 
 def test_a_check_that_patches_the_verdict_classes_still_gets_block(email_copy, tmp_path, capsys):
     """Its module patches GateResult and RunResult when imported and on every call: in its own process."""
-    code = main(["gate", "--data", str(email_copy), "--baseline", BASELINE, "--check", EMAIL,
-                 "--check", "patching_checks:patches_the_verdicts", "--quiet"])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(email_copy),
+            "--baseline",
+            BASELINE,
+            "--check",
+            EMAIL,
+            "--check",
+            "patching_checks:patches_the_verdicts",
+            "--quiet",
+        ]
+    )
     assert code == 1 and "GATE: BLOCK" in capsys.readouterr().out
     assert "patching_checks" not in sys.modules and isinstance(GateResult.__dict__["ok"], property)
     assert GateResult.__dict__["ok"].fget.__qualname__ == "GateResult.ok"
@@ -130,34 +182,51 @@ def test_a_check_that_exits_or_hangs_costs_its_case_only():
     run = api.run(str(GOLDEN), check=["hostile_checks:exits", "hostile_checks:hangs"], check_timeout=2.0)
     reasons = run.custom.groupby("case_id")["reason"].apply(set).to_dict()
     assert reasons["single-0001"] == {"the check runner's process exited with code 3 while checking"}
-    assert reasons["single-0002"] == {"the checks and metrics did not finish within 2 s (--check-timeout) "
-                                      "(its process was killed)"}
+    assert reasons["single-0002"] == {
+        "the checks and metrics did not finish within 2 s (--check-timeout) (its process was killed)"
+    }
     rest = run.custom[~run.custom["case_id"].isin(["single-0001", "single-0002"])]
     assert rest["passed"].all() and len(rest) == 2 * (len(run.suite) - 2)
     assert run.tier_one_failures == ["single-0001", "single-0002"]
 
 
 def test_metrics_that_return_garbage_or_raise_count_their_worst_value_and_fail_the_case():
-    run = api.run(str(GOLDEN), metric=["hostile_checks:nan_metric", "hostile_checks:above_one",
-                                       "hostile_checks:raising_metric"])
+    run = api.run(
+        str(GOLDEN), metric=["hostile_checks:nan_metric", "hostile_checks:above_one", "hostile_checks:raising_metric"]
+    )
     board = run.scoreboard.set_index("metric")
     assert board.at["nan_metric", "value"] == 0.0 and board.at["above_one", "value"] == 1.0  # lower is better
     assert board.at["raising_metric", "value"] == 0.0
     reasons = run.per_case.set_index("case_id").at["single-0001", "fail_reasons"]
-    assert FailReason("metric", "metric raising_metric failed: metric raising_metric raised ZeroDivisionError: "
-                      "division by zero", "raising_metric") in reasons
-    assert any(r.code == "metric" and r.name == "nan_metric" and
-               "metric nan_metric failed: metric nan_metric returned (nan, 1.0), not (numerator" in r.message
-               for r in reasons)
+    assert (
+        FailReason(
+            "metric",
+            "metric raising_metric failed: metric raising_metric raised ZeroDivisionError: division by zero",
+            "raising_metric",
+        )
+        in reasons
+    )
+    assert any(
+        r.code == "metric"
+        and r.name == "nan_metric"
+        and "metric nan_metric failed: metric nan_metric returned (nan, 1.0), not (numerator" in r.message
+        for r in reasons
+    )
     assert not run.per_case["case_passed"].any() and run.ok  # they fail cases; tier 1 is for tier-1 checks
 
 
-@pytest.mark.parametrize("name, why", [
-    ("hostile_checks:no_such", "has no attribute 'no_such'"),
-    ("hostile_checks:takes_a_builtin_name", "faithfulness_rate: a name taken by a built-in"),
-    # issue 40: it was accepted, and MLflow logged its n (0.0) over the built-in faithfulness_rate_n (12)
-    ("hostile_checks:takes_a_logged_key", "faithfulness_rate_n: a name taken by a built-in check, metric, column or logged key"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("hostile_checks:no_such", "has no attribute 'no_such'"),
+        ("hostile_checks:takes_a_builtin_name", "faithfulness_rate: a name taken by a built-in"),
+        # issue 40: it was accepted, and MLflow logged its n (0.0) over the built-in faithfulness_rate_n (12)
+        (
+            "hostile_checks:takes_a_logged_key",
+            "faithfulness_rate_n: a name taken by a built-in check, metric, column or logged key",
+        ),
+    ],
+)
 def test_a_check_that_does_not_resolve_or_takes_a_builtin_name_is_a_usage_error(name, why):
     with pytest.raises(UsageError, match=why):
         api.run(str(GOLDEN), check=[name])
@@ -176,15 +245,44 @@ def test_in_process_checks_agree_with_out_of_process_ones(email_copy, email_run)
 
 def test_a_registered_metric_with_a_tolerance_is_gated(tmp_path, monkeypatch, capsys):
     base = tmp_path / "base.json"
-    assert main(["baseline", "--data", str(GOLDEN), "--out", str(base), "--metric", "hostile_checks:gated_length",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "baseline",
+                "--data",
+                str(GOLDEN),
+                "--out",
+                str(base),
+                "--metric",
+                "hostile_checks:gated_length",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     monkeypatch.setenv("QAEVAL_TEST_WORDS", "20")  # now some answers are too long
-    code = main(["gate", "--data", str(GOLDEN), "--baseline", str(base), "--metric", "hostile_checks:gated_length",
-                 "--quiet"])
+    code = main(
+        ["gate", "--data", str(GOLDEN), "--baseline", str(base), "--metric", "hostile_checks:gated_length", "--quiet"]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "gated_length 1.000 -> " in out and "tolerance 0)" in out
-    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(base), "--metric", "hostile_checks:gated_length",
-                 "--tolerance", "gated_length=1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                str(GOLDEN),
+                "--baseline",
+                str(base),
+                "--metric",
+                "hostile_checks:gated_length",
+                "--tolerance",
+                "gated_length=1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
 def _edit(path: Path, target: Path, edit) -> Path:
@@ -210,8 +308,11 @@ def test_a_hand_edited_record_of_registered_outcomes_is_caught(email_run, tmp_pa
     def drop_outcomes(d):
         del d["cases"][3]["custom"]
 
-    for edit, field in ((flip_passed, "cases[0].units.no_email_address"), (edit_board, "scoreboard"),
-                        (drop_outcomes, "cases[3].custom")):
+    for edit, field in (
+        (flip_passed, "cases[0].units.no_email_address"),
+        (edit_board, "scoreboard"),
+        (drop_outcomes, "cases[3].custom"),
+    ):
         with pytest.raises(RecordError, match=field.replace("[", r"\[").replace("]", r"\]")):
             load_run(_edit(saved, tmp_path / "edited.json", edit))
     with pytest.raises(RecordError, match=r"cases\[0\].passed \(single-0001\) says false"):
@@ -248,8 +349,18 @@ def test_a_check_that_never_answers_costs_three_deadlines_then_is_not_asked():
 
 
 def test_a_bad_check_is_refused_before_the_system_is_called(capsys):
-    code = main(["run", "--data", str(GOLDEN), "--adapter", "no_such_module:make", "--check",
-                 "hostile_checks:no_such", "--quiet"])
+    code = main(
+        [
+            "run",
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "no_such_module:make",
+            "--check",
+            "hostile_checks:no_such",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 64 and "no_such" in err and "no_such_module" not in err  # the adapter was never started
 
@@ -261,8 +372,13 @@ def test_the_api_takes_functions_and_metric_objects():
     def not_abstained(case, output, passages):
         return not output.abstained or case.must_abstain, "abstained on an answerable case"
 
-    cited = Metric("cites_two", True, "answered cases", "answers citing two passages or more",
-                   unit=lambda s: (float(len(s.output.citations) >= 2), 1.0) if s.facts.answered else (0.0, 0.0))
+    cited = Metric(
+        "cites_two",
+        True,
+        "answered cases",
+        "answers citing two passages or more",
+        unit=lambda s: (float(len(s.output.citations) >= 2), 1.0) if s.facts.answered else (0.0, 0.0),
+    )
     run = api.run(str(GOLDEN), check=[not_abstained], metric=[cited])
     board = run.scoreboard.set_index("metric")
     assert board.at["not_abstained", "value"] == 1.0 and board.at["cites_two", "value"] == 0.0
@@ -329,6 +445,7 @@ def test_a_check_that_forks_never_gets_one_cases_verdict_recorded_for_another():
         if reason in ("answered", "abstained"):  # a verdict of the check: it must be this case's
             assert passed == (reason == "answered") == (not pc.at[cid, "abstained"]), (cid, reason)
         else:  # the process misbehaved on this case: it fails, with why
-            assert not passed and ("where one was expected" in reason or "not asked now" in reason
-                                   or "not asked:" in reason), (cid, reason)
+            assert not passed and (
+                "where one was expected" in reason or "not asked now" in reason or "not asked:" in reason
+            ), (cid, reason)
     assert any(r not in ("answered", "abstained") for r in rows["reason"]), "the stray replies were noticed"

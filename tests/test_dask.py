@@ -9,16 +9,17 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval import UsageError, api, load_suite, run_suite
-from qaeval.data.cases import Suite
 from qaeval.cli import main
+from qaeval.data.cases import Suite
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                                  silence_logs=50) as c:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None, silence_logs=50
+    ) as c:
         yield c
 
 
@@ -35,8 +36,9 @@ def test_trials_on_dask_are_independent_calls_in_suite_order(cluster, golden_run
     deterministic system's figures as with one trial."""
     with distributed.Client(cluster) as client:
         run = api.run(str(GOLDEN), executor=client.get_executor(), trials=3)
-    assert run.trials == 3 and all(r.outputs["case_id"].tolist() == golden_run.outputs["case_id"].tolist()
-                                   for r in run.trial_runs)
+    assert run.trials == 3 and all(
+        r.outputs["case_id"].tolist() == golden_run.outputs["case_id"].tolist() for r in run.trial_runs
+    )
     assert (run.per_case["passes"] == 3 * golden_run.per_case["case_passed"].astype(int)).all()
     board = run.scoreboard.set_index("metric")["value"].drop(["pass_hat_k", "pass_at_k"])
     pd.testing.assert_series_equal(board, golden_run.scoreboard.set_index("metric")["value"])
@@ -88,8 +90,12 @@ def test_an_exit_on_dask_while_a_descendant_holds_the_socket_fails_the_case_at_o
     notices the exit itself and fails the case with its exit code, not a timeout after 60 s."""
     with distributed.Client(cluster) as client:
         suite = load_suite(GOLDEN).select(split="living")
-        frame = run_suite(Suite(suite.cases[:1], suite.root), "hostile_adapters:make_exits_leaving_socket_open",
-                          executor=client.get_executor(), timeout=60)
+        frame = run_suite(
+            Suite(suite.cases[:1], suite.root),
+            "hostile_adapters:make_exits_leaving_socket_open",
+            executor=client.get_executor(),
+            timeout=60,
+        )
     assert frame["error"].tolist() == ["adapter process exited with code 5"]
     assert frame["latency_s"][0] < 30
 
@@ -98,10 +104,15 @@ def test_the_workers_an_executor_started_leave_no_scratch_folder(tmp_path, monke
     """Each Dask worker keeps its adapter's worker processes for the cases to come; when it ends, they are
     stopped and their scratch folders removed (before, every one was left in the temporary folder)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the Dask workers' processes start with it
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0",
-                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
-        frame = run_suite(load_suite(GOLDEN), "qaeval.system.reference:make_adapter",
-                          executor=client.get_executor(), concurrency=2)
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0", silence_logs=50
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        frame = run_suite(
+            load_suite(GOLDEN), "qaeval.system.reference:make_adapter", executor=client.get_executor(), concurrency=2
+        )
         assert frame["error"].isna().all()
         assert list(tmp_path.glob("qaeval-scratch-*")), "the adapter ran in worker processes started there"
     assert not list(tmp_path.glob("qaeval-scratch-*"))
@@ -111,7 +122,10 @@ def test_an_adapter_that_cannot_start_on_dask_is_a_usage_error_as_it_is_locally(
     """A name that does not resolve, or a factory that raises, on the executor's side: exit 64 naming the
     adapter and why, as with local workers (it was every case failed, and exit 0)."""
     url = cluster.scheduler_address.replace("tcp://", "dask://")
-    for adapter, why in (("nosuch_module:make_adapter", "nosuch_module"), ("plugins:make_crashing_factory", "no credentials")):
+    for adapter, why in (
+        ("nosuch_module:make_adapter", "nosuch_module"),
+        ("plugins:make_crashing_factory", "no credentials"),
+    ):
         assert main(["run", "--data", str(GOLDEN), "--adapter", adapter]) == 64, adapter  # locally
         local = capsys.readouterr().err
         assert main(["run", "--data", str(GOLDEN), "--adapter", adapter, "--executor", url]) == 64, adapter
@@ -150,6 +164,10 @@ def test_a_factory_that_ends_while_a_descendant_holds_the_socket_is_refused_at_o
     suite = load_suite(GOLDEN).select(split="living")
     with distributed.Client(cluster) as client:
         with pytest.raises(UsageError) as refused:
-            run_suite(Suite(suite.cases[:1], suite.root), "plugins:make_factory_ending_behind_a_descendant",
-                      executor=client.get_executor(), startup_timeout=60)
+            run_suite(
+                Suite(suite.cases[:1], suite.root),
+                "plugins:make_factory_ending_behind_a_descendant",
+                executor=client.get_executor(),
+                startup_timeout=60,
+            )
     assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)

@@ -21,12 +21,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 # in reading order: README, the docs home (its commands write what later pages read), the rest
-PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md",
-         *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md")]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "docs" / "index.md",
+    *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md"),
+]
 RUNNABLE = {"sh", "bash", "python"}
 FENCE = re.compile(r"^```(\w*)")
 MARKER = re.compile(r"^<!-- docs-test: (not run: (?P<reason>.*?)|file (?P<file>\S+)|exit (?P<exit>\d+)) -->$")
@@ -45,8 +47,15 @@ def blocks(page: Path) -> list[dict]:
             end += 1
         before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         marker = MARKER.match(before.strip())
-        found.append(dict(lang=m.group(1), code="\n".join(lines[start + 1:end]) + "\n", line=start + 1,
-                          page=page, marker=marker.groupdict() if marker else {}))
+        found.append(
+            dict(
+                lang=m.group(1),
+                code="\n".join(lines[start + 1 : end]) + "\n",
+                line=start + 1,
+                page=page,
+                marker=marker.groupdict() if marker else {},
+            )
+        )
         i = end + 1
     return found
 
@@ -89,8 +98,11 @@ def test_the_documented_commands_run_as_written(copy):
         if b["marker"].get("file"):
             (copy / b["marker"]["file"]).write_text(b["code"], encoding="utf-8")
             continue
-        command = ["bash", "-euo", "pipefail", "-c", b["code"]] if b["lang"] != "python" \
+        command = (
+            ["bash", "-euo", "pipefail", "-c", b["code"]]
+            if b["lang"] != "python"
             else [str(copy / ".venv" / "bin" / "python"), "-c", b["code"]]
+        )
         done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=300)
         expected = int(b["marker"].get("exit") or 0)
         assert done.returncode == expected, f"{where} exited {done.returncode}, not {expected}:\n{done.stderr[-2000:]}"
@@ -109,7 +121,7 @@ def _table(text: str, header: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
@@ -131,8 +143,8 @@ def test_the_deterministic_checks_listed_are_the_checks():
     from qaeval.scoring.checks import CHECKS
 
     text = " ".join(_text("guides", "metrics.md").split())
-    listed = text[text.index("The layer-1 checks are"):]
-    listed = listed[:listed.index("Each metric is defined once")]
+    listed = text[text.index("The layer-1 checks are") :]
+    listed = listed[: listed.index("Each metric is defined once")]
     # every check, and no more: the sentence names each once
     for name in CHECKS:
         assert name.replace("_", " ").replace("fail closed", "fail-closed") in listed, name
@@ -150,8 +162,8 @@ def test_the_metric_table_is_the_metrics():
 
 
 def test_the_exit_code_table_is_the_mapping():
-    from qaeval import errors
     from qaeval.cli import _failed
+    from qaeval.core import errors
 
     def subclasses(cls):
         for sub in cls.__subclasses__():
@@ -177,8 +189,23 @@ def test_the_cli_reference_is_every_command_of_the_parser():
     spec.loader.exec_module(hooks)
     page = hooks.on_page_markdown((ROOT / "docs" / "reference" / "cli.md").read_text())
     assert hooks.MARKER not in page
-    for command in ("validate", "run", "baseline", "gate", "calibrate", "drift", "monitor", "report", "compare",
-                    "runs", "label export", "label import", "export trec", "import", "add-case"):
+    for command in (
+        "validate",
+        "run",
+        "baseline",
+        "gate",
+        "calibrate",
+        "drift",
+        "monitor",
+        "report",
+        "compare",
+        "runs",
+        "label export",
+        "label import",
+        "export trec",
+        "import",
+        "add-case",
+    ):
         assert f"## `qaeval {command}`" in page, command
     assert "--max-reply-mb" in page and "--judge-timeout" in page
 
@@ -188,8 +215,14 @@ def test_the_site_builds_strictly_and_fetches_no_font(tmp_path):
     if not mkdocs.exists():
         pytest.skip("mkdocs is not installed (the dev extra has it)")
     assert re.search(r"^  font: false", (ROOT / "mkdocs.yml").read_text(), re.M), "Material loads Google Fonts"
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     pages = "".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
     assert "fonts.googleapis" not in pages and "qaeval gate" in pages and "GateResult" in pages

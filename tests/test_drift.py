@@ -10,8 +10,8 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval.cli import main
-from qaeval.errors import FileAccessError
-from qaeval.files import append_line
+from qaeval.core.errors import FileAccessError
+from qaeval.core.files import append_line
 from qaeval.scoring.metrics import METRIC_NAMES
 from qaeval.verdicts.drift import compare, drift, read_history
 
@@ -78,7 +78,7 @@ def test_torn_last_line_is_survived(tmp_path):
 
 def _writer(path: str, n: int) -> None:
     for i in range(n):
-        append_record(path, {"metrics": {"x": i}, "pad": "y" * 5000})  # noqa: B023
+        append_record(path, {"metrics": {"x": i}, "pad": "y" * 5000})
 
 
 def test_two_writers_at_once_never_interleave(tmp_path):
@@ -99,8 +99,20 @@ def test_drift_command_appends_and_alarms_with_notify(tmp_path, capsys, monkeypa
         assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 0
     assert "history too short" in capsys.readouterr().out
     monkeypatch.setenv("QAEVAL_TEST_ALARMS", str(tmp_path / "alarms.jsonl"))  # the hook runs in its own process
-    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet",
-                 "--adapter", "qaeval.system.saboteur:make_adapter", "--notify", "hostile_plugins:notify_to_file"])
+    code = main(
+        [
+            "drift",
+            "--data",
+            str(GOLDEN),
+            "--timeseries",
+            str(series),
+            "--quiet",
+            "--adapter",
+            "qaeval.system.saboteur:make_adapter",
+            "--notify",
+            "hostile_plugins:notify_to_file",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 3 and "DRIFT: ALARM" in out and "abstention_recall dropped below its band" in out
     alarms = json.loads((tmp_path / "alarms.jsonl").read_text())
@@ -108,7 +120,9 @@ def test_drift_command_appends_and_alarms_with_notify(tmp_path, capsys, monkeypa
     records, _ = read_history(series)
     assert len(records) == 4
     assert records[-1]["cases"] == 10, "drift re-runs the frozen split only"
-    assert {"time", "metrics", "n", "adapter", "judge", "dataset_fingerprint", "git_commit", "isolation"} <= set(records[-1])
+    assert {"time", "metrics", "n", "adapter", "judge", "dataset_fingerprint", "git_commit", "isolation"} <= set(
+        records[-1]
+    )
 
 
 def test_notify_hook_that_raises_is_noted_not_fatal(golden_run, tmp_path):
@@ -127,18 +141,23 @@ def test_notify_hook_that_exits_cannot_hide_the_alarm(tmp_path, capsys):
     series = tmp_path / "s.jsonl"
     for _ in range(3):
         append_record(series, record(answer_correctness=0.9))
-    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet", "--notify", "plugins:notify_exits"])
+    code = main(
+        ["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet", "--notify", "plugins:notify_exits"]
+    )
     captured = capsys.readouterr()
     assert code == 3, "a hook's sys.exit(0) must not turn an alarm into a pass"
     assert "notify hook called sys.exit(0)" in captured.out and "DRIFT: ALARM" in captured.out
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"metrics": {"faithfulness_rate": "high"}}', "metric 'faithfulness_rate' is 'high'"),
-    ('{"metrics": {}, "alarms": 5}', "'alarms' is 5"),
-    ('{"metrics": 3}', "'metrics' missing or not an object"),
-    ("[" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"metrics": {"faithfulness_rate": "high"}}', "metric 'faithfulness_rate' is 'high'"),
+        ('{"metrics": {}, "alarms": 5}', "'alarms' is 5"),
+        ('{"metrics": 3}', "'metrics' missing or not an object"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
 def test_a_malformed_history_line_exits_65_and_appends_nothing(tmp_path, capsys, line, message):
     series = tmp_path / "s.jsonl"
     series.write_text(json.dumps(record()) + "\n" + line + "\n" + json.dumps(record()) + "\n")

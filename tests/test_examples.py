@@ -20,12 +20,17 @@ class _Rag(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Rag.seen.append(body)
         doc = body["documents"][0]
-        reply = {"answer": doc["text"], "citations": [{"document_id": doc["id"], "supports": doc["text"]}],
-                 "retrieved": [{"id": doc["id"]}], "llm_called": True, "prompt": body["question"] + "\n" + doc["text"]}
+        reply = {
+            "answer": doc["text"],
+            "citations": [{"document_id": doc["id"], "supports": doc["text"]}],
+            "retrieved": [{"id": doc["id"]}],
+            "llm_called": True,
+            "prompt": body["question"] + "\n" + doc["text"],
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -65,8 +70,14 @@ def test_grow_the_golden_set_example_notebook_runs_as_written(tmp_path, monkeypa
 
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
     out = tmp_path / "out.ipynb"
-    run_papermill(ROOT / "examples" / "grow-the-golden-set.ipynb", out, kernel_name="python3", progress_bar=False,
-                  cwd=str(ROOT / cwd), parameters={"workdir": str(tmp_path / "work")})
+    run_papermill(
+        ROOT / "examples" / "grow-the-golden-set.ipynb",
+        out,
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT / cwd),
+        parameters={"workdir": str(tmp_path / "work")},
+    )
     text = str([c.get("outputs") for c in nbformat.read(out, as_version=4).cells])
     assert "imported 27 of 27 squad2 record(s)" in text and "examples/squad-sample.json" in text
     assert "every record accounted for" in text and "added " in text
@@ -88,7 +99,9 @@ def test_readme_commands_never_write_over_the_demo_reports():
     written = set()
     for line in commands:
         written |= set(re.findall(r"(?:--save|--html|--out|-o)\s+(reports/[\w.-]+)", line))
-        written |= {m.removesuffix(".ipynb") + ".html" for m in re.findall(r"nbconvert .*?(reports/[\w.-]+\.ipynb)", line)}
+        written |= {
+            m.removesuffix(".ipynb") + ".html" for m in re.findall(r"nbconvert .*?(reports/[\w.-]+\.ipynb)", line)
+        }
         written |= set(re.findall(r"papermill \S+ (reports/[\w.-]+)", line))
     assert written, "the docs' commands were not found"
     assert not written & demo, f"README commands overwrite the demo's {sorted(written & demo)}"
@@ -103,5 +116,6 @@ def test_the_example_workflow_calibrates_its_llm_judge_before_trusting_its_metri
     gate = steps[0]["run"]
     assert "-p judge qaeval.judges.openai:make_judge" in gate
     labels = re.search(r"-p labels (\S+)", gate)
-    assert labels and labels.group(1).endswith(".jsonl"), "the gate is given hand labels, so a judge they do not " \
-                                                          "trust blocks (exit 2) before its metrics count"
+    assert labels and labels.group(1).endswith(".jsonl"), (
+        "the gate is given hand labels, so a judge they do not trust blocks (exit 2) before its metrics count"
+    )

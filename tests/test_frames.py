@@ -1,4 +1,4 @@
-"""qaeval.frames: columns built the quick way hold exactly what the cell-by-cell way builds."""
+"""qaeval.core.frames: columns built the quick way hold exactly what the cell-by-cell way builds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pandas as pd
 import pytest
 
-from qaeval.frames import column, is_missing
+from qaeval.core.frames import column, is_missing
 
 
 def by_cell(values, kind):
@@ -18,8 +18,10 @@ def by_cell(values, kind):
     return pd.Series([float("nan") if is_missing(v) else float(v) for v in values], dtype="float64")
 
 
-PLAIN = {"float": [0, 1, -3, 2.5, -0.0, 1e308, True, False, None, math.nan, math.inf, 2**53 + 1],
-         "text": ["", "a", "é", "\x00", "a" * 1000, None]}
+PLAIN = {
+    "float": [0, 1, -3, 2.5, -0.0, 1e308, True, False, None, math.nan, math.inf, 2**53 + 1],
+    "text": ["", "a", "é", "\x00", "a" * 1000, None],
+}
 
 
 @pytest.mark.parametrize("kind", ["float", "text"])

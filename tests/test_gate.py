@@ -11,12 +11,12 @@ from conftest import GOLDEN
 
 from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
-from qaeval.record import read_baseline, write_record
+from qaeval.record.write import read_baseline, write_record
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import BaselineCase, baseline_from_run
 from qaeval.verdicts.gate import gate
-from qaeval.verdicts.tiers import DEFAULT_TOLERANCES, load_tolerances
 from qaeval.verdicts.noise import noise_note, sign_flip_test
+from qaeval.verdicts.tiers import DEFAULT_TOLERANCES, load_tolerances
 
 BUGGY = "qaeval.system.saboteur:make_adapter"
 
@@ -38,8 +38,9 @@ def test_golden_passes_against_its_own_baseline(golden_run, baseline_file):
     result = gate(golden_run, read_baseline(baseline_file))
     assert result.ok and result.verdict == "PASS" and result.exit_code == 0
     result.raise_for_status()
-    assert set(result.already_failing) == {"multi-0001", "multi-0002", "multi-0003", "agg-0001", "agg-0002"}, \
+    assert set(result.already_failing) == {"multi-0001", "multi-0002", "multi-0003", "agg-0001", "agg-0002"}, (
         "the five multi-step cases fail in the baseline too: they are named, not blocking"
+    )
 
 
 def test_saboteur_blocks_naming_every_buggy_case_and_every_failed_tier(baseline_file, capsys):
@@ -61,7 +62,9 @@ def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
     codes = per_case.map(lambda rs: [r.code for r in rs])
     assert "grounding_isolation" in codes["buggy-leak-0001"]
     assert "citation_resolvability" in codes["buggy-cite-0002"]
-    assert "fail_closed_abstention" in codes["buggy-refuse-0003"] and "fail_closed_abstention" in codes["buggy-stale-0004"]
+    assert (
+        "fail_closed_abstention" in codes["buggy-refuse-0003"] and "fail_closed_abstention" in codes["buggy-stale-0004"]
+    )
     reasons = per_case.map(reasons_text)
     assert "gold answer '249,000' appears in the prompt outside the retrieved sources" in reasons["buggy-leak-0001"]
     assert "hours-sunday (never retrieved)" in reasons["buggy-leak-0001"]
@@ -84,7 +87,9 @@ def test_crashing_adapter_blocks_without_traceback(baseline_file, capsys):
 
 
 def test_metric_drop_exactly_at_tolerance_passes(golden_run):
-    base = with_metric(golden_run, faithfulness_rate=1.01, retrieval_recall_at_k=golden_run.metric("retrieval_recall_at_k") + 0.02)
+    base = with_metric(
+        golden_run, faithfulness_rate=1.01, retrieval_recall_at_k=golden_run.metric("retrieval_recall_at_k") + 0.02
+    )
     deltas = gate(golden_run, base).metric_deltas.set_index("metric")
     assert deltas.at["faithfulness_rate", "passed"] and deltas.at["retrieval_recall_at_k", "passed"]
 
@@ -92,7 +97,9 @@ def test_metric_drop_exactly_at_tolerance_passes(golden_run):
 def test_metric_drop_just_past_tolerance_blocks(golden_run):
     result = gate(golden_run, with_metric(golden_run, faithfulness_rate=1.0101))
     assert not result.ok
-    assert "faithfulness_rate 1.010 -> 1.000" in result.tiers.set_index("tier").at["tier 2: metrics vs baseline", "detail"]
+    assert (
+        "faithfulness_rate 1.010 -> 1.000" in result.tiers.set_index("tier").at["tier 2: metrics vs baseline", "detail"]
+    )
 
 
 def test_zero_tolerance_metrics_block_on_any_drop(golden_run):
@@ -162,12 +169,15 @@ def test_missing_baseline_exits_65(capsys, tmp_path):
     assert "baseline not found" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not valid JSON"),
-    ('{"format": "other"}', "not a qaeval run record"),
-    ('{"format": "qaeval-record", "version": 9}', "record version 9"),
-    ("[" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "other"}', "not a qaeval run record"),
+        ('{"format": "qaeval-record", "version": 9}', "record version 9"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
 def test_corrupt_baseline_exits_65(tmp_path, capsys, content, message):
     path = tmp_path / "b.json"
     path.write_text(content)
@@ -197,7 +207,10 @@ def test_a_failing_run_is_refused_as_baseline(tmp_path, capsys):
 
 def test_allow_failing_keeps_it_and_the_gate_says_so(tmp_path, capsys):
     out = tmp_path / "x.json"
-    assert main(["baseline", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--out", str(out), "--allow-failing"]) == 0
+    assert (
+        main(["baseline", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--out", str(out), "--allow-failing"])
+        == 0
+    )
     data = json.loads(out.read_text())
     assert data["green"] is False and data["allowed_failing"] is True
     capsys.readouterr()
@@ -223,8 +236,20 @@ def test_tolerances_from_file_and_flags(tmp_path):
 def test_tolerance_flags_do_not_excuse_a_regressed_case(baseline_file, capsys):
     args = ["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--baseline", baseline_file]
     assert main(args) == 1
-    assert main([*args, "--tolerance", "over_refusal_rate=0.1", "--tolerance", "rerank_mrr=0.2",
-                 "--tolerance", "retrieval_recall_at_k=0.2"]) == 1, "the regressed case still blocks"
+    assert (
+        main(
+            [
+                *args,
+                "--tolerance",
+                "over_refusal_rate=0.1",
+                "--tolerance",
+                "rerank_mrr=0.2",
+                "--tolerance",
+                "retrieval_recall_at_k=0.2",
+            ]
+        )
+        == 1
+    ), "the regressed case still blocks"
     assert "single-0001" in capsys.readouterr().out
 
 
@@ -233,7 +258,10 @@ def test_a_different_judge_than_the_baseline_is_noted(golden_run):
     other = replace(base, judge={**base.judge, "model": "another-model"})
     result = gate(golden_run, other)
     assert not result.judge_match
-    assert "note: judge differs from the baseline's: offline:another-model rubric=v2, now offline:token-overlap" in result.summary_text()
+    assert (
+        "note: judge differs from the baseline's: offline:another-model rubric=v2, now offline:token-overlap"
+        in result.summary_text()
+    )
     assert gate(golden_run, base).judge_match
 
 
@@ -270,8 +298,21 @@ def test_unwritable_output_is_a_clear_error_not_a_traceback(tmp_path, capsys):
 def dvd_baseline(tmp_path_factory) -> str:
     """A baseline recorded from another system than the default: one that abstains on DVD questions."""
     path = tmp_path_factory.mktemp("dvd") / "baseline.json"
-    assert main(["baseline", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--out", str(path),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "baseline",
+                "--data",
+                str(GOLDEN),
+                "--adapter",
+                "plugins:make_abstain_on_dvd",
+                "--out",
+                str(path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return str(path)
 
 
@@ -284,39 +325,59 @@ def test_a_gate_without_an_adapter_gates_the_system_its_baseline_records_and_say
     assert result.run.meta.adapter == "plugins:make_abstain_on_dvd" and result.adapter_match
 
 
-def test_a_gate_of_another_adapter_or_judge_says_so_first_in_the_verdict_and_the_report(dvd_baseline, tmp_path,
-                                                                                          capsys):
+def test_a_gate_of_another_adapter_or_judge_says_so_first_in_the_verdict_and_the_report(dvd_baseline, tmp_path, capsys):
     page = tmp_path / "gate.html"
-    code = main(["gate", "--data", str(GOLDEN), "--baseline", dvd_baseline, "--adapter",
-                 "qaeval.system.reference:make_adapter", "--judge", "constant_judge:make_judge", "--quiet",
-                 "--html", str(page)])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN),
+            "--baseline",
+            dvd_baseline,
+            "--adapter",
+            "qaeval.system.reference:make_adapter",
+            "--judge",
+            "constant_judge:make_judge",
+            "--quiet",
+            "--html",
+            str(page),
+        ]
+    )
     assert code == 0, "the reference system answers the DVD question the baseline abstained on: nothing regressed"
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2] == ("note: adapter differs from the baseline's: plugins:make_abstain_on_dvd, now "
-                        "qaeval.system.reference:make_adapter")
-    assert lines[3].startswith("note: judge differs from the baseline's: offline:token-overlap rubric=v2, now "
-                               "constant:always-2")
+    assert lines[2] == (
+        "note: adapter differs from the baseline's: plugins:make_abstain_on_dvd, now "
+        "qaeval.system.reference:make_adapter"
+    )
+    assert lines[3].startswith(
+        "note: judge differs from the baseline's: offline:token-overlap rubric=v2, now constant:always-2"
+    )
     import html
 
     text = html.unescape(page.read_text())  # an apostrophe is &#x27; or &#39;, by nbconvert's version
-    first = text.index("adapter differs from the baseline's: plugins:make_abstain_on_dvd, now "
-                       "qaeval.system.reference:make_adapter")
+    first = text.index(
+        "adapter differs from the baseline's: plugins:make_abstain_on_dvd, now qaeval.system.reference:make_adapter"
+    )
     assert first < text.index("judge differs from the baseline's") < text.index("<h2>Tiers</h2>")
 
 
 def test_the_first_line_of_a_gate_says_what_was_checked_and_that_answer_correctness_is_not(capsys):
     assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--quiet"]) == 0
     first, means = capsys.readouterr().out.splitlines()[:2]
-    assert first == ("GATE: PASS   deterministic checks green and every tier-2 rule held against the baseline; "
-                     "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated   "
-                     "(baseline " + str(GOLDEN / "ci-baseline.json") + ")")
+    assert first == (
+        "GATE: PASS   deterministic checks green and every tier-2 rule held against the baseline; "
+        "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated   "
+        "(baseline " + str(GOLDEN / "ci-baseline.json") + ")"
+    )
     assert "faithfulness" in means and "trajectory" in means
 
 
 def test_a_gate_without_labels_says_its_judge_was_not_calibrated_in_this_run(capsys, strict_labels):
     assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert ("note: the judge (offline:token-overlap t=0 seed=0 rubric=v2) was not calibrated against human labels "
-            "in this run (no labels given): faithfulness_rate, citation_precision gate on its word alone") in out
+    assert (
+        "note: the judge (offline:token-overlap t=0 seed=0 rubric=v2) was not calibrated against human labels "
+        "in this run (no labels given): faithfulness_rate, citation_precision gate on its word alone"
+    ) in out
     labelled = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels))
     assert not any("not calibrated" in n for n in labelled.all_notes())

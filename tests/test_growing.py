@@ -29,13 +29,34 @@ def write(path, rows, kind="json"):
 # --------------------------------------------------------------------------- importers, rule by rule
 
 
-SQUAD = {"version": "v2.0", "data": [{"title": "Harbor", "paragraphs": [
-    {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": [
-        {"id": "q1", "question": "When did Eastside open?", "answers": [{"text": "1964", "answer_start": 31}],
-         "is_impossible": False},
-        {"id": "q2", "question": "When did Eastside close?", "answers": [], "is_impossible": True}]},
-    {"context": "The Northgate Branch opened in 1978.", "qas": [
-        {"id": "q3", "question": "When did Northgate open?", "answers": [], "is_impossible": False}]}]}]}
+SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Harbor",
+            "paragraphs": [
+                {
+                    "context": "The Eastside Branch opened in 1964 on Dunmore Street.",
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "When did Eastside open?",
+                            "answers": [{"text": "1964", "answer_start": 31}],
+                            "is_impossible": False,
+                        },
+                        {"id": "q2", "question": "When did Eastside close?", "answers": [], "is_impossible": True},
+                    ],
+                },
+                {
+                    "context": "The Northgate Branch opened in 1978.",
+                    "qas": [
+                        {"id": "q3", "question": "When did Northgate open?", "answers": [], "is_impossible": False}
+                    ],
+                },
+            ],
+        }
+    ],
+}
 
 
 def test_squad2_mapping(tmp_path):
@@ -48,12 +69,29 @@ def test_squad2_mapping(tmp_path):
     assert [s.id for s in cases["squad2-q1"].sources] == ["p0", "p1"], "the article's other paragraphs are distractors"
 
 
-HOTPOT = [{"_id": "h1", "question": "Which opened first, Eastside or Northgate?", "answer": "Eastside", "type": "comparison",
-           "level": "easy", "supporting_facts": [["Eastside", 0], ["Northgate", 0]],
-           "context": [["Eastside", ["Eastside opened in 1964.", " It has a Maker Lab."]],
-                       ["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]},
-          {"_id": "h2", "question": "Who?", "answer": "x", "type": "bridge", "supporting_facts": [["Missing", 0]],
-           "context": [["Eastside", ["Eastside opened in 1964."]]]}]
+HOTPOT = [
+    {
+        "_id": "h1",
+        "question": "Which opened first, Eastside or Northgate?",
+        "answer": "Eastside",
+        "type": "comparison",
+        "level": "easy",
+        "supporting_facts": [["Eastside", 0], ["Northgate", 0]],
+        "context": [
+            ["Eastside", ["Eastside opened in 1964.", " It has a Maker Lab."]],
+            ["Northgate", ["Northgate opened in 1978."]],
+            ["Printing", ["Printing costs 10 cents."]],
+        ],
+    },
+    {
+        "_id": "h2",
+        "question": "Who?",
+        "answer": "x",
+        "type": "bridge",
+        "supporting_facts": [["Missing", 0]],
+        "context": [["Eastside", ["Eastside opened in 1964."]]],
+    },
+]
 
 
 def test_hotpotqa_mapping(tmp_path):
@@ -67,18 +105,45 @@ def test_hotpotqa_mapping(tmp_path):
     assert [cp["source_id"] for cp in case.checkpoints] == ["eastside", "northgate"]
 
 
-MUSIQUE = [{"id": "2hop__1", "question": "Where was the founder of Eastside born?", "answer": "Harbor City",
-            "answerable": True, "question_decomposition": [{"id": 1}, {"id": 2}],
-            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
-                            "is_supporting": True},
-                           {"idx": 1, "title": "Ada Park", "paragraph_text": "Ada Park was born in Harbor City.",
-                            "is_supporting": True},
-                           {"idx": 2, "title": "Printing", "paragraph_text": "Printing costs 10 cents.",
-                            "is_supporting": False}]},
-           {"id": "2hop__2", "question": "Where was the founder of Westside born?", "answer": "", "answerable": False,
-            "question_decomposition": [{"id": 1}, {"id": 2}],
-            "paragraphs": [{"idx": 0, "title": "Eastside", "paragraph_text": "Eastside was founded by Ada Park.",
-                            "is_supporting": False}]}]
+MUSIQUE = [
+    {
+        "id": "2hop__1",
+        "question": "Where was the founder of Eastside born?",
+        "answer": "Harbor City",
+        "answerable": True,
+        "question_decomposition": [{"id": 1}, {"id": 2}],
+        "paragraphs": [
+            {
+                "idx": 0,
+                "title": "Eastside",
+                "paragraph_text": "Eastside was founded by Ada Park.",
+                "is_supporting": True,
+            },
+            {
+                "idx": 1,
+                "title": "Ada Park",
+                "paragraph_text": "Ada Park was born in Harbor City.",
+                "is_supporting": True,
+            },
+            {"idx": 2, "title": "Printing", "paragraph_text": "Printing costs 10 cents.", "is_supporting": False},
+        ],
+    },
+    {
+        "id": "2hop__2",
+        "question": "Where was the founder of Westside born?",
+        "answer": "",
+        "answerable": False,
+        "question_decomposition": [{"id": 1}, {"id": 2}],
+        "paragraphs": [
+            {
+                "idx": 0,
+                "title": "Eastside",
+                "paragraph_text": "Eastside was founded by Ada Park.",
+                "is_supporting": False,
+            }
+        ],
+    },
+]
 
 
 @pytest.mark.parametrize("kind", ["json", "jsonl"])
@@ -92,16 +157,24 @@ def test_musique_mapping(tmp_path, kind):
 
 
 def test_ragas_rows_as_jsonl_and_csv(tmp_path):
-    rows = [{"question": "When did Eastside open?", "contexts": ["Eastside opened in 1964.", "Printing costs 10 cents."],
-             "ground_truth": "1964", "reference_contexts": ["Eastside opened in 1964."]},
-            {"question": "What does printing cost?", "contexts": ["Printing costs 10 cents."], "reference": "10 cents"},
-            {"question": "No truth here", "contexts": ["x y z"]}]
+    rows = [
+        {
+            "question": "When did Eastside open?",
+            "contexts": ["Eastside opened in 1964.", "Printing costs 10 cents."],
+            "ground_truth": "1964",
+            "reference_contexts": ["Eastside opened in 1964."],
+        },
+        {"question": "What does printing cost?", "contexts": ["Printing costs 10 cents."], "reference": "10 cents"},
+        {"question": "No truth here", "contexts": ["x y z"]},
+    ]
     report = import_file("ragas", write(tmp_path / "r.jsonl", rows, "jsonl"), tmp_path / "a")
     assert report.imported == 2 and report.refused == {"ground_truth/reference missing or empty": 1}
     first, second = load_suite(tmp_path / "a")
     assert first.gold_source_ids == ("c1",) and second.gold_source_ids == ()
     csv_path = tmp_path / "r.csv"
-    csv_path.write_text('question,contexts,ground_truth\n"When did Eastside open?","[""Eastside opened in 1964.""]",1964\n')
+    csv_path.write_text(
+        'question,contexts,ground_truth\n"When did Eastside open?","[""Eastside opened in 1964.""]",1964\n'
+    )
     assert import_file("ragas", csv_path, tmp_path / "b").imported == 1
 
 
@@ -112,7 +185,7 @@ def test_limit_and_seed_sample_without_dropping_anything_silently(tmp_path):
     assert first.imported == 5 and first.left_by_limit == 45
     assert [c.question for c in load_suite(tmp_path / "first")] == [f"Question {i}?" for i in range(5)]
     a = import_file("ragas", path, tmp_path / "a", limit=5, seed=1)
-    b = import_file("ragas", path, tmp_path / "b", limit=5, seed=1)
+    import_file("ragas", path, tmp_path / "b", limit=5, seed=1)
     assert (tmp_path / "a" / "ragas.jsonl").read_text() == (tmp_path / "b" / "ragas.jsonl").read_text()
     assert a.imported + a.left_by_limit == 50 and "every record accounted for: 50 = 50" in a.summary_text()
 
@@ -150,16 +223,16 @@ from qaeval.data.importers import import_file
 record = {json.dumps(HOTPOT[0])}
 record["context"] = [[f"T{{i}}", ["x " * 2000]] for i in range(10)]
 record["supporting_facts"] = [["T0", 0], ["T1", 0]]
-with open({str(tmp_path / 'big.json')!r}, "w") as f:
+with open({str(tmp_path / "big.json")!r}, "w") as f:
     f.write("[")
     for i in range(2600):
         record["_id"] = f"h{{i}}"
         f.write(("," if i else "") + json.dumps(record))
     f.write("]")
 import os
-size = os.path.getsize({str(tmp_path / 'big.json')!r})
+size = os.path.getsize({str(tmp_path / "big.json")!r})
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-report = import_file("hotpotqa", {str(tmp_path / 'big.json')!r}, {str(tmp_path / 'out')!r}, limit=10)
+report = import_file("hotpotqa", {str(tmp_path / "big.json")!r}, {str(tmp_path / "out")!r}, limit=10)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(size, report.read, (after - before) // 1024)
 """
@@ -184,10 +257,15 @@ def miss(**changes):
 
 @pytest.fixture
 def suite_dir(tmp_path):
-    data = write_cases(tmp_path / "data", [make_case(id="single-0001"), make_case(id="single-0007", question="Q?"),
-                                           make_case(id="multi-0002", difficulty="multi-hop", question="Q2?")],
-                       name="frozen.jsonl")
-    return data
+    return write_cases(
+        tmp_path / "data",
+        [
+            make_case(id="single-0001"),
+            make_case(id="single-0007", question="Q?"),
+            make_case(id="multi-0002", difficulty="multi-hop", question="Q2?"),
+        ],
+        name="frozen.jsonl",
+    )
 
 
 def test_add_case_assigns_a_readable_id_and_validates(suite_dir, tmp_path, capsys):
@@ -198,8 +276,15 @@ def test_add_case_assigns_a_readable_id_and_validates(suite_dir, tmp_path, capsy
     assert main(["validate", "--data", str(suite_dir)]) == 0
     case = load_suite(suite_dir)["single-0008"]
     assert case.split == "living" and case.adversarial == "production-miss" and case.gold_answer == "Dunmore Street"
-    case_id, _ = api.add_case(suite_dir, miss(question="Nothing grounds this?", gold_answer=None, gold_source_ids=[],
-                                              expected_behavior="unanswerable_must_abstain"))
+    case_id, _ = api.add_case(
+        suite_dir,
+        miss(
+            question="Nothing grounds this?",
+            gold_answer=None,
+            gold_source_ids=[],
+            expected_behavior="unanswerable_must_abstain",
+        ),
+    )
     assert case_id == "abstain-0001" and load_suite(suite_dir)[case_id].must_abstain
     case_id, _ = api.add_case(suite_dir, miss(question="Multi?", difficulty="multi-hop"))
     assert case_id == "multi-0003"
@@ -221,12 +306,15 @@ def test_adding_the_same_miss_twice_is_refused(suite_dir, tmp_path, capsys):
     assert f"{path}: unknown field(s) in the miss: bogus" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(gold_source_ids=["s9"]), "gold source id 's9' is not in the case's sources"),
-    (dict(gold_answer=None), "an answerable case needs a non-empty 'gold_answer'"),
-    (dict(id="mine"), "unknown field(s) in the miss: id"),
-    (dict(difficulty="hard"), "'difficulty' is 'hard'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(gold_source_ids=["s9"]), "gold source id 's9' is not in the case's sources"),
+        (dict(gold_answer=None), "an answerable case needs a non-empty 'gold_answer'"),
+        (dict(id="mine"), "unknown field(s) in the miss: id"),
+        (dict(difficulty="hard"), "'difficulty' is 'hard'"),
+    ],
+)
 def test_a_bad_miss_is_refused_before_anything_is_written(suite_dir, change, message):
     with pytest.raises(DatasetError) as info:
         api.add_case(suite_dir, miss(**change))
@@ -269,22 +357,30 @@ def test_add_case_needs_a_miss(suite_dir, capsys):
 
 
 def pytest_in(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0"})
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0"},
+    )
 
 
 def test_pytest_plugin_fails_one_test_per_buggy_case_with_the_check_that_fired(tmp_path):
-    done = pytest_in(tmp_path, "--qaeval-data", str(GOLDEN / "buggy"), "--qaeval-adapter",
-                     "qaeval.system.saboteur:make_adapter")
+    done = pytest_in(
+        tmp_path, "--qaeval-data", str(GOLDEN / "buggy"), "--qaeval-adapter", "qaeval.system.saboteur:make_adapter"
+    )
     assert done.returncode == 1
     assert "4 failed" in done.stdout and "passed" not in done.stdout
-    for case_id, check in (("buggy-leak-0001", "grounding_isolation: gold answer '249,000' appears"),
-                           ("buggy-cite-0002", "citation_resolvability"),
-                           ("buggy-refuse-0003", "fail_closed_abstention: must abstain but answered"),
-                           ("buggy-stale-0004", "fail_closed_abstention")):
+    for case_id, check in (
+        ("buggy-leak-0001", "grounding_isolation: gold answer '249,000' appears"),
+        ("buggy-cite-0002", "citation_resolvability"),
+        ("buggy-refuse-0003", "fail_closed_abstention: must abstain but answered"),
+        ("buggy-stale-0004", "fail_closed_abstention"),
+    ):
         assert f"golden case {case_id} failed:" in done.stdout
-        block = done.stdout[done.stdout.index(f"golden case {case_id} failed:"):]
+        block = done.stdout[done.stdout.index(f"golden case {case_id} failed:") :]
         assert check in block[:800] and "answer:" in block[:1500]
 
 
@@ -298,11 +394,29 @@ def test_pytest_plugin_on_golden_fails_only_the_known_multi_step_cases(tmp_path)
 def test_pytest_plugin_selects_by_id_and_gates(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    done = pytest_in(tmp_path, "--qaeval-data", str(GOLDEN), "--qaeval-baseline", str(baseline), "-k",
-                     "single-0002 or gate", "--qaeval-concurrency", "2")
+    done = pytest_in(
+        tmp_path,
+        "--qaeval-data",
+        str(GOLDEN),
+        "--qaeval-baseline",
+        str(baseline),
+        "-k",
+        "single-0002 or gate",
+        "--qaeval-concurrency",
+        "2",
+    )
     assert "2 passed" in done.stdout and "deselected" in done.stdout, done.stdout
-    done = pytest_in(tmp_path, "--qaeval-data", str(GOLDEN), "--qaeval-baseline", str(baseline), "-k", "gate",
-                     "--qaeval-adapter", "plugins:make_abstain_on_dvd")
+    done = pytest_in(
+        tmp_path,
+        "--qaeval-data",
+        str(GOLDEN),
+        "--qaeval-baseline",
+        str(baseline),
+        "-k",
+        "gate",
+        "--qaeval-adapter",
+        "plugins:make_abstain_on_dvd",
+    )
     assert "1 failed" in done.stdout and "GATE: BLOCK" in done.stdout
 
 

@@ -12,15 +12,20 @@ import pytest
 from conftest import GOLDEN, make_case, write_cases
 
 from qaeval.cli import main
-from qaeval.files import loads_strict
+from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.metrics import METRIC_NAMES
 
 LONE = "\\ud800"  # as written in a JSON file: an escape for half of a surrogate pair
 
 
 def history_line(**changes) -> str:
-    line = {"metrics": {m: 0.9 for m in METRIC_NAMES}, "n": {m: 10 for m in METRIC_NAMES}, "cases": 10,
-            "time": "2024-05-01T12:00:00.000+00:00", "alarms": []}
+    line = {
+        "metrics": {m: 0.9 for m in METRIC_NAMES},
+        "n": {m: 10 for m in METRIC_NAMES},
+        "cases": 10,
+        "time": "2024-05-01T12:00:00.000+00:00",
+        "alarms": [],
+    }
     line["metrics"]["over_refusal_rate"] = 0.1
     line.update(changes)
     return json.dumps(line)
@@ -29,23 +34,29 @@ def history_line(**changes) -> str:
 # --------------------------------------------------------------------------- unpaired surrogates (item 15)
 
 
-@pytest.mark.parametrize("text, where", [
-    ('"a\\ud800b"', "\\ud800 at column 3"),
-    ('{"x":\n "\\udc00"}', "\\udc00 at line 2 column 3"),
-    ('["\\ud83d\\ud83d\\ude00"]', "\\ud83d at column 3"),  # a high half followed by a whole pair
-    ('"\\ud83d\\\\ude00"', "\\ud83d at column 2"),  # the low half's backslash is escaped: not a pair
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ('"a\\ud800b"', "\\ud800 at column 3"),
+        ('{"x":\n "\\udc00"}', "\\udc00 at line 2 column 3"),
+        ('["\\ud83d\\ud83d\\ude00"]', "\\ud83d at column 3"),  # a high half followed by a whole pair
+        ('"\\ud83d\\\\ude00"', "\\ud83d at column 2"),  # the low half's backslash is escaped: not a pair
+    ],
+)
 def test_the_strict_loader_refuses_unpaired_surrogates_and_says_where(text, where):
     with pytest.raises(ValueError, match="unpaired surrogate") as info:
         loads_strict(text)
     assert where in str(info.value)
 
 
-@pytest.mark.parametrize("text, value", [
-    ('"\\ud83d\\ude00"', "\U0001F600"),  # an escaped pair is one character
-    ('"\\\\ud800"', "\\ud800"),  # an escaped backslash, then letters
-    ('"\\\\\\\\ud800"', "\\\\ud800"),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ('"\\ud83d\\ude00"', "\U0001f600"),  # an escaped pair is one character
+        ('"\\\\ud800"', "\\ud800"),  # an escaped backslash, then letters
+        ('"\\\\\\\\ud800"', "\\\\ud800"),
+    ],
+)
 def test_the_strict_loader_accepts_pairs_and_escaped_backslashes(text, value):
     assert loads_strict(text) == value
 
@@ -74,11 +85,25 @@ def test_a_case_with_an_unpaired_surrogate_is_a_load_error_with_file_and_line(tm
 
 def test_a_labels_reason_with_an_unpaired_surrogate_stops_calibrate_before_the_run(tmp_path, capsys, spy):
     labels = tmp_path / "labels.jsonl"
-    labels.write_text('{"case_id": "single-0001", "axis": "faithfulness", "score": 2, "reason": "ok"}\n'
-                      f'{{"case_id": "single-0002", "axis": "faithfulness", "score": 2, "reason": "x{LONE}"}}\n')
+    labels.write_text(
+        '{"case_id": "single-0001", "axis": "faithfulness", "score": 2, "reason": "ok"}\n'
+        f'{{"case_id": "single-0002", "axis": "faithfulness", "score": 2, "reason": "x{LONE}"}}\n'
+    )
     record = tmp_path / "cal.json"
-    code = main(["calibrate", "--data", str(GOLDEN), "--labels", str(labels), "--save", str(record),
-                 "--adapter", "plugins:make_counting", "--quiet"])
+    code = main(
+        [
+            "calibrate",
+            "--data",
+            str(GOLDEN),
+            "--labels",
+            str(labels),
+            "--save",
+            str(record),
+            "--adapter",
+            "plugins:make_counting",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 65 and f"{labels}:2: an unpaired surrogate" in err and "Traceback" not in err
     assert not record.exists() and not spy.exists(), "the system was called although the labels cannot be read"
@@ -87,19 +112,33 @@ def test_a_labels_reason_with_an_unpaired_surrogate_stops_calibrate_before_the_r
 # --------------------------------------------------------------------------- hand-edited history (item 17)
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(metrics={m: 5.0 for m in METRIC_NAMES}), "metric 'faithfulness_rate' is 5.0, outside [0, 1]"),
-    (dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "rerank_mrr": 1e200}), "metric 'rerank_mrr' is 1e+200, outside [0, 1]"),
-    (dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "abstention_recall": -0.5}), "metric 'abstention_recall' is -0.5"),
-    (dict(n={"faithfulness_rate": -3}), "'n' of 'faithfulness_rate' is -3, not a whole number"),
-    (dict(n={"faithfulness_rate": 2.5}), "'n' of 'faithfulness_rate' is 2.5"),
-    (dict(cases=True), "'cases' is True"),
-    (dict(time="0001-01-01T00:00:00+00:00"), "'time' is '0001-01-01T00:00:00+00:00', outside the years 1970 to 2999"),
-    (dict(time="9999-12-31T23:59:59+00:00"), "'time' is '9999-12-31T23:59:59+00:00', outside the years"),
-    (dict(time="last tuesday"), "'time' is 'last tuesday', not an ISO 8601 date and time"),
-    (dict(time=20240501), "'time' must be a string"),
-])
-def test_a_history_line_with_impossible_numbers_or_times_is_refused_before_the_append(tmp_path, capsys, changes, message):
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(metrics={m: 5.0 for m in METRIC_NAMES}), "metric 'faithfulness_rate' is 5.0, outside [0, 1]"),
+        (
+            dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "rerank_mrr": 1e200}),
+            "metric 'rerank_mrr' is 1e+200, outside [0, 1]",
+        ),
+        (
+            dict(metrics={**{m: 0.9 for m in METRIC_NAMES}, "abstention_recall": -0.5}),
+            "metric 'abstention_recall' is -0.5",
+        ),
+        (dict(n={"faithfulness_rate": -3}), "'n' of 'faithfulness_rate' is -3, not a whole number"),
+        (dict(n={"faithfulness_rate": 2.5}), "'n' of 'faithfulness_rate' is 2.5"),
+        (dict(cases=True), "'cases' is True"),
+        (
+            dict(time="0001-01-01T00:00:00+00:00"),
+            "'time' is '0001-01-01T00:00:00+00:00', outside the years 1970 to 2999",
+        ),
+        (dict(time="9999-12-31T23:59:59+00:00"), "'time' is '9999-12-31T23:59:59+00:00', outside the years"),
+        (dict(time="last tuesday"), "'time' is 'last tuesday', not an ISO 8601 date and time"),
+        (dict(time=20240501), "'time' must be a string"),
+    ],
+)
+def test_a_history_line_with_impossible_numbers_or_times_is_refused_before_the_append(
+    tmp_path, capsys, changes, message
+):
     series = tmp_path / "s.jsonl"
     series.write_text("".join(history_line() + "\n" for _ in range(3)) + history_line(**changes) + "\n")
     before = series.read_bytes()
@@ -111,11 +150,22 @@ def test_a_history_line_with_impossible_numbers_or_times_is_refused_before_the_a
 
 def test_a_history_line_of_rates_at_5_cannot_widen_the_band_for_the_saboteur(tmp_path, capsys):
     series = tmp_path / "s.jsonl"
-    series.write_text("".join(history_line() + "\n" for _ in range(4))
-                      + history_line(metrics={m: 5.0 for m in METRIC_NAMES}) + "\n")
+    series.write_text(
+        "".join(history_line() + "\n" for _ in range(4)) + history_line(metrics={m: 5.0 for m in METRIC_NAMES}) + "\n"
+    )
     before = series.read_bytes()
-    code = main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet",
-                 "--adapter", "qaeval.system.saboteur:make_adapter"])
+    code = main(
+        [
+            "drift",
+            "--data",
+            str(GOLDEN),
+            "--timeseries",
+            str(series),
+            "--quiet",
+            "--adapter",
+            "qaeval.system.saboteur:make_adapter",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 65 and "DRIFT: OK" not in captured.out
     assert f"{series}:5: metric" in captured.err and "outside [0, 1]" in captured.err
@@ -132,8 +182,18 @@ def test_an_honest_history_still_drifts(tmp_path, capsys):
 # --------------------------------------------------------------------------- spreadsheet formulas (item 14)
 
 
-FORMULAS = ['=HYPERLINK("http://127.0.0.1/x?"&A1,"click")', "-5 degrees", "+1", "@SUM(A1:A2)", "\tx", "\rx",
-            "'=already quoted", "''+two quotes", "'plain quote", "plain"]
+FORMULAS = [
+    '=HYPERLINK("http://127.0.0.1/x?"&A1,"click")',
+    "-5 degrees",
+    "+1",
+    "@SUM(A1:A2)",
+    "\tx",
+    "\rx",
+    "'=already quoted",
+    "''+two quotes",
+    "'plain quote",
+    "plain",
+]
 
 
 def hostile_run(tmp_path):
@@ -145,8 +205,10 @@ def hostile_run(tmp_path):
     from qaeval.scoring.evaluate import score_outputs
 
     ids = [f"{text}-{n}" for n, text in enumerate(FORMULAS)]
-    data = write_cases(tmp_path / "d", [make_case(id=i, question=f"{text} When did the Eastside Branch open?")
-                                        for i, text in zip(ids, FORMULAS)])
+    data = write_cases(
+        tmp_path / "d",
+        [make_case(id=i, question=f"{text} When did the Eastside Branch open?") for i, text in zip(ids, FORMULAS)],
+    )
     rows = [output(i, answer=text, citations=[{"source_id": "s1", "claim": text}]) for i, text in zip(ids, FORMULAS)]
     return score_outputs(load_suite(data), outputs_frame(rows), OfflineJudge())
 
@@ -187,12 +249,15 @@ def test_a_label_sheet_starts_no_cell_with_a_formula_and_imports_back_unchanged(
 # --------------------------------------------------------------------------- importers (item 16)
 
 
-@pytest.mark.parametrize("fmt, name, content, line", [
-    ("ragas", "rows.jsonl", b'{"question": "q"}\n{"question": "caf\xe9"}\n', 2),
-    ("ragas", "rows.csv", b"question,contexts,ground_truth\ncaf\xe9,\"[\"\"x\"\"]\",y\n", 2),
-    ("hotpotqa", "dev.json", b'[{"question": "caf\xe9"}]', 1),
-    ("ares", "ares.tsv", b"Query\tDocument\tAnswer\tAnswer_Faithfulness_Label\nq\td\xff\ta\t1\n", 2),
-])
+@pytest.mark.parametrize(
+    "fmt, name, content, line",
+    [
+        ("ragas", "rows.jsonl", b'{"question": "q"}\n{"question": "caf\xe9"}\n', 2),
+        ("ragas", "rows.csv", b'question,contexts,ground_truth\ncaf\xe9,"[""x""]",y\n', 2),
+        ("hotpotqa", "dev.json", b'[{"question": "caf\xe9"}]', 1),
+        ("ares", "ares.tsv", b"Query\tDocument\tAnswer\tAnswer_Faithfulness_Label\nq\td\xff\ta\t1\n", 2),
+    ],
+)
 def test_an_import_that_is_not_utf8_is_a_load_error_with_line_and_offset(tmp_path, capsys, fmt, name, content, line):
     source = tmp_path / name
     source.write_bytes(content)
@@ -210,16 +275,24 @@ def test_an_import_nested_30000_deep_is_refused_in_bounded_memory(tmp_path):
     import sys
 
     deep = 30_000
-    cases = {"hotpotqa": ("array.json", "[" * deep + "]" * deep),
-             "squad2": ("squad.json", '{"data": [' + "[" * deep + "]" * deep + "]}"),
-             "musique": ("objects.jsonl", '{"a": ' * deep + "1" + "}" * deep + "\n")}
-    script = ("import resource, sys\nfrom qaeval.cli import main\ncode = main(sys.argv[1:])\n"
-              "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    cases = {
+        "hotpotqa": ("array.json", "[" * deep + "]" * deep),
+        "squad2": ("squad.json", '{"data": [' + "[" * deep + "]" * deep + "]}"),
+        "musique": ("objects.jsonl", '{"a": ' * deep + "1" + "}" * deep + "\n"),
+    }
+    script = (
+        "import resource, sys\nfrom qaeval.cli import main\ncode = main(sys.argv[1:])\n"
+        "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
     for fmt, (name, text) in cases.items():
         source = tmp_path / name
         source.write_text(text)
-        done = subprocess.run([sys.executable, "-c", script, "import", fmt, str(source), "--out", str(tmp_path / fmt)],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script, "import", fmt, str(source), "--out", str(tmp_path / fmt)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         code, peak_mb = (int(x) for x in done.stdout.split()[-2:])
         assert code == 65, done.stderr
         assert "nested" in done.stderr and str(source) in done.stderr and "Traceback" not in done.stderr
@@ -243,23 +316,55 @@ def unchanged(snapshot) -> bool:
     return all(p.read_bytes() == data for p, data in snapshot.items())
 
 
-@pytest.mark.parametrize("argv, output, other", [
-    (["run", "--data", "{G}", "--save", "{G}/frozen.jsonl"], "{G}/frozen.jsonl", "data folder {G}"),
-    (["run", "--data", "{G}", "--save", "{G}/new.jsonl"], "{G}/new.jsonl", "data folder {G}"),
-    (["gate", "--data", "{G}", "--baseline", "{G}/ci-baseline.json", "--html", "{G}/ci-baseline.json"],
-     "{G}/ci-baseline.json", "baseline {G}/ci-baseline.json"),
-    (["gate", "--data", "{G}", "--baseline", "{G}/ci-baseline.json", "--html", "{G}/calibration/human_labels.jsonl"],
-     "{G}/calibration/human_labels.jsonl", "data folder {G}"),
-    (["run", "--data", "{G}", "--labels", "{G}/calibration/human_labels.jsonl", "--save",
-      "{G}/calibration/human_labels.jsonl"], "{G}/calibration/human_labels.jsonl", "labels {G}/calibration/human_labels.jsonl"),
-    (["baseline", "--data", "{G}", "--out", "{T}/b.json", "--save", "{T}/b.json"], "{T}/b.json", "out {T}/b.json"),
-    (["drift", "--data", "{G}", "--timeseries", "{T}/series.jsonl", "--save", "{T}/series.jsonl"], "{T}/series.jsonl",
-     "timeseries {T}/series.jsonl"),
-])
-def test_an_output_that_would_overwrite_an_input_is_a_usage_error_before_anything_runs(golden_copy, tmp_path, capsys,
-                                                                                       spy, argv, output, other):
+@pytest.mark.parametrize(
+    "argv, output, other",
+    [
+        (["run", "--data", "{G}", "--save", "{G}/frozen.jsonl"], "{G}/frozen.jsonl", "data folder {G}"),
+        (["run", "--data", "{G}", "--save", "{G}/new.jsonl"], "{G}/new.jsonl", "data folder {G}"),
+        (
+            ["gate", "--data", "{G}", "--baseline", "{G}/ci-baseline.json", "--html", "{G}/ci-baseline.json"],
+            "{G}/ci-baseline.json",
+            "baseline {G}/ci-baseline.json",
+        ),
+        (
+            [
+                "gate",
+                "--data",
+                "{G}",
+                "--baseline",
+                "{G}/ci-baseline.json",
+                "--html",
+                "{G}/calibration/human_labels.jsonl",
+            ],
+            "{G}/calibration/human_labels.jsonl",
+            "data folder {G}",
+        ),
+        (
+            [
+                "run",
+                "--data",
+                "{G}",
+                "--labels",
+                "{G}/calibration/human_labels.jsonl",
+                "--save",
+                "{G}/calibration/human_labels.jsonl",
+            ],
+            "{G}/calibration/human_labels.jsonl",
+            "labels {G}/calibration/human_labels.jsonl",
+        ),
+        (["baseline", "--data", "{G}", "--out", "{T}/b.json", "--save", "{T}/b.json"], "{T}/b.json", "out {T}/b.json"),
+        (
+            ["drift", "--data", "{G}", "--timeseries", "{T}/series.jsonl", "--save", "{T}/series.jsonl"],
+            "{T}/series.jsonl",
+            "timeseries {T}/series.jsonl",
+        ),
+    ],
+)
+def test_an_output_that_would_overwrite_an_input_is_a_usage_error_before_anything_runs(
+    golden_copy, tmp_path, capsys, spy, argv, output, other
+):
     folder, snapshot = golden_copy
-    fill = lambda s: s.format(G=folder, T=tmp_path)  # noqa: E731
+    fill = lambda s: s.format(G=folder, T=tmp_path)  # noqa: E731  (a one-line formatter)
     code = main([fill(a) for a in argv] + ["--adapter", "plugins:make_counting", "--quiet"])
     err = capsys.readouterr().err
     assert code == 64, err
@@ -299,19 +404,37 @@ def test_honest_outputs_still_work_including_a_baseline_kept_in_the_data_folder(
     assert main(["baseline", "--data", str(folder), "--out", str(baseline), "--quiet"]) == 0, "a record over a record"
     report = folder / "gate.html"
     for _ in range(2):  # the second time replaces the report it wrote the first time
-        assert main(["gate", "--data", str(folder), "--baseline", str(baseline), "--quiet", "--html", str(report),
-                     "--save", str(tmp_path / "gate.json")]) == 0, capsys.readouterr().err
+        assert (
+            main(
+                [
+                    "gate",
+                    "--data",
+                    str(folder),
+                    "--baseline",
+                    str(baseline),
+                    "--quiet",
+                    "--html",
+                    str(report),
+                    "--save",
+                    str(tmp_path / "gate.json"),
+                ]
+            )
+            == 0
+        ), capsys.readouterr().err
     assert main(["report", str(tmp_path / "gate.json"), "--html", str(tmp_path / "gate.json")]) == 64
     assert main(["compare", str(baseline), str(tmp_path / "gate.json"), "--html", str(baseline)]) == 64
 
 
-@pytest.mark.parametrize("content, message", [
-    (f'[{{"id": "s1", "text": "x{LONE}"}}]', "an unpaired surrogate"),
-    ('[{"id": "s1", "text": "x"', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (f'[{{"id": "s1", "text": "x{LONE}"}}]', "an unpaired surrogate"),
+        ('[{"id": "s1", "text": "x"', "not valid JSON"),
+    ],
+)
 def test_add_case_interactive_reads_the_passages_file_strictly(suite_dir, tmp_path, content, message):
+    from qaeval.core.errors import DatasetError
     from qaeval.data.misses import add_case
-    from qaeval.errors import DatasetError
 
     sources = tmp_path / "sources.json"
     sources.write_text(content)
@@ -323,8 +446,9 @@ def test_add_case_interactive_reads_the_passages_file_strictly(suite_dir, tmp_pa
 
 
 @pytest.mark.parametrize("where", ["a folder", "under a file"])
-def test_an_output_that_cannot_be_written_is_exit_74_before_the_system_is_called(golden_copy, tmp_path, capsys, spy,
-                                                                                 where):
+def test_an_output_that_cannot_be_written_is_exit_74_before_the_system_is_called(
+    golden_copy, tmp_path, capsys, spy, where
+):
     """A new user's pass: `run --save DIR` with a folder in the way failed with 74 after the whole run."""
     folder, _ = golden_copy
     (tmp_path / "blocker").mkdir()

@@ -22,25 +22,66 @@ from qaeval.data.importers import import_file
 
 SHARED = SHARED_DATA
 
-SQUAD = {"version": "v2.0", "data": [{"title": "Harbor", "paragraphs": [
-    {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": [
-        {"id": "q1", "question": "When did Eastside open?", "answers": [{"text": "1964", "answer_start": 31}],
-         "is_impossible": False},
-        {"id": "q2", "question": "When did Eastside close?", "answers": [], "is_impossible": True}]},
-    {"context": "The Northgate Branch opened in 1978.", "qas": [
-        {"id": "q3", "question": "When did Northgate open?", "answers": [], "is_impossible": False}]},
-    {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": []}]}]}
+SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Harbor",
+            "paragraphs": [
+                {
+                    "context": "The Eastside Branch opened in 1964 on Dunmore Street.",
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "When did Eastside open?",
+                            "answers": [{"text": "1964", "answer_start": 31}],
+                            "is_impossible": False,
+                        },
+                        {"id": "q2", "question": "When did Eastside close?", "answers": [], "is_impossible": True},
+                    ],
+                },
+                {
+                    "context": "The Northgate Branch opened in 1978.",
+                    "qas": [
+                        {"id": "q3", "question": "When did Northgate open?", "answers": [], "is_impossible": False}
+                    ],
+                },
+                {"context": "The Eastside Branch opened in 1964 on Dunmore Street.", "qas": []},
+            ],
+        }
+    ],
+}
 
-HOTPOT = [{"_id": "h1", "question": "Which opened first, Eastside or Northgate?", "answer": "Eastside", "type": "comparison",
-           "supporting_facts": [["Eastside", 0], ["Northgate", 0]],
-           "context": [["Eastside", ["Eastside opened in 1964.", " It has a Maker Lab."]],
-                       ["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]},
-          {"_id": "h2", "question": "Who?", "answer": "x", "type": "bridge", "supporting_facts": [["Missing", 0]],
-           "context": [["Eastside", ["Eastside opened in 1964."]]]},
-          {"_id": "h3", "question": "When did Northgate open?", "answer": "1978", "type": "bridge",
-           "supporting_facts": [["Northgate", 0]],
-           "context": [["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]]}]
-
+HOTPOT = [
+    {
+        "_id": "h1",
+        "question": "Which opened first, Eastside or Northgate?",
+        "answer": "Eastside",
+        "type": "comparison",
+        "supporting_facts": [["Eastside", 0], ["Northgate", 0]],
+        "context": [
+            ["Eastside", ["Eastside opened in 1964.", " It has a Maker Lab."]],
+            ["Northgate", ["Northgate opened in 1978."]],
+            ["Printing", ["Printing costs 10 cents."]],
+        ],
+    },
+    {
+        "_id": "h2",
+        "question": "Who?",
+        "answer": "x",
+        "type": "bridge",
+        "supporting_facts": [["Missing", 0]],
+        "context": [["Eastside", ["Eastside opened in 1964."]]],
+    },
+    {
+        "_id": "h3",
+        "question": "When did Northgate open?",
+        "answer": "1978",
+        "type": "bridge",
+        "supporting_facts": [["Northgate", 0]],
+        "context": [["Northgate", ["Northgate opened in 1978."]], ["Printing", ["Printing costs 10 cents."]]],
+    },
+]
 
 
 def write(path, value):
@@ -71,7 +112,9 @@ def test_squad2_pools_every_paragraph_and_names_the_questions_paragraph(tmp_path
     assert all("sources" not in c for c in cases.values())
     assert cases["squad2-q1"]["gold_source_ids"] == [eastside.id]
     assert cases["squad2-q2"]["gold_source_ids"] == [] and cases["squad2-q2"]["gold_answer"] is None
-    assert "pooled 2 passage(s)" in report.summary_text() and "(1 duplicate paragraph(s) merged)" in report.summary_text()
+    assert (
+        "pooled 2 passage(s)" in report.summary_text() and "(1 duplicate paragraph(s) merged)" in report.summary_text()
+    )
 
 
 def test_hotpotqa_supporting_paragraphs_are_the_gold_ids_and_shared_paragraphs_are_one_passage(tmp_path):
@@ -91,8 +134,10 @@ def test_musique_is_supporting_paragraphs_are_the_gold_ids(tmp_path):
     assert (report.imported, report.pooled, report.merged) == (2, 3, 1)
     by_text = read_corpus(tmp_path / "out")
     cases = read_cases(tmp_path / "out" / "musique.jsonl")
-    assert cases["musique-2hop__1"]["gold_source_ids"] == [by_text["Eastside was founded by Ada Park."].id,
-                                                           by_text["Ada Park was born in Harbor City."].id]
+    assert cases["musique-2hop__1"]["gold_source_ids"] == [
+        by_text["Eastside was founded by Ada Park."].id,
+        by_text["Ada Park was born in Harbor City."].id,
+    ]
     assert cases["musique-2hop__2"]["gold_source_ids"] == []
 
 
@@ -153,8 +198,12 @@ def test_nothing_imported_leaves_no_corpus_behind(tmp_path):
 
 
 def test_cli_reports_the_pool(tmp_path, capsys):
-    assert main(["import", "musique", str(write(tmp_path / "m.json", MUSIQUE)), "--out", str(tmp_path / "out"),
-                 "--corpus"]) == 0
+    assert (
+        main(
+            ["import", "musique", str(write(tmp_path / "m.json", MUSIQUE)), "--out", str(tmp_path / "out"), "--corpus"]
+        )
+        == 0
+    )
     assert "pooled 3 passage(s) from every record of the file" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["corpus.jsonl", "musique.jsonl"]
 
@@ -180,6 +229,7 @@ def _bent(fmt, change):
 def _squad_title(value):
     def change(d):
         d["data"][0]["title"] = value
+
     return change
 
 
@@ -189,20 +239,36 @@ def _first(path, key, value):
         for step in path:
             target = target[step]
         target[key] = value
+
     return change
 
 
-@pytest.mark.parametrize("fmt, change, corpus, reason", [
-    ("squad2", _first(["data", 0, "paragraphs", 0], "qas", "nope"), False, "questions (qas) that are not a list"),
-    ("squad2", _first(["data", 0, "paragraphs", 0, "qas", 0], "is_impossible", "no"), False,
-     "is_impossible that is not true or false"),
-    ("squad2", lambda d: d["data"][0]["paragraphs"].insert(1, "a paragraph as text"), False,
-     "a paragraph that is not an object"),
-    ("hotpotqa", _first([0], "supporting_facts", [[["Eastside"], 0]]), False,
-     "a supporting fact that is not [title, sentence number]"),
-    ("musique", _first([0], "question_decomposition", 5), False, "a question_decomposition that is not a list"),
-    ("musique", _first([0, "paragraphs", 0], "idx", 1.5), False, "a paragraph idx that is not a whole number"),
-])
+@pytest.mark.parametrize(
+    "fmt, change, corpus, reason",
+    [
+        ("squad2", _first(["data", 0, "paragraphs", 0], "qas", "nope"), False, "questions (qas) that are not a list"),
+        (
+            "squad2",
+            _first(["data", 0, "paragraphs", 0, "qas", 0], "is_impossible", "no"),
+            False,
+            "is_impossible that is not true or false",
+        ),
+        (
+            "squad2",
+            lambda d: d["data"][0]["paragraphs"].insert(1, "a paragraph as text"),
+            False,
+            "a paragraph that is not an object",
+        ),
+        (
+            "hotpotqa",
+            _first([0], "supporting_facts", [[["Eastside"], 0]]),
+            False,
+            "a supporting fact that is not [title, sentence number]",
+        ),
+        ("musique", _first([0], "question_decomposition", 5), False, "a question_decomposition that is not a list"),
+        ("musique", _first([0, "paragraphs", 0], "idx", 1.5), False, "a paragraph idx that is not a whole number"),
+    ],
+)
 def test_a_record_of_an_unforeseen_shape_is_refused_with_its_reason(tmp_path, fmt, change, corpus, reason):
     """Each of these was a traceback and exit 70 (AttributeError, unhashable list, len() of an int), or a
     wrong case: "is_impossible": "no" became a must-abstain case, "qas": "nope" four refused questions."""
@@ -220,8 +286,9 @@ def refusals(fmt, path, out, **options):
 
 def test_a_title_that_is_not_text_is_no_title_in_the_pool(tmp_path):
     """An article titled 5 crashed pooling (int has no lower()); now its passages pool untitled."""
-    report = import_file("squad2", write(tmp_path / "s.json", _bent("squad2", _squad_title(5))), tmp_path / "out",
-                         corpus=True)
+    report = import_file(
+        "squad2", write(tmp_path / "s.json", _bent("squad2", _squad_title(5))), tmp_path / "out", corpus=True
+    )
     assert report.pooled == 2 and all(p.title is None for p in read_corpus(tmp_path / "out").values())
 
 
@@ -243,8 +310,10 @@ def test_usage_errors_come_before_anything_is_read(tmp_path):
         import_file("ares", tmp_path / "missing.tsv", tmp_path / "out", corpus=True)
 
 
-@pytest.mark.skipif(not (SHARED / "squad2-small.json").exists(),
-                    reason=f"{SHARED / 'squad2-small.json'} not present (set QAEVAL_SHARED_DATA to its folder)")
+@pytest.mark.skipif(
+    not (SHARED / "squad2-small.json").exists(),
+    reason=f"{SHARED / 'squad2-small.json'} not present (set QAEVAL_SHARED_DATA to its folder)",
+)
 def test_the_shared_squad2_excerpt_imports_with_a_corpus(tmp_path):
     source = SHARED / "squad2-small.json"
     distinct = {p["context"] for a in json.loads(source.read_text())["data"] for p in a["paragraphs"]}
@@ -256,7 +325,8 @@ def test_the_shared_squad2_excerpt_imports_with_a_corpus(tmp_path):
         gold = [g for c in cases.values() for g in c["gold_source_ids"]]
         assert gold and all(g in corpus for g in gold)
     assert sum(not c["gold_source_ids"] for c in cases.values()) == sum(
-        c["expected_behavior"] == "unanswerable_must_abstain" for c in cases.values())
+        c["expected_behavior"] == "unanswerable_must_abstain" for c in cases.values()
+    )
 
 
 def test_the_written_folder_loads_as_a_suite_with_its_corpus(tmp_path):
@@ -288,7 +358,7 @@ import json, os, resource, sys
 sys.path.insert(0, {str(ROOT)!r})
 from qaeval.data.importers import import_file
 record = {{"_id": "h", "question": "Q?", "answer": "A", "type": "bridge", "supporting_facts": [["T0", 0], ["T1", 0]]}}
-with open({str(tmp_path / 'big.json')!r}, "w") as f:
+with open({str(tmp_path / "big.json")!r}, "w") as f:
     f.write("[")
     for i in range(2600):
         record["_id"] = f"h{{i}}"
@@ -296,9 +366,9 @@ with open({str(tmp_path / 'big.json')!r}, "w") as f:
         f.write(("," if i else "") + json.dumps(record))
     f.write("]")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-report = import_file("hotpotqa", {str(tmp_path / 'big.json')!r}, {str(tmp_path / 'out')!r}, limit=10, corpus=True)
+report = import_file("hotpotqa", {str(tmp_path / "big.json")!r}, {str(tmp_path / "out")!r}, limit=10, corpus=True)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(os.path.getsize({str(tmp_path / 'big.json')!r}), report.pooled, report.imported, (after - before) // 1024)
+print(os.path.getsize({str(tmp_path / "big.json")!r}), report.pooled, report.imported, (after - before) // 1024)
 """
     done = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, timeout=300)
     size, pooled, imported, grew_mib = map(int, done.stdout.split())
@@ -312,9 +382,11 @@ def test_a_file_of_another_format_is_refused_saying_what_the_format_expects(tmp_
     SQuAD file said its line 1 was not valid JSON. Each names the shape the format expects."""
     hotpot, squad = write(tmp_path / "hotpot.json", HOTPOT), tmp_path / "squad.json"
     squad.write_text(json.dumps(SQUAD, indent=2))
-    for fmt, path, expects in (("squad2", hotpot, "one JSON object with a 'data' list"),
-                               ("hotpotqa", squad, "a JSON array of records, or one record per line"),
-                               ("musique", squad, "a JSON array of records, or one record per line")):
+    for fmt, path, expects in (
+        ("squad2", hotpot, "one JSON object with a 'data' list"),
+        ("hotpotqa", squad, "a JSON array of records, or one record per line"),
+        ("musique", squad, "a JSON array of records, or one record per line"),
+    ):
         with pytest.raises(DatasetError) as err:
             import_file(fmt, path, tmp_path / f"out-{fmt}", corpus=corpus)
         assert expects in str(err.value) and "0 of 0" not in str(err.value), (fmt, str(err.value))
@@ -336,5 +408,9 @@ def test_a_byte_order_mark_before_a_json_dataset_is_read_past(tmp_path, fmt, dat
     marked = tmp_path / "marked.json"
     marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
     report = import_file(fmt, marked, tmp_path / "marked", corpus=True)
-    assert (report.read, report.imported, report.pooled) == (plain.read, plain.imported, plain.pooled) and report.imported
+    assert (report.read, report.imported, report.pooled) == (
+        plain.read,
+        plain.imported,
+        plain.pooled,
+    ) and report.imported
     assert read_cases(tmp_path / "marked" / f"{fmt}.jsonl") == read_cases(tmp_path / "plain" / f"{fmt}.jsonl")

@@ -11,7 +11,12 @@ from qaeval.data.schema import AXES
 from qaeval.judges.offline import OfflineJudge, contains_gold
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import (
-    AxisVerdict, JudgeConfig, JudgeResponse, build_requests, hardest_decoy, score_with_judge,
+    AxisVerdict,
+    JudgeConfig,
+    JudgeResponse,
+    build_requests,
+    hardest_decoy,
+    score_with_judge,
 )
 from qaeval.scoring.rubric import Rubric, parse_verdict_json
 
@@ -28,9 +33,11 @@ class Scripted:
         return [JudgeResponse(r.case_id, list(self.verdicts), error=self.error) for r in requests]
 
 
-GOOD = [AxisVerdict("faithfulness", 2, "Eastside Branch opened in 1964", "ok"),
-        AxisVerdict("answer_correctness", 2, "the Eastside Branch opened in 1964", "ok"),
-        AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore Street", "ok", target="s1")]
+GOOD = [
+    AxisVerdict("faithfulness", 2, "Eastside Branch opened in 1964", "ok"),
+    AxisVerdict("answer_correctness", 2, "the Eastside Branch opened in 1964", "ok"),
+    AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore Street", "ok", target="s1"),
+]
 
 
 def verdicts(tmp_path, judge, **fields):
@@ -77,8 +84,13 @@ def test_missing_axis_in_reply_is_invalid(tmp_path):
 
 def test_weakest_citation_sets_citation_correctness(tmp_path):
     both = [{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}]
-    judge = Scripted([*GOOD[:2], AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore", "", target="s1"),
-                      AxisVerdict("citation_correctness", 1, "Northgate Branch opened in 1978", "", target="s2")])
+    judge = Scripted(
+        [
+            *GOOD[:2],
+            AxisVerdict("citation_correctness", 2, "opened in 1964 on Dunmore", "", target="s1"),
+            AxisVerdict("citation_correctness", 1, "Northgate Branch opened in 1978", "", target="s2"),
+        ]
+    )
     suite, cases, outs, sources = frames(tmp_path, outputs=[output(answer=f"{S1} {S2}", citations=both)])
     run = score_outputs(suite, outs, judge)
     assert run.per_case.loc[0, "citation_correctness"] == 1
@@ -86,8 +98,11 @@ def test_weakest_citation_sets_citation_correctness(tmp_path):
 
 def test_abstained_and_failed_cases_cost_no_judge_call(tmp_path):
     judge = Scripted(GOOD)
-    _, cases, outs, sources = frames(tmp_path, [make_case(id="a"), make_case(id="b")],
-                                     [output("a", abstained=True, answer="", citations=[]), output("b", error="boom")])
+    _, cases, outs, sources = frames(
+        tmp_path,
+        [make_case(id="a"), make_case(id="b")],
+        [output("a", abstained=True, answer="", citations=[]), output("b", error="boom")],
+    )
     assert score_with_judge(judge, cases, outs, sources).empty and judge.requests == []
 
 
@@ -126,8 +141,9 @@ def test_a_short_text_may_be_quoted_whole(tmp_path):
     v = verdicts(tmp_path, judge, answer="$40", citations=[{"source_id": "s1", "claim": S1}])
     assert v.loc[("answer_correctness", ""), "valid"]
     judge = Scripted([GOOD[0], AxisVerdict("answer_correctness", 2, "$40", "part of a longer answer"), GOOD[2]])
-    v = verdicts(tmp_path, judge, answer="A non-resident card costs $40 a year.",
-                 citations=[{"source_id": "s1", "claim": S1}])
+    v = verdicts(
+        tmp_path, judge, answer="A non-resident card costs $40 a year.", citations=[{"source_id": "s1", "claim": S1}]
+    )
     assert not v.loc[("answer_correctness", ""), "valid"]
 
 
@@ -141,10 +157,13 @@ class Raises:
         raise self.error
 
 
-@pytest.mark.parametrize("error, fragment", [
-    (RuntimeError("socket closed"), "the judge raised RuntimeError: socket closed"),
-    (SystemExit(0), "the judge called sys.exit(0)"),
-])
+@pytest.mark.parametrize(
+    "error, fragment",
+    [
+        (RuntimeError("socket closed"), "the judge raised RuntimeError: socket closed"),
+        (SystemExit(0), "the judge called sys.exit(0)"),
+    ],
+)
 def test_a_judge_that_raises_or_exits_gives_judge_errors_not_a_crash(tmp_path, error, fragment):
     v = verdicts(tmp_path, Raises(error))
     assert v["error"].eq(fragment).all() and not v["credit"].any()
@@ -159,18 +178,35 @@ class Answers:
         return self.responses(requests)
 
 
-@pytest.mark.parametrize("responses, fragment", [
-    (lambda reqs: [], "the judge returned 0 responses for 1 requests"),
-    (lambda reqs: [JudgeResponse("someone-else", GOOD)], "in the place of 'case-0001'"),
-    (lambda reqs: ["not a response"], "not a JudgeResponse"),
-    (lambda reqs: 5, "the judge returned int, not a list"),
-    (lambda reqs: [JudgeResponse(reqs[0].case_id, "nonsense")], "not a list"),
-    (lambda reqs: [JudgeResponse(reqs[0].case_id, [*GOOD[:2], AxisVerdict("citation_correctness", 2,
-                                                                          "opened in 1964 on Dunmore Street",
-                                                                          "half a pair \ud800", target="s1")])],
-     "not valid Unicode (an unpaired surrogate)"),
-    (lambda reqs: [JudgeResponse(reqs[0].case_id, error="down \udc80")], "down \\udc80"),
-])
+@pytest.mark.parametrize(
+    "responses, fragment",
+    [
+        (lambda reqs: [], "the judge returned 0 responses for 1 requests"),
+        (lambda reqs: [JudgeResponse("someone-else", GOOD)], "in the place of 'case-0001'"),
+        (lambda reqs: ["not a response"], "not a JudgeResponse"),
+        (lambda reqs: 5, "the judge returned int, not a list"),
+        (lambda reqs: [JudgeResponse(reqs[0].case_id, "nonsense")], "not a list"),
+        (
+            lambda reqs: [
+                JudgeResponse(
+                    reqs[0].case_id,
+                    [
+                        *GOOD[:2],
+                        AxisVerdict(
+                            "citation_correctness",
+                            2,
+                            "opened in 1964 on Dunmore Street",
+                            "half a pair \ud800",
+                            target="s1",
+                        ),
+                    ],
+                )
+            ],
+            "not valid Unicode (an unpaired surrogate)",
+        ),
+        (lambda reqs: [JudgeResponse(reqs[0].case_id, error="down \udc80")], "down \\udc80"),
+    ],
+)
 def test_a_judge_answering_wrongly_fails_closed_per_case(tmp_path, responses, fragment):
     v = verdicts(tmp_path, Answers(responses))
     assert v["error"].str.contains(fragment, regex=False).all() and not v["credit"].any()
@@ -185,14 +221,17 @@ def test_a_judge_without_config_is_a_usage_error(tmp_path):
         verdicts(tmp_path, NoConfig())
 
 
-@pytest.mark.parametrize("reply, fragment", [
-    ('{"faithfulness": {"quote": "x", "score": 2}', "Expecting ',' delimiter"),  # truncated
-    ('Sorry, I cannot grade this.', "no JSON object"),
-    ("{}", "none of the expected axes"),
-    ('{"faithfulness": {"score": 2}, "citations": 5}', "'citations' is int"),
-    ('{"faithfulness": {"score": 2, "score": 0}}', "appears twice"),
-    (None, "not text"),
-])
+@pytest.mark.parametrize(
+    "reply, fragment",
+    [
+        ('{"faithfulness": {"quote": "x", "score": 2}', "Expecting ',' delimiter"),  # truncated
+        ("Sorry, I cannot grade this.", "no JSON object"),
+        ("{}", "none of the expected axes"),
+        ('{"faithfulness": {"score": 2}, "citations": 5}', "'citations' is int"),
+        ('{"faithfulness": {"score": 2, "score": 0}}', "appears twice"),
+        (None, "not text"),
+    ],
+)
 def test_malformed_replies_are_value_errors(reply, fragment):
     with pytest.raises(ValueError, match=fragment):
         parse_verdict_json(reply)
@@ -220,19 +259,28 @@ def test_offline_judge_containment_is_on_whole_words_after_normalisation():
 
 
 def test_offline_judge_gives_no_credit_to_unsupported_answer(tmp_path):
-    v = verdicts(tmp_path, OfflineJudge(), answer="The library lends telescopes on weekends.",
-                 citations=[{"source_id": "s1", "claim": "The library lends telescopes on weekends."}])
+    v = verdicts(
+        tmp_path,
+        OfflineJudge(),
+        answer="The library lends telescopes on weekends.",
+        citations=[{"source_id": "s1", "claim": "The library lends telescopes on weekends."}],
+    )
     assert v.loc[("faithfulness", ""), "score"] == 0 and not v.loc[("faithfulness", ""), "credit"]
     assert v.loc[("citation_correctness", "s1"), "score"] == 0
 
 
 def test_tolerant_parsing_of_fenced_json():
-    text = 'Sure!\n```json\n{"faithfulness": {"quote": "a", "rationale": "r", "score": 2},' \
-           ' "answer_correctness": {"quote": "", "rationale": "r", "score": 0},' \
-           ' "citations": [{"source_id": "s1", "quote": "a", "rationale": "r", "score": 1}]}\n```'
+    text = (
+        'Sure!\n```json\n{"faithfulness": {"quote": "a", "rationale": "r", "score": 2},'
+        ' "answer_correctness": {"quote": "", "rationale": "r", "score": 0},'
+        ' "citations": [{"source_id": "s1", "quote": "a", "rationale": "r", "score": 1}]}\n```'
+    )
     parsed = parse_verdict_json(text)
     assert [(v.axis, v.score, v.target) for v in parsed] == [
-        ("faithfulness", 2, ""), ("answer_correctness", 0, ""), ("citation_correctness", 1, "s1")]
+        ("faithfulness", 2, ""),
+        ("answer_correctness", 0, ""),
+        ("citation_correctness", 1, "s1"),
+    ]
 
 
 def test_a_citation_with_no_other_passage_is_weighed_without_a_decoy_and_says_so():

@@ -11,25 +11,51 @@ from conftest import GOLDEN, LABELS, ROOT, SHARED_DATA
 
 from qaeval import api
 from qaeval.cli import main
+from qaeval.core.errors import RecordError
 from qaeval.data.schema import AXES
-from qaeval.errors import RecordError
 from qaeval.verdicts.calibration import CalibrationResult
 
 CONSTANT = "constant_judge:make_judge"  # tests/constant_judge.py: always 2
 EXAMPLE = ROOT / "examples" / "labelled-set.jsonl"
 EXPERTQA = SHARED_DATA / "expertqa-rand-val.jsonl"
 
-ARES_HUMAN_HEADER = ["Reaction", "Sources", "Question", "Document", "Answer", "Context_Relevance_Label",
-                     "Answer_Faithfulness_Label", "Answer_Relevance_Label"]
+ARES_HUMAN_HEADER = [
+    "Reaction",
+    "Sources",
+    "Question",
+    "Document",
+    "Answer",
+    "Context_Relevance_Label",
+    "Answer_Faithfulness_Label",
+    "Answer_Relevance_Label",
+]
 
 
 def test_ares_human_annotation_file_with_question_and_extra_columns_imports(tmp_path):
     """The shape of ARES's LLM_Judge_Test_Set_Human_Annotations.tsv: ``Question`` (not ``Query``) and the
     columns ARES adds (Reaction, Sources, the other labels)."""
-    rows = [["no_reaction", "https://docs.example.com/a", "How do I load files?",
-             "LOAD DATA loads files into a table from a directory.", "LOAD DATA loads files into a table.", "1", "1", "1"],
-            ["no_reaction", "https://docs.example.com/b", "Who owns the account?",
-             "Only the account owner can log in to the account console.", "Anyone can log in.", "1", "0", "0"]]
+    rows = [
+        [
+            "no_reaction",
+            "https://docs.example.com/a",
+            "How do I load files?",
+            "LOAD DATA loads files into a table from a directory.",
+            "LOAD DATA loads files into a table.",
+            "1",
+            "1",
+            "1",
+        ],
+        [
+            "no_reaction",
+            "https://docs.example.com/b",
+            "Who owns the account?",
+            "Only the account owner can log in to the account console.",
+            "Anyone can log in.",
+            "1",
+            "0",
+            "0",
+        ],
+    ]
     source = tmp_path / "LLM_Judge_Test_Set_Human_Annotations.tsv"
     source.write_text("\n".join("\t".join(r) for r in [ARES_HUMAN_HEADER, *rows]) + "\n")
     report = api.import_cases("ares", source, tmp_path / "out", labelled=True)
@@ -42,8 +68,10 @@ def test_ares_human_annotation_file_with_question_and_extra_columns_imports(tmp_
 
 def test_ares_row_without_query_or_question_is_refused_naming_both(tmp_path):
     source = tmp_path / "ares.tsv"
-    source.write_text("Question\tDocument\tAnswer\tAnswer_Faithfulness_Label\n\tA document.\tAn answer.\t1\n"
-                      "A question?\tA document.\tAn answer.\t1\n")
+    source.write_text(
+        "Question\tDocument\tAnswer\tAnswer_Faithfulness_Label\n\tA document.\tAn answer.\t1\n"
+        "A question?\tA document.\tAn answer.\t1\n"
+    )
     report = api.import_cases("ares", source, tmp_path / "out", labelled=True)
     assert report.imported == 1 and report.refused == {"Query (or Question) missing or empty": 1}
 
@@ -55,9 +83,13 @@ def claim(i: int, score: int) -> dict:
     """A labelled claim the people scored ``score`` (the answer is the passage itself, so every judge quote
     can be checked)."""
     text = f"The Eastside Branch opened in {1900 + i} on Dunmore Street and hosts the Maker Lab."
-    return {"id": f"claim-{i:03d}", "question": "", "sources": [{"id": "p1", "text": text}],
-            "output": {"answer": text, "citations": [{"source_id": "p1", "claim": text}], "abstained": False},
-            "labels": {"faithfulness": {"score": score, "reason": "read it"}}}
+    return {
+        "id": f"claim-{i:03d}",
+        "question": "",
+        "sources": [{"id": "p1", "text": text}],
+        "output": {"answer": text, "citations": [{"source_id": "p1", "claim": text}], "abstained": False},
+        "labels": {"faithfulness": {"score": score, "reason": "read it"}},
+    }
 
 
 def labelled_set(tmp_path: Path, scores: list[int]) -> Path:
@@ -83,8 +115,10 @@ def test_every_bar_an_axis_misses_is_named(tmp_path):
     path = labelled_set(tmp_path, [2] * 3 + [0] * 3)
     row = api.calibrate_run(labelled=str(path), judge=CONSTANT).agreement.set_index("axis").loc["faithfulness"]
     assert row["failed"] == "labels,exact,kappa"
-    assert row["status"] == ("too few labels to certify (6 < 10); weak: exact agreement 0.50 < 0.70; "
-                             "cannot tell answers apart: quadratic kappa 0.00 < 0.40")
+    assert row["status"] == (
+        "too few labels to certify (6 < 10); weak: exact agreement 0.50 < 0.70; "
+        "cannot tell answers apart: quadratic kappa 0.00 < 0.40"
+    )
 
 
 def test_where_people_gave_one_score_only_the_axis_is_judged_on_exact_agreement_alone(tmp_path):
@@ -92,8 +126,9 @@ def test_where_people_gave_one_score_only_the_axis_is_judged_on_exact_agreement_
     result = api.calibrate_run(labelled=str(path), judge=CONSTANT)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert result.ok and row["passed"] and not row["spread"] and row["failed"] == ""
-    assert row["status"] == ("ok on exact agreement alone: the people gave one score only, so discrimination "
-                             "could not be measured")
+    assert row["status"] == (
+        "ok on exact agreement alone: the people gave one score only, so discrimination could not be measured"
+    )
     assert "on faithfulness the people gave one score only, so discrimination could not be measured" in result.reason
     assert "exact alone: on faithfulness the people gave one score only" in result.summary_text()
 
@@ -112,8 +147,9 @@ def test_strict_labels_refuse_the_judge_on_answer_correctness_alone(capsys, stri
 
 
 def test_gate_with_labels_refuses_the_judge_by_the_same_bars(tmp_path, strict_labels):
-    result = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels),
-                          min_kappa=0.5)
+    result = api.gate_run(
+        str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels), min_kappa=0.5
+    )
     assert result.verdict == "BLOCK" and result.calibration.min_kappa == 0.5
     assert result.calibration.agreement.set_index("axis").at["answer_correctness", "failed"] == "exact,kappa"
     assert "quadratic kappa 0.35 < 0.50" in result.reason
@@ -138,11 +174,14 @@ def test_the_readme_labelled_set_gets_a_verdict_on_faithfulness(capsys):
     out = capsys.readouterr().out
     result = api.calibrate_run(labelled=str(EXAMPLE), min_labels=5)
     assert result.axes == ("faithfulness",) and result.not_assessed == ["answer_correctness", "citation_correctness"]
-    assert result.reason == ("faithfulness: weak: exact agreement 0.50 < 0.70; "
-                             "not assessed: answer_correctness, citation_correctness")
+    assert result.reason == (
+        "faithfulness: weak: exact agreement 0.50 < 0.70; not assessed: answer_correctness, citation_correctness"
+    )
     assert "not assessed: answer_correctness, citation_correctness (calibrated on faithfulness" in out
     rows = result.agreement.set_index("axis")
-    assert not rows.at["answer_correctness", "assessed"] and rows.at["answer_correctness", "status"].startswith("not assessed")
+    assert not rows.at["answer_correctness", "assessed"] and rows.at["answer_correctness", "status"].startswith(
+        "not assessed"
+    )
 
 
 def test_axes_asked_for_are_the_ones_decided_and_an_unknown_one_is_a_usage_error(tmp_path, capsys):
@@ -150,8 +189,10 @@ def test_axes_asked_for_are_the_ones_decided_and_an_unknown_one_is_a_usage_error
     asked = api.calibrate_run(labelled=str(path), judge=CONSTANT, axes=["faithfulness", "answer_correctness"])
     assert asked.weak_axes == ["answer_correctness"] and "no usable label" in asked.reason
     assert main(["calibrate", "--labelled", str(path), "--axes", "faithfulness", "--axes", "tone"]) == 64
-    assert "'tone' is not an axis; the axes are faithfulness, answer_correctness, citation_correctness" in \
-        capsys.readouterr().err
+    assert (
+        "'tone' is not an axis; the axes are faithfulness, answer_correctness, citation_correctness"
+        in capsys.readouterr().err
+    )
 
 
 def test_keyed_labels_are_decided_on_every_axis_by_default(golden_run, strict_labels):
@@ -187,8 +228,10 @@ def test_a_labelled_record_with_a_case_that_is_not_a_labelled_case_is_refused(tm
     data["cases"][1]["case"]["expected_behavior"] = "unanswerable_must_abstain"
     forged = tmp_path / "forged.json"
     forged.write_text(json.dumps(data))
-    with pytest.raises(RecordError, match="case 'claim-002': 'expected_behavior' is 'unanswerable_must_abstain', "
-                                          "not 'answer' as in a labelled set"):
+    with pytest.raises(
+        RecordError,
+        match="case 'claim-002': 'expected_behavior' is 'unanswerable_must_abstain', not 'answer' as in a labelled set",
+    ):
         api.load_run(forged)
 
 

@@ -17,29 +17,28 @@ from qaeval.reports.render import run_papermill
 
 pytest.importorskip("langchain_core", reason="the langchain extra is part of dev")
 
-from langchain_core.documents import Document  # noqa: E402
-from langchain_core.language_models.fake_chat_models import (  # noqa: E402
-    FakeListChatModel,
-    GenericFakeChatModel,
-)
-from langchain_core.messages import AIMessage  # noqa: E402
-from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
-from langchain_core.runnables import RunnableLambda, RunnablePassthrough  # noqa: E402
+from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-from qaeval import CaseView, Citation, Corpus, Passage, Source, load_run  # noqa: E402
-from qaeval.errors import UsageError  # noqa: E402
-from qaeval.integrations.citations import read_answer  # noqa: E402
-from qaeval.integrations.langchain import (  # noqa: E402
+from qaeval import CaseView, Citation, Corpus, Passage, Source, load_run
+from qaeval.core.errors import UsageError
+from qaeval.integrations.citations import read_answer
+from qaeval.integrations.langchain import (
     CorpusBM25Retriever,
     KeywordRetriever,
     adapter_factory,
     document_id,
     source_document,
 )
-from qaeval.system.contract import output_problems  # noqa: E402
+from qaeval.system.contract import output_problems
 
 SOURCES = (
-    Source("loan-periods", "Books circulate for 21 days. DVDs circulate for 7 days and cannot be renewed.", "Loan periods"),
+    Source(
+        "loan-periods", "Books circulate for 21 days. DVDs circulate for 7 days and cannot be renewed.", "Loan periods"
+    ),
     Source("printing", "Black-and-white printing costs 10 cents per page.", None),
     Source("library-cards", "Non-residents may purchase an annual card for $40.", "Library cards"),
 )
@@ -61,11 +60,15 @@ class Untouchable(FakeListChatModel):
 
 
 def test_markers_before_or_after_the_full_stop_cite_their_sentence_and_leave_the_answer():
-    read = read_answer("DVDs circulate for 7 days [loan-periods]. Printing costs 10 cents a page. [printing]",
-                       ["loan-periods", "printing"])
+    read = read_answer(
+        "DVDs circulate for 7 days [loan-periods]. Printing costs 10 cents a page. [printing]",
+        ["loan-periods", "printing"],
+    )
     assert read.answer == "DVDs circulate for 7 days. Printing costs 10 cents a page."
-    assert read.citations == [Citation("loan-periods", "DVDs circulate for 7 days."),
-                              Citation("printing", "Printing costs 10 cents a page.")]
+    assert read.citations == [
+        Citation("loan-periods", "DVDs circulate for 7 days."),
+        Citation("printing", "Printing costs 10 cents a page."),
+    ]
     assert not read.abstained
 
 
@@ -87,8 +90,16 @@ def test_bracketed_words_and_markdown_links_are_text_not_citations():
     assert read.citations == [Citation("x", read.answer)]
 
 
-@pytest.mark.parametrize("text", ["I cannot answer.", "  i can\u2019t answer that from these passages", "",
-                                  "I don't know.", "The passages do not say."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I cannot answer.",
+        "  i can\u2019t answer that from these passages",
+        "",
+        "I don't know.",
+        "The passages do not say.",
+    ],
+)
 def test_a_refusal_that_cites_nothing_is_an_abstention(text):
     assert read_answer(text, ["x"]).abstained and read_answer(text, ["x"]).answer == ""
 
@@ -108,8 +119,10 @@ def test_a_document_id_comes_from_metadata_then_the_document_id_then_a_stable_ha
     assert hashed.startswith("doc-") and len(hashed) == 20 and hashed == document_id(Document("some text"))
     assert hashed != document_id(Document("other text"))
     back = source_document(SOURCES[0])
-    assert (back.metadata, back.page_content) == ({"source_id": "loan-periods", "title": "Loan periods"},
-                                                  SOURCES[0].text)
+    assert (back.metadata, back.page_content) == (
+        {"source_id": "loan-periods", "title": "Loan periods"},
+        SOURCES[0].text,
+    )
 
 
 def test_the_keyword_retriever_ranks_like_the_reference_system_and_keeps_its_floor():
@@ -136,7 +149,9 @@ def test_a_retriever_and_a_chat_model_fill_every_field_of_the_output():
 
 
 def test_nothing_retrieved_is_an_abstention_without_a_model_call():
-    out = adapter_factory(model=Untouchable(responses=["x"]))().answer(CaseView("o", "Does it lend telescopes?", SOURCES))
+    out = adapter_factory(model=Untouchable(responses=["x"]))().answer(
+        CaseView("o", "Does it lend telescopes?", SOURCES)
+    )
     assert out.abstained and not out.model_was_called and out.prompt_to_model is None and out.passages == []
     assert output_problems(out) == []
 
@@ -155,8 +170,10 @@ def _lcel(model):
     def build(retriever):
         docs = RunnableLambda(lambda x: x["question"]) | retriever
         text = RunnableLambda(lambda x: "\n".join(d.page_content for d in x["context"]))
-        return (RunnablePassthrough.assign(context=docs)
-                .assign(answer=RunnablePassthrough.assign(context=text) | prompt | model))
+        return RunnablePassthrough.assign(context=docs).assign(
+            answer=RunnablePassthrough.assign(context=text) | prompt | model
+        )
+
     return build
 
 
@@ -164,8 +181,9 @@ def test_a_chain_given_as_a_function_of_the_retriever_gets_each_case_its_own():
     out = adapter_factory(chain=_lcel(fake("Seven days [loan-periods].")))().answer(DVD)
     assert [p.id for p in out.passages] == ["loan-periods"], "retrieved over the case's own sources"
     assert out.citations == [Citation("loan-periods", "Seven days.")]
-    assert out.model_was_called and out.prompt_to_model.startswith("Human: Context: Books circulate"), \
+    assert out.model_was_called and out.prompt_to_model.startswith("Human: Context: Books circulate"), (
         "the prompt is what the nested model was really sent, seen by the callback"
+    )
 
 
 def test_a_fixed_chain_in_the_legacy_shape_and_one_that_never_calls_a_model():
@@ -181,15 +199,25 @@ def test_a_chain_that_returns_the_wrong_shape_fails_its_case_with_the_keys_it_ga
 
     make = adapter_factory(chain=RunnableLambda(lambda x: {"text": "7 days"}))
     frame = run_suite(load_suite(GOLDEN), make, isolation="none")
-    assert frame["error"].str.contains("the chain returned the keys ['text']; qaeval needs the answer under "
-                                       "answer or result", regex=False).all()
+    assert (
+        frame["error"]
+        .str.contains(
+            "the chain returned the keys ['text']; qaeval needs the answer under answer or result", regex=False
+        )
+        .all()
+    )
 
 
 def test_an_answer_may_be_a_message_with_content_blocks_and_documents_must_be_documents():
     from qaeval.integrations.langchain import chain_result
 
-    blocks = AIMessage(content=[{"type": "text", "text": "Seven days "}, {"type": "image_url", "image_url": "x"},
-                                {"type": "text", "text": "[kb-9]."}])
+    blocks = AIMessage(
+        content=[
+            {"type": "text", "text": "Seven days "},
+            {"type": "image_url", "image_url": "x"},
+            {"type": "text", "text": "[kb-9]."},
+        ]
+    )
     assert chain_result({"answer": blocks, "context": []}) == ("Seven days [kb-9].", [])
     with pytest.raises(TypeError, match="the chain's 'context' holds dict, not Documents"):
         chain_result({"answer": "x", "context": [{"page_content": "x"}]})
@@ -217,13 +245,19 @@ def test_an_in_memory_vector_store_over_each_case_keeps_the_source_ids():
     assert output_problems(out) == []
 
 
-@pytest.mark.parametrize("kwargs, says", [
-    ({}, "exactly one of them"),
-    ({"model": "m", "chain": RunnableLambda(lambda x: x)}, "exactly one of them"),
-    ({"chain": RunnableLambda(lambda x: x), "prompt": "p"}, "prompt= goes with model="),
-    ({"chain": RunnableLambda(lambda x: x), "retriever": KeywordRetriever(documents=[])}, "has its retriever built in"),
-    ({"chain": 3}, "must be a Runnable or a function of a retriever, got int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({}, "exactly one of them"),
+        ({"model": "m", "chain": RunnableLambda(lambda x: x)}, "exactly one of them"),
+        ({"chain": RunnableLambda(lambda x: x), "prompt": "p"}, "prompt= goes with model="),
+        (
+            {"chain": RunnableLambda(lambda x: x), "retriever": KeywordRetriever(documents=[])},
+            "has its retriever built in",
+        ),
+        ({"chain": 3}, "must be a Runnable or a function of a retriever, got int"),
+    ],
+)
 def test_a_factory_asked_for_something_that_cannot_work_is_a_usage_error(kwargs, says):
     with pytest.raises(UsageError, match=says):
         adapter_factory(**kwargs)
@@ -252,7 +286,8 @@ def test_an_index_of_your_own_is_built_once_over_the_corpus_and_per_case_over_so
 
     folder = corpus_folder(tmp_path)
     adapter = adapter_factory(model=fake("1964 [p-eastside].", "1964 [s1]."), index=index)(
-        corpus=Corpus.open(folder / "corpus.jsonl"))
+        corpus=Corpus.open(folder / "corpus.jsonl")
+    )
     adapter.answer(CaseView("o", "When did the Eastside Branch open?", ()))
     case = make_case()
     adapter.answer(CaseView("o2", case["question"], tuple(Source(**s) for s in case["sources"])))
@@ -266,8 +301,9 @@ def test_a_corpus_folder_runs_through_worker_processes(tmp_path):
     result = api.run(str(folder), adapter="examples.langchain_adapter:make_adapter", concurrency=2)
     assert result.ok, result.reason
     outs = result.outputs.set_index("case_id")
-    assert outs.loc["case-0001", "citations"] == [{"source_id": "p-eastside", "claim": "The Eastside Branch opened "
-                                                   "in 1964 on Dunmore Street."}]
+    assert outs.loc["case-0001", "citations"] == [
+        {"source_id": "p-eastside", "claim": "The Eastside Branch opened in 1964 on Dunmore Street."}
+    ]
     assert outs.loc["own-0001", "retrieved_ids"][0] == "s1"
 
 
@@ -275,13 +311,28 @@ def test_a_corpus_folder_runs_through_worker_processes(tmp_path):
 
 
 def _cli(*args, env=None, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "qaeval", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "QAEVAL_PROGRESS": "0", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "qaeval", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "QAEVAL_PROGRESS": "0", **(env or {})},
+    )
 
 
 def test_the_golden_set_runs_through_the_worker_pool_at_concurrency_4(tmp_path):
-    done = _cli("run", "--data", "golden", "--adapter", "examples.langchain_adapter:make_adapter",
-                "--concurrency", "4", "--save", str(tmp_path / "run.json"))
+    done = _cli(
+        "run",
+        "--data",
+        "golden",
+        "--adapter",
+        "examples.langchain_adapter:make_adapter",
+        "--concurrency",
+        "4",
+        "--save",
+        str(tmp_path / "run.json"),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run = load_run(tmp_path / "run.json")
     assert run.meta.concurrency == 4 and run.meta.adapter == "examples.langchain_adapter:make_adapter"
@@ -290,8 +341,9 @@ def test_the_golden_set_runs_through_the_worker_pool_at_concurrency_4(tmp_path):
     outs = run.outputs.set_index("case_id")
     assert outs["error"].isna().all()
     abstain = [c.id for c in run.suite if c.expected_behavior == "unanswerable_must_abstain"]
-    assert outs.loc[abstain, "abstained"].all() and not outs.loc[abstain, "model_was_called"].any(), \
+    assert outs.loc[abstain, "abstained"].all() and not outs.loc[abstain, "model_was_called"].any(), (
         "nothing clears the relevance floor, so no model is called"
+    )
     dvd = outs.loc["single-0001"]
     assert dvd["answer"] == "DVDs circulate for 7 days and cannot be renewed."
     assert dvd["citations"] == [{"source_id": "loan-periods", "claim": dvd["answer"]}]
@@ -340,10 +392,18 @@ def test_the_example_notebook_runs_the_golden_set(tmp_path, monkeypatch, cwd):
 
     monkeypatch.setenv("QAEVAL_PROGRESS", "0")
     out = tmp_path / "out.ipynb"
-    run_papermill(ROOT / "examples" / "langchain-adapter.ipynb", out, kernel_name="python3", progress_bar=False,
-                  cwd=str(ROOT / cwd))
-    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-                     for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    run_papermill(
+        ROOT / "examples" / "langchain-adapter.ipynb",
+        out,
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT / cwd),
+    )
+    text = "\n".join(
+        o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+        for c in nbformat.read(out, as_version=4).cells
+        for o in c.get("outputs", [])
+    )
     assert "Human: Question: How many days can I keep a DVD I borrowed?" in text
     assert "answer:           DVDs circulate for 7 days and cannot be renewed." in text
     assert "[Citation(source_id='loan-periods', claim='DVDs circulate for 7 days and cannot be renewed.')]" in text

@@ -64,19 +64,27 @@ def test_subfolders_and_other_extensions_are_not_loaded(tmp_path):
         (make_case(question=...), "missing required field 'question'"),
         (make_case(sources="s1"), "'sources' must be a list"),
         (make_case(sources=[{"id": "s1"}]), "sources[0].text must be a non-empty string"),
-        (make_case(sources=[{"id": "s1", "text": "a"}, {"id": "s1", "text": "b"}], gold_source_ids=["s1"]),
-         "not unique within the case"),
+        (
+            make_case(sources=[{"id": "s1", "text": "a"}, {"id": "s1", "text": "b"}], gold_source_ids=["s1"]),
+            "not unique within the case",
+        ),
         (make_case(sources=[{"id": "s1", "text": "a", "url": "x"}], gold_source_ids=["s1"]), "unknown field 'url'"),
         # each defect the one-pass check of well-formed sources must hand to the detailed one
         (make_case(sources=[{"id": "s1", "text": "a"}, "s2"], gold_source_ids=["s1"]), "sources[1] must be an object"),
         (make_case(sources=[{"id": " ", "text": "a"}], gold_source_ids=[]), "sources[0].id must be a non-empty string"),
         (make_case(sources=[{"id": 1, "text": "a"}], gold_source_ids=[]), "sources[0].id must be a non-empty string"),
-        (make_case(sources=[{"id": "s1", "text": "\n\t"}], gold_source_ids=["s1"]),
-         "sources[0].text must be a non-empty string"),
-        (make_case(sources=[{"id": "s1", "text": ["a"]}], gold_source_ids=["s1"]),
-         "sources[0].text must be a non-empty string"),
-        (make_case(sources=[{"id": "s1", "text": "a", "title": 3}], gold_source_ids=["s1"]),
-         "sources[0].title must be a string"),
+        (
+            make_case(sources=[{"id": "s1", "text": "\n\t"}], gold_source_ids=["s1"]),
+            "sources[0].text must be a non-empty string",
+        ),
+        (
+            make_case(sources=[{"id": "s1", "text": ["a"]}], gold_source_ids=["s1"]),
+            "sources[0].text must be a non-empty string",
+        ),
+        (
+            make_case(sources=[{"id": "s1", "text": "a", "title": 3}], gold_source_ids=["s1"]),
+            "sources[0].title must be a string",
+        ),
         (make_case(gold_source_ids=["s9"]), "gold source id 's9' is not in the case's sources"),
         (make_case(gold_answer=None), "an answerable case needs a non-empty 'gold_answer'"),
         (make_case(gold_answer=...), "an answerable case needs a non-empty 'gold_answer'"),
@@ -101,8 +109,9 @@ def test_each_malformed_case_is_a_problem_with_file_and_line(tmp_path, case, mes
 
 
 def test_must_abstain_case_needs_no_gold_answer(tmp_path):
-    write_cases(tmp_path, [make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None,
-                                     gold_source_ids=[])])
+    write_cases(
+        tmp_path, [make_case(expected_behavior="unanswerable_must_abstain", gold_answer=None, gold_source_ids=[])]
+    )
     assert load_suite(tmp_path).cases[0].must_abstain
 
 
@@ -260,21 +269,25 @@ def test_a_file_wrong_on_every_line_lists_the_first_problems_and_counts_the_rest
     """A file wrong on each of its lines printed one line of message per line of the file."""
     folder = tmp_path / "data"
     folder.mkdir()
-    (folder / "cases.jsonl").write_text("".join("{\"id\": 1}\n" for _ in range(500)))
+    (folder / "cases.jsonl").write_text("".join('{"id": 1}\n' for _ in range(500)))
     with pytest.raises(DatasetError) as caught:
         load_suite(folder)
     assert len(caught.value.problems) > 500  # every problem is still there for code to read
     message = str(caught.value)
-    assert message.count("\n") == DatasetError.SHOWN + 1 and message.startswith(f"{len(caught.value.problems)} problems")
-    assert message.endswith(f"... and {len(caught.value.problems) - DatasetError.SHOWN} more (fix these and load again)")
+    assert message.count("\n") == DatasetError.SHOWN + 1 and message.startswith(
+        f"{len(caught.value.problems)} problems"
+    )
+    assert message.endswith(
+        f"... and {len(caught.value.problems) - DatasetError.SHOWN} more (fix these and load again)"
+    )
     assert main(["validate", "--data", str(folder)]) == 65
     assert len(capsys.readouterr().err.splitlines()) == DatasetError.SHOWN + 2
 
 
 def test_a_bad_byte_after_a_byte_order_mark_is_named_where_it_is(tmp_path):
     """utf-8-sig counts from past the BOM: the byte named was three to the left of the bad one."""
+    from qaeval.core.errors import DatasetError
     from qaeval.data.cases import load_suite
-    from qaeval.errors import DatasetError
 
     data = b'\xef\xbb\xbf{"id": "b1", "question": "caf\xe9?"}\n'
     (tmp_path / "cases.jsonl").write_bytes(data)

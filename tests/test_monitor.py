@@ -13,8 +13,8 @@ import pytest
 from monitor_logs import ANSWER, FACT, ParityJudge, log_row, traffic, write_jsonl
 
 from qaeval import api
-from qaeval.errors import DatasetError, UsageError
-from qaeval.monitoring import check_log
+from qaeval.commands.monitoring import check_log
+from qaeval.core.errors import DatasetError, UsageError
 from qaeval.scoring.monitor_metrics import BY_NAME, estimate
 
 
@@ -24,8 +24,9 @@ def _csv(path, rows):
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: json.dumps(v) if isinstance(v, (list, bool)) else ("" if v is None else v)
-                             for k, v in r.items()})
+            writer.writerow(
+                {k: json.dumps(v) if isinstance(v, (list, bool)) else ("" if v is None else v) for k, v in r.items()}
+            )
     return path
 
 
@@ -35,7 +36,9 @@ def test_jsonl_csv_parquet_and_a_dataframe_are_read_alike(tmp_path):
     jsonl = write_jsonl(tmp_path / "logs.jsonl", rows)
     frame = pd.DataFrame(rows)
     frame.to_parquet(tmp_path / "logs.parquet")
-    results = [check_log(source)[0] for source in (jsonl, _csv(tmp_path / "logs.csv", rows), tmp_path / "logs.parquet", frame)]
+    results = [
+        check_log(source)[0] for source in (jsonl, _csv(tmp_path / "logs.csv", rows), tmp_path / "logs.parquet", frame)
+    ]
     columns = ["row_id", "passed", "citation_resolvability", "sentences", "covered", "timestamp", "system"]
     for other in results[1:]:
         pd.testing.assert_frame_equal(other[columns].astype(str), results[0][columns].astype(str))
@@ -59,8 +62,15 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_ragas_column_names_are_read_and_the_mapping_is_said(tmp_path):
-    rows = [{"user_input": "When does the library open?", "retrieved_contexts": [FACT, "Printing costs ten cents."],
-             "response": ANSWER, "reference": "nine", "tenant": "acme"}]
+    rows = [
+        {
+            "user_input": "When does the library open?",
+            "retrieved_contexts": [FACT, "Printing costs ten cents."],
+            "response": ANSWER,
+            "reference": "nine",
+            "tenant": "acme",
+        }
+    ]
     table, scan = check_log(write_jsonl(tmp_path / "ragas.jsonl", rows))
     assert any("RAGAS (user_input, retrieved_contexts, response)" in n for n in scan.notes())
     assert any("no row logged citations" in n for n in scan.notes())
@@ -75,17 +85,25 @@ def test_both_namings_in_one_row_is_a_problem(tmp_path):
 
 
 def test_every_malformed_row_kind_is_named_with_its_line_and_nothing_is_scored(tmp_path):
-    rows = [log_row(0), log_row(1, passages=[{"id": "hours", "text": ""}]), log_row(2, timestamp="last tuesday"),
-            log_row(0), log_row(4, passages=[{"id": "hours"}]), log_row(5, citations=[{"source_id": "hours"}])]
+    rows = [
+        log_row(0),
+        log_row(1, passages=[{"id": "hours", "text": ""}]),
+        log_row(2, timestamp="last tuesday"),
+        log_row(0),
+        log_row(4, passages=[{"id": "hours"}]),
+        log_row(5, citations=[{"source_id": "hours"}]),
+    ]
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DatasetError) as info:
         api.score_logs(str(path))
     found = [str(p) for p in info.value.problems]
-    assert found == [f"{path}:2: passage 1 ('hours') has no text",
-                     f"{path}:3: timestamp 'last tuesday' is not an ISO 8601 date and time",
-                     f"{path}:4: duplicate id 'r00000' (first on line 1)",
-                     f"{path}:5: passage 1 ('hours') has no text",
-                     f"{path}:6: citation 1 must be {{source_id, claim}}, both text, got {{\"source_id\": \"hours\"}}"]
+    assert found == [
+        f"{path}:2: passage 1 ('hours') has no text",
+        f"{path}:3: timestamp 'last tuesday' is not an ISO 8601 date and time",
+        f"{path}:4: duplicate id 'r00000' (first on line 1)",
+        f"{path}:5: passage 1 ('hours') has no text",
+        f'{path}:6: citation 1 must be {{source_id, claim}}, both text, got {{"source_id": "hours"}}',
+    ]
 
 
 def test_a_list_column_that_does_not_parse_is_named_with_its_csv_line(tmp_path):
@@ -114,8 +132,10 @@ def test_rows_without_an_id_get_one_from_their_hash_and_the_notes_say_so(tmp_pat
 
 
 def test_no_prompt_logged_means_the_prompt_check_is_not_assessed(tmp_path):
-    rows = [log_row(0, prompt=None, model_was_called=None), log_row(1, passages=[], citations=[], answer=None,
-                                                                    model_was_called=True, prompt=None)]
+    rows = [
+        log_row(0, prompt=None, model_was_called=None),
+        log_row(1, passages=[], citations=[], answer=None, model_was_called=True, prompt=None),
+    ]
     table, scan = check_log(write_jsonl(tmp_path / "logs.jsonl", rows))
     assert pd.isna(table.loc[0, "prompt_grounding"]) and pd.isna(table.loc[0, "model_called"])
     assert not table.loc[1, "fail_closed"], "called the model with nothing retrieved"
@@ -130,7 +150,9 @@ def test_slices_and_windows(tmp_path):
     day = result.windows[(result.windows["slice"] == "(all)") & (result.windows["metric"] == "citation_resolvability")]
     assert day["window"].tolist() == [f"2026-02-0{d}T00:00:00+00:00" for d in (1, 2, 3)]
     assert day["value"].tolist() == [pytest.approx(0.9), pytest.approx(0.9), 0.0] and day["rows"].tolist() == [40] * 3
-    per_system = result.windows[(result.windows["slice"] == "system") & (result.windows["metric"] == "faithfulness_rate")]
+    per_system = result.windows[
+        (result.windows["slice"] == "system") & (result.windows["metric"] == "faithfulness_rate")
+    ]
     assert len(per_system) == 6 and (per_system["n"] == 20).all()
 
 
@@ -147,7 +169,9 @@ def test_the_sample_is_uniform_stratified_reproducible_and_checks_still_cover_ev
     again = api.score_logs(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=5, isolation="none")
     other = api.score_logs(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=6, isolation="none")
     judged = one.rows[one.rows["sampled"]]
-    assert judged.groupby("system", observed=True).size().to_dict() == {"a": 9, "b": 9, "c": 6}, "proportional: 45/45/30"
+    assert judged.groupby("system", observed=True).size().to_dict() == {"a": 9, "b": 9, "c": 6}, (
+        "proportional: 45/45/30"
+    )
     assert judged["row_id"].tolist() == again.rows.loc[again.rows["sampled"], "row_id"].tolist()
     assert judged["row_id"].tolist() != other.rows.loc[other.rows["sampled"], "row_id"].tolist()
     board = one.scoreboard.set_index("metric")
@@ -156,8 +180,15 @@ def test_the_sample_is_uniform_stratified_reproducible_and_checks_still_cover_ev
 
 
 def test_a_judge_metric_weights_each_stratum_by_its_share_of_the_rows():
-    rows = pd.DataFrame({"row_id": [f"r{i}" for i in range(100)], "answered": True, "sampled": False,
-                         "stratum": ["A"] * 50 + ["B"] * 50, "faithfulness": pd.array([pd.NA] * 100, dtype="Int64")})
+    rows = pd.DataFrame(
+        {
+            "row_id": [f"r{i}" for i in range(100)],
+            "answered": True,
+            "sampled": False,
+            "stratum": ["A"] * 50 + ["B"] * 50,
+            "faithfulness": pd.array([pd.NA] * 100, dtype="Int64"),
+        }
+    )
     rows.loc[[0, 1], "sampled"] = True  # stratum A: 2 of 50 judged, both faithful
     rows.loc[list(range(50, 58)), "sampled"] = True  # stratum B: 8 of 50 judged, none faithful
     rows["faithfulness"] = pd.array([2 if i < 2 else (0 if 50 <= i < 58 else pd.NA) for i in range(100)], dtype="Int64")

@@ -16,7 +16,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from qaeval import api
 from qaeval.cli import main
-from qaeval.errors import RecordError
+from qaeval.core.errors import RecordError
 from qaeval.reports.render import notebook_path, run_papermill
 from qaeval.scoring.ppi import ppi_mean
 
@@ -34,8 +34,10 @@ def judge_importable(monkeypatch):
 def test_a_log_where_every_row_abstained_is_scored_with_no_judged_row(tmp_path, capsys):
     """No answered row: the judge's sample is empty, and scoring an empty suite gives an empty run (it
     raised IndexError once shares of cases were scored: exit 70)."""
-    rows = [log_row(i, passages=[], answer=None, citations=[], model_was_called=False, prompt=None, abstained=True)
-            for i in range(3)]
+    rows = [
+        log_row(i, passages=[], answer=None, citations=[], model_was_called=False, prompt=None, abstained=True)
+        for i in range(3)
+    ]
     logs = write_jsonl(tmp_path / "abstained.jsonl", rows)
     assert main(["monitor", "--logs", str(logs)]) == 0
     assert "the judge graded every answered row (0)" in capsys.readouterr().out
@@ -76,11 +78,34 @@ def test_a_future_dated_window_does_not_silence_the_next_days_alarm(tmp_path, ca
     history's last' and skipped: a day on which every citation failed exited 0."""
     history = tmp_path / "history.jsonl"
     good = traffic(days=3, per_day=40) + [log_row(900 + k, timestamp="2099-01-01T00:00:00+00:00") for k in range(40)]
-    assert main(["monitor", "--logs", str(write_jsonl(tmp_path / "a.jsonl", good)), "--window", "1D",
-                 "--timeseries", str(history), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "monitor",
+                "--logs",
+                str(write_jsonl(tmp_path / "a.jsonl", good)),
+                "--window",
+                "1D",
+                "--timeseries",
+                str(history),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     bad = [log_row(1000 + k, day=4, bad_citation=True) for k in range(40)]
-    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "b.jsonl", bad)), "--window", "1D",
-                 "--timeseries", str(history), "--quiet"])
+    code = main(
+        [
+            "monitor",
+            "--logs",
+            str(write_jsonl(tmp_path / "b.jsonl", bad)),
+            "--window",
+            "1D",
+            "--timeseries",
+            str(history),
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 3 and "citation_resolvability dropped below its band" in out, out[-2000:]
 
@@ -102,7 +127,9 @@ def test_a_window_appended_with_too_few_rows_is_completed_later_and_alarms(tmp_p
 def test_a_window_with_too_few_rows_says_so_instead_of_alarming(tmp_path, capsys):
     rows = traffic(days=3, per_day=40) + [log_row(500 + k, day=4, bad_citation=True) for k in range(5)]
     logs = write_jsonl(tmp_path / "logs.jsonl", rows)
-    code = main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(tmp_path / "h.jsonl"), "--quiet"])
+    code = main(
+        ["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(tmp_path / "h.jsonl"), "--quiet"]
+    )
     assert code == 0
     assert "window 2026-02-04T00:00:00+00:00: 5 row(s), too few rows to compare: no alarm" in capsys.readouterr().out
 
@@ -110,9 +137,13 @@ def test_a_window_with_too_few_rows_says_so_instead_of_alarming(tmp_path, capsys
 def test_notify_is_called_with_the_alarms(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
     seen = []
-    result = api.score_logs(str(logs), window="1D", timeseries=str(tmp_path / "h.jsonl"), notify=seen.extend,
-                            isolation="none")
-    assert result.exit_code == 3 and {a["metric"] for a in seen} >= {"citation_resolvability", "deterministic_pass_rate"}
+    result = api.score_logs(
+        str(logs), window="1D", timeseries=str(tmp_path / "h.jsonl"), notify=seen.extend, isolation="none"
+    )
+    assert result.exit_code == 3 and {a["metric"] for a in seen} >= {
+        "citation_resolvability",
+        "deterministic_pass_rate",
+    }
     assert all(a["window"].startswith("2026-02-04") for a in seen)
 
 
@@ -121,7 +152,11 @@ def test_the_record_round_trips_is_checked_and_its_sheet_lists_the_judged_rows(t
     record = tmp_path / "monitor.json"
     result = api.score_logs(str(logs), judge=PARITY, by=["system"], window="1D", sample=10, seed=3, save=str(record))
     again = api.load_run(record)
-    assert again.kind == "monitor" and again.scoreboard.equals(result.scoreboard) and again.rows["row_id"].equals(result.rows["row_id"])
+    assert (
+        again.kind == "monitor"
+        and again.scoreboard.equals(result.scoreboard)
+        and again.rows["row_id"].equals(result.rows["row_id"])
+    )
     path, n = api.label_export(str(record), tmp_path / "sheet.csv")
     sheet = path.read_text()
     judged = set(result.rows.loc[result.rows["sampled"], "row_id"])
@@ -137,7 +172,10 @@ def test_the_report_is_drawn_from_the_record_and_escapes_what_the_log_brought(tm
     hostile = log_row(900, system="<script>alert(1)</script>", question="<b>When</b> does the library open?")
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30) + [hostile])
     record = tmp_path / "monitor.json"
-    assert main(["monitor", "--logs", str(logs), "--by", "system", "--window", "1D", "--save", str(record), "--quiet"]) == 0
+    assert (
+        main(["monitor", "--logs", str(logs), "--by", "system", "--window", "1D", "--save", str(record), "--quiet"])
+        == 0
+    )
     assert main(["report", str(record), "--html", str(tmp_path / "m.html")]) == 0
     page = (tmp_path / "m.html").read_text()
     assert "qaeval monitor report" in page and "<mark>" in page and "unresolvable citation: missing" in page
@@ -146,8 +184,22 @@ def test_the_report_is_drawn_from_the_record_and_escapes_what_the_log_brought(tm
 
 def test_the_readme_command_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    args = ["monitor", "--logs", "examples/traffic.jsonl", "--by", "model_version", "--window", "1D", "--sample", "40",
-            "--seed", "1", "--save", str(tmp_path / "monitor.json"), "--quiet"]
+    args = [
+        "monitor",
+        "--logs",
+        "examples/traffic.jsonl",
+        "--by",
+        "model_version",
+        "--window",
+        "1D",
+        "--sample",
+        "40",
+        "--seed",
+        "1",
+        "--save",
+        str(tmp_path / "monitor.json"),
+        "--quiet",
+    ]
     assert main(args) == 0
     result = api.load_run(tmp_path / "monitor.json")
     assert int(result.rows["sampled"].sum()) == 40 and set(result.rows["model_version"]) == {"v1", "v2"}
@@ -155,8 +207,10 @@ def test_the_readme_command_runs_as_written(tmp_path, monkeypatch):
 
 def _labels(tmp_path, result, every=2):
     judged = result.rows[result.rows["sampled"]]
-    lines = [{"case_id": rid, "axis": "faithfulness", "score": 2 if int(rid[1:]) % 3 else 0}
-             for rid in judged["row_id"].tolist()[::every]]
+    lines = [
+        {"case_id": rid, "axis": "faithfulness", "score": 2 if int(rid[1:]) % 3 else 0}
+        for rid in judged["row_id"].tolist()[::every]
+    ]
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
@@ -182,14 +236,20 @@ def test_ppi_per_slice_matches_ppi_python(tmp_path):
 
             low, high = ([v] for v in proportion_confint(int(y.sum()), len(y), alpha=0.05, method="wilson"))
         value = float(ppi_py.ppi_mean_pointestimate(y, f, g, lam=lam)[0])
-        row = result.slices[(result.slices["group"] == system) & (result.slices["metric"] == "faithfulness_rate")].iloc[0]
+        row = result.slices[(result.slices["group"] == system) & (result.slices["metric"] == "faithfulness_rate")].iloc[
+            0
+        ]
         assert row["n_labelled"] == len(y) > 2
         assert row["ppi_value"] == pytest.approx(min(1, max(0, value)), abs=1e-9)
-        assert (row["ppi_ci_low"], row["ppi_ci_high"]) == (pytest.approx(max(0, float(low[0])), abs=1e-9),
-                                                          pytest.approx(min(1, float(high[0])), abs=1e-9))
+        assert (row["ppi_ci_low"], row["ppi_ci_high"]) == (
+            pytest.approx(max(0, float(low[0])), abs=1e-9),
+            pytest.approx(min(1, float(high[0])), abs=1e-9),
+        )
     assert f"{len(human)} of {len(human)} label(s) are on judged rows" in " ".join(result.notes)
     board = result.scoreboard.set_index("metric")
-    assert board.loc["faithfulness_rate", "n_labelled"] == len(human) and not np.isnan(board.loc["faithfulness_rate", "ppi_value"])
+    assert board.loc["faithfulness_rate", "n_labelled"] == len(human) and not np.isnan(
+        board.loc["faithfulness_rate", "ppi_value"]
+    )
     assert np.isnan(board.loc["citation_correctness_rate", "ppi_value"]), "no label on that axis: no estimate"
 
 
@@ -215,12 +275,19 @@ def test_the_notebook_executes_under_papermill_and_fails_on_an_alarm(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
     out = tmp_path / "monitor-out.ipynb"
     with pytest.raises(PapermillExecutionError) as info:
-        run_papermill(notebook_path("monitor"), out, kernel_name="python3", progress_bar=False, cwd=str(ROOT),
-                      parameters=dict(logs=str(logs), by=["system"], time_window="1D",
-                                      timeseries=str(tmp_path / "h.jsonl"), sample=30))
+        run_papermill(
+            notebook_path("monitor"),
+            out,
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(ROOT),
+            parameters=dict(
+                logs=str(logs), by=["system"], time_window="1D", timeseries=str(tmp_path / "h.jsonl"), sample=30
+            ),
+        )
     assert info.value.ename == "DriftAlarm" and "citation_resolvability" in info.value.evalue
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
-    assert "ALARM" in text and "image/png" in text and "details class=\\\"case" in text
+    assert "ALARM" in text and "image/png" in text and 'details class=\\"case' in text
 
 
 def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_and_is_not_compared(tmp_path, capsys):
@@ -259,8 +326,25 @@ def test_strata_of_one_judged_row_are_resampled_together_and_a_window_without_ju
     """A new user's report: two judged rows that disagreed (one per tenant) gave 0.444 [0.444, 0.444], and
     windows with no judged row showed NaN with no count beside it. Resampled together, the two rows give
     the interval two disagreeing rows can give."""
-    assert main(["monitor", "--logs", str(ROOT / "examples" / "traffic.jsonl"), "--by", "tenant", "--window", "1D",
-                 "--sample", "2", "--seed", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "monitor",
+                "--logs",
+                str(ROOT / "examples" / "traffic.jsonl"),
+                "--by",
+                "tenant",
+                "--window",
+                "1D",
+                "--sample",
+                "2",
+                "--seed",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("faithfulness_rate"))
     assert line.split()[1:5] == ["0.444", "[0.000,", "1.000]", "2"], line
@@ -297,8 +381,23 @@ def test_a_monitor_record_whose_alarms_were_added_or_removed_is_refused(tmp_path
     as ALARM, and a real alarm deleted from one loaded as OK."""
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
     record = tmp_path / "alarm.json"
-    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(tmp_path / "h.jsonl"),
-                 "--save", str(record), "--quiet"]) == 3
+    assert (
+        main(
+            [
+                "monitor",
+                "--logs",
+                str(logs),
+                "--window",
+                "1D",
+                "--timeseries",
+                str(tmp_path / "h.jsonl"),
+                "--save",
+                str(record),
+                "--quiet",
+            ]
+        )
+        == 3
+    )
     assert api.load_run(record).verdict == "ALARM"
     data = json.loads(record.read_text())
 
@@ -344,8 +443,17 @@ def test_a_slice_column_named_like_the_all_rows_group_is_bad_data_and_nothing_is
     overall figures were one group's."""
     rows = [dict(r, **{"(all)": "x" if i % 2 else "y"}) for i, r in enumerate(traffic(days=1, per_day=10))]
     history = tmp_path / "h.jsonl"
-    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), "--window", "1D",
-                 "--timeseries", str(history)])
+    code = main(
+        [
+            "monitor",
+            "--logs",
+            str(write_jsonl(tmp_path / "l.jsonl", rows)),
+            "--window",
+            "1D",
+            "--timeseries",
+            str(history),
+        ]
+    )
     assert code == 65 and "(all)" in capsys.readouterr().err and not history.exists()
 
 
@@ -355,8 +463,16 @@ def test_epoch_timestamps_never_put_a_window_before_1970_into_the_history(stamp,
     appended, and every later run exited 65 on the history qaeval wrote itself."""
     rows = [log_row(i, timestamp=stamp) for i in range(5)]
     history = tmp_path / "h.jsonl"
-    code = main(["monitor", "--logs", str(write_jsonl(tmp_path / "l.jsonl", rows)), f"--window={span}",
-                 "--timeseries", str(history)])
+    code = main(
+        [
+            "monitor",
+            "--logs",
+            str(write_jsonl(tmp_path / "l.jsonl", rows)),
+            f"--window={span}",
+            "--timeseries",
+            str(history),
+        ]
+    )
     assert code == 65 and "1970" in capsys.readouterr().err and not history.exists()
 
 
@@ -367,8 +483,12 @@ def test_the_labels_note_counts_only_the_labels_a_monitor_metric_uses(tmp_path):
     first = api.score_logs(str(logs))
     row = first.rows["row_id"].tolist()[0]
     labels = tmp_path / "labels.jsonl"
-    labels.write_text("".join(json.dumps({"case_id": row, "axis": axis, "score": 2}) + "\n"
-                              for axis in ("faithfulness", "answer_correctness")))
+    labels.write_text(
+        "".join(
+            json.dumps({"case_id": row, "axis": axis, "score": 2}) + "\n"
+            for axis in ("faithfulness", "answer_correctness")
+        )
+    )
     note = " ".join(api.score_logs(str(logs), labels=str(labels)).notes)
     assert "2 of 2 label(s) are on judged rows" in note and "the PPI columns use the 1 on" in note
     assert "no monitor metric uses answer_correctness" in note, note
@@ -383,10 +503,10 @@ def test_the_monitor_report_draws_no_gold_says_what_no_alarm_means_and_keeps_its
     page = tmp_path / "monitor.html"
     assert main(["monitor", "--logs", str(log), "--window", "1D", "--html", str(page), "--quiet"]) == 0
     text = page.read_text()
-    banner = text[text.index("qaeval-banner"):]
+    banner = text[text.index("qaeval-banner") :]
     banner = banner[: banner.index("</div></div>")]
     assert "NO ALARM" in banner and "28 of 140 row(s) (20.0%) fail a check" in banner
-    rows = text[text.index('id="case-r'):]
+    rows = text[text.index('id="case-r') :]
     assert "Gold answer" not in rows and "must abstain" not in rows and "answer correctness" not in rows
     assert "cited hours" in rows
 
@@ -400,7 +520,7 @@ def test_the_monitor_report_draws_no_gold_says_what_no_alarm_means_and_keeps_its
 
 def test_a_history_line_qaeval_could_not_read_back_is_never_appended(tmp_path, monkeypatch):
     """Every window's line is checked as read_history reads it before the first is appended."""
-    from qaeval.errors import DatasetError
+    from qaeval.core.errors import DatasetError
     from qaeval.verdicts import monitor as verdicts_monitor
 
     logs = write_jsonl(tmp_path / "log.jsonl", traffic(days=2, per_day=40))
@@ -422,8 +542,23 @@ def test_a_log_path_with_a_line_separator_makes_a_history_that_reads_back(tmp_pa
     logs = write_jsonl(tmp_path / name, traffic(days=2, per_day=40))
     history = tmp_path / "h.jsonl"
     record = tmp_path / "m.json"
-    assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(history), "--save",
-                 str(record), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "monitor",
+                "--logs",
+                str(logs),
+                "--window",
+                "1D",
+                "--timeseries",
+                str(history),
+                "--save",
+                str(record),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert main(["monitor", "--logs", str(logs), "--window", "1D", "--timeseries", str(history), "--quiet"]) == 0
     assert "is in the history already: not appended again" in capsys.readouterr().out
     lines = history.read_text(encoding="utf-8").split("\n")

@@ -19,8 +19,8 @@ from conftest import GOLDEN, ROOT
 from papermill.exceptions import PapermillExecutionError
 
 from qaeval import api
-from qaeval import params as P
 from qaeval.cli import main
+from qaeval.core import params as P
 from qaeval.reports.render import NOTEBOOKS, notebook_path, run_papermill
 
 TESTS = str(ROOT / "tests")
@@ -57,8 +57,9 @@ def test_notebook_is_committed_clean_with_one_literal_parameters_cell(name):
     assert f'nb.parameters("{name}", globals())' in after, "the cell after the parameters validates them"
     for cell in code:
         tree = ast.parse(cell.source)
-        assert not any(isinstance(n, (ast.For, ast.While, ast.If, ast.FunctionDef)) for n in ast.walk(tree)), \
+        assert not any(isinstance(n, (ast.For, ast.While, ast.If, ast.FunctionDef)) for n in ast.walk(tree)), (
             "notebooks hold library calls and displays; logic belongs in qaeval/"
+        )
 
 
 @pytest.mark.parametrize("name", ["gate", "calibrate", "drift"])
@@ -69,8 +70,9 @@ def test_verdict_notebooks_end_with_raise_for_status(name):
 
 def execute(tmp_path, name, **parameters):
     out = tmp_path / f"{name}-out.ipynb"
-    run_papermill(notebook_path(name), out, parameters=parameters, kernel_name="python3", progress_bar=False,
-                  cwd=str(ROOT))
+    run_papermill(
+        notebook_path(name), out, parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(ROOT)
+    )
     return nbformat.read(out, as_version=4)
 
 
@@ -81,7 +83,7 @@ def outputs_text(nb) -> str:
 def test_run_notebook_executes_and_shows_the_scoreboard(tmp_path):
     text = outputs_text(execute(tmp_path, "run", data=str(GOLDEN)))
     assert "deterministic_pass_rate" in text and "image/png" in text and "GREEN" in text
-    assert "details class=\\\"case fail\\\"" in text, "every case has a drill-down"
+    assert 'details class=\\"case fail\\"' in text, "every case has a drill-down"
 
 
 def test_calibrate_notebook_raises_its_refusal(tmp_path, strict_labels):
@@ -103,22 +105,34 @@ def test_drift_notebook_raises_on_an_alarm(tmp_path):
     for _ in range(3):
         assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(series), "--quiet"]) == 0
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "drift", data=str(GOLDEN), timeseries=str(series), adapter="qaeval.system.saboteur:make_adapter")
+        execute(
+            tmp_path, "drift", data=str(GOLDEN), timeseries=str(series), adapter="qaeval.system.saboteur:make_adapter"
+        )
     assert info.value.ename == "DriftAlarm"
 
 
 def test_gate_notebook_fails_under_papermill_on_block(tmp_path, baseline):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "gate", data=str(GOLDEN / "buggy"), adapter="qaeval.system.saboteur:make_adapter",
-                baseline=baseline)
+        execute(
+            tmp_path,
+            "gate",
+            data=str(GOLDEN / "buggy"),
+            adapter="qaeval.system.saboteur:make_adapter",
+            baseline=baseline,
+        )
     assert info.value.ename == "GateBlocked"
     execute(tmp_path, "gate", data=str(GOLDEN), baseline=baseline)  # and passes on golden
 
 
 def test_a_misspelt_parameter_is_a_usage_error_not_the_default_adapter(tmp_path, baseline):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(tmp_path, "gate", data=str(GOLDEN / "buggy"), adpter="qaeval.system.saboteur:make_adapter",
-                baseline=baseline)
+        execute(
+            tmp_path,
+            "gate",
+            data=str(GOLDEN / "buggy"),
+            adpter="qaeval.system.saboteur:make_adapter",
+            baseline=baseline,
+        )
     assert info.value.ename == "UsageError"
     assert "no parameter 'adpter'" in info.value.evalue and "adapter" in info.value.evalue
 
@@ -150,23 +164,26 @@ def test_a_misspelt_api_keyword_is_a_usage_error():
 def test_an_adapter_defined_in_a_notebook_cell_runs_in_the_workers(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import os\n"
-        "import time\n"
-        "import qaeval.api as qa\n"
-        "from qaeval import SUTOutput, Citation\n\n"
-        "class QuoteFirst:\n"
-        "    def answer(self, case):\n"
-        "        best = case.sources[0]\n"
-        "        time.sleep(0.1)\n"
-        "        print('worker', os.getpid())\n"
-        "        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],\n"
-        "                         model_was_called=True, prompt_to_model=case.question + '\\n' + best.text)\n\n"
-        f"result = qa.run({str(GOLDEN)!r}, adapter=QuoteFirst(), concurrency=4)\n"
-        "pids = {line for logs in result.outputs['logs'] for line in logs.splitlines()}\n"
-        "assert result.outputs['error'].isna().all(), result.outputs['error']\n"
-        "assert f'worker {os.getpid()}' not in pids and len(pids) > 1, pids\n"
-        "print('cases', len(result.per_case), 'workers', len(pids), result.meta.isolation)")]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import os\n"
+            "import time\n"
+            "import qaeval.api as qa\n"
+            "from qaeval import SUTOutput, Citation\n\n"
+            "class QuoteFirst:\n"
+            "    def answer(self, case):\n"
+            "        best = case.sources[0]\n"
+            "        time.sleep(0.1)\n"
+            "        print('worker', os.getpid())\n"
+            "        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], retrieved_ids=[best.id],\n"
+            "                         model_was_called=True, prompt_to_model=case.question + '\\n' + best.text)\n\n"
+            f"result = qa.run({str(GOLDEN)!r}, adapter=QuoteFirst(), concurrency=4)\n"
+            "pids = {line for logs in result.outputs['logs'] for line in logs.splitlines()}\n"
+            "assert result.outputs['error'].isna().all(), result.outputs['error']\n"
+            "assert f'worker {os.getpid()}' not in pids and len(pids) > 1, pids\n"
+            "print('cases', len(result.per_case), 'workers', len(pids), result.meta.isolation)"
+        )
+    ]
     path = tmp_path / "adapter-in-a-cell.ipynb"
     nbformat.write(nb, path)
     run_papermill(path, tmp_path / "out.ipynb", kernel_name="python3", progress_bar=False, cwd=str(ROOT))
@@ -176,8 +193,19 @@ def test_an_adapter_defined_in_a_notebook_cell_runs_in_the_workers(tmp_path):
 
 def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_path, capsys, baseline):
     report = tmp_path / "reports" / "gate.html"
-    code = main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", "qaeval.system.saboteur:make_adapter",
-                 "--baseline", baseline, "--html", str(report)])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN / "buggy"),
+            "--adapter",
+            "qaeval.system.saboteur:make_adapter",
+            "--baseline",
+            baseline,
+            "--html",
+            str(report),
+        ]
+    )
     assert code == 1 and "GATE: BLOCK" in capsys.readouterr().out
     page = report.read_text()
     assert "BLOCK" in page and "data:image/png;base64," in page
@@ -193,8 +221,9 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
 
 
 def test_html_of_a_missing_baseline_is_exit_65_before_any_kernel(tmp_path):
-    code = main(["gate", "--data", str(GOLDEN), "--baseline", str(tmp_path / "nope.json"),
-                 "--html", str(tmp_path / "g.html")])
+    code = main(
+        ["gate", "--data", str(GOLDEN), "--baseline", str(tmp_path / "nope.json"), "--html", str(tmp_path / "g.html")]
+    )
     assert code == 65 and not (tmp_path / "g.html").exists()
 
 
@@ -212,20 +241,30 @@ def test_golden_run_report_is_light(tmp_path):
     assert main(["run", "--data", str(GOLDEN), "--html", str(report), "--quiet"]) == 0
     assert report.stat().st_size < 150_000, f"{report.stat().st_size} bytes"
     page = report.read_text()
-    assert "qaeval run report" in page and "qaeval.params" not in page, "notebook plumbing is not for reviewers"
+    assert "qaeval run report" in page and "qaeval.core.params" not in page, "notebook plumbing is not for reviewers"
 
 
 def test_nbconvert_template_qaeval_renders_papermill_output(tmp_path, baseline):
     """What a CI user tries first: papermill, then jupyter nbconvert --template qaeval."""
     executed = tmp_path / "gate-out.ipynb"
     with pytest.raises(PapermillExecutionError):
-        execute(tmp_path, "gate", data=str(GOLDEN / "buggy"), adapter="qaeval.system.saboteur:make_adapter",
-                baseline=baseline)
+        execute(
+            tmp_path,
+            "gate",
+            data=str(GOLDEN / "buggy"),
+            adapter="qaeval.system.saboteur:make_adapter",
+            baseline=baseline,
+        )
     jupyter = Path(sys.executable).with_name("jupyter")
     if not jupyter.exists():
         pytest.skip("jupyter is not installed next to this interpreter")
-    done = subprocess.run([str(jupyter), "nbconvert", "--to", "html", "--template", "qaeval", str(executed),
-                           "--output", "page"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [str(jupyter), "nbconvert", "--to", "html", "--template", "qaeval", str(executed), "--output", "page"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "page.html").read_text()
     assert "BLOCK" in page and "An Exception was encountered" not in page and "Traceback" not in page
@@ -247,8 +286,22 @@ def test_report_from_a_record_calls_nothing(tmp_path, monkeypatch):
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls))
     record = tmp_path / "run.json"
-    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_counting", "--save", str(record),
-                 "--html", str(tmp_path / "first.html")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(GOLDEN),
+                "--adapter",
+                "plugins:make_counting",
+                "--save",
+                str(record),
+                "--html",
+                str(tmp_path / "first.html"),
+            ]
+        )
+        == 0
+    )
     assert len(calls.read_text().splitlines()) == 15, "--html draws the run it made: one call per case"
     assert main(["report", str(record), "--html", str(tmp_path / "again.html")]) == 0
     assert len(calls.read_text().splitlines()) == 15, "report called the adapter again"
@@ -292,13 +345,27 @@ def test_a_report_rendered_with_the_template_carries_no_plumbing(tmp_path, monke
     warning = "TqdmWarning: IProgress not found. Please update jupyter and ipywidgets."
     nb.cells[-1].outputs.append(nbformat.v4.new_output("stream", name="stderr", text=warning))  # a library's
     nbformat.write(nb, tmp_path / "run-out.ipynb")
-    done = subprocess.run([str(jupyter), "nbconvert", "--to", "html", "--template", "qaeval",
-                           str(tmp_path / "run-out.ipynb"), "--output", "page"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            str(jupyter),
+            "nbconvert",
+            "--to",
+            "html",
+            "--template",
+            "qaeval",
+            str(tmp_path / "run-out.ipynb"),
+            "--output",
+            "page",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "page.html").read_text()
     assert "TqdmWarning" not in page and "¶" not in page
-    table = page[page.index("<caption>Every case (failing first)"):]
+    table = page[page.index("<caption>Every case (failing first)") :]
     table = table[: table.index("</table>")]
     assert "How many days can I keep a DVD I borrowed?" in table
 

@@ -69,9 +69,10 @@ def test_identical_rerun_makes_zero_calls(server, capsys):
     assert "12 from cache" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("variable, value", [
-    ("QAEVAL_JUDGE_MODEL", "judge-model-b"), ("QAEVAL_JUDGE_TEMPERATURE", "0.5"), ("QAEVAL_JUDGE_SEED", "7"),
-])
+@pytest.mark.parametrize(
+    "variable, value",
+    [("QAEVAL_JUDGE_MODEL", "judge-model-b"), ("QAEVAL_JUDGE_TEMPERATURE", "0.5"), ("QAEVAL_JUDGE_SEED", "7")],
+)
 def test_changing_a_key_field_misses_the_cache(server, env, variable, value):
     judged()
     before = server.calls
@@ -89,8 +90,11 @@ def test_changing_the_base_url_or_the_prompt_misses_the_cache(server, env, tmp_p
     env.setenv("OPENAI_BASE_URL", server.url)
     data = tmp_path / "edited"
     data.mkdir()
-    text = (GOLDEN / "frozen.jsonl").read_text().replace("How many days can I keep a DVD I borrowed?",
-                                                         "How many days can I keep a DVD I have borrowed?")
+    text = (
+        (GOLDEN / "frozen.jsonl")
+        .read_text()
+        .replace("How many days can I keep a DVD I borrowed?", "How many days can I keep a DVD I have borrowed?")
+    )
     (data / "frozen.jsonl").write_text(text)
     before = server.calls
     api.run(str(data), judge=JUDGE)
@@ -145,7 +149,10 @@ def test_persistent_failure_fails_closed_and_is_never_cached(env):
         assert not run.verdicts["credit"].any()
         assert run.scoreboard.set_index("metric").at["faithfulness_rate", "value"] == 0.0
         answered = run.per_case[~run.per_case["abstained"]]
-        assert not answered["case_passed"].any() and answered["fail_reasons"].map(lambda rs: "judge_error" in [r.code for r in rs]).all()
+        assert (
+            not answered["case_passed"].any()
+            and answered["fail_reasons"].map(lambda rs: "judge_error" in [r.code for r in rs]).all()
+        )
         calls = down.calls
         judged()
         assert down.calls > calls, "errors are not cached"
@@ -200,13 +207,38 @@ def test_api_key_never_reaches_cache_baseline_report_or_output(env, tmp_path, ca
         history = tmp_path / "h.jsonl"
         assert main(["drift", "--data", str(GOLDEN), "--judge", JUDGE, "--timeseries", str(history)]) == 0
         report, record = tmp_path / "gate.html", tmp_path / "gate.json"
-        assert main(["gate", "--data", str(GOLDEN), "--judge", JUDGE, "--baseline", str(baseline),
-                     "--html", str(report), "--save", str(record)]) == 0
+        assert (
+            main(
+                [
+                    "gate",
+                    "--data",
+                    str(GOLDEN),
+                    "--judge",
+                    JUDGE,
+                    "--baseline",
+                    str(baseline),
+                    "--html",
+                    str(report),
+                    "--save",
+                    str(record),
+                ]
+            )
+            == 0
+        )
         run = judged()
     captured = capsys.readouterr()
     cache_bytes = b"".join(p.read_bytes() for p in (tmp_path / "cache").iterdir())
-    for blob in (baseline.read_text(), history.read_text(), report.read_text(), record.read_text(), captured.out,
-                 captured.err, run.verdicts.to_csv(), cache_bytes.decode("latin-1"), str(run.judge_config.to_dict())):
+    for blob in (
+        baseline.read_text(),
+        history.read_text(),
+        report.read_text(),
+        record.read_text(),
+        captured.out,
+        captured.err,
+        run.verdicts.to_csv(),
+        cache_bytes.decode("latin-1"),
+        str(run.judge_config.to_dict()),
+    ):
         assert SECRET not in blob
     assert run.judge_config.base_url.rstrip("/") == s.url
 
@@ -241,12 +273,15 @@ def test_cache_is_sqlite_holding_replies_only(server, tmp_path):
     assert db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 12
 
 
-@pytest.mark.parametrize("options, fragment", [
-    (dict(reply='{"faithfulness": {"quote": "x", "sco'), "unparseable judge reply"),
-    (dict(reply="{}"), "none of the expected axes"),
-    (dict(reply='{"faithfulness": {"score": 2}, "citations": 5}'), "'citations' is int"),
-    (dict(no_choices=True), "unparseable judge reply"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        (dict(reply='{"faithfulness": {"quote": "x", "sco'), "unparseable judge reply"),
+        (dict(reply="{}"), "none of the expected axes"),
+        (dict(reply='{"faithfulness": {"score": 2}, "citations": 5}'), "'citations' is int"),
+        (dict(no_choices=True), "unparseable judge reply"),
+    ],
+)
 def test_malformed_replies_are_judge_errors_not_crashes(env, capsys, options, fragment):
     with FakeJudgeServer(**options) as s:
         env.setenv("OPENAI_BASE_URL", s.url)
@@ -286,14 +321,23 @@ def test_a_cached_reply_that_no_longer_parses_is_a_miss(server, tmp_path):
 
 def test_settings_flags_reach_the_judge_without_the_environment(server, env, capsys):
     env.delenv("QAEVAL_JUDGE_MODEL")
-    assert main(["run", "--data", str(GOLDEN), "--judge", JUDGE, "--judge-model", "flag-model",
-                 "--judge-concurrency", "2"]) == 0
+    assert (
+        main(
+            ["run", "--data", str(GOLDEN), "--judge", JUDGE, "--judge-model", "flag-model", "--judge-concurrency", "2"]
+        )
+        == 0
+    )
     assert {b["model"] for b in server.requests} == {"flag-model"}
     assert "openai:flag-model" in capsys.readouterr().out
 
 
-ZERO = json.dumps({"faithfulness": {"quote": "", "rationale": "unsupported", "score": 0},
-                   "answer_correctness": {"quote": "", "rationale": "wrong", "score": 0}, "citations": []})
+ZERO = json.dumps(
+    {
+        "faithfulness": {"quote": "", "rationale": "unsupported", "score": 0},
+        "answer_correctness": {"quote": "", "rationale": "wrong", "score": 0},
+        "citations": [],
+    }
+)
 
 
 def cache_rows(tmp_path) -> dict[str, str]:
@@ -343,8 +387,10 @@ def test_an_unsigned_cache_from_before_is_asked_again_and_signed(server, tmp_pat
     path = tmp_path / "cache" / "judge-verdicts.sqlite"
     path.parent.mkdir()
     with sqlite3.connect(str(path)) as db:  # the table as qaeval wrote it before rows were signed
-        db.execute("CREATE TABLE verdicts (key TEXT PRIMARY KEY, reply TEXT NOT NULL, prompt_tokens INTEGER, "
-                   "completion_tokens INTEGER, model TEXT, created TEXT DEFAULT CURRENT_TIMESTAMP)")
+        db.execute(
+            "CREATE TABLE verdicts (key TEXT PRIMARY KEY, reply TEXT NOT NULL, prompt_tokens INTEGER, "
+            "completion_tokens INTEGER, model TEXT, created TEXT DEFAULT CURRENT_TIMESTAMP)"
+        )
     judged()
     with sqlite3.connect(str(path)) as db:
         keys = [k for (k,) in db.execute("SELECT key FROM verdicts")]
@@ -362,9 +408,13 @@ def test_a_bad_cache_key_file_is_a_file_access_error(server, tmp_path, capsys):
     assert "the judge cache's key is not 64 hex digits" in capsys.readouterr().err
 
 
-SURROGATE = json.dumps({"faithfulness": {"quote": "", "rationale": "HALF broken", "score": 0},
-                        "answer_correctness": {"quote": "", "rationale": "x", "score": 0},
-                        "citations": []}).replace("HALF", "\\ud800")  # JSON's escape for half a pair
+SURROGATE = json.dumps(
+    {
+        "faithfulness": {"quote": "", "rationale": "HALF broken", "score": 0},
+        "answer_correctness": {"quote": "", "rationale": "x", "score": 0},
+        "citations": [],
+    }
+).replace("HALF", "\\ud800")  # JSON's escape for half a pair
 
 
 def test_a_reply_with_an_unpaired_surrogate_is_a_judge_error_never_cached(env, tmp_path, capsys):
@@ -374,8 +424,19 @@ def test_a_reply_with_an_unpaired_surrogate_is_a_judge_error_never_cached(env, t
     for name, reply in (("surrogate", SURROGATE), ("garbage", "I think it is fine.")):
         with FakeJudgeServer(reply=reply) as s:
             env.setenv("OPENAI_BASE_URL", s.url)
-            codes[name] = main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"),
-                                "--judge", JUDGE, "--save", str(record)])
+            codes[name] = main(
+                [
+                    "gate",
+                    "--data",
+                    str(GOLDEN),
+                    "--baseline",
+                    str(GOLDEN / "ci-baseline.json"),
+                    "--judge",
+                    JUDGE,
+                    "--save",
+                    str(record),
+                ]
+            )
             if name == "surrogate":
                 saved = api.load_run(record)
                 assert saved.run.verdicts["error"].str.contains("unpaired surrogate").all()

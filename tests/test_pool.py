@@ -16,7 +16,7 @@ import pytest
 from conftest import GOLDEN, ROOT, make_case, write_cases
 
 from qaeval import UsageError, api, load_suite, run_suite
-from qaeval.record import write_record
+from qaeval.record.write import write_record
 from qaeval.system.calls import LOG_LIMIT
 
 TESTS = str(ROOT / "tests")
@@ -40,8 +40,11 @@ def secrets_of(suite) -> list[str]:
     out = set()
     for case in suite:
         out.add(case.id)
-        if case.gold_answer and not any(case.gold_answer in s.text for s in case.sources) \
-                and case.gold_answer not in case.question:
+        if (
+            case.gold_answer
+            and not any(case.gold_answer in s.text for s in case.sources)
+            and case.gold_answer not in case.question
+        ):
             out.add(case.gold_answer)
     return sorted(out)
 
@@ -50,15 +53,25 @@ def snoop(monkeypatch, suite, **options):
     hashes = [hashlib.sha256(s.encode()).hexdigest() for s in secrets_of(suite)]
     monkeypatch.setenv("QAEVAL_TEST_SECRETS", ",".join(hashes))
     frame = run_suite(suite, "plugins:make_snooper", **options)
-    found = [int(line.split()[1]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")]
-    scanned = [int(line.split()[4]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")]
+    found = [
+        int(line.split()[1]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")
+    ]
+    scanned = [
+        int(line.split()[4]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")
+    ]
     return found, scanned
 
 
 def cli(*args, timeout=180, env=None):
     """The real command line in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "qaeval", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "qaeval", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0", **(env or {})},
+    )
 
 
 # --------------------------------------------------------------------------- no label reaches the adapter
@@ -77,8 +90,9 @@ def test_the_same_snoop_in_the_harness_process_finds_the_labels(monkeypatch, gol
 
     few = Suite(golden.cases[:3], golden.root, golden.corpus)
     found, _ = snoop(monkeypatch, few, isolation="none", concurrency=1)  # in-process prints are caught per thread
-    assert found and min(found) == len(secrets_of(few)) >= 3, \
+    assert found and min(found) == len(secrets_of(few)) >= 3, (
         "every readable id and hidden gold answer is within reach in-process"
+    )
 
 
 def test_an_adapter_cannot_tamper_with_the_harness(baseline):
@@ -110,11 +124,14 @@ def test_a_worker_sees_opaque_ids_only(golden):
 # --------------------------------------------------------------------------- faults cost one case each
 
 
-@pytest.mark.parametrize("factory, reason", [
-    ("plugins:make_raising", "adapter raised RuntimeError: backend down"),
-    ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
-    ("plugins:make_os_exit", "adapter process exited with code 0"),
-])
+@pytest.mark.parametrize(
+    "factory, reason",
+    [
+        ("plugins:make_raising", "adapter raised RuntimeError: backend down"),
+        ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
+        ("plugins:make_os_exit", "adapter process exited with code 0"),
+    ],
+)
 def test_raising_and_exiting_adapters_fail_their_cases_with_the_reason(golden, factory, reason):
     frame = run_suite(golden.select(split="living"), factory, concurrency=2)
     where = " (at plugins.py:" if "raised" in reason else ""  # an exception names where it was raised
@@ -226,8 +243,11 @@ def test_a_factory_that_ends_its_process_is_a_usage_error_as_one_that_raises(gol
     """No worker ever built the adapter, because its factory ends the process (os._exit, a crash): exit 64
     naming the adapter and how its workers ended, as for a factory that raises and as on an executor
     (it was every case failed with that reason, and exit 0)."""
-    with pytest.raises(UsageError, match="adapter plugins:make_process_ending_factory did not start: worker exited "
-                                         "with code 3 before the adapter was built"):
+    with pytest.raises(
+        UsageError,
+        match="adapter plugins:make_process_ending_factory did not start: worker exited "
+        "with code 3 before the adapter was built",
+    ):
         run_suite(golden, "plugins:make_process_ending_factory")
     done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_process_ending_factory")
     assert done.returncode == 64 and "exited with code 3 before the adapter was built" in done.stderr, done.stderr
@@ -246,17 +266,30 @@ def test_cli_output_is_clean_of_everything_an_adapter_prints(baseline):
     assert done.stdout.count("deterministic_pass_rate") == 1
 
 
-@pytest.mark.parametrize("factory, reason", [
-    ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
-    ("plugins:make_os_exit", "adapter process exited with code 0"),
-    ("plugins:make_hanging", "timed out after 1 s"),
-])
+@pytest.mark.parametrize(
+    "factory, reason",
+    [
+        ("plugins:make_sys_exit", "adapter called sys.exit(0)"),
+        ("plugins:make_os_exit", "adapter process exited with code 0"),
+        ("plugins:make_hanging", "timed out after 1 s"),
+    ],
+)
 def test_exits_and_hangs_block_the_gate_from_the_cli(baseline, factory, reason):
-    done = cli("gate", "--data", str(GOLDEN), "--adapter", factory, "--baseline", baseline, "--timeout", "1",
-               "--concurrency", "8")
+    done = cli(
+        "gate",
+        "--data",
+        str(GOLDEN),
+        "--adapter",
+        factory,
+        "--baseline",
+        baseline,
+        "--timeout",
+        "1",
+        "--concurrency",
+        "8",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "GATE: BLOCK" in done.stdout and "adapter error on 15" in done.stdout
-    record = ROOT / "tests"  # noqa: F841
     assert "Traceback" not in done.stderr
 
 
@@ -272,10 +305,14 @@ def test_a_lingering_thread_under_isolation_none_does_not_either():
 
 def test_the_saboteur_reads_what_an_adapter_printed_in_the_record(tmp_path):
     record = tmp_path / "r.json"
-    assert cli("run", "--data", str(GOLDEN / "buggy"), "--adapter", "plugins:make_spammer", "--save", str(record)).returncode == 0
+    assert (
+        cli(
+            "run", "--data", str(GOLDEN / "buggy"), "--adapter", "plugins:make_spammer", "--save", str(record)
+        ).returncode
+        == 0
+    )
     data = json.loads(record.read_text())
     assert all("noise line 1999" in line["output"]["logs"] for line in data["cases"])
-
 
 
 class _Text(str):
@@ -307,11 +344,15 @@ class SubclassingAdapter:
         from qaeval.system.contract import Citation, SUTOutput
 
         out = self.inner.answer(case)
-        return SUTOutput(answer=_Text(out.answer), abstained=out.abstained, model_was_called=out.model_was_called,
-                         citations=[Citation(_Text(c.source_id), _Text(c.claim)) for c in out.citations],
-                         retrieved_ids=[_Text(r) for r in out.retrieved_ids],
-                         prompt_to_model=None if out.prompt_to_model is None else _Text(out.prompt_to_model),
-                         computed_aggregate=_Number(1.5))
+        return SUTOutput(
+            answer=_Text(out.answer),
+            abstained=out.abstained,
+            model_was_called=out.model_was_called,
+            citations=[Citation(_Text(c.source_id), _Text(c.claim)) for c in out.citations],
+            retrieved_ids=[_Text(r) for r in out.retrieved_ids],
+            prompt_to_model=None if out.prompt_to_model is None else _Text(out.prompt_to_model),
+            computed_aggregate=_Number(1.5),
+        )
 
 
 @pytest.mark.parametrize("isolation", ["none", "process"])
@@ -335,7 +376,7 @@ def test_a_run_collects_garbage_less_often_and_gives_the_thresholds_back():
     the caller's own afterwards, also when the run fails: a notebook keeps its settings."""
     import gc
 
-    from qaeval.pipeline import RUN_THRESHOLDS
+    from qaeval.commands.pipeline import RUN_THRESHOLDS
 
     seen = []
 
@@ -359,10 +400,13 @@ def test_a_run_collects_garbage_less_often_and_gives_the_thresholds_back():
         gc.set_threshold(*before)
 
 
-@pytest.mark.parametrize("factory, reason", [
-    ("plugins:make_hangs_on_one", "timed out after 1 s (its worker was stopped and replaced)"),
-    ("plugins:make_exits_on_digital_loans", "adapter process exited with code 3"),
-])
+@pytest.mark.parametrize(
+    "factory, reason",
+    [
+        ("plugins:make_hangs_on_one", "timed out after 1 s (its worker was stopped and replaced)"),
+        ("plugins:make_exits_on_digital_loans", "adapter process exited with code 3"),
+    ],
+)
 def test_the_case_queued_behind_a_stopped_worker_is_answered_by_its_replacement(golden, monkeypatch, factory, reason):
     """A busy worker is sent its next case before it answers. When it is stopped (a hang, an exit), that
     queued case never ran: it is handed out again, not failed with the other case's reason."""
@@ -385,8 +429,16 @@ def test_the_cli_runs_exit_hooks_although_it_skips_tearing_the_interpreter_down(
     """`qaeval` leaves with os._exit (freeing every object of a large run one by one took 0.45 s) after
     running what an exit runs: a library's exit hook still fires, and every line of output arrives."""
     marker = tmp_path / "hook"
-    done = cli("run", "--data", str(GOLDEN), "--adapter", "plugins:make_exit_hook_adapter", "--isolation", "none",
-               env={"QAEVAL_TEST_EXIT_HOOK": str(marker)})
+    done = cli(
+        "run",
+        "--data",
+        str(GOLDEN),
+        "--adapter",
+        "plugins:make_exit_hook_adapter",
+        "--isolation",
+        "none",
+        env={"QAEVAL_TEST_EXIT_HOOK": str(marker)},
+    )
     assert done.returncode == 0 and done.stdout.rstrip().endswith("tokens spent: 0 prompt + 0 completion")
     assert marker.read_text() == "exit hooks ran"
 
@@ -410,8 +462,9 @@ def test_a_second_reply_fails_the_case_it_repeats_and_hands_back_the_case_behind
     sent: list[str] = []
     real = pool.make_payload
     monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
-    frame = run_suite(golden.select(split="living"), "plugins:make_answers_twice", timeout=30,
-                      concurrency=1).set_index("case_id")
+    frame = run_suite(golden.select(split="living"), "plugins:make_answers_twice", timeout=30, concurrency=1).set_index(
+        "case_id"
+    )
     assert frame.at["single-0006", "error"] == "its worker sent a second reply for it (it was stopped)"
     assert frame.drop(index="single-0006")["error"].isna().all(), frame["error"].tolist()
     assert sent.count("single-0007") == 2, sent  # queued behind it, then handed to the replacement
@@ -426,14 +479,19 @@ def test_a_frame_too_big_to_wait_in_the_socket_is_not_queued_so_deadlines_hold(t
     from qaeval.system import pool
 
     big = [{"id": f"s{i}", "text": "é"} for i in range(12_000)]
-    folder = write_cases(tmp_path / "data", [make_case(id="c1", question="first"),
-                                             make_case(id="c2", question="second", sources=big,
-                                                       gold_source_ids=["s1"])])
+    folder = write_cases(
+        tmp_path / "data",
+        [
+            make_case(id="c1", question="first"),
+            make_case(id="c2", question="second", sources=big, gold_source_ids=["s1"]),
+        ],
+    )
     sent: list[str] = []
     real = pool.make_payload
     monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
-    frame = run_suite(load_suite(str(folder)), "plugins:make_slow_on_the_first", timeout=1.5,
-                      concurrency=1).set_index("case_id")
+    frame = run_suite(load_suite(str(folder)), "plugins:make_slow_on_the_first", timeout=1.5, concurrency=1).set_index(
+        "case_id"
+    )
     assert frame.at["c1", "error"] == "timed out after 1.5 s (its worker was stopped and replaced)"
     assert frame.at["c2", "error"] is None or pd.isna(frame.at["c2", "error"])
     assert sent == ["c1", "c2"]  # c2 was made ready once and sent once, to the replacement
@@ -444,7 +502,7 @@ def test_overlapping_runs_and_a_collector_turned_off_keep_the_callers_settings()
     thresholds set for good, and a collector turned off with set_threshold(0) was turned back on."""
     import gc
 
-    from qaeval.pipeline import RUN_THRESHOLDS, fewer_collections
+    from qaeval.commands.pipeline import RUN_THRESHOLDS, fewer_collections
 
     before = gc.get_threshold()
     try:
@@ -479,8 +537,13 @@ class _ScriptedExecutor:
         from qaeval.system.contract import SUTOutput, output_to_plain
 
         if not started:
-            return json.dumps({"id": payload[0], "error": "adapter could not start: RuntimeError: no GPU here",
-                               "not_started": {"why": "RuntimeError: no GPU here", "usage": False}})
+            return json.dumps(
+                {
+                    "id": payload[0],
+                    "error": "adapter could not start: RuntimeError: no GPU here",
+                    "not_started": {"why": "RuntimeError: no GPU here", "usage": False},
+                }
+            )
         output = output_to_plain(SUTOutput(abstained=True, model_was_called=False))
         return json.dumps({"id": payload[0], "output": output, "logs": ""})
 

@@ -23,7 +23,10 @@ class AlwaysFull:
         out = []
         for r in requests:
             first = r.citations[0].text if r.citations else ""
-            verdicts = [AxisVerdict("faithfulness", 2, first, "looks fine"), AxisVerdict("answer_correctness", 2, r.answer, "")]
+            verdicts = [
+                AxisVerdict("faithfulness", 2, first, "looks fine"),
+                AxisVerdict("answer_correctness", 2, r.answer, ""),
+            ]
             verdicts += [AxisVerdict("citation_correctness", 2, c.text, "", target=c.source_id) for c in r.citations]
             out.append(JudgeResponse(r.case_id, verdicts))
         return out
@@ -57,8 +60,12 @@ def test_a_biased_judge_is_corrected_by_labels(forty, tmp_path, monkeypatch):
     """The judge says every answer is faithful; people say half of the labelled ones are not. The naive
     figure is 1.0; the corrected one covers the true rate (0.5) and excludes 1.0."""
     labels = tmp_path / "labels.jsonl"
-    labels.write_text("".join(json.dumps({"case_id": f"case-{i:04d}", "axis": "faithfulness", "score": 2 if i % 2 else 0})
-                              + "\n" for i in range(20)))
+    labels.write_text(
+        "".join(
+            json.dumps({"case_id": f"case-{i:04d}", "axis": "faithfulness", "score": 2 if i % 2 else 0}) + "\n"
+            for i in range(20)
+        )
+    )
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
     run = api.run(str(forty), judge=AlwaysFull(), labels=str(labels))
     row = run.scoreboard.set_index("metric").loc["faithfulness_rate"]

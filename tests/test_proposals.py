@@ -17,10 +17,10 @@ from monitor_logs import log_row, write_jsonl
 
 from qaeval import api
 from qaeval.cli import main
+from qaeval.core.errors import DatasetError, RecordError, UsageError
 from qaeval.data.cases import load_suite
 from qaeval.data.corpus import Corpus
 from qaeval.data.schema import Source
-from qaeval.errors import DatasetError, RecordError, UsageError
 from qaeval.judges.fake_server import FakeJudgeServer
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import SHEET_COLUMNS
@@ -66,8 +66,22 @@ def monitored(tmp_path_factory):
     try:
         log = write_jsonl(folder / "log.jsonl", traffic_rows())
         record = folder / "mon.json"
-        assert main(["monitor", "--logs", str(log), "--by", "system", "--window", "1D", "--judge", PARITY,
-                     "--save", str(record), "--quiet"]) in (0, 3)
+        assert main(
+            [
+                "monitor",
+                "--logs",
+                str(log),
+                "--by",
+                "system",
+                "--window",
+                "1D",
+                "--judge",
+                PARITY,
+                "--save",
+                str(record),
+                "--quiet",
+            ]
+        ) in (0, 3)
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH", None)
@@ -97,7 +111,7 @@ def test_a_monitor_record_keeps_one_row_a_line_and_reads_the_same(monitored):
     _, _, record = monitored
     lines = record.read_text().splitlines()
     start = lines.index('  "rows": [')
-    assert all(line.startswith('   {"abstained"') for line in lines[start + 1:start + 61])
+    assert all(line.startswith('   {"abstained"') for line in lines[start + 1 : start + 61])
     assert lines[start + 61] == "  ],"
     assert len(json.loads(record.read_text())["monitor"]["rows"]) == 60
 
@@ -112,19 +126,27 @@ def test_traffic_candidates_of_each_kind_split_evenly_and_say_what_they_chose_fr
     sizes = proposal.pool.groupby("kind")["rows"].sum().to_dict()
     # a failed check first (rows 0, 10, ..., 50), then faithfulness 0 (the odd answered rows, 1 to 53)
     assert sizes == {"check_failed": 6, "unfaithful": 27, "abstained": 5}
-    assert "chose 9 from 3 of 6 failed a deterministic check, 3 of 27 judged unfaithful, 3 of 5 abstained" \
+    assert (
+        "chose 9 from 3 of 6 failed a deterministic check, 3 of 27 judged unfaithful, 3 of 5 abstained"
         in proposal.notes[0]
+    )
     rows = sheet_rows(sheet)
     assert [r["candidate_id"] for r in rows] == [c.id for c in proposal.candidates]
     assert list(rows[0]) == list(SHEET_COLUMNS)
     failed = next(r for r in rows if "citation_resolvability" in r["why"])
     assert failed["source"].startswith(f"{log} line ") and failed["accept"] == "" and failed["gold_answer"] == ""
-    assert json.loads(failed["passages"])[0] == {"id": "hours", "text": log_row(0)["passages"][0]["text"],
-                                                  "title": "Hours"}
+    assert json.loads(failed["passages"])[0] == {
+        "id": "hours",
+        "text": log_row(0)["passages"][0]["text"],
+        "title": "Hours",
+    }
     by_question = {r["question"]: r for r in rows if "abstained" in r["why"]}
     assert all(r["expected_behavior"] == "unanswerable_must_abstain" for q, r in by_question.items() if "kayak" in q)
-    assert all(r["expected_behavior"] == "answer" and "over-refusal" in r["why"]
-               for q, r in by_question.items() if "library" in q)
+    assert all(
+        r["expected_behavior"] == "answer" and "over-refusal" in r["why"]
+        for q, r in by_question.items()
+        if "library" in q
+    )
 
 
 def test_the_draw_is_seeded_and_strata_spread_across_slices_and_windows(monitored, tmp_path):
@@ -171,8 +193,12 @@ def test_a_log_that_moved_is_named_and_can_be_given(monitored, tmp_path, capsys)
     bad.write_text(data)
     assert main(["propose", "--from-monitor", str(bad), "--out", str(tmp_path / "s.csv")]) == 65
     assert "if it moved, give its new path with --logs" in capsys.readouterr().err
-    assert main(["propose", "--from-monitor", str(bad), "--out", str(tmp_path / "s.csv"), "--logs", str(moved),
-                 "--n", "3"]) == 0
+    assert (
+        main(
+            ["propose", "--from-monitor", str(bad), "--out", str(tmp_path / "s.csv"), "--logs", str(moved), "--n", "3"]
+        )
+        == 0
+    )
 
 
 def in_rows(text: str, old: str, new: str) -> str:
@@ -181,14 +207,17 @@ def in_rows(text: str, old: str, new: str) -> str:
     return text[:at] + text[at:].replace(old, new, 1)
 
 
-@pytest.mark.parametrize("edit, why", [
-    (lambda t: in_rows(t, '"row_id": "r00001"', '"row_id": 7'), "'row_id' missing or not str"),
-    (lambda t: in_rows(t, '"passed": false', '"passed": "no"'), "'passed' missing or not bool"),
-    (lambda t: in_rows(t, '"line": 2,', '"line": -2,'), "'line' must be at least 1"),
-    (lambda t: in_rows(t, '"row_id": "r00001", ', '"row_id": "r00001" '), "a row that is not JSON"),
-    (lambda t: t.replace('"kind": "monitor"', '"kind": "run"', 1), "a 'run' record, not a monitor record"),
-    (lambda t: t.replace('"version": 3', '"version": 2', 1), "record version 2"),
-])
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda t: in_rows(t, '"row_id": "r00001"', '"row_id": 7'), "'row_id' missing or not str"),
+        (lambda t: in_rows(t, '"passed": false', '"passed": "no"'), "'passed' missing or not bool"),
+        (lambda t: in_rows(t, '"line": 2,', '"line": -2,'), "'line' must be at least 1"),
+        (lambda t: in_rows(t, '"row_id": "r00001", ', '"row_id": "r00001" '), "a row that is not JSON"),
+        (lambda t: t.replace('"kind": "monitor"', '"kind": "run"', 1), "a 'run' record, not a monitor record"),
+        (lambda t: t.replace('"version": 3', '"version": 2', 1), "record version 2"),
+    ],
+)
 def test_a_malformed_monitor_record_is_refused_by_what_is_wrong(monitored, tmp_path, capsys, edit, why):
     _, _, record = monitored
     bad = tmp_path / "bad.json"
@@ -218,12 +247,15 @@ def golden_copy(tmp_path):
     return target
 
 
-def test_accept_adds_reviewed_rows_rejects_are_remembered_and_the_grown_set_runs(monitored, tmp_path, golden_copy,
-                                                                                   capsys):
+def test_accept_adds_reviewed_rows_rejects_are_remembered_and_the_grown_set_runs(
+    monitored, tmp_path, golden_copy, capsys
+):
     _, _, record = monitored
     sheet = tmp_path / "s.csv"
-    assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "6",
-                 "--data", str(golden_copy)]) == 0
+    assert (
+        main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "6", "--data", str(golden_copy)])
+        == 0
+    )
     rows = sheet_rows(sheet)
     answerable = [r for r in rows if r["expected_behavior"] == "answer"]
     abstain = [r for r in rows if r["expected_behavior"] != "answer"]
@@ -256,20 +288,28 @@ REFUSALS = [
     (dict(accept="maybe"), "accept 'maybe' is not y or n"),
     (dict(accept="y", gold_answer="", gold_source_ids="hours"), "an answerable case needs a gold_answer"),
     (dict(accept="y", gold_answer="nine", gold_source_ids=""), "needs gold_source_ids"),
-    (dict(accept="y", gold_answer="nine", gold_source_ids="nowhere"), "gold source id 'nowhere' is not one of the row's"),
-    (dict(accept="y", expected_behavior="unanswerable_must_abstain", gold_answer="nine"), "a must-abstain case has no "
-     "gold_answer"),
+    (
+        dict(accept="y", gold_answer="nine", gold_source_ids="nowhere"),
+        "gold source id 'nowhere' is not one of the row's",
+    ),
+    (
+        dict(accept="y", expected_behavior="unanswerable_must_abstain", gold_answer="nine"),
+        "a must-abstain case has no gold_answer",
+    ),
     (dict(accept="y", expected_behavior="refuse"), "expected_behavior 'refuse' is not"),
     (dict(accept="y", gold_answer="nine", gold_source_ids="hours", difficulty="hard"), "difficulty 'hard' is not"),
-    (dict(accept="y", gold_answer="nine", gold_source_ids="hours", question="When does it open?"),
-     "the proposal was edited after it was proposed"),
+    (
+        dict(accept="y", gold_answer="nine", gold_source_ids="hours", question="When does it open?"),
+        "the proposal was edited after it was proposed",
+    ),
     (dict(accept="y", gold_answer="nine", gold_source_ids="hours", passages="[1, 2]"), "passages must be a JSON list"),
 ]
 
 
 @pytest.mark.parametrize("change, why", REFUSALS)
-def test_accept_refuses_a_bad_row_with_its_line_and_writes_nothing(monitored, tmp_path, golden_copy, capsys,
-                                                                   change, why):
+def test_accept_refuses_a_bad_row_with_its_line_and_writes_nothing(
+    monitored, tmp_path, golden_copy, capsys, change, why
+):
     _, _, record = monitored
     sheet = tmp_path / "s.csv"
     api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
@@ -308,8 +348,15 @@ def test_accept_refuses_a_row_already_in_the_suite(monitored, tmp_path, golden_c
     sheet = tmp_path / "s.csv"
     api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
     row = next(r for r in sheet_rows(sheet) if r["expected_behavior"] == "answer")
-    case_id, _ = api.add_case(golden_copy, {"question": row["question"], "sources": json.loads(row["passages"]),
-                                            "gold_answer": "nine", "gold_source_ids": ["hours"]})
+    case_id, _ = api.add_case(
+        golden_copy,
+        {
+            "question": row["question"],
+            "sources": json.loads(row["passages"]),
+            "gold_answer": "nine",
+            "gold_source_ids": ["hours"],
+        },
+    )
     row.update(accept="y", gold_answer="nine", gold_source_ids="hours")
     assert main(["accept", str(write_rows(tmp_path / "f.csv", [row])), "--data", str(golden_copy)]) == 65
     assert f"already in the suite as {case_id}" in capsys.readouterr().err
@@ -339,16 +386,22 @@ def test_two_rows_of_a_sheet_that_make_the_same_case_are_refused(monitored, tmp_
     row.update(accept="y", gold_answer="nine", gold_source_ids="hours")
     twin = dict(row)  # a merged sheet: the same proposal under another id (its fingerprint made to match)
     from qaeval.proposals.candidates import fingerprint
+
     twin["candidate_id"] = "cand-000000000000"
-    twin["fingerprint"] = fingerprint(twin["candidate_id"], twin["origin"], twin["source"], twin["question"],
-                                      [Source(p["id"], p["text"], p.get("title")) for p in json.loads(twin["passages"])],
-                                      twin["answer"] or None)
+    twin["fingerprint"] = fingerprint(
+        twin["candidate_id"],
+        twin["origin"],
+        twin["source"],
+        twin["question"],
+        [Source(p["id"], p["text"], p.get("title")) for p in json.loads(twin["passages"])],
+        twin["answer"] or None,
+    )
     assert main(["accept", str(write_rows(tmp_path / "f.csv", [row, twin])), "--data", str(golden_copy)]) == 65
     assert "the same question and passages as the row on line 2" in capsys.readouterr().err
 
 
 def test_a_cell_a_spreadsheet_would_run_is_quoted_and_accepted_as_it_was(tmp_path, golden_copy):
-    rows = [log_row(i, question="=HYPERLINK(\"http://x\") when does it open?", bad_citation=True) for i in range(3)]
+    rows = [log_row(i, question='=HYPERLINK("http://x") when does it open?', bad_citation=True) for i in range(3)]
     log = write_jsonl(tmp_path / "log.jsonl", rows)
     record = tmp_path / "mon.json"
     assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet"]) == 0
@@ -372,8 +425,10 @@ def test_each_rule_drops_what_it_names():
     assert verify.answer_in_passages("1888", [p]) == verify.NOT_IN_PASSAGE
     assert verify.answer_in_passages("188", [p]) == verify.NOT_IN_PASSAGE, "whole words, not a prefix"
     assert verify.answer_in_passages("the GREAT fire!", [p]) is None, "normalised"
-    assert verify.copies_passage("When was it built after the Great Fire destroyed the old customs house?", [p]) \
+    assert (
+        verify.copies_passage("When was it built after the Great Fire destroyed the old customs house?", [p])
         == verify.COPIES_PASSAGE
+    )
     assert verify.copies_passage("When did the museum by the harbor open its doors?", [p]) is None
     assert verify.gives_away("Did the museum open in 1887?", "1887") == verify.GIVES_AWAY
     seen = verify.Seen(["When did the Harbor Museum open?"])
@@ -412,9 +467,11 @@ def write_corpus(folder: Path, n: int = 80, short: int = 0) -> Path:
     lines = []
     for i in range(n):
         topic, town = TOPICS[i % len(TOPICS)], TOWNS[(i // len(TOPICS)) % len(TOWNS)]
-        text = (f"The {topic} of {town} opened in {1800 + (i * 7) % 220} after a public subscription raised "
-                f"{1000 + i * 13} pounds. Its first keeper served for {3 + i % 30} years and wrote a history of "
-                f"the {topic} district number {i}.")
+        text = (
+            f"The {topic} of {town} opened in {1800 + (i * 7) % 220} after a public subscription raised "
+            f"{1000 + i * 13} pounds. Its first keeper served for {3 + i % 30} years and wrote a history of "
+            f"the {topic} district number {i}."
+        )
         lines.append(json.dumps({"id": f"p{i:05d}", "title": f"{town} {topic}", "text": text}))
     lines += [json.dumps({"id": f"short{i}", "text": "Too short to ask about."}) for i in range(short)]
     (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
@@ -464,14 +521,17 @@ def test_corpus_candidates_of_three_kinds_are_verified_and_written(tmp_path, gen
     assert server.generations == 10
 
 
-@pytest.mark.parametrize("fault, reason", [
-    ("malformed", "malformed reply"),
-    ("wrong_request", "the generator answered another request"),
-    ("not_in_passage", verify.NOT_IN_PASSAGE),
-    ("copies", verify.COPIES_PASSAGE),
-    ("duplicate", verify.NEAR_DUPLICATE),
-    ("answerable", verify.RETRIEVABLE),
-])
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("malformed", "malformed reply"),
+        ("wrong_request", "the generator answered another request"),
+        ("not_in_passage", verify.NOT_IN_PASSAGE),
+        ("copies", verify.COPIES_PASSAGE),
+        ("duplicate", verify.NEAR_DUPLICATE),
+        ("answerable", verify.RETRIEVABLE),
+    ],
+)
 def test_each_generator_fault_costs_its_candidate_for_its_reason(tmp_path, generator_env, fault, reason):
     generator_env(generation_faults={fault: 2})
     corpus = write_corpus(tmp_path / "corpus")
@@ -496,9 +556,20 @@ def test_candidates_that_repeat_a_case_or_a_rejected_one_are_not_proposed(tmp_pa
     first = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=4)
     cases = tmp_path / "corpus" / "cases.jsonl"
     c = first.candidates[0]
-    cases.write_text(json.dumps({"id": "single-0001", "question": c.question, "gold_answer": c.gold_answer,
-                                 "gold_source_ids": list(c.gold_source_ids), "expected_behavior": "answer",
-                                 "difficulty": "single-hop", "split": "frozen"}) + "\n")
+    cases.write_text(
+        json.dumps(
+            {
+                "id": "single-0001",
+                "question": c.question,
+                "gold_answer": c.gold_answer,
+                "gold_source_ids": list(c.gold_source_ids),
+                "expected_behavior": "answer",
+                "difficulty": "single-hop",
+                "split": "frozen",
+            }
+        )
+        + "\n"
+    )
     again = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "t.csv"), n=4)
     assert c.question not in [x.question for x in again.candidates]
     assert again.dropped == {verify.NEAR_DUPLICATE: 1}
@@ -509,8 +580,9 @@ def test_a_corpus_with_nothing_to_ask_about_says_so(tmp_path, generator_env, cap
     generator_env()
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "corpus.jsonl").write_text("".join(json.dumps({"id": f"s{i}", "text": "Too short."}) + "\n"
-                                                 for i in range(5)))
+    (corpus / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "text": "Too short."}) + "\n" for i in range(5))
+    )
     assert main(["propose", "--from-corpus", str(corpus), "--out", str(tmp_path / "s.csv"), "--n", "3"]) == 0
     out = capsys.readouterr().out
     assert "PROPOSED: no candidate" in out and "5 passage(s) drawn had fewer than 12 content terms" in out
@@ -520,10 +592,20 @@ def test_a_corpus_with_nothing_to_ask_about_says_so(tmp_path, generator_env, cap
 def test_accepted_corpus_candidates_become_corpus_cases_and_run(tmp_path, generator_env):
     generator_env()
     corpus = write_corpus(tmp_path / "golden")
-    (corpus / "cases.jsonl").write_text(json.dumps({
-        "id": "single-0001", "question": "When did the harbor of Aldport open?", "gold_answer": "1800",
-        "gold_source_ids": ["p00000"], "expected_behavior": "answer", "difficulty": "single-hop",
-        "split": "frozen"}) + "\n")
+    (corpus / "cases.jsonl").write_text(
+        json.dumps(
+            {
+                "id": "single-0001",
+                "question": "When did the harbor of Aldport open?",
+                "gold_answer": "1800",
+                "gold_source_ids": ["p00000"],
+                "expected_behavior": "answer",
+                "difficulty": "single-hop",
+                "split": "frozen",
+            }
+        )
+        + "\n"
+    )
     sheet = tmp_path / "s.csv"
     api.propose(from_corpus=str(corpus), sheet=str(sheet), n=5)
     rows = sheet_rows(sheet)
@@ -554,20 +636,32 @@ def test_without_the_corpus_an_accepted_candidate_carries_its_passages(tmp_path,
 
 def test_a_custom_generator_runs_in_its_own_process_and_its_failures_cost_candidates(tmp_path, generator_env):
     corpus = write_corpus(tmp_path / "corpus")
-    proposal = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=4,
-                           generator="plugins:make_pid_generator")
+    proposal = api.propose(
+        from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=4, generator="plugins:make_pid_generator"
+    )
     assert len(proposal.candidates) == 4
     assert {c.question.split(" pid ")[1].rstrip("?") for c in proposal.candidates} != {str(os.getpid())}
-    broken = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "t.csv"), n=3, max_calls=20,
-                         generator="plugins:make_raising_generator")
+    broken = api.propose(
+        from_corpus=str(corpus),
+        sheet=str(tmp_path / "t.csv"),
+        n=3,
+        max_calls=20,
+        generator="plugins:make_raising_generator",
+    )
     assert broken.candidates == [] and broken.dropped == {"the generator failed": 20}
     assert any("stopped at 20 generator call(s)" in n for n in broken.notes)
 
 
 def test_a_custom_generator_that_hangs_loses_its_chunk_not_the_run(tmp_path, generator_env):
     corpus = write_corpus(tmp_path / "corpus")
-    proposal = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=3, max_calls=40,
-                           generator="plugins:make_hanging_generator", generator_timeout=0.5)
+    proposal = api.propose(
+        from_corpus=str(corpus),
+        sheet=str(tmp_path / "s.csv"),
+        n=3,
+        max_calls=40,
+        generator="plugins:make_hanging_generator",
+        generator_timeout=0.5,
+    )
     assert proposal.candidates == []
     # two chunks lost to the timeout, then the proxy gives up: one more chunk is answered "not asked", and then
     # nothing more is sent (max_calls was 40)
@@ -579,8 +673,20 @@ def test_a_custom_generator_that_hangs_loses_its_chunk_not_the_run(tmp_path, gen
 
 def test_a_custom_generator_with_a_bad_config_is_a_usage_error(tmp_path, generator_env, capsys):
     corpus = write_corpus(tmp_path / "corpus")
-    assert main(["propose", "--from-corpus", str(corpus), "--out", str(tmp_path / "s.csv"),
-                 "--generator", "plugins:make_configless_generator"]) == 64
+    assert (
+        main(
+            [
+                "propose",
+                "--from-corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "s.csv"),
+                "--generator",
+                "plugins:make_configless_generator",
+            ]
+        )
+        == 64
+    )
     assert "the generator's config has no name" in capsys.readouterr().err
 
 
@@ -614,8 +720,14 @@ def test_the_propose_notebook_proposes_from_a_record_and_shows_the_checks(monito
     _, _, record = monitored
     out = tmp_path / "out.ipynb"
     sheet = tmp_path / "nb.csv"
-    run_papermill(ROOT / "notebooks" / "propose.ipynb", out, parameters=dict(from_monitor=str(record), sheet=str(sheet),
-                  n=4), kernel_name="python3", progress_bar=False, cwd=str(ROOT))
+    run_papermill(
+        ROOT / "notebooks" / "propose.ipynb",
+        out,
+        parameters=dict(from_monitor=str(record), sheet=str(sheet), n=4),
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT),
+    )
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
     assert "PROPOSED: 4 candidate(s) from traffic" in text and "What the candidates were chosen from" in text
     assert len(sheet_rows(sheet)) == 4
@@ -627,8 +739,14 @@ def test_the_propose_notebook_is_committed_clean_and_refuses_an_unknown_paramete
     nb = nbformat.read(ROOT / "notebooks" / "propose.ipynb", as_version=4)
     assert all(c.outputs == [] and c.execution_count is None for c in nb.cells if c.cell_type == "code")
     with pytest.raises(PapermillExecutionError, match="has no parameter 'shet'"):
-        run_papermill(ROOT / "notebooks" / "propose.ipynb", tmp_path / "o.ipynb", parameters=dict(shet="x.csv"),
-                      kernel_name="python3", progress_bar=False, cwd=str(ROOT))
+        run_papermill(
+            ROOT / "notebooks" / "propose.ipynb",
+            tmp_path / "o.ipynb",
+            parameters=dict(shet="x.csv"),
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(ROOT),
+        )
 
 
 def test_corpus_passages_are_read_by_position():
@@ -645,8 +763,16 @@ def test_a_sheet_with_a_cell_over_128_kib_is_read(monitored, tmp_path, golden_co
     from qaeval.verdicts.sheets import sheet_rows as read_rows
 
     long_text = "word " * 40_000  # 200 KB
-    rows = [log_row(i, bad_citation=True, question=f"When does branch {i} open?", prompt=None,
-                    passages=[{"id": "hours", "text": long_text}]) for i in range(2)]
+    rows = [
+        log_row(
+            i,
+            bad_citation=True,
+            question=f"When does branch {i} open?",
+            prompt=None,
+            passages=[{"id": "hours", "text": long_text}],
+        )
+        for i in range(2)
+    ]
     log = write_jsonl(tmp_path / "log.jsonl", rows)
     record = tmp_path / "mon.json"
     assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet"]) == 0
@@ -657,8 +783,9 @@ def test_a_sheet_with_a_cell_over_128_kib_is_read(monitored, tmp_path, golden_co
     assert len(api.accept(write_rows(tmp_path / "f.csv", got), data=str(golden_copy)).added) == 1
     label_sheet = tmp_path / "labels.csv"
     label_sheet.write_text("case_id,axis,score\nx," + "y" * 200_000 + ",1\n")
-    assert [r["axis"] for _, _, r in read_rows(label_sheet, "label sheet", ("case_id", "axis", "score"))] == ["y" * 200_000]
-
+    assert [r["axis"] for _, _, r in read_rows(label_sheet, "label sheet", ("case_id", "axis", "score"))] == [
+        "y" * 200_000
+    ]
 
 
 def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_path):
@@ -670,8 +797,23 @@ def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_pa
     os.mkfifo(fifo)
     forged = tmp_path / "forged.json"
     forged.write_text(record.read_text().replace(json.dumps(str(log)), json.dumps(str(fifo))))
-    done = subprocess.run([sys.executable, "-m", "qaeval", "propose", "--from-monitor", str(forged), "--out",
-                           str(tmp_path / "s.csv"), "--n", "2"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qaeval",
+            "propose",
+            "--from-monitor",
+            str(forged),
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--n",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 65 and "not a regular file" in done.stderr, done.stderr
 
 
@@ -684,9 +826,17 @@ def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_pa
     os.mkfifo(fifo)
     assert main(["propose", "--from-monitor", str(fifo), "--out", str(tmp_path / "s.csv")]) == 65
     assert "not a regular file" in capsys.readouterr().err
-    rows = [log_row(i, bad_citation=True, question=f"When does branch {i} open?", answer="Nine.\n",
-                    citations=[{"source_id": "missing", "claim": "Nine."}],
-                    timestamp="2026-02-01T10:00:00.250Z" if i % 2 else "2026-02-01T09:00:00Z") for i in range(4)]
+    rows = [
+        log_row(
+            i,
+            bad_citation=True,
+            question=f"When does branch {i} open?",
+            answer="Nine.\n",
+            citations=[{"source_id": "missing", "claim": "Nine."}],
+            timestamp="2026-02-01T10:00:00.250Z" if i % 2 else "2026-02-01T09:00:00Z",
+        )
+        for i in range(4)
+    ]
     log = write_jsonl(tmp_path / "log.jsonl", rows)
     record = tmp_path / "mon.json"
     assert main(["monitor", "--logs", str(log), "--window", "1D", "--save", str(record), "--quiet"]) == 0

@@ -11,9 +11,14 @@ from conftest import ROOT
 
 
 def pytest_at_root(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "QAEVAL_PROGRESS": "0"})
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "QAEVAL_PROGRESS": "0"},
+    )
 
 
 def test_the_readme_command_collects_only_the_golden_cases():
@@ -33,12 +38,29 @@ def test_a_run_that_fails_is_run_once_and_reported_on_every_item(tmp_path):
     """Issue 40: after a failure each item ran the suite again: a factory that raises was called 15 times
     for 15 cases (and a hanging one waited --startup-timeout 15 times)."""
     calls = tmp_path / "calls"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
-                           "-m", "qaeval", "--qaeval-adapter", "plugins:make_counted_raising_factory",
-                           "--qaeval-isolation", "none"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "QAEVAL_PROGRESS": "0", "QAEVAL_TEST_CALLS": str(calls),
-                               "PYTHONPATH": str(ROOT / "tests")})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--qaeval-data",
+            "golden",
+            "-m",
+            "qaeval",
+            "--qaeval-adapter",
+            "plugins:make_counted_raising_factory",
+            "--qaeval-isolation",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "QAEVAL_PROGRESS": "0", "QAEVAL_TEST_CALLS": str(calls), "PYTHONPATH": str(ROOT / "tests")},
+    )
     assert done.stdout.splitlines()[-1].startswith("15 failed"), done.stdout[-1500:]
     assert calls.read_text().splitlines() == ["built"], "the factory is called once, not once per case"
     assert done.stdout.count("the index is not there") >= 15
@@ -46,9 +68,28 @@ def test_a_run_that_fails_is_run_once_and_reported_on_every_item(tmp_path):
 
 def test_a_miscitation_names_the_cited_source_beside_the_gold_one():
     """With a cite-the-second-passage bug the message said only `judged unfaithful (score 0)`."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
-                           "--qaeval-adapter", "plugins:make_cites_second", "-m", "qaeval", "-k", "single-0003"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT / "tests")})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--qaeval-data",
+            "golden",
+            "--qaeval-adapter",
+            "plugins:make_cites_second",
+            "-m",
+            "qaeval",
+            "-k",
+            "single-0003",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": str(ROOT / "tests")},
+    )
     assert done.returncode == 1, done.stdout[-2000:]
     assert "judged unfaithful (score 0; cited media-studio; gold eastside-profile)" in done.stdout, done.stdout[-2000:]

@@ -11,7 +11,7 @@ from conftest import GOLDEN, LABELS
 
 from qaeval import RecordError, api, load_run
 from qaeval.cli import main
-from qaeval.record import FORMAT, VERSION
+from qaeval.record.write import FORMAT, VERSION
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
@@ -43,11 +43,34 @@ def test_the_record_holds_everything_a_run_knew(golden_run, tmp_path):
     data = json.loads(golden_run.save(tmp_path / "run.json").read_text())
     assert data["format"] == FORMAT and data["version"] == VERSION and data["kind"] == "run"
     meta = data["meta"]
-    assert {"adapter", "judge", "isolation", "concurrency", "executor", "k", "timeout", "data", "created", "git_commit",
-            "qaeval_version", "python"} <= set(meta)
+    assert {
+        "adapter",
+        "judge",
+        "isolation",
+        "concurrency",
+        "executor",
+        "k",
+        "timeout",
+        "data",
+        "created",
+        "git_commit",
+        "qaeval_version",
+        "python",
+    } <= set(meta)
     line = next(c for c in data["cases"] if c["case_id"] == "single-0002")
-    assert set(line) == {"case_id", "case", "fingerprint", "output", "checks", "retrieval", "verdicts", "trajectory",
-                         "passed", "fail_reasons", "units"}
+    assert set(line) == {
+        "case_id",
+        "case",
+        "fingerprint",
+        "output",
+        "checks",
+        "retrieval",
+        "verdicts",
+        "trajectory",
+        "passed",
+        "fail_reasons",
+        "units",
+    }
     assert line["output"]["prompt_to_model"].startswith("Answer the question")
     assert {"quote", "rationale", "decoy_id"} <= set(line["verdicts"][0])
     assert line["case"]["gold_answer"] == "$40"
@@ -56,12 +79,19 @@ def test_the_record_holds_everything_a_run_knew(golden_run, tmp_path):
 def test_gate_calibrate_and_drift_results_round_trip(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    gate = api.gate_run(str(GOLDEN / "buggy"), baseline=str(baseline), adapter="qaeval.system.saboteur:make_adapter",
-                        save=str(tmp_path / "gate.json"))
+    gate = api.gate_run(
+        str(GOLDEN / "buggy"),
+        baseline=str(baseline),
+        adapter="qaeval.system.saboteur:make_adapter",
+        save=str(tmp_path / "gate.json"),
+    )
     calibration = api.calibrate_run(str(GOLDEN), labels=str(LABELS), save=str(tmp_path / "cal.json"))
     drift = api.drift_run(str(GOLDEN), timeseries=str(tmp_path / "h.jsonl"), save=str(tmp_path / "drift.json"))
-    for result, path, kind in ((gate, "gate.json", GateResult), (calibration, "cal.json", CalibrationResult),
-                               (drift, "drift.json", DriftResult)):
+    for result, path, kind in (
+        (gate, "gate.json", GateResult),
+        (calibration, "cal.json", CalibrationResult),
+        (drift, "drift.json", DriftResult),
+    ):
         again = load_run(tmp_path / path)
         assert isinstance(again, kind)
         assert (again.ok, again.verdict, again.exit_code) == (result.ok, result.verdict, result.exit_code)
@@ -72,8 +102,20 @@ def test_gate_calibrate_and_drift_results_round_trip(tmp_path):
 
 
 def test_baseline_with_html_calls_the_system_once_per_case(tmp_path, spy):
-    code = main(["baseline", "--data", str(GOLDEN), "--adapter", "plugins:make_counting", "--out",
-                 str(tmp_path / "b.json"), "--html", str(tmp_path / "run.html"), "--quiet"])
+    code = main(
+        [
+            "baseline",
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "plugins:make_counting",
+            "--out",
+            str(tmp_path / "b.json"),
+            "--html",
+            str(tmp_path / "run.html"),
+            "--quiet",
+        ]
+    )
     assert code == 0 and len(calls(spy)) == 15, "once per case, not once for the baseline and again for the report"
     assert "GREEN" in (tmp_path / "run.html").read_text()
 
@@ -82,10 +124,24 @@ def test_baseline_with_html_calls_the_system_once_per_case(tmp_path, spy):
 def test_every_html_command_calls_the_system_once_per_case(tmp_path, spy, command):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    extra = {"gate": ["--baseline", str(baseline)], "calibrate": ["--labels", str(LABELS)],
-             "drift": ["--timeseries", str(tmp_path / "h.jsonl")]}[command]
-    main([command, "--data", str(GOLDEN), "--adapter", "plugins:make_counting", *extra, "--html",
-          str(tmp_path / "r.html"), "--quiet"])
+    extra = {
+        "gate": ["--baseline", str(baseline)],
+        "calibrate": ["--labels", str(LABELS)],
+        "drift": ["--timeseries", str(tmp_path / "h.jsonl")],
+    }[command]
+    main(
+        [
+            command,
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "plugins:make_counting",
+            *extra,
+            "--html",
+            str(tmp_path / "r.html"),
+            "--quiet",
+        ]
+    )
     expected = 10 if command == "drift" else 15  # drift re-runs the frozen split only
     assert len(calls(spy)) == expected
     assert (tmp_path / "r.html").stat().st_size > 10_000
@@ -95,8 +151,20 @@ def test_report_renders_a_record_without_calling_anything(tmp_path, spy):
     record = tmp_path / "gate.json"
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_counting", "--baseline", str(baseline),
-          "--save", str(record), "--quiet"])
+    main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "plugins:make_counting",
+            "--baseline",
+            str(baseline),
+            "--save",
+            str(record),
+            "--quiet",
+        ]
+    )
     before = len(calls(spy))
     assert main(["report", str(record), "--html", str(tmp_path / "gate.html")]) == 0
     assert len(calls(spy)) == before
@@ -124,8 +192,18 @@ def test_compare_names_every_changed_case_and_metric(tmp_path, capsys):
     assert main(["compare", str(baseline), str(after), "--html", str(tmp_path / "compare.html")]) == 0
     out = capsys.readouterr().out
     comparison = api.compare(baseline, after)
-    assert comparison.regressed == ["single-0001", "single-0002", "single-0003", "single-0004", "abstain-0001",
-                                    "abstain-0002", "single-0005", "single-0006", "single-0007", "abstain-0003"]
+    assert comparison.regressed == [
+        "single-0001",
+        "single-0002",
+        "single-0003",
+        "single-0004",
+        "abstain-0001",
+        "abstain-0002",
+        "single-0005",
+        "single-0006",
+        "single-0007",
+        "abstain-0003",
+    ]
     for cid in comparison.changed["case_id"]:
         assert cid in out
     worse = set(comparison.worse_metrics)
@@ -144,23 +222,37 @@ def test_compare_of_a_run_with_itself_finds_nothing(golden_run):
 def test_gate_report_shows_the_baseline_answer_beside_the_new_one(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    main(["gate", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--baseline", str(baseline),
-          "--html", str(tmp_path / "gate.html")])
+    main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN),
+            "--adapter",
+            "plugins:make_abstain_on_dvd",
+            "--baseline",
+            str(baseline),
+            "--html",
+            str(tmp_path / "gate.html"),
+        ]
+    )
     page = (tmp_path / "gate.html").read_text()
-    block = page[page.index('id="case-single-0001"'):]
+    block = page[page.index('id="case-single-0001"') :]
     block = block[: block.index("</details>")]
     assert "Baseline answer" in block and "passed in the baseline" in block and "Digital loans expire" in block
     assert "(abstained)" in block
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{", "not valid JSON"),
-    ('{"format": "qaeval-record", "version": 4}', "record version 4 is not one this qaeval reads (3)"),
-    ('{"format": "qaeval-record", "version": 1}', "version 1 was written before fail reasons carried codes"),
-    ('{"format": "qaeval-record", "version": 3, "kind": "run"}', "field 'meta' missing"),
-    ('{"format": "qaeval-baseline/1"}', "a qaeval 0.1 baseline"),
-    ("[" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{", "not valid JSON"),
+        ('{"format": "qaeval-record", "version": 4}', "record version 4 is not one this qaeval reads (3)"),
+        ('{"format": "qaeval-record", "version": 1}', "version 1 was written before fail reasons carried codes"),
+        ('{"format": "qaeval-record", "version": 3, "kind": "run"}', "field 'meta' missing"),
+        ('{"format": "qaeval-baseline/1"}', "a qaeval 0.1 baseline"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
 def test_a_bad_record_exits_65(tmp_path, capsys, content, message):
     path = tmp_path / "r.json"
     path.write_text(content)
@@ -200,24 +292,45 @@ def test_compare_report_says_a_passing_baseline_case_was_not_judged_correct(tmp_
     in the baseline (checks, faithfulness), which a reviewer read as "right"."""
     before, after = tmp_path / "before.json", tmp_path / "after.json"
     assert main(["run", "--data", str(GOLDEN), "--save", str(before), "--quiet"]) == 0
-    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--save", str(after),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            ["run", "--data", str(GOLDEN), "--adapter", "plugins:make_abstain_on_dvd", "--save", str(after), "--quiet"]
+        )
+        == 0
+    )
     assert main(["compare", str(before), str(after), "--html", str(tmp_path / "compare.html")]) == 0
     page = (tmp_path / "compare.html").read_text()
-    block = page[page.index('id="case-single-0001"'):]
+    block = page[page.index('id="case-single-0001"') :]
     block = block[: block.index("</details>")]
-    assert ("passed in the baseline (checks, faithfulness, trajectory); answer judged not correct (answer "
-            "correctness is not gated)") in block
+    assert (
+        "passed in the baseline (checks, faithfulness, trajectory); answer judged not correct (answer "
+        "correctness is not gated)"
+    ) in block
 
 
 def test_gate_drilldown_says_the_citation_moved_when_the_answer_did_not(tmp_path):
     """A cite-the-second-passage bug: the baseline's answer and the new one read the same, and nothing said
     the citation had moved."""
     page = tmp_path / "gate.html"
-    assert main(["gate", "--data", str(GOLDEN), "--baseline", str(GOLDEN / "ci-baseline.json"), "--adapter",
-                 "plugins:make_cites_second", "--quiet", "--html", str(page)]) == 1
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                str(GOLDEN),
+                "--baseline",
+                str(GOLDEN / "ci-baseline.json"),
+                "--adapter",
+                "plugins:make_cites_second",
+                "--quiet",
+                "--html",
+                str(page),
+            ]
+        )
+        == 1
+    )
     text = page.read_text()
-    block = text[text.index('id="case-single-0003"'):]
+    block = text[text.index('id="case-single-0003"') :]
     block = block[: block.index("</details>")]
     assert "citation changed: eastside-profile → media-studio" in block
     assert "cited media-studio; gold eastside-profile" in block

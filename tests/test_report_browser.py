@@ -17,13 +17,26 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium(path, tmp_path, *extra) -> subprocess.CompletedProcess:
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *extra, path.as_uri()],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *extra, path.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 
@@ -36,8 +49,20 @@ def dump_dom(path, tmp_path) -> str:
 def saboteur_gate(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
     report = tmp / "gate.html"
-    code = main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", "qaeval.system.saboteur:make_adapter",
-                 "--baseline", str(GOLDEN / "ci-baseline.json"), "--html", str(report), "--quiet"])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN / "buggy"),
+            "--adapter",
+            "qaeval.system.saboteur:make_adapter",
+            "--baseline",
+            str(GOLDEN / "ci-baseline.json"),
+            "--html",
+            str(report),
+            "--quiet",
+        ]
+    )
     assert code == 1
     return report
 
@@ -45,11 +70,11 @@ def saboteur_gate(tmp_path_factory):
 def test_gate_report_on_the_saboteur_leads_with_block_and_draws_each_blocking_case(saboteur_gate, tmp_path):
     dom = dump_dom(saboteur_gate, tmp_path)
     banner = dom.index('class="qaeval-banner qaeval-block"')
-    assert ">BLOCK<" in dom[banner:banner + 600], "the verdict banner is the first thing on the page"
+    assert ">BLOCK<" in dom[banner : banner + 600], "the verdict banner is the first thing on the page"
     assert dom.index("qaeval-banner") < dom.index("<h2"), "the banner comes before every section"
     for case_id in ("buggy-leak-0001", "buggy-cite-0002", "buggy-refuse-0003", "buggy-stale-0004"):
         assert dom.count(f'id="case-{case_id}"') == 1, f"{case_id}: one drill-down"
-    leak = dom[dom.index('id="case-buggy-leak-0001"'):]
+    leak = dom[dom.index('id="case-buggy-leak-0001"') :]
     leak = leak[: leak.index("</details>")]
     passage = re.search(r'<div class="passage cited">(?:(?!</div>).)*visits-fy2024(?:(?!</div>).)*</div>', leak, re.S)
     assert passage and "<mark>" in passage.group(0), "the judge's quote is marked inside the passage it came from"

@@ -11,14 +11,13 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
+from qaeval.commands.pipeline import evaluate
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
-from qaeval.pipeline import evaluate
-from qaeval.record import load_run, run_record
+from qaeval.record.write import load_run, run_record
 from qaeval.scoring.evaluate import score_outputs
 
 TESTS = str(ROOT / "tests")
@@ -26,15 +25,31 @@ CASES = len(load_suite(GOLDEN))
 
 
 def qaeval(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "qaeval", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": TESTS, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "qaeval", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "QAEVAL_PROGRESS": "0", "PYTHONPATH": TESTS, **env},
+    )
 
 
 def interrupted(tmp_path: Path, *extra: str, stop_after: int = 7) -> tuple[dict[str, str], list[str]]:
     """A run Ctrl-C'd (by its own adapter) after ``stop_after`` answers: exit 130, its journal left."""
     env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": str(stop_after)}
-    args = ["run", "--data", str(GOLDEN), "--adapter", "plugins:make_interrupter", "--concurrency", "1",
-            "--save", "r.json", *extra]
+    args = [
+        "run",
+        "--data",
+        str(GOLDEN),
+        "--adapter",
+        "plugins:make_interrupter",
+        "--concurrency",
+        "1",
+        "--save",
+        "r.json",
+        *extra,
+    ]
     done = qaeval(*args, cwd=tmp_path, env=env)
     assert done.returncode == 130, done.stderr[-2000:]
     assert (tmp_path / "r.json.journal").exists() and not (tmp_path / "r.json").exists()
@@ -107,7 +122,7 @@ def test_failed_outputs_are_asked_again_unless_kept(tmp_path, monkeypatch):
     failed = first.outputs["error"].notna().sum()
     assert failed == 1
     # make the run look interrupted: put back a journal of it (written as a run writes it)
-    from qaeval.pipeline import run_identity
+    from qaeval.commands.pipeline import run_identity
     from qaeval.scoring.journal import JournalWriter
 
     suite = load_suite(GOLDEN)
@@ -116,15 +131,20 @@ def test_failed_outputs_are_asked_again_unless_kept(tmp_path, monkeypatch):
     for i, row in enumerate(first.outputs.to_dict("records")):
         writer.output(i, row, 0)
     writer.close()
-    kept = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record),
-                   resume=True, keep_errors=True)
+    kept = api.run(
+        str(GOLDEN),
+        adapter="plugins:make_raises_on_one",
+        isolation="none",
+        save=str(record),
+        resume=True,
+        keep_errors=True,
+    )
     assert kept.outputs["error"].notna().sum() == 1
     writer = JournalWriter(journal_path(record), ident)
     for i, row in enumerate(first.outputs.to_dict("records")):
         writer.output(i, row, 0)
     writer.close()
-    again = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record),
-                    resume=True)
+    again = api.run(str(GOLDEN), adapter="plugins:make_raises_on_one", isolation="none", save=str(record), resume=True)
     assert any("asked again" in n for n in again.notes)
 
 
@@ -201,8 +221,16 @@ def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_p
     calls = tmp_path / "calls"
     monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls))
     out = tmp_path / "b.json"
-    command = ["baseline", "--data", str(GOLDEN / "buggy"), "--out", str(out), "--adapter", "plugins:make_call_counter",
-               "--quiet"]
+    command = [
+        "baseline",
+        "--data",
+        str(GOLDEN / "buggy"),
+        "--out",
+        str(out),
+        "--adapter",
+        "plugins:make_call_counter",
+        "--quiet",
+    ]
     assert main(command) == 1
     assert "add --resume as well to keep this very run" in capsys.readouterr().err
     asked = len(calls.read_text().splitlines())
@@ -234,7 +262,7 @@ def test_a_run_that_opened_the_lock_file_as_the_holder_let_go_locks_the_file_the
     import fcntl
     from types import SimpleNamespace
 
-    from qaeval.errors import UsageError
+    from qaeval.core.errors import UsageError
     from qaeval.scoring import journal
 
     record = tmp_path / "r.json"
@@ -246,8 +274,11 @@ def test_a_run_that_opened_the_lock_file_as_the_holder_let_go_locks_the_file_the
         monkeypatch.setattr(journal, "fcntl", fcntl)  # and nothing else comes between
         return fcntl.flock(fd, how)
 
-    monkeypatch.setattr(journal, "fcntl", SimpleNamespace(flock=lock_once_the_first_run_is_done,
-                                                          LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    monkeypatch.setattr(
+        journal,
+        "fcntl",
+        SimpleNamespace(flock=lock_once_the_first_run_is_done, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB),
+    )
     with journal.hold(record):
         assert (tmp_path / "r.json.lock").exists(), "the lock held is the file the path names"
         with pytest.raises(UsageError, match=f"another qaeval run is writing {record}"):
@@ -260,8 +291,14 @@ def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settl
     monkeypatch.syspath_prepend(TESTS)
     calls_file = tmp_path / "calls"
     monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls_file))
-    run = api.run(str(GOLDEN), adapter="plugins:make_call_counter", trials=4, adaptive=True, isolation="none",
-                  save=str(tmp_path / "a.json"))
+    run = api.run(
+        str(GOLDEN),
+        adapter="plugins:make_call_counter",
+        trials=4,
+        adaptive=True,
+        isolation="none",
+        save=str(tmp_path / "a.json"),
+    )
     failing = int((~run.per_case["case_passed"]).sum())
     assert len(calls_file.read_text().splitlines()) == CASES + 3 * failing < 4 * CASES
     pc = run.per_case.set_index("case_id")
@@ -286,10 +323,23 @@ def test_adaptive_trials_run_a_registered_check_once_per_trial(tmp_path, monkeyp
 def test_adaptive_in_a_gate_gives_every_trial_to_a_case_the_baseline_had_flaky(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     base = tmp_path / "b.json"
-    api.baseline(str(GOLDEN), out=str(base), adapter="plugins:make_abstain_every_other", trials=4,
-                 isolation="none", concurrency=1, allow_failing=True)
-    result = api.gate_run(str(GOLDEN), baseline=str(base), trials=4, adaptive=True, isolation="none",
-                          adapter="qaeval.system.reference:make_adapter")
+    api.baseline(
+        str(GOLDEN),
+        out=str(base),
+        adapter="plugins:make_abstain_every_other",
+        trials=4,
+        isolation="none",
+        concurrency=1,
+        allow_failing=True,
+    )
+    result = api.gate_run(
+        str(GOLDEN),
+        baseline=str(base),
+        trials=4,
+        adaptive=True,
+        isolation="none",
+        adapter="qaeval.system.reference:make_adapter",
+    )
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     pc = result.run.per_case.set_index("case_id")
     assert pc.at[dvd, "trials"] == 4 and pc.at[dvd, "case_passed"], "flaky in the baseline: every trial"
@@ -321,9 +371,12 @@ def test_the_streamed_request_is_the_request_scoring_builds(data, tmp_path, monk
     suite = load_suite(folder)
     run = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), isolation="none")
     rubric = Rubric.load()
-    batch = {r.case_id: request_key(r) for r in build_requests(suite.to_frame(), run.outputs,
-                                                                 used_sources(suite, run.outputs, suite.sources_frame()),
-                                                                 rubric)}
+    batch = {
+        r.case_id: request_key(r)
+        for r in build_requests(
+            suite.to_frame(), run.outputs, used_sources(suite, run.outputs, suite.sources_frame()), rubric
+        )
+    }
     streamed = {}
     for row in run.outputs.to_dict("records"):
         req = request_for(suite, rubric, suite[row["case_id"]], row)
@@ -396,16 +449,26 @@ def test_a_journal_path_that_is_not_a_regular_file_is_refused_not_followed_or_wa
     else:
         journal.symlink_to(precious)
     for extra in ([], ["--resume"]):
-        done = qaeval("run", "--data", str(GOLDEN), "--save", "r.json", "--isolation", "none", *extra, cwd=tmp_path,
-                      env={})
+        done = qaeval(
+            "run", "--data", str(GOLDEN), "--save", "r.json", "--isolation", "none", *extra, cwd=tmp_path, env={}
+        )
         assert done.returncode == 74 and "journal" in done.stderr, (extra, done.stderr[-500:])
     assert precious.read_text() == "keep me"
 
 
 def test_outputs_made_without_the_boundary_are_not_resumed_into_a_run_that_enforces_it(tmp_path):
     env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": "5"}
-    args = ["run", "--data", str(GOLDEN), "--adapter", "plugins:make_interrupter", "--concurrency", "1",
-            "--save", "r.json"]
+    args = [
+        "run",
+        "--data",
+        str(GOLDEN),
+        "--adapter",
+        "plugins:make_interrupter",
+        "--concurrency",
+        "1",
+        "--save",
+        "r.json",
+    ]
     done = qaeval(*args, "--isolation", "none", cwd=tmp_path, env={**env, "QAEVAL_TEST_IN_HARNESS": "1"})
     assert done.returncode == 130
     done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})

@@ -50,11 +50,15 @@ def test_a_run_whose_retrieved_ids_the_cases_do_not_know_says_why_retrieval_read
     from qaeval.cli import main
 
     page = tmp_path / "run.html"
-    assert main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_own_ids", "--quiet", "--html", str(page)]) == 0
+    assert (
+        main(["run", "--data", str(GOLDEN), "--adapter", "plugins:make_own_ids", "--quiet", "--html", str(page)]) == 0
+    )
     out = capsys.readouterr().out
     assert "TIER 1: GREEN" in out and "rerank_mrr                      0.000" in out
-    note = ("24 of the 24 retrieved ids (100%) are not ids of the cases' sources: retrieval compares retrieved ids "
-            "with the gold source ids, so recall and MRR read 0 for them")
+    note = (
+        "24 of the 24 retrieved ids (100%) are not ids of the cases' sources: retrieval compares retrieved ids "
+        "with the gold source ids, so recall and MRR read 0 for them"
+    )
     assert f"note: {note}" in out
     import html
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from conftest import GOLDEN, ROOT
+from test_report_browser import CHROMIUM, dump_dom
 
 import qaeval.api as qa
 from qaeval.cli import main
 from qaeval.scoring.metrics import METRIC_NAMES
-from test_report_browser import CHROMIUM, dump_dom
 
 SABOTEUR = "qaeval.system.saboteur:make_adapter"
 MARKUP = "<script>document.body.setAttribute('data-pwned','runs')</script>"
@@ -32,14 +32,68 @@ def saved(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("runs")
     folder = tmp / "reports"
     (folder / "baselines").mkdir(parents=True)
-    assert main(["run", "--data", str(GOLDEN), "--save", str(folder / "run.json"), "--html", str(folder / "run.html"),
-                 "--quiet"]) == 0
-    assert main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", SABOTEUR, "--baseline",
-                 str(GOLDEN / "ci-baseline.json"), "--save", str(folder / "gate-saboteur.json"), "--quiet"]) == 1
-    assert main(["calibrate", "--labelled", str(ROOT / "examples" / "labelled-set.jsonl"), "--min-labels", "5",
-                 "--save", str(folder / "calibrate.json"), "--quiet"]) == 2
-    assert main(["drift", "--data", str(GOLDEN), "--timeseries", str(tmp / "history.jsonl"),
-                 "--save", str(folder / "drift.json"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--data",
+                str(GOLDEN),
+                "--save",
+                str(folder / "run.json"),
+                "--html",
+                str(folder / "run.html"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                str(GOLDEN / "buggy"),
+                "--adapter",
+                SABOTEUR,
+                "--baseline",
+                str(GOLDEN / "ci-baseline.json"),
+                "--save",
+                str(folder / "gate-saboteur.json"),
+                "--quiet",
+            ]
+        )
+        == 1
+    )
+    assert (
+        main(
+            [
+                "calibrate",
+                "--labelled",
+                str(ROOT / "examples" / "labelled-set.jsonl"),
+                "--min-labels",
+                "5",
+                "--save",
+                str(folder / "calibrate.json"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "drift",
+                "--data",
+                str(GOLDEN),
+                "--timeseries",
+                str(tmp / "history.jsonl"),
+                "--save",
+                str(folder / "drift.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     shutil.copy(GOLDEN / "ci-baseline.json", folder / "baselines" / "ci-baseline.json")
     data = json.loads((folder / "run.json").read_text())
     data["meta"]["adapter"] = f"evil {MARKUP}"  # loads: how a run was made is not derived from its cases
@@ -56,9 +110,14 @@ def test_one_row_per_record_with_its_metrics_and_the_unreadable_with_their_reaso
     rows = table.set_index(table["path"].map(lambda p: Path(p).name))
     read = rows[rows["reason"].isna()]
     assert sorted(read["kind"]) == ["calibrate", "drift", "gate", "run", "run", "run"]
-    assert rows.at["gate-saboteur.json", "verdict"] == "BLOCK" and rows.at["calibrate.json", "verdict"] == "RETUNE JUDGE"
+    assert (
+        rows.at["gate-saboteur.json", "verdict"] == "BLOCK" and rows.at["calibrate.json", "verdict"] == "RETUNE JUDGE"
+    )
     assert "saboteur" in rows.at["gate-saboteur.json", "adapter"]
-    assert rows.at["edited.json", "reason"].startswith("RecordError") and "faithfulness_rate" in rows.at["edited.json", "reason"]
+    assert (
+        rows.at["edited.json", "reason"].startswith("RecordError")
+        and "faithfulness_rate" in rows.at["edited.json", "reason"]
+    )
     assert "not valid JSON" in rows.at[f"broken {NAME}.json", "reason"]
     assert rows.loc[["edited.json", f"broken {NAME}.json"], "kind"].isna().all(), "nothing else is claimed for them"
     run = qa.load_run(saved / "run.json")
@@ -67,7 +126,9 @@ def test_one_row_per_record_with_its_metrics_and_the_unreadable_with_their_reaso
         for suffix, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"), ("_n", "n")):
             assert rows.at["run.json", m + suffix] == pytest.approx(board.at[m, column], nan_ok=True), m + suffix
     assert rows.at["run.json", "data_fingerprint"] == run.suite.fingerprint
-    assert rows.at["run.json", "commit"] == run.meta.git_commit and rows.at["run.json", "judge"] == run.meta.judge.label()
+    assert (
+        rows.at["run.json", "commit"] == run.meta.git_commit and rows.at["run.json", "judge"] == run.meta.judge.label()
+    )
     assert rows.at["run.json", "report"] == str(saved / "run.html") and rows.at["drift.json", "report"] is None
     assert table["time"].dropna().is_monotonic_increasing, "in time order"
     assert table["time"].isna().iloc[-3:].all(), "records without a time (the baseline, the unreadable) come last"

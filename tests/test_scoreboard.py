@@ -6,14 +6,14 @@ import json
 import math
 
 import numpy as np
-import pandas as pd  # noqa: F401
+import pandas as pd
 import pytest
 from conftest import GOLDEN, make_case
 from helpers import frames, output
 
 from qaeval.cli import main
-from qaeval.scoring.evaluate import score_outputs
 from qaeval.judges.offline import OfflineJudge
+from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.metrics import METRIC_NAMES, METRICS, ratio_with_interval
 
 
@@ -45,8 +45,11 @@ def test_metric_with_nothing_to_average_is_nan_with_n_zero(tmp_path):
 
 
 def test_abstention_is_not_counted_as_a_faithful_answer(tmp_path):
-    suite, _, outs, _ = frames(tmp_path, [make_case(id="a"), make_case(id="b")],
-                               [output("a"), output("b", abstained=True, answer="", citations=[])])
+    suite, _, outs, _ = frames(
+        tmp_path,
+        [make_case(id="a"), make_case(id="b")],
+        [output("a"), output("b", abstained=True, answer="", citations=[])],
+    )
     board = score_outputs(suite, outs, OfflineJudge()).scoreboard.set_index("metric")
     assert board.at["faithfulness_rate", "n"] == 1 and board.at["faithfulness_rate", "value"] == 1.0
     assert board.at["over_refusal_rate", "value"] == 0.5
@@ -89,7 +92,11 @@ def test_per_case_frame_joins_every_layer(golden_run):
     assert len(pc) == len(golden_run.suite)
     assert "<table" in golden_run._repr_html_() and "GREEN" in golden_run._repr_html_()
     assert not [c for c in pc.columns if "__" in c], "bookkeeping lives in .units, not in the frame people read"
-    assert list(golden_run.units.columns[:3]) == ["case_id", "deterministic_pass_rate__num", "deterministic_pass_rate__den"]
+    assert list(golden_run.units.columns[:3]) == [
+        "case_id",
+        "deterministic_pass_rate__num",
+        "deterministic_pass_rate__den",
+    ]
 
 
 def test_repr_is_short(golden_run):
@@ -147,7 +154,7 @@ def test_progress_falls_back_to_a_text_bar_without_ipywidgets(monkeypatch):
     import tqdm
     import tqdm.notebook
 
-    from qaeval.plugins import _tqdm_class
+    from qaeval.boundary.plugins import _tqdm_class
 
     monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
     monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))

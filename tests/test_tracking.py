@@ -18,11 +18,11 @@ from conftest import GOLDEN, ROOT
 
 import qaeval.api as qa
 from qaeval.cli import main
-from qaeval.tracking import HTTP_LIMITS, TrackingWarning, track
+from qaeval.commands.tracking import HTTP_LIMITS, TrackingWarning, track
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (the dev set-up installs it)")
-from mlflow import MlflowClient  # noqa: E402
-from mlflow.entities import ViewType  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402  (after the importorskip for the mlflow extra)
+from mlflow.entities import ViewType  # noqa: E402  (after the importorskip for the mlflow extra)
 
 BASELINE = str(GOLDEN / "ci-baseline.json")
 SABOTEUR = "qaeval.system.saboteur:make_adapter"
@@ -35,6 +35,7 @@ def test_mlflow_sends_no_telemetry_from_the_tests():
     from mlflow.telemetry.utils import is_telemetry_disabled
 
     assert is_telemetry_disabled() and client.get_telemetry_client() is None
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -54,10 +55,27 @@ class Server:
             return
         log = open(self.folder / "server.log", "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
-             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
-            cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                f"sqlite:///{self.folder / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(self.folder / "artifacts"),
+                "--workers",
+                "1",
+            ],
+            cwd=self.folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_until_ready(deadline_s)
 
     def _wait_until_ready(self, deadline_s: float) -> None:
@@ -112,8 +130,24 @@ def only_run(client: MlflowClient, experiment: str):
 
 def test_a_gate_logged_to_a_tracking_server_reads_back_through_mlflows_client(running, tmp_path, capsys):
     report, record = tmp_path / "gate.html", tmp_path / "gate.json"
-    code = main(["gate", "--data", str(GOLDEN), "--baseline", BASELINE, "--quiet", "--html", str(report),
-                 "--save", str(record), "--mlflow", running.url, "--mlflow-experiment", "gates"])
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN),
+            "--baseline",
+            BASELINE,
+            "--quiet",
+            "--html",
+            str(report),
+            "--save",
+            str(record),
+            "--mlflow",
+            running.url,
+            "--mlflow-experiment",
+            "gates",
+        ]
+    )
     assert code == 0
     assert "MLflow: logged run" in capsys.readouterr().err
     client = MlflowClient(running.url)
@@ -123,9 +157,15 @@ def test_a_gate_logged_to_a_tracking_server_reads_back_through_mlflows_client(ru
     board = qa.load_run(record).run.scoreboard.set_index("metric")
     for metric in ("faithfulness_rate", "retrieval_recall_at_k", "multi_step_task_success"):
         for suffix, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"), ("_n", "n")):
-            assert logged.data.metrics[metric + suffix] == pytest.approx(float(board.at[metric, column])), metric + suffix
+            assert logged.data.metrics[metric + suffix] == pytest.approx(float(board.at[metric, column])), (
+                metric + suffix
+            )
     params = logged.data.params
-    assert (params["adapter"], params["judge_name"], params["k"]) == ("qaeval.system.reference:make_adapter", "offline", "5")
+    assert (params["adapter"], params["judge_name"], params["k"]) == (
+        "qaeval.system.reference:make_adapter",
+        "offline",
+        "5",
+    )
     assert params["data_fingerprint"] == qa.load_run(record).run.suite.fingerprint
     names = {a.path for a in client.list_artifacts(logged.info.run_id)}
     assert names == {"record.json", "report.html", "per_case.csv"}
@@ -138,15 +178,29 @@ def test_a_gate_logged_to_a_tracking_server_reads_back_through_mlflows_client(ru
     assert "trajectory failed (" in table and "FailReason(" not in table, "fail reasons as their messages"
 
 
-@pytest.mark.parametrize("adapter, data, expected", [(None, GOLDEN, 0), (SABOTEUR, GOLDEN / "buggy", 1)],
-                         ids=["golden passes", "saboteur blocked"])
-def test_with_the_server_stopped_a_gate_keeps_its_own_exit_code_and_record(server, tmp_path, capsys, adapter, data,
-                                                                           expected):
+@pytest.mark.parametrize(
+    "adapter, data, expected",
+    [(None, GOLDEN, 0), (SABOTEUR, GOLDEN / "buggy", 1)],
+    ids=["golden passes", "saboteur blocked"],
+)
+def test_with_the_server_stopped_a_gate_keeps_its_own_exit_code_and_record(
+    server, tmp_path, capsys, adapter, data, expected
+):
     server.stop()
     record = tmp_path / "gate.json"
     secret_url = server.url.replace("http://", "http://alice:hunter2@")
-    argv = ["gate", "--data", str(data), "--baseline", BASELINE, "--quiet", "--save", str(record),
-            "--mlflow", secret_url] + (["--adapter", adapter] if adapter else [])
+    argv = [
+        "gate",
+        "--data",
+        str(data),
+        "--baseline",
+        BASELINE,
+        "--quiet",
+        "--save",
+        str(record),
+        "--mlflow",
+        secret_url,
+    ] + (["--adapter", adapter] if adapter else [])
     assert main(argv) == expected
     err = capsys.readouterr().err
     assert "qaeval: warning: could not log to MLflow" in err and "verdict, the exit code and any saved record" in err
@@ -195,8 +249,9 @@ def test_a_refused_write_is_a_warning_and_the_result_stands(tmp_path, monkeypatc
 
 def test_a_tracker_that_is_down_warns_through_the_api(tmp_path):
     with pytest.warns(TrackingWarning, match=r"http://\*\*\*@127\.0\.0\.1"):
-        result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=f"http://u:p@127.0.0.1:{free_port()}",
-                                  save=str(tmp_path / "c.json"))
+        result = qa.calibrate_run(
+            labelled=LABELLED, min_labels=5, mlflow=f"http://u:p@127.0.0.1:{free_port()}", save=str(tmp_path / "c.json")
+        )
     assert result.exit_code == 2 and qa.load_run(tmp_path / "c.json").verdict == "RETUNE JUDGE"
 
 
@@ -228,7 +283,6 @@ def test_a_server_address_without_its_scheme_is_a_usage_error_naming_the_fix(uri
     assert not (tmp_path / "r.json").exists() and not Path(uri.split(":")[0]).exists()
 
 
-
 def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
     seen = {}
 
@@ -251,14 +305,22 @@ def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path,
     citation_resolvability and holds a meaningless answer correctness), and its table is per row."""
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = qa.score_logs(str(ROOT / "examples" / "traffic.jsonl"), by=["model_version"], sample=20, seed=1,
-                           mlflow=uri, mlflow_experiment="traffic")
+    result = qa.score_logs(
+        str(ROOT / "examples" / "traffic.jsonl"),
+        by=["model_version"],
+        sample=20,
+        seed=1,
+        mlflow=uri,
+        mlflow_experiment="traffic",
+    )
     client = MlflowClient(uri)
     logged = only_run(client, "traffic")
     assert (logged.data.tags["kind"], logged.data.tags["verdict"]) == ("monitor", result.verdict)
     board = result.scoreboard.set_index("metric")
     assert logged.data.metrics["citation_resolvability"] == pytest.approx(board.at["citation_resolvability", "value"])
-    assert logged.data.metrics["deterministic_pass_rate_n"] == board.at["deterministic_pass_rate", "n"] == len(result.rows)
+    assert (
+        logged.data.metrics["deterministic_pass_rate_n"] == board.at["deterministic_pass_rate", "n"] == len(result.rows)
+    )
     assert "answer_correctness" not in logged.data.metrics
     names = {a.path for a in client.list_artifacts(logged.info.run_id)}
     assert {"record.json", "per_row.csv"} <= names and "per_case.csv" not in names
@@ -266,7 +328,7 @@ def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path,
 
 def test_a_tracker_message_that_breaks_into_lines_is_warned_whole(tmp_path, monkeypatch):
     """A new user's report: MLflow's "use either of the following methods:" was cut at the colon."""
-    import qaeval.tracking as tracking
+    import qaeval.commands.tracking as tracking
 
     def refuse(*args, **kwargs):
         raise RuntimeError("the tracking URI must be http:\n - set MLFLOW_TRACKING_URI\n - call set_tracking_uri")
@@ -287,7 +349,7 @@ def tracking_warning(caught) -> str:
 
 def test_a_password_holding_an_at_sign_is_redacted_whole():
     """Issue 40: redaction stopped at the first "@", printing the rest of the password."""
-    from qaeval.tracking import redact
+    from qaeval.commands.tracking import redact
 
     assert redact("http://alice:Tr0ub@dor-x9@host:5000/x") == "http://***@host:5000/x"
     assert redact("see http://u:p@a and https://v:q@b/c") == "see http://***@a and https://***@b/c"

@@ -7,10 +7,17 @@ from helpers import S1, S2, frames, output
 
 from qaeval.scoring.trajectory import score_trajectories
 
-TWO_HOP = make_case(difficulty="multi-hop", gold_answer="14 years", gold_source_ids=["s1", "s2"],
-                    question="How many years after Eastside did Northgate open?",
-                    checkpoints=[{"kind": "cited", "source_id": "s1"}, {"kind": "cited", "source_id": "s2"},
-                                 {"kind": "answer_mentions", "text": "14"}])
+TWO_HOP = make_case(
+    difficulty="multi-hop",
+    gold_answer="14 years",
+    gold_source_ids=["s1", "s2"],
+    question="How many years after Eastside did Northgate open?",
+    checkpoints=[
+        {"kind": "cited", "source_id": "s1"},
+        {"kind": "cited", "source_id": "s2"},
+        {"kind": "answer_mentions", "text": "14"},
+    ],
+)
 BOTH = [{"source_id": "s1", "claim": S1}, {"source_id": "s2", "claim": S2}]
 
 

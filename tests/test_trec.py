@@ -8,12 +8,12 @@ import random
 from pathlib import Path
 
 import pytest
-
 from conftest import GOLDEN, make_case, write_cases
+
 from qaeval import api
 from qaeval.cli import main
-from qaeval.export import QRELS_FILE, RUN_FILE, runtag
-from qaeval.record import load_run
+from qaeval.commands.export import QRELS_FILE, RUN_FILE, runtag
+from qaeval.record.write import load_run
 from qaeval.scoring.retrieval import case_retrieval
 
 try:
@@ -22,8 +22,10 @@ except ImportError:  # pragma: no cover
     ir_measures = None
 
 needs_ir_measures = pytest.mark.skipif(
-    ir_measures is None, reason="ir-measures is not installed (pip install 'ir-measures>=0.4'): the reference "
-                                "implementation retrieval is checked against")
+    ir_measures is None,
+    reason="ir-measures is not installed (pip install 'ir-measures>=0.4'): the reference "
+    "implementation retrieval is checked against",
+)
 FIGURES = ("precision_at_k", "recall_at_k", "mrr", "ndcg_at_k")
 
 
@@ -44,7 +46,7 @@ def random_cases(n: int, seed: int = 19) -> list[tuple[str, list[str], list[str]
         candidates = [g for g in gold if rng.random() < 0.7] + rng.sample(pool, 20)
         ranking = list(dict.fromkeys(candidates))
         rng.shuffle(ranking)
-        cases.append((f"q{i}", gold, ranking[:rng.randint(0, 20)], rng.choice((1, 3, 5, 10))))
+        cases.append((f"q{i}", gold, ranking[: rng.randint(0, 20)], rng.choice((1, 3, 5, 10))))
     return cases
 
 
@@ -54,8 +56,11 @@ def reference_figures(cases: list[tuple[str, list[str], list[str], int]]) -> dic
     for k in sorted({c[3] for c in cases}):
         chosen = [c for c in cases if c[3] == k]
         qrels = [ir_measures.Qrel(qid, g, 1) for qid, gold, _, _ in chosen for g in gold]
-        run = [ir_measures.ScoredDoc(qid, d, float(len(ranking) - r))
-               for qid, _, ranking, _ in chosen for r, d in enumerate(ranking)]
+        run = [
+            ir_measures.ScoredDoc(qid, d, float(len(ranking) - r))
+            for qid, _, ranking, _ in chosen
+            for r, d in enumerate(ranking)
+        ]
         names = {m: name for name, m in measures(k).items()}
         for metric in ir_measures.pytrec_eval.iter_calc(list(names), qrels, run):
             out.setdefault(metric.query_id, {})[names[metric.measure]] = metric.value
@@ -74,7 +79,9 @@ def test_the_four_figures_equal_trec_evals_on_random_rankings():
         ours = case_retrieval(gold, ranking, k)
         for name in FIGURES:
             if abs(ours[name] - reference[qid][name]) > 1e-9:
-                differ.append(f"{qid} k={k} gold={gold} ranking={ranking}: {name} {ours[name]} vs {reference[qid][name]}")
+                differ.append(
+                    f"{qid} k={k} gold={gold} ranking={ranking}: {name} {ours[name]} vs {reference[qid][name]}"
+                )
     assert not differ, "\n".join(differ[:10])
 
 
@@ -94,8 +101,10 @@ def test_export_writes_run_and_qrels_in_trec_format(golden_record, tmp_path, cap
     rows = run_.retrieval
     run_lines = (out / RUN_FILE).read_text().splitlines()
     qrels_lines = (out / QRELS_FILE).read_text().splitlines()
-    assert f"wrote {out / RUN_FILE}: {run_.outputs['retrieved_ids'].map(bool).sum()} queries, {len(run_lines)} lines" \
+    assert (
+        f"wrote {out / RUN_FILE}: {run_.outputs['retrieved_ids'].map(bool).sum()} queries, {len(run_lines)} lines"
         in printed
+    )
     assert f"wrote {out / QRELS_FILE}: {len(rows)} queries, {int(rows['n_gold'].sum())} lines" in printed
     assert f"k = {run_.meta.k}" in printed and f"-m ndcg_cut.{run_.meta.k}" in printed
     without_gold = len(run_.suite) - len(rows)
@@ -131,8 +140,16 @@ def test_a_case_that_retrieved_nothing_has_qrels_and_no_run_lines(tmp_path):
 
 
 def test_an_id_with_whitespace_is_refused_naming_the_case(tmp_path, capsys):
-    data = write_cases(tmp_path / "data", [make_case(id="spaced-0001", sources=[
-        {"id": "s 1", "text": "The Eastside Branch opened in 1964 on Dunmore Street."}], gold_source_ids=["s 1"])])
+    data = write_cases(
+        tmp_path / "data",
+        [
+            make_case(
+                id="spaced-0001",
+                sources=[{"id": "s 1", "text": "The Eastside Branch opened in 1964 on Dunmore Street."}],
+                gold_source_ids=["s 1"],
+            )
+        ],
+    )
     record = api.run(str(data)).save(tmp_path / "run.json")
     assert main(["export", "trec", str(record), "--out", str(tmp_path / "trec")]) == 65
     err = capsys.readouterr().err

@@ -15,12 +15,12 @@ from conftest import GOLDEN, ROOT
 
 from qaeval import api
 from qaeval.cli import main
-from qaeval.errors import RecordError
-from qaeval.judges.offline import OfflineJudge
-from qaeval.pipeline import evaluate
-from qaeval.record import load_run, read_baseline
-from qaeval.scoring.trials import pass_at_k, pass_hat_k
+from qaeval.commands.pipeline import evaluate
+from qaeval.core.errors import RecordError
 from qaeval.data.cases import load_suite
+from qaeval.judges.offline import OfflineJudge
+from qaeval.record.write import load_run, read_baseline
+from qaeval.scoring.trials import pass_at_k, pass_hat_k
 from qaeval.verdicts.gate import gate
 from qaeval.verdicts.tiers import fisher_drop_p, tarone_level
 
@@ -93,14 +93,14 @@ def test_a_deterministic_system_costs_one_judge_call_per_answered_case_whatever_
     usage = three.judge_usage
     assert usage["calls"] - usage["cached"] == answered and usage["cached"] == 2 * answered
     # the figures of a deterministic system do not move with K
-    assert three.scoreboard.set_index("metric")["value"].drop(["pass_hat_k", "pass_at_k"]).to_dict() == \
-        pytest.approx(one.scoreboard.set_index("metric")["value"].to_dict(), nan_ok=True)
+    assert three.scoreboard.set_index("metric")["value"].drop(["pass_hat_k", "pass_at_k"]).to_dict() == pytest.approx(
+        one.scoreboard.set_index("metric")["value"].to_dict(), nan_ok=True
+    )
 
 
 def test_a_flaky_case_is_counted_per_trial_and_its_metrics_are_means(monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
-    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
-                  concurrency=1)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)
     pc = run.per_case.set_index("case_id")
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     assert (pc.at[dvd, "passes"], pc.at[dvd, "trials"], pc.at[dvd, "flaky"]) == (2, 4, True)
@@ -117,8 +117,14 @@ def test_a_flaky_case_is_counted_per_trial_and_its_metrics_are_means(monkeypatch
 def test_a_multi_step_case_whose_trajectory_fails_in_one_trial_has_not_succeeded(tmp_path, monkeypatch):
     """trajectory_success was trial 0's alone (a nullable column the combination skipped)."""
     monkeypatch.syspath_prepend(TESTS)
-    run = api.run(str(GOLDEN), adapter="plugins:make_trajectory_every_other", trials=2, isolation="none",
-                  concurrency=1, save=str(tmp_path / "r.json"))
+    run = api.run(
+        str(GOLDEN),
+        adapter="plugins:make_trajectory_every_other",
+        trials=2,
+        isolation="none",
+        concurrency=1,
+        save=str(tmp_path / "r.json"),
+    )
     pc = run.per_case.set_index("case_id")
     first = run.trial_runs[0].per_case.set_index("case_id")
     assert bool(first.at["multi-0001", "trajectory_success"]) is True, "trial 0 reached the answer"
@@ -131,16 +137,28 @@ def test_a_multi_step_case_whose_trajectory_fails_in_one_trial_has_not_succeeded
 def test_the_gates_tier_one_breakdown_counts_every_trial(monkeypatch):
     """A check that failed in trial 2 only was missing from the breakdown ("1 case(s) not green: ")."""
     monkeypatch.syspath_prepend(TESTS)
-    result = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), trials=2, isolation="none",
-                          concurrency=1, adapter="plugins:make_miscites_every_other")
+    result = api.gate_run(
+        str(GOLDEN),
+        baseline=str(GOLDEN / "ci-baseline.json"),
+        trials=2,
+        isolation="none",
+        concurrency=1,
+        adapter="plugins:make_miscites_every_other",
+    )
     tier = next(t for t in result.tiers.to_dict("records") if t["rule"] == "deterministic checks")
     assert not tier["passed"] and "citation_resolvability failed on 1" in tier["detail"], tier["detail"]
 
 
 def test_a_record_holds_every_trial_and_reads_back_the_same(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
-    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=3, isolation="none",
-                  concurrency=1, save=str(tmp_path / "r.json"))
+    run = api.run(
+        str(GOLDEN),
+        adapter="plugins:make_abstain_every_other",
+        trials=3,
+        isolation="none",
+        concurrency=1,
+        save=str(tmp_path / "r.json"),
+    )
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["version"] == 3 and data["meta"]["trials"] == 3
     assert all(len(line["trials"]) == 2 for line in data["cases"])
@@ -159,8 +177,14 @@ def test_a_record_of_one_trial_is_as_small_as_before(tmp_path):
 
 def test_a_forged_trial_is_refused(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
-    api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=2, isolation="none", concurrency=1,
-            save=str(tmp_path / "r.json"))
+    api.run(
+        str(GOLDEN),
+        adapter="plugins:make_abstain_every_other",
+        trials=2,
+        isolation="none",
+        concurrency=1,
+        save=str(tmp_path / "r.json"),
+    )
     data = json.loads((tmp_path / "r.json").read_text())
     line = next(line for line in data["cases"] if not line["trials"][0]["passed"])
     line["trials"][0]["passed"] = True  # the second trial says it passed; its layers say it did not
@@ -176,8 +200,14 @@ def test_a_forged_trial_is_refused(tmp_path, monkeypatch):
 def test_a_trial_that_names_another_case_is_refused(tmp_path, monkeypatch):
     """A trial entry's own case_id replaced its line's when the record was read: a trial moved cases."""
     monkeypatch.syspath_prepend(TESTS)
-    api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=2, isolation="none", concurrency=1,
-            save=str(tmp_path / "r.json"))
+    api.run(
+        str(GOLDEN),
+        adapter="plugins:make_abstain_every_other",
+        trials=2,
+        isolation="none",
+        concurrency=1,
+        save=str(tmp_path / "r.json"),
+    )
     data = json.loads((tmp_path / "r.json").read_text())
     data["cases"][0]["trials"][0]["case_id"] = data["cases"][1]["case_id"]
     (tmp_path / "moved.json").write_text(json.dumps(data))
@@ -204,8 +234,7 @@ def baseline_k4(tmp_path_factory):
 
 def test_a_case_flaky_now_is_reported_flaky_not_regressed(baseline_k4, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
-    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
-                  concurrency=1)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)
     result = gate(run, baseline_k4)
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     assert result.ok, result.summary_text()
@@ -234,8 +263,9 @@ def test_one_trial_each_side_decides_as_before(tmp_path, monkeypatch):
     without any noise test, as before trials."""
     monkeypatch.syspath_prepend(TESTS)
     api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), isolation="none")
-    result = api.gate_run(str(GOLDEN), baseline=str(tmp_path / "b.json"), adapter="plugins:make_abstain_on_dvd",
-                          isolation="none")
+    result = api.gate_run(
+        str(GOLDEN), baseline=str(tmp_path / "b.json"), adapter="plugins:make_abstain_on_dvd", isolation="none"
+    )
     deltas = result.metric_deltas.set_index("metric")
     assert not result.ok and not deltas.at["over_refusal_rate", "passed"]
     assert result.regressed.iloc[0].baseline_state == "passed" and result.regressed.iloc[0].current_state == "failed"
@@ -244,10 +274,29 @@ def test_one_trial_each_side_decides_as_before(tmp_path, monkeypatch):
 def test_a_gate_record_with_trials_reads_back_and_is_checked(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(TESTS)
     monkeypatch.chdir(tmp_path)
-    assert main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none",
-                 "--quiet"]) == 0
-    code = main(["gate", "--data", str(GOLDEN), "--trials", "3", "--baseline", "b.json", "--isolation", "none",
-                 "--adapter", "plugins:make_abstain_every_other", "--concurrency", "1", "--save", "g.json"])
+    assert (
+        main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none", "--quiet"])
+        == 0
+    )
+    code = main(
+        [
+            "gate",
+            "--data",
+            str(GOLDEN),
+            "--trials",
+            "3",
+            "--baseline",
+            "b.json",
+            "--isolation",
+            "none",
+            "--adapter",
+            "plugins:make_abstain_every_other",
+            "--concurrency",
+            "1",
+            "--save",
+            "g.json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "flaky, not blocking (1)" in out, out
     back = load_run(tmp_path / "g.json")
@@ -255,10 +304,29 @@ def test_a_gate_record_with_trials_reads_back_and_is_checked(tmp_path, monkeypat
 
 
 def test_the_pytest_plugin_runs_trials():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--qaeval-data", "golden",
-                           "-m", "qaeval", "--qaeval-trials", "2", "-k", "multi-0001"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "QAEVAL_PROGRESS": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--qaeval-data",
+            "golden",
+            "-m",
+            "qaeval",
+            "--qaeval-trials",
+            "2",
+            "-k",
+            "multi-0001",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "QAEVAL_PROGRESS": "0"},
+    )
     assert done.returncode == 1, done.stdout[-2000:]
     assert "golden case multi-0001 failed (0 of 2 trials passed)" in done.stdout and "[all 2 trials]" in done.stdout
 
@@ -273,9 +341,14 @@ def test_the_gate_notebook_takes_trials(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
     api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), trials=3, isolation="none")
     out = tmp_path / "gate-out.ipynb"
-    run_papermill(notebook_path("gate"), out, parameters=dict(data=str(GOLDEN), baseline=str(tmp_path / "b.json"),
-                                                              trials=3), kernel_name="python3", progress_bar=False,
-                  cwd=str(ROOT))
+    run_papermill(
+        notebook_path("gate"),
+        out,
+        parameters=dict(data=str(GOLDEN), baseline=str(tmp_path / "b.json"), trials=3),
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT),
+    )
     text = json.dumps([c.get("outputs", []) for c in nbformat.read(out, as_version=4).cells])
     assert "PASS" in text and "pass_hat_k" in text
 
@@ -285,10 +358,39 @@ def test_the_readme_trials_commands_pass_an_unchanged_flaky_system(tmp_path, mon
     system against it, which passes (its trials vary; the gate lists what varied as flaky)."""
     monkeypatch.chdir(ROOT)
     base = str(tmp_path / "flaky.json")
-    assert main(["baseline", "--data", "golden", "--trials", "5", "--adapter", "qaeval.system.flaky:make_adapter",
-                 "--out", base, "--quiet"]) == 0
-    assert main(["gate", "--data", "golden", "--trials", "5", "--adapter", "qaeval.system.flaky:make_adapter",
-                 "--baseline", base]) == 0
+    assert (
+        main(
+            [
+                "baseline",
+                "--data",
+                "golden",
+                "--trials",
+                "5",
+                "--adapter",
+                "qaeval.system.flaky:make_adapter",
+                "--out",
+                base,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                "golden",
+                "--trials",
+                "5",
+                "--adapter",
+                "qaeval.system.flaky:make_adapter",
+                "--baseline",
+                base,
+            ]
+        )
+        == 0
+    )
     assert "GATE: PASS" in capsys.readouterr().out
 
 
@@ -298,8 +400,7 @@ def test_the_reports_draw_each_trial_and_list_flaky_cases_apart(baseline_k4, mon
     from qaeval import reports
 
     monkeypatch.syspath_prepend(TESTS)
-    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
-                  concurrency=1)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     table = reports.cases_table(run).markup
     assert 'title="2 of 4 trials passed"' in table and "4 trials per case" in table
@@ -325,8 +426,7 @@ def test_compare_tells_a_flaky_case_from_a_regressed_one(tmp_path, monkeypatch):
 
     monkeypatch.syspath_prepend(TESTS)
     before = api.run(str(GOLDEN), trials=4, isolation="none")
-    flaky = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none",
-                    concurrency=1)
+    flaky = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)
     broken = api.run(str(GOLDEN), adapter="plugins:make_abstain_on_dvd", trials=4, isolation="none")
     dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
     first = compare(before, flaky).cases.set_index("case_id")
@@ -351,10 +451,32 @@ def test_a_gate_record_whose_trial_verdicts_are_forged_is_refused(tmp_path, monk
     checked: a forged verdict loaded and showed; passes above trials crashed (exit 70)."""
     monkeypatch.syspath_prepend(TESTS)
     monkeypatch.chdir(tmp_path)
-    assert main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none",
-                 "--quiet"]) == 0
-    assert main(["gate", "--data", str(GOLDEN), "--trials", "3", "--baseline", "b.json", "--isolation", "none",
-                 "--adapter", "plugins:make_abstain_every_other", "--concurrency", "1", "--save", "g.json"]) == 0
+    assert (
+        main(["baseline", "--data", str(GOLDEN), "--trials", "3", "--out", "b.json", "--isolation", "none", "--quiet"])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "gate",
+                "--data",
+                str(GOLDEN),
+                "--trials",
+                "3",
+                "--baseline",
+                "b.json",
+                "--isolation",
+                "none",
+                "--adapter",
+                "plugins:make_abstain_every_other",
+                "--concurrency",
+                "1",
+                "--save",
+                "g.json",
+            ]
+        )
+        == 0
+    )
     data = json.loads((tmp_path / "g.json").read_text())
     forged = json.loads(json.dumps(data))
     forged["gate"]["case_trials"][0]["verdict"] = "steady"
@@ -369,9 +491,14 @@ def test_a_gate_record_whose_trial_verdicts_are_forged_is_refused(tmp_path, monk
         load_run(tmp_path / "f2.json")
 
 
-@pytest.mark.parametrize("flags, says", [(["--trials", "2", "--pass-k", "3"], "needs at least that many --trials"),
-                                         (["--pass-k", "2"], "needs at least that many --trials"),
-                                         (["--keep-errors"], "give --resume too")])
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--trials", "2", "--pass-k", "3"], "needs at least that many --trials"),
+        (["--pass-k", "2"], "needs at least that many --trials"),
+        (["--keep-errors"], "give --resume too"),
+    ],
+)
 def test_options_that_mean_nothing_together_are_usage_errors(flags, says, capsys):
     assert main(["run", "--data", str(GOLDEN), *flags]) == 64
     assert says in capsys.readouterr().err

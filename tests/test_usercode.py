@@ -14,9 +14,10 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
-from qaeval.errors import UsageError
+from qaeval.boundary import clients
+from qaeval.commands.common import check_parameters, make_judge
+from qaeval.core.errors import UsageError
 from qaeval.scoring.judge import JudgeSettings
-from qaeval.judges import usercode
 
 SABOTEUR = "qaeval.system.saboteur:make_adapter"
 BASELINE = str(GOLDEN / "ci-baseline.json")
@@ -24,17 +25,40 @@ BASELINE = str(GOLDEN / "ci-baseline.json")
 
 def cli(*args: str, cwd: Path, timeout: float = 300, **env: str) -> tuple[subprocess.CompletedProcess, float]:
     """The real command line in a fresh interpreter, so a judge that ends its process would end this one."""
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
-               "QAEVAL_PROGRESS": "0", **env}
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+        "QAEVAL_PROGRESS": "0",
+        **env,
+    }
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "qaeval.cli", *args], cwd=cwd, env=environ, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "qaeval.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return done, time.monotonic() - start
 
 
 def gate(tmp_path: Path, judge: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
-    return cli("gate", "--data", str(GOLDEN), "--adapter", SABOTEUR, "--baseline", BASELINE, "--judge", judge,
-               "--save", str(tmp_path / "gate.json"), *extra, cwd=tmp_path)
+    return cli(
+        "gate",
+        "--data",
+        str(GOLDEN),
+        "--adapter",
+        SABOTEUR,
+        "--baseline",
+        BASELINE,
+        "--judge",
+        judge,
+        "--save",
+        str(tmp_path / "gate.json"),
+        *extra,
+        cwd=tmp_path,
+    )
 
 
 def saved(tmp_path: Path):
@@ -64,7 +88,7 @@ def test_a_judge_that_hangs_is_killed_within_its_deadline(tmp_path):
 
 
 def test_after_a_lost_chunk_the_judge_is_rebuilt_for_the_next(tmp_path, monkeypatch):
-    monkeypatch.setattr(usercode, "CHUNK", 4)
+    monkeypatch.setattr(clients, "CHUNK", 4)
     monkeypatch.setenv("QAEVAL_TEST_MARK", str(tmp_path / "hung-once"))
     start = time.monotonic()
     run = api.run(str(GOLDEN), judge="hostile_plugins:make_hangs_on_first_chunk", judge_timeout=1.0)
@@ -74,7 +98,7 @@ def test_after_a_lost_chunk_the_judge_is_rebuilt_for_the_next(tmp_path, monkeypa
 
 
 def test_a_judge_that_never_answers_is_given_up_after_two_lost_chunks(monkeypatch):
-    monkeypatch.setattr(usercode, "CHUNK", 2)
+    monkeypatch.setattr(clients, "CHUNK", 2)
     start = time.monotonic()
     run = api.run(str(GOLDEN), judge="hostile_plugins:make_hanging_judge", judge_timeout=0.5)
     errors = run.verdicts.drop_duplicates("case_id")["error"].tolist()
@@ -84,8 +108,16 @@ def test_a_judge_that_never_answers_is_given_up_after_two_lost_chunks(monkeypatc
 
 
 def test_a_judge_factory_that_hangs_is_a_usage_error_within_the_deadline(tmp_path):
-    done, elapsed = cli("run", "--data", str(GOLDEN), "--judge", "hostile_plugins:make_hanging_factory",
-                        "--startup-timeout", "1", cwd=tmp_path)
+    done, elapsed = cli(
+        "run",
+        "--data",
+        str(GOLDEN),
+        "--judge",
+        "hostile_plugins:make_hanging_factory",
+        "--startup-timeout",
+        "1",
+        cwd=tmp_path,
+    )
     assert done.returncode == 64 and "the judge did not start within 1 s (--startup-timeout)" in done.stderr
     assert elapsed < 60
 
@@ -112,7 +144,7 @@ def test_settings_cross_as_json_and_the_key_comes_from_the_environment(monkeypat
     run = api.run(str(GOLDEN), judge="hostile_plugins:make_judge_with_settings", judge_model="m1")
     seen = json.loads(run.judge_config.model)
     assert seen == {"model": "m1", "cache_dir": str(tmp_path / ".qaeval-cache"), "has_key": True}
-    assert "api_key" not in usercode.settings_to_plain(JudgeSettings(api_key="sk-secret"))
+    assert "api_key" not in clients.settings_to_plain(JudgeSettings(api_key="sk-secret"))
 
 
 def test_a_judge_object_from_the_api_runs_in_its_own_process():
@@ -138,8 +170,18 @@ def alarming_series(tmp_path: Path) -> Path:
 
 
 def drift(tmp_path: Path, hook: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
-    return cli("drift", "--data", str(GOLDEN), "--timeseries", str(alarming_series(tmp_path)), "--quiet",
-               "--notify", hook, *extra, cwd=tmp_path)
+    return cli(
+        "drift",
+        "--data",
+        str(GOLDEN),
+        "--timeseries",
+        str(alarming_series(tmp_path)),
+        "--quiet",
+        "--notify",
+        hook,
+        *extra,
+        cwd=tmp_path,
+    )
 
 
 def test_a_hook_that_calls_os_exit_cannot_hide_the_alarm(tmp_path):
@@ -171,15 +213,15 @@ def test_an_unknown_hook_is_a_usage_error_before_anything_runs(tmp_path):
 def test_the_built_in_judges_and_isolation_none_stay_in_this_process():
     from qaeval.judges.offline import OfflineJudge
 
-    assert isinstance(api.make_judge(api.check_parameters("run", data=str(GOLDEN))), OfflineJudge)
-    p = api.check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge", isolation="none")
-    assert type(api.make_judge(p)).__name__ == "MisreportingJudge"
-    p = api.check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge")
-    judge = api.make_judge(p)
+    assert isinstance(make_judge(check_parameters("run", data=str(GOLDEN))), OfflineJudge)
+    p = check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge", isolation="none")
+    assert type(make_judge(p)).__name__ == "MisreportingJudge"
+    p = check_parameters("run", data=str(GOLDEN), judge="hostile_plugins:make_misreporting_judge")
+    judge = make_judge(p)
     try:
-        assert isinstance(judge, usercode.JudgeProcess) and judge.config.name == "hostile"
+        assert isinstance(judge, clients.JudgeProcess) and judge.config.name == "hostile"
     finally:
-        usercode.close_judge(judge)
+        clients.close_judge(judge)
 
 
 def test_a_hook_function_from_the_api_is_shipped_to_its_own_process(tmp_path):
@@ -238,19 +280,25 @@ def _patched_offline_judges(tmp_path):
     hidden = OfflineJudge()
     hidden.__dict__ = Hiding(config=hidden.config, judge=spy)
 
-    return marker, {"a method set on the instance": wrapped, "a config subclass": relabelled, "a subclass": Sub(),
-                    "a label set on the config": shadowed, "an instance dict that hides a key": hidden}
+    return marker, {
+        "a method set on the instance": wrapped,
+        "a config subclass": relabelled,
+        "a subclass": Sub(),
+        "a label set on the config": shadowed,
+        "an instance dict that hides a key": hidden,
+    }
 
 
 def test_a_built_in_judge_object_its_user_changed_runs_in_its_own_process(tmp_path):
     marker, judges = _patched_offline_judges(tmp_path)
     for why, judge in judges.items():
-        made = usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
-                                   data_dir=str(GOLDEN))
+        made = clients.make_judge(
+            judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30, data_dir=str(GOLDEN)
+        )
         try:
-            assert isinstance(made, usercode.JudgeProcess), why
+            assert isinstance(made, clients.JudgeProcess), why
         finally:
-            usercode.close_judge(made)
+            clients.close_judge(made)
     marker.unlink(missing_ok=True)
     run = api.run(str(GOLDEN), judge=judges["a method set on the instance"])
     assert int(marker.read_text()) != os.getpid()  # the patch ran, and not in the harness
@@ -264,16 +312,29 @@ def test_the_offline_judge_object_as_qaeval_makes_it_stays_here_and_an_openai_ju
     from qaeval.judges.fake_server import FakeJudgeServer
 
     judge = offline.make_judge()
-    made = usercode.make_judge(judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30,
-                               data_dir=None)
+    made = clients.make_judge(
+        judge, settings=JudgeSettings(), isolation="process", timeout=30, startup=30, data_dir=None
+    )
     assert made is judge
     pytest.importorskip("openai")
     with FakeJudgeServer() as server:
         settings = JudgeSettings(model="m", base_url=server.url, cache=False)
-        assert not usercode._builtin_judge(openai.OpenAIJudge(model="m", base_url=server.url))
+        assert not clients._builtin_judge(openai.OpenAIJudge(model="m", base_url=server.url))
         with pytest.raises(UsageError, match="cannot be shipped to its own process"):
-            usercode.make_judge(openai.OpenAIJudge(model="m", base_url=server.url), settings=settings,
-                                isolation="process", timeout=30, startup=30, data_dir=None)
-        named = usercode.make_judge("qaeval.judges.openai:make_judge", settings=settings, isolation="process",
-                                    timeout=30, startup=30, data_dir=None)
+            clients.make_judge(
+                openai.OpenAIJudge(model="m", base_url=server.url),
+                settings=settings,
+                isolation="process",
+                timeout=30,
+                startup=30,
+                data_dir=None,
+            )
+        named = clients.make_judge(
+            "qaeval.judges.openai:make_judge",
+            settings=settings,
+            isolation="process",
+            timeout=30,
+            startup=30,
+            data_dir=None,
+        )
         assert type(named) is openai.OpenAIJudge

@@ -27,21 +27,40 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from qaeval.core.errors import DatasetError, FileAccessError, Problem
+from qaeval.core.jsonfile import iter_jsonl
 from qaeval.data.corpus import CORPUS_FILE, Corpus, load_corpus
-from qaeval.errors import DatasetError, FileAccessError, Problem
 from qaeval.data.schema import (
-    DIFFICULTIES, EXPECTED_BEHAVIORS, OPTIONAL, REQUIRED, SOURCE_FIELDS, SPLITS, GoldenCase, Source,
+    DIFFICULTIES,
+    EXPECTED_BEHAVIORS,
+    OPTIONAL,
+    REQUIRED,
+    SOURCE_FIELDS,
+    SPLITS,
+    GoldenCase,
+    Source,
     checkpoint_problems,
 )
-from qaeval.files import iter_jsonl
 
 if TYPE_CHECKING:
     import pandas as pd
 
 _SOURCE_KEYS = frozenset(SOURCE_FIELDS)
 CASE_COLUMNS = [
-    "case_id", "split", "difficulty", "expected_behavior", "must_abstain", "adversarial", "question",
-    "gold_answer", "gold_source_ids", "n_sources", "checkpoints", "fingerprint", "file", "line",
+    "case_id",
+    "split",
+    "difficulty",
+    "expected_behavior",
+    "must_abstain",
+    "adversarial",
+    "question",
+    "gold_answer",
+    "gold_source_ids",
+    "n_sources",
+    "checkpoints",
+    "fingerprint",
+    "file",
+    "line",
 ]
 
 
@@ -97,19 +116,32 @@ class Suite:
         columns: dict[str, list[Any]] = {name: [] for name in CASE_COLUMNS}
         for c in self.cases:
             for name, value in (
-                ("case_id", c.id), ("split", c.split), ("difficulty", c.difficulty),
-                ("expected_behavior", c.expected_behavior), ("must_abstain", c.must_abstain),
-                ("adversarial", c.adversarial), ("question", c.question), ("gold_answer", c.gold_answer),
-                ("gold_source_ids", list(c.gold_source_ids)), ("n_sources", len(c.sources)),
-                ("checkpoints", [dict(cp) for cp in c.checkpoints]), ("fingerprint", c.fingerprint),
-                ("file", c.file), ("line", c.line),
+                ("case_id", c.id),
+                ("split", c.split),
+                ("difficulty", c.difficulty),
+                ("expected_behavior", c.expected_behavior),
+                ("must_abstain", c.must_abstain),
+                ("adversarial", c.adversarial),
+                ("question", c.question),
+                ("gold_answer", c.gold_answer),
+                ("gold_source_ids", list(c.gold_source_ids)),
+                ("n_sources", len(c.sources)),
+                ("checkpoints", [dict(cp) for cp in c.checkpoints]),
+                ("fingerprint", c.fingerprint),
+                ("file", c.file),
+                ("line", c.line),
             ):
                 columns[name].append(value)
-        return pd.DataFrame({
-            name: pd.Series(values, dtype=("bool" if name == "must_abstain" else
-                                           "int64" if name in ("n_sources", "line") else object))
-            for name, values in columns.items()
-        }, columns=CASE_COLUMNS)
+        return pd.DataFrame(
+            {
+                name: pd.Series(
+                    values,
+                    dtype=("bool" if name == "must_abstain" else "int64" if name in ("n_sources", "line") else object),
+                )
+                for name, values in columns.items()
+            },
+            columns=CASE_COLUMNS,
+        )
 
     def sources_frame(self) -> pd.DataFrame:
         """One row per (case, passage): case_id, source_id, title, text, is_gold."""
@@ -124,16 +156,16 @@ class Suite:
         """Case counts by split, difficulty, expected behaviour and adversarial tag."""
         frame = self.to_frame()
         frame["adversarial"] = frame["adversarial"].map(lambda v: "(none)" if v is None else v)
-        return {col: frame[col].value_counts().sort_index() for col in
-                ("split", "difficulty", "expected_behavior", "adversarial")}
-
+        return {
+            col: frame[col].value_counts().sort_index()
+            for col in ("split", "difficulty", "expected_behavior", "adversarial")
+        }
 
 
 def source_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
     """{case_id: {source_id: text}} from ``Suite.sources_frame()``."""
     bodies: dict[str, dict[str, str]] = {}
-    for case_id, sid, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
-                                  sources["text"].tolist()):
+    for case_id, sid, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(), sources["text"].tolist()):
         bodies.setdefault(case_id, {})[sid] = text
     return bodies
 
@@ -163,7 +195,7 @@ def _case_problems(raw: dict[str, Any], corpus: Corpus | None = None) -> list[st
         else:
             known = corpus if "sources" not in raw and corpus is not None else source_ids
             for i, cp in enumerate(cps):
-                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, known))  # type: ignore[arg-type]
+                problems.extend(f"checkpoints[{i}]: {p}" for p in checkpoint_problems(cp, known))  # type: ignore[arg-type]  # a checkpoint is checked as read: any JSON value
     return problems
 
 
@@ -216,18 +248,27 @@ def _plain_source_ids(sources: list[Any]) -> set[str] | None:
         if type(src) is not dict or not src.keys() <= _SOURCE_KEYS:
             return None
         sid, text, title = src.get("id"), src.get("text"), src.get("title")
-        if (type(sid) is not str or type(text) is not str or not sid or not text or sid.isspace() or text.isspace()
-                or sid in ids or not (title is None or type(title) is str)):
+        if (
+            type(sid) is not str
+            or type(text) is not str
+            or not sid
+            or not text
+            or sid.isspace()
+            or text.isspace()
+            or sid in ids
+            or not (title is None or type(title) is str)
+        ):
             return None
         ids.add(sid)
     return ids
 
 
 def _value_problems(raw: dict[str, Any]) -> list[str]:
-    problems = [f"{key!r} is {raw[key]!r}; expected one of {', '.join(allowed)}"
-                for key, allowed in (("expected_behavior", EXPECTED_BEHAVIORS), ("difficulty", DIFFICULTIES),
-                                     ("split", SPLITS))
-                if key in raw and raw[key] not in allowed]
+    problems = [
+        f"{key!r} is {raw[key]!r}; expected one of {', '.join(allowed)}"
+        for key, allowed in (("expected_behavior", EXPECTED_BEHAVIORS), ("difficulty", DIFFICULTIES), ("split", SPLITS))
+        if key in raw and raw[key] not in allowed
+    ]
     must_abstain = raw.get("expected_behavior") == "unanswerable_must_abstain"
     gold = raw.get("gold_answer")
     if gold is not None and not _is_str(gold):
@@ -247,10 +288,13 @@ def _gold_problems(raw: dict[str, Any], source_ids: set[str], corpus: Corpus | N
         return ["'gold_source_ids' must be a list of strings"]
     problems = ["'gold_source_ids' lists an id twice"] if len(set(gold_ids)) != len(gold_ids) else []
     if isinstance(raw.get("sources"), list):
-        problems += [f"gold source id {gid!r} is not in the case's sources" for gid in gold_ids if gid not in source_ids]
+        problems += [
+            f"gold source id {gid!r} is not in the case's sources" for gid in gold_ids if gid not in source_ids
+        ]
     elif "sources" not in raw and corpus is not None:
-        problems += [f"gold source id {gid!r} is not in the corpus ({CORPUS_FILE})" for gid in gold_ids
-                     if gid not in corpus]
+        problems += [
+            f"gold source id {gid!r} is not in the corpus ({CORPUS_FILE})" for gid in gold_ids if gid not in corpus
+        ]
     return problems
 
 
@@ -262,19 +306,32 @@ def _short(value: Any) -> Any:
 
 def _build(raw: dict[str, Any], where: str, line: int, fingerprint: str | None = None) -> GoldenCase:
     return GoldenCase(
-        id=raw["id"], question=raw["question"], from_corpus="sources" not in raw,
-        sources=tuple(Source(_short(s["id"]), s["text"], None if (t := s.get("title")) is None else _short(t))
-                      for s in raw.get("sources", ())),
-        gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(_short(g) for g in raw["gold_source_ids"]),
-        expected_behavior=_short(raw["expected_behavior"]), difficulty=_short(raw["difficulty"]),
-        split=_short(raw["split"]), adversarial=_short(raw.get("adversarial")),
-        checkpoints=tuple(raw.get("checkpoints") or ()), file=where, line=line,
+        id=raw["id"],
+        question=raw["question"],
+        from_corpus="sources" not in raw,
+        sources=tuple(
+            Source(_short(s["id"]), s["text"], None if (t := s.get("title")) is None else _short(t))
+            for s in raw.get("sources", ())
+        ),
+        gold_answer=raw.get("gold_answer"),
+        gold_source_ids=tuple(_short(g) for g in raw["gold_source_ids"]),
+        expected_behavior=_short(raw["expected_behavior"]),
+        difficulty=_short(raw["difficulty"]),
+        split=_short(raw["split"]),
+        adversarial=_short(raw.get("adversarial")),
+        checkpoints=tuple(raw.get("checkpoints") or ()),
+        file=where,
+        line=line,
         fingerprint=fingerprint or case_fingerprint(raw),
     )
 
 
-def build_suite(entries: Iterable[tuple[str, int, Any]], root: str,
-                fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
+def build_suite(
+    entries: Iterable[tuple[str, int, Any]],
+    root: str,
+    fingerprints: Mapping[str, str] | None = None,
+    corpus: Corpus | None = None,
+) -> Suite:
     """Validate raw case objects, each with the file and line it came from, into a Suite. Raises one
     DatasetError listing every problem. ``fingerprints`` (by case id) keeps the identity a case had
     when it was first loaded, for cases read back from a run record. With a ``corpus``, a case without
@@ -337,8 +394,9 @@ def load_suite(data_dir: str | Path) -> Suite:
     except DatasetError as exc:
         if corpus is not None:
             corpus.close()
-        found = problems + [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message
-                                                             and problems)]
+        found = problems + [
+            p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message and problems)
+        ]
         raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
     if problems:
         if corpus is not None:
@@ -366,7 +424,13 @@ def _problems_beside_a_broken_corpus(files: list[Path], root: Path) -> list[Prob
     return sorted(problems, key=lambda p: (p.file, p.line or 0))
 
 
-def suite_from_raw(raws: Iterable[Mapping[str, Any]], root: str, *, file: str,
-                   fingerprints: Mapping[str, str] | None = None, corpus: Corpus | None = None) -> Suite:
+def suite_from_raw(
+    raws: Iterable[Mapping[str, Any]],
+    root: str,
+    *,
+    file: str,
+    fingerprints: Mapping[str, str] | None = None,
+    corpus: Corpus | None = None,
+) -> Suite:
     """A Suite from stored case objects (a run record), validated as strictly as a load."""
     return build_suite(((file, i, dict(r)) for i, r in enumerate(raws, start=1)), root, fingerprints, corpus)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from qaeval.errors import DatasetError, FileAccessError, Problem
-from qaeval.files import json_error_text, loads_strict
+from qaeval.core.errors import DatasetError, FileAccessError, Problem
+from qaeval.core.jsonfile import json_error_text, loads_strict
 
 CORPUS_FILE = "corpus.jsonl"
 INDEX_FILE = "corpus.index.npz"  # written by export() beside the copy
@@ -66,8 +66,11 @@ def passage_problems(raw: Any) -> list[str]:
     if not isinstance(raw, dict):
         kind = "a JSON array" if isinstance(raw, list) else type(raw).__name__
         return [f"each line must be one passage object {{id, text, title?}}, got {kind}"]
-    problems = [f"unknown field {key!r}; a passage has id, text and an optional title"
-                for key in raw if key not in PASSAGE_FIELDS]
+    problems = [
+        f"unknown field {key!r}; a passage has id, text and an optional title"
+        for key in raw
+        if key not in PASSAGE_FIELDS
+    ]
     if not _is_str(raw.get("id")):
         problems.append("'id' must be a non-empty string")
     if not _is_str(raw.get("text")):
@@ -75,8 +78,10 @@ def passage_problems(raw: Any) -> list[str]:
     if raw.get("title") is not None and not isinstance(raw["title"], str):
         problems.append("'title' must be a string or null")
     elif not problems and (size := len(raw["text"]) + len(raw.get("title") or "")) > MAX_PASSAGE_CHARS:
-        problems.append(f"the passage is {size:,} characters long (text and title); a system can return at most "
-                        f"{MAX_PASSAGE_CHARS:,} for one passage")
+        problems.append(
+            f"the passage is {size:,} characters long (text and title); a system can return at most "
+            f"{MAX_PASSAGE_CHARS:,} for one passage"
+        )
     return problems
 
 
@@ -115,8 +120,13 @@ def _open_regular(path: Path) -> Any:
             raise DatasetError("is a symbolic link that loops, not a file", file=where) from None
         raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
-            "not a regular file"
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(info.st_mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(info.st_mode)
+            else "not a regular file"
+        )
         raise DatasetError(f"is {kind}, not a corpus file", file=where)
     try:
         return open(path, "rb")
@@ -127,8 +137,9 @@ def _open_regular(path: Path) -> Any:
 def _id_hash(passage_id: str) -> int:
     """A 64-bit hash of an id that is the same in every process (``hash()`` is salted per process), so an
     index built by the harness serves a worker as it is."""
-    return int.from_bytes(hashlib.blake2b(passage_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(passage_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little", signed=True
+    )
 
 
 class _Index:
@@ -196,9 +207,14 @@ class Corpus:
         self._fd = handle.fileno()
         info = os.fstat(self._fd)
         self._stamp = (info.st_size, info.st_mtime_ns)
-        arrays = index if isinstance(index, Mapping) else {
-            name: np.frombuffer(getattr(index, name), dtype=np.dtype(f"i{getattr(index, name).itemsize}"))
-            for name in INDEX_ARRAYS}
+        arrays = (
+            index
+            if isinstance(index, Mapping)
+            else {
+                name: np.frombuffer(getattr(index, name), dtype=np.dtype(f"i{getattr(index, name).itemsize}"))
+                for name in INDEX_ARRAYS
+            }
+        )
         self._offsets, self._lengths, self._lines = arrays["offsets"], arrays["lengths"], arrays["lines"]
         self._hashes = hashes = arrays["hashes"]
         self._order = np.argsort(hashes, kind="stable")
@@ -282,7 +298,7 @@ class Corpus:
             if offset + length > block_start + len(block):
                 self._check_unchanged()
                 block, block_start = self._pread(max(_BLOCK, length), offset), offset
-            yield _parse(block[offset - block_start: offset - block_start + length])
+            yield _parse(block[offset - block_start : offset - block_start + length])
 
     def at(self, row: int) -> Passage:
         """The passage on the ``row``-th line of passages (0-based, file order)."""
@@ -303,8 +319,9 @@ class Corpus:
     def _check_unchanged(self) -> None:
         info = os.fstat(self._fd)
         if (info.st_size, info.st_mtime_ns) != self._stamp:
-            raise DatasetError("the corpus file changed on disk after it was opened and checked; open it again",
-                               file=str(self.path))
+            raise DatasetError(
+                "the corpus file changed on disk after it was opened and checked; open it again", file=str(self.path)
+            )
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
         """A copy of the corpus file under the neutral name ``corpus.jsonl`` inside ``folder``, made from
@@ -322,8 +339,15 @@ class Corpus:
                     os.unlink(path)
             self._copy(target)
             with open(target.with_name(INDEX_FILE), "xb") as out:
-                np.savez(out, offsets=self._offsets, lengths=self._lengths, lines=self._lines, hashes=self._hashes,
-                         fingerprint=np.array(self.fingerprint), size=np.array(self._stamp[0]))
+                np.savez(
+                    out,
+                    offsets=self._offsets,
+                    lengths=self._lengths,
+                    lines=self._lines,
+                    hashes=self._hashes,
+                    fingerprint=np.array(self.fingerprint),
+                    size=np.array(self._stamp[0]),
+                )
         except OSError as exc:
             raise FileAccessError(target, f"cannot export the corpus ({exc.strerror or exc})") from None
         self._check_unchanged()

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.jsonfile import loads_strict
 from qaeval.data.streams import csv_rows, jsonl_items
-from qaeval.files import loads_strict
 
 
 class Refused(Exception):
@@ -64,12 +64,18 @@ def squad2_cases(where: str, article: Any, prefix: str, split: str, distractors:
             continue
         others = [(p + k) % len(paragraphs) for k in range(1, distractors + 1) if len(paragraphs) > k]
         try:
-            sources = [{"id": f"p{i}", "title": _title(article),
-                        "text": _text(paragraphs[i].get("context") if isinstance(paragraphs[i], dict) else None,
-                                      "paragraph context")}
-                       for i in sorted({p, *others})]
+            sources = [
+                {
+                    "id": f"p{i}",
+                    "title": _title(article),
+                    "text": _text(
+                        paragraphs[i].get("context") if isinstance(paragraphs[i], dict) else None, "paragraph context"
+                    ),
+                }
+                for i in sorted({p, *others})
+            ]
         except Refused as exc:
-            for qa in qas:
+            for _ in qas:
                 yield where, exc
             continue
         for qa in qas:
@@ -92,11 +98,14 @@ def _squad2_case(qa: Any, sources: list[dict[str, Any]], gold_id: str, prefix: s
         raise Refused("answerable question without an answer")
     gold = None if impossible else next(a for a in answers if isinstance(a, str) and a.strip())
     return {
-        "id": f"{prefix}-{_text(qa.get('id'), 'question id')}", "question": question,
+        "id": f"{prefix}-{_text(qa.get('id'), 'question id')}",
+        "question": question,
         "sources": [{k: v for k, v in s.items() if v is not None} for s in sources],
-        "gold_answer": gold, "gold_source_ids": [] if impossible else [gold_id],
+        "gold_answer": gold,
+        "gold_source_ids": [] if impossible else [gold_id],
         "expected_behavior": "unanswerable_must_abstain" if impossible else "answer",
-        "difficulty": "single-hop", "split": split,
+        "difficulty": "single-hop",
+        "split": split,
         "adversarial": "squad2-unanswerable" if impossible else "squad2",
     }
 
@@ -156,9 +165,13 @@ def hotpotqa_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
     kind = record.get("type")
     return {
         "id": f"{prefix}-{_text(record.get('_id') or record.get('id'), 'id')}",
-        "question": _text(record.get("question"), "question").strip(), "sources": sources,
-        "gold_answer": _text(record.get("answer"), "answer").strip(), "gold_source_ids": gold_ids,
-        "expected_behavior": "answer", "difficulty": "multi-hop", "split": split,
+        "question": _text(record.get("question"), "question").strip(),
+        "sources": sources,
+        "gold_answer": _text(record.get("answer"), "answer").strip(),
+        "gold_source_ids": gold_ids,
+        "expected_behavior": "answer",
+        "difficulty": "multi-hop",
+        "split": split,
         **({"adversarial": kind} if isinstance(kind, str) and kind else {}),
         "checkpoints": [{"kind": "retrieved", "source_id": g} for g in gold_ids],
     }
@@ -183,8 +196,13 @@ def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
         if isinstance(idx, bool) or not isinstance(idx, int):
             raise Refused("a paragraph idx that is not a whole number")
         sid = f"p{idx}"
-        sources.append({"id": sid, "text": _text(p.get("paragraph_text"), "paragraph text"),
-                        **({"title": p["title"]} if isinstance(p.get("title"), str) and p["title"] else {})})
+        sources.append(
+            {
+                "id": sid,
+                "text": _text(p.get("paragraph_text"), "paragraph text"),
+                **({"title": p["title"]} if isinstance(p.get("title"), str) and p["title"] else {}),
+            }
+        )
         if p.get("is_supporting") is True:
             gold.append(sid)
     if len({s["id"] for s in sources}) != len(sources):
@@ -197,11 +215,15 @@ def musique_case(record: Any, prefix: str, split: str) -> dict[str, Any]:
     if answerable and not gold:
         raise Refused("an answerable question with no supporting paragraph")
     case = {
-        "id": f"{prefix}-{_text(record.get('id'), 'id')}", "question": _text(record.get("question"), "question").strip(),
-        "sources": sources, "gold_answer": _text(record.get("answer"), "answer").strip() if answerable else None,
+        "id": f"{prefix}-{_text(record.get('id'), 'id')}",
+        "question": _text(record.get("question"), "question").strip(),
+        "sources": sources,
+        "gold_answer": _text(record.get("answer"), "answer").strip() if answerable else None,
         "gold_source_ids": gold if answerable else [],
         "expected_behavior": "answer" if answerable else "unanswerable_must_abstain",
-        "difficulty": "multi-hop" if hops >= 2 else "single-hop", "split": split, "adversarial": f"musique-{hops}hop",
+        "difficulty": "multi-hop" if hops >= 2 else "single-hop",
+        "split": split,
+        "adversarial": f"musique-{hops}hop",
     }
     if answerable and hops >= 2:
         case["checkpoints"] = [{"kind": "retrieved", "source_id": g} for g in gold]
@@ -220,7 +242,7 @@ def _listish(value: Any, what: str) -> list[str]:
 
 
 def ragas_case(record: Any, prefix: str, split: str, number: int) -> dict[str, Any]:
-    from qaeval.text import normalize
+    from qaeval.core.text import normalize
 
     if not isinstance(record, dict):
         raise Refused("a row that is not an object")
@@ -239,19 +261,35 @@ def ragas_case(record: Any, prefix: str, split: str, number: int) -> dict[str, A
         if not gold:
             raise Refused("reference_contexts that match none of the contexts")
     sources = [{"id": f"c{i}", "text": c} for i, c in enumerate(contexts, start=1)]
-    return {"id": f"{prefix}-{number:05d}", "question": _text(record.get("question") or record.get("user_input"), "question"),
-            "sources": sources, "gold_answer": truth.strip(), "gold_source_ids": gold, "expected_behavior": "answer",
-            "difficulty": "single-hop", "split": split}
+    return {
+        "id": f"{prefix}-{number:05d}",
+        "question": _text(record.get("question") or record.get("user_input"), "question"),
+        "sources": sources,
+        "gold_answer": truth.strip(),
+        "gold_source_ids": gold,
+        "expected_behavior": "answer",
+        "difficulty": "single-hop",
+        "split": split,
+    }
 
 
 # --------------------------------------------------------------------------- labelled sets
 
 
-def _labelled(cid: str, question: str, sources: list[dict[str, Any]], answer: str, score: int, reason: str) -> dict[str, Any]:
-    return {"id": cid, "question": question, "sources": sources,
-            "output": {"answer": answer, "citations": [{"source_id": s["id"], "claim": answer} for s in sources],
-                       "abstained": False},
-            "labels": {"faithfulness": {"score": score, "reason": reason}}}
+def _labelled(
+    cid: str, question: str, sources: list[dict[str, Any]], answer: str, score: int, reason: str
+) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "question": question,
+        "sources": sources,
+        "output": {
+            "answer": answer,
+            "citations": [{"source_id": s["id"], "claim": answer} for s in sources],
+            "abstained": False,
+        },
+        "labels": {"faithfulness": {"score": score, "reason": reason}},
+    }
 
 
 WICE_SCORES = {"supported": 2, "partially_supported": 1, "not_supported": 0}
@@ -273,8 +311,17 @@ def wice_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
             text = " ".join(s.strip() for s in evidence if isinstance(s, str) and s.strip())
             meta: dict[str, Any] = record["meta"] if isinstance(record.get("meta"), dict) else {}
             cid = f"{prefix}-{meta.get('id') or where.rsplit(':', 1)[-1]}"
-            yield where, _labelled(cid, "", [{"id": "page", "text": text}], _text(record.get("claim"), "claim"),
-                                   WICE_SCORES[label], f"WiCE: {label}")
+            yield (
+                where,
+                _labelled(
+                    cid,
+                    "",
+                    [{"id": "page", "text": text}],
+                    _text(record.get("claim"), "claim"),
+                    WICE_SCORES[label],
+                    f"WiCE: {label}",
+                ),
+            )
         except Refused as exc:
             yield where, exc
 
@@ -301,8 +348,17 @@ def expertqa_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
                         raise Refused("no evidence to judge the claim against")
                     sources = [{"id": f"e{i}", "text": e.strip()} for i, e in enumerate(evidence, start=1)]
                     cid = f"{prefix}-{line}-{re.sub(r'[^a-z0-9]+', '-', str(system).lower())}-{n}"
-                    yield here, _labelled(cid, str(question), sources, _text(claim.get("claim_string"), "claim"),
-                                          EXPERTQA_SCORES[support], f"ExpertQA expert: {support}")
+                    yield (
+                        here,
+                        _labelled(
+                            cid,
+                            str(question),
+                            sources,
+                            _text(claim.get("claim_string"), "claim"),
+                            EXPERTQA_SCORES[support],
+                            f"ExpertQA expert: {support}",
+                        ),
+                    )
                 except Refused as exc:
                     yield here, exc
 
@@ -315,8 +371,16 @@ def ares_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
                 raise Refused(f"Answer_Faithfulness_Label {label!r} is not 0 or 1 (or [[No]] or [[Yes]])")
             score = ARES_SCORES[label]
             question = row.get("Query", row.get("Question"))  # ARES's files name the column either way
-            yield where, _labelled(f"{prefix}-{n:04d}", _text(question, "Query (or Question)"),
-                                   [{"id": "doc", "text": _text(row.get("Document"), "Document")}],
-                                   _text(row.get("Answer"), "Answer"), score, f"ARES human label {label}")
+            yield (
+                where,
+                _labelled(
+                    f"{prefix}-{n:04d}",
+                    _text(question, "Query (or Question)"),
+                    [{"id": "doc", "text": _text(row.get("Document"), "Document")}],
+                    _text(row.get("Answer"), "Answer"),
+                    score,
+                    f"ARES human label {label}",
+                ),
+            )
         except Refused as exc:
             yield where, exc

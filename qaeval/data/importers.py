@@ -67,6 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.errors import DatasetError, UsageError, describe
+from qaeval.core.jsonfile import write_jsonl
 from qaeval.data.corpus import CORPUS_FILE
 from qaeval.data.formats import (
     Refused,
@@ -83,8 +85,6 @@ from qaeval.data.formats import (
 )
 from qaeval.data.pooling import PassagePool, corpus_case
 from qaeval.data.streams import check_utf8, csv_rows, first_char, json_items, records
-from qaeval.errors import DatasetError, UsageError, describe
-from qaeval.files import write_jsonl
 
 CASE_FORMATS = ("squad2", "hotpotqa", "musique", "ragas")
 LABELLED_FORMATS = ("wice", "expertqa", "ares")
@@ -118,8 +118,10 @@ class ImportReport:
         accounted = self.imported + self.left_by_limit + sum(self.refused.values())
         lines.append(f"  every record accounted for: {accounted} = {self.read}")
         if self.corpus:
-            lines.append(f"pooled {self.pooled} passage(s) from every record of the file into {self.corpus} "
-                         f"({self.merged} duplicate paragraph(s) merged)")
+            lines.append(
+                f"pooled {self.pooled} passage(s) from every record of the file into {self.corpus} "
+                f"({self.merged} duplicate paragraph(s) merged)"
+            )
         return "\n".join(lines)
 
 
@@ -143,6 +145,7 @@ def _one_case(build: Callable[[Any, str, str], dict[str, Any]]) -> Callable[...,
             yield where, exc
         except UNFORESEEN as exc:
             yield where, _unforeseen(exc)
+
     return cases
 
 
@@ -167,10 +170,14 @@ def _pooled(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | N
     refused or left by --limit) is pooled first, and each case names its passages by corpus id."""
     array_prefix, cases_of, passages_of = POOLED[fmt]
     if fmt == "squad2" and (first := first_char(path)) != "{":
-        raise DatasetError(f"not SQuAD 2.0 data: {SHAPES[fmt]}, and this file starts with {first or 'nothing'!r}",
-                           file=str(path))
-    reader = json_items(path, array_prefix) if fmt == "squad2" else records(path, array_prefix=array_prefix,
-                                                                             expects=SHAPES[fmt])
+        raise DatasetError(
+            f"not SQuAD 2.0 data: {SHAPES[fmt]}, and this file starts with {first or 'nothing'!r}", file=str(path)
+        )
+    reader = (
+        json_items(path, array_prefix)
+        if fmt == "squad2"
+        else records(path, array_prefix=array_prefix, expects=SHAPES[fmt])
+    )
     read = 0
     for where, record in reader:
         read += 1
@@ -209,8 +216,10 @@ def _checked_prefix(fmt: str, limit: int | None, split: str, prefix: str | None,
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     if corpus and fmt not in POOLED:
-        raise UsageError(f"--corpus is for {', '.join(POOLED)} (a passage pool read from the whole file); "
-                         f"{fmt} rows carry their own passages")
+        raise UsageError(
+            f"--corpus is for {', '.join(POOLED)} (a passage pool read from the whole file); "
+            f"{fmt} rows carry their own passages"
+        )
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     if split not in ("frozen", "living"):
@@ -221,8 +230,9 @@ def _checked_prefix(fmt: str, limit: int | None, split: str, prefix: str | None,
     return prefix
 
 
-def _collect(report: ImportReport, items: Iterator[tuple[str, Any]], limit: int | None,
-             seed: int | None) -> list[dict[str, Any]]:
+def _collect(
+    report: ImportReport, items: Iterator[tuple[str, Any]], limit: int | None, seed: int | None
+) -> list[dict[str, Any]]:
     """The records kept: all, the first ``limit``, or (with a seed) a uniform sample of ``limit``."""
     kept: list[dict[str, Any]] = []
     rng = random.Random(seed) if seed is not None else None
@@ -266,8 +276,17 @@ def _check_written(out: Path, labelled: bool) -> None:
         corpus.close()
 
 
-def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int | None = None, seed: int | None = None,
-                split: str = "frozen", prefix: str | None = None, corpus: bool = False) -> ImportReport:
+def import_file(
+    fmt: str,
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    limit: int | None = None,
+    seed: int | None = None,
+    split: str = "frozen",
+    prefix: str | None = None,
+    corpus: bool = False,
+) -> ImportReport:
     """Convert ``source`` (a public dataset in ``fmt``) into ``out_dir/<prefix>.jsonl``: golden cases, or a
     labelled set for the labelled formats. With ``corpus``, every paragraph of the file is pooled into
     ``out_dir/corpus.jsonl`` and the cases name their gold passages by corpus id. Refuses to overwrite an
@@ -278,8 +297,10 @@ def import_file(fmt: str, source: str | Path, out_dir: str | Path, *, limit: int
     out = Path(out_dir) / f"{prefix}{'-labelled' if labelled else ''}.jsonl"
     for taken in (out, Path(out_dir) / CORPUS_FILE) if corpus else (out,):
         if os.path.lexists(taken):
-            raise UsageError(f"{taken} exists; choose another --out{'' if corpus else ' or --prefix'} "
-                             "(an import never overwrites data)")
+            raise UsageError(
+                f"{taken} exists; choose another --out{'' if corpus else ' or --prefix'} "
+                "(an import never overwrites data)"
+            )
     report = ImportReport(fmt, str(path), str(out))
     check_utf8(path)
     with PassagePool(out_dir) if corpus else nullcontext() as pool:

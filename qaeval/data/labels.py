@@ -33,11 +33,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.frames import frame
+from qaeval.core.jsonfile import iter_jsonl
 from qaeval.data.cases import GoldenCase, Source, Suite, case_fingerprint
 from qaeval.data.schema import AXES, LABEL_FIELDS, LABEL_SCHEMA, score_ok
-from qaeval.errors import DatasetError, Problem
-from qaeval.files import iter_jsonl
-from qaeval.frames import frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,8 +88,16 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
         if found:
             problems.extend(where(p) for p in found)
             continue
-        rows.append(dict(case_id=cid, axis=axis, human=int(score or 0), reason=raw.get("reason") or "",
-                         output_fingerprint=raw.get("output_fingerprint"), line=number))
+        rows.append(
+            dict(
+                case_id=cid,
+                axis=axis,
+                human=int(score or 0),
+                reason=raw.get("reason") or "",
+                output_fingerprint=raw.get("output_fingerprint"),
+                line=number,
+            )
+        )
     if not rows and not problems:
         problems.append(Problem(str(path), None, "no labels in the file"))
     if problems:
@@ -118,7 +126,9 @@ def _case_problems(raw: dict[str, Any]) -> tuple[list[str], set[str]]:
             for i, s in enumerate(sources):
                 if not isinstance(s, dict) or set(s) - {"id", "text", "title"}:
                     problems.append(f"sources[{i}] must be an object with id, text and optional title")
-                elif not (isinstance(s.get("id"), str) and s["id"]) or not (isinstance(s.get("text"), str) and s["text"].strip()):
+                elif not (isinstance(s.get("id"), str) and s["id"]) or not (
+                    isinstance(s.get("text"), str) and s["text"].strip()
+                ):
                     problems.append(f"sources[{i}] needs a non-empty string id and text")
                 elif s["id"] in ids:
                     problems.append(f"sources[{i}].id {s['id']!r} is not unique")
@@ -145,7 +155,12 @@ def _labelled_problems(raw: dict[str, Any]) -> list[str]:
             cites = out.get("citations", [])
             if isinstance(cites, list):
                 for i, c in enumerate(cites):
-                    if isinstance(c, dict) and isinstance(c.get("source_id"), str) and ids and c["source_id"] not in ids:
+                    if (
+                        isinstance(c, dict)
+                        and isinstance(c.get("source_id"), str)
+                        and ids
+                        and c["source_id"] not in ids
+                    ):
                         problems.append(f"output.citations[{i}] cites {c['source_id']!r}, which is not in sources")
     labels = raw.get("labels")
     if "labels" in raw:
@@ -156,7 +171,7 @@ def _labelled_problems(raw: dict[str, Any]) -> list[str]:
                 if axis not in AXES:
                     problems.append(f"labels has unknown axis {axis!r}; expected {', '.join(AXES)}")
                 elif not isinstance(item, dict) or set(item) - {"score", "reason"} or not score_ok(item.get("score")):
-                    problems.append(f"labels.{axis} must be {{\"score\": 0|1|2, \"reason\"?: str}}")
+                    problems.append(f'labels.{axis} must be {{"score": 0|1|2, "reason"?: str}}')
                 elif item.get("reason") is not None and not isinstance(item["reason"], str):
                     problems.append(f"labels.{axis}.reason must be a string")
     return problems
@@ -166,21 +181,38 @@ def _plain_output(out: dict[str, Any]) -> dict[str, Any]:
     citations = out.get("citations", [])
     cited = [c.get("source_id") for c in citations if isinstance(c, dict)] if isinstance(citations, list) else []
     retrieved = out.get("retrieved_ids", list(dict.fromkeys(cited)))
-    wrap = lambda v: {"__type__": "list", "items": v} if isinstance(v, list) else v  # noqa: E731
-    return dict(answer=out.get("answer"), citations=wrap(citations), retrieved_ids=wrap(retrieved),
-                abstained=out.get("abstained", False), model_was_called=False, prompt_to_model=None,
-                computed_aggregate=None)
+    wrap = lambda v: {"__type__": "list", "items": v} if isinstance(v, list) else v  # noqa: E731  (a one-line wrapper, local to this conversion)
+    return dict(
+        answer=out.get("answer"),
+        citations=wrap(citations),
+        retrieved_ids=wrap(retrieved),
+        abstained=out.get("abstained", False),
+        model_was_called=False,
+        prompt_to_model=None,
+        computed_aggregate=None,
+    )
 
 
-LABELLED_CASE: dict[str, Any] = dict(expected_behavior="answer", difficulty="single-hop", split="frozen")  # what the set's cases are
+LABELLED_CASE: dict[str, Any] = dict(
+    expected_behavior="answer", difficulty="single-hop", split="frozen"
+)  # what the set's cases are
 STORED_FIELDS = {"id", "question", "sources", "gold_answer", "gold_source_ids", *LABELLED_CASE}  # as to_raw writes them
 
 
-def _labelled_case(raw: dict[str, Any], gold_ids: tuple[str, ...], file: str, line: int, fingerprint: str) -> GoldenCase:
-    return GoldenCase(id=raw["id"], question=raw.get("question") or "",
-                      sources=tuple(Source(s["id"], s["text"], s.get("title")) for s in raw["sources"]),
-                      gold_answer=raw.get("gold_answer"), gold_source_ids=gold_ids, **LABELLED_CASE, file=file,
-                      line=line, fingerprint=fingerprint)
+def _labelled_case(
+    raw: dict[str, Any], gold_ids: tuple[str, ...], file: str, line: int, fingerprint: str
+) -> GoldenCase:
+    return GoldenCase(
+        id=raw["id"],
+        question=raw.get("question") or "",
+        sources=tuple(Source(s["id"], s["text"], s.get("title")) for s in raw["sources"]),
+        gold_answer=raw.get("gold_answer"),
+        gold_source_ids=gold_ids,
+        **LABELLED_CASE,
+        file=file,
+        line=line,
+        fingerprint=fingerprint,
+    )
 
 
 def labelled_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints: dict[str, str]) -> Suite:
@@ -196,17 +228,26 @@ def labelled_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprin
         found, ids = _case_problems(raw)
         found += [f"unknown field {k!r}" for k in raw if k not in STORED_FIELDS]
         found += [f"missing required field {k!r}" for k in ("id", "sources") if k not in raw]
-        found += [f"{k!r} is {raw.get(k)!r}, not {v!r} as in a labelled set" for k, v in LABELLED_CASE.items()
-                  if raw.get(k) != v]
+        found += [
+            f"{k!r} is {raw.get(k)!r}, not {v!r} as in a labelled set"
+            for k, v in LABELLED_CASE.items()
+            if raw.get(k) != v
+        ]
         gold_ids = raw.get("gold_source_ids")
-        if not (isinstance(gold_ids, list) and all(isinstance(g, str) and g in ids for g in gold_ids)
-                and len(set(gold_ids)) == len(gold_ids)):
+        if not (
+            isinstance(gold_ids, list)
+            and all(isinstance(g, str) and g in ids for g in gold_ids)
+            and len(set(gold_ids)) == len(gold_ids)
+        ):
             found.append("'gold_source_ids' must list source ids of the case (the cited ones), each once")
         if found:
             problems += [Problem(file, number, f"case {raw.get('id')!r}: {p}") for p in found]
             continue
-        cases.append(_labelled_case(raw, tuple(gold_ids or ()), file, number,
-                                    fingerprints.get(raw["id"]) or case_fingerprint(raw)))
+        cases.append(
+            _labelled_case(
+                raw, tuple(gold_ids or ()), file, number, fingerprints.get(raw["id"]) or case_fingerprint(raw)
+            )
+        )
     if problems:
         raise DatasetError(problems)
     return Suite(tuple(cases), root)
@@ -245,8 +286,9 @@ def read_labelled_set(path: str | Path) -> list[LabelledLine]:
             problems.extend(where((f"case {cid!r}: " if isinstance(cid, str) else "") + p) for p in found)
             continue
         cited = tuple(dict.fromkeys(c["source_id"] for c in raw["output"].get("citations", [])))
-        case = _labelled_case(raw, cited, str(path), number,
-                              case_fingerprint({k: v for k, v in raw.items() if k != "labels"}))
+        case = _labelled_case(
+            raw, cited, str(path), number, case_fingerprint({k: v for k, v in raw.items() if k != "labels"})
+        )
         lines.append(LabelledLine(case, _plain_output(raw["output"]), raw["labels"]))
     if not lines and not problems:
         problems.append(Problem(str(path), None, "no labelled cases in the file"))

@@ -1,6 +1,6 @@
 """Reading a traffic log's raw rows, streamed, whatever its format (``qaeval.data.logs`` checks them).
 
-JSONL is read a line at a time (``qaeval.files.iter_jsonl``); CSV with the csv module, list columns
+JSONL is read a line at a time (``qaeval.core.jsonfile.iter_jsonl``); CSV with the csv module, list columns
 (``passages``, ``citations``, ``retrieved_contexts``) parsed as JSON from their cells and the flags
 (``abstained``, ``model_was_called``) from true/false/1/0; Parquet a batch of ``CHUNK`` rows at a time
 with pyarrow (the ``parquet`` extra: without it, a UsageError naming the extra); a DataFrame in slices
@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import Problem, UsageError, install_extra
-from qaeval.files import iter_jsonl, loads_strict
+from qaeval.core.errors import Problem, UsageError, install_extra
+from qaeval.core.jsonfile import iter_jsonl, loads_strict
 
 LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
 FLAG_COLUMNS = ("abstained", "model_was_called")  # a table column with a gap holds them as 1.0, 0.0 and NaN
@@ -58,16 +58,22 @@ def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[s
                 return
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:  # a dict of the row would keep the last cell of each, silently
-                problems.append(Problem(str(path), 1, f"the header names column(s) {', '.join(map(repr, twice))} "
-                                                      "more than once"))
+                problems.append(
+                    Problem(str(path), 1, f"the header names column(s) {', '.join(map(repr, twice))} more than once")
+                )
                 return
             for cells in reader:
                 if not cells:
                     continue  # a blank line, as csv.DictReader skips it
                 if len(cells) != len(header):  # a torn write, or a cell too many
                     more = "more" if len(cells) > len(header) else "fewer"
-                    problems.append(Problem(str(path), reader.line_num, f"{len(cells)} cells, {more} than the "
-                                                                        f"header's {len(header)} columns"))
+                    problems.append(
+                        Problem(
+                            str(path),
+                            reader.line_num,
+                            f"{len(cells)} cells, {more} than the header's {len(header)} columns",
+                        )
+                    )
                     continue
                 raw: dict[str, Any] = {}
                 for key, value in zip(header, cells):
@@ -100,8 +106,9 @@ def _parsed_list(key: str, value: str, where: str, line: int, problems: list[Pro
         return BAD
 
 
-def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
-                problems: list[Problem]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _table_rows(
+    batches: Iterator[list[dict[str, Any]]], where: str, problems: list[Problem]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows of a DataFrame or Parquet file: missing values dropped, list columns that hold JSON text parsed,
     times (``Timestamp``, ``datetime``) as ISO 8601 text, and flags that a column with gaps made 1.0 or 0.0
     as true or false."""
@@ -111,7 +118,11 @@ def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
             number += 1
             raw = {}
             for key, value in values.items():
-                if value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NaTType":
+                if (
+                    value is None
+                    or (isinstance(value, float) and math.isnan(value))
+                    or type(value).__name__ == "NaTType"
+                ):
                     continue
                 if isinstance(value, datetime):  # pandas' Timestamp is one
                     value = value.isoformat()
@@ -127,7 +138,7 @@ def _table_rows(batches: Iterator[list[dict[str, Any]]], where: str,
 
 def _frame_batches(df: Any) -> Iterator[list[dict[str, Any]]]:
     for start in range(0, len(df), CHUNK):
-        yield df.iloc[start:start + CHUNK].to_dict("records")
+        yield df.iloc[start : start + CHUNK].to_dict("records")
 
 
 def _parquet_batches(path: Path) -> Iterator[list[dict[str, Any]]]:
@@ -160,7 +171,9 @@ def _jsonl_lines(path: Path, only: Container[int], problems: list[Problem]) -> I
                     problems.append(Problem(str(path), number, str(exc)))
 
 
-def raw_rows(source: Any, problems: list[Problem], only: Container[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def raw_rows(
+    source: Any, problems: list[Problem], only: Container[int] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
     problems go to ``problems``."""
     if only is not None:

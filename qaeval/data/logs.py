@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from qaeval.data.schema import Source
-from qaeval.errors import Problem
+from qaeval.core.errors import Problem
+from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.log_formats import BAD, CHUNK, raw_rows
-from qaeval.files import dumps_canonical
+from qaeval.data.schema import Source
 
 FIELDS = ("id", "question", "passages", "answer", "citations", "abstained", "model_was_called", "prompt", "timestamp")
 RAGAS = {"user_input": "question", "retrieved_contexts": "passages", "response": "answer", "reference": "reference"}
@@ -81,8 +81,10 @@ class LogScan:
     has_model_flag: bool = False
 
     def notes(self) -> list[str]:
-        out = [f"{self.rows} row(s) read from {self.where}; column names: " +
-               ", ".join(f"{name} ({n} rows)" for name, n in self.mappings.items())]
+        out = [
+            f"{self.rows} row(s) read from {self.where}; column names: "
+            + ", ".join(f"{name} ({n} rows)" for name, n in self.mappings.items())
+        ]
         if self.generated_ids:
             out.append(f"{self.generated_ids} row(s) had no id: theirs is generated from a hash of the row (row-...)")
         if not self.has_prompt:
@@ -118,8 +120,14 @@ def _passages(value: Any, ragas: bool) -> tuple[tuple[Source, ...], list[str]]:
         return (), [f"passages must be a list, got {type(value).__name__}"]
     if len(value) > MAX_ITEMS:
         return (), [f"passages holds {len(value)} passages (limit {MAX_ITEMS}, as for a system's output)"]
-    if any(isinstance(t, str) and len(t) > MAX_CHARS or isinstance(t, dict) and isinstance(t.get("text"), str)
-           and len(t["text"]) > MAX_CHARS for t in value):
+    if any(
+        isinstance(t, str)
+        and len(t) > MAX_CHARS
+        or isinstance(t, dict)
+        and isinstance(t.get("text"), str)
+        and len(t["text"]) > MAX_CHARS
+        for t in value
+    ):
         return (), [f"a passage is longer than {MAX_CHARS:,} characters (as for a system's output)"]
     if ragas:
         bad = [i for i, t in enumerate(value, 1) if not isinstance(t, str) or not t.strip()]
@@ -132,8 +140,14 @@ def _passages(value: Any, ragas: bool) -> tuple[tuple[Source, ...], list[str]]:
     for i, p in enumerate(value, 1):
         if type(p) is dict and p.keys() <= PASSAGE_KEYS:  # the common, well-formed passage, checked quickly
             pid, text, title = p.get("id"), p.get("text"), p.get("title")
-            if type(pid) is str and type(text) is str and pid.strip() and text.strip() and pid not in seen \
-                    and (title is None or type(title) is str):
+            if (
+                type(pid) is str
+                and type(text) is str
+                and pid.strip()
+                and text.strip()
+                and pid not in seen
+                and (title is None or type(title) is str)
+            ):
                 seen.add(pid)
                 out.append(Source(pid, text, title))
                 continue
@@ -174,8 +188,11 @@ def _citations(value: Any) -> tuple[tuple[dict[str, str], ...], list[str]]:
         return (), [f"citations holds {len(value)} citations (limit {MAX_ITEMS}, as for a system's output)"]
     out, problems = [], []
     for i, c in enumerate(value, 1):
-        if not isinstance(c, dict) or set(c) != {"source_id", "claim"} or \
-                not all(isinstance(c[k], str) for k in ("source_id", "claim")):
+        if (
+            not isinstance(c, dict)
+            or set(c) != {"source_id", "claim"}
+            or not all(isinstance(c[k], str) for k in ("source_id", "claim"))
+        ):
             problems.append(f"citation {i} must be {{source_id, claim}}, both text, got {dumps_canonical(c)[:80]}")
             continue
         out.append({"source_id": c["source_id"], "claim": c["claim"]})
@@ -227,8 +244,9 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         problems.append("question missing or empty")
-    passages, found = _passages(row.get("passages"), "retrieved_contexts" in raw) \
-        if row.get("passages") is not BAD else ((), [])
+    passages, found = (
+        _passages(row.get("passages"), "retrieved_contexts" in raw) if row.get("passages") is not BAD else ((), [])
+    )
     problems += found if "passages" in row else ["passages missing (a list, empty when nothing was retrieved)"]
     citations, found = _citations(row.get("citations", [])) if row.get("citations") is not BAD else ((), [])
     problems += found
@@ -254,8 +272,25 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
     slices = {k: _slice_value(k, v, problems) for k, v in row.items() if k not in KNOWN}
     if problems:
         return None, mapping, problems
-    return LogRow(position, line, rid or "", str(question), passages, answer, citations, abstained, called, prompt,
-                  when, slices, generated_id=rid is None), mapping, []
+    return (
+        LogRow(
+            position,
+            line,
+            rid or "",
+            str(question),
+            passages,
+            answer,
+            citations,
+            abstained,
+            called,
+            prompt,
+            when,
+            slices,
+            generated_id=rid is None,
+        ),
+        mapping,
+        [],
+    )
 
 
 def row_hash(raw: dict[str, Any]) -> str:
@@ -326,7 +361,7 @@ def rows_at(source: Any, ids: dict[int, str], where: str) -> list[LogRow]:
             continue
         out.append(_with_id(row, ids[line]))
     if problems or len(out) != len(ids):
-        from qaeval.errors import DatasetError
+        from qaeval.core.errors import DatasetError
 
         raise DatasetError("the log changed while it was being scored: score it again", file=where)
     return out
@@ -338,9 +373,9 @@ def rows_at(source: Any, ids: dict[int, str], where: str) -> list[LogRow]:
 def sample_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints: dict[str, str]) -> Any:
     """The judged rows a monitor record keeps (``GoldenCase.to_raw``: no gold answer, no gold passages),
     checked as a log row's question and passages are. Raises DatasetError listing every problem."""
+    from qaeval.core.errors import DatasetError
     from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
     from qaeval.data.labels import LABELLED_CASE
-    from qaeval.errors import DatasetError
 
     fixed = {**LABELLED_CASE, "gold_answer": None, "gold_source_ids": []}
     problems: list[Problem] = []
@@ -349,7 +384,9 @@ def sample_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints
         found = [] if isinstance(raw, dict) else ["a stored row must be a JSON object"]
         if not found:
             found += [f"unknown field {k!r}" for k in raw if k not in {"id", "question", "sources", *fixed}]
-            found += [f"{k!r} is {raw.get(k)!r}, not {v!r} as for a log row" for k, v in fixed.items() if raw.get(k) != v]
+            found += [
+                f"{k!r} is {raw.get(k)!r}, not {v!r} as for a log row" for k, v in fixed.items() if raw.get(k) != v
+            ]
             if not isinstance(raw.get("id"), str) or not raw["id"].strip():
                 found.append("'id' must be non-empty text")
             if not isinstance(raw.get("question"), str) or not raw["question"].strip():
@@ -357,12 +394,23 @@ def sample_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints
             passages, more = _passages(raw.get("sources"), False)
             found += more
         if found:
-            problems += [Problem(file, number, f"row {raw.get('id') if isinstance(raw, dict) else None!r}: {p}")
-                         for p in found]
+            problems += [
+                Problem(file, number, f"row {raw.get('id') if isinstance(raw, dict) else None!r}: {p}") for p in found
+            ]
             continue
-        cases.append(GoldenCase(id=raw["id"], question=raw["question"], sources=passages, gold_answer=None,
-                                gold_source_ids=(), **LABELLED_CASE, file=file, line=number,
-                                fingerprint=fingerprints.get(raw["id"]) or case_fingerprint(raw)))
+        cases.append(
+            GoldenCase(
+                id=raw["id"],
+                question=raw["question"],
+                sources=passages,
+                gold_answer=None,
+                gold_source_ids=(),
+                **LABELLED_CASE,
+                file=file,
+                line=number,
+                fingerprint=fingerprints.get(raw["id"]) or case_fingerprint(raw),
+            )
+        )
     if problems:
         raise DatasetError(problems)
     return Suite(tuple(cases), root)

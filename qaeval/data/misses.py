@@ -21,13 +21,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.files import read_bytes, read_text, write_atomic
+from qaeval.core.jsonfile import dumps_canonical, json_error_text, loads_strict
+from qaeval.core.text import normalize
 from qaeval.data.cases import GoldenCase, Suite, build_suite, load_suite
-from qaeval.errors import DatasetError, Problem
-from qaeval.files import dumps_canonical, json_error_text, loads_strict, read_bytes, read_text, write_atomic
-from qaeval.text import normalize
 
-MISS_FIELDS = {"question", "sources", "gold_answer", "gold_source_ids", "expected_behavior", "difficulty",
-               "adversarial", "checkpoints", "answer"}
+MISS_FIELDS = {
+    "question",
+    "sources",
+    "gold_answer",
+    "gold_source_ids",
+    "expected_behavior",
+    "difficulty",
+    "adversarial",
+    "checkpoints",
+    "answer",
+}
 PREFIXES = {"single-hop": "single", "multi-hop": "multi", "aggregation": "agg"}
 LIVING = "living.jsonl"
 
@@ -76,14 +86,18 @@ def ask_missing(miss: dict[str, Any], ask: Callable[[str], str]) -> dict[str, An
     if not miss.get("question"):
         miss["question"] = ask("Question the system got wrong: ").strip()
     if not miss.get("sources"):
-        path = ask("JSON file with the passages it saw ([{\"id\", \"text\", \"title\"?}, ...]): ").strip()
+        path = ask('JSON file with the passages it saw ([{"id", "text", "title"?}, ...]): ').strip()
         miss["sources"] = read_json(path, "passages file")
     if "gold_answer" not in miss and miss.get("expected_behavior") != "unanswerable_must_abstain":
         gold = ask("The right answer (leave empty if the system must abstain): ").strip()
         if gold:
             miss["gold_answer"] = gold
         else:
-            miss["expected_behavior"], miss["gold_answer"], miss["gold_source_ids"] = "unanswerable_must_abstain", None, []
+            miss["expected_behavior"], miss["gold_answer"], miss["gold_source_ids"] = (
+                "unanswerable_must_abstain",
+                None,
+                [],
+            )
     if "gold_source_ids" not in miss:
         ids = [s.get("id") for s in miss["sources"] if isinstance(s, dict)]
         picked = ask(f"Which passages carry it ({', '.join(map(str, ids))}; comma-separated): ")
@@ -96,8 +110,9 @@ def ask_missing(miss: dict[str, Any], ask: Callable[[str], str]) -> dict[str, An
 def build_case(miss: dict[str, Any], suite: Suite, where: str = "the miss") -> dict[str, Any]:
     unknown = sorted(set(miss) - MISS_FIELDS)
     if unknown:
-        raise DatasetError(f"unknown field(s) in the miss: {', '.join(unknown)} (an id and a split are assigned)",
-                           file=where)
+        raise DatasetError(
+            f"unknown field(s) in the miss: {', '.join(unknown)} (an id and a split are assigned)", file=where
+        )
     if "answer" in miss and not isinstance(miss["answer"], str):
         raise DatasetError("'answer' (what the system said) must be a string", file=where)
     must_abstain = miss.get("expected_behavior") == "unanswerable_must_abstain"
@@ -113,8 +128,9 @@ def build_case(miss: dict[str, Any], suite: Suite, where: str = "the miss") -> d
     return case
 
 
-def add_case(data_dir: str | Path, miss: dict[str, Any] | str | Path, *,
-             ask: Callable[[str], str] | None = None) -> tuple[str, Path]:
+def add_case(
+    data_dir: str | Path, miss: dict[str, Any] | str | Path, *, ask: Callable[[str], str] | None = None
+) -> tuple[str, Path]:
     """Append one production miss to ``DIR/living.jsonl``; returns (its new id, the file)."""
     root = Path(data_dir)
     suite = load_suite(root)
@@ -125,14 +141,23 @@ def add_case(data_dir: str | Path, miss: dict[str, Any] | str | Path, *,
     case = build_case(raw, suite, where)
     sources = case.get("sources")
     if isinstance(case.get("question"), str) and isinstance(sources, list):
-        pairs = [(str(s.get("id")), s["text"]) for s in sources if isinstance(s, dict) and isinstance(s.get("text"), str)]
+        pairs = [
+            (str(s.get("id")), s["text"]) for s in sources if isinstance(s, dict) and isinstance(s.get("text"), str)
+        ]
         duplicate = find_duplicate(suite, case["question"], pairs)
         if duplicate is not None:
-            raise DatasetError(f"this miss is already in the suite as {duplicate.id} ({duplicate.file}:{duplicate.line}): "
-                               "same question, same passages", file=where)
+            raise DatasetError(
+                f"this miss is already in the suite as {duplicate.id} ({duplicate.file}:{duplicate.line}): "
+                "same question, same passages",
+                file=where,
+            )
     target = root / LIVING
     existing = read_bytes(target) if target.exists() else b""
-    line_number = existing.decode("utf-8-sig", errors="replace").count("\n") + (0 if existing.endswith(b"\n") or not existing else 1) + 1
+    line_number = (
+        existing.decode("utf-8-sig", errors="replace").count("\n")
+        + (0 if existing.endswith(b"\n") or not existing else 1)
+        + 1
+    )
     entries = [(c.file, c.line, c.to_raw()) for c in suite] + [(str(target), line_number, case)]
     try:
         build_suite(entries, str(root))  # the whole suite, with the new case, as strictly as a load

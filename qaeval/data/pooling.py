@@ -22,9 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.errors import FileAccessError, UsageError
+from qaeval.core.files import FILE_MODE
+from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.corpus import CORPUS_FILE, Corpus
-from qaeval.errors import FileAccessError, UsageError
-from qaeval.files import FILE_MODE, dumps_canonical
 
 
 def _key(text: str) -> bytes:

@@ -64,11 +64,17 @@ class GoldenCase:
         """The case as a JSON object in the golden format (optional fields only when set)."""
         raw: dict[str, Any] = dict(id=self.id, question=self.question)
         if not self.from_corpus:
-            raw["sources"] = [{"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
-                              for s in self.sources]
+            raw["sources"] = [
+                {"id": s.id, "text": s.text, **({"title": s.title} if s.title is not None else {})}
+                for s in self.sources
+            ]
         raw.update(
-            gold_answer=self.gold_answer, gold_source_ids=list(self.gold_source_ids),
-            expected_behavior=self.expected_behavior, difficulty=self.difficulty, split=self.split)
+            gold_answer=self.gold_answer,
+            gold_source_ids=list(self.gold_source_ids),
+            expected_behavior=self.expected_behavior,
+            difficulty=self.difficulty,
+            split=self.split,
+        )
         if self.adversarial is not None:
             raw["adversarial"] = self.adversarial
         if self.checkpoints:
@@ -141,12 +147,17 @@ def as_number(value: Any) -> float | None:
     return None
 
 
-
 # --------------------------------------------------------------------------- labels
 
 LABEL_FIELDS = {"case_id", "axis", "score", "reason", "output_fingerprint"}
-LABEL_SCHEMA = {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text",
-                "line": "int"}
+LABEL_SCHEMA = {
+    "case_id": "text",
+    "axis": "text",
+    "human": "int",
+    "reason": "text",
+    "output_fingerprint": "text",
+    "line": "int",
+}
 LABEL_SCORES = (0, 1, 2)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import DatasetError, FileAccessError, Problem
-from qaeval.files import loads_strict
+from qaeval.core.errors import DatasetError, FileAccessError, Problem
+from qaeval.core.jsonfile import loads_strict
 
 
 def _open(path: Path) -> io.BufferedReader:
@@ -52,8 +52,9 @@ def check_utf8(path: Path) -> None:
             except UnicodeDecodeError as exc:
                 at = offset - held + exc.start
                 line = lines + chunk.count(b"\n", 0, max(0, exc.start - held))
-                raise DatasetError([Problem(str(path), line, f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset "
-                                                            f"{at})")]) from None
+                raise DatasetError(
+                    [Problem(str(path), line, f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {at})")]
+                ) from None
             if not chunk:
                 return
             offset += len(chunk)
@@ -72,8 +73,9 @@ def check_depth(path: Path) -> None:
                 if event in ("start_map", "start_array"):
                     depth += 1
                     if depth > MAX_DEPTH:
-                        raise DatasetError(f"arrays or objects nested more than {MAX_DEPTH} deep: not a dataset",
-                                           file=str(path))
+                        raise DatasetError(
+                            f"arrays or objects nested more than {MAX_DEPTH} deep: not a dataset", file=str(path)
+                        )
                 elif event in ("end_map", "end_array"):
                     depth -= 1
         except ijson.JSONError as exc:

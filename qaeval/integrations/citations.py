@@ -11,7 +11,7 @@ run of characters without whitespace, brackets, commas or semicolons.
 Reading an answer (``read_answer``):
 
 - each id in a marker becomes ``Citation(id, claim)``, the claim being the sentence the marker stands
-  in (``qaeval.text.split_sentences``) with every marker removed; a marker standing alone (on a line of
+  in (``qaeval.core.text.split_sentences``) with every marker removed; a marker standing alone (on a line of
   its own after the sentence) cites the sentence before it;
 - an id that differs from a retrieved passage's id only in letter case is read as that passage's id;
   any other id is kept as written, so citing a passage the system never retrieved fails the
@@ -29,14 +29,24 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from qaeval.core.text import split_sentences
 from qaeval.system.contract import Citation
-from qaeval.text import split_sentences
 
 MARKER = re.compile(r"\[\s*([^\[\]\s,;]+(?:\s*[,;]\s*[^\[\]\s,;]+)*)\s*\](?!\()")
 REFUSALS = (
-    "i cannot answer", "i can't answer", "i can not answer", "i am unable to answer", "i'm unable to answer",
-    "i don't know", "i do not know", "cannot be answered", "the passages do not", "the passages don't",
-    "i cannot find", "i can't find", "there is no information",
+    "i cannot answer",
+    "i can't answer",
+    "i can not answer",
+    "i am unable to answer",
+    "i'm unable to answer",
+    "i don't know",
+    "i do not know",
+    "cannot be answered",
+    "the passages do not",
+    "the passages don't",
+    "i cannot find",
+    "i can't find",
+    "there is no information",
 )
 
 
@@ -61,7 +71,7 @@ def strip_markers(text: str) -> str:
     run of spaces.)"""
     pieces, last = [], 0
     for marker in MARKER.finditer(text):
-        pieces.append(text[last:marker.start()].rstrip(" \t"))
+        pieces.append(text[last : marker.start()].rstrip(" \t"))
         last = marker.end()
     pieces.append(text[last:])
     return "".join(pieces).strip()

@@ -49,9 +49,9 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from qaeval.core.errors import UsageError, install_extra
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
-from qaeval.errors import UsageError, install_extra
 from qaeval.integrations.citations import read_answer
 from qaeval.system.contract import CaseView, SUTOutput
 from qaeval.system.reference import INDEX_CACHE, RELEVANCE_FLOOR, TOP_K, lexical_scores
@@ -65,20 +65,26 @@ try:
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 except ImportError as exc:
-    raise UsageError(f"qaeval.integrations.langchain needs langchain-core ({exc}): "
-                     f"{install_extra('langchain')}") from None
+    raise UsageError(
+        f"qaeval.integrations.langchain needs langchain-core ({exc}): {install_extra('langchain')}"
+    ) from None
 
 ID_KEY = "source_id"
 TITLE_KEY = "title"
 ANSWER_KEYS = ("answer", "result")
 DOCUMENT_KEYS = ("context", "source_documents")
 
-PROMPT = ChatPromptTemplate.from_messages([
-    ("system", "Answer the question using only the passages below. End every sentence with the ids of the "
-               "passages it relies on, in square brackets, like [passage-id]. If the passages do not answer "
-               "the question, reply only: I cannot answer."),
-    ("human", "Question: {question}\n\nPassages:\n\n{context}"),
-])
+PROMPT = ChatPromptTemplate.from_messages(
+    [
+        (
+            "system",
+            "Answer the question using only the passages below. End every sentence with the ids of the "
+            "passages it relies on, in square brackets, like [passage-id]. If the passages do not answer "
+            "the question, reply only: I cannot answer.",
+        ),
+        ("human", "Question: {question}\n\nPassages:\n\n{context}"),
+    ]
+)
 
 Index = Callable[[list[Document]], BaseRetriever]
 ChainBuilder = Callable[[BaseRetriever], Runnable]
@@ -188,8 +194,11 @@ def message_text(value: Any) -> str:
     if isinstance(value, BaseMessage):
         if isinstance(value.content, str):
             return value.content
-        return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in value.content
-                       if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
+        return "".join(
+            b if isinstance(b, str) else str(b.get("text", ""))
+            for b in value.content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+        )
     raise TypeError(f"the chain's answer is {type(value).__name__}, not a string or a message")
 
 
@@ -197,13 +206,17 @@ def chain_result(result: Any) -> tuple[str, list[Document]]:
     """(answer text, documents) from what a chain returned: a mapping with one of ``ANSWER_KEYS`` and one
     of ``DOCUMENT_KEYS``."""
     if not isinstance(result, Mapping):
-        raise TypeError(f"the chain returned {type(result).__name__}; qaeval needs a mapping with the answer under "
-                        "'answer' and the documents it used under 'context'")
+        raise TypeError(
+            f"the chain returned {type(result).__name__}; qaeval needs a mapping with the answer under "
+            "'answer' and the documents it used under 'context'"
+        )
     answer_key = next((key for key in ANSWER_KEYS if key in result), None)
     documents_key = next((key for key in DOCUMENT_KEYS if key in result), None)
     if answer_key is None or documents_key is None:
-        raise ValueError(f"the chain returned the keys {sorted(map(str, result))}; qaeval needs the answer under "
-                         f"{' or '.join(ANSWER_KEYS)} and the documents under {' or '.join(DOCUMENT_KEYS)}")
+        raise ValueError(
+            f"the chain returned the keys {sorted(map(str, result))}; qaeval needs the answer under "
+            f"{' or '.join(ANSWER_KEYS)} and the documents under {' or '.join(DOCUMENT_KEYS)}"
+        )
     documents = list(result[documents_key] or [])
     strangers = sorted({type(d).__name__ for d in documents if not isinstance(d, Document)})
     if strangers:
@@ -229,8 +242,14 @@ def to_output(answer: str, documents: Sequence[Document], prompts: Sequence[str]
     """The contract's output for one case: what was retrieved, what the model was sent, what it said."""
     passages = [document_passage(d) for d in documents]
     read = read_answer(answer, [p.id for p in passages])
-    return SUTOutput(answer=read.answer, citations=read.citations, passages=passages, abstained=read.abstained,
-                     model_was_called=bool(prompts), prompt_to_model="\n\n".join(prompts) if prompts else None)
+    return SUTOutput(
+        answer=read.answer,
+        citations=read.citations,
+        passages=passages,
+        abstained=read.abstained,
+        model_was_called=bool(prompts),
+        prompt_to_model="\n\n".join(prompts) if prompts else None,
+    )
 
 
 # --------------------------------------------------------------------------- the adapter
@@ -239,8 +258,14 @@ def to_output(answer: str, documents: Sequence[Document], prompts: Sequence[str]
 class LangChainAdapter:
     """Answers a case by running the chain with the case's retriever (see the module's docstring)."""
 
-    def __init__(self, build_chain: ChainBuilder, *, retriever: BaseRetriever | None = None,
-                 index: Index = keyword_index, corpus_retriever: BaseRetriever | None = None) -> None:
+    def __init__(
+        self,
+        build_chain: ChainBuilder,
+        *,
+        retriever: BaseRetriever | None = None,
+        index: Index = keyword_index,
+        corpus_retriever: BaseRetriever | None = None,
+    ) -> None:
         self.build_chain = build_chain
         self.retriever = retriever
         self.index = index
@@ -269,17 +294,26 @@ def _builder(model: Any, chain: Any, retriever: Any, prompt: Any) -> ChainBuilde
         raise UsageError("prompt= goes with model=; a chain (chain=) renders its own prompt")
     if isinstance(chain, Runnable):
         if retriever is not None:
-            raise UsageError("a chain given as a Runnable has its retriever built in; to hand it retriever=, "
-                             "give chain= as a function of the retriever that builds the Runnable")
+            raise UsageError(
+                "a chain given as a Runnable has its retriever built in; to hand it retriever=, "
+                "give chain= as a function of the retriever that builds the Runnable"
+            )
         return lambda _retriever: chain
     if callable(chain):
         return chain
     raise UsageError(f"chain= must be a Runnable or a function of a retriever, got {type(chain).__name__}")
 
 
-def adapter_factory(model: Any = None, *, chain: Any = None, retriever: BaseRetriever | None = None,
-                    index: Index | None = None, prompt: Any = None, k: int = TOP_K,
-                    floor: float = RELEVANCE_FLOOR) -> Callable[..., LangChainAdapter]:
+def adapter_factory(
+    model: Any = None,
+    *,
+    chain: Any = None,
+    retriever: BaseRetriever | None = None,
+    index: Index | None = None,
+    prompt: Any = None,
+    k: int = TOP_K,
+    floor: float = RELEVANCE_FLOOR,
+) -> Callable[..., LangChainAdapter]:
     """An adapter factory (``make_adapter(corpus=None)``) for a LangChain system; see the module's docstring.
     ``k`` and ``floor`` set the default retrievers' depth and relevance floor."""
     build = _builder(model, chain, retriever, prompt)
@@ -288,8 +322,11 @@ def adapter_factory(model: Any = None, *, chain: Any = None, retriever: BaseRetr
     def make_adapter(corpus: Corpus | None = None) -> LangChainAdapter:
         over_corpus = None
         if corpus is not None and retriever is None:
-            over_corpus = (index([source_document(p) for p in corpus]) if index is not None
-                           else CorpusBM25Retriever.build(corpus, k=k, floor=floor))
+            over_corpus = (
+                index([source_document(p) for p in corpus])
+                if index is not None
+                else CorpusBM25Retriever.build(corpus, k=k, floor=floor)
+            )
         return LangChainAdapter(build, retriever=retriever, index=per_case, corpus_retriever=over_corpus)
 
     return make_adapter

@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import FileAccessError
+from qaeval.core.errors import FileAccessError
 
 FILE_NAME = "judge-verdicts.sqlite"
 KEY_BYTES = 32
@@ -75,8 +75,11 @@ def load_secret(path: Path | None = None) -> bytes:
     except (UnicodeDecodeError, ValueError):
         secret = b""
     if len(secret) != KEY_BYTES:
-        raise FileAccessError(path, f"the judge cache's key is not {KEY_BYTES * 2} hex digits; delete it and a new "
-                                    "one is made (every cached verdict is then asked again)")
+        raise FileAccessError(
+            path,
+            f"the judge cache's key is not {KEY_BYTES * 2} hex digits; delete it and a new "
+            "one is made (every cached verdict is then asked again)",
+        )
     return secret
 
 
@@ -94,14 +97,18 @@ class VerdictCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise FileAccessError(self.path.parent, f"cannot create the judge cache folder ({exc.strerror or exc})") from None
+            raise FileAccessError(
+                self.path.parent, f"cannot create the judge cache folder ({exc.strerror or exc})"
+            ) from None
         try:
             self._db = self._connect()
         except sqlite3.DatabaseError as exc:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.replace(aside)
-            warnings.warn(f"the judge cache {self.path} was unreadable ({exc}); moved aside to {aside.name} and started "
-                          "afresh", stacklevel=2)
+            warnings.warn(
+                f"the judge cache {self.path} was unreadable ({exc}); moved aside to {aside.name} and started afresh",
+                stacklevel=2,
+            )
             self._db = self._connect()
 
     @classmethod
@@ -112,9 +119,11 @@ class VerdictCache:
         db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, reply TEXT NOT NULL, "
-                       "prompt_tokens INTEGER, completion_tokens INTEGER, model TEXT, created TEXT DEFAULT CURRENT_TIMESTAMP, "
-                       "mac TEXT)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, reply TEXT NOT NULL, "
+                "prompt_tokens INTEGER, completion_tokens INTEGER, model TEXT, created TEXT DEFAULT CURRENT_TIMESTAMP, "
+                "mac TEXT)"
+            )
             columns = {row[1] for row in db.execute("PRAGMA table_info(verdicts)")}
             if "mac" not in columns:  # a cache from before rows were signed: every row is a miss until rewritten
                 db.execute("ALTER TABLE verdicts ADD COLUMN mac TEXT")
@@ -129,15 +138,20 @@ class VerdictCache:
         """(reply, prompt tokens, completion tokens) of an authentic row, else None (a miss)."""
         with self._lock:
             try:
-                row = self._db.execute("SELECT reply, prompt_tokens, completion_tokens, mac FROM verdicts WHERE key = ?",
-                                       (key,)).fetchone()
+                row = self._db.execute(
+                    "SELECT reply, prompt_tokens, completion_tokens, mac FROM verdicts WHERE key = ?", (key,)
+                ).fetchone()
             except sqlite3.DatabaseError:
                 return None
         if row is None:
             return None
         reply, pt, ct, mac = row
-        if not (isinstance(reply, str) and all(v is None or type(v) is int for v in (pt, ct)) and isinstance(mac, str)
-                and hmac.compare_digest(mac, self._mac(key, reply, pt, ct))):
+        if not (
+            isinstance(reply, str)
+            and all(v is None or type(v) is int for v in (pt, ct))
+            and isinstance(mac, str)
+            and hmac.compare_digest(mac, self._mac(key, reply, pt, ct))
+        ):
             with self._lock:
                 self.rejected += 1
             return None
@@ -153,8 +167,11 @@ class VerdictCache:
         mac = self._mac(key, reply, prompt_tokens, completion_tokens)
         with self._lock:
             try:
-                self._db.execute("INSERT OR REPLACE INTO verdicts (key, reply, prompt_tokens, completion_tokens, model, mac) "
-                                 "VALUES (?, ?, ?, ?, ?, ?)", (key, reply, prompt_tokens, completion_tokens, model, mac))
+                self._db.execute(
+                    "INSERT OR REPLACE INTO verdicts (key, reply, prompt_tokens, completion_tokens, model, mac) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, reply, prompt_tokens, completion_tokens, model, mac),
+                )
                 self._db.commit()
             except sqlite3.DatabaseError as exc:  # a full disk: the verdict stands, it just is not cached
                 warnings.warn(f"could not cache a judge verdict ({exc})", stacklevel=2)

@@ -32,7 +32,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 _KIND_FAULTS = ("answerable", "not_in_passage", "copies")  # answerable: must-abstain requests; the others: the rest
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}|\d[\d,.]*")
 _SYLLABLES = ("zor", "blat", "quen", "nix", "vel", "dran", "mop", "trel", "skiv", "olu", "prax", "dim")
@@ -74,8 +73,12 @@ def generate(user_message: str, fault: str | None = None, previous: str | None =
         question = previous
     if fault == "not_in_passage":
         answer = "a thing no passage says"
-    return {"request": rid, "question": question, "answer": answer,
-            "source_ids": ids if kind_name == "multi" else ids[:1]}
+    return {
+        "request": rid,
+        "question": question,
+        "answer": answer,
+        "source_ids": ids if kind_name == "multi" else ids[:1],
+    }
 
 
 def grade(user_message: str) -> dict[str, Any]:
@@ -90,9 +93,10 @@ def grade(user_message: str) -> dict[str, Any]:
 
     answer = section("ANSWER")
     cited = re.sub(r"^\[[^\]]+\] ", "", section("CITED SNIPPETS").split("\n")[0])
-    citations = [dict(snippet_id=sid, quote=first_words(text.strip()), rationale="the cited source states the claim",
-                      score=2)
-                 for sid, text in re.findall(r"- snippet_id=(.*)\n  claim: .*\n  cited: (.*)", user_message)]
+    citations = [
+        dict(snippet_id=sid, quote=first_words(text.strip()), rationale="the cited source states the claim", score=2)
+        for sid, text in re.findall(r"- snippet_id=(.*)\n  claim: .*\n  cited: (.*)", user_message)
+    ]
     return {
         "faithfulness": {"quote": first_words(cited), "rationale": "the answer restates the cited source", "score": 2},
         "answer_correctness": {"quote": first_words(answer), "rationale": "deterministic stand-in grade", "score": 2},
@@ -114,10 +118,20 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class FakeJudgeServer:
-    def __init__(self, *, port: int = 0, latency: float = 0.0, fail_every: int = 0, fail_always: bool = False,
-                 reject_response_format: bool = False, garbage: bool = False, reply: str | None = None,
-                 no_choices: bool = False, generation_faults: dict[str, int] | None = None,
-                 hang_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        latency: float = 0.0,
+        fail_every: int = 0,
+        fail_always: bool = False,
+        reject_response_format: bool = False,
+        garbage: bool = False,
+        reply: str | None = None,
+        no_choices: bool = False,
+        generation_faults: dict[str, int] | None = None,
+        hang_seconds: float = 5.0,
+    ) -> None:
         """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
         ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
@@ -199,7 +213,7 @@ class FakeJudgeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with outer._lock:
                     outer._count += 1
@@ -229,14 +243,28 @@ class FakeJudgeServer:
                         content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
                     if outer.reply is not None:
                         content = outer.reply
-                    choices = None if outer.no_choices else [
-                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]
-                    self._send(200, {
-                        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()),
-                        "model": body.get("model", "fake"), "choices": choices,
-                        "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(content.split()),
-                                  "total_tokens": len(user.split()) + len(content.split())},
-                    })
+                    choices = (
+                        None
+                        if outer.no_choices
+                        else [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ]
+                    )
+                    self._send(
+                        200,
+                        {
+                            "id": f"chatcmpl-{number}",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model", "fake"),
+                            "choices": choices,
+                            "usage": {
+                                "prompt_tokens": len(user.split()),
+                                "completion_tokens": len(content.split()),
+                                "total_tokens": len(user.split()) + len(content.split()),
+                            },
+                        },
+                    )
                 finally:
                     with outer._lock:
                         outer.in_flight -= 1

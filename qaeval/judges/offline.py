@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from qaeval.core.text import distinct_terms, split_sentences, term_set, tokens
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse, plain_config
-from qaeval.text import distinct_terms, split_sentences, term_set, tokens
 
 
 def _best_sentence(text: str, target_terms: frozenset[str]) -> str:
@@ -75,8 +75,14 @@ class OfflineJudge:
         support = _share(answer_terms, distinct_terms(evidence))
         f_score = 2 if support >= 0.9 else 1 if support >= 0.5 else 0
         f_quote = _best_sentence(evidence, answer_terms) if f_score else ""
-        verdicts = [AxisVerdict("faithfulness", f_score, f_quote,
-                                f"{support:.0%} of the answer's content words are in the cited sources")]
+        verdicts = [
+            AxisVerdict(
+                "faithfulness",
+                f_score,
+                f_quote,
+                f"{support:.0%} of the answer's content words are in the cited sources",
+            )
+        ]
         gold = req.gold_answer or ""
         f1 = token_f1(req.answer, gold)
         gold_tokens = tokens(gold)
@@ -84,10 +90,21 @@ class OfflineJudge:
         all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
         a_score = 2 if contained or f1 >= 0.8 else 1 if all_in else 0
         a_quote = _best_sentence(req.answer, term_set(gold) | set(gold_tokens)) if a_score else ""
-        verdicts.append(AxisVerdict("answer_correctness", a_score, a_quote,
-                                    f"token F1 {f1:.2f} with the gold answer"
-                                    + ("; the answer contains the gold answer" if contained
-                                       else "; every gold token present, not as one phrase" if all_in else "")))
+        verdicts.append(
+            AxisVerdict(
+                "answer_correctness",
+                a_score,
+                a_quote,
+                f"token F1 {f1:.2f} with the gold answer"
+                + (
+                    "; the answer contains the gold answer"
+                    if contained
+                    else "; every gold token present, not as one phrase"
+                    if all_in
+                    else ""
+                ),
+            )
+        )
         for c in req.citations:
             claim = term_set(c.claim)
             cited = _share(claim, distinct_terms(c.text))
@@ -99,10 +116,20 @@ class OfflineJudge:
             else:
                 score = 0
             quote = _best_sentence(c.text, claim) if score else ""
-            verdicts.append(AxisVerdict(CITATION_CORRECTNESS, score, quote,
-                                        f"claim overlap {cited:.0%} with the cited source, "
-                                        + (f"{decoy:.0%} with decoy {c.decoy_id}" if c.decoy_id is not None
-                                           else "no other passage to weigh it against"), target=c.source_id))
+            verdicts.append(
+                AxisVerdict(
+                    CITATION_CORRECTNESS,
+                    score,
+                    quote,
+                    f"claim overlap {cited:.0%} with the cited source, "
+                    + (
+                        f"{decoy:.0%} with decoy {c.decoy_id}"
+                        if c.decoy_id is not None
+                        else "no other passage to weigh it against"
+                    ),
+                    target=c.source_id,
+                )
+            )
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
 
 

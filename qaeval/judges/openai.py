@@ -38,14 +38,17 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from qaeval.errors import UsageError, install_extra
+from qaeval.boundary.plugins import progress_bar
+from qaeval.core.errors import UsageError, install_extra
 from qaeval.judges.cache import VerdictCache, cache_key
-from qaeval.plugins import progress_bar
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
 from qaeval.scoring.rubric import RUBRIC_VERSION, parse_verdict_json, verdict_json_schema
 
 VERDICT_SCHEMA = verdict_json_schema()
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_verdict", "strict": True, "schema": VERDICT_SCHEMA}}
+RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "qaeval_verdict", "strict": True, "schema": VERDICT_SCHEMA},
+}
 
 
 def public_url(url: str | None) -> str | None:
@@ -64,10 +67,21 @@ class OpenAIJudge:
 
     thread_safe = True  # judge() may be called from several threads at once (qaeval.scoring.stream)
 
-    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
-                 temperature: float = 0.0, seed: int | None = 0, concurrency: int = 8, max_retries: int = 4,
-                 timeout: float = 60.0, cache: VerdictCache | None = None, rubric_version: str = RUBRIC_VERSION,
-                 show_progress: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        seed: int | None = 0,
+        concurrency: int = 8,
+        max_retries: int = 4,
+        timeout: float = 60.0,
+        cache: VerdictCache | None = None,
+        rubric_version: str = RUBRIC_VERSION,
+        show_progress: bool | None = None,
+    ) -> None:
         try:
             import openai
         except ImportError:
@@ -77,10 +91,17 @@ class OpenAIJudge:
         if concurrency < 1:
             raise UsageError("judge concurrency must be at least 1")
         self._openai = openai
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused-by-local-servers",
-                                     max_retries=max_retries, timeout=timeout)
-        self.config = JudgeConfig(name="openai", model=model, temperature=temperature, seed=seed,
-                                  prompt_version=rubric_version, base_url=public_url(str(self._client.base_url)))
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "unused-by-local-servers", max_retries=max_retries, timeout=timeout
+        )
+        self.config = JudgeConfig(
+            name="openai",
+            model=model,
+            temperature=temperature,
+            seed=seed,
+            prompt_version=rubric_version,
+            base_url=public_url(str(self._client.base_url)),
+        )
         self.concurrency = concurrency
         self.cache = cache
         self.show_progress = show_progress
@@ -92,8 +113,17 @@ class OpenAIJudge:
 
     def _key(self, req: JudgeRequest) -> str:
         c = self.config
-        return cache_key(dict(base_url=c.base_url, model=c.model, temperature=c.temperature, seed=c.seed,
-                              rubric=c.prompt_version, messages=list(req.messages), schema=VERDICT_SCHEMA))
+        return cache_key(
+            dict(
+                base_url=c.base_url,
+                model=c.model,
+                temperature=c.temperature,
+                seed=c.seed,
+                rubric=c.prompt_version,
+                messages=list(req.messages),
+                schema=VERDICT_SCHEMA,
+            )
+        )
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         results: list[JudgeResponse | None] = [None] * len(requests)
@@ -104,8 +134,9 @@ class OpenAIJudge:
             if hit is not None:
                 reply, pt, ct = hit
                 try:
-                    results[i] = JudgeResponse(req.case_id, parse_verdict_json(reply), prompt_tokens=pt,
-                                               completion_tokens=ct, cached=True)
+                    results[i] = JudgeResponse(
+                        req.case_id, parse_verdict_json(reply), prompt_tokens=pt, completion_tokens=ct, cached=True
+                    )
                     continue
                 except ValueError:
                     self.cache.forget(self._key(req))  # type: ignore[union-attr]  # a hit came from the cache
@@ -113,8 +144,10 @@ class OpenAIJudge:
         if self.cache is not None and self.cache.rejected > rejected and not self.defer_warnings:
             self.report_rejected()
         if todo:
-            with progress_bar(len(todo), desc="judge calls", enabled=self.show_progress) as bar, \
-                    ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool:
+            with (
+                progress_bar(len(todo), desc="judge calls", enabled=self.show_progress) as bar,
+                ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="qaeval-judge") as pool,
+            ):
                 futures = {pool.submit(self._call, requests[i]): i for i in todo}
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
@@ -128,8 +161,11 @@ class OpenAIJudge:
         with self._lock:
             count, self._rejected_reported = self.cache.rejected - self._rejected_reported, self.cache.rejected
         if count:
-            warnings.warn(f"{count} cached judge verdict(s) in {self.cache.path} failed authentication (edited, or "
-                          "written by an older qaeval) and are asked again", stacklevel=2)
+            warnings.warn(
+                f"{count} cached judge verdict(s) in {self.cache.path} failed authentication (edited, or "
+                "written by an older qaeval) and are asked again",
+                stacklevel=2,
+            )
 
     def _create(self, req: JudgeRequest) -> Any:
         return create_completion(self, req.messages, RESPONSE_FORMAT)
@@ -152,8 +188,9 @@ class OpenAIJudge:
             reply = completion.choices[0].message.content or ""
             verdicts = parse_verdict_json(reply)
         except (ValueError, IndexError, AttributeError, TypeError, KeyError) as exc:
-            return JudgeResponse(req.case_id, error=f"unparseable judge reply: {exc}", prompt_tokens=pt,
-                                 completion_tokens=ct)
+            return JudgeResponse(
+                req.case_id, error=f"unparseable judge reply: {exc}", prompt_tokens=pt, completion_tokens=ct
+            )
         if self.cache is not None:
             self.cache.put(self._key(req), reply, pt, ct, self.config.model)
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
@@ -188,7 +225,15 @@ def make_judge(settings: JudgeSettings | None = None) -> OpenAIJudge:
     if settings.api_key is None and settings.base_url is None:
         raise UsageError("set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) to use the OpenAI judge")
     cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
-    return OpenAIJudge(model=settings.model or "", base_url=settings.base_url, api_key=settings.api_key,
-                       temperature=settings.temperature, seed=settings.seed, concurrency=settings.concurrency,
-                       max_retries=settings.max_retries, timeout=settings.timeout, cache=cache,
-                       show_progress=settings.show_progress)
+    return OpenAIJudge(
+        model=settings.model or "",
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        temperature=settings.temperature,
+        seed=settings.seed,
+        concurrency=settings.concurrency,
+        max_retries=settings.max_retries,
+        timeout=settings.timeout,
+        cache=cache,
+        show_progress=settings.show_progress,
+    )

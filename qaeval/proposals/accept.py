@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.files import read_bytes, write_atomic
+from qaeval.core.jsonfile import dumps_canonical, loads_strict
+from qaeval.core.text import normalize
 from qaeval.data.cases import load_suite
 from qaeval.data.misses import LIVING, case_prefix, find_duplicate
 from qaeval.data.schema import DIFFICULTIES, Source
-from qaeval.errors import DatasetError, Problem
-from qaeval.files import dumps_canonical, loads_strict, read_bytes, write_atomic
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint
 from qaeval.proposals.ledger import FOLDER, question_key, read_ledger, traffic_key
-from qaeval.text import normalize
 from qaeval.verdicts.sheets import sheet_rows
 
 YES, NO = ("y", "yes"), ("n", "no")
@@ -52,8 +53,10 @@ class Accepted:
     again: list[str] = field(default_factory=list)
 
     def summary_text(self) -> str:
-        parts = [f"added {len(self.added)} case(s) to {self.path}" + (
-            ": " + ", ".join(cid for cid, _ in self.added) if self.added else "")]
+        parts = [
+            f"added {len(self.added)} case(s) to {self.path}"
+            + (": " + ", ".join(cid for cid, _ in self.added) if self.added else "")
+        ]
         parts.append(f"{self.rejected} rejected (remembered: not proposed again)")
         if self.undecided:
             parts.append(f"{self.undecided} row(s) with accept blank were left undecided")
@@ -67,10 +70,14 @@ def _passages(cell: str) -> tuple[tuple[Source, ...] | None, str]:
         raw = loads_strict(cell)
     except ValueError as exc:
         return None, f"passages is not valid JSON ({str(exc)[:80]})"
-    if not isinstance(raw, list) or not all(isinstance(p, dict) and isinstance(p.get("id"), str)
-                                            and isinstance(p.get("text"), str)
-                                            and isinstance(p.get("title"), (str, type(None)))
-                                            and set(p) <= {"id", "text", "title"} for p in raw):
+    if not isinstance(raw, list) or not all(
+        isinstance(p, dict)
+        and isinstance(p.get("id"), str)
+        and isinstance(p.get("text"), str)
+        and isinstance(p.get("title"), (str, type(None)))
+        and set(p) <= {"id", "text", "title"}
+        for p in raw
+    ):
         return None, "passages must be a JSON list of {id, text, title?}"
     return tuple(Source(p["id"], p["text"], p.get("title")) for p in raw), ""
 
@@ -97,19 +104,28 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
             problems.append("an answerable case needs gold_source_ids (the passages that carry the answer)")
     elif gold is not None or ids:
         problems.append("a must-abstain case has no gold_answer and no gold_source_ids")
-    problems += [f"gold source id {i!r} is not one of the row's passages ({', '.join(known)})" for i in ids
-                 if i not in known]
+    problems += [
+        f"gold source id {i!r} is not one of the row's passages ({', '.join(known)})" for i in ids if i not in known
+    ]
     difficulty = row["difficulty"] or "single-hop"
     if difficulty not in DIFFICULTIES:
         problems.append(f"difficulty {difficulty!r} is not one of {', '.join(DIFFICULTIES)}")
     if problems:
         return None, problems
-    case: dict[str, Any] = dict(question=row["question"], gold_answer=gold, gold_source_ids=ids,
-                                expected_behavior=behavior, difficulty=difficulty,
-                                adversarial="production-miss" if row["origin"] == "traffic" else "generated",
-                                split="living")
-    in_corpus = corpus is not None and row["origin"] == "corpus" and all(
-        (c := corpus.get(p.id)) is not None and c.text == p.text for p in passages)
+    case: dict[str, Any] = dict(
+        question=row["question"],
+        gold_answer=gold,
+        gold_source_ids=ids,
+        expected_behavior=behavior,
+        difficulty=difficulty,
+        adversarial="production-miss" if row["origin"] == "traffic" else "generated",
+        split="living",
+    )
+    in_corpus = (
+        corpus is not None
+        and row["origin"] == "corpus"
+        and all((c := corpus.get(p.id)) is not None and c.text == p.text for p in passages)
+    )
     if not in_corpus:
         case["sources"] = [{"id": p.id, "text": p.text, **({"title": p.title} if p.title else {})} for p in passages]
     return case, []
@@ -139,8 +155,11 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
     batch: dict[tuple[str, frozenset[str]], int] = {}  # the accepted rows' questions and passages: no case twice
     seen: dict[str, int] = {}
     for line, number, row in sheet_rows(sheet, "review sheet", SHEET_COLUMNS):
-        def refuse(message: str) -> None:
-            problems.append(Problem(where, line, f"{message} (sheet row {number}, {row.get('candidate_id') or 'no id'})"))
+
+        def refuse(message: str, line: int = line, number: int = number, row: dict[str, str] = row) -> None:
+            problems.append(
+                Problem(where, line, f"{message} (sheet row {number}, {row.get('candidate_id') or 'no id'})")
+            )
 
         decision = row["accept"].lower()
         if not decision:
@@ -153,10 +172,16 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
         if passages is None or row["origin"] not in ORIGINS:
             refuse(why or f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
             continue
-        if fingerprint(row["candidate_id"], row["origin"], row["source"], row["question"], passages,
-                       row["answer"] or None) != row["fingerprint"]:
-            refuse("the proposal was edited after it was proposed (its question, passages, source or answer "
-                   "differ from what its fingerprint says): propose again, or write the case with add-case")
+        if (
+            fingerprint(
+                row["candidate_id"], row["origin"], row["source"], row["question"], passages, row["answer"] or None
+            )
+            != row["fingerprint"]
+        ):
+            refuse(
+                "the proposal was edited after it was proposed (its question, passages, source or answer "
+                "differ from what its fingerprint says): propose again, or write the case with add-case"
+            )
             continue
         if row["candidate_id"] in seen:
             refuse(f"a second row for this candidate (first on line {seen[row['candidate_id']]})")
@@ -165,15 +190,20 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
         before = ledger.decided(_key(row), row["candidate_id"])
         if before is not None:
             said = "accepted" if decision in YES else "rejected"
-            when = f"{before['decision']} on {before['decided']}" + (f" as {before['case_id']}" if before.get("case_id") else "")
+            when = f"{before['decision']} on {before['decided']}" + (
+                f" as {before['case_id']}" if before.get("case_id") else ""
+            )
             if before["decision"] == said and before["candidate_id"] == row["candidate_id"]:
                 again.append(f"{row['candidate_id']} (sheet row {number}) was {when}: left as it is")
             else:
                 refuse(f"already {when}; the sheet now says {said}")
             continue
         if decision in NO:
-            rejected.append(dict(candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None,
-                                 note=row["note"]))
+            rejected.append(
+                dict(
+                    candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None, note=row["note"]
+                )
+            )
             continue
         case, found = _case(row, passages, suite.corpus)
         if case is None:
@@ -184,8 +214,16 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
         if same is not None and "sources" in case:
             refuse(f"already in the suite as {same.id} ({same.file}:{same.line}): same question, same passages")
             continue
-        dup = next((c for c in suite if c.from_corpus and "sources" not in case
-                    and question_key(c.question) == question_key(case["question"])), None)
+        dup = next(
+            (
+                c
+                for c in suite
+                if c.from_corpus
+                and "sources" not in case
+                and question_key(c.question) == question_key(case["question"])
+            ),
+            None,
+        )
         if dup is not None:
             refuse(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
             continue
@@ -199,7 +237,11 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
         raise DatasetError(problems)
     target = root / LIVING
     existing = read_bytes(target) if target.exists() else b""
-    first = existing.decode("utf-8-sig", errors="replace").count("\n") + (0 if existing.endswith(b"\n") or not existing else 1) + 1
+    first = (
+        existing.decode("utf-8-sig", errors="replace").count("\n")
+        + (0 if existing.endswith(b"\n") or not existing else 1)
+        + 1
+    )
     entries = [(c.file, c.line, c.to_raw()) for c in suite]
     taken = {c.id for c in suite}
     placed = []
@@ -214,8 +256,11 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
         build_suite(entries, str(root), corpus=suite.corpus)  # the whole suite with the new cases, strictly
     except DatasetError as exc:
         at = {written: (line, number, row) for written, line, number, row in placed}
-        mine = [Problem(where, at[p.line][0], f"{p.message} (sheet row {at[p.line][1]}, {at[p.line][2]['candidate_id']})")
-                for p in exc.problems if p.file == str(target) and p.line in at]
+        mine = [
+            Problem(where, at[p.line][0], f"{p.message} (sheet row {at[p.line][1]}, {at[p.line][2]['candidate_id']})")
+            for p in exc.problems
+            if p.file == str(target) and p.line in at
+        ]
         raise DatasetError(mine or exc.problems) from None
     ledger.check_writable()  # before the cases are written: a ledger that cannot take the decisions stops here
     if new:
@@ -223,7 +268,19 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
             existing += b"\n"
         write_atomic(target, existing + "".join(dumps_canonical(case) + "\n" for _, _, case, _ in new).encode("utf-8"))
         load_suite(root)  # what was written loads
-    ledger.append([dict(candidate_id=row["candidate_id"], key=_key(row), decision="accepted", case_id=case["id"],
-                        note=row["note"]) for _, _, case, row in new] + rejected)
-    return Accepted([(case["id"], row["candidate_id"]) for _, _, case, row in new], len(rejected), undecided, target,
-                    again)
+    ledger.append(
+        [
+            dict(
+                candidate_id=row["candidate_id"],
+                key=_key(row),
+                decision="accepted",
+                case_id=case["id"],
+                note=row["note"],
+            )
+            for _, _, case, row in new
+        ]
+        + rejected
+    )
+    return Accepted(
+        [(case["id"], row["candidate_id"]) for _, _, case, row in new], len(rejected), undecided, target, again
+    )

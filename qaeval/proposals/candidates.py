@@ -43,12 +43,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.files import write_atomic
+from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.schema import Source
-from qaeval.files import dumps_canonical, write_atomic
 from qaeval.verdicts.sheets import sheet_cell
 
-SHEET_COLUMNS = ("candidate_id", "origin", "source", "why", "checks", "question", "passages", "answer", "accept",
-                 "expected_behavior", "gold_answer", "gold_source_ids", "difficulty", "note", "fingerprint")
+SHEET_COLUMNS = (
+    "candidate_id",
+    "origin",
+    "source",
+    "why",
+    "checks",
+    "question",
+    "passages",
+    "answer",
+    "accept",
+    "expected_behavior",
+    "gold_answer",
+    "gold_source_ids",
+    "difficulty",
+    "note",
+    "fingerprint",
+)
 REVIEW_COLUMNS = ("accept", "expected_behavior", "gold_answer", "gold_source_ids", "difficulty", "note")
 ANSWER, ABSTAIN = "answer", "unanswerable_must_abstain"
 ORIGINS = ("traffic", "corpus")
@@ -63,8 +79,9 @@ def passages_plain(passages: Sequence[Source]) -> list[dict[str, str]]:
     return [{"id": p.id, "text": p.text, **({"title": p.title} if p.title else {})} for p in passages]
 
 
-def fingerprint(cid: str, origin: str, source: str, question: str, passages: Sequence[Source],
-                answer: str | None) -> str:
+def fingerprint(
+    cid: str, origin: str, source: str, question: str, passages: Sequence[Source], answer: str | None
+) -> str:
     # question and answer as a sheet reads them back (its cells are stripped): a logged answer ending in a
     # line break is the same proposal after the round trip
     plain = [cid, origin, source, question.strip(), passages_plain(passages), (answer or "").strip()]
@@ -99,12 +116,23 @@ class Candidate:
         return fingerprint(self.id, self.origin, self.source, self.question, self.passages, self.answer)
 
     def to_row(self) -> dict[str, Any]:
-        return dict(candidate_id=self.id, origin=self.origin, source=self.source, why=self.why,
-                    checks="; ".join(self.checks), question=self.question,
-                    passages=json.dumps(passages_plain(self.passages), ensure_ascii=False, indent=1),
-                    answer=self.answer or "", accept="", expected_behavior=self.expected_behavior,
-                    gold_answer=self.gold_answer or "", gold_source_ids=", ".join(self.gold_source_ids),
-                    difficulty=self.difficulty, note="", fingerprint=self.fingerprint)
+        return dict(
+            candidate_id=self.id,
+            origin=self.origin,
+            source=self.source,
+            why=self.why,
+            checks="; ".join(self.checks),
+            question=self.question,
+            passages=json.dumps(passages_plain(self.passages), ensure_ascii=False, indent=1),
+            answer=self.answer or "",
+            accept="",
+            expected_behavior=self.expected_behavior,
+            gold_answer=self.gold_answer or "",
+            gold_source_ids=", ".join(self.gold_source_ids),
+            difficulty=self.difficulty,
+            note="",
+            fingerprint=self.fingerprint,
+        )
 
 
 def sheet_text(candidates: Sequence[Candidate]) -> str:

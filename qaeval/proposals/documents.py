@@ -26,27 +26,29 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from qaeval.core.errors import UsageError
+from qaeval.core.text import content_terms
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.data.schema import Source
-from qaeval.errors import UsageError
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
 from qaeval.proposals.generator import GenerationReply, GenerationRequest, load_prompt, parse_reply, request_for
 from qaeval.proposals.ledger import Ledger, question_key
 from qaeval.system.retriever import CorpusRetriever
-from qaeval.text import content_terms
 
 MIX = {"single": 0.6, "multi": 0.2, "abstain": 0.2}
 MIN_TERMS = 12
 FLOOR = 0.5  # the relevance floor of the reference system's corpus retriever
 NEIGHBOURS = 3
-GIVEN_UP = "not asked:"  # how a custom generator's proxy says it stopped asking (qaeval.judges.usercode)
+GIVEN_UP = "not asked:"  # how a custom generator's proxy says it stopped asking (qaeval.boundary.clients)
 GIVEN_UP_WHY = "not asked: the generator's process lost two chunks in a row"
 CHUNK = 16  # requests sent at once to a generator that is not thread-safe (one in its own process)
 DIFFICULTY = {"single": "single-hop", "multi": "multi-hop", "abstain": "single-hop"}
-WHY = {"single": "generated: a question one passage answers",
-       "multi": "generated: a question that needs both passages",
-       "abstain": "generated: a question on the corpus's topic that no passage answers"}
+WHY = {
+    "single": "generated: a question one passage answers",
+    "multi": "generated: a question that needs both passages",
+    "abstain": "generated: a question on the corpus's topic that no passage answers",
+}
 
 
 def shares(n: int, mix: dict[str, float] = MIX) -> dict[str, int]:
@@ -97,13 +99,23 @@ def _passages_for(kind: str, first: Passage, retriever: CorpusRetriever, corpus:
     near = [corpus[pid] for pid, _ in retriever.search(first.text, NEIGHBOURS + 1) if pid != first.id]
     if kind == "multi":
         return [first, near[0]] if near else None
-    return [first, *near[:NEIGHBOURS - 1]]
+    return [first, *near[: NEIGHBOURS - 1]]
 
 
-def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: CorpusRetriever, seed: int = 0,
-                        existing: Sequence[str] = (), ledger: Ledger | None = None, concurrency: int = 8,
-                        max_calls: int | None = None, mix: dict[str, float] = MIX,
-                        on_reply: Callable[[], None] | None = None) -> CorpusProposal:
+def propose_from_corpus(
+    corpus: Corpus,
+    n: int,
+    generator: Any,
+    *,
+    retriever: CorpusRetriever,
+    seed: int = 0,
+    existing: Sequence[str] = (),
+    ledger: Ledger | None = None,
+    concurrency: int = 8,
+    max_calls: int | None = None,
+    mix: dict[str, float] = MIX,
+    on_reply: Callable[[], None] | None = None,
+) -> CorpusProposal:
     """Up to ``n`` verified candidates (see the module's steps). ``existing``: the questions of the cases
     already in the golden set, which a candidate may not nearly repeat."""
     if n < 1:
@@ -197,17 +209,24 @@ def propose_from_corpus(corpus: Corpus, n: int, generator: Any, *, retriever: Co
                         on_reply()
     seconds = time.perf_counter() - started
     picked = [c for k in target for c in taken[k]]
-    notes = [f"{len(picked)} of {n} candidate(s) verified from {calls} generator call(s): " +
-             ", ".join(f"{len(taken[k])} of {target[k]} {k}" for k in target)]
+    notes = [
+        f"{len(picked)} of {n} candidate(s) verified from {calls} generator call(s): "
+        + ", ".join(f"{len(taken[k])} of {target[k]} {k}" for k in target)
+    ]
     if surplus:
-        notes.append(f"{surplus} verified candidate(s) beyond the number asked for were not used (asked for ahead "
-                     "of drops)")
+        notes.append(
+            f"{surplus} verified candidate(s) beyond the number asked for were not used (asked for ahead of drops)"
+        )
     if draw.short:
         notes.append(f"{draw.short} passage(s) drawn had fewer than {MIN_TERMS} content terms and were not used")
     if len(picked) < n:
-        notes.append("the generator's process was given up on: it lost two chunks in a row" if given_up else
-                     "the corpus ran out of passages to draw" if exhausted else
-                     f"stopped at {max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted")
+        notes.append(
+            "the generator's process was given up on: it lost two chunks in a row"
+            if given_up
+            else "the corpus ran out of passages to draw"
+            if exhausted
+            else f"stopped at {max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted"
+        )
     return CorpusProposal(picked, dropped, calls, notes, seconds)
 
 
@@ -218,12 +237,19 @@ def _generate(generator: Any, batch: list[GenerationRequest]) -> list[Generation
     except Exception as exc:  # noqa: BLE001  (the generator's failure costs its candidates, not the run)
         return [GenerationReply(r.request_id, error=f"the generator raised {type(exc).__name__}") for r in batch]
     if len(replies) != len(batch) or not all(isinstance(r, GenerationReply) for r in replies):
-        return [GenerationReply(r.request_id, error="the generator did not return one reply per request") for r in batch]
+        return [
+            GenerationReply(r.request_id, error="the generator did not return one reply per request") for r in batch
+        ]
     return replies
 
 
-def _verified(request: GenerationRequest, reply: GenerationReply, retriever: CorpusRetriever, seen: verify.Seen,
-              ledger: Ledger | None) -> tuple[Candidate | None, str]:
+def _verified(
+    request: GenerationRequest,
+    reply: GenerationReply,
+    retriever: CorpusRetriever,
+    seen: verify.Seen,
+    ledger: Ledger | None,
+) -> tuple[Candidate | None, str]:
     got, why = parse_reply(reply, request)
     if got is None:
         return None, why
@@ -241,11 +267,25 @@ def _verified(request: GenerationRequest, reply: GenerationReply, retriever: Cor
         failed = verify.RETRIEVABLE
     if failed:
         return None, failed
-    checks = ["the answer occurs in its gold passage(s)" if got.answer is not None else
-              f"the retriever finds no passage above the floor ({FLOOR})",
-              f"the question copies no run of {verify.COPY_WORDS} words", "no near-duplicate"]
+    checks = [
+        "the answer occurs in its gold passage(s)"
+        if got.answer is not None
+        else f"the retriever finds no passage above the floor ({FLOOR})",
+        f"the question copies no run of {verify.COPY_WORDS} words",
+        "no near-duplicate",
+    ]
     source = " + ".join(p.id for p in request.passages)
-    return Candidate(origin="corpus", kind=kind, source=source, why=WHY[kind], question=got.question,
-                     passages=request.passages, answer=got.answer,
-                     expected_behavior=ABSTAIN if kind == "abstain" else ANSWER, gold_answer=got.answer,
-                     gold_source_ids=gold or (), difficulty=DIFFICULTY[kind], checks=tuple(checks)), ""
+    return Candidate(
+        origin="corpus",
+        kind=kind,
+        source=source,
+        why=WHY[kind],
+        question=got.question,
+        passages=request.passages,
+        answer=got.answer,
+        expected_behavior=ABSTAIN if kind == "abstain" else ANSWER,
+        gold_answer=got.answer,
+        gold_source_ids=gold or (),
+        difficulty=DIFFICULTY[kind],
+        checks=tuple(checks),
+    ), ""

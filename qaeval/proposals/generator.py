@@ -8,7 +8,7 @@ official ``openai`` SDK (the ``openai`` extra), set up exactly like the HTTP jud
 differs from the judge's, the same retries with backoff, the same per-call timeout) and caching its
 replies in the judge's signed cache (``qaeval.judges.cache``) under keys of their own. Any other
 generator is the user's code and runs in its own process, as a custom judge does
-(``qaeval.judges.usercode.GeneratorProcess``).
+(``qaeval.boundary.clients.GeneratorProcess``).
 
 The prompt is versioned beside the judge's rubric, in ``qaeval/rubric/generate-v1/`` (``system.txt``,
 ``user.txt``); its version is part of every cache key. A request asks for one of three kinds:
@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from qaeval.core.errors import UsageError, install_extra
+from qaeval.core.jsonfile import loads_strict
 from qaeval.data.schema import Source
-from qaeval.errors import UsageError, install_extra
-from qaeval.files import loads_strict
 from qaeval.scoring.judge import JudgeConfig, JudgeSettings
 from qaeval.scoring.rubric import Rubric
 
@@ -42,17 +42,25 @@ PROMPT_VERSION = "generate-v1"
 KINDS = ("single", "multi", "abstain")
 TASKS = {
     "single": "Write one question that the first passage answers by itself, and its answer: a short span (a name, "
-              "a number, a date, a few words) copied word for word from that passage. Ask in your own words: do "
-              "not copy a phrase of eight or more words from the passage into the question.",
+    "a number, a date, a few words) copied word for word from that passage. Ask in your own words: do "
+    "not copy a phrase of eight or more words from the passage into the question.",
     "multi": "Write one question that needs both passages to answer: it must use a fact from each. The answer is "
-             "a short span copied word for word from one of them; source_ids lists both passages.",
+    "a short span copied word for word from one of them; source_ids lists both passages.",
     "abstain": "Write one question on the topic of these passages that none of them answers: a plausible detail "
-               "that no passage states. The answer is null and source_ids is empty.",
+    "that no passage states. The answer is null and source_ids is empty.",
 }
 MAX_REPLY = 20_000  # characters of a reply that are read; a longer one is malformed
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["request", "question", "answer", "source_ids"],
-          "properties": {"request": {"type": "string"}, "question": {"type": "string"},
-                         "answer": {"type": ["string", "null"]}, "source_ids": {"type": "array", "items": {"type": "string"}}}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["request", "question", "answer", "source_ids"],
+    "properties": {
+        "request": {"type": "string"},
+        "question": {"type": "string"},
+        "answer": {"type": ["string", "null"]},
+        "source_ids": {"type": "array", "items": {"type": "string"}},
+    },
+}
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "qaeval_candidate", "strict": True, "schema": SCHEMA}}
 
 
@@ -69,7 +77,7 @@ class GeneratorConfig(JudgeConfig):
     @classmethod
     def from_plain(cls, data: Any) -> GeneratorConfig:
         """A config as a generator's process sent it, checked as a custom judge's is, or a UsageError."""
-        from qaeval.judges.wire import config_from_plain
+        from qaeval.boundary.wire import config_from_plain
 
         plain = {"prompt_version": PROMPT_VERSION, **data} if isinstance(data, Mapping) else data
         return cls(**asdict(config_from_plain(plain, what="generator")))
@@ -85,8 +93,12 @@ class GenerationRequest:
     messages: tuple[dict[str, str], ...]
 
     def to_plain(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, "kind": self.kind, "messages": [dict(m) for m in self.messages],
-                "passages": [{"id": p.id, "text": p.text, "title": p.title} for p in self.passages]}
+        return {
+            "request_id": self.request_id,
+            "kind": self.kind,
+            "messages": [dict(m) for m in self.messages],
+            "passages": [{"id": p.id, "text": p.text, "title": p.title} for p in self.passages],
+        }
 
 
 @dataclass(frozen=True)
@@ -124,8 +136,9 @@ def request_for(kind: str, passages: Sequence[Source], salt: str, prompt: Rubric
     rid = f"gen-{digest.hexdigest()[:16]}"
     shown = "\n\n".join(f"[{p.id}]" + (f" ({p.title})" if p.title else "") + f" {p.text}" for p in passages)
     user = prompt.user.substitute(request=rid, kind=kind, task=TASKS[kind], passages=shown)
-    return GenerationRequest(rid, kind, tuple(passages), ({"role": "system", "content": prompt.system},
-                                                          {"role": "user", "content": user}))
+    return GenerationRequest(
+        rid, kind, tuple(passages), ({"role": "system", "content": prompt.system}, {"role": "user", "content": user})
+    )
 
 
 @dataclass(frozen=True)
@@ -146,7 +159,7 @@ def parse_reply(reply: GenerationReply, request: GenerationRequest) -> tuple[Gen
         return None, "malformed reply"
     start, end = text.find("{"), text.rfind("}")
     try:
-        data = loads_strict(text[start:end + 1]) if 0 <= start < end else None
+        data = loads_strict(text[start : end + 1]) if 0 <= start < end else None
     except ValueError:
         data = None
     if not isinstance(data, dict):
@@ -154,11 +167,19 @@ def parse_reply(reply: GenerationReply, request: GenerationRequest) -> tuple[Gen
     if data.get("request") != request.request_id:
         return None, "the generator answered another request"
     question, answer, ids = data.get("question"), data.get("answer"), data.get("source_ids")
-    if not isinstance(question, str) or not question.strip() or (answer is not None and not isinstance(answer, str)) \
-            or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+    if (
+        not isinstance(question, str)
+        or not question.strip()
+        or (answer is not None and not isinstance(answer, str))
+        or not isinstance(ids, list)
+        or not all(isinstance(i, str) for i in ids)
+    ):
         return None, "malformed reply"
-    return Generated(" ".join(question.split()), answer.strip() if isinstance(answer, str) and answer.strip() else None,
-                     tuple(dict.fromkeys(ids))), ""
+    return Generated(
+        " ".join(question.split()),
+        answer.strip() if isinstance(answer, str) and answer.strip() else None,
+        tuple(dict.fromkeys(ids)),
+    ), ""
 
 
 class OpenAIGenerator:
@@ -172,16 +193,26 @@ class OpenAIGenerator:
         except ImportError:
             raise UsageError(f"the OpenAI generator needs the openai package: {install_extra('openai')}") from None
         if not model:
-            raise UsageError("no generator model: set QAEVAL_GENERATOR_MODEL (or QAEVAL_JUDGE_MODEL) or pass "
-                             "--generator-model")
+            raise UsageError(
+                "no generator model: set QAEVAL_GENERATOR_MODEL (or QAEVAL_JUDGE_MODEL) or pass --generator-model"
+            )
         from qaeval.judges.cache import VerdictCache
         from qaeval.judges.openai import public_url
 
         self._openai = openai
-        self._client = openai.OpenAI(base_url=settings.base_url, api_key=settings.api_key or "unused-by-local-servers",
-                                     max_retries=settings.max_retries, timeout=settings.timeout)
-        self.config = GeneratorConfig(name="openai", model=model, temperature=settings.temperature, seed=settings.seed,
-                                      base_url=public_url(str(self._client.base_url)))
+        self._client = openai.OpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key or "unused-by-local-servers",
+            max_retries=settings.max_retries,
+            timeout=settings.timeout,
+        )
+        self.config = GeneratorConfig(
+            name="openai",
+            model=model,
+            temperature=settings.temperature,
+            seed=settings.seed,
+            base_url=public_url(str(self._client.base_url)),
+        )
         self.concurrency = settings.concurrency
         self.cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
         self._structured = True
@@ -192,8 +223,18 @@ class OpenAIGenerator:
         from qaeval.judges.cache import cache_key
 
         c = self.config
-        return cache_key(dict(task="generate", base_url=c.base_url, model=c.model, temperature=c.temperature,
-                              seed=c.seed, prompt=c.prompt_version, messages=list(request.messages), schema=SCHEMA))
+        return cache_key(
+            dict(
+                task="generate",
+                base_url=c.base_url,
+                model=c.model,
+                temperature=c.temperature,
+                seed=c.seed,
+                prompt=c.prompt_version,
+                messages=list(request.messages),
+                schema=SCHEMA,
+            )
+        )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationReply]:
         return [self._one(r) for r in requests]
@@ -223,9 +264,15 @@ class OpenAIGenerator:
         reply = GenerationReply(request.request_id, text)
         if self.cache is not None and parse_reply(reply, request)[0] is not None:
             usage = getattr(completion, "usage", None)
-            self.cache.put(key, text, getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None),
-                           self.config.model)
+            self.cache.put(
+                key,
+                text,
+                getattr(usage, "prompt_tokens", None),
+                getattr(usage, "completion_tokens", None),
+                self.config.model,
+            )
         return reply
+
 
 def make_generator(settings: JudgeSettings | None = None) -> OpenAIGenerator:
     """Factory for ``--generator qaeval.proposals.generator:make_generator`` (the default)."""

@@ -16,14 +16,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import DatasetError, Problem
-from qaeval.files import append_line, dumps_canonical, iter_jsonl
-from qaeval.text import normalize
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.files import append_line
+from qaeval.core.jsonfile import dumps_canonical, iter_jsonl
+from qaeval.core.text import normalize
 
 FOLDER = ".qaeval"
 FILE = "decisions.jsonl"
 DECISIONS = ("accepted", "rejected")
-FIELDS: dict[str, type | tuple[type, ...]] = {"candidate_id": str, "key": str, "decision": str, "case_id": (str, type(None)), "note": str, "decided": str}
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "candidate_id": str,
+    "key": str,
+    "decision": str,
+    "case_id": (str, type(None)),
+    "note": str,
+    "decided": str,
+}
 
 
 def ledger_path(data_dir: str | Path) -> Path:
@@ -53,7 +61,7 @@ class Ledger:
     def check_writable(self) -> None:
         """A FileAccessError (74) now when the decisions could not be appended: a folder, a link or a file
         in the way."""
-        from qaeval.errors import FileAccessError
+        from qaeval.core.errors import FileAccessError
 
         folder = self.path.parent
         for place in (folder, self.path):
@@ -87,8 +95,11 @@ def read_ledger(data_dir: str | Path) -> Ledger:
         found = [] if isinstance(raw, dict) else ["a decision must be a JSON object"]
         if not found:
             found += [f"unknown field {k!r}" for k in raw if k not in FIELDS]
-            found += [f"{k!r} missing or not {t.__name__ if isinstance(t, type) else 'text or null'}"
-                      for k, t in FIELDS.items() if k != "case_id" and not isinstance(raw.get(k), t)]
+            found += [
+                f"{k!r} missing or not {t.__name__ if isinstance(t, type) else 'text or null'}"
+                for k, t in FIELDS.items()
+                if k != "case_id" and not isinstance(raw.get(k), t)
+            ]
             if not isinstance(raw.get("case_id"), (str, type(None))):
                 found.append("'case_id' must be text or null")
             if raw.get("decision") not in DECISIONS:

@@ -14,15 +14,26 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import UsageError
-from qaeval.files import check_writable, refuse_overwrite
+from qaeval.core.errors import UsageError
+from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
 from qaeval.proposals.candidates import Candidate, write_sheet
 from qaeval.proposals.ledger import Ledger, read_ledger
 
 DEFAULT_GENERATOR = "qaeval.proposals.generator:make_generator"
-CANDIDATE_COLUMNS = ["candidate_id", "origin", "kind", "source", "question", "answer", "expected_behavior",
-                     "gold_answer", "gold_source_ids", "why", "checks"]
+CANDIDATE_COLUMNS = [
+    "candidate_id",
+    "origin",
+    "kind",
+    "source",
+    "question",
+    "answer",
+    "expected_behavior",
+    "gold_answer",
+    "gold_source_ids",
+    "why",
+    "checks",
+]
 
 
 @dataclass
@@ -42,21 +53,42 @@ class Proposal:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per candidate (``CANDIDATE_COLUMNS``)."""
-        return pd.DataFrame([dict(candidate_id=c.id, origin=c.origin, kind=c.kind, source=c.source, question=c.question,
-                                  answer=c.answer, expected_behavior=c.expected_behavior, gold_answer=c.gold_answer,
-                                  gold_source_ids=", ".join(c.gold_source_ids), why=c.why, checks="; ".join(c.checks))
-                             for c in self.candidates], columns=CANDIDATE_COLUMNS)
+        return pd.DataFrame(
+            [
+                dict(
+                    candidate_id=c.id,
+                    origin=c.origin,
+                    kind=c.kind,
+                    source=c.source,
+                    question=c.question,
+                    answer=c.answer,
+                    expected_behavior=c.expected_behavior,
+                    gold_answer=c.gold_answer,
+                    gold_source_ids=", ".join(c.gold_source_ids),
+                    why=c.why,
+                    checks="; ".join(c.checks),
+                )
+                for c in self.candidates
+            ],
+            columns=CANDIDATE_COLUMNS,
+        )
 
     def dropped_frame(self) -> pd.DataFrame:
         return pd.DataFrame(sorted(self.dropped.items(), key=lambda kv: -kv[1]), columns=["reason", "dropped"])
 
     def summary_text(self) -> str:
         where = f" written to {self.sheet}" if self.sheet else ""
-        head = (f"PROPOSED: {len(self.candidates)} candidate(s) from {self.origin}{where}" if self.candidates else
-                f"PROPOSED: no candidate from {self.origin}{where}")
+        head = (
+            f"PROPOSED: {len(self.candidates)} candidate(s) from {self.origin}{where}"
+            if self.candidates
+            else f"PROPOSED: no candidate from {self.origin}{where}"
+        )
         lines = [head] + [f"  note: {n}" for n in self.notes]
         if self.dropped:
-            lines.append("  dropped: " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items(), key=lambda kv: -kv[1])))
+            lines.append(
+                "  dropped: "
+                + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items(), key=lambda kv: -kv[1]))
+            )
         if self.candidates:
             lines.append("  next: fill accept (y/n) and the gold columns, then `qaeval accept SHEET --data DIR`")
         return "\n".join(lines)
@@ -76,8 +108,8 @@ def _generator_settings(model: str | None, base_url: str | None, concurrency: in
 
 def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, startup: float, stack: ExitStack) -> Any:
     """The built-in generator in this process; any other in its own (``GeneratorProcess``)."""
-    from qaeval.judges.usercode import GeneratorProcess, spec_of
-    from qaeval.plugins import build
+    from qaeval.boundary.clients import GeneratorProcess, spec_of
+    from qaeval.boundary.plugins import build
     from qaeval.proposals import generator as gen
 
     if spec in (None, DEFAULT_GENERATOR, gen.make_generator) or isolation == "none":
@@ -85,8 +117,9 @@ def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, star
         if not callable(getattr(built, "generate", None)):
             raise UsageError(f"the generator is a {type(built).__name__}, with no generate(requests) method")
         return built
-    proc = GeneratorProcess(spec_of(spec, what="generator"), settings=settings, timeout=timeout, startup=startup,
-                            data_dir=None)
+    proc = GeneratorProcess(
+        spec_of(spec, what="generator"), settings=settings, timeout=timeout, startup=startup, data_dir=None
+    )
     stack.callback(proc.close)
     return proc
 
@@ -99,23 +132,48 @@ def _data(data: str | os.PathLike[str] | None) -> tuple[Any, Ledger | None]:
     return load_suite(Path(data)), read_ledger(Path(data))
 
 
-def propose(*, from_monitor: str | os.PathLike[str] | None = None, from_corpus: str | os.PathLike[str] | None = None,
-            sheet: str | os.PathLike[str] | None = None, n: int | None = None, seed: int | None = None,
-            data: str | os.PathLike[str] | None = None, logs: str | None = None, generator: Any = None,
-            generator_model: str | None = None, generator_base_url: str | None = None,
-            generator_concurrency: int | None = None, generator_cache: bool | None = None,
-            generator_timeout: float | None = None, startup_timeout: float | None = None, isolation: str | None = None,
-            max_calls: int | None = None) -> Proposal:
+def propose(
+    *,
+    from_monitor: str | os.PathLike[str] | None = None,
+    from_corpus: str | os.PathLike[str] | None = None,
+    sheet: str | os.PathLike[str] | None = None,
+    n: int | None = None,
+    seed: int | None = None,
+    data: str | os.PathLike[str] | None = None,
+    logs: str | None = None,
+    generator: Any = None,
+    generator_model: str | None = None,
+    generator_base_url: str | None = None,
+    generator_concurrency: int | None = None,
+    generator_cache: bool | None = None,
+    generator_timeout: float | None = None,
+    startup_timeout: float | None = None,
+    isolation: str | None = None,
+    max_calls: int | None = None,
+) -> Proposal:
     """Candidate cases from a monitor record (``from_monitor``) or a corpus (``from_corpus``: a folder
     holding ``corpus.jsonl``, or the file), written to the review sheet ``sheet``. ``data``: the golden
     folder they are for (its cases are not proposed again, nor what its ledger holds)."""
-    from qaeval import params as P
+    from qaeval.core import params as P
 
-    given = dict(from_monitor=from_monitor, from_corpus=from_corpus, sheet=sheet, n=n, seed=seed, data=data, logs=logs,
-                 generator=generator, generator_model=generator_model, generator_base_url=generator_base_url,
-                 generator_concurrency=generator_concurrency, generator_cache=generator_cache,
-                 generator_timeout=generator_timeout, startup_timeout=startup_timeout, isolation=isolation,
-                 max_calls=max_calls)
+    given = dict(
+        from_monitor=from_monitor,
+        from_corpus=from_corpus,
+        sheet=sheet,
+        n=n,
+        seed=seed,
+        data=data,
+        logs=logs,
+        generator=generator,
+        generator_model=generator_model,
+        generator_base_url=generator_base_url,
+        generator_concurrency=generator_concurrency,
+        generator_cache=generator_cache,
+        generator_timeout=generator_timeout,
+        startup_timeout=startup_timeout,
+        isolation=isolation,
+        max_calls=max_calls,
+    )
     p = P.check("propose", {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()})
     if (p["from_monitor"] is None) == (p["from_corpus"] is None):
         raise UsageError("propose needs exactly one of --from-monitor RECORD and --from-corpus DIR")
@@ -131,15 +189,26 @@ def propose(*, from_monitor: str | os.PathLike[str] | None = None, from_corpus: 
         from qaeval.proposals.traffic import propose_from_monitor
 
         suite, ledger = _data(p["data"])
-        found = propose_from_monitor(p["from_monitor"], p["n"], seed=p["seed"], logs=p["logs"], suite=suite,
-                                     ledger=ledger)
+        found = propose_from_monitor(
+            p["from_monitor"], p["n"], seed=p["seed"], logs=p["logs"], suite=suite, ledger=ledger
+        )
         result = Proposal("traffic", found.candidates, found.dropped, found.notes, pool=found.pool)
     else:
-        settings = _generator_settings(p["generator_model"], p["generator_base_url"], p["generator_concurrency"],
-                                       p["generator_cache"])
-        result = _from_corpus(Path(p["from_corpus"]), p["n"], seed=p["seed"], data=p["data"], generator=p["generator"],
-                              settings=settings, isolation=p["isolation"], timeout=p["generator_timeout"],
-                              startup=p["startup_timeout"], max_calls=p["max_calls"])
+        settings = _generator_settings(
+            p["generator_model"], p["generator_base_url"], p["generator_concurrency"], p["generator_cache"]
+        )
+        result = _from_corpus(
+            Path(p["from_corpus"]),
+            p["n"],
+            seed=p["seed"],
+            data=p["data"],
+            generator=p["generator"],
+            settings=settings,
+            isolation=p["isolation"],
+            timeout=p["generator_timeout"],
+            startup=p["startup_timeout"],
+            max_calls=p["max_calls"],
+        )
     result.sheet = write_sheet(result.candidates, p["sheet"])
     return result
 
@@ -151,31 +220,60 @@ def _cases_beside(path: Path) -> str | None:
     return str(path) if path.is_dir() and case_files(path) else None
 
 
-def _from_corpus(path: Path, n: int, *, seed: int, data: Any, generator: Any, settings: Any, isolation: str,
-                 timeout: float, startup: float, max_calls: int | None) -> Proposal:
+def _from_corpus(
+    path: Path,
+    n: int,
+    *,
+    seed: int,
+    data: Any,
+    generator: Any,
+    settings: Any,
+    isolation: str,
+    timeout: float,
+    startup: float,
+    max_calls: int | None,
+) -> Proposal:
+    from qaeval.core.errors import DatasetError
     from qaeval.data.corpus import CORPUS_FILE, Corpus
-    from qaeval.errors import DatasetError
     from qaeval.proposals.documents import propose_from_corpus
     from qaeval.system.retriever import CorpusRetriever
 
     file = path / CORPUS_FILE if path.is_dir() else path
     if not file.is_file():
-        raise DatasetError(f"no corpus: {file} is not a file (give a folder holding {CORPUS_FILE}, or the file)",
-                           file=str(path))
-    notes = [f"the cases in {path} are the golden set the candidates are for (--data)"] \
-        if data is not None and Path(data) == path else []
+        raise DatasetError(
+            f"no corpus: {file} is not a file (give a folder holding {CORPUS_FILE}, or the file)", file=str(path)
+        )
+    notes = (
+        [f"the cases in {path} are the golden set the candidates are for (--data)"]
+        if data is not None and Path(data) == path
+        else []
+    )
     suite, ledger = _data(data)
     with ExitStack() as stack:
         corpus = stack.enter_context(Corpus.open(file))
         made = _generator(generator, settings, isolation=isolation, timeout=timeout, startup=startup, stack=stack)
         retriever = CorpusRetriever.build(corpus, settings.cache_dir)  # the index is kept whatever the reply cache
         stack.callback(retriever.close)
-        found = propose_from_corpus(corpus, n, made, retriever=retriever, seed=seed,
-                                    existing=[c.question for c in suite] if suite is not None else (), ledger=ledger,
-                                    concurrency=settings.concurrency, max_calls=max_calls)
+        found = propose_from_corpus(
+            corpus,
+            n,
+            made,
+            retriever=retriever,
+            seed=seed,
+            existing=[c.question for c in suite] if suite is not None else (),
+            ledger=ledger,
+            concurrency=settings.concurrency,
+            max_calls=max_calls,
+        )
         config: Any = getattr(made, "config", None)
         label = config.label() if callable(getattr(config, "label", None)) else type(made).__name__
     if suite is not None and suite.corpus is not None:
         suite.corpus.close()
-    return Proposal("corpus", found.candidates, found.dropped, [f"generator: {label}", *notes, *found.notes],
-                    calls=found.calls, generation_seconds=found.seconds)
+    return Proposal(
+        "corpus",
+        found.candidates,
+        found.dropped,
+        [f"generator: {label}", *notes, *found.notes],
+        calls=found.calls,
+        generation_seconds=found.seconds,
+    )

@@ -38,23 +38,26 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.core.errors import DatasetError, Problem, RecordError, UsageError
+from qaeval.core.jsonfile import loads_strict
+from qaeval.core.text import normalize
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
-from qaeval.data.logs import LogRow, parse_row, row_hash
 from qaeval.data.log_formats import raw_rows
+from qaeval.data.logs import LogRow, parse_row, row_hash
 from qaeval.data.misses import find_duplicate
-from qaeval.errors import DatasetError, Problem, RecordError, UsageError
-from qaeval.files import loads_strict
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
 from qaeval.proposals.ledger import Ledger, traffic_key
 from qaeval.scoring.monitor import allocate, check_row
 from qaeval.scoring.monitor_metrics import window_keys
 from qaeval.system.retriever import coverage
-from qaeval.text import normalize
 
 KINDS = ("check_failed", "unfaithful", "abstained")
-KIND_WORDS = {"check_failed": "failed a deterministic check", "unfaithful": "judged unfaithful",
-              "abstained": "abstained"}
+KIND_WORDS = {
+    "check_failed": "failed a deterministic check",
+    "unfaithful": "judged unfaithful",
+    "abstained": "abstained",
+}
 FLOOR = 0.5  # an abstention over passages none of which holds this share of the question's terms is right
 CHUNK = 20_000
 MAX_PROBLEMS = 100  # a record this broken is reported by its first problems
@@ -146,11 +149,16 @@ def _section(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
         raise RecordError("not a qaeval run record", file=where)
     if data.get("version") != RECORD_VERSION:
-        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({RECORD_VERSION}): "
-                          "run `qaeval monitor ... --save` again", file=where)
+        raise RecordError(
+            f"record version {data.get('version')!r} is not one this qaeval reads ({RECORD_VERSION}): "
+            "run `qaeval monitor ... --save` again",
+            file=where,
+        )
     if data.get("kind") != "monitor":
-        raise RecordError(f"a {data.get('kind')!r} record, not a monitor record: propose reads what "
-                          "`qaeval monitor --save` writes", file=where)
+        raise RecordError(
+            f"a {data.get('kind')!r} record, not a monitor record: propose reads what `qaeval monitor --save` writes",
+            file=where,
+        )
     s = data.get("monitor")
     if not isinstance(s, dict):
         raise RecordError("monitor record is malformed: no monitor section", file=where)
@@ -193,16 +201,24 @@ def _kind_of(row: Mapping[str, Any]) -> str | None:
 
 
 ROW_TYPES: dict[str, tuple[type, ...]] = {
-    "row_id": (str,), "line": (int,), "passed": (bool,), "abstained": (bool,), "faithfulness": (int, type(None)),
-    "fail_reasons": (str, type(None)), "timestamp": (str, type(None))}
+    "row_id": (str,),
+    "line": (int,),
+    "passed": (bool,),
+    "abstained": (bool,),
+    "faithfulness": (int, type(None)),
+    "fail_reasons": (str, type(None)),
+    "timestamp": (str, type(None)),
+}
 
 
 def _row_problems(row: Any, by: list[str]) -> list[str]:
     if not isinstance(row, dict):
         return ["a row must be a JSON object"]
-    out = [f"{k!r} missing or not {' or '.join(t.__name__ for t in types)}"
-           for k, types in ROW_TYPES.items() if not isinstance(row.get(k), types)
-           or (isinstance(row.get(k), bool) and bool not in types)]
+    out = [
+        f"{k!r} missing or not {' or '.join(t.__name__ for t in types)}"
+        for k, types in ROW_TYPES.items()
+        if not isinstance(row.get(k), types) or (isinstance(row.get(k), bool) and bool not in types)
+    ]
     if isinstance(row.get("line"), int) and row["line"] < 1:
         out.append("'line' must be at least 1")
     out += [f"slice {b!r} missing or not text" for b in by if not isinstance(row.get(b), str)]
@@ -214,8 +230,15 @@ def _rank(seed: int, row_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def scan_record(path: Path, section: Mapping[str, Any], *, seed: int, limit: int,
-                ledger: Ledger | None, rows: list[Any] | None = None) -> Pool:
+def scan_record(
+    path: Path,
+    section: Mapping[str, Any],
+    *,
+    seed: int,
+    limit: int,
+    ledger: Ledger | None,
+    rows: list[Any] | None = None,
+) -> Pool:
     """Pass two: the candidate rows, pooled by kind and stratum (see the module's steps 2 and 3)."""
     where = str(path)
     by, every = list(section["by"]), section.get("every")
@@ -224,15 +247,17 @@ def scan_record(path: Path, section: Mapping[str, Any], *, seed: int, limit: int
     problems: list[Problem] = []
 
     def flush() -> None:
-        windows = window_keys(pd.Series([r["timestamp"] for _, r in batch], dtype=object), every).tolist() \
-            if every else [None] * len(batch)
+        windows = (
+            window_keys(pd.Series([r["timestamp"] for _, r in batch], dtype=object), every).tolist()
+            if every
+            else [None] * len(batch)
+        )
         for (kind, row), window in zip(batch, windows):
             parts = [f"{b}={row[b]}" for b in by] + ([f"window {window or '(no time)'}"] if every else [])
             pool.add(kind, " | ".join(parts) or "(all)", _rank(seed, row["row_id"]), row, limit)
         batch.clear()
 
-    lines: Iterator[tuple[int, Any]] = ((i, r) for i, r in enumerate(rows, 1)) if rows is not None \
-        else _row_lines(path)
+    lines: Iterator[tuple[int, Any]] = ((i, r) for i, r in enumerate(rows, 1)) if rows is not None else _row_lines(path)
     for number, text in lines:
         pool.rows += 1
         if isinstance(text, str):
@@ -318,13 +343,19 @@ def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple
 
             out[line] = (replace(row, id=expected), "")
     except OSError as exc:
-        raise DatasetError(f"the log the monitor read cannot be read ({exc.strerror or exc}); if it moved, give "
-                           "its new path with --logs", file=log) from None
+        raise DatasetError(
+            f"the log the monitor read cannot be read ({exc.strerror or exc}); if it moved, give "
+            "its new path with --logs",
+            file=log,
+        ) from None
     file_problems = [p for p in problems if p.line is None]
     if file_problems:
-        raise DatasetError([Problem(log, None, f"{p.message}: the log the monitor read; if it moved, give its new "
-                                            "path with --logs")
-                            for p in file_problems])
+        raise DatasetError(
+            [
+                Problem(log, None, f"{p.message}: the log the monitor read; if it moved, give its new path with --logs")
+                for p in file_problems
+            ]
+        )
     for line in wanted:
         out.setdefault(line, (None, "the log no longer has that line"))
     return out
@@ -336,8 +367,11 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
         return None, "the log's row passes every check now"
     if kind == "abstained" and not row.abstained:
         return None, "the log's row did not abstain"
-    why = {"unfaithful": f"the monitor's judge scored faithfulness {faithfulness}",
-           "check_failed": f"failed: {checked['fail_reasons']}", "abstained": "the system abstained"}[kind]
+    why = {
+        "unfaithful": f"the monitor's judge scored faithfulness {faithfulness}",
+        "check_failed": f"failed: {checked['fail_reasons']}",
+        "abstained": "the system abstained",
+    }[kind]
     if kind == "check_failed" and faithfulness == 0:
         why += "; and the monitor's judge scored faithfulness 0"
     expected = ANSWER
@@ -349,13 +383,28 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
         else:
             why += f" although a passage holds {best:.0%} of the question's content terms: an over-refusal?"
     checks = [f"read back from {log} line {row.line}", "the checks give the same result again"]
-    return Candidate(origin="traffic", kind=kind, source=f"{log} line {row.line} ({row.id})", why=why,
-                     question=row.question, passages=row.passages, answer=row.answer, expected_behavior=expected,
-                     checks=tuple(checks)), ""
+    return Candidate(
+        origin="traffic",
+        kind=kind,
+        source=f"{log} line {row.line} ({row.id})",
+        why=why,
+        question=row.question,
+        passages=row.passages,
+        answer=row.answer,
+        expected_behavior=expected,
+        checks=tuple(checks),
+    ), ""
 
 
-def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str | None = None,
-                         suite: Suite | None = None, ledger: Ledger | None = None) -> TrafficProposal:
+def propose_from_monitor(
+    record: str | Path,
+    n: int,
+    *,
+    seed: int = 0,
+    logs: str | None = None,
+    suite: Suite | None = None,
+    ledger: Ledger | None = None,
+) -> TrafficProposal:
     """Up to ``n`` candidates from a monitor record (see the module's steps)."""
     path = Path(record)
     if n < 1:
@@ -409,18 +458,33 @@ def propose_from_monitor(record: str | Path, n: int, *, seed: int = 0, logs: str
                 dropped[why] = dropped.get(why, 0) + 1
                 continue
             chosen[key].append(candidate)
-    frame = pd.DataFrame([dict(kind=k, stratum=s, rows=pool.sizes[(k, s)], chosen=len(chosen[(k, s)]))
-                          for (k, s) in sorted(pool.sizes, key=lambda x: (KINDS.index(x[0]), x[1]))],
-                         columns=["kind", "stratum", "rows", "chosen"])
+    frame = pd.DataFrame(
+        [
+            dict(kind=k, stratum=s, rows=pool.sizes[(k, s)], chosen=len(chosen[(k, s)]))
+            for (k, s) in sorted(pool.sizes, key=lambda x: (KINDS.index(x[0]), x[1]))
+        ],
+        columns=["kind", "stratum", "rows", "chosen"],
+    )
     sizes = pool.kind_sizes()
     picked = [c for key in sorted(chosen, key=lambda x: (KINDS.index(x[0]), x[1])) for c in chosen[key]]
-    notes.insert(0, f"{pool.rows:,} row(s) in the record; chose {len(picked)} from " + ", ".join(
-        f"{sum(len(v) for (k, _), v in chosen.items() if k == kind)} of {sizes[kind]:,} {KIND_WORDS[kind]}"
-        for kind in KINDS) + (f" (seed {seed})" if picked else ""))
+    notes.insert(
+        0,
+        f"{pool.rows:,} row(s) in the record; chose {len(picked)} from "
+        + ", ".join(
+            f"{sum(len(v) for (k, _), v in chosen.items() if k == kind)} of {sizes[kind]:,} {KIND_WORDS[kind]}"
+            for kind in KINDS
+        )
+        + (f" (seed {seed})" if picked else ""),
+    )
     if pool.decided:
-        notes.append(f"{pool.decided} row(s) were decided before (the ledger of {ledger.path.parent.parent if ledger else ''}) "
-                     "and are not proposed again")
+        notes.append(
+            f"{pool.decided} row(s) were decided before (the ledger of {ledger.path.parent.parent if ledger else ''}) "
+            "and are not proposed again"
+        )
     if not picked:
-        notes.append("no row failed a check, was judged unfaithful or abstained: nothing to propose"
-                     if not any(sizes.values()) else "every row chosen was dropped (see the reasons)")
+        notes.append(
+            "no row failed a check, was judged unfaithful or abstained: nothing to propose"
+            if not any(sizes.values())
+            else "every row chosen was dropped (see the reasons)"
+        )
     return TrafficProposal(picked, frame, dropped, notes)

@@ -3,7 +3,7 @@
 Each rule returns the reason it drops a candidate, or None. The reasons are the drop counts' keys.
 
 =========================  ==========================================================================
-``NOT_IN_PASSAGE``         the gold answer does not occur, normalised (``qaeval.text.normalize``:
+``NOT_IN_PASSAGE``         the gold answer does not occur, normalised (``qaeval.core.text.normalize``:
                            case, accents, punctuation and spacing folded), in a gold passage
 ``COPIES_PASSAGE``         the question shares a run of ``COPY_WORDS`` words or more with a passage
 ``GIVES_AWAY``             the question contains its own answer
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from qaeval.core.text import content_terms, normalize
 from qaeval.data.schema import Source
-from qaeval.text import content_terms, normalize
 
 COPY_WORDS = 8
 DUPLICATE_JACCARD = 0.8
@@ -56,10 +56,10 @@ def copies_passage(question: str, passages: Sequence[Source], words: int = COPY_
     q = normalize(question).split()
     if len(q) < words:
         return None
-    runs = {tuple(q[i:i + words]) for i in range(len(q) - words + 1)}
+    runs = {tuple(q[i : i + words]) for i in range(len(q) - words + 1)}
     for p in passages:
         t = normalize(p.text).split()
-        if any(tuple(t[i:i + words]) in runs for i in range(len(t) - words + 1)):
+        if any(tuple(t[i : i + words]) in runs for i in range(len(t) - words + 1)):
             return COPIES_PASSAGE
     return None
 
@@ -99,7 +99,9 @@ def check_shape(kind: str, answer: str | None) -> str | None:
     return SHAPE if (answer is None) != (kind == "abstain") else None
 
 
-def check_sources(kind: str, named: Sequence[str], given: Sequence[Source]) -> tuple[tuple[str, ...] | None, str | None]:
+def check_sources(
+    kind: str, named: Sequence[str], given: Sequence[Source]
+) -> tuple[tuple[str, ...] | None, str | None]:
     """(the gold source ids, None) or (None, the reason). A single-passage candidate rests on its
     passage, a multi-hop one on both, a must-abstain one on none."""
     ids = [p.id for p in given]

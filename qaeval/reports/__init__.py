@@ -13,14 +13,13 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 ``drift``           alarms and bands
 ``compare``         metrics before and after, cases that changed
 ``proposals``       the propose notebook: what candidates were chosen from, drops, the candidates
-``views``           each result's facts line and its rich view in a notebook (``register``)
+``views``           each result's facts line and its rich view in a notebook (``view``)
 ``render``          executing a notebook and rendering the page (the ``qaeval`` nbconvert template)
 ==================  ==========================================================================
 
 Everything that came from a case or a system's answer is escaped with ``html.escape`` before it
 reaches markup, and has its ``$`` escaped before it reaches a matplotlib label (so mathtext never
-interprets it). The page's template carries its own small stylesheet and runs no script. Importing
-this package registers each result's rich view with IPython (``views.register``).
+interprets it). The page's template carries its own small stylesheet and runs no script.
 """
 
 from __future__ import annotations
@@ -32,18 +31,53 @@ from qaeval.reports.compare import compare_cases, compare_metrics
 from qaeval.reports.drift import alarms_list, bands_table
 from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, not_blocking, tier_table
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
-from qaeval.reports.run import cases_table, scoreboard_table, slice_table
-from qaeval.reports.views import facts, register, view
+from qaeval.reports.monitor import (
+    failing_rows,
+    labelled_agreement,
+    metrics_over_time,
+    monitor_slices,
+    timeline_table,
+    worst_rows,
+)
 from qaeval.reports.proposals import candidates_table, proposal_drops, proposal_pool
-from qaeval.reports.monitor import (failing_rows, labelled_agreement, metrics_over_time, monitor_slices,
-                                    timeline_table, worst_rows)
+from qaeval.reports.run import cases_table, scoreboard_table, slice_table
+from qaeval.reports.views import facts, view
 
 __all__ = [
-    "Chart", "Html", "agreeing_labels", "agreement_table", "alarms_list", "bands_table", "banner", "blocking_cases",
-    "cases_table", "compare_cases", "compare_metrics", "confusion_chart", "delta_chart", "delta_table",
-    "disagreements", "drift_chart", "drilldown", "esc", "facts", "facts_html", "gate_calibration", "not_blocking",
-    "register", "scoreboard_chart", "failing_rows", "labelled_agreement", "metrics_over_time", "monitor_slices",
-    "timeline_table", "worst_rows", "candidates_table", "proposal_drops", "proposal_pool", "scoreboard_table", "slice_table", "tier_table", "view",
+    "Chart",
+    "Html",
+    "agreeing_labels",
+    "agreement_table",
+    "alarms_list",
+    "bands_table",
+    "banner",
+    "blocking_cases",
+    "cases_table",
+    "compare_cases",
+    "compare_metrics",
+    "confusion_chart",
+    "delta_chart",
+    "delta_table",
+    "disagreements",
+    "drift_chart",
+    "drilldown",
+    "esc",
+    "facts",
+    "facts_html",
+    "gate_calibration",
+    "not_blocking",
+    "scoreboard_chart",
+    "failing_rows",
+    "labelled_agreement",
+    "metrics_over_time",
+    "monitor_slices",
+    "timeline_table",
+    "worst_rows",
+    "candidates_table",
+    "proposal_drops",
+    "proposal_pool",
+    "scoreboard_table",
+    "slice_table",
+    "tier_table",
+    "view",
 ]
-
-register()

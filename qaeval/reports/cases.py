@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from qaeval.core.frames import is_missing
 from qaeval.data.schema import CITATION_CORRECTNESS, GoldenCase
-from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score, trial_marks
 from qaeval.scoring.checks import fold as fold_passage
-from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.index import CaseIndex, CaseRows
-from qaeval.scoring.outcomes import cited_beside_gold, cited_ids, citation_change
+from qaeval.scoring.outcomes import citation_change, cited_beside_gold, cited_ids
+from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
@@ -50,7 +50,7 @@ class CaseDetail:
     case: GoldenCase
     rows: CaseRows
     full: bool
-    baseline: Any = None  # the case in the baseline (qaeval.record.BaselineCase), when compared
+    baseline: Any = None  # the case in the baseline (qaeval.record.write.BaselineCase), when compared
     corpus: Any = None  # the run's corpus, or the passages its record kept: anything with get(id)
     trials: tuple[CaseRows, ...] = ()  # every trial's rows, with several trials (the first is ``rows``)
     gold: bool = True  # False for a logged row (monitor): it has no gold answer, gold sources or answer correctness
@@ -111,8 +111,10 @@ def _summary(view: CaseDetail, tags: Tags) -> str:
     kind = esc(case.difficulty) + (" · " + esc(case.adversarial) if case.adversarial else "")
     why = " — " + esc(first_reason(reasons, 140)) if reasons else ""
     marks = trial_marks(t.outcome["case_passed"] for t in view.trials)
-    return (f'<summary>{mark(view.passed)} {marks} <code>{esc(case.id)}</code> {tag_html}<span class="na">{kind}</span>'
-            f'{why}</summary>')
+    return (
+        f'<summary>{mark(view.passed)} {marks} <code>{esc(case.id)}</code> {tag_html}<span class="na">{kind}</span>'
+        f"{why}</summary>"
+    )
 
 
 def _about(view: CaseDetail) -> str:
@@ -124,12 +126,18 @@ def _about(view: CaseDetail) -> str:
         parts.append(f"<dt>Gold answer</dt><dd>{gold}</dd>")
     out = view.rows.output
     if is_missing(out["error"]) and not out["abstained"]:
-        sources = cited_beside_gold(out["citations"], case.gold_source_ids) if view.gold else \
-            f"cited {', '.join(cited_ids(out['citations'])) or 'nothing'}"
+        sources = (
+            cited_beside_gold(out["citations"], case.gold_source_ids)
+            if view.gold
+            else f"cited {', '.join(cited_ids(out['citations'])) or 'nothing'}"
+        )
         parts.append(f"<dt>Sources</dt><dd>{esc(sources)}</dd>")
     if reasons:
-        parts.append('<dt>Why it fails</dt><dd><ul class="reasons">' + "".join(f"<li>{esc(r)}</li>" for r in reasons)
-                     + "</ul></dd>")
+        parts.append(
+            '<dt>Why it fails</dt><dd><ul class="reasons">'
+            + "".join(f"<li>{esc(r)}</li>" for r in reasons)
+            + "</ul></dd>"
+        )
     return "".join(parts) + "</dl>"
 
 
@@ -147,8 +155,7 @@ def _answer_block(title: str, answer: Any, abstained: Any, quote: str = "", stat
 def baseline_state(b: Any) -> str:
     """A baseline case's outcome in a reviewer's words: what its pass checked, and the judge's answer
     correctness, which a pass does not read (``units``: (right, out of) per metric)."""
-    state = ("passed in the baseline (checks, faithfulness, trajectory)" if b.passed
-             else "failed in the baseline")
+    state = "passed in the baseline (checks, faithfulness, trajectory)" if b.passed else "failed in the baseline"
     right, out_of = b.units.get("answer_correctness", (0.0, 0.0))
     if out_of:
         state += "; answer judged " + ("correct" if right else "not correct") + " (answer correctness is not gated)"
@@ -165,8 +172,11 @@ def _answers(view: CaseDetail) -> str:
     b = view.baseline
     if b is not None:
         before = _answer_block("Baseline answer", b.answer, b.abstained, state=baseline_state(b))
-        moved = citation_change(b.citations, out["citations"]) if b.citations is not None and not b.abstained \
-            and is_missing(out["error"]) and not out["abstained"] else ""
+        moved = (
+            citation_change(b.citations, out["citations"])
+            if b.citations is not None and not b.abstained and is_missing(out["error"]) and not out["abstained"]
+            else ""
+        )
         note = f'<p class="bad">{esc(moved)}</p>' if moved else ""
         return f'<div class="side">{before}{now}</div>{note}'
     return now if view.full else f'<div class="side">{now}</div>'
@@ -217,8 +227,11 @@ def word_diff(frozen: str, given: str) -> str:
 def _passage(view: CaseDetail, sid: str, rank: int, retrieved: bool) -> str:
     shown = shown_passage(view, sid)
     cited = sid in view.cited
-    labels = [f"#{rank}" if retrieved else "not retrieved", f"[{sid}]", f"from the {shown.origin}"
-              if shown.origin != "system only" else "the system's own"]
+    labels = [
+        f"#{rank}" if retrieved else "not retrieved",
+        f"[{sid}]",
+        f"from the {shown.origin}" if shown.origin != "system only" else "the system's own",
+    ]
     if cited:
         labels.append("cited")
     if sid in view.case.gold_source_ids:
@@ -228,9 +241,11 @@ def _passage(view: CaseDetail, sid: str, rank: int, retrieved: bool) -> str:
         quotes.append(view.quote("faithfulness"))
     text = highlight(shown.text, quotes) if shown.text is not None else '<span class="bad">(not in the fixture)</span>'
     if shown.frozen is not None:
-        text += (f'<div class="fidelity"><span class="bad">differs from the frozen {esc(shown.origin)}</span> '
-                 f"(frozen → the system's, words removed struck, added underlined): "
-                 f"{word_diff(shown.frozen, shown.text or '')}</div>")
+        text += (
+            f'<div class="fidelity"><span class="bad">differs from the frozen {esc(shown.origin)}</span> '
+            f"(frozen → the system's, words removed struck, added underlined): "
+            f"{word_diff(shown.frozen, shown.text or '')}</div>"
+        )
     title = f" — {esc(shown.title)}" if shown.title else ""
     css = "cited" if cited else ("" if retrieved else "unretrieved")
     return f'<div class="passage {css}"><span class="pid">{esc(" · ".join(labels))}{title}</span>{text}</div>'
@@ -243,11 +258,14 @@ def passages_section(view: CaseDetail) -> str:
     retrieved or cited ones). A case may have no passages of its own."""
     retrieved = list(view.rows.output["retrieved_ids"])
     order = list(dict.fromkeys([*retrieved, *(s.id for s in view.case.sources), *sorted(view.cited)]))
-    items = [_passage(view, sid, rank, sid in retrieved)
-             for rank, sid in enumerate(order, start=1)
-             if view.full or sid in retrieved or sid in view.cited]
-    return "<h3>Passages, in the order the system ranked them</h3>" + ("".join(items) or
-                                                                       '<p class="qaeval-empty">none</p>')
+    items = [
+        _passage(view, sid, rank, sid in retrieved)
+        for rank, sid in enumerate(order, start=1)
+        if view.full or sid in retrieved or sid in view.cited
+    ]
+    return "<h3>Passages, in the order the system ranked them</h3>" + (
+        "".join(items) or '<p class="qaeval-empty">none</p>'
+    )
 
 
 def citations_section(view: CaseDetail) -> str:
@@ -257,44 +275,78 @@ def citations_section(view: CaseDetail) -> str:
     rows = []
     for c in citations:
         v = view.by_citation.get(c["source_id"], {})
-        rows.append(dict(source=c["source_id"], claim=c["claim"],
-                         verdict=verdict_line(v) if v else '<span class="na">not judged</span>',
-                         decoy=v.get("decoy_id") or "—"))
-    return "<h3>Citations</h3>" + html_table(rows, [Col("source", "source", "id"), Col("claim", "claim"),
-                                                    Col("verdict", "judge (score · quote · rationale)", "html"),
-                                                    Col("decoy", "hardest decoy", "id")])
+        rows.append(
+            dict(
+                source=c["source_id"],
+                claim=c["claim"],
+                verdict=verdict_line(v) if v else '<span class="na">not judged</span>',
+                decoy=v.get("decoy_id") or "—",
+            )
+        )
+    return "<h3>Citations</h3>" + html_table(
+        rows,
+        [
+            Col("source", "source", "id"),
+            Col("claim", "claim"),
+            Col("verdict", "judge (score · quote · rationale)", "html"),
+            Col("decoy", "hardest decoy", "id"),
+        ],
+    )
 
 
 def judge_section(view: CaseDetail) -> str:
     by_axis = view.by_axis
     if not by_axis:
         return ""
-    return "<h3>Judge</h3><dl>" + "".join(
-        f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
-        for axis in ("faithfulness", "answer_correctness") if axis in by_axis
-        and (view.gold or axis != "answer_correctness")) + "</dl>"
+    return (
+        "<h3>Judge</h3><dl>"
+        + "".join(
+            f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
+            for axis in ("faithfulness", "answer_correctness")
+            if axis in by_axis and (view.gold or axis != "answer_correctness")
+        )
+        + "</dl>"
+    )
 
 
 def checks_section(view: CaseDetail) -> str:
     """The deterministic checks, then the registered checks (tier 1 or informational) and metrics."""
-    def custom(c: Row) -> str:
-        kind = ("tier 1" if c["blocks"] else "informational") if c["kind"] == "check" else \
-            f"metric, {c['num']:g} of {c['den']:g}"
-        return (f"<dt>{esc(c['name'].replace('_', ' '))} <span class=na>({esc(kind)})</span></dt>"
-                f"<dd>{mark(c['passed'])} {esc(c['reason'])}</dd>")
 
-    return "<h3>Checks</h3><dl>" + "".join(
-        f"<dt>{esc(c['check'].replace('_', ' '))}</dt><dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
-        for c in view.rows.checks) + "".join(custom(c) for c in view.rows.custom) + "</dl>"
+    def custom(c: Row) -> str:
+        kind = (
+            ("tier 1" if c["blocks"] else "informational")
+            if c["kind"] == "check"
+            else f"metric, {c['num']:g} of {c['den']:g}"
+        )
+        return (
+            f"<dt>{esc(c['name'].replace('_', ' '))} <span class=na>({esc(kind)})</span></dt>"
+            f"<dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
+        )
+
+    return (
+        "<h3>Checks</h3><dl>"
+        + "".join(
+            f"<dt>{esc(c['check'].replace('_', ' '))}</dt><dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
+            for c in view.rows.checks
+        )
+        + "".join(custom(c) for c in view.rows.custom)
+        + "</dl>"
+    )
 
 
 def trajectory_section(view: CaseDetail) -> str:
     steps = view.rows.trajectory
     if not steps:
         return ""
-    return "<h3>Trajectory</h3><dl>" + "".join(
-        f"<dt>{esc(s['step'])}</dt><dd>{mark(s['passed'], 'held', 'failed')} {esc(s['description'])}: "
-        f"{esc(s['detail'])}</dd>" for s in steps) + "</dl>"
+    return (
+        "<h3>Trajectory</h3><dl>"
+        + "".join(
+            f"<dt>{esc(s['step'])}</dt><dd>{mark(s['passed'], 'held', 'failed')} {esc(s['description'])}: "
+            f"{esc(s['detail'])}</dd>"
+            for s in steps
+        )
+        + "</dl>"
+    )
 
 
 def prompt_section(view: CaseDetail) -> str:
@@ -312,14 +364,20 @@ def logs_section(view: CaseDetail) -> str:
         return ""
     if is_missing(view.rows.output["error"]):
         return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
-    # an adapter error: its traceback is at the end of the logs (qaeval.system.worker.with_traceback)
-    return (f'<details class="more" open><summary>What the adapter printed, and the traceback of what it raised'
-            f'</summary><pre>{esc(logs)}</pre></details>')
+    # an adapter error: its traceback is at the end of the logs (qaeval.boundary.worker.with_traceback)
+    return (
+        f'<details class="more" open><summary>What the adapter printed, and the traceback of what it raised'
+        f"</summary><pre>{esc(logs)}</pre></details>"
+    )
 
 
 def _output_key(out: Row) -> tuple[Any, ...]:
-    return (out["answer"], bool(out["abstained"]), out["error"] if not is_missing(out["error"]) else None,
-            tuple(c["source_id"] for c in out["citations"]))
+    return (
+        out["answer"],
+        bool(out["abstained"]),
+        out["error"] if not is_missing(out["error"]) else None,
+        tuple(c["source_id"] for c in out["citations"]),
+    )
 
 
 def trials_section(view: CaseDetail) -> str:
@@ -339,18 +397,32 @@ def trials_section(view: CaseDetail) -> str:
         first = view.trials[at[0]]
         label = f"trial{'s' if len(at) > 1 else ''} {', '.join(str(n + 1) for n in at)}"
         verdicts = ", ".join("passed" if view.trials[n].outcome["case_passed"] else "failed" for n in at)
-        body = (f'<span class="bad">adapter error</span>: {esc(error)}' if error is not None else
-                '<span class="na">(abstained)</span>' if abstained else esc(answer))
+        body = (
+            f'<span class="bad">adapter error</span>: {esc(error)}'
+            if error is not None
+            else '<span class="na">(abstained)</span>'
+            if abstained
+            else esc(answer)
+        )
         cites = f'<br><span class="na">cites: {esc(", ".join(cited))}</span>' if cited else ""
         why = first.outcome["fail_reasons"]
         reason = f'<br><span class="bad">{esc(first_reason(why, 160))}</span>' if why else ""
-        blocks.append(f"<div><b>{esc(label)}</b> <span class=na>({esc(verdicts)})</span><br>{body}{cites}{reason}</div>")
+        blocks.append(
+            f"<div><b>{esc(label)}</b> <span class=na>({esc(verdicts)})</span><br>{body}{cites}{reason}</div>"
+        )
     return head + f'<div class="side">{"".join(blocks)}</div>'
 
 
 SECTIONS: tuple[Callable[[CaseDetail], str], ...] = (
-    trials_section, passages_section, citations_section, judge_section, checks_section, trajectory_section, prompt_section,
-    logs_section)
+    trials_section,
+    passages_section,
+    citations_section,
+    judge_section,
+    checks_section,
+    trajectory_section,
+    prompt_section,
+    logs_section,
+)
 
 
 def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
@@ -360,15 +432,24 @@ def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
     if view.full or not view.passed:
         parts += [section(view) for section in SECTIONS]
     css = "pass" if view.passed else "fail"
-    return (f'<details class="case {css}" id="case-{esc(view.case.id)}"{" open" if open_ else ""}>{_summary(view, tags)}'
-            f'<div class="case-body">{"".join(parts)}</div></details>')
+    return (
+        f'<details class="case {css}" id="case-{esc(view.case.id)}"{" open" if open_ else ""}>{_summary(view, tags)}'
+        f'<div class="case-body">{"".join(parts)}</div></details>'
+    )
 
 
 # --------------------------------------------------------------------------- many cases
 
 
-def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline: Baseline | None = None,
-              tags: Mapping[str, Tags] | None = None, open_failing: bool = False, gold: bool = True) -> Html:
+def drilldown(
+    run: RunResult,
+    case_ids: Sequence[str] | None = None,
+    *,
+    baseline: Baseline | None = None,
+    tags: Mapping[str, Tags] | None = None,
+    open_failing: bool = False,
+    gold: bool = True,
+) -> Html:
     """One collapsible section per case, failing first. Suites of up to ``ALL_FULL_UP_TO`` cases get
     every case in full; larger ones get the first ``FULL_DRILLDOWN`` failing cases in full and the
     rest in short form (question, answer, cited passages), so the page stays usable at thousands."""
@@ -382,12 +463,20 @@ def drilldown(run: RunResult, case_ids: Sequence[str] | None = None, *, baseline
     trial_indexes = [CaseIndex(r) for r in run.trial_runs]
     parts = []
     for n, cid in enumerate([*failing, *passing]):
-        view = CaseDetail(run.suite[cid], idx[cid], full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
-                          baseline=baseline.cases.get(cid) if baseline is not None else None, corpus=run.suite.corpus,
-                          trials=tuple(t[cid] for t in trial_indexes if cid in t), gold=gold)
+        view = CaseDetail(
+            run.suite[cid],
+            idx[cid],
+            full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
+            baseline=baseline.cases.get(cid) if baseline is not None else None,
+            corpus=run.suite.corpus,
+            trials=tuple(t[cid] for t in trial_indexes if cid in t),
+            gold=gold,
+        )
         parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
     note = ""
     if not everything_full and len(failing) > FULL_DRILLDOWN:
-        note = (f'<p class="qaeval-empty">The first {FULL_DRILLDOWN} failing cases are drawn in full, the rest in '
-                "short form; the run record holds everything.</p>")
+        note = (
+            f'<p class="qaeval-empty">The first {FULL_DRILLDOWN} failing cases are drawn in full, the rest in '
+            "short form; the run record holds everything.</p>"
+        )
     return Html(note + "".join(parts))

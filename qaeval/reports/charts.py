@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.reports.html import FAIL_COLOR, LOWER_COLOR, NEUTRAL, PASS_COLOR, Chart
-from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.result import RunResult
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
@@ -48,15 +48,26 @@ def scoreboard_chart(run: RunResult) -> Chart:
     fig = _figure(7.0, 3.4)
     ax = fig.add_subplot()
     y = range(len(board))
-    ax.barh(y, board["value"].fillna(0).to_numpy(),
-            color=[NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]], height=0.6)
+    ax.barh(
+        y,
+        board["value"].fillna(0).to_numpy(),
+        color=[NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]],
+        height=0.6,
+    )
     for i, r in enumerate(board.to_dict("records")):
         if r["n"] == 0 or math.isnan(r["value"]):
             ax.text(0.01, i, "NaN (n=0)", va="center", fontsize=9, color="#555")
             continue
         if not math.isnan(r["ci_low"]):
-            ax.errorbar(r["value"], i, xerr=[[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]],
-                        fmt="none", ecolor="#222", capsize=4, lw=1.2)
+            ax.errorbar(
+                r["value"],
+                i,
+                xerr=[[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]],
+                fmt="none",
+                ecolor="#222",
+                capsize=4,
+                lw=1.2,
+            )
         right = r["ci_high"] if not math.isnan(r["ci_high"]) else r["value"]
         ax.text(min(right, 1.0) + 0.015, i, f"{r['value']:.2f}  (n={int(r['n'])})", va="center", fontsize=9)
     ax.set_yticks(list(y), [_metric_label(m, d) for m, d in zip(board["metric"], board["direction"])], fontsize=9)
@@ -81,7 +92,11 @@ def delta_chart(result: GateResult) -> Chart:
         edge = -span if r["direction"] == "higher" else span
         ax.fill_betweenx([i - 0.38, i + 0.38], bad_side, edge, color=FAIL_COLOR, alpha=0.08, lw=0)
         ax.plot([bad_side, bad_side], [i - 0.38, i + 0.38], color=FAIL_COLOR, lw=1.6)
-        text = "not comparable" if math.isnan(r["delta"]) else f"{r['baseline']:.3f} → {r['current']:.3f} ({r['delta']:+.3f})"
+        text = (
+            "not comparable"
+            if math.isnan(r["delta"])
+            else f"{r['baseline']:.3f} → {r['current']:.3f} ({r['delta']:+.3f})"
+        )
         ax.text(span + 0.02, i, text, va="center", ha="left", fontsize=8.5)
     ax.set_xlim(-span, span + 0.42)
     ax.axvline(0, color="#888", lw=0.8)
@@ -102,8 +117,16 @@ def confusion_chart(result: CalibrationResult) -> Chart:
         for i in range(3):
             for j in range(3):
                 v = int(m.values[i, j])
-                ax.text(j, i, str(v), ha="center", va="center", fontsize=10,
-                        color="#fff" if v and v > m.values.max() / 2 else "#222", fontweight="bold" if i == j else None)
+                ax.text(
+                    j,
+                    i,
+                    str(v),
+                    ha="center",
+                    va="center",
+                    fontsize=10,
+                    color="#fff" if v and v > m.values.max() / 2 else "#222",
+                    fontweight="bold" if i == j else None,
+                )
         ax.set_xticks(range(3), ["0", "1", "2"])
         ax.set_yticks(range(3), ["0", "1", "2"])
         ax.set_xlabel("judge")
@@ -132,8 +155,9 @@ def time_labels(values: Sequence[Any]) -> tuple[list[str], str]:
     year, the full date otherwise. Times with an offset are shown in UTC."""
     parsed = [_parse_time(v) for v in values]
     zone = " (UTC)" if any(t is not None and t.tzinfo is not None for t in parsed) else ""
-    times = [t.astimezone(timezone.utc).replace(tzinfo=None) if t is not None and t.tzinfo is not None else t
-             for t in parsed]
+    times = [
+        t.astimezone(timezone.utc).replace(tzinfo=None) if t is not None and t.tzinfo is not None else t for t in parsed
+    ]
     known = [t for t in times if t is not None]
     if not known:
         return ["" for _ in times], "run in the series (no times recorded)"
@@ -155,8 +179,11 @@ def run_ticks(runs: pd.DataFrame) -> tuple[list[int], list[str], str]:
     numbers = [int(r) for r in runs["run"]]
     stamps, axis = time_labels(list(runs["time"]))
     n = len(numbers)
-    picked = range(n) if n <= MAX_RUN_TICKS else sorted({round(i * (n - 1) / (MAX_RUN_TICKS - 1))
-                                                          for i in range(MAX_RUN_TICKS)})
+    picked = (
+        range(n)
+        if n <= MAX_RUN_TICKS
+        else sorted({round(i * (n - 1) / (MAX_RUN_TICKS - 1)) for i in range(MAX_RUN_TICKS)})
+    )
     labels = [f"#{numbers[i] + 1}\n{stamps[i]}".rstrip() for i in picked]
     return [numbers[i] for i in picked], labels, axis
 
@@ -177,11 +204,22 @@ def _drift_panel(ax: Any, metric: str, xs: list[int], values: list[float], band:
     if len(xs) <= 40:
         for x, v, c in zip(xs, values, commits):
             if c and not math.isnan(v):
-                ax.annotate(plain(c, 8), (x, v), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=6,
-                            color="#555")
+                ax.annotate(
+                    plain(c, 8),
+                    (x, v),
+                    textcoords="offset points",
+                    xytext=(0, 5),
+                    ha="center",
+                    fontsize=6,
+                    color="#555",
+                )
     ax.set_ylim(-0.05, 1.12)
-    ax.set_title(metric + ("  ALARM" if band["alarm"] else ""), fontsize=9.5,
-                 color=FAIL_COLOR if band["alarm"] else "#222", fontweight="bold" if band["alarm"] else None)
+    ax.set_title(
+        metric + ("  ALARM" if band["alarm"] else ""),
+        fontsize=9.5,
+        color=FAIL_COLOR if band["alarm"] else "#222",
+        fontweight="bold" if band["alarm"] else None,
+    )
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -205,8 +243,11 @@ def drift_chart(result: DriftResult) -> Chart:
         _drift_panel(ax, metric, xs, series["value"].tolist(), bands.loc[metric], commits)
         ax.set_xticks(ticks, tick_labels)
         ax.tick_params(labelsize=7)
-    fig.suptitle("Each metric run by run (labels: the commit, where it changes); band = trailing mean ± max(3σ, 0.02); "
-                 "✕ = alarm", fontsize=9.5)
+    fig.suptitle(
+        "Each metric run by run (labels: the commit, where it changes); band = trailing mean ± max(3σ, 0.02); "
+        "✕ = alarm",
+        fontsize=9.5,
+    )
     fig.supxlabel(axis_title, fontsize=8)
     return Chart(fig, "Each metric's series over the runs with its band and alarms")
 
@@ -215,7 +256,7 @@ def drift_chart(result: DriftResult) -> Chart:
 
 
 def runs_chart(runs: pd.DataFrame, metrics: Sequence[str]) -> Chart:
-    """One small panel per metric over saved runs in time order (``qaeval.runs``' table, timed rows only):
+    """One small panel per metric over saved runs in time order (``qaeval.record.runs``' table, timed rows only):
     each run's value with its interval whiskers, its commit written on the point where it changes, its
     time on the axis. A metric with nothing to average in a run (n = 0) has no point there."""
     xs = list(range(len(runs)))
@@ -229,19 +270,26 @@ def runs_chart(runs: pd.DataFrame, metrics: Sequence[str]) -> Chart:
         values = runs[metric].to_numpy(float)
         low = (values - runs[f"{metric}_ci_low"].to_numpy(float)).clip(min=0)
         high = (runs[f"{metric}_ci_high"].to_numpy(float) - values).clip(min=0)
-        ax.errorbar(xs, values, yerr=[low, high], fmt="-o", ms=3.5, color=NEUTRAL, ecolor="#9fb3cf", lw=1.2,
-                    capsize=2)
+        ax.errorbar(xs, values, yerr=[low, high], fmt="-o", ms=3.5, color=NEUTRAL, ecolor="#9fb3cf", lw=1.2, capsize=2)
         if len(xs) <= 40:
             for x, v, c in zip(xs, values, commits):
                 if c and not math.isnan(v):
-                    ax.annotate(plain(c, 8), (x, v), textcoords="offset points", xytext=(0, 6), ha="center",
-                                fontsize=6, color="#555")
+                    ax.annotate(
+                        plain(c, 8),
+                        (x, v),
+                        textcoords="offset points",
+                        xytext=(0, 6),
+                        ha="center",
+                        fontsize=6,
+                        color="#555",
+                    )
         ax.set_xticks(ticks, tick_labels)
         ax.tick_params(labelsize=7)
         ax.set_ylim(-0.05, 1.12)
         ax.set_title(metric, fontsize=9.5)
         ax.spines[["top", "right"]].set_visible(False)
-    fig.suptitle("Each metric over the saved runs, with its 95% interval (labels: the commit, where it changes)",
-                 fontsize=9.5)
+    fig.suptitle(
+        "Each metric over the saved runs, with its 95% interval (labels: the commit, where it changes)", fontsize=9.5
+    )
     fig.supxlabel(axis_title.replace("run in the series", "saved run"), fontsize=8)
     return Chart(fig, "Each headline metric over the saved runs, with intervals and commits")

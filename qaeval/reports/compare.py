@@ -14,20 +14,43 @@ CHANGE_TAGS = {"regressed": ("regressed", "fail"), "fixed": ("fixed", "pass"), "
 
 
 def compare_metrics(c: Comparison) -> Html:
-    rows = [dict(metric=r["metric"], before=num(r["baseline"], r["n_baseline"]), after=num(r["current"], r["n_current"]),
-                 delta=delta(r["delta"]), result=mark(r["passed"], "same or better", "worse"), noise=r["note"],
-                 passed=r["passed"]) for r in c.metric_deltas.to_dict("records")]
-    return Html(html_table(rows, [Col("metric", "metric", "id"), Col("before", c.before_label, "html"),
-                                  Col("after", c.after_label, "html"), Col("delta", "change", "html"),
-                                  Col("result", "result", "html"), Col("noise", "paired sign-flip test")],
-                           caption="Every metric, before and after", bad=lambda r: failed(r["passed"])))
+    rows = [
+        dict(
+            metric=r["metric"],
+            before=num(r["baseline"], r["n_baseline"]),
+            after=num(r["current"], r["n_current"]),
+            delta=delta(r["delta"]),
+            result=mark(r["passed"], "same or better", "worse"),
+            noise=r["note"],
+            passed=r["passed"],
+        )
+        for r in c.metric_deltas.to_dict("records")
+    ]
+    return Html(
+        html_table(
+            rows,
+            [
+                Col("metric", "metric", "id"),
+                Col("before", c.before_label, "html"),
+                Col("after", c.after_label, "html"),
+                Col("delta", "change", "html"),
+                Col("result", "result", "html"),
+                Col("noise", "paired sign-flip test"),
+            ],
+            caption="Every metric, before and after",
+            bad=lambda r: failed(r["passed"]),
+        )
+    )
 
 
 def _change_tags(r: dict[str, Any]) -> Tags:
     """What changed in one case: its verdict, answer, citations, checks and judge scores."""
     what = [CHANGE_TAGS[r["change"]]] if r["change"] in CHANGE_TAGS else []
-    what += [(x, "") for x, flag in (("answer changed", r["answer_changed"]), ("citations changed", r["citations_changed"]))
-             if flag is True]
+    what += [
+        (x, "")
+        for x, flag in (("answer changed", r["answer_changed"]), ("citations changed", r["citations_changed"]))
+        if flag is True
+    ]
     what += [(f"check {x}", "") for x in r["checks_flipped"]] + [(f"judge {x}", "") for x in r["scores_changed"]]
     what += [(f"now {x}", "") for x in r["new_reasons"]]
     if r["trials"]:

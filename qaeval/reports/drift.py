@@ -21,15 +21,38 @@ def drift_facts(result: DriftResult) -> tuple[dict[str, Any], list[str]]:
 def alarms_list(result: DriftResult) -> Html:
     if not result.alarms:
         return empty_note("No alarm: every metric is inside its band.")
-    return Html('<ul class="qaeval-notes">' + "".join(f'<li class="bad">{esc(a["message"])}</li>'
-                                                       for a in result.alarms) + "</ul>")
+    return Html(
+        '<ul class="qaeval-notes">'
+        + "".join(f'<li class="bad">{esc(a["message"])}</li>' for a in result.alarms)
+        + "</ul>"
+    )
 
 
 def bands_table(result: DriftResult) -> Html:
-    rows = [dict(metric=r["metric"], now=num(r["current"], None),
-                 band=format_interval(r["low"], r["high"], r["window_n"]) or "no band yet",
-                 runs=r["window_n"], rule=r["direction"], result=mark(not r["alarm"], "inside", "ALARM"),
-                 alarm=bool(r["alarm"])) for r in result.bands.to_dict("records")]
-    return Html(html_table(rows, [Col("metric", "metric", "id"), Col("now", "now", "html"), Col("band", "band"),
-                                  Col("runs", "runs in band", "int"), Col("rule", "rule"), Col("result", "result", "html")],
-                           caption="This run against each metric's band", bad=lambda r: r["alarm"]))
+    rows = [
+        dict(
+            metric=r["metric"],
+            now=num(r["current"], None),
+            band=format_interval(r["low"], r["high"], r["window_n"]) or "no band yet",
+            runs=r["window_n"],
+            rule=r["direction"],
+            result=mark(not r["alarm"], "inside", "ALARM"),
+            alarm=bool(r["alarm"]),
+        )
+        for r in result.bands.to_dict("records")
+    ]
+    return Html(
+        html_table(
+            rows,
+            [
+                Col("metric", "metric", "id"),
+                Col("now", "now", "html"),
+                Col("band", "band"),
+                Col("runs", "runs in band", "int"),
+                Col("rule", "rule"),
+                Col("result", "result", "html"),
+            ],
+            caption="This run against each metric's band",
+            bad=lambda r: r["alarm"],
+        )
+    )

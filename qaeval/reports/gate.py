@@ -17,32 +17,72 @@ def gate_facts(result: GateResult) -> tuple[dict[str, Any], list[str]]:
     """The baseline the run was gated against, then the run's facts; the gate's notes."""
     b = result.baseline
     made = ", ".join(x for x in (b.created, (b.git_commit or "")[:10]) if x) or None
-    return {"baseline": b.path, "baseline made": made, **run_facts(result.run)}, \
-        result.all_notes() or run_notes(result.run)
+    return {"baseline": b.path, "baseline made": made, **run_facts(result.run)}, result.all_notes() or run_notes(
+        result.run
+    )
 
 
 def tier_table(result: GateResult) -> Html:
-    rows = [dict(tier=r["tier"], result=mark(r["passed"]), detail=r["detail"], cases=len(r["case_ids"]) or "",
-                 passed=r["passed"]) for r in result.tiers.to_dict("records")]
-    return Html(html_table(rows, [Col("tier", "tier"), Col("result", "result", "html"), Col("detail", "detail"),
-                                  Col("cases", "cases", "int")],
-                           caption="Tiers: each blocking case is shown once below, with the tiers it trips",
-                           bad=lambda r: failed(r["passed"])))
+    rows = [
+        dict(
+            tier=r["tier"],
+            result=mark(r["passed"]),
+            detail=r["detail"],
+            cases=len(r["case_ids"]) or "",
+            passed=r["passed"],
+        )
+        for r in result.tiers.to_dict("records")
+    ]
+    return Html(
+        html_table(
+            rows,
+            [
+                Col("tier", "tier"),
+                Col("result", "result", "html"),
+                Col("detail", "detail"),
+                Col("cases", "cases", "int"),
+            ],
+            caption="Tiers: each blocking case is shown once below, with the tiers it trips",
+            bad=lambda r: failed(r["passed"]),
+        )
+    )
 
 
 def delta_table(result: GateResult) -> Html:
-    rows = [dict(metric=r["metric"], baseline=num(r["baseline"], r["n_baseline"]), current=num(r["current"], r["n_current"]),
-                 delta=delta(r["delta"]),
-                 tolerance=f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
-                 result=mark(r["passed"], "within", "BLOCKS"), noise=r["note"], passed=r["passed"])
-            for r in result.metric_deltas.to_dict("records")]
-    return Html(html_table(rows, [Col("metric", "metric", "id"), Col("baseline", "baseline", "html"),
-                                  Col("current", "now", "html"), Col("delta", "change", "html"),
-                                  Col("tolerance", "allowed"), Col("result", "result", "html"),
-                                  Col("noise", "noise test (with trials it decides past the tolerance; "
-                                                        "else it informs)" if result.run.trials > 1 or
-                                      result.baseline.trials > 1 else "noise test (informs; tolerances decide)")],
-                           caption="Gated metrics against the baseline", bad=lambda r: failed(r["passed"])))
+    rows = [
+        dict(
+            metric=r["metric"],
+            baseline=num(r["baseline"], r["n_baseline"]),
+            current=num(r["current"], r["n_current"]),
+            delta=delta(r["delta"]),
+            tolerance=f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
+            result=mark(r["passed"], "within", "BLOCKS"),
+            noise=r["note"],
+            passed=r["passed"],
+        )
+        for r in result.metric_deltas.to_dict("records")
+    ]
+    return Html(
+        html_table(
+            rows,
+            [
+                Col("metric", "metric", "id"),
+                Col("baseline", "baseline", "html"),
+                Col("current", "now", "html"),
+                Col("delta", "change", "html"),
+                Col("tolerance", "allowed"),
+                Col("result", "result", "html"),
+                Col(
+                    "noise",
+                    "noise test (with trials it decides past the tolerance; else it informs)"
+                    if result.run.trials > 1 or result.baseline.trials > 1
+                    else "noise test (informs; tolerances decide)",
+                ),
+            ],
+            caption="Gated metrics against the baseline",
+            bad=lambda r: failed(r["passed"]),
+        )
+    )
 
 
 def blocking_cases(result: GateResult) -> Html:
@@ -65,14 +105,30 @@ def flaky_table(result: GateResult) -> Html:
     if flaky.empty:
         return Html("")
     outcomes = trial_outcomes(result.run)
-    rows = [dict(case_id=r["case_id"], baseline=f"{r['baseline_passes']} of {r['baseline_trials']}",
-                 now=f"{r['passes']} of {r['trials']}", trials=trial_marks(outcomes.get(r["case_id"], [])),
-                 p=f"{r['p_value']:.3g}") for r in flaky.to_dict("records")]
-    return Html(html_table(rows, [Col("case_id", "case", "id"), Col("baseline", "passed in the baseline"),
-                                  Col("now", "passed now"), Col("trials", "trials now", "html"),
-                                  Col("p", "p (a drop, one-sided Fisher)")],
-                           caption="Flaky, not blocking: some trials pass and some fail, on either side, and the "
-                                   "drop is within what chance allows"))
+    rows = [
+        dict(
+            case_id=r["case_id"],
+            baseline=f"{r['baseline_passes']} of {r['baseline_trials']}",
+            now=f"{r['passes']} of {r['trials']}",
+            trials=trial_marks(outcomes.get(r["case_id"], [])),
+            p=f"{r['p_value']:.3g}",
+        )
+        for r in flaky.to_dict("records")
+    ]
+    return Html(
+        html_table(
+            rows,
+            [
+                Col("case_id", "case", "id"),
+                Col("baseline", "passed in the baseline"),
+                Col("now", "passed now"),
+                Col("trials", "trials now", "html"),
+                Col("p", "p (a drop, one-sided Fisher)"),
+            ],
+            caption="Flaky, not blocking: some trials pass and some fail, on either side, and the "
+            "drop is within what chance allows",
+        )
+    )
 
 
 def not_blocking(result: GateResult) -> Html:
@@ -84,14 +140,27 @@ def not_blocking(result: GateResult) -> Html:
     if not failing:
         return Html(flaky_table(result).markup or empty_note("No other case fails.").markup)
     already, flaky = set(result.already_failing), set(result.flaky["case_id"])
-    tags: dict[str, Tags] = {c: [("flaky, not blocking" if c in flaky else "already failing in the baseline"
-                                  if c in already else "not blocking", "was")] for c in failing}
+    tags: dict[str, Tags] = {
+        c: [
+            (
+                "flaky, not blocking"
+                if c in flaky
+                else "already failing in the baseline"
+                if c in already
+                else "not blocking",
+                "was",
+            )
+        ]
+        for c in failing
+    }
     return Html(flaky_table(result).markup + drilldown(result.run, failing, baseline=result.baseline, tags=tags).markup)
 
 
 def gate_calibration(result: GateResult) -> Html:
     """With labels, whether the judge was trusted before it gated; without, say it was not checked."""
     if result.calibration is None:
-        return empty_note("No labels were given (gate --labels FILE), so the judge was not checked against people "
-                          "before its numbers gated this change.")
+        return empty_note(
+            "No labels were given (gate --labels FILE), so the judge was not checked against people "
+            "before its numbers gated this change."
+        )
     return banner(result.calibration) + agreement_table(result.calibration)

@@ -14,14 +14,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qaeval.frames import is_missing
-from qaeval.results import Result
+from qaeval.core.frames import is_missing
+from qaeval.core.results import Result
 from qaeval.scoring.metrics import format_number
 
 PASS_COLOR, FAIL_COLOR, NEUTRAL, LOWER_COLOR = "#1b7f3b", "#b3261e", "#4a6fa5", "#8a5a9e"
 NA = '<span class="na">—</span>'
-KICKERS = {"run": "qaeval run · tier 1", "gate": "qaeval gate", "calibrate": "qaeval calibration",
-           "drift": "qaeval drift", "compare": "qaeval compare"}
+KICKERS = {
+    "run": "qaeval run · tier 1",
+    "gate": "qaeval gate",
+    "calibrate": "qaeval calibration",
+    "drift": "qaeval drift",
+    "compare": "qaeval compare",
+}
 
 
 def trial_marks(outcomes: Any) -> str:
@@ -30,11 +35,17 @@ def trial_marks(outcomes: Any) -> str:
     outcomes = list(outcomes)
     if len(outcomes) < 2:
         return ""
-    marks = "".join(f'<span style="color:{PASS_COLOR}">✓</span>' if ok else
-                    f'<span style="color:{FAIL_COLOR};font-weight:600">✗</span>' for ok in outcomes)
+    marks = "".join(
+        f'<span style="color:{PASS_COLOR}">✓</span>'
+        if ok
+        else f'<span style="color:{FAIL_COLOR};font-weight:600">✗</span>'
+        for ok in outcomes
+    )
     passed = sum(bool(ok) for ok in outcomes)
-    return (f'<span class="trials" title="{passed} of {len(outcomes)} trials passed" '
-            f'aria-label="{passed} of {len(outcomes)} trials passed">{marks}</span>')
+    return (
+        f'<span class="trials" title="{passed} of {len(outcomes)} trials passed" '
+        f'aria-label="{passed} of {len(outcomes)} trials passed">{marks}</span>'
+    )
 
 
 def esc(value: Any) -> str:
@@ -149,8 +160,13 @@ def cell(value: Any, col: Col) -> str:
     return f"<td{attr}>{markup(value, col)}</td>"
 
 
-def html_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], *, caption: str | None = None,
-               bad: Callable[[Mapping[str, Any]], bool] | None = None) -> str:
+def html_table(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[Col],
+    *,
+    caption: str | None = None,
+    bad: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> str:
     """A table of ``rows`` (mappings that may hold more keys than ``columns`` draw); ``bad(row)``
     decides from the row's data whether it is highlighted as failing."""
     head = "".join(f"<th>{esc(c.header)}</th>" for c in columns)
@@ -166,8 +182,11 @@ def html_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], *, cap
 
 
 def facts_html(facts: Mapping[str, Any]) -> str:
-    return '<div class="qaeval-facts">' + "".join(
-        f"<span><b>{esc(k)}</b>{esc(v)}</span>" for k, v in facts.items() if v is not None) + "</div>"
+    return (
+        '<div class="qaeval-facts">'
+        + "".join(f"<span><b>{esc(k)}</b>{esc(v)}</span>" for k, v in facts.items() if v is not None)
+        + "</div>"
+    )
 
 
 def notes_html(notes: Sequence[str]) -> str:
@@ -182,9 +201,11 @@ def banner_html(verdict: str, detail: str, ok: bool, kicker: str = "") -> str:
     kind = "pass" if ok else "block"
     kick = f'<div class="detail" style="opacity:.9">{esc(kicker)}</div>' if kicker else ""
     colour = PASS_COLOR if ok else FAIL_COLOR  # inline too, so the banner keeps its colour inside Jupyter
-    return (f'<div class="qaeval-banner qaeval-{kind}" role="status" style="background:{colour};color:#fff;'
-            f'padding:12px 20px;border-radius:8px">{kick}<div class="verdict" style="font-size:28px;font-weight:700">'
-            f'{esc(verdict)}</div><div class="detail">{esc(detail)}</div></div>')
+    return (
+        f'<div class="qaeval-banner qaeval-{kind}" role="status" style="background:{colour};color:#fff;'
+        f'padding:12px 20px;border-radius:8px">{kick}<div class="verdict" style="font-size:28px;font-weight:700">'
+        f'{esc(verdict)}</div><div class="detail">{esc(detail)}</div></div>'
+    )
 
 
 def banner(result: Result) -> Html:

@@ -30,10 +30,17 @@ JUDGED_AXES = ("faithfulness", "citation_correctness")
 def monitor_facts(result: MonitorResult) -> tuple[dict[str, Any], list[str]]:
     rows = result.rows
     usage = result.run.judge_usage
-    return {"log": result.source, "rows": len(rows), "judged": int(rows["sampled"].sum()),
-            "by": ", ".join(result.by) or None, "window": result.every, "judge": result.run.meta.judge.label(),
-            "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
-            "history": result.timeseries or None, "time": result.run.meta.created}, list(result.notes)
+    return {
+        "log": result.source,
+        "rows": len(rows),
+        "judged": int(rows["sampled"].sum()),
+        "by": ", ".join(result.by) or None,
+        "window": result.every,
+        "judge": result.run.meta.judge.label(),
+        "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
+        "history": result.timeseries or None,
+        "time": result.run.meta.created,
+    }, list(result.notes)
 
 
 def monitor_slices(result: MonitorResult) -> Html:
@@ -44,19 +51,36 @@ def monitor_slices(result: MonitorResult) -> Html:
     ppi = bool((table["n_labelled"] > 0).any())
     rows = []
     for r in table.to_dict("records"):
-        row = dict(slice=r["slice"], group=r["group"], metric=r["metric"], value=format_value(r["value"], r["n"]),
-                   ci=format_interval(r["ci_low"], r["ci_high"], r["n"]), n=r["n"])
+        row = dict(
+            slice=r["slice"],
+            group=r["group"],
+            metric=r["metric"],
+            value=format_value(r["value"], r["n"]),
+            ci=format_interval(r["ci_low"], r["ci_high"], r["n"]),
+            n=r["n"],
+        )
         if ppi:
-            row.update(ppi=format_number(r["ppi_value"], missing="") if r["n_labelled"] else "",
-                       ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
-                       labels=r["n_labelled"] or "")
+            row.update(
+                ppi=format_number(r["ppi_value"], missing="") if r["n_labelled"] else "",
+                ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
+                labels=r["n_labelled"] or "",
+            )
         rows.append(row)
-    cols = [Col("slice", "slice", "id"), Col("group", "group", "id"), Col("metric", "metric", "id"),
-            Col("value", "value"), Col("ci", "95% CI"), Col("n", "n", "int")]
+    cols = [
+        Col("slice", "slice", "id"),
+        Col("group", "group", "id"),
+        Col("metric", "metric", "id"),
+        Col("value", "value"),
+        Col("ci", "95% CI"),
+        Col("n", "n", "int"),
+    ]
     if ppi:
         cols += [Col("ppi", "PPI estimate"), Col("ppi_ci", "PPI 95% CI"), Col("labels", "n_labelled")]
-    return Html(html_table(rows, cols, caption="Each metric per slice group (judge metrics: over the judged rows, "
-                                               "weighted by stratum)"))
+    return Html(
+        html_table(
+            rows, cols, caption="Each metric per slice group (judge metrics: over the judged rows, weighted by stratum)"
+        )
+    )
 
 
 def _panel(ax: Any, part: pd.DataFrame, metric: str) -> None:
@@ -97,13 +121,25 @@ def timeline_table(result: MonitorResult) -> Html:
     """The windows this run appended to the history: rows, whether compared, alarms."""
     if not result.timeline:
         return empty_note("No window was appended to a history (pass --timeseries FILE with --window).")
-    rows = [dict(window=e["window"], rows=e["rows"],
-                 state="too few rows to compare: no alarm" if e["too_few"] else
-                 ("ALARM: " + ", ".join(e["alarms"]) if e["alarms"] else "inside its bands"))
-            for e in result.timeline]
+    rows = [
+        dict(
+            window=e["window"],
+            rows=e["rows"],
+            state="too few rows to compare: no alarm"
+            if e["too_few"]
+            else ("ALARM: " + ", ".join(e["alarms"]) if e["alarms"] else "inside its bands"),
+        )
+        for e in result.timeline
+    ]
     alarms = "".join(f"<li>{esc(a['message'])}</li>" for a in result.alarms)
-    return Html(html_table(rows, [Col("window", "window", "id"), Col("rows", "rows", "int"), Col("state", "state")],
-                           caption="Windows appended to the history") + (f"<ul>{alarms}</ul>" if alarms else ""))
+    return Html(
+        html_table(
+            rows,
+            [Col("window", "window", "id"), Col("rows", "rows", "int"), Col("state", "state")],
+            caption="Windows appended to the history",
+        )
+        + (f"<ul>{alarms}</ul>" if alarms else "")
+    )
 
 
 def failing_rows(result: MonitorResult) -> Html:
@@ -111,10 +147,17 @@ def failing_rows(result: MonitorResult) -> Html:
     bad = result.rows[~result.rows["passed"]]
     if bad.empty:
         return empty_note("Every row passed every check assessed on it.")
-    shown = [dict(row=r["row_id"], line=r["line"], why=r["fail_reasons"]) for r in bad.head(WORST_ROWS).to_dict("records")]
+    shown = [
+        dict(row=r["row_id"], line=r["line"], why=r["fail_reasons"]) for r in bad.head(WORST_ROWS).to_dict("records")
+    ]
     more = f" (the first {WORST_ROWS} of {len(bad)})" if len(bad) > WORST_ROWS else f" ({len(bad)})"
-    return Html(html_table(shown, [Col("row", "row", "id"), Col("line", "line", "int"), Col("why", "why it fails")],
-                           caption="Rows failing a check" + more))
+    return Html(
+        html_table(
+            shown,
+            [Col("row", "row", "id"), Col("line", "line", "int"), Col("why", "why it fails")],
+            caption="Rows failing a check" + more,
+        )
+    )
 
 
 def worst_rows(result: MonitorResult) -> Html:
@@ -123,8 +166,9 @@ def worst_rows(result: MonitorResult) -> Html:
     judged = result.rows[result.rows["sampled"]]
     if judged.empty:
         return empty_note("No row was judged.")
-    order = judged.assign(f=judged["faithfulness"].fillna(3), c=judged["citation_correctness"].fillna(3),
-                          p=judged["passed"].astype(int)).sort_values(["f", "c", "p", "line"])
+    order = judged.assign(
+        f=judged["faithfulness"].fillna(3), c=judged["citation_correctness"].fillna(3), p=judged["passed"].astype(int)
+    ).sort_values(["f", "c", "p", "line"])
     return drilldown(result.run, order["row_id"].tolist(), gold=False)  # a logged row has no gold
 
 
@@ -132,6 +176,8 @@ def labelled_agreement(result: MonitorResult) -> Html:
     """How the judge agreed with the labelled sample, per axis (exact agreement, kappa, confusion)."""
     labels = result.run.labels
     if labels is None or labels.empty:
-        return empty_note("No labels: pass --labels FILE (keyed by row id) for PPI estimates and the judge's agreement.")
+        return empty_note(
+            "No labels: pass --labels FILE (keyed by row id) for PPI estimates and the judge's agreement."
+        )
     axes = tuple(a for a in JUDGED_AXES if a in set(labels["axis"])) or JUDGED_AXES
     return agreement_table(calibrate(result.run, labels, axes=axes, min_labels=1))

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qaeval.errors import QaevalError, ReportError
-from qaeval.files import write_atomic
-from qaeval.plugins import scoped_environ
+from qaeval.boundary.plugins import scoped_environ
+from qaeval.core.errors import QaevalError, ReportError
+from qaeval.core.files import write_atomic
 
 if TYPE_CHECKING:
     from qaeval.verdicts.compare import Comparison
@@ -54,13 +54,26 @@ def _kernel_environment() -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
         spec = Path(tmp) / "kernels" / "python3"
         spec.mkdir(parents=True)
-        (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                     "--IPKernelApp.log_level=ERROR"],
-            "display_name": "Python 3 (qaeval)", "language": "python"}))
+        (spec / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [
+                        sys.executable,
+                        "-m",
+                        "ipykernel_launcher",
+                        "-f",
+                        "{connection_file}",
+                        "--IPKernelApp.log_level=ERROR",
+                    ],
+                    "display_name": "Python 3 (qaeval)",
+                    "language": "python",
+                }
+            )
+        )
         jupyter_path = os.pathsep.join(p for p in (tmp, os.environ.get("JUPYTER_PATH")) if p)
-        with scoped_environ({"JUPYTER_PATH": jupyter_path, "QAEVAL_PROGRESS": "0",
-                             "PYDEVD_DISABLE_FILE_VALIDATION": "1"}):
+        with scoped_environ(
+            {"JUPYTER_PATH": jupyter_path, "QAEVAL_PROGRESS": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        ):
             yield
 
 
@@ -82,16 +95,24 @@ def run_papermill(source: str | Path, output: str | Path, **options: Any) -> Any
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def execute_notebook(name: str, parameters: dict[str, Any], output: str | Path, *,
-                     cwd: str | Path | None = None) -> Exception | None:
+def execute_notebook(
+    name: str, parameters: dict[str, Any], output: str | Path, *, cwd: str | Path | None = None
+) -> Exception | None:
     """Execute a notebook under papermill; returns the execution error (if a cell raised) instead of
     raising, because a failed notebook is still a report worth rendering."""
     from papermill.exceptions import PapermillExecutionError
 
     with _kernel_environment():
         try:
-            run_papermill(notebook_path(name), output, parameters=parameters, kernel_name="python3",
-                          cwd=str(cwd or os.getcwd()), progress_bar=False, log_output=False)
+            run_papermill(
+                notebook_path(name),
+                output,
+                parameters=parameters,
+                kernel_name="python3",
+                cwd=str(cwd or os.getcwd()),
+                progress_bar=False,
+                log_output=False,
+            )
         except PapermillExecutionError as exc:
             return exc
     return None
@@ -107,7 +128,9 @@ def exporter(*, show_code: bool = False) -> Any:
     return html
 
 
-def export_html(notebook: str | Path, html_path: str | Path, *, show_code: bool = False, title: str | None = None) -> Path:
+def export_html(
+    notebook: str | Path, html_path: str | Path, *, show_code: bool = False, title: str | None = None
+) -> Path:
     """Render an executed notebook to one self-contained HTML file (figures embedded, no scripts)."""
     import nbformat
 
@@ -132,7 +155,7 @@ def render_record(record: str | Path, html_path: str | Path, *, kind: str, show_
 
 
 def _kernel_error(error: Any, report: Path) -> QaevalError:
-    from qaeval import errors
+    from qaeval.core import errors
 
     cls = getattr(errors, getattr(error, "ename", ""), None)
     message = f"{getattr(error, 'evalue', error)} (report with the failure: {report})"
@@ -151,23 +174,35 @@ def page(title: str, body: str) -> str:
     from qaeval.reports.html import esc
 
     css = (TEMPLATES / "qaeval" / "report.css").read_text("utf-8")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-            "style-src 'unsafe-inline'; script-src 'none'\">"
-            f"<title>{esc(title)}</title><style>{css}</style></head><body><main class=\"qaeval-report\">"
-            f"{body}</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+        "style-src 'unsafe-inline'; script-src 'none'\">"
+        f'<title>{esc(title)}</title><style>{css}</style></head><body><main class="qaeval-report">'
+        f"{body}</main></body></html>\n"
+    )
 
 
 def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
     from qaeval.reports.compare import compare_cases, compare_metrics
     from qaeval.reports.html import banner, facts_html
 
-    body = (f"<h1>qaeval compare</h1>{banner(comparison).markup}"
-            + facts_html({"before": comparison.before_label, "after": comparison.after_label,
-                 "cases before": len(comparison.before.suite), "cases after": len(comparison.after.suite)})
-            + "<h2>Metrics</h2>" + compare_metrics(comparison).markup
-            + "<h2>What changed, case by case</h2>" + compare_cases(comparison).markup)
+    body = (
+        f"<h1>qaeval compare</h1>{banner(comparison).markup}"
+        + facts_html(
+            {
+                "before": comparison.before_label,
+                "after": comparison.after_label,
+                "cases before": len(comparison.before.suite),
+                "cases after": len(comparison.after.suite),
+            }
+        )
+        + "<h2>Metrics</h2>"
+        + compare_metrics(comparison).markup
+        + "<h2>What changed, case by case</h2>"
+        + compare_cases(comparison).markup
+    )
     return write_atomic(html_path, page("qaeval compare", body))
 
 
@@ -176,7 +211,12 @@ def render_proposal(proposal: Any, html_path: str | Path) -> Path:
     from qaeval.reports.html import esc
     from qaeval.reports.proposals import candidates_table, proposal_drops, proposal_pool
 
-    body = (f"<h1>qaeval proposed cases</h1><pre>{esc(proposal.summary_text())}</pre>"
-            + "<h2>What it chose from</h2>" + proposal_pool(proposal).markup + proposal_drops(proposal).markup
-            + "<h2>The candidates, with their checks</h2>" + candidates_table(proposal).markup)
+    body = (
+        f"<h1>qaeval proposed cases</h1><pre>{esc(proposal.summary_text())}</pre>"
+        + "<h2>What it chose from</h2>"
+        + proposal_pool(proposal).markup
+        + proposal_drops(proposal).markup
+        + "<h2>The candidates, with their checks</h2>"
+        + candidates_table(proposal).markup
+    )
     return write_atomic(html_path, page("qaeval proposed cases", body))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from qaeval.core.frames import is_missing
 from qaeval.data.schema import AXES
-from qaeval.frames import is_missing
 from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score, trial_marks
 from qaeval.scoring.checks import CHECKS
-from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.retrieval import unknown_ids_note
 from qaeval.scoring.metrics import format_interval, format_number, format_value
+from qaeval.scoring.result import RunResult
+from qaeval.scoring.retrieval import unknown_ids_note
 
 
 def run_facts(run: RunResult) -> dict[str, Any]:
@@ -19,17 +19,30 @@ def run_facts(run: RunResult) -> dict[str, Any]:
     usage = run.judge_usage
     meta = run.meta
     return {
-        "cases": len(run.suite), "adapter": meta.adapter,
-        "boundary": "enforced (worker processes)" if meta.boundary_enforced and not meta.executor else
-        f"executor {meta.executor}" if meta.executor else "NOT enforced (isolation none)",
-        "concurrency": meta.concurrency, "judge": meta.judge.label(),
-        **({"trials": f"{'up to ' if meta.adaptive else ''}{run.trials} per case "
-                      f"({int(run.per_case['trials'].sum())} system calls)"} if run.trials > 1 else {}),
+        "cases": len(run.suite),
+        "adapter": meta.adapter,
+        "boundary": "enforced (worker processes)"
+        if meta.boundary_enforced and not meta.executor
+        else f"executor {meta.executor}"
+        if meta.executor
+        else "NOT enforced (isolation none)",
+        "concurrency": meta.concurrency,
+        "judge": meta.judge.label(),
+        **(
+            {
+                "trials": f"{'up to ' if meta.adaptive else ''}{run.trials} per case "
+                f"({int(run.per_case['trials'].sum())} system calls)"
+            }
+            if run.trials > 1
+            else {}
+        ),
         "judge calls": f"{usage['calls']} ({usage['cached']} cached, {usage['errors']} errors)",
         "tokens": f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
-        "data": run.suite.root, "fingerprint": run.dataset_fingerprint[:12],
+        "data": run.suite.root,
+        "fingerprint": run.dataset_fingerprint[:12],
         "retrieval": retrieval_scope(run),
-        "commit": (meta.git_commit or "")[:10] or None, "time": meta.created,
+        "commit": (meta.git_commit or "")[:10] or None,
+        "time": meta.created,
         **({"your checks and metrics": registered_line(run)} if run.registered else {}),
     }
 
@@ -49,23 +62,34 @@ def retrieval_scope(run: RunResult) -> str:
 def registered_line(run: RunResult) -> str:
     """Each registered check (tier 1 or informational) and metric, with the start of its code's sha256."""
     reg = run.registered
-    return ", ".join([f"{c.name} (tier {'1' if c.blocks else 'info'}, {c.sha256[:8]})" for c in reg.checks]
-                     + [f"{m.metric.name} (metric, {m.sha256[:8]})" for m in reg.metrics])
+    return ", ".join(
+        [f"{c.name} (tier {'1' if c.blocks else 'info'}, {c.sha256[:8]})" for c in reg.checks]
+        + [f"{m.metric.name} (metric, {m.sha256[:8]})" for m in reg.metrics]
+    )
 
 
 def run_notes(run: RunResult) -> list[str]:
-    return list(run.notes) + unknown_ids_note(run.suite, run.outputs) + (
-        [] if run.meta.boundary_enforced else ["isolation none: the boundary was NOT enforced in this run"])
+    return (
+        list(run.notes)
+        + unknown_ids_note(run.suite, run.outputs)
+        + ([] if run.meta.boundary_enforced else ["isolation none: the boundary was NOT enforced in this run"])
+    )
 
 
 def _scoreboard_row(r: dict[str, Any], ppi: bool) -> dict[str, Any]:
-    row = dict(metric=r["metric"], value=format_value(r["value"], r["n"]),
-               ci=format_interval(r["ci_low"], r["ci_high"], r["n"]), n=r["n"],
-               better=f"{r['direction']} ({r['over']})")
+    row = dict(
+        metric=r["metric"],
+        value=format_value(r["value"], r["n"]),
+        ci=format_interval(r["ci_low"], r["ci_high"], r["n"]),
+        n=r["n"],
+        better=f"{r['direction']} ({r['over']})",
+    )
     if ppi:
-        row.update(ppi="" if not r["n_labelled"] else format_number(r["ppi_value"], missing=""),
-                   ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
-                   labels=r["n_labelled"] or "")
+        row.update(
+            ppi="" if not r["n_labelled"] else format_number(r["ppi_value"], missing=""),
+            ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
+            labels=r["n_labelled"] or "",
+        )
     return row
 
 
@@ -94,8 +118,10 @@ def heat(goodness: float) -> str:
 def _slice_cell(value: Any, n: int, higher: bool) -> str:
     if n == 0 or is_missing(value):
         return '<td class="num" style="background:#eceff1"><span class=na>n=0</span></td>'
-    return (f'<td class="num" style="background:{heat(value if higher else 1 - value)}">{value:.2f}'
-            f'<br><span class=na>n={n}</span></td>')
+    return (
+        f'<td class="num" style="background:{heat(value if higher else 1 - value)}">{value:.2f}'
+        f"<br><span class=na>n={n}</span></td>"
+    )
 
 
 def slice_table(run: RunResult) -> Html:
@@ -112,8 +138,10 @@ def slice_table(run: RunResult) -> Html:
         cells = "".join(_slice_cell(*value[(sl, g, m)], higher) for sl, g in groups)
         label = f"{m} (lower is better)" if not higher else m
         rows.append(f"<tr><td class=id><code>{esc(label)}</code></td>{cells}</tr>")
-    return Html(f'<table class="qaeval"><caption>Every metric by slice: green is good, grey has nothing to measure'
-                f'</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return Html(
+        f'<table class="qaeval"><caption>Every metric by slice: green is good, grey has nothing to measure'
+        f"</caption><thead><tr><th>metric</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def trial_outcomes(run: RunResult) -> dict[str, list[bool]]:
@@ -130,7 +158,7 @@ QUESTION_CHARS = 90  # of a question under its case id in the case table (the dr
 
 def _case_row(r: dict[str, Any], registered: list[str], trials: list[bool]) -> dict[str, Any]:
     failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
-    question = r["question"] if len(r["question"]) <= QUESTION_CHARS else r["question"][:QUESTION_CHARS - 1] + "…"
+    question = r["question"] if len(r["question"]) <= QUESTION_CHARS else r["question"][: QUESTION_CHARS - 1] + "…"
     return dict(
         case_id=f'<code>{esc(r["case_id"])}</code><br><span class="na">{esc(question)}</span>',
         result=mark(r["case_passed"]) + (" " + trial_marks(trials) if len(trials) > 1 else ""),
@@ -147,13 +175,26 @@ def cases_table(run: RunResult) -> Html:
     """Every case on one line (failing first), narrow enough not to scroll sideways."""
     pc = run.per_case.sort_values("case_passed", kind="stable")
     outcomes = trial_outcomes(run)
-    rows = [_case_row(r, [c.name for c in run.registered.checks], outcomes[r["case_id"]]) for r in pc.to_dict("records")]
-    cols = [Col("case_id", "case · question", "html"), Col("result", "result", "html"), Col("kind", "difficulty · tag", "html"),
-            Col("checks", "checks", "html"), Col("retrieval", "retrieval"), Col("judge", "judge F · A · C", "html"),
-            Col("trajectory", "trajectory", "html"), Col("why", "first reason", "html")]
-    caption = ("Every case (failing first); F, A, C: the judge's faithfulness, answer correctness and citation "
-               "correctness, 0 to 2")
+    rows = [
+        _case_row(r, [c.name for c in run.registered.checks], outcomes[r["case_id"]]) for r in pc.to_dict("records")
+    ]
+    cols = [
+        Col("case_id", "case · question", "html"),
+        Col("result", "result", "html"),
+        Col("kind", "difficulty · tag", "html"),
+        Col("checks", "checks", "html"),
+        Col("retrieval", "retrieval"),
+        Col("judge", "judge F · A · C", "html"),
+        Col("trajectory", "trajectory", "html"),
+        Col("why", "first reason", "html"),
+    ]
+    caption = (
+        "Every case (failing first); F, A, C: the judge's faithfulness, answer correctness and citation "
+        "correctness, 0 to 2"
+    )
     if run.trials > 1:
-        caption += (f"; {run.trials} trials per case, each drawn as a mark (✓ passed, ✗ failed), and a case passes "
-                    "when every trial does (the judge scores are the first trial's)")
+        caption += (
+            f"; {run.trials} trials per case, each drawn as a mark (✓ passed, ✗ failed), and a case passes "
+            "when every trial does (the judge scores are the first trial's)"
+        )
     return Html(html_table(rows, cols, caption=caption))

@@ -1,7 +1,7 @@
 """The index page of saved runs (``qaeval runs DIR --html PATH``): a row per run linking its report, the
 records that could not be read with the reason, and each headline metric over time with its commits.
 
-It draws the table ``qaeval.runs.runs_table`` builds; everything in it came from a record or a file name
+It draws the table ``qaeval.record.runs.runs_table`` builds; everything in it came from a record or a file name
 and is escaped. Links are relative to the page, so the folder can be moved or served as it is.
 """
 
@@ -15,10 +15,10 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from qaeval.files import write_atomic
-from qaeval.frames import is_missing
+from qaeval.core.files import write_atomic
+from qaeval.core.frames import is_missing
+from qaeval.record.runs import metrics_shown
 from qaeval.reports.charts import runs_chart
-from qaeval.runs import metrics_shown
 from qaeval.reports.html import NA, Chart, Col, esc, facts_html, html_table, num
 from qaeval.reports.render import page
 
@@ -39,36 +39,54 @@ def _interval(row: dict[str, Any], metric: str) -> str:
     value = num(row[metric], int(n))
     if int(n) == 0 or is_missing(row[f"{metric}_ci_low"]):
         return value
-    return f'{value} <span class="na">[{num(row[f"{metric}_ci_low"])}, {num(row[f"{metric}_ci_high"])}] n={int(n)}</span>'
+    return (
+        f'{value} <span class="na">[{num(row[f"{metric}_ci_low"])}, {num(row[f"{metric}_ci_high"])}] n={int(n)}</span>'
+    )
 
 
 def _run_rows(table: pd.DataFrame, page_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for row in table[table["reason"].isna()].to_dict("records"):
-        rows.append({**row, "when": "" if pd.isna(row["time"]) else row["time"].strftime("%Y-%m-%d %H:%M:%S"),
-                     "short_commit": (row["commit"] or "")[:12], "data": (row["data_fingerprint"] or "")[:12],
-                     "record": _link(row["path"], page_dir, row["path"]),
-                     "report_link": _link(row["report"], page_dir, "report"),
-                     **{f"{m}_shown": _interval(row, m) for m in metrics_shown(table)}})
+        rows.append(
+            {
+                **row,
+                "when": "" if pd.isna(row["time"]) else row["time"].strftime("%Y-%m-%d %H:%M:%S"),
+                "short_commit": (row["commit"] or "")[:12],
+                "data": (row["data_fingerprint"] or "")[:12],
+                "record": _link(row["path"], page_dir, row["path"]),
+                "report_link": _link(row["report"], page_dir, "report"),
+                **{f"{m}_shown": _interval(row, m) for m in metrics_shown(table)},
+            }
+        )
     return rows
 
 
 def runs_table_html(table: pd.DataFrame, page_dir: Path) -> str:
     """A row per readable record: when, what, verdict, commit, its report (or none) and every metric."""
-    columns = [Col("when", "time (UTC)", "nowrap"), Col("kind", "kind", "nowrap"), Col("verdict", "verdict", "nowrap"),
-               Col("short_commit", "commit", "id"), Col("report_link", "report", "html"),
-               Col("record", "record", "html"), Col("adapter", "adapter"), Col("judge", "judge"),
-               Col("data", "data", "id")] + [Col(f"{m}_shown", m, "htmlnum") for m in metrics_shown(table)]
+    columns = [
+        Col("when", "time (UTC)", "nowrap"),
+        Col("kind", "kind", "nowrap"),
+        Col("verdict", "verdict", "nowrap"),
+        Col("short_commit", "commit", "id"),
+        Col("report_link", "report", "html"),
+        Col("record", "record", "html"),
+        Col("adapter", "adapter"),
+        Col("judge", "judge"),
+        Col("data", "data", "id"),
+    ] + [Col(f"{m}_shown", m, "htmlnum") for m in metrics_shown(table)]
     return html_table(_run_rows(table, page_dir), columns, bad=lambda r: r["verdict"] not in GOOD)
 
 
 def unreadable_html(table: pd.DataFrame, page_dir: Path) -> str:
-    rows = [{"file": _link(r["path"], page_dir, r["path"]), "reason": r["reason"]}
-            for r in table[table["reason"].notna()].to_dict("records")]
+    rows = [
+        {"file": _link(r["path"], page_dir, r["path"]), "reason": r["reason"]}
+        for r in table[table["reason"].notna()].to_dict("records")
+    ]
     if not rows:
         return '<p class="qaeval-empty">every record under the folder was read</p>'
-    return html_table(rows, [Col("file", "file", "html"), Col("reason", "why it could not be read")],
-                      bad=lambda r: True)
+    return html_table(
+        rows, [Col("file", "file", "html"), Col("reason", "why it could not be read")], bad=lambda r: True
+    )
 
 
 def chart_html(chart: Chart) -> str:
@@ -80,23 +98,35 @@ def runs_page(table: pd.DataFrame, folder: str, page_dir: Path) -> str:
     readable = table[table["reason"].isna()]
     timed = readable[readable["time"].notna()]
     untimed = len(readable) - len(timed)
-    body = ("<h1>qaeval runs</h1>"
-            + facts_html({"folder": folder, "records": len(table), "read": len(readable),
-                          "could not be read": len(table) - len(readable)})
-            + "<h2>Runs</h2>" + runs_table_html(table, page_dir)
-            + "<h2>Records that could not be read</h2>" + unreadable_html(table, page_dir)
-            + "<h2>Each metric over time</h2>")
+    body = (
+        "<h1>qaeval runs</h1>"
+        + facts_html(
+            {
+                "folder": folder,
+                "records": len(table),
+                "read": len(readable),
+                "could not be read": len(table) - len(readable),
+            }
+        )
+        + "<h2>Runs</h2>"
+        + runs_table_html(table, page_dir)
+        + "<h2>Records that could not be read</h2>"
+        + unreadable_html(table, page_dir)
+        + "<h2>Each metric over time</h2>"
+    )
     if len(timed):
         body += chart_html(runs_chart(timed, metrics_shown(timed)))
     else:
         body += '<p class="qaeval-empty">no record with a time to plot</p>'
     if untimed:
-        body += (f'<p class="qaeval-empty">{untimed} record(s) without a time (baselines leave it out) are in the '
-                 "table but not plotted</p>")
+        body += (
+            f'<p class="qaeval-empty">{untimed} record(s) without a time (baselines leave it out) are in the '
+            "table but not plotted</p>"
+        )
     return page("qaeval runs", body)
 
 
 def render_runs(table: pd.DataFrame, html_path: str | Path, *, folder: str = "") -> Path:
-    """Write the index page of ``table`` (``qaeval.runs.runs_table``) to ``html_path``."""
+    """Write the index page of ``table`` (``qaeval.record.runs.runs_table``) to ``html_path``."""
     page_dir = Path(html_path).resolve().parent
     return write_atomic(html_path, runs_page(table, folder, page_dir))

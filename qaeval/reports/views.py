@@ -1,8 +1,7 @@
 """Each result as a whole: its facts line, and the rich view a notebook shows for it.
 
-``register()`` (run when ``qaeval.reports`` is imported) installs ``view`` as every result type's
-``_repr_html_`` (``qaeval.results.HTML_VIEWS``), so a result left as a cell's last expression in
-Jupyter or VS Code shows its banner and main table.
+``view`` is every result's ``_repr_html_`` (``qaeval.core.results.Result``), so a result left as a
+cell's last expression in Jupyter or VS Code shows its banner and main table.
 """
 
 from __future__ import annotations
@@ -10,20 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from qaeval.core.results import Result
 from qaeval.reports.calibration import agreement_table, calibration_facts
 from qaeval.reports.compare import compare_metrics
 from qaeval.reports.drift import alarms_list, bands_table, drift_facts
 from qaeval.reports.gate import delta_table, gate_facts, tier_table
 from qaeval.reports.html import Html, banner, facts_html, notes_html
+from qaeval.reports.monitor import monitor_facts, timeline_table
 from qaeval.reports.run import run_facts, run_notes, scoreboard_table
-from qaeval.results import HTML_VIEWS, Result
-from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.result import RunResult
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.compare import Comparison
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
 from qaeval.verdicts.monitor import MonitorResult
-from qaeval.reports.monitor import monitor_facts, timeline_table
 
 FACTS: dict[type, Callable[[Any], tuple[dict[str, Any], list[str]]]] = {
     RunResult: lambda run: (run_facts(run), run_notes(run)),
@@ -59,8 +58,3 @@ def view(result: Result) -> str:
     tables = _for_type(MAIN_TABLES, result)
     parts = [banner(result), *(tables(result) if tables is not None else [])]
     return '<div class="qaeval-view">' + "".join(p.markup for p in parts) + "</div>"
-
-
-def register() -> None:
-    """Draw every result type's rich view with ``view``."""
-    HTML_VIEWS.update(dict.fromkeys(MAIN_TABLES, view))

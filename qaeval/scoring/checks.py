@@ -25,7 +25,7 @@ citation_resolvability
     else the corpus or the case's sources).
 citation_coverage
     Every load-bearing answer sentence carries a resolvable citation whose claim covers it. Answers are
-    split with ``qaeval.text.split_sentences``. A sentence is load-bearing when it has at least two
+    split with ``qaeval.core.text.split_sentences``. A sentence is load-bearing when it has at least two
     content words (so "In short:" is not). A claim covers a sentence when, normalised, either contains
     the other, or at least 60% of the sentence's content words occur in the claim.
 fail_closed_abstention
@@ -51,11 +51,19 @@ from typing import Any, Literal, get_args
 
 import pandas as pd
 
-from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.text import distinct_terms, has_content_terms, normalize, normalize_once, search_pieces, split_sentences
+from qaeval.core.frames import Rows, RowsByKey, is_missing
+from qaeval.core.text import (
+    distinct_terms,
+    has_content_terms,
+    normalize,
+    normalize_once,
+    search_pieces,
+    split_sentences,
+)
 
-CheckName = Literal["grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention",
-                    "passage_fidelity"]
+CheckName = Literal[
+    "grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention", "passage_fidelity"
+]
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 CHECK_SCHEMA = {"case_id": "text", "check": "text", "passed": "bool", "reason": "text"}
 COVERAGE_OVERLAP = 0.6
@@ -92,8 +100,13 @@ def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
     counts: Counter[tuple[str, ...]] = Counter()
     for text in sample:
         words = text.split()
-        counts.update({tuple(words[i:i + TEMPLATE_NGRAM]) for i in range(len(words) - TEMPLATE_NGRAM + 1)
-                       if "|" not in words[i:i + TEMPLATE_NGRAM]})
+        counts.update(
+            {
+                tuple(words[i : i + TEMPLATE_NGRAM])
+                for i in range(len(words) - TEMPLATE_NGRAM + 1)
+                if "|" not in words[i : i + TEMPLATE_NGRAM]
+            }
+        )
     return frozenset(gram for gram, n in counts.items() if n * 2 > len(sample))
 
 
@@ -110,7 +123,7 @@ def _stripped(text: str, template: frozenset[tuple[str, ...]]) -> str:
     keep = [True] * len(words)
     grams = zip(*(words[k:] for k in range(TEMPLATE_NGRAM)))  # each word's 4-gram, as tuples, in C
     for i in [i for i, gram in enumerate(grams) if gram in template]:
-        keep[i:i + TEMPLATE_NGRAM] = [False] * TEMPLATE_NGRAM
+        keep[i : i + TEMPLATE_NGRAM] = [False] * TEMPLATE_NGRAM
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
 
 
@@ -120,14 +133,19 @@ _SHORT_REMAINDER = 2000
 _stripped_short = lru_cache(maxsize=256)(_stripped)
 
 
-def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
-                     titles: Mapping[str, str | None] | None = None, normal_prompt: str | None = None) -> str | None:
+def prompt_remainder(
+    case: Any,
+    out: Mapping[str, Any],
+    bodies: Mapping[str, str],
+    titles: Mapping[str, str | None] | None = None,
+    normal_prompt: str | None = None,
+) -> str | None:
     """The normalised prompt with its question and every retrieved passage cut out (None when no prompt
     was recorded): where a leaked gold answer would have to be. A passage's id and title are context
     where they head its body ("[the-exies] The Exies\nThe Exies were ..." leaks nothing); a second
     copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages).
     Every word inside an occurrence of any of these is cut, where occurrences overlap too
-    (``qaeval.text.search_pieces``). ``normal_prompt``: the prompt already normalised, when the caller has it."""
+    (``qaeval.core.text.search_pieces``). ``normal_prompt``: the prompt already normalised, when the caller has it."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
@@ -135,8 +153,9 @@ def prompt_remainder(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str
     return search_pieces(normal, _isolation_pieces(case, out, bodies, titles))[0]
 
 
-def _isolation_pieces(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
-                      titles: Mapping[str, str | None] | None) -> list[str]:
+def _isolation_pieces(
+    case: Any, out: Mapping[str, Any], bodies: Mapping[str, str], titles: Mapping[str, str | None] | None
+) -> list[str]:
     """What ``prompt_remainder`` cuts, normalised: the question, and each retrieved passage's body, id,
     and body headed by its id and title."""
     pieces = [normalize(case.question)]
@@ -149,9 +168,14 @@ def _isolation_pieces(case: Any, out: Mapping[str, Any], bodies: Mapping[str, st
     return pieces
 
 
-def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping[str, str],
-                              template: frozenset[tuple[str, ...]] = frozenset(),
-                              remainder: str | None = None, titles: Mapping[str, str | None] | None = None) -> tuple[bool, str]:
+def check_grounding_isolation(
+    case: Any,
+    out: Mapping[str, Any],
+    bodies: Mapping[str, str],
+    template: frozenset[tuple[str, ...]] = frozenset(),
+    remainder: str | None = None,
+    titles: Mapping[str, str | None] | None = None,
+) -> tuple[bool, str]:
     """Every way the prompt breaks isolation, not just the first (a leak is named even when the prompt
     also lacks a cited source). The prompt is searched once for all of it (``search_pieces``)."""
     if not out["model_was_called"]:
@@ -163,7 +187,9 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
     retrieved = [normalize(bodies[r]) for r in out["retrieved_ids"] if r in bodies]
     cited = [(c["source_id"], normalize(bodies[c["source_id"]])) for c in out["citations"] if c["source_id"] in bodies]
     leak_pieces = _isolation_pieces(case, out, bodies, titles) if case.gold_answer and remainder is None else []
-    rest, found = search_pieces(normalize_once(prompt), leak_pieces, [question, *retrieved, *(body for _, body in cited)])
+    rest, found = search_pieces(
+        normalize_once(prompt), leak_pieces, [question, *retrieved, *(body for _, body in cited)]
+    )
     problems = []
     if question not in found:
         problems.append("the prompt does not carry the question")
@@ -171,7 +197,9 @@ def check_grounding_isolation(case: Any, out: Mapping[str, Any], bodies: Mapping
         problems.append("the prompt carries none of the retrieved sources' text (ids alone ground nothing)")
     missing = [sid for sid, body in cited if body not in found]
     if missing and retrieved:
-        problems.append(f"cited source(s) {', '.join(dict.fromkeys(missing))} not in the prompt: the model never saw them")
+        problems.append(
+            f"cited source(s) {', '.join(dict.fromkeys(missing))} not in the prompt: the model never saw them"
+        )
     if case.gold_answer:
         rest = remainder if remainder is not None else rest
         if _contains(_strip_template(rest, template), normalize(case.gold_answer)):
@@ -193,13 +221,17 @@ def fold(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).translate(_INVISIBLE).split())
 
 
-def check_passage_fidelity(out: Mapping[str, Any], frozen: Mapping[str, tuple[str, str | None, str]]) -> tuple[bool, str]:
+def check_passage_fidelity(
+    out: Mapping[str, Any], frozen: Mapping[str, tuple[str, str | None, str]]
+) -> tuple[bool, str]:
     """``frozen``: {id: (text, title, where)} for ids the corpus or the case's sources hold."""
     differ = []
     for p in out["passages"]:
         known = frozen.get(p["id"])
         if known is not None and fold(p["text"]) != fold(known[0]):
-            differ.append(f"the system's passage {p['id']!r} differs from the {known[2]}: {first_difference(p['text'], known[0])}")
+            differ.append(
+                f"the system's passage {p['id']!r} differs from the {known[2]}: {first_difference(p['text'], known[0])}"
+            )
     if differ:
         return False, "; ".join(differ)
     own = sum(1 for p in out["passages"] if p["id"] not in frozen)
@@ -210,7 +242,7 @@ def first_difference(given: str, frozen: str, width: int = 30) -> str:
     a, b = fold(given), fold(frozen)
     i = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     start = max(0, i - 10)
-    return f"system {a[start:i + width]!r} vs frozen {b[start:i + width]!r}"
+    return f"system {a[start : i + width]!r} vs frozen {b[start : i + width]!r}"
 
 
 def _resolvable(out: Mapping[str, Any], bodies: Mapping[str, str]) -> list[dict[str, str]]:
@@ -242,7 +274,9 @@ def claim_covers(claim: str, sentence: str) -> bool:
     if c in s or s in c:
         return True
     s_terms = distinct_terms(sentence)
-    return bool(s_terms) and len(frozenset(s_terms).intersection(distinct_terms(claim))) / len(s_terms) >= COVERAGE_OVERLAP
+    return (
+        bool(s_terms) and len(frozenset(s_terms).intersection(distinct_terms(claim))) / len(s_terms) >= COVERAGE_OVERLAP
+    )
 
 
 def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[int, int, list[str]]:
@@ -281,8 +315,9 @@ def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
     return found
 
 
-def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
-                            counts: tuple[int, int, list[str]] | None = None) -> tuple[bool, str]:
+def check_citation_coverage(
+    out: Mapping[str, Any], bodies: Mapping[str, str], counts: tuple[int, int, list[str]] | None = None
+) -> tuple[bool, str]:
     """``counts``: ``coverage_counts(out, bodies)`` when the caller has it already."""
     if out["abstained"]:
         return True, "abstained: nothing to cover"
@@ -292,8 +327,10 @@ def check_citation_coverage(out: Mapping[str, Any], bodies: Mapping[str, str],
     if uncovered:
         claims = tuple(c["claim"] for c in _resolvable(out, bodies))
         if _too_much_to_cover(_load_bearing(out["answer"]), claims):
-            return False, (f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
-                           f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)")
+            return False, (
+                f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
+                f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)"
+            )
         return False, f"{len(uncovered)} of {total} sentence(s) uncited, first: {uncovered[0][:80]!r}"
     return True, f"{covered} of {total} sentence(s) cited"
 
@@ -315,24 +352,31 @@ def check_fail_closed(case: Any, out: Mapping[str, Any]) -> tuple[bool, str]:
 Frozen = dict[str, dict[str, tuple[str, "str | None", str]]]  # {case: {id: (text, title, where)}}
 
 
-def frozen_passages(sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None,
-                    only: Container[str] | None = None) -> Frozen:
+def frozen_passages(
+    sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None, only: Container[str] | None = None
+) -> Frozen:
     """Per case, the frozen text of every id it holds or its output names: the case's sources, then
     (for ids the output retrieved, cited or returned) the corpus, read one passage at a time. ``only``:
     the cases wanted (else every case)."""
     frozen: Frozen = {}
-    for cid, sid, title, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(),
-                                     sources["title"].tolist(), sources["text"].tolist()):
+    for cid, sid, title, text in zip(
+        sources["case_id"].tolist(), sources["source_id"].tolist(), sources["title"].tolist(), sources["text"].tolist()
+    ):
         if only is None or cid in only:
             frozen.setdefault(cid, {})[sid] = (text, title if isinstance(title, str) else None, "case's frozen sources")
     if corpus is None:
         return frozen
-    for cid, retrieved, citations, passages in zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist(),
-                                                   outputs["citations"].tolist(), outputs["passages"].tolist()):
+    for cid, retrieved, citations, passages in zip(
+        outputs["case_id"].tolist(),
+        outputs["retrieved_ids"].tolist(),
+        outputs["citations"].tolist(),
+        outputs["passages"].tolist(),
+    ):
         if only is not None and cid not in only:
             continue
-        add_from_corpus(frozen.setdefault(cid, {}), dict(retrieved_ids=retrieved, citations=citations,
-                                                         passages=passages), corpus)
+        add_from_corpus(
+            frozen.setdefault(cid, {}), dict(retrieved_ids=retrieved, citations=citations, passages=passages), corpus
+        )
     return frozen
 
 
@@ -352,7 +396,9 @@ def case_bodies(case: Any, out: Mapping[str, Any], corpus: Any = None) -> dict[s
     return used_passages(held, out)[0]
 
 
-def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str | None]]:
+def used_passages(
+    frozen: Mapping[str, tuple[str, str | None, str]], out: Mapping[str, Any]
+) -> tuple[dict[str, str], dict[str, str | None]]:
     """(bodies, titles) of what the system used: its own passages' text, else the frozen text by id."""
     bodies = {pid: text for pid, (text, _, _) in frozen.items()}
     titles = {pid: title for pid, (_, title, _) in frozen.items()}
@@ -365,27 +411,38 @@ def used_passages(frozen: Mapping[str, tuple[str, str | None, str]], out: Mappin
 def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]:
     """The cases whose prompts the run's template is learnt from: at most ``TEMPLATE_SAMPLE`` of those with
     a prompt (no adapter error, a model called), evenly spaced in ``case_ids``' order."""
-    prompted = dict(zip(outputs["case_id"].tolist(), (is_missing(e) and bool(m) for e, m in zip(
-        outputs["error"].tolist(), outputs["model_was_called"].tolist()))))
+    prompted = dict(
+        zip(
+            outputs["case_id"].tolist(),
+            (
+                is_missing(e) and bool(m)
+                for e, m in zip(outputs["error"].tolist(), outputs["model_was_called"].tolist())
+            ),
+        )
+    )
     ids = [cid for cid in case_ids if prompted[cid]]
     return ids[:: max(1, len(ids) // TEMPLATE_SAMPLE)]
 
 
-def prompt_template(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                    corpus: Any = None) -> frozenset[tuple[str, ...]]:
+def prompt_template(
+    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None
+) -> frozenset[tuple[str, ...]]:
     """The run's prompt template: ``learn_template`` over ``template_sample``'s prompts. The frames are
     the whole run's, as ``check_outputs`` takes them."""
     sample = frozenset(template_sample(cases["case_id"].tolist(), outputs))
     chosen = cases[cases["case_id"].isin(sample)]
     by_id = RowsByKey(outputs)
     frozen = frozen_passages(sources, outputs, corpus, frozenset(chosen["case_id"].tolist()))
-    remainders = (prompt_remainder(c, by_id[c.case_id], *used_passages(frozen.get(c.case_id, {}), by_id[c.case_id]))
-                  for c in chosen.itertuples(index=False))
+    remainders = (
+        prompt_remainder(c, by_id[c.case_id], *used_passages(frozen.get(c.case_id, {}), by_id[c.case_id]))
+        for c in chosen.itertuples(index=False)
+    )
     return learn_template([r for r in remainders if r is not None])
 
 
-def check_outputs(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                  corpus: Any = None) -> pd.DataFrame:
+def check_outputs(
+    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None
+) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is

@@ -10,7 +10,7 @@ denominator counts, gate tolerance, drift rule), whose ``unit`` is given a ``Sam
 output, the passages and ``facts``, what the built-in layers found: ``CaseFacts``) and returns this
 case's ``(numerator, denominator)``, with 0 <= numerator <= denominator (every metric is a rate).
 
-Both are user code: they run in a process of their own (``qaeval.judges.custom``), and only plain JSON
+Both are user code: they run in a process of their own (``qaeval.boundary.custom``), and only plain JSON
 crosses. Whatever a check or metric does wrong for a case (raises, exits, returns something else,
 runs past its deadline) is a *failure for that case*, with the reason: a check fails; a metric counts
 its worst value for the case (0 of 1 for higher-is-better, 1 of 1 otherwise) and the case fails,
@@ -28,15 +28,23 @@ import hashlib
 import inspect
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from qaeval.data.schema import GoldenCase, Source
 from qaeval.scoring.metrics import CaseFacts, Metric, logged_keys
 
-CUSTOM_SCHEMA = {"case_id": "text", "name": "text", "kind": "text", "blocks": "bool", "passed": "bool",
-                 "reason": "text", "num": "float", "den": "float"}
+CUSTOM_SCHEMA = {
+    "case_id": "text",
+    "name": "text",
+    "kind": "text",
+    "blocks": "bool",
+    "passed": "bool",
+    "reason": "text",
+    "num": "float",
+    "den": "float",
+}
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 TEXT_LIMIT = 500
 DRIFT_RULES = ("drop", "rise", "both")
@@ -116,8 +124,10 @@ class Registered:
         return {**{c.name: c.sha256 for c in self.checks}, **{m.metric.name: m.sha256 for m in self.metrics}}
 
     def to_plain(self) -> dict[str, Any]:
-        return dict(checks=[asdict(c) for c in self.checks],
-                    metrics=[dict(_metric_plain(m.metric), sha256=m.sha256, source=m.source) for m in self.metrics])
+        return dict(
+            checks=[asdict(c) for c in self.checks],
+            metrics=[dict(_metric_plain(m.metric), sha256=m.sha256, source=m.source) for m in self.metrics],
+        )
 
     def changes_since(self, then: Mapping[str, str]) -> list[str]:
         """What differs from an earlier set (``then``: its ``hashes()``): names added or removed, code changed."""
@@ -126,9 +136,18 @@ class Registered:
         return out + [f"{n} (code changed)" for n in now if n in then and now[n] != then[n]]
 
 
+NONE_REGISTERED = Registered()  # a run with no registered check or metric
+
+
 def _metric_plain(m: Metric) -> dict[str, Any]:
-    return dict(name=m.name, higher_is_better=m.higher_is_better, over=m.over, meaning=m.meaning,
-                tolerance=m.tolerance, drift=m.drift)
+    return dict(
+        name=m.name,
+        higher_is_better=m.higher_is_better,
+        over=m.over,
+        meaning=m.meaning,
+        tolerance=m.tolerance,
+        drift=m.drift,
+    )
 
 
 # --------------------------------------------------------------------------- declarations, checked
@@ -146,8 +165,10 @@ def _bad(why: str) -> ValueError:
 
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise _bad(f"{what} is named {_text(value, 80)!r}: a name is lower-case letters, digits and _, "
-                   "starting with a letter, at most 64 characters")
+        raise _bad(
+            f"{what} is named {_text(value, 80)!r}: a name is lower-case letters, digits and _, "
+            "starting with a letter, at most 64 characters"
+        )
     return value
 
 
@@ -161,8 +182,11 @@ def _hash_and_source(plain: Mapping[str, Any], what: str) -> tuple[str, str]:
 def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     """A ``Registered`` from JSON (a checks process's declaration, or a record's), checked field by field:
     ValueError saying what is wrong. ``reserved``: names a registered one may not take."""
-    if not isinstance(plain, dict) or not isinstance(plain.get("checks"), list) or \
-            not isinstance(plain.get("metrics"), list):
+    if (
+        not isinstance(plain, dict)
+        or not isinstance(plain.get("checks"), list)
+        or not isinstance(plain.get("metrics"), list)
+    ):
         raise _bad("the declaration of checks and metrics is not an object with checks and metrics lists")
     checks = []
     for c in plain["checks"]:
@@ -175,8 +199,10 @@ def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     others = {n: {k for m in names if m != n for k in logged_keys(m)} for n in set(names)}
     clash = sorted({n for n in names if n in reserved or names.count(n) > 1 or n in others[n]})
     if clash:
-        raise _bad(f"{', '.join(clash)}: a name taken by a built-in check, metric, column or logged key "
-                   "(such as faithfulness_rate_n), or registered twice")
+        raise _bad(
+            f"{', '.join(clash)}: a name taken by a built-in check, metric, column or logged key "
+            "(such as faithfulness_rate_n), or registered twice"
+        )
     return done
 
 
@@ -189,28 +215,53 @@ def metric_from_plain(m: Any) -> Metric:
         raise _bad(f"metric {name}: higher_is_better is not true or false")
     if not all(isinstance(m.get(k), str) and 0 < len(m[k]) <= TEXT_LIMIT for k in ("over", "meaning")):
         raise _bad(f"metric {name}: over and meaning must be text of 1 to {TEXT_LIMIT} characters")
-    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol)
-                            or tol < 0):
+    if tol is not None and (
+        isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0
+    ):
         raise _bad(f"metric {name}: its tolerance is {_text(tol, 40)}, not null or a finite number >= 0")
     if drift not in DRIFT_RULES:
         raise _bad(f"metric {name}: its drift rule is {_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}")
-    return Metric(name, m["higher_is_better"], _text(m["over"]), _text(m["meaning"]), unit=_stored,
-                  tolerance=None if tol is None else float(tol), drift=drift)
+    return Metric(
+        name,
+        m["higher_is_better"],
+        _text(m["over"]),
+        _text(m["meaning"]),
+        unit=_stored,
+        tolerance=None if tol is None else float(tol),
+        drift=drift,
+    )
 
 
 # --------------------------------------------------------------------------- the case, across
 
 
-def sample_to_plain(case: GoldenCase, out: Mapping[str, Any], bodies: Mapping[str, str],
-                    facts: CaseFacts) -> dict[str, Any]:
+def sample_to_plain(
+    case: GoldenCase, out: Mapping[str, Any], bodies: Mapping[str, str], facts: CaseFacts
+) -> dict[str, Any]:
     """What a checks process is sent for one case (JSON): the case with its labels, the output, the
     passages it used and the facts."""
-    output = {k: out[k] for k in ("answer", "citations", "retrieved_ids", "passages", "abstained",
-                                  "model_was_called", "prompt_to_model", "computed_aggregate")}
+    output = {
+        k: out[k]
+        for k in (
+            "answer",
+            "citations",
+            "retrieved_ids",
+            "passages",
+            "abstained",
+            "model_was_called",
+            "prompt_to_model",
+            "computed_aggregate",
+        )
+    }
     plain_facts = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(facts).items()}
     error = out.get("error")
-    return dict(case=dict(case.to_raw(), sources=[asdict(s) for s in case.sources]), output=output,
-                passages=dict(bodies), facts=plain_facts, error=error if isinstance(error, str) else None)
+    return dict(
+        case=dict(case.to_raw(), sources=[asdict(s) for s in case.sources]),
+        output=output,
+        passages=dict(bodies),
+        facts=plain_facts,
+        error=error if isinstance(error, str) else None,
+    )
 
 
 def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
@@ -219,18 +270,32 @@ def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
     from qaeval.system.contract import Citation, SUTOutput
 
     raw = plain["case"]
-    case = GoldenCase(id=raw["id"], question=raw["question"], sources=tuple(Source(**s) for s in raw["sources"]),
-                      gold_answer=raw.get("gold_answer"), gold_source_ids=tuple(raw["gold_source_ids"]),
-                      expected_behavior=raw["expected_behavior"], difficulty=raw["difficulty"], split=raw["split"],
-                      adversarial=raw.get("adversarial"), checkpoints=tuple(raw.get("checkpoints") or ()))
+    case = GoldenCase(
+        id=raw["id"],
+        question=raw["question"],
+        sources=tuple(Source(**s) for s in raw["sources"]),
+        gold_answer=raw.get("gold_answer"),
+        gold_source_ids=tuple(raw["gold_source_ids"]),
+        expected_behavior=raw["expected_behavior"],
+        difficulty=raw["difficulty"],
+        split=raw["split"],
+        adversarial=raw.get("adversarial"),
+        checkpoints=tuple(raw.get("checkpoints") or ()),
+    )
     o = plain["output"]
-    output = SUTOutput(answer=o["answer"], citations=[Citation(c["source_id"], c["claim"]) for c in o["citations"]],
-                       retrieved_ids=list(o["retrieved_ids"]),
-                       passages=[Passage(p["id"], p["text"], p.get("title")) for p in o["passages"]],
-                       abstained=o["abstained"], model_was_called=o["model_was_called"],
-                       prompt_to_model=o["prompt_to_model"], computed_aggregate=o["computed_aggregate"])
-    values: dict[str, Any] = {k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v)
-                              for k, v in plain["facts"].items()}
+    output = SUTOutput(
+        answer=o["answer"],
+        citations=[Citation(c["source_id"], c["claim"]) for c in o["citations"]],
+        retrieved_ids=list(o["retrieved_ids"]),
+        passages=[Passage(p["id"], p["text"], p.get("title")) for p in o["passages"]],
+        abstained=o["abstained"],
+        model_was_called=o["model_was_called"],
+        prompt_to_model=o["prompt_to_model"],
+        computed_aggregate=o["computed_aggregate"],
+    )
+    values: dict[str, Any] = {
+        k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v) for k, v in plain["facts"].items()
+    }
     facts = CaseFacts(**values)
     return Sample(case, output, dict(plain["passages"]), facts, plain.get("error"))
 
@@ -247,8 +312,18 @@ class Outcomes:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, name: str, kind: str, blocks: bool, passed: bool, reason: str, num: float, den: float) -> None:
-        self.rows.append(dict(case_id=self.case_id, name=name, kind=kind, blocks=blocks, passed=passed,
-                              reason=_text(reason), num=num, den=den))
+        self.rows.append(
+            dict(
+                case_id=self.case_id,
+                name=name,
+                kind=kind,
+                blocks=blocks,
+                passed=passed,
+                reason=_text(reason),
+                num=num,
+                den=den,
+            )
+        )
 
     def failed(self, why: str) -> list[dict[str, Any]]:
         """Every check and metric failed for this case, for one reason (an adapter error, a lost process)."""
@@ -263,9 +338,13 @@ class Outcomes:
         {"error": why}]}``; anything else fails the case's checks and metrics saying so."""
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
             return self.failed(reply["error"])
-        if not isinstance(reply, dict) or not isinstance(reply.get("checks"), list) or \
-                not isinstance(reply.get("metrics"), list) or len(reply["checks"]) != len(self.registered.checks) \
-                or len(reply["metrics"]) != len(self.registered.metrics):
+        if (
+            not isinstance(reply, dict)
+            or not isinstance(reply.get("checks"), list)
+            or not isinstance(reply.get("metrics"), list)
+            or len(reply["checks"]) != len(self.registered.checks)
+            or len(reply["metrics"]) != len(self.registered.metrics)
+        ):
             return self.failed("the checks' process sent a malformed reply")
         for c, got in zip(self.registered.checks, reply["checks"]):
             if error is not None:
@@ -296,8 +375,11 @@ def worst(metric: Metric) -> tuple[float, float]:
 
 def valid_unit(got: Any) -> tuple[float, float] | None:
     """(num, den) when ``got`` is two finite numbers with 0 <= num <= den, else None."""
-    if not isinstance(got, (list, tuple)) or len(got) != 2 or \
-            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got):
+    if (
+        not isinstance(got, (list, tuple))
+        or len(got) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got)
+    ):
         return None
     try:
         num, den = float(got[0]), float(got[1])
@@ -325,12 +407,20 @@ def code_hash(obj: Any) -> str:
 
 def custom_reasons(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """Why a case fails by its registered checks and metrics: (kind, name, message) for each."""
-    return [(r["kind"], r["name"], f"{r['name']}: {r['reason']}" if r["kind"] == "check"
-             else f"metric {r['name']} failed: {r['reason']}") for r in rows if not r["passed"]]
+    return [
+        (
+            r["kind"],
+            r["name"],
+            f"{r['name']}: {r['reason']}" if r["kind"] == "check" else f"metric {r['name']} failed: {r['reason']}",
+        )
+        for r in rows
+        if not r["passed"]
+    ]
 
 
-def custom_units(by_case: Mapping[str, list[dict[str, Any]]], registered: Registered,
-                 case_ids: list[str]) -> dict[str, list[tuple[float, float]]]:
+def custom_units(
+    by_case: Mapping[str, list[dict[str, Any]]], registered: Registered, case_ids: list[str]
+) -> dict[str, list[tuple[float, float]]]:
     """{name: [(num, den) per case]} for every registered check and metric, in ``case_ids`` order."""
     found = {(cid, r["name"]): (r["num"], r["den"]) for cid, rows in by_case.items() for r in rows}
     return {name: [found[(cid, name)] for cid in case_ids] for name in registered.names}

@@ -2,7 +2,7 @@
 
 ``score_outputs(suite, outputs, judge)`` returns a ``RunResult`` holding one DataFrame per layer, the
 per-case frame that joins them, the per-case metric units, the scoreboard and the per-slice frame.
-Calling the system is ``qaeval.pipeline``'s business; this module is pure apart from the judge call.
+Calling the system is ``qaeval.commands.pipeline``'s business; this module is pure apart from the judge call.
 
 How one case's row is put together, step by step:
 
@@ -18,279 +18,28 @@ How one case's row is put together, step by step:
 
 from __future__ import annotations
 
-import platform
-import subprocess
 from collections import Counter
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
+from qaeval.core.errors import UsageError
+from qaeval.core.frames import RowsByKey
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
-from qaeval.errors import TierOneFailed, UsageError
-from qaeval.frames import RowsByKey, frame, text_frame
-from qaeval.results import Result
 from qaeval.scoring import checks as layer1
-from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered
-from qaeval.scoring.judge import JudgeClient, JudgeConfig, judge_config_of, score_with_judge
-from qaeval.scoring.metrics import METRICS, Metric, format_scoreboard, scoreboard_and_slices
-from qaeval.scoring.retrieval import score_retrieval, unknown_ids_note
-from qaeval.scoring.outcomes import PASS_MEANS, case_outcomes, passing_line, reasons_text
+from qaeval.scoring.custom import NONE_REGISTERED, Registered
+from qaeval.scoring.judge import JudgeClient, judge_config_of, score_with_judge
+from qaeval.scoring.metrics import scoreboard_and_slices
+from qaeval.scoring.outcomes import case_outcomes
+from qaeval.scoring.result import RunMeta, RunResult
+from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
 from qaeval.scoring.trials import add_trial_columns
-from qaeval.text import one_line
-
-
-def git_commit(cwd: str | None = None) -> str | None:
-    """The checked-out commit of the working directory, when it is a git checkout."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
-
-
-@dataclass(frozen=True)
-class RunMeta:
-    """How a run was made: what was called, how, on what, when."""
-
-    adapter: str
-    judge: JudgeConfig
-    isolation: str = "process"
-    concurrency: int = 1
-    executor: str | None = None
-    k: int = 5
-    trials: int = 1  # each case was run this many times (``qaeval.scoring.trials``)
-    pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
-    adaptive: bool = False  # the trials after the first went only to the cases it did not settle
-    timeout: float | None = None
-    data: str = ""
-    created: str | None = None
-    git_commit: str | None = None
-    qaeval_version: str = ""
-    python: str = ""
-
-    @property
-    def boundary_enforced(self) -> bool:
-        return self.isolation != "none"
-
-    @classmethod
-    def now(cls, **fields: Any) -> RunMeta:
-        from qaeval import __version__
-
-        return cls(created=datetime.now(timezone.utc).isoformat(timespec="milliseconds"), git_commit=git_commit(),
-                   qaeval_version=__version__, python=platform.python_version(), **fields)
-
 
 # --------------------------------------------------------------------------- the result
-
-
-@dataclass(repr=False)
-class RunResult(Result):
-    """Everything one evaluation produced. Every attribute that is a table is a DataFrame.
-
-    ``ok`` (verdict GREEN) when tier 1 holds: every deterministic check green and no adapter error.
-    ``qaeval run`` still exits 0 when it does not: a run reports, the gate decides.
-    """
-
-    suite: Suite
-    meta: RunMeta
-    outputs: pd.DataFrame
-    checks: pd.DataFrame
-    retrieval: pd.DataFrame
-    verdicts: pd.DataFrame
-    trajectory: pd.DataFrame
-    per_case: pd.DataFrame
-    units: pd.DataFrame
-    scoreboard: pd.DataFrame
-    slices: pd.DataFrame
-    labels: pd.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
-    custom: pd.DataFrame = field(default_factory=lambda: frame([], CUSTOM_SCHEMA))  # registered checks, metrics
-    registered: Registered = Registered()
-    # With several trials, every trial's own run (trial 0 first), each scored alone; the layer frames
-    # above (outputs, checks, retrieval, verdicts, trajectory, custom) are trial 0's, ``per_case`` and
-    # ``units`` hold every trial (``qaeval.scoring.trials``). Empty with one trial.
-    trial_runs: tuple[RunResult, ...] = ()
-
-    kind = "run"
-    error_type = TierOneFailed
-    words = ("GREEN", "RED")
-
-    @property
-    def ok(self) -> bool:
-        return not self.tier_one_failures
-
-    @property
-    def exit_code(self) -> int:
-        return 0
-
-    @property
-    def metrics(self) -> tuple[Metric, ...]:
-        """Every metric of this run: the built-in ones, then a pass rate per registered check, then the
-        registered metrics."""
-        from qaeval.scoring.trials import trial_metrics
-
-        extra = trial_metrics(self.meta.pass_k or self.trials) if self.trials > 1 else ()
-        return METRICS + self.registered.all_metrics() + extra
-
-    @property
-    def trials(self) -> int:
-        """How many times each case was run."""
-        return self.meta.trials
-
-    @property
-    def runs(self) -> tuple[RunResult, ...]:
-        """Every trial's run, trial 0 first (this run itself with one trial)."""
-        return self.trial_runs or (self,)
-
-    def trial_frame(self, layer: str) -> pd.DataFrame:
-        """A layer (``outputs``, ``checks``, ``verdicts``, ``per_case``...) of every trial, with a ``trial``
-        column (0 to K - 1) after ``case_id``."""
-        from qaeval.scoring.trials import trials_frame
-
-        return trials_frame(self, layer)
-
-    @property
-    def tier_one_failures(self) -> list[str]:
-        """Case ids with an adapter error, a failing deterministic check or a failing tier-1 registered check."""
-        pc = self.per_case
-        blocked = {cid for run in self.runs for cid in run.custom.loc[run.custom["blocks"] & ~run.custom["passed"],
-                                                                       "case_id"]}
-        return [cid for cid, ok in zip(pc["case_id"], pc["deterministic_passed"]) if not ok or cid in blocked]
-
-    @property
-    def reason(self) -> str:
-        head = self.passing_line()
-        bad = self.tier_one_failures
-        if bad:
-            named = ", ".join(one_line(c) for c in bad[:6])  # a case id is the user's text: one line, always
-            return f"tier 1 fails on {len(bad)} case(s): {named}{' ...' if len(bad) > 6 else ''}; {head}"
-        kinds = "deterministic and tier-1 checks" if self.registered.checks else "deterministic checks"
-        return f"{kinds} green, no adapter error; {head}"
-
-    def passing_line(self, gated: Collection[str] | None = None, aside: str = "") -> str:
-        """"10 of 15 cases pass; answer correctness is not gated" (``outcomes.passing_line``)."""
-        return passing_line(self.per_case, self.metrics, gated, aside)
-
-    # convenience views
-    @property
-    def adapter(self) -> str:
-        return self.meta.adapter
-
-    @property
-    def judge_config(self) -> JudgeConfig:
-        return self.meta.judge
-
-    @property
-    def k(self) -> int:
-        return self.meta.k
-
-    @property
-    def cases(self) -> pd.DataFrame:
-        return self.suite.to_frame()
-
-    @property
-    def dataset_fingerprint(self) -> str:
-        return self.suite.fingerprint
-
-    def metric(self, name: str) -> float:
-        return float(self.scoreboard.set_index("metric").at[name, "value"])
-
-    @property
-    def adapter_errors(self) -> int:
-        return sum(int(run.outputs["error"].notna().sum()) for run in self.runs)
-
-    @property
-    def judge_usage(self) -> dict[str, int]:
-        """Judge cost of this run: verdict calls (one per answered case), how many the cache answered,
-        how many failed, and the prompt and completion tokens spent (cache hits spend none)."""
-        per_call = pd.concat([run.verdicts.drop_duplicates("case_id") for run in self.runs], ignore_index=True)
-        cached = per_call["cached"].astype(bool)
-        spent = per_call[~cached]
-        return dict(
-            calls=int(len(per_call)), cached=int(cached.sum()), errors=int(per_call["error"].notna().sum()),
-            prompt_tokens=int(spent["prompt_tokens"].fillna(0).sum()),
-            completion_tokens=int(spent["completion_tokens"].fillna(0).sum()),
-        )
-
-    def failing_cases(self) -> pd.DataFrame:
-        """Cases that did not pass: why, the answer beside the gold answer and the cited sources' text.
-        Shown in full (wrapped, not cut) in a notebook."""
-        failing = self.per_case[~self.per_case["case_passed"]]
-        outs = RowsByKey(self.outputs)
-        by_key = {(c.id, pid): text for c in self.suite if c.id in set(failing["case_id"])
-                  for pid, text in layer1.case_bodies(c, outs[c.id], self.suite.corpus).items()}
-        rows = [dict(
-            case_id=r["case_id"], why=reasons_text(r["fail_reasons"]),
-            answer="(abstained)" if r["abstained"] else r["answer"],
-            gold_answer=r["gold_answer"] if r["gold_answer"] is not None else "(must abstain)",
-            cited="\n".join(f"[{c['source_id']}] {by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}"
-                            for c in r["citations"]),
-        ) for r in failing.to_dict("records")]
-        return text_frame(frame(rows, {"case_id": "text", "why": "text", "answer": "text", "gold_answer": "text",
-                                       "cited": "text"}), empty="No case fails.")
-
-    def summary_text(self) -> str:
-        usage = self.judge_usage
-        lines = [f"qaeval run: {len(self.suite)} cases from {self.suite.root}  adapter={self.adapter}"]
-        if not self.meta.boundary_enforced:
-            lines.append("WARNING: isolation none: the boundary was NOT enforced (the adapter ran inside the harness)")
-        lines += [
-            f"judge: {self.judge_config.label()}",
-            "",
-            format_scoreboard(self.scoreboard),
-            "",
-            f"TIER 1: {self.verdict}   {self.reason}"
-            + (f"   adapter errors: {self.adapter_errors}" if self.adapter_errors else ""),
-            f"  ({PASS_MEANS})",
-            *self._trial_lines(),
-            *self._failing_lines(),
-            f"judge calls: {usage['calls']} ({usage['cached']} from cache, {usage['errors']} errors), "
-            f"tokens spent: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion",
-        ]
-        lines += [f"note: {n}" for n in [*self.notes, *unknown_ids_note(self.suite, self.outputs)]]
-        return "\n".join(lines)
-
-    SHOWN_FAILING = 5
-
-    def _trial_lines(self) -> list[str]:
-        """With several trials: how many, the flaky cases, and what each case's passing means."""
-        if self.trials == 1:
-            return []
-        pc = self.per_case
-        flaky = pc.loc[pc["flaky"].astype(bool), "case_id"].tolist()
-        shown = ", ".join(f"{cid} {p}/{self.trials}" for cid, p in zip(flaky[:6], pc.loc[pc["flaky"].astype(bool),
-                                                                                             "passes"].tolist()))
-        calls = int(pc["trials"].sum())
-        how = (f"up to {self.trials} per case (adaptive: {calls} system calls of {self.trials * len(pc)})"
-               if self.meta.adaptive else f"{self.trials} per case ({calls} system calls)")
-        return [f"trials: {how}; a case passes when every trial passes; flaky (some trials pass): {len(flaky)}"
-                + (f": {shown}" if flaky else "") + (" ..." if len(flaky) > 6 else "")]
-
-    def _failing_lines(self) -> list[str]:
-        """The first failing cases and why, for the terminal (the rest are in the record and the report)."""
-        failing = self.per_case.loc[~self.per_case["case_passed"].astype(bool)]
-        first = failing.head(self.SHOWN_FAILING)
-        whys = [reasons_text(reasons) for reasons in first["fail_reasons"].tolist()]
-        lines = [f"  {one_line(cid)}: {one_line(why if len(why) <= 160 else why[:157] + '...')}"
-                 for cid, why in zip(first["case_id"].tolist(), whys)]
-        if len(failing) > self.SHOWN_FAILING:
-            lines.append(f"  ... and {len(failing) - self.SHOWN_FAILING} more, every one in the HTML report (--html "
-                         "PATH, or qaeval report RECORD --html PATH) and in .failing_cases()")
-        return lines
-
-    def with_labels(self, labels: pd.DataFrame | None) -> RunResult:
-        """This run with prediction-powered estimates from human labels on its scoreboard."""
-        from qaeval.scoring.ppi import apply_ppi
-
-        if labels is None:
-            return self
-        board, notes = apply_ppi(self.scoreboard, self.units, self.per_case, labels)
-        return replace(self, scoreboard=board, labels=labels, notes=self.notes + notes)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -308,9 +57,12 @@ def corpus_excerpt(suite: Suite, outputs: pd.DataFrame) -> dict[str, Passage]:
     kept: dict[str, Passage] = {}
     for case in suite:
         out = outs[case.id] if case.id in outs else None
-        named = [*(case.gold_source_ids if case.from_corpus else ()), *((out or {}).get("retrieved_ids") or ()),
-                 *(c["source_id"] for c in (out or {}).get("citations") or ()),
-                 *(p["id"] for p in (out or {}).get("passages") or ())]
+        named = [
+            *(case.gold_source_ids if case.from_corpus else ()),
+            *((out or {}).get("retrieved_ids") or ()),
+            *(c["source_id"] for c in (out or {}).get("citations") or ()),
+            *(p["id"] for p in (out or {}).get("passages") or ()),
+        ]
         for pid in named:
             if pid not in kept and (passage := corpus.get(pid)) is not None:
                 kept[pid] = passage
@@ -332,8 +84,10 @@ def passages_beyond(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str,
 
 def judged_fixture(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, str]:
     """{id: text} the judge weighs one output's citations against: ``used_sources``'s rows of its case."""
-    return {**{s.id: s.text for s in case.sources},
-            **{pid: text for pid, (_, text) in passages_beyond(case, out, corpus).items()}}
+    return {
+        **{s.id: s.text for s in case.sources},
+        **{pid: text for pid, (_, text) in passages_beyond(case, out, corpus).items()},
+    }
 
 
 def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
@@ -344,8 +98,10 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
     for case in suite:
         out = outs[case.id] if case.id in outs else None
         if out is not None:
-            rows += [(case.id, pid, title, text, pid in case.gold_source_ids)
-                     for pid, (title, text) in passages_beyond(case, out, suite.corpus).items()]
+            rows += [
+                (case.id, pid, title, text, pid in case.gold_source_ids)
+                for pid, (title, text) in passages_beyond(case, out, suite.corpus).items()
+            ]
     if not rows:
         return sources
     extra = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)
@@ -353,11 +109,19 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
     return pd.concat([sources, extra], ignore_index=True)
 
 
-def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, meta: RunMeta | None = None,
-                  k: int | None = None, bootstrap_seed: int = 0, custom: Any = None,
-                  judge_memo: dict[Any, Any] | None = None) -> RunResult:
+def score_outputs(
+    suite: Suite,
+    outputs: pd.DataFrame,
+    judge: JudgeClient,
+    *,
+    meta: RunMeta | None = None,
+    k: int | None = None,
+    bootstrap_seed: int = 0,
+    custom: Any = None,
+    judge_memo: dict[Any, Any] | None = None,
+) -> RunResult:
     """Score outputs that were already collected (pure apart from the judge call and the registered
-    checks and metrics, run by ``custom``: ``qaeval.judges.custom.make_custom``). ``outputs`` holds one
+    checks and metrics, run by ``custom``: ``qaeval.boundary.custom.make_custom``). ``outputs`` holds one
     row per case (one trial); ``judge_memo``: shared by the trials of one run, so an output seen in an
     earlier trial is not judged again (``score_with_judge``)."""
     config = judge_config_of(judge)
@@ -370,8 +134,9 @@ def score_outputs(suite: Suite, outputs: pd.DataFrame, judge: JudgeClient, *, me
     retrieval = score_retrieval(cases, outputs, k=meta.k)
     verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources), memo=judge_memo)
     trajectory = score_trajectories(cases, outputs)
-    return assemble(suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed,
-                    runner=custom)
+    return assemble(
+        suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed, runner=custom
+    )
 
 
 def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
@@ -381,25 +146,51 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
     if len(ids) == len(wanted) and set(ids) == set(wanted):
         return
     given, known = set(ids), set(wanted)
-    found = (("case(s) without an output", [cid for cid in wanted if cid not in given]),
-             ("output(s) for cases not in the suite", [cid for cid in dict.fromkeys(ids) if cid not in known]),
-             ("case(s) with more than one output", [cid for cid, n in Counter(ids).items() if n > 1]))
+    found = (
+        ("case(s) without an output", [cid for cid in wanted if cid not in given]),
+        ("output(s) for cases not in the suite", [cid for cid in dict.fromkeys(ids) if cid not in known]),
+        ("case(s) with more than one output", [cid for cid, n in Counter(ids).items() if n > 1]),
+    )
     problems = [f"{len(which)} {what} (first: {which[0]!r})" for what, which in found if which]
     raise UsageError("the outputs do not match the suite: " + "; ".join(problems or ["no case_id column"]))
 
 
-def assemble(suite: Suite, meta: RunMeta, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
-             verdicts: pd.DataFrame, trajectory: pd.DataFrame, *, bootstrap_seed: int = 0,
-             skip_scoreboard: bool = False, custom: pd.DataFrame | None = None, registered: Registered = Registered(),
-             runner: Any = None) -> RunResult:
+def assemble(
+    suite: Suite,
+    meta: RunMeta,
+    outputs: pd.DataFrame,
+    checks: pd.DataFrame,
+    retrieval: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    trajectory: pd.DataFrame,
+    *,
+    bootstrap_seed: int = 0,
+    skip_scoreboard: bool = False,
+    custom: pd.DataFrame | None = None,
+    registered: Registered = NONE_REGISTERED,
+    runner: Any = None,
+) -> RunResult:
     """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
     scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
-    per_case, units, custom, registered = case_outcomes(suite, outputs, checks, retrieval, verdicts, trajectory,
-                                                        custom, registered, runner)
+    per_case, units, custom, registered = case_outcomes(
+        suite, outputs, checks, retrieval, verdicts, trajectory, custom, registered, runner
+    )
     per_case = add_trial_columns(per_case)
-    run = RunResult(suite=suite, meta=meta, outputs=outputs, checks=checks, retrieval=retrieval, verdicts=verdicts,
-                    trajectory=trajectory, per_case=per_case, units=units, scoreboard=pd.DataFrame(),
-                    slices=pd.DataFrame(), custom=custom, registered=registered)
+    run = RunResult(
+        suite=suite,
+        meta=meta,
+        outputs=outputs,
+        checks=checks,
+        retrieval=retrieval,
+        verdicts=verdicts,
+        trajectory=trajectory,
+        per_case=per_case,
+        units=units,
+        scoreboard=pd.DataFrame(),
+        slices=pd.DataFrame(),
+        custom=custom,
+        registered=registered,
+    )
     if skip_scoreboard:
         return run
     board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=run.metrics)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qaeval.scoring.evaluate import RunResult
+    from qaeval.scoring.result import RunResult
 
 Row = Mapping[str, Any]
 
@@ -58,10 +58,16 @@ class CaseIndex:
         return case_id in self._outcomes
 
     def __getitem__(self, case_id: str) -> CaseRows:
-        return CaseRows(self._outputs[case_id], self._outcomes[case_id], self._units[case_id],
-                        self._retrieval.get(case_id), self._checks.get(case_id, []),
-                        self._verdicts.get(case_id, []), self._trajectory.get(case_id, []),
-                        self._custom.get(case_id, []))
+        return CaseRows(
+            self._outputs[case_id],
+            self._outcomes[case_id],
+            self._units[case_id],
+            self._retrieval.get(case_id),
+            self._checks.get(case_id, []),
+            self._verdicts.get(case_id, []),
+            self._trajectory.get(case_id, []),
+            self._custom.get(case_id, []),
+        )
 
     def passed(self, case_id: str) -> bool:
         return bool(self._outcomes[case_id]["case_passed"])

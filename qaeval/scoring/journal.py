@@ -40,13 +40,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import DatasetError, FileAccessError, UsageError
+from qaeval.core.errors import DatasetError, FileAccessError, UsageError
 
 try:  # POSIX advisory locks; elsewhere two runs with one record path are not kept apart
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]  # the platform has none
-from qaeval.files import loads_strict
+from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
 from qaeval.scoring.rubric import AxisVerdict
 from qaeval.system.contract import output_row, validate_plain
@@ -104,8 +104,10 @@ def _locked(path: Path, record: str | os.PathLike[str]) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise UsageError(f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
-                             "give this run another record path") from None
+            raise UsageError(
+                f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
+                "give this run another record path"
+            ) from None
         try:
             named = os.stat(path, follow_symlinks=False)
         except OSError:
@@ -136,8 +138,13 @@ def key_digest(key: tuple[Any, ...]) -> str:
 
 
 def _canonical(line: Mapping[str, Any]) -> bytes:
-    return json.dumps({k: v for k, v in line.items() if k != "mac"}, sort_keys=True, ensure_ascii=True,
-                      separators=(",", ":"), allow_nan=False).encode("ascii")
+    return json.dumps(
+        {k: v for k, v in line.items() if k != "mac"},
+        sort_keys=True,
+        ensure_ascii=True,
+        separators=(",", ":"),
+        allow_nan=False,
+    ).encode("ascii")
 
 
 def _mac(secret: bytes, line: Mapping[str, Any]) -> str:
@@ -156,9 +163,14 @@ def response_to_plain(response: Any) -> dict[str, Any] | None:
     if type(response) is not JudgeResponse:
         return None
     try:
-        plain = dict(case_id=response.case_id, verdicts=[asdict(v) for v in response.verdicts], error=response.error,
-                     prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-                     cached=response.cached)
+        plain = dict(
+            case_id=response.case_id,
+            verdicts=[asdict(v) for v in response.verdicts],
+            error=response.error,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            cached=response.cached,
+        )
         json.dumps(plain, allow_nan=False)
     except (TypeError, ValueError, AttributeError):
         return None
@@ -171,21 +183,31 @@ def _count(value: Any) -> bool:
 
 def response_from_plain(raw: Any) -> JudgeResponse | None:
     """The response a journal line holds, or None when it is not one qaeval could have written."""
-    if not (isinstance(raw, dict) and isinstance(raw.get("case_id"), str) and isinstance(raw.get("verdicts"), list)
-            and (raw.get("error") is None or isinstance(raw.get("error"), str))
-            and _count(raw.get("prompt_tokens")) and _count(raw.get("completion_tokens"))
-            and isinstance(raw.get("cached"), bool)):
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("case_id"), str)
+        and isinstance(raw.get("verdicts"), list)
+        and (raw.get("error") is None or isinstance(raw.get("error"), str))
+        and _count(raw.get("prompt_tokens"))
+        and _count(raw.get("completion_tokens"))
+        and isinstance(raw.get("cached"), bool)
+    ):
         return None
     verdicts = []
     for v in raw["verdicts"]:
-        if not (isinstance(v, dict) and isinstance(v.get("axis"), str) and all(isinstance(v.get(k, ""), str)
-                                                                               for k in ("quote", "rationale", "target"))
-                and (v.get("score") is None or type(v.get("score")) in (int, float, str))):
+        if not (
+            isinstance(v, dict)
+            and isinstance(v.get("axis"), str)
+            and all(isinstance(v.get(k, ""), str) for k in ("quote", "rationale", "target"))
+            and (v.get("score") is None or type(v.get("score")) in (int, float, str))
+        ):
             return None
-        verdicts.append(AxisVerdict(v["axis"], v.get("score"), v.get("quote", ""), v.get("rationale", ""),
-                                    v.get("target", "")))
-    return JudgeResponse(raw["case_id"], verdicts, raw["error"], raw["prompt_tokens"], raw["completion_tokens"],
-                         raw["cached"])
+        verdicts.append(
+            AxisVerdict(v["axis"], v.get("score"), v.get("quote", ""), v.get("rationale", ""), v.get("target", ""))
+        )
+    return JudgeResponse(
+        raw["case_id"], verdicts, raw["error"], raw["prompt_tokens"], raw["completion_tokens"], raw["cached"]
+    )
 
 
 def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
@@ -193,9 +215,15 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         return None
     error, latency, logs = raw.get("error"), raw.get("latency_s"), raw.get("logs", "")
-    if not ((error is None or (isinstance(error, str) and len(error) <= TEXT_LIMIT))
-            and isinstance(latency, (int, float)) and not isinstance(latency, bool) and math.isfinite(latency)
-            and latency >= 0 and isinstance(logs, str) and len(logs) <= TEXT_LIMIT):
+    if not (
+        (error is None or (isinstance(error, str) and len(error) <= TEXT_LIMIT))
+        and isinstance(latency, (int, float))
+        and not isinstance(latency, bool)
+        and math.isfinite(latency)
+        and latency >= 0
+        and isinstance(logs, str)
+        and len(logs) <= TEXT_LIMIT
+    ):
         return None
     if error is not None:
         return output_row(case_id, None, error, float(latency), logs)
@@ -204,8 +232,11 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
     if not all(isinstance(v, list) for v in lists):
         return None
     citations, retrieved, passages = (v if isinstance(v, list) else [] for v in lists)  # as the worker sends them
-    fields |= dict(citations={"__type__": "list", "items": citations}, retrieved_ids={"__type__": "list", "items": retrieved},
-                   passages={"__type__": "list", "items": [{"passage": p} for p in passages]})
+    fields |= dict(
+        citations={"__type__": "list", "items": citations},
+        retrieved_ids={"__type__": "list", "items": retrieved},
+        passages={"__type__": "list", "items": [{"passage": p} for p in passages]},
+    )
     checked, problems = validate_plain(fields)
     if problems or checked is None:
         return None
@@ -231,16 +262,18 @@ def _regular(path: Path, flags: int, what: str) -> int:
     try:
         fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o600)
     except OSError as exc:
-        raise FileAccessError(path, f"cannot {what} the journal ({exc.strerror or exc}; it must be a regular "
-                                    "file, not a link)") from None
+        raise FileAccessError(
+            path, f"cannot {what} the journal ({exc.strerror or exc}; it must be a regular file, not a link)"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise FileAccessError(path, f"cannot {what} the journal: it is not a regular file")
     return fd
 
 
-def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool,
-                 secret: bytes | None = None) -> Restored:
+def read_journal(
+    path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool, secret: bytes | None = None
+) -> Restored:
     """Read a journal back for ``identity`` (a run of ``case_ids``, trial by trial). A header for another
     run is a UsageError naming what differs (exit 64); a line not written by this qaeval, or damaged
     before the last line, is a JournalError (exit 65)."""
@@ -267,19 +300,27 @@ def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str
             if number == len(lines):  # the run ended while writing it
                 restored.notes.append(f"the journal's last line (line {number}) was cut short and is dropped")
                 break
-            raise JournalError(f"line {number} is not valid JSON: the journal is damaged; delete it to start over",
-                               file=where) from None
+            raise JournalError(
+                f"line {number} is not valid JSON: the journal is damaged; delete it to start over", file=where
+            ) from None
         if run is None and isinstance(line.get("run"), str):
             run = line["run"]
         try:
-            ok = isinstance(line.get("mac"), str) and line.get("run") == run and line.get("seq") == number - 1 and \
-                hmac.compare_digest(line["mac"], _mac(secret, line))
+            ok = (
+                isinstance(line.get("mac"), str)
+                and line.get("run") == run
+                and line.get("seq") == number - 1
+                and hmac.compare_digest(line["mac"], _mac(secret, line))
+            )
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise JournalError(f"line {number} fails authentication or is out of place: it was not written here by "
-                               "this user's qaeval (edited, spliced from another journal, reordered or repeated); "
-                               "delete the journal to start over", file=where)
+            raise JournalError(
+                f"line {number} fails authentication or is out of place: it was not written here by "
+                "this user's qaeval (edited, spliced from another journal, reordered or repeated); "
+                "delete the journal to start over",
+                file=where,
+            )
         parsed.append(line)
         restored.whole += len(raw) + 1
     restored.run, restored.next_seq = run or "", len(parsed)
@@ -290,10 +331,15 @@ def read_journal(path: Path, identity: Mapping[str, Any], case_ids: Sequence[str
     theirs = parsed[0].get("identity")
     differs = [name for name in identity if not isinstance(theirs, dict) or theirs.get(name) != identity[name]]
     if differs:
-        shown = "; ".join(f"{name}: {_short((theirs or {}).get(name) if isinstance(theirs, dict) else None)} "
-                          f"then, {_short(identity[name])} now" for name in differs)
-        raise UsageError(f"cannot resume from {where}: the run differs from the journal's ({shown}); run without "
-                         "--resume to start over")
+        shown = "; ".join(
+            f"{name}: {_short((theirs or {}).get(name) if isinstance(theirs, dict) else None)} "
+            f"then, {_short(identity[name])} now"
+            for name in differs
+        )
+        raise UsageError(
+            f"cannot resume from {where}: the run differs from the journal's ({shown}); run without "
+            "--resume to start over"
+        )
     for number, line in enumerate(parsed[1:], start=2):
         if line.get("kind") == "output":
             index, cid = line.get("index"), line.get("case_id")
@@ -330,8 +376,9 @@ class JournalWriter:
     """Appends signed lines to a journal, one at a time, from any thread. ``resumed``: the journal read
     back (``read_journal``), to go on after its last whole line; else a new journal is started."""
 
-    def __init__(self, path: Path, identity: Mapping[str, Any], *, resumed: Restored | None = None,
-                 secret: bytes | None = None) -> None:
+    def __init__(
+        self, path: Path, identity: Mapping[str, Any], *, resumed: Restored | None = None, secret: bytes | None = None
+    ) -> None:
         import secrets
 
         self.path, self._secret = path, secret if secret is not None else _secret()

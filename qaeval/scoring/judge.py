@@ -14,7 +14,7 @@ check: fewer than three content words, unless it is the whole of a text that is 
 A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
 of responses, a response for another case, or text that is not valid Unicode, every affected case
 records a judge error (distinct from a score of 0, and never a pass) and the run goes on. The commands
-run every judge but the two built-in ones in its own process (``qaeval.judges.usercode``), so a judge
+run every judge but the two built-in ones in its own process (``qaeval.boundary.clients``), so a judge
 that ends its process, hangs or patches the harness's classes costs only its cases.
 
 Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
@@ -33,20 +33,32 @@ from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
+from qaeval.boundary.plugins import contained
+from qaeval.core.errors import UsageError
+from qaeval.core.frames import Rows, RowsByKey, is_missing
+from qaeval.core.text import content_terms, distinct_terms, normalize, not_unicode, term_set
 from qaeval.data.cases import source_bodies
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.errors import UsageError
-from qaeval.frames import Rows, RowsByKey, is_missing
-from qaeval.plugins import contained
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
-from qaeval.text import content_terms, distinct_terms, normalize, not_unicode, term_set
 
 MIN_QUOTE_TERMS = 3
 
 VERDICT_SCHEMA = {
-    "case_id": "text", "axis": "text", "target": "text", "score": "Int64", "quote": "text", "rationale": "text",
-    "valid": "bool", "invalid_reason": "text", "error": "text", "credit": "bool", "decoy_id": "text",
-    "prompt_tokens": "Int64", "completion_tokens": "Int64", "cached": "bool", "config": "text",
+    "case_id": "text",
+    "axis": "text",
+    "target": "text",
+    "score": "Int64",
+    "quote": "text",
+    "rationale": "text",
+    "valid": "bool",
+    "invalid_reason": "text",
+    "error": "text",
+    "credit": "bool",
+    "decoy_id": "text",
+    "prompt_tokens": "Int64",
+    "completion_tokens": "Int64",
+    "cached": "bool",
+    "config": "text",
 }
 
 
@@ -81,7 +93,8 @@ def plain_config(config: object) -> bool:
         return False
     state = vars(config)
     return set(state) == {f.name for f in fields(JudgeConfig)} and all(
-        type(value) in (str, int, float, bool, type(None)) for value in state.values())
+        type(value) in (str, int, float, bool, type(None)) for value in state.values()
+    )
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,8 @@ class JudgeSettings:
 
         seed_raw = env.get("QAEVAL_JUDGE_SEED", "0")
         values: dict[str, Any] = dict(
-            model=env.get("QAEVAL_JUDGE_MODEL") or None, base_url=env.get("OPENAI_BASE_URL") or None,
+            model=env.get("QAEVAL_JUDGE_MODEL") or None,
+            base_url=env.get("OPENAI_BASE_URL") or None,
             api_key=env.get("OPENAI_API_KEY") or None,
             temperature=number("QAEVAL_JUDGE_TEMPERATURE", 0.0, float),
             seed=None if seed_raw.strip().lower() == "none" else number("QAEVAL_JUDGE_SEED", 0, int),
@@ -180,8 +194,10 @@ class JudgeClient(Protocol):
 def judge_config_of(judge: Any) -> JudgeConfig:
     config = getattr(judge, "config", None)
     if not isinstance(config, JudgeConfig):
-        raise UsageError(f"the judge ({type(judge).__name__}) has no config: give it a qaeval.JudgeConfig "
-                         "(name, model, temperature, seed, prompt version) so its verdicts can be traced")
+        raise UsageError(
+            f"the judge ({type(judge).__name__}) has no config: give it a qaeval.JudgeConfig "
+            "(name, model, temperature, seed, prompt version) so its verdicts can be traced"
+        )
     if not callable(getattr(judge, "judge", None)):
         raise UsageError(f"the judge ({type(judge).__name__}) has no judge(requests) method")
     return config
@@ -213,15 +229,18 @@ def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple
     return [hardest_decoy(c["claim"], others) for c in out["citations"]]
 
 
-def build_requests(cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame,
-                   rubric: Rubric | None = None) -> list[JudgeRequest]:
+def build_requests(
+    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, rubric: Rubric | None = None
+) -> list[JudgeRequest]:
     """One request per answered case (no adapter error, not abstained)."""
     rubric = rubric or Rubric.load()
     bodies = source_bodies(sources)
     gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
     questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
-    return [judge_request(out, questions[out["case_id"]], gold[out["case_id"]], bodies.get(out["case_id"], {}), rubric)
-            for out in _judged(outputs)]
+    return [
+        judge_request(out, questions[out["case_id"]], gold[out["case_id"]], bodies.get(out["case_id"], {}), rubric)
+        for out in _judged(outputs)
+    ]
 
 
 def is_judged(out: Mapping[str, Any]) -> bool:
@@ -229,16 +248,21 @@ def is_judged(out: Mapping[str, Any]) -> bool:
     return is_missing(out["error"]) and not out["abstained"]
 
 
-def judge_request(out: Mapping[str, Any], question: str, gold: Any, fixture: Mapping[str, str],
-                  rubric: Rubric) -> JudgeRequest:
+def judge_request(
+    out: Mapping[str, Any], question: str, gold: Any, fixture: Mapping[str, str], rubric: Rubric
+) -> JudgeRequest:
     """The request for one answered output: its citations with the cited text and the hardest decoy
     among the other passages of ``fixture`` ({id: text}, in the case's order: its sources, then what
     the output used beyond them)."""
     found = _decoys_of(out, fixture)
-    cited = tuple(CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
-                  for c, (decoy_id, decoy_text) in zip(out["citations"], found))
+    cited = tuple(
+        CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
+        for c, (decoy_id, decoy_text) in zip(out["citations"], found)
+    )
     g = gold if isinstance(gold, str) else None
-    return JudgeRequest(out["case_id"], question, out["answer"], g, cited, Prompt(rubric, question, out["answer"], g, cited))
+    return JudgeRequest(
+        out["case_id"], question, out["answer"], g, cited, Prompt(rubric, question, out["answer"], g, cited)
+    )
 
 
 # --------------------------------------------------------------------------- validation
@@ -292,8 +316,12 @@ def _response_problem(req: JudgeRequest, resp: Any) -> str | None:
         return error.encode("utf-8", "backslashreplace").decode("utf-8") if not_unicode(error) else error
     if not isinstance(resp.verdicts, list):
         return f"the judge's verdicts are {type(resp.verdicts).__name__}, not a list"
-    if any(not_unicode(getattr(v, name, "")) for v in resp.verdicts if isinstance(v, AxisVerdict)
-           for name in ("axis", "quote", "rationale", "target")):
+    if any(
+        not_unicode(getattr(v, name, ""))
+        for v in resp.verdicts
+        if isinstance(v, AxisVerdict)
+        for name in ("axis", "quote", "rationale", "target")
+    ):
         return NOT_UNICODE
     return None
 
@@ -324,15 +352,31 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         problem = _response_problem(req, resp)
         base = dict(case_id=req.case_id, config=label, cached=False, prompt_tokens=None, completion_tokens=None)
         if isinstance(resp, JudgeResponse):
-            base.update(prompt_tokens=_count(resp.prompt_tokens), completion_tokens=_count(resp.completion_tokens),
-                        cached=resp.cached is True)
-        targets: list[tuple[str, str, str, str | None]] = [("faithfulness", "", req.evidence, None),
-                                                           ("answer_correctness", "", req.answer, None)]
+            base.update(
+                prompt_tokens=_count(resp.prompt_tokens),
+                completion_tokens=_count(resp.completion_tokens),
+                cached=resp.cached is True,
+            )
+        targets: list[tuple[str, str, str, str | None]] = [
+            ("faithfulness", "", req.evidence, None),
+            ("answer_correctness", "", req.answer, None),
+        ]
         targets += [(CITATION_CORRECTNESS, c.source_id, c.text, c.decoy_id) for c in req.citations]
         if problem is not None:
             for axis, target, _, decoy in targets:
-                rows.add(**base, axis=axis, target=target, score=None, quote="", rationale="", valid=False,
-                         invalid_reason="judge error", error=problem, credit=False, decoy_id=decoy)
+                rows.add(
+                    **base,
+                    axis=axis,
+                    target=target,
+                    score=None,
+                    quote="",
+                    rationale="",
+                    valid=False,
+                    invalid_reason="judge error",
+                    error=problem,
+                    credit=False,
+                    decoy_id=decoy,
+                )
             continue
         by_axis: dict[tuple[str, str], AxisVerdict] = {}
         for v in resp.verdicts:
@@ -341,10 +385,19 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
         for axis, target, text, decoy in targets:
             v = by_axis.get((axis, target))
             score, valid, why = validate_verdict(v, text)
-            rows.add(**base, axis=axis, target=target, score=score,
-                     quote=v.quote if v and isinstance(v.quote, str) else "",
-                     rationale=_shared(v.rationale) if v and isinstance(v.rationale, str) else "",
-                     valid=valid, invalid_reason=why, error=None, credit=bool(valid and score == 2), decoy_id=decoy)
+            rows.add(
+                **base,
+                axis=axis,
+                target=target,
+                score=score,
+                quote=v.quote if v and isinstance(v.quote, str) else "",
+                rationale=_shared(v.rationale) if v and isinstance(v.rationale, str) else "",
+                valid=valid,
+                invalid_reason=why,
+                error=None,
+                credit=bool(valid and score == 2),
+                decoy_id=decoy,
+            )
     return rows.frame()
 
 
@@ -359,8 +412,9 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     try:
         responses = list(value)
     except TypeError:
-        return [JudgeResponse(r.case_id, error=f"the judge returned {type(value).__name__}, not a list")
-                for r in requests]
+        return [
+            JudgeResponse(r.case_id, error=f"the judge returned {type(value).__name__}, not a list") for r in requests
+        ]
     if len(responses) != len(requests):
         error = f"the judge returned {len(responses)} responses for {len(requests)} requests"
         return [JudgeResponse(r.case_id, error=error) for r in requests]
@@ -384,8 +438,9 @@ def request_key(req: JudgeRequest) -> tuple[Any, ...]:
     return (req.case_id, req.question, req.answer, req.gold_answer, req.citations)
 
 
-def score_with_judge(judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame,
-                     sources: pd.DataFrame, memo: JudgeMemo | None = None) -> pd.DataFrame:
+def score_with_judge(
+    judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, memo: JudgeMemo | None = None
+) -> pd.DataFrame:
     """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
 
     ``memo`` (one dict for a run: its trials, and what ``qaeval.scoring.stream`` judged while the system
@@ -415,8 +470,9 @@ def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
     correctness takes the weakest citation."""
     out: dict[tuple[str, str], int] = {}
-    for case_id, axis, score, valid in zip(verdicts["case_id"].tolist(), verdicts["axis"].tolist(),
-                                           verdicts["score"].tolist(), verdicts["valid"].tolist()):
+    for case_id, axis, score, valid in zip(
+        verdicts["case_id"].tolist(), verdicts["axis"].tolist(), verdicts["score"].tolist(), verdicts["valid"].tolist()
+    ):
         value = int(score) if valid and not is_missing(score) else 0
         key = (case_id, axis)
         out[key] = min(out.get(key, value), value)

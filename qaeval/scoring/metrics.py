@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qaeval.frames import frame
+from qaeval.core.frames import frame
 
 
 @dataclass(frozen=True)
@@ -69,35 +69,92 @@ def _share(hit: bool, counts: bool) -> tuple[float, float]:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("deterministic_pass_rate", True, "cases", "share of cases passing every layer-1 check",
-           lambda f: _share(f.deterministic_passed, True)),
-    Metric("faithfulness_rate", True, "answered cases",
-           "answered cases whose every claim is entailed by the cited source (full credit only)",
-           lambda f: _share(f.faithfulness == 2, f.answered), tolerance=0.01, label_axis="faithfulness"),
-    Metric("answer_correctness", True, "answerable cases", "answerable cases answered correctly (full credit)",
-           lambda f: _share(f.answered and f.answer_correctness == 2, not f.must_abstain),
-           label_axis="answer_correctness"),
-    Metric("citation_precision", True, "citations", "citations that resolve and support their claim",
-           lambda f: (float(f.good_citations), float(f.citations)), tolerance=0.01),
-    Metric("citation_coverage", True, "answer sentences", "load-bearing answer sentences carrying a resolvable citation",
-           lambda f: (float(f.covered_sentences), float(f.sentences))),
-    Metric("abstention_recall", True, "must-abstain cases", "must-abstain cases abstained on",
-           lambda f: _share(f.abstained, f.must_abstain), tolerance=0.0),
-    Metric("over_refusal_rate", False, "answerable cases", "answerable cases abstained on",
-           lambda f: _share(f.abstained, not f.must_abstain), tolerance=0.0, drift="both"),
-    Metric("retrieval_recall_at_k", True, "cases with gold sources", "mean recall@k of gold sources",
-           lambda f: (f.recall_at_k if f.has_gold_sources else 0.0, float(f.has_gold_sources)), tolerance=0.02),
-    Metric("rerank_mrr", True, "cases with gold sources", "mean reciprocal rank of the first gold source",
-           lambda f: (f.mrr if f.has_gold_sources else 0.0, float(f.has_gold_sources)), tolerance=0.02),
-    Metric("multi_step_task_success", True, "multi-step cases",
-           "multi-hop and aggregation cases with the right end state and every checkpoint",
-           lambda f: _share(f.trajectory_success, f.multi_step), tolerance=0.0),
+    Metric(
+        "deterministic_pass_rate",
+        True,
+        "cases",
+        "share of cases passing every layer-1 check",
+        lambda f: _share(f.deterministic_passed, True),
+    ),
+    Metric(
+        "faithfulness_rate",
+        True,
+        "answered cases",
+        "answered cases whose every claim is entailed by the cited source (full credit only)",
+        lambda f: _share(f.faithfulness == 2, f.answered),
+        tolerance=0.01,
+        label_axis="faithfulness",
+    ),
+    Metric(
+        "answer_correctness",
+        True,
+        "answerable cases",
+        "answerable cases answered correctly (full credit)",
+        lambda f: _share(f.answered and f.answer_correctness == 2, not f.must_abstain),
+        label_axis="answer_correctness",
+    ),
+    Metric(
+        "citation_precision",
+        True,
+        "citations",
+        "citations that resolve and support their claim",
+        lambda f: (float(f.good_citations), float(f.citations)),
+        tolerance=0.01,
+    ),
+    Metric(
+        "citation_coverage",
+        True,
+        "answer sentences",
+        "load-bearing answer sentences carrying a resolvable citation",
+        lambda f: (float(f.covered_sentences), float(f.sentences)),
+    ),
+    Metric(
+        "abstention_recall",
+        True,
+        "must-abstain cases",
+        "must-abstain cases abstained on",
+        lambda f: _share(f.abstained, f.must_abstain),
+        tolerance=0.0,
+    ),
+    Metric(
+        "over_refusal_rate",
+        False,
+        "answerable cases",
+        "answerable cases abstained on",
+        lambda f: _share(f.abstained, not f.must_abstain),
+        tolerance=0.0,
+        drift="both",
+    ),
+    Metric(
+        "retrieval_recall_at_k",
+        True,
+        "cases with gold sources",
+        "mean recall@k of gold sources",
+        lambda f: (f.recall_at_k if f.has_gold_sources else 0.0, float(f.has_gold_sources)),
+        tolerance=0.02,
+    ),
+    Metric(
+        "rerank_mrr",
+        True,
+        "cases with gold sources",
+        "mean reciprocal rank of the first gold source",
+        lambda f: (f.mrr if f.has_gold_sources else 0.0, float(f.has_gold_sources)),
+        tolerance=0.02,
+    ),
+    Metric(
+        "multi_step_task_success",
+        True,
+        "multi-step cases",
+        "multi-hop and aggregation cases with the right end state and every checkpoint",
+        lambda f: _share(f.trajectory_success, f.multi_step),
+        tolerance=0.0,
+    ),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
 BY_NAME = {m.name: m for m in METRICS}
 GATED = {m.name: m.tolerance for m in METRICS if m.tolerance is not None}
 
-# What a tracker logs for each scoreboard row (qaeval.tracking): the metric's name with each of these.
+# What a tracker logs for each scoreboard row (qaeval.commands.tracking): the metric's name with each of these.
 LOGGED_SUFFIXES = ("", "_ci_low", "_ci_high", "_n", "_ppi", "_ppi_ci_low", "_ppi_ci_high", "_n_labelled")
 
 
@@ -105,18 +162,38 @@ def logged_keys(name: str) -> set[str]:
     """Every key a tracker logs for the scoreboard row of metric ``name``."""
     return {name + suffix for suffix in LOGGED_SUFFIXES}
 
+
 SCOREBOARD_SCHEMA = {
-    "metric": "text", "value": "float", "ci_low": "float", "ci_high": "float", "n": "int", "direction": "text",
-    "over": "text", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float", "n_labelled": "int",
+    "metric": "text",
+    "value": "float",
+    "ci_low": "float",
+    "ci_high": "float",
+    "n": "int",
+    "direction": "text",
+    "over": "text",
+    "ppi_value": "float",
+    "ppi_ci_low": "float",
+    "ppi_ci_high": "float",
+    "n_labelled": "int",
 }
-SLICE_SCHEMA = {"slice": "text", "group": "text", "metric": "text", "value": "float", "ci_low": "float",
-                "ci_high": "float", "n": "int"}
+SLICE_SCHEMA = {
+    "slice": "text",
+    "group": "text",
+    "metric": "text",
+    "value": "float",
+    "ci_low": "float",
+    "ci_high": "float",
+    "n": "int",
+}
 SLICE_BY = ("difficulty", "adversarial", "split")
 RESAMPLES = 1000
 
 
-def units_frame(case_ids: Sequence[str], facts: Sequence[CaseFacts],
-                extra: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> pd.DataFrame:
+def units_frame(
+    case_ids: Sequence[str],
+    facts: Sequence[CaseFacts],
+    extra: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+) -> pd.DataFrame:
     """One row per case: ``case_id`` and, for every metric, ``<metric>__num`` and ``<metric>__den``: this
     case's share of it (the bookkeeping behind the scoreboard, the gate's paired test and PPI). ``extra``:
     the units of registered checks and metrics, by name, computed elsewhere (``qaeval.scoring.custom``)."""
@@ -127,7 +204,7 @@ def units_frame(case_ids: Sequence[str], facts: Sequence[CaseFacts],
         schema[f"{name}__num"] = schema[f"{name}__den"] = "float"
         columns[f"{name}__num"] = [num if den else 0.0 for num, den in pairs]
         columns[f"{name}__den"] = [den for _, den in pairs]
-    from qaeval.frames import columns_frame
+    from qaeval.core.frames import columns_frame
 
     return columns_frame(columns, schema)
 
@@ -138,8 +215,9 @@ def _matrices(units: pd.DataFrame, names: Sequence[str] = METRIC_NAMES) -> tuple
     return num, den
 
 
-def _resampled_ratios(num: np.ndarray, den: np.ndarray, masks: Sequence[np.ndarray], *, resamples: int,
-                      seed: int, chunk: int = 50) -> list[np.ndarray]:
+def _resampled_ratios(
+    num: np.ndarray, den: np.ndarray, masks: Sequence[np.ndarray], *, resamples: int, seed: int, chunk: int = 50
+) -> list[np.ndarray]:
     """For each mask, a (resamples x metrics) array of bootstrap ratios (NaN where a resample has an
     empty denominator). Weights are drawn a chunk of resamples at a time, so memory stays at
     chunk x cases whatever the number of cases."""
@@ -157,7 +235,7 @@ def _resampled_ratios(num: np.ndarray, den: np.ndarray, masks: Sequence[np.ndarr
         for k, (idx, sub_num, sub_den) in enumerate(subsets):
             w = weights[:, idx]
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[k][start:start + rows] = (w @ sub_num) / (w @ sub_den)
+                out[k][start : start + rows] = (w @ sub_num) / (w @ sub_den)
     return out
 
 
@@ -175,8 +253,9 @@ def _scaled(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return num / scale, den / scale
 
 
-def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: float = 0.95,
-               raw_den: np.ndarray | None = None) -> list[tuple[float, float, float, int]]:
+def _summarise(
+    num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: float = 0.95, raw_den: np.ndarray | None = None
+) -> list[tuple[float, float, float, int]]:
     """(value, ci_low, ci_high, n) per metric; ``raw_den``: the denominators before ``_scaled``, whose
     sum is n (at most ``N_LIMIT``)."""
     rows = []
@@ -191,13 +270,19 @@ def _summarise(num: np.ndarray, den: np.ndarray, ratios: np.ndarray, level: floa
             continue
         value = float(num[:, j].sum()) / n
         stats = ratios[:, j][np.isfinite(ratios[:, j])]
-        low, high = (np.quantile(stats, [alpha, 1 - alpha]) if stats.size else (math.nan, math.nan))
+        low, high = np.quantile(stats, [alpha, 1 - alpha]) if stats.size else (math.nan, math.nan)
         rows.append((value, float(low), float(high), int(round(total)) if total < N_LIMIT else N_LIMIT))
     return rows
 
 
-def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resamples: int = RESAMPLES,
-                          seed: int = 0, metrics: Sequence[Metric] = METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def scoreboard_and_slices(
+    units: pd.DataFrame,
+    groups: pd.DataFrame,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    metrics: Sequence[Metric] = METRICS,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The scoreboard (one row per metric of ``metrics``: the built-in ones, then a run's registered
     ones) and the per-slice frame (one row per slice, group and metric), from the per-case units and a
     frame of the slicing columns (same row order). Cases without an adversarial tag form the group
@@ -214,8 +299,21 @@ def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resample
     ratios = _resampled_ratios(num, den, masks, resamples=resamples, seed=seed)
     board = []
     for m, (value, low, high, n) in zip(metrics, _summarise(num, den, ratios[0], raw_den=raw_den)):
-        board.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
-                          over=m.over, ppi_value=math.nan, ppi_ci_low=math.nan, ppi_ci_high=math.nan, n_labelled=0))
+        board.append(
+            dict(
+                metric=m.name,
+                value=value,
+                ci_low=low,
+                ci_high=high,
+                n=n,
+                direction=m.direction,
+                over=m.over,
+                ppi_value=math.nan,
+                ppi_ci_low=math.nan,
+                ppi_ci_high=math.nan,
+                n_labelled=0,
+            )
+        )
     slices = []
     for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:]):
         for m, (value, low, high, n) in zip(metrics, _summarise(num[mask], den[mask], ratio, raw_den=raw_den[mask])):
@@ -223,8 +321,9 @@ def scoreboard_and_slices(units: pd.DataFrame, groups: pd.DataFrame, *, resample
     return frame(board, SCOREBOARD_SCHEMA), frame(slices, SLICE_SCHEMA)
 
 
-def ratio_with_interval(num: np.ndarray, den: np.ndarray, *, resamples: int = RESAMPLES,
-                        seed: int = 0) -> tuple[float, float, float, int]:
+def ratio_with_interval(
+    num: np.ndarray, den: np.ndarray, *, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float, float, int]:
     """(value, ci_low, ci_high, n) of sum(num)/sum(den) with a case-resampling bootstrap interval."""
     num2, den2 = np.asarray(num, float).reshape(-1, 1), np.asarray(den, float).reshape(-1, 1)
     ratios = _resampled_ratios(num2, den2, [np.ones(len(num2), dtype=bool)], resamples=resamples, seed=seed)
@@ -262,8 +361,10 @@ def format_scoreboard(board: pd.DataFrame) -> str:
         if ppi:
             p = "" if row.n_labelled == 0 else format_number(row.ppi_value, missing="")
             pci = format_interval(row.ppi_ci_low, row.ppi_ci_high, row.n_labelled)
-            lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {p:>6} {pci:<15} "
-                         f"{row.n_labelled or '':>6}  {better}")
+            lines.append(
+                f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {p:>6} {pci:<15} "
+                f"{row.n_labelled or '':>6}  {better}"
+            )
         else:
             lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {better}")
     return "\n".join(lines)

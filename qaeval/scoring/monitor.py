@@ -26,31 +26,51 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
 from qaeval.data.labels import LABELLED_CASE
 from qaeval.data.logs import NONE_GROUP, LogRow
-from qaeval.frames import frame
-from qaeval.scoring.checks import (check_citation_coverage, check_citation_resolvability, check_fail_closed,
-                                   check_grounding_isolation, coverage_counts)
-from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
+from qaeval.scoring.checks import (
+    check_citation_coverage,
+    check_citation_resolvability,
+    check_fail_closed,
+    check_grounding_isolation,
+    coverage_counts,
+)
+from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import JudgeClient, effective_scores
+from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.system.contract import OUTPUT_SCHEMA, output_row
 
 MONITOR_CHECKS = ("prompt_grounding", "citation_resolvability", "citation_coverage", "fail_closed")
 ROW_COLUMNS = {
-    "row_id": "text", "line": "int", "timestamp": "object", "answered": "bool", "abstained": "bool",
-    "model_called": "boolean", "citations": "int", "sentences": "int", "covered": "int",
-    "prompt_grounding": "boolean", "citation_resolvability": "bool", "citation_coverage": "bool", "fail_closed": "bool",
-    "passed": "bool", "fail_reasons": "text", "sampled": "bool", "stratum": "text",
-    "faithfulness": "Int64", "citation_correctness": "Int64",
+    "row_id": "text",
+    "line": "int",
+    "timestamp": "object",
+    "answered": "bool",
+    "abstained": "bool",
+    "model_called": "boolean",
+    "citations": "int",
+    "sentences": "int",
+    "covered": "int",
+    "prompt_grounding": "boolean",
+    "citation_resolvability": "bool",
+    "citation_coverage": "bool",
+    "fail_closed": "bool",
+    "passed": "bool",
+    "fail_reasons": "text",
+    "sampled": "bool",
+    "stratum": "text",
+    "faithfulness": "Int64",
+    "citation_correctness": "Int64",
 }
 NOT_JUDGED = {"sampled": False, "stratum": None, "faithfulness": None, "citation_correctness": None}
 
@@ -58,9 +78,16 @@ NOT_JUDGED = {"sampled": False, "stratum": None, "faithfulness": None, "citation
 def _output(row: LogRow) -> dict[str, Any]:
     """The row as the checks read an output: its passages are what it retrieved, best first."""
     called = row.model_was_called if row.model_was_called is not None else row.prompt is not None
-    return dict(answer=row.answer, citations=list(row.citations), retrieved_ids=[p.id for p in row.passages],
-                passages=[], abstained=row.abstained, model_was_called=called, prompt_to_model=row.prompt,
-                computed_aggregate=None)
+    return dict(
+        answer=row.answer,
+        citations=list(row.citations),
+        retrieved_ids=[p.id for p in row.passages],
+        passages=[],
+        abstained=row.abstained,
+        model_was_called=called,
+        prompt_to_model=row.prompt,
+        computed_aggregate=None,
+    )
 
 
 def check_row(row: LogRow) -> dict[str, Any]:
@@ -73,16 +100,30 @@ def check_row(row: LogRow) -> dict[str, Any]:
     grounding = None
     if row.prompt is not None or row.model_was_called is False:
         grounding = check_grounding_isolation(case, out, bodies, titles=titles)
-    results = {"prompt_grounding": grounding, "citation_resolvability": check_citation_resolvability(out, bodies),
-               "citation_coverage": check_citation_coverage(out, bodies, counts=counts),
-               "fail_closed": check_fail_closed(case, out)}
+    results = {
+        "prompt_grounding": grounding,
+        "citation_resolvability": check_citation_resolvability(out, bodies),
+        "citation_coverage": check_citation_coverage(out, bodies, counts=counts),
+        "fail_closed": check_fail_closed(case, out),
+    }
     reasons = [f"{name}: {why}" for name, r in results.items() if r is not None and not r[0] for why in [r[1]]]
-    return dict(row_id=row.id, line=row.line, timestamp=row.timestamp, answered=not row.abstained,
-                abstained=row.abstained, model_called=row.model_was_called if row.model_was_called is not None
-                else (True if row.prompt is not None else None),
-                citations=len(row.citations), sentences=counts[1], covered=counts[0],
-                **{name: None if r is None else r[0] for name, r in results.items()},
-                passed=not reasons, fail_reasons=sys.intern("; ".join(reasons)) if reasons else None, **NOT_JUDGED)
+    return dict(
+        row_id=row.id,
+        line=row.line,
+        timestamp=row.timestamp,
+        answered=not row.abstained,
+        abstained=row.abstained,
+        model_called=row.model_was_called
+        if row.model_was_called is not None
+        else (True if row.prompt is not None else None),
+        citations=len(row.citations),
+        sentences=counts[1],
+        covered=counts[0],
+        **{name: None if r is None else r[0] for name, r in results.items()},
+        passed=not reasons,
+        fail_reasons=sys.intern("; ".join(reasons)) if reasons else None,
+        **NOT_JUDGED,
+    )
 
 
 def check_rows(rows: Sequence[LogRow], slice_columns: Sequence[str]) -> pd.DataFrame:
@@ -147,8 +188,16 @@ def allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:
 
 def sample_case(row: LogRow) -> GoldenCase:
     """A judged row as the case a run holds: no gold answer, no gold passages."""
-    case = GoldenCase(id=row.id, question=row.question, sources=row.passages, gold_answer=None,
-                      gold_source_ids=(), **LABELLED_CASE, file="", line=row.line)
+    case = GoldenCase(
+        id=row.id,
+        question=row.question,
+        sources=row.passages,
+        gold_answer=None,
+        gold_source_ids=(),
+        **LABELLED_CASE,
+        file="",
+        line=row.line,
+    )
     return replace(case, fingerprint=case_fingerprint(case.to_raw()))
 
 

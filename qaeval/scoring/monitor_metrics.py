@@ -33,16 +33,35 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from qaeval.frames import frame
+from qaeval.core.frames import frame
 from qaeval.scoring.metrics import RESAMPLES, SCOREBOARD_SCHEMA
 from qaeval.scoring.ppi import ppi_mean
 
 ALL = "(all)"
-SLICE_SCHEMA = {"slice": "text", "group": "text", "metric": "text", "value": "float", "ci_low": "float",
-                "ci_high": "float", "n": "int", "ppi_value": "float", "ppi_ci_low": "float", "ppi_ci_high": "float",
-                "n_labelled": "int"}
-WINDOW_SCHEMA = {"window": "text", "slice": "text", "group": "text", "metric": "text", "value": "float",
-                 "ci_low": "float", "ci_high": "float", "n": "int", "rows": "int"}
+SLICE_SCHEMA = {
+    "slice": "text",
+    "group": "text",
+    "metric": "text",
+    "value": "float",
+    "ci_low": "float",
+    "ci_high": "float",
+    "n": "int",
+    "ppi_value": "float",
+    "ppi_ci_low": "float",
+    "ppi_ci_high": "float",
+    "n_labelled": "int",
+}
+WINDOW_SCHEMA = {
+    "window": "text",
+    "slice": "text",
+    "group": "text",
+    "metric": "text",
+    "value": "float",
+    "ci_low": "float",
+    "ci_high": "float",
+    "n": "int",
+    "rows": "int",
+}
 Units = Callable[[pd.DataFrame], tuple[np.ndarray, np.ndarray]]
 
 
@@ -55,7 +74,7 @@ def _known(rows: pd.DataFrame, column: str) -> np.ndarray:
 
 
 def _score2(rows: pd.DataFrame, column: str) -> np.ndarray:
-    return (rows[column].fillna(-1).to_numpy(np.int64) == 2)
+    return rows[column].fillna(-1).to_numpy(np.int64) == 2
 
 
 @dataclass(frozen=True)
@@ -79,30 +98,76 @@ def _judged(r: pd.DataFrame) -> np.ndarray:
 
 
 METRICS: tuple[MonitorMetric, ...] = (
-    MonitorMetric("deterministic_pass_rate", "higher", "rows", "rows passing every check assessed on them",
-                  lambda r: (r["passed"].to_numpy(float), np.ones(len(r)))),
-    MonitorMetric("citation_resolvability", "higher", "answered rows", "answered rows whose every citation names "
-                  "a passage the row holds", lambda r: (_flag(r, "citation_resolvability") & _answered(r), _answered(r))),
-    MonitorMetric("citation_coverage", "higher", "answer sentences", "load-bearing answer sentences a claim covers",
-                  lambda r: (r["covered"].to_numpy(float), r["sentences"].to_numpy(float))),
-    MonitorMetric("prompt_grounding", "higher", "rows with a prompt or no model call",
-                  "prompts carrying the question, a retrieved passage and every cited one (a row that called no model "
-                  "passes)", lambda r: (_flag(r, "prompt_grounding"),
-                                                                      _known(r, "prompt_grounding"))),
-    MonitorMetric("fail_closed_rate", "higher", "rows", "rows with nothing retrieved that neither answered nor "
-                  "called the model, and every row that retrieved something",
-                  lambda r: (r["fail_closed"].to_numpy(float), np.ones(len(r)))),
-    MonitorMetric("abstention_rate", "neither", "rows", "rows abstained on",
-                  lambda r: (r["abstained"].to_numpy(float), np.ones(len(r))), drift="both"),
-    MonitorMetric("model_call_rate", "neither", "rows saying whether the model was called", "rows that called the model",
-                  lambda r: (_flag(r, "model_called"), _known(r, "model_called")), drift="both"),
-    MonitorMetric("faithfulness_rate", "higher", "judged answered rows", "judged answers whose every claim the "
-                  "cited passages entail (full credit)", lambda r: (_score2(r, "faithfulness") & _judged(r), _judged(r)),
-                  judged=True, label_axis="faithfulness"),
-    MonitorMetric("citation_correctness_rate", "higher", "judged answered rows with citations", "judged rows whose "
-                  "weakest citation supports its claim (full credit)",
-                  lambda r: (_score2(r, "citation_correctness") & _judged(r), _judged(r) & (r["citations"].to_numpy() > 0)),
-                  judged=True, label_axis="citation_correctness"),
+    MonitorMetric(
+        "deterministic_pass_rate",
+        "higher",
+        "rows",
+        "rows passing every check assessed on them",
+        lambda r: (r["passed"].to_numpy(float), np.ones(len(r))),
+    ),
+    MonitorMetric(
+        "citation_resolvability",
+        "higher",
+        "answered rows",
+        "answered rows whose every citation names a passage the row holds",
+        lambda r: (_flag(r, "citation_resolvability") & _answered(r), _answered(r)),
+    ),
+    MonitorMetric(
+        "citation_coverage",
+        "higher",
+        "answer sentences",
+        "load-bearing answer sentences a claim covers",
+        lambda r: (r["covered"].to_numpy(float), r["sentences"].to_numpy(float)),
+    ),
+    MonitorMetric(
+        "prompt_grounding",
+        "higher",
+        "rows with a prompt or no model call",
+        "prompts carrying the question, a retrieved passage and every cited one (a row that called no model passes)",
+        lambda r: (_flag(r, "prompt_grounding"), _known(r, "prompt_grounding")),
+    ),
+    MonitorMetric(
+        "fail_closed_rate",
+        "higher",
+        "rows",
+        "rows with nothing retrieved that neither answered nor "
+        "called the model, and every row that retrieved something",
+        lambda r: (r["fail_closed"].to_numpy(float), np.ones(len(r))),
+    ),
+    MonitorMetric(
+        "abstention_rate",
+        "neither",
+        "rows",
+        "rows abstained on",
+        lambda r: (r["abstained"].to_numpy(float), np.ones(len(r))),
+        drift="both",
+    ),
+    MonitorMetric(
+        "model_call_rate",
+        "neither",
+        "rows saying whether the model was called",
+        "rows that called the model",
+        lambda r: (_flag(r, "model_called"), _known(r, "model_called")),
+        drift="both",
+    ),
+    MonitorMetric(
+        "faithfulness_rate",
+        "higher",
+        "judged answered rows",
+        "judged answers whose every claim the cited passages entail (full credit)",
+        lambda r: (_score2(r, "faithfulness") & _judged(r), _judged(r)),
+        judged=True,
+        label_axis="faithfulness",
+    ),
+    MonitorMetric(
+        "citation_correctness_rate",
+        "higher",
+        "judged answered rows with citations",
+        "judged rows whose weakest citation supports its claim (full credit)",
+        lambda r: (_score2(r, "citation_correctness") & _judged(r), _judged(r) & (r["citations"].to_numpy() > 0)),
+        judged=True,
+        label_axis="citation_correctness",
+    ),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
 BY_NAME = {m.name: m for m in METRICS}
@@ -117,8 +182,9 @@ def _patterns(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return pairs[:, 0], pairs[:, 1], counts
 
 
-def estimate(rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESAMPLES,
-             seed: int = 0) -> tuple[float, float, float, int]:
+def estimate(
+    rows: pd.DataFrame, metric: MonitorMetric, *, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float, float, int]:
     """(value, ci_low, ci_high, n) of one metric over ``rows`` (see the module's notes)."""
     num, den = (np.asarray(a, dtype=float) for a in metric.units(rows))
     n = int(round(den.sum()))
@@ -193,8 +259,21 @@ def scoreboard(rows: pd.DataFrame, labels: pd.DataFrame | None = None) -> pd.Dat
     for m in METRICS:
         value, low, high, n = estimate(rows, m)
         pv, pl, ph, nl = ppi(rows, m, labels)
-        out.append(dict(metric=m.name, value=value, ci_low=low, ci_high=high, n=n, direction=m.direction,
-                        over=m.over, ppi_value=pv, ppi_ci_low=pl, ppi_ci_high=ph, n_labelled=nl))
+        out.append(
+            dict(
+                metric=m.name,
+                value=value,
+                ci_low=low,
+                ci_high=high,
+                n=n,
+                direction=m.direction,
+                over=m.over,
+                ppi_value=pv,
+                ppi_ci_low=pl,
+                ppi_ci_high=ph,
+                n_labelled=nl,
+            )
+        )
     return frame(out, SCOREBOARD_SCHEMA)
 
 
@@ -206,14 +285,29 @@ def slice_frame(rows: pd.DataFrame, by: Sequence[str], labels: pd.DataFrame | No
         for m in METRICS:
             value, low, high, n = estimate(part, m)
             pv, pl, ph, nl = ppi(part, m, labels)
-            out.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n,
-                            ppi_value=pv, ppi_ci_low=pl, ppi_ci_high=ph, n_labelled=nl))
+            out.append(
+                dict(
+                    slice=column,
+                    group=group,
+                    metric=m.name,
+                    value=value,
+                    ci_low=low,
+                    ci_high=high,
+                    n=n,
+                    ppi_value=pv,
+                    ppi_ci_low=pl,
+                    ppi_ci_high=ph,
+                    n_labelled=nl,
+                )
+            )
     return frame(out, SLICE_SCHEMA)
 
 
 def window_keys(timestamps: pd.Series, every: str) -> pd.Series:
     """Each row's window (ISO start time, UTC) for a pandas frequency such as 1D, 1W or 6h; NA without a time."""
-    times = pd.to_datetime(timestamps, utc=True, format="ISO8601")  # a format guessed from the first would refuse "...00.250Z"
+    times = pd.to_datetime(
+        timestamps, utc=True, format="ISO8601"
+    )  # a format guessed from the first would refuse "...00.250Z"
     try:
         starts = times.dt.floor(every)
     except ValueError:  # calendar frequencies (weeks, months) have no fixed length: use periods
@@ -231,8 +325,19 @@ def window_frame(rows: pd.DataFrame, keys: pd.Series, by: Sequence[str]) -> pd.D
             part = here[mask]
             for m in METRICS:
                 value, low, high, n = estimate(part, m)
-                out.append(dict(window=window, slice=column, group=group, metric=m.name, value=value, ci_low=low,
-                                ci_high=high, n=n, rows=len(part)))
+                out.append(
+                    dict(
+                        window=window,
+                        slice=column,
+                        group=group,
+                        metric=m.name,
+                        value=value,
+                        ci_low=low,
+                        ci_high=high,
+                        n=n,
+                        rows=len(part),
+                    )
+                )
     return frame(out, WINDOW_SCHEMA)
 
 
@@ -240,4 +345,3 @@ def metric_values(board: pd.DataFrame) -> tuple[dict[str, float | None], dict[st
     """({metric: value or None}, {metric: n}) of a scoreboard or one window's rows of a window frame."""
     values = {m: (None if v != v else float(v)) for m, v in zip(board["metric"], board["value"])}
     return values, {m: int(n) for m, n in zip(board["metric"], board["n"])}
-

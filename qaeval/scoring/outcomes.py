@@ -14,17 +14,35 @@ from typing import Any, Literal, get_args
 
 import pandas as pd
 
+from qaeval.core.frames import Fields, Rows, RowsByKey, Valid, frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.frames import Fields, Rows, RowsByKey, Valid, frame, is_missing
 from qaeval.scoring import checks as layer1
-from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, custom_reasons, custom_units, sample_to_plain
+from qaeval.scoring.custom import (
+    CUSTOM_SCHEMA,
+    NONE_REGISTERED,
+    Registered,
+    custom_reasons,
+    custom_units,
+    sample_to_plain,
+)
 from qaeval.scoring.judge import effective_scores
 from qaeval.scoring.metrics import CaseFacts, units_frame
 
-FailCode = Literal["adapter_error", "grounding_isolation", "citation_resolvability", "citation_coverage",
-                   "fail_closed_abstention", "passage_fidelity", "wrongly_abstained", "judge_error", "unfaithful",
-                   "trajectory_failed", "check", "metric"]
+FailCode = Literal[
+    "adapter_error",
+    "grounding_isolation",
+    "citation_resolvability",
+    "citation_coverage",
+    "fail_closed_abstention",
+    "passage_fidelity",
+    "wrongly_abstained",
+    "judge_error",
+    "unfaithful",
+    "trajectory_failed",
+    "check",
+    "metric",
+]
 FAIL_CODES: tuple[str, ...] = get_args(FailCode)
 
 
@@ -52,8 +70,10 @@ class FailReason:
         return cls(raw["code"], raw["message"], raw.get("name"))
 
 
-REASON = Fields(dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str",
-                     name="text"), optional=("name",))  # a FailReason as a record stores it
+REASON = Fields(
+    dict(code=Valid("str", FAIL_CODES.__contains__, f"one of {', '.join(FAIL_CODES)}"), message="str", name="text"),
+    optional=("name",),
+)  # a FailReason as a record stores it
 
 
 def cited_ids(citations: Sequence[Mapping[str, Any]] | None) -> list[str]:
@@ -62,7 +82,7 @@ def cited_ids(citations: Sequence[Mapping[str, Any]] | None) -> list[str]:
 
 
 def citation_change(before: Sequence[Mapping[str, Any]] | None, after: Sequence[Mapping[str, Any]] | None) -> str:
-    """ "citation changed: hours → history" when the ids cited differ (a claim reworded is not a move), else "". """
+    """ "citation changed: hours → history" when the ids cited differ (a claim reworded is not a move), else ""."""
     was, now = cited_ids(before), cited_ids(after)
     if was == now:
         return ""
@@ -74,18 +94,22 @@ def cited_beside_gold(citations: Sequence[Mapping[str, Any]] | None, gold: Seque
     return f"cited {', '.join(cited_ids(citations)) or 'nothing'}; gold {', '.join(gold) or 'none'}"
 
 
-PASS_MEANS = ("a case passes on its deterministic checks, the judge's full faithfulness score and, when "
-              "multi-step, its trajectory")
+PASS_MEANS = (
+    "a case passes on its deterministic checks, the judge's full faithfulness score and, when "
+    "multi-step, its trajectory"
+)
 
 
-def passing_line(per_case: pd.DataFrame, metrics: Sequence[Any], gated: Collection[str] | None = None,
-                 aside: str = "") -> str:
+def passing_line(
+    per_case: pd.DataFrame, metrics: Sequence[Any], gated: Collection[str] | None = None, aside: str = ""
+) -> str:
     """What a verdict's count of passing cases means, in words: "10 of 15 cases pass; answer correctness
     is not gated" (a case's pass never reads the judge's answer correctness; ``gated``: the metrics a gate
     holds to a tolerance, by default those of ``metrics`` that have one)."""
     names = {m.name for m in metrics if m.tolerance is not None} if gated is None else set(gated)
     return f"{int(per_case['case_passed'].sum())} of {len(per_case)} cases pass{aside}" + (
-        "" if "answer_correctness" in names else "; answer correctness is not gated")
+        "" if "answer_correctness" in names else "; answer correctness is not gated"
+    )
 
 
 def reasons_text(reasons: Sequence[FailReason]) -> str:
@@ -95,13 +119,29 @@ def reasons_text(reasons: Sequence[FailReason]) -> str:
 
 RETRIEVAL_FIELDS = ("recall_at_k", "precision_at_k", "mrr", "ndcg_at_k")
 PER_CASE_SCHEMA = {
-    "case_id": "text", "split": "text", "difficulty": "text", "expected_behavior": "text", "adversarial": "text",
-    "question": "text", "gold_answer": "text", "answer": "text", "abstained": "bool", "error": "text",
-    "output_fingerprint": "text", "retrieved_ids": "object", "citations": "object",
-    **{c: "bool" for c in layer1.CHECKS}, "deterministic_passed": "bool",
+    "case_id": "text",
+    "split": "text",
+    "difficulty": "text",
+    "expected_behavior": "text",
+    "adversarial": "text",
+    "question": "text",
+    "gold_answer": "text",
+    "answer": "text",
+    "abstained": "bool",
+    "error": "text",
+    "output_fingerprint": "text",
+    "retrieved_ids": "object",
+    "citations": "object",
+    **{c: "bool" for c in layer1.CHECKS},
+    "deterministic_passed": "bool",
     **{m: "float" for m in RETRIEVAL_FIELDS},
-    "faithfulness": "Int64", "answer_correctness": "Int64", "citation_correctness": "Int64", "judge_error": "text",
-    "trajectory_success": "boolean", "case_passed": "bool", "fail_reasons": "object",
+    "faithfulness": "Int64",
+    "answer_correctness": "Int64",
+    "citation_correctness": "Int64",
+    "judge_error": "text",
+    "trajectory_success": "boolean",
+    "case_passed": "bool",
+    "fail_reasons": "object",
 }
 
 
@@ -122,8 +162,9 @@ def _columns(df: pd.DataFrame, *names: str) -> Iterator[tuple[Any, ...]]:
     return zip(*(df[name].tolist() for name in names))
 
 
-def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame,
-                 trajectory: pd.DataFrame) -> LayerIndex:
+def index_layers(
+    checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame, trajectory: pd.DataFrame
+) -> LayerIndex:
     idx = LayerIndex()
     for cid, check, passed, reason in _columns(checks, "case_id", "check", "passed", "reason"):
         idx.checks.setdefault(cid, {})[check] = (bool(passed), reason)
@@ -136,8 +177,9 @@ def index_layers(checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.Dat
     for cid, axis, target, valid, score in _columns(verdicts, "case_id", "axis", "target", "valid", "score"):
         if axis == CITATION_CORRECTNESS:
             idx.supported[(cid, target)] = bool(valid) and not is_missing(score) and int(score) >= 1
-    for cid, passed, success, description, detail in _columns(trajectory, "case_id", "passed", "success",
-                                                              "description", "detail"):
+    for cid, passed, success, description, detail in _columns(
+        trajectory, "case_id", "passed", "success", "description", "detail"
+    ):
         idx.trajectory[cid] = bool(success)
         if not passed:
             idx.trajectory_failures.setdefault(cid, []).append(f"{description}: {detail}")
@@ -149,18 +191,30 @@ def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies
     answered = not failed and not out["abstained"]
     citations = list(out["citations"]) if answered else []
     retrieved = set(out["retrieved_ids"])
-    good = sum(1 for c in citations if c["source_id"] in retrieved and c["source_id"] in bodies
-               and idx.supported.get((case.id, c["source_id"]), False))
+    good = sum(
+        1
+        for c in citations
+        if c["source_id"] in retrieved
+        and c["source_id"] in bodies
+        and idx.supported.get((case.id, c["source_id"]), False)
+    )
     covered, sentences, _ = layer1.coverage_counts(out, bodies) if answered else (0, 0, [])
     retr = idx.retrieval.get(case.id)
     return CaseFacts(
-        answered=answered, abstained=not failed and bool(out["abstained"]), must_abstain=case.must_abstain,
+        answered=answered,
+        abstained=not failed and bool(out["abstained"]),
+        must_abstain=case.must_abstain,
         deterministic_passed=all(p for p, _ in idx.checks[case.id].values()),
         faithfulness=idx.scores.get((case.id, "faithfulness")),
         answer_correctness=idx.scores.get((case.id, "answer_correctness")),
-        citations=len(citations), good_citations=good, sentences=sentences, covered_sentences=covered,
-        has_gold_sources=retr is not None, recall_at_k=retr["recall_at_k"] if retr else math.nan,
-        mrr=retr["mrr"] if retr else math.nan, multi_step=case.multi_step,
+        citations=len(citations),
+        good_citations=good,
+        sentences=sentences,
+        covered_sentences=covered,
+        has_gold_sources=retr is not None,
+        recall_at_k=retr["recall_at_k"] if retr else math.nan,
+        mrr=retr["mrr"] if retr else math.nan,
+        multi_step=case.multi_step,
         trajectory_success=case.multi_step and idx.trajectory.get(case.id, False),
     )
 
@@ -168,49 +222,78 @@ def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies
 def fail_reasons(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex) -> list[FailReason]:
     if not is_missing(out["error"]):
         return [FailReason("adapter_error", f"adapter error: {out['error']}")]
-    reasons = [FailReason(check, f"{check}: {reason}")  # type: ignore[arg-type]  # a check's name is its code
-               for check, (passed, reason) in idx.checks[case.id].items() if not passed]
+    reasons = [
+        FailReason(check, f"{check}: {reason}")  # type: ignore[arg-type]  # a check's name is its code
+        for check, (passed, reason) in idx.checks[case.id].items()
+        if not passed
+    ]
     if facts.abstained and not case.must_abstain:
         reasons.append(FailReason("wrongly_abstained", "wrongly abstained"))
     if facts.answered and case.id in idx.judge_errors:
         reasons.append(FailReason("judge_error", f"judge error: {idx.judge_errors[case.id]}"))
     elif facts.answered and facts.faithfulness is not None and facts.faithfulness < 2:
-        reasons.append(FailReason("unfaithful", f"judged unfaithful (score {facts.faithfulness}; "
-                                                f"{cited_beside_gold(out['citations'], case.gold_source_ids)})"))
+        reasons.append(
+            FailReason(
+                "unfaithful",
+                f"judged unfaithful (score {facts.faithfulness}; "
+                f"{cited_beside_gold(out['citations'], case.gold_source_ids)})",
+            )
+        )
     if case.multi_step and not facts.trajectory_success:
         why = ", ".join(idx.trajectory_failures.get(case.id, []))
         reasons.append(FailReason("trajectory_failed", f"trajectory failed ({why})"))
-    return reasons + [FailReason(kind, message, name)  # type: ignore[arg-type]  # "check" or "metric"
-                      for kind, name, message in custom_reasons(idx.custom.get(case.id, []))]
+    return reasons + [
+        FailReason(kind, message, name)  # type: ignore[arg-type]  # "check" or "metric"
+        for kind, name, message in custom_reasons(idx.custom.get(case.id, []))
+    ]
 
 
-def per_case_row(case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex,
-                 reasons: list[FailReason]) -> dict[str, Any]:
+def per_case_row(
+    case: GoldenCase, out: Mapping[str, Any], facts: CaseFacts, idx: LayerIndex, reasons: list[FailReason]
+) -> dict[str, Any]:
     retr = idx.retrieval.get(case.id) or {}
     return dict(
-        case_id=case.id, split=case.split, difficulty=case.difficulty, expected_behavior=case.expected_behavior,
-        adversarial=case.adversarial, question=case.question, gold_answer=case.gold_answer, answer=out["answer"],
-        abstained=bool(out["abstained"]), error=out["error"], output_fingerprint=out["output_fingerprint"],
-        retrieved_ids=out["retrieved_ids"], citations=out["citations"],
+        case_id=case.id,
+        split=case.split,
+        difficulty=case.difficulty,
+        expected_behavior=case.expected_behavior,
+        adversarial=case.adversarial,
+        question=case.question,
+        gold_answer=case.gold_answer,
+        answer=out["answer"],
+        abstained=bool(out["abstained"]),
+        error=out["error"],
+        output_fingerprint=out["output_fingerprint"],
+        retrieved_ids=out["retrieved_ids"],
+        citations=out["citations"],
         **{check: idx.checks[case.id].get(check, (True, ""))[0] for check in layer1.CHECKS},  # absent: older record
         deterministic_passed=facts.deterministic_passed,
         **{m: retr.get(m, math.nan) for m in RETRIEVAL_FIELDS},
-        faithfulness=facts.faithfulness, answer_correctness=facts.answer_correctness,
+        faithfulness=facts.faithfulness,
+        answer_correctness=facts.answer_correctness,
         citation_correctness=idx.scores.get((case.id, CITATION_CORRECTNESS)),
         judge_error=idx.judge_errors.get(case.id),
         trajectory_success=facts.trajectory_success if case.multi_step else None,
-        case_passed=not reasons, fail_reasons=reasons,
+        case_passed=not reasons,
+        fail_reasons=reasons,
         **{r["name"]: r["passed"] for r in idx.custom.get(case.id, []) if r["kind"] == "check"},
     )
 
 
-def case_outcomes(suite: Suite, outputs: pd.DataFrame, checks: pd.DataFrame, retrieval: pd.DataFrame,
-                  verdicts: pd.DataFrame, trajectory: pd.DataFrame, custom: pd.DataFrame | None = None,
-                  registered: Registered = Registered(), runner: Any = None,
-                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
+def case_outcomes(
+    suite: Suite,
+    outputs: pd.DataFrame,
+    checks: pd.DataFrame,
+    retrieval: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    trajectory: pd.DataFrame,
+    custom: pd.DataFrame | None = None,
+    registered: Registered = NONE_REGISTERED,
+    runner: Any = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
     """(per_case, units, custom, registered): one row per case joining every layer, its share of every
     metric, and the outcomes of the registered checks and metrics (``custom``, as stored, or run now by
-    ``runner``: ``qaeval.judges.custom``) with what ran. Each case's outcome depends on its own rows of the
+    ``runner``: ``qaeval.boundary.custom``) with what ran. Each case's outcome depends on its own rows of the
     layers and nothing else, so a suite of some of the cases gives their rows alone.
 
     per_case columns: the case's labels (case_id, split, difficulty, expected_behavior, adversarial,

@@ -34,8 +34,14 @@ import pandas as pd
 from qaeval.scoring.metrics import METRICS
 
 
-def ppi_mean(human: np.ndarray, judge_labelled: np.ndarray, judge_all: np.ndarray, *, level: float = 0.95,
-             lam: float | None = None) -> tuple[float, float, float, float]:
+def ppi_mean(
+    human: np.ndarray,
+    judge_labelled: np.ndarray,
+    judge_all: np.ndarray,
+    *,
+    level: float = 0.95,
+    lam: float | None = None,
+) -> tuple[float, float, float, float]:
     """(estimate, ci_low, ci_high, lam) of the mean of ``human`` over the whole population, using the
     judge's predictions on the labelled cases and on every case. Unclipped."""
     y = np.asarray(human, dtype=float)
@@ -73,21 +79,26 @@ def wilson(mean: float, n: int, z: float) -> tuple[float, float]:
 def fresh_labels(labels: pd.DataFrame, per_case: pd.DataFrame) -> pd.DataFrame:
     """Labels whose case is in the run and whose output fingerprint (when given) still matches."""
     fingerprints = dict(zip(per_case["case_id"], per_case["output_fingerprint"]))
-    keep = [cid in fingerprints and (fp is None or fp != fp or fp == fingerprints[cid])
-            for cid, fp in zip(labels["case_id"], labels["output_fingerprint"])]
+    keep = [
+        cid in fingerprints and (fp is None or fp != fp or fp == fingerprints[cid])
+        for cid, fp in zip(labels["case_id"], labels["output_fingerprint"])
+    ]
     return labels[keep]
 
 
-def apply_ppi(scoreboard: pd.DataFrame, units: pd.DataFrame, per_case: pd.DataFrame,
-              labels: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def apply_ppi(
+    scoreboard: pd.DataFrame, units: pd.DataFrame, per_case: pd.DataFrame, labels: pd.DataFrame
+) -> tuple[pd.DataFrame, list[str]]:
     """The scoreboard with ppi_value, ppi_ci_low, ppi_ci_high and n_labelled filled for every metric
     that a label axis maps onto (``Metric.label_axis``), and notes on what could not be estimated."""
     board = scoreboard.copy()
     usable = fresh_labels(labels, per_case)
     notes = []
     if len(usable) < len(labels):
-        notes.append(f"{len(labels) - len(usable)} label(s) left out of the PPI estimates: their case is not "
-                     "in this run or its output has changed since it was labelled")
+        notes.append(
+            f"{len(labels) - len(usable)} label(s) left out of the PPI estimates: their case is not "
+            "in this run or its output has changed since it was labelled"
+        )
     for m in METRICS:
         if m.label_axis is None:
             continue
@@ -106,6 +117,9 @@ def apply_ppi(scoreboard: pd.DataFrame, units: pd.DataFrame, per_case: pd.DataFr
         y, f = (np.array(v) for v in zip(*pairs))
         value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
         board.loc[row, ["ppi_value", "ppi_ci_low", "ppi_ci_high"]] = [
-            min(1.0, max(0.0, value)), max(0.0, low), min(1.0, high)]
+            min(1.0, max(0.0, value)),
+            max(0.0, low),
+            min(1.0, high),
+        ]
     board["n_labelled"] = board["n_labelled"].astype("int64")
     return board, notes

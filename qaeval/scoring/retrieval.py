@@ -32,10 +32,18 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.frames import frame
+from qaeval.core.frames import frame
 
-RETRIEVAL_SCHEMA = {"case_id": "text", "k": "int", "n_gold": "int", "n_retrieved": "int", "recall_at_k": "float",
-                    "precision_at_k": "float", "mrr": "float", "ndcg_at_k": "float"}
+RETRIEVAL_SCHEMA = {
+    "case_id": "text",
+    "k": "int",
+    "n_gold": "int",
+    "n_retrieved": "int",
+    "recall_at_k": "float",
+    "precision_at_k": "float",
+    "mrr": "float",
+    "ndcg_at_k": "float",
+}
 RETRIEVAL_COLUMNS = list(RETRIEVAL_SCHEMA)
 
 
@@ -67,8 +75,15 @@ def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -
         if not gold:
             continue
         ranking = list(rankings.get(case_id) or [])
-        rows.append(dict(case_id=case_id, k=k, n_gold=len(gold), n_retrieved=len(ranking),
-                         **case_retrieval(list(gold), ranking, k)))
+        rows.append(
+            dict(
+                case_id=case_id,
+                k=k,
+                n_gold=len(gold),
+                n_retrieved=len(ranking),
+                **case_retrieval(list(gold), ranking, k),
+            )
+        )
     return frame(rows, RETRIEVAL_SCHEMA)
 
 
@@ -88,6 +103,8 @@ def unknown_ids_note(suite: Any, outputs: pd.DataFrame, *, known_below: float = 
     if not total or known >= known_below * total:
         return []
     where = "the corpus or the cases' sources" if corpus is not None else "the cases' sources"
-    return [f"{total - known} of the {total} retrieved ids ({(total - known) / total:.0%}) are not ids of {where}: "
-            "retrieval compares retrieved ids with the gold source ids, so recall and MRR read 0 for them; "
-            f"return the ids {where} use in retrieved_ids"]
+    return [
+        f"{total - known} of the {total} retrieved ids ({(total - known) / total:.0%}) are not ids of {where}: "
+        "retrieval compares retrieved ids with the gold source ids, so recall and MRR read 0 for them; "
+        f"return the ids {where} use in retrieved_ids"
+    ]

@@ -15,8 +15,8 @@ from importlib import resources
 from string import Template
 from typing import Any
 
+from qaeval.core.errors import UsageError
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.errors import UsageError
 
 RUBRIC_VERSION = "v2"
 
@@ -53,24 +53,30 @@ class Rubric:
     def load(cls, version: str = RUBRIC_VERSION) -> Rubric:
         folder = resources.files("qaeval") / "rubric" / version
         try:
-            return cls(version, (folder / "system.txt").read_text("utf-8"),
-                       Template((folder / "user.txt").read_text("utf-8")))
+            return cls(
+                version, (folder / "system.txt").read_text("utf-8"), Template((folder / "user.txt").read_text("utf-8"))
+            )
         except (OSError, FileNotFoundError):
             raise UsageError(f"no rubric version {version!r} in qaeval/rubric/") from None
 
-    def messages(self, question: str, answer: str, gold: str | None,
-                 citations: Sequence[CitedSource]) -> tuple[dict[str, str], ...]:
+    def messages(
+        self, question: str, answer: str, gold: str | None, citations: Sequence[CitedSource]
+    ) -> tuple[dict[str, str], ...]:
         cited_text: dict[str, str] = {}
         for c in citations:
             cited_text.setdefault(c.source_id, c.text)
         cited = "\n".join(f"[{sid}] {text}" for sid, text in cited_text.items()) or "(none)"
-        cites = "\n".join(
-            f"- snippet_id={c.source_id}\n  claim: {c.claim}\n  cited: {c.text}\n"
-            f"  decoy ({c.decoy_id or 'none'}): {c.decoy_text or '(no other snippet)'}"
-            for c in citations
-        ) or "(none)"
-        user = self.user.safe_substitute(question=question, gold_answer=gold or "(none)",
-                                         answer=answer, cited_snippets=cited, citations=cites)
+        cites = (
+            "\n".join(
+                f"- snippet_id={c.source_id}\n  claim: {c.claim}\n  cited: {c.text}\n"
+                f"  decoy ({c.decoy_id or 'none'}): {c.decoy_text or '(no other snippet)'}"
+                for c in citations
+            )
+            or "(none)"
+        )
+        user = self.user.safe_substitute(
+            question=question, gold_answer=gold or "(none)", answer=answer, cited_snippets=cited, citations=cites
+        )
         return ({"role": "system", "content": self.system}, {"role": "user", "content": user})
 
 
@@ -80,8 +86,9 @@ class Prompt(Sequence[dict[str, str]]):
 
     __slots__ = ("_rubric", "_args")
 
-    def __init__(self, rubric: Rubric, question: str, answer: str, gold: str | None,
-                 citations: Sequence[CitedSource]) -> None:
+    def __init__(
+        self, rubric: Rubric, question: str, answer: str, gold: str | None, citations: Sequence[CitedSource]
+    ) -> None:
         self._rubric, self._args = rubric, (question, answer, gold, citations)
 
     def _build(self) -> tuple[dict[str, str], ...]:
@@ -106,7 +113,7 @@ class Prompt(Sequence[dict[str, str]]):
 def parse_verdict_json(text: Any) -> list[AxisVerdict]:
     """Parse a judge's JSON reply (tolerating code fences and prose around the object). Raises
     ValueError for anything that is not a usable verdict: not text, no object, truncated JSON, no axes."""
-    from qaeval.files import loads_strict
+    from qaeval.core.jsonfile import loads_strict
 
     if not isinstance(text, str):
         raise ValueError(f"the reply is {type(text).__name__}, not text")
@@ -124,16 +131,23 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
     for axis in ("faithfulness", "answer_correctness"):
         item = data.get(axis)
         if isinstance(item, dict):
-            verdicts.append(AxisVerdict(axis, item.get("score"), text_of(item.get("quote")),
-                                        text_of(item.get("rationale"))))
+            verdicts.append(
+                AxisVerdict(axis, item.get("score"), text_of(item.get("quote")), text_of(item.get("rationale")))
+            )
     citations = data.get("citations")
     if citations is not None and not isinstance(citations, list):
         raise ValueError(f"'citations' is {type(citations).__name__}, not a list")
     for item in citations or []:
         if isinstance(item, dict):
-            verdicts.append(AxisVerdict(CITATION_CORRECTNESS, item.get("score"), text_of(item.get("quote")),
-                                        text_of(item.get("rationale")),
-                                        target=text_of(item.get("snippet_id") or item.get("source_id"))))
+            verdicts.append(
+                AxisVerdict(
+                    CITATION_CORRECTNESS,
+                    item.get("score"),
+                    text_of(item.get("quote")),
+                    text_of(item.get("rationale")),
+                    target=text_of(item.get("snippet_id") or item.get("source_id")),
+                )
+            )
     if not verdicts:
         raise ValueError("the reply has none of the expected axes")
     return verdicts
@@ -141,19 +155,31 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
 
 def verdict_json_schema() -> dict[str, Any]:
     """The JSON schema a structured-output judge is asked to follow."""
-    axis: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["quote", "rationale", "score"],
-            "properties": {"quote": {"type": "string"}, "rationale": {"type": "string"},
-                           "score": {"type": "integer", "enum": [0, 1, 2]}}}
-    return {
-        "type": "object", "additionalProperties": False,
-        "required": ["faithfulness", "answer_correctness", "citations"],
+    axis: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["quote", "rationale", "score"],
         "properties": {
-            "faithfulness": axis, "answer_correctness": axis,
-            "citations": {"type": "array", "items": {
-                "type": "object", "additionalProperties": False,
-                "required": ["snippet_id", "quote", "rationale", "score"],
-                "properties": {"snippet_id": {"type": "string"}, **axis["properties"]}}},
+            "quote": {"type": "string"},
+            "rationale": {"type": "string"},
+            "score": {"type": "integer", "enum": [0, 1, 2]},
         },
     }
-
-
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["faithfulness", "answer_correctness", "citations"],
+        "properties": {
+            "faithfulness": axis,
+            "answer_correctness": axis,
+            "citations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["snippet_id", "quote", "rationale", "score"],
+                    "properties": {"snippet_id": {"type": "string"}, **axis["properties"]},
+                },
+            },
+        },
+    }

@@ -11,7 +11,7 @@ Which judges stream (``judge_lanes``): one whose class says ``thread_safe = True
 judge, the slow one a real run has) takes one request per call on as many threads as its concurrency
 (``--judge-concurrency``). Any other judge is asked once, for every request, when scoring runs after the
 system has answered, as before: the offline judge takes microseconds a case, and a custom judge lives in
-a process of its own for one call, chunked, with its own deadlines (``qaeval.judges.usercode``); calling
+a process of its own for one call, chunked, with its own deadlines (``qaeval.boundary.clients``); calling
 either from several threads, or in batches whose make-up depends on timing, would buy nothing or make
 a misbehaving judge's outcome depend on timing. The stream then holds no thread and judges nothing.
 """
@@ -24,10 +24,19 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from qaeval.boundary.plugins import progress_bar
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.plugins import progress_bar
-from qaeval.scoring.judge import (JudgeClient, JudgeMemo, JudgeRequest, MemoEntry, call_judge, is_judged,
-                                  judge_config_of, judge_request, request_key)
+from qaeval.scoring.judge import (
+    JudgeClient,
+    JudgeMemo,
+    JudgeRequest,
+    MemoEntry,
+    call_judge,
+    is_judged,
+    judge_config_of,
+    judge_request,
+    request_key,
+)
 from qaeval.scoring.rubric import Rubric
 
 _STOP = object()
@@ -61,9 +70,15 @@ class JudgeStream:
     ``on_judged(key, request, response)`` is called (on a judging thread) for each response, for the
     journal. Anything a judge does wrong is contained as in scoring (``call_judge``)."""
 
-    def __init__(self, judge: JudgeClient, suite: Suite, *, memo: JudgeMemo | None = None,
-                 on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None = None,
-                 show_progress: bool | None = None) -> None:
+    def __init__(
+        self,
+        judge: JudgeClient,
+        suite: Suite,
+        *,
+        memo: JudgeMemo | None = None,
+        on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None = None,
+        show_progress: bool | None = None,
+    ) -> None:
         self.judge, self.suite, self.on_judged = judge, suite, on_judged
         self.rubric = Rubric.load(judge_config_of(judge).prompt_version)
         self.memo: JudgeMemo = memo if memo is not None else {}
@@ -75,12 +90,14 @@ class JudgeStream:
         self.threads = judge_lanes(judge)
         self._defers = callable(getattr(type(judge), "report_rejected", None))
         if self._defers:  # one warning for the run, not one per call (qaeval.judges.openai)
-            judge.defer_warnings = True  # type: ignore[attr-defined]
+            judge.defer_warnings = True  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked above
         self.sent = 0
         self._bar_cm = progress_bar(len(suite), desc="judge calls", enabled=show_progress)
         self._bar = self._bar_cm.__enter__()
-        self._workers = [threading.Thread(target=self._work, daemon=True, name=f"qaeval-judge-stream-{n}")
-                         for n in range(self.threads)]
+        self._workers = [
+            threading.Thread(target=self._work, daemon=True, name=f"qaeval-judge-stream-{n}")
+            for n in range(self.threads)
+        ]
         for w in self._workers:
             w.start()
 
@@ -137,10 +154,10 @@ class JudgeStream:
 
     def _report(self) -> None:
         if self._defers:
-            from qaeval.plugins import contained
+            from qaeval.boundary.plugins import contained
 
-            self.judge.defer_warnings = False  # type: ignore[attr-defined]
-            contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]
+            self.judge.defer_warnings = False  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
+            contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
 
     def abandon(self) -> None:
         """Stop without waiting (Ctrl-C): nothing queued is sent; a call in flight ends on its own thread."""

@@ -24,12 +24,13 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from qaeval.core.frames import is_missing
+from qaeval.core.text import normalize
 from qaeval.data.schema import MULTI_STEP, as_number
-from qaeval.frames import is_missing
-from qaeval.text import normalize
 
 if TYPE_CHECKING:
     import pandas as pd
+
 
 def describe_checkpoint(checkpoint: Mapping[str, Any]) -> str:
     kind = checkpoint["kind"]
@@ -82,8 +83,15 @@ def end_state_reached(gold_answer: str | None, out: Mapping[str, Any]) -> tuple[
     return ok, "gold answer in the answer" if ok else "gold answer not in the answer"
 
 
-TRAJECTORY_SCHEMA = {"case_id": "text", "step": "text", "kind": "text", "description": "text", "passed": "bool",
-                     "detail": "text", "success": "bool"}
+TRAJECTORY_SCHEMA = {
+    "case_id": "text",
+    "step": "text",
+    "kind": "text",
+    "description": "text",
+    "passed": "bool",
+    "detail": "text",
+    "success": "bool",
+}
 
 
 def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +110,7 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
     success       bool, the same on every row of a case: every step passed
     ============  ===========================================================
     """
-    from qaeval.frames import Rows, RowsByKey
+    from qaeval.core.frames import Rows, RowsByKey
 
     outs = RowsByKey(outputs)
     rows = Rows(TRAJECTORY_SCHEMA)
@@ -118,6 +126,13 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
             steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), held, why))
         success = all(s[3] for s in steps)
         for step, kind, desc, passed, det in steps:
-            rows.add(case_id=case.case_id, step=step, kind=kind, description=desc, passed=bool(passed), detail=det,
-                     success=success)
+            rows.add(
+                case_id=case.case_id,
+                step=step,
+                kind=kind,
+                description=desc,
+                passed=bool(passed),
+                detail=det,
+                success=success,
+            )
     return rows.frame()

@@ -33,7 +33,7 @@ import pandas as pd
 from qaeval.scoring.metrics import Metric, scoreboard_and_slices
 from qaeval.scoring.outcomes import FailReason
 
-RunResult = Any  # qaeval.scoring.evaluate.RunResult, which imports this module
+RunResult = Any  # qaeval.scoring.result.RunResult, which imports this module
 
 TRIAL_COLUMNS = {"trials": "int", "passes": "int", "pass_rate": "float", "flaky": "bool"}
 
@@ -57,10 +57,20 @@ def pass_at_k(passes: int, trials: int, k: int) -> float:
 def trial_metrics(k: int) -> tuple[Metric, ...]:
     """The two scoreboard rows a run of several trials adds (over cases, not gated, no drift band)."""
     return (
-        Metric("pass_hat_k", True, "cases", f"chance that all {k} trials of a case pass (pass^{k})",
-               lambda f: (math.nan, 0.0)),
-        Metric("pass_at_k", True, "cases", f"chance that at least one of {k} trials of a case passes (pass@{k})",
-               lambda f: (math.nan, 0.0)),
+        Metric(
+            "pass_hat_k",
+            True,
+            "cases",
+            f"chance that all {k} trials of a case pass (pass^{k})",
+            lambda f: (math.nan, 0.0),
+        ),
+        Metric(
+            "pass_at_k",
+            True,
+            "cases",
+            f"chance that at least one of {k} trials of a case passes (pass@{k})",
+            lambda f: (math.nan, 0.0),
+        ),
     )
 
 
@@ -72,15 +82,18 @@ def merged_reasons(reasons_by_trial: Sequence[Sequence[FailReason]]) -> list[Fai
         for r in reasons:
             seen.setdefault((r.code, r.message, r.name), []).append(trial)
     if len(reasons_by_trial) == 1:
-        return [FailReason(code, message, name) for code, message, name in seen]  # type: ignore[arg-type]
+        return [FailReason(code, message, name) for code, message, name in seen]  # type: ignore[arg-type]  # a reason's code came from a FailReason
     total = len(reasons_by_trial)
+
     def where(at: list[int]) -> str:
         if len(at) == total:
             return f"all {total} trials"
         return f"trial{'s' if len(at) > 1 else ''} {', '.join(map(str, at))} of {total}"
 
-    return [FailReason(code, f"{message} [{where(at)}]", name)  # type: ignore[arg-type]
-            for (code, message, name), at in seen.items()]
+    return [
+        FailReason(code, f"{message} [{where(at)}]", name)  # type: ignore[arg-type]  # a reason's code came from a FailReason
+        for (code, message, name), at in seen.items()
+    ]
 
 
 def add_trial_columns(per_case: pd.DataFrame) -> pd.DataFrame:
@@ -89,8 +102,15 @@ def add_trial_columns(per_case: pd.DataFrame) -> pd.DataFrame:
     return per_case.assign(trials=1, passes=passed.astype(int), pass_rate=passed.astype(float), flaky=False)
 
 
-def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k: int | None = None,
-                   skip_scoreboard: bool = False, trials: int | None = None, adaptive: bool = False) -> RunResult:
+def combine_trials(
+    runs: Sequence[RunResult],
+    *,
+    bootstrap_seed: int = 0,
+    pass_k: int | None = None,
+    skip_scoreboard: bool = False,
+    trials: int | None = None,
+    adaptive: bool = False,
+) -> RunResult:
     """One run from the trial runs of one suite: see the module's docstring. ``runs[0]`` is trial 0 and
     holds every case; a later trial's run may hold only some of them (``adaptive``: the cases one trial
     did not settle), so each case is counted over the trials it had. ``trials``: how many were asked
@@ -107,15 +127,21 @@ def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k
         for row in run.units.to_dict("records"):
             units[row["case_id"]].append(row)
     per_case = first.per_case.copy()
-    check_columns = [c for c in per_case.columns if per_case[c].dtype == bool and c != "abstained"
-                     and c not in TRIAL_COLUMNS]
+    check_columns = [
+        c for c in per_case.columns if per_case[c].dtype == bool and c != "abstained" and c not in TRIAL_COLUMNS
+    ]
     for column in check_columns:  # a check, deterministic_passed, case_passed, a registered check
         per_case[column] = [all(bool(r[column]) for r in rows[cid]) for cid in ids]
     if "trajectory_success" in per_case.columns:  # nullable: <NA> where the case is not multi-step
         per_case["trajectory_success"] = pd.array(
-            [None if pd.isna(rows[cid][0]["trajectory_success"]) else
-             all(bool(r["trajectory_success"]) for r in rows[cid] if not pd.isna(r["trajectory_success"]))
-             for cid in ids], dtype="boolean")
+            [
+                None
+                if pd.isna(rows[cid][0]["trajectory_success"])
+                else all(bool(r["trajectory_success"]) for r in rows[cid] if not pd.isna(r["trajectory_success"]))
+                for cid in ids
+            ],
+            dtype="boolean",
+        )
     passes = [sum(bool(r["case_passed"]) for r in rows[cid]) for cid in ids]
     counts = [len(rows[cid]) for cid in ids]
     per_case["fail_reasons"] = [merged_reasons([r["fail_reasons"] for r in rows[cid]]) for cid in ids]
@@ -136,9 +162,15 @@ def combine_trials(runs: Sequence[RunResult], *, bootstrap_seed: int = 0, pass_k
         mean_units["pass_at_k__num"] = [0.0 if math.isnan(v) else v for v in at]
         mean_units["pass_hat_k__den"] = mean_units["pass_at_k__den"] = [0.0 if math.isnan(v) else 1.0 for v in hat]
         metrics = metrics + trial_metrics(k)
-    combined = replace(first, per_case=per_case, units=mean_units, trial_runs=tuple(runs) if k_trials > 1 else (),
-                       meta=replace(first.meta, trials=k_trials, pass_k=k if k_trials > 1 else None,
-                                    adaptive=adaptive and k_trials > 1))
+    combined = replace(
+        first,
+        per_case=per_case,
+        units=mean_units,
+        trial_runs=tuple(runs) if k_trials > 1 else (),
+        meta=replace(
+            first.meta, trials=k_trials, pass_k=k if k_trials > 1 else None, adaptive=adaptive and k_trials > 1
+        ),
+    )
     if skip_scoreboard:
         return combined
     board, slices = scoreboard_and_slices(mean_units, per_case, seed=bootstrap_seed, metrics=metrics)

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qaeval.errors import UsageError, describe
+from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError
+from qaeval.boundary.process import UserProcess, child_launch
+from qaeval.boundary.worker import build_adapter, call_factory, is_adapter_object, is_factory
+from qaeval.core.errors import UsageError, describe
 from qaeval.system.contract import output_row, validate_plain
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, child_launch
-from qaeval.system.worker import build_adapter, call_factory, is_adapter_object, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
@@ -44,23 +45,27 @@ def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> A
         return AdapterSpec(adapter, {"name": adapter}, lambda: build_adapter({"name": adapter}, corpus), corpus)
     if is_factory(adapter):  # a class too: its answer is a function that wants an instance
         label = f"{adapter_label(adapter)} (a factory)"
-        build_here: Callable[[], Any] = lambda: build_adapter_from(adapter, corpus)  # noqa: E731
+        build_here: Callable[[], Any] = lambda: build_adapter_from(adapter, corpus)  # noqa: E731  (the two ways to build, side by side)
     elif is_adapter_object(adapter):
         label = f"{adapter_label(adapter)} (an object)"
-        build_here = lambda: adapter  # noqa: E731
+        build_here = lambda: adapter  # noqa: E731  (the two ways to build, side by side)
     else:
-        raise UsageError(f"adapter must be a module:factory name, a zero-argument factory or an object with "
-                         f"answer(case); got {type(adapter).__name__}")
+        raise UsageError(
+            f"adapter must be a module:factory name, a zero-argument factory or an object with "
+            f"answer(case); got {type(adapter).__name__}"
+        )
     wire: dict[str, str] = {}
     if ship:
         import cloudpickle
 
         try:
             blob = cloudpickle.dumps(adapter)
-        except Exception as exc:  # noqa: BLE001
-            raise UsageError(f"the adapter cannot be shipped to worker processes ({describe(exc)}); build it in "
-                             "the worker from a module:factory name or a zero-argument factory, or pass "
-                             "isolation='none' to run it in this process") from None
+        except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
+            raise UsageError(
+                f"the adapter cannot be shipped to worker processes ({describe(exc)}); build it in "
+                "the worker from a module:factory name or a zero-argument factory, or pass "
+                "isolation='none' to run it in this process"
+            ) from None
         wire = {"pickle": base64.b64encode(blob).decode()}
     return AdapterSpec(label, wire, build_here, corpus)
 
@@ -119,11 +124,11 @@ def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = LOG_LIM
 @dataclass(frozen=True)
 class Limits:
     """What one case may take and send back. ``timeout``: seconds per case; ``startup``: seconds for a
-    worker to build the adapter; ``frame``: bytes in one reply; ``logs``: characters of output kept."""
+    worker to build the adapter; ``message``: bytes in one reply; ``logs``: characters of output kept."""
 
     timeout: float = 60.0
     startup: float = DEFAULT_STARTUP_TIMEOUT
-    frame: int = DEFAULT_FRAME_LIMIT
+    message: int = DEFAULT_MESSAGE_LIMIT
     logs: int = LOG_LIMIT
 
 
@@ -132,24 +137,22 @@ def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
     return child_launch(data_dir)
 
 
-def spawn_worker(env: Mapping[str, str], frame_limit: int) -> UserProcess:
+def spawn_worker(env: Mapping[str, str], message_limit: int) -> UserProcess:
     """A worker interpreter that has started and waits for its setup (no user code runs before it)."""
     try:
-        return UserProcess("qaeval.system.worker", env=env, limit=frame_limit, what="the adapter's worker")
+        return UserProcess("qaeval.boundary.worker", env=env, limit=message_limit, what="the adapter's worker")
     except OSError as exc:
         raise UsageError(str(exc)) from None
 
 
 def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
     """A new worker building the adapter."""
-    proc = spawn_worker(env, limits.frame)
-    setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "frame_limit": limits.frame}
+    proc = spawn_worker(env, limits.message)
+    setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "message_limit": limits.message}
     if spec.corpus is not None:  # a link (or copy) in the worker's own scratch folder: no data folder path
         setup["corpus"] = str(spec.corpus.export(proc.scratch))
     try:
         proc.channel.send({"setup": setup}, time.monotonic() + limits.startup)
-    except FrameError:
+    except MessageError:
         pass  # it died already, or does not read: its start-up deadline or its closed socket says so
     return proc
-
-

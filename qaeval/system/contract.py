@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from qaeval.core.text import not_unicode
 from qaeval.data.cases import GoldenCase, Source
 from qaeval.data.corpus import MAX_PASSAGE_CHARS, Passage
-from qaeval.text import not_unicode
 
 
 class Citation:
@@ -121,7 +121,10 @@ class CaseView:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CaseView) and (self._id, self._question, self._sources) == (
-            other._id, other._question, other._sources)
+            other._id,
+            other._question,
+            other._sources,
+        )
 
     def __hash__(self) -> int:
         return hash((self._id, self._question))
@@ -183,7 +186,11 @@ def output_to_plain(output: Any) -> dict[str, Any]:
         if isinstance(value, str):
             return str.encode(value, "utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
         if isinstance(value, int):
-            return int.__int__(value) if abs(int.__int__(value)) < 10**300 else {"__type__": "an integer too large to compare"}
+            return (
+                int.__int__(value)
+                if abs(int.__int__(value)) < 10**300
+                else {"__type__": "an integer too large to compare"}
+            )
         if isinstance(value, float):
             value = float.__float__(value)
             return value if math.isfinite(value) else {"__type__": f"non-finite float {value!r}"}
@@ -195,16 +202,33 @@ def output_to_plain(output: Any) -> dict[str, Any]:
             return {"__type__": type(value).__name__, "items": [plain(v) for v in value]}
         return {"__type__": type(value).__name__}
 
-    return {name: plain(getattr(output, name, None)) for name in (
-        "answer", "citations", "retrieved_ids", "passages", "abstained", "model_was_called", "prompt_to_model",
-        "computed_aggregate")}
+    return {
+        name: plain(getattr(output, name, None))
+        for name in (
+            "answer",
+            "citations",
+            "retrieved_ids",
+            "passages",
+            "abstained",
+            "model_was_called",
+            "prompt_to_model",
+            "computed_aggregate",
+        )
+    }
 
 
 def _type_name(value: Any) -> str:
     if isinstance(value, dict) and "__type__" in value:
         return str(value["__type__"])
-    return {type(None): "NoneType", dict: "dict", list: "list", str: "str", bool: "bool", int: "int",
-            float: "float"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "NoneType",
+        dict: "dict",
+        list: "list",
+        str: "str",
+        bool: "bool",
+        int: "int",
+        float: "float",
+    }.get(type(value), type(value).__name__)
 
 
 def _items(value: Any, kind: str) -> list[Any] | None:
@@ -233,15 +257,28 @@ def validate_plain(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
         problems += _abstention_problems(answer, citations)
     prompt, agg = data.get("prompt_to_model"), data.get("computed_aggregate")
     if not problems:
-        texts = [answer, prompt, agg, *retrieved, *(v for c in citations for v in c.values()),
-                 *(v for p in passages for v in p.values())]
+        texts = [
+            answer,
+            prompt,
+            agg,
+            *retrieved,
+            *(v for c in citations for v in c.values()),
+            *(v for p in passages for v in p.values()),
+        ]
         if any(not_unicode(t) for t in texts):
             problems.append("a string in the output is not valid Unicode text (an unpaired surrogate)")
     if problems:
         return None, problems
-    return dict(answer=answer, citations=citations, retrieved_ids=retrieved, passages=passages,
-                abstained=data["abstained"], model_was_called=data["model_was_called"], prompt_to_model=prompt,
-                computed_aggregate=agg), []
+    return dict(
+        answer=answer,
+        citations=citations,
+        retrieved_ids=retrieved,
+        passages=passages,
+        abstained=data["abstained"],
+        model_was_called=data["model_was_called"],
+        prompt_to_model=prompt,
+        computed_aggregate=agg,
+    ), []
 
 
 def _answer_problems(answer: Any) -> list[str]:
@@ -293,14 +330,19 @@ def _retrieved(value: Any, passages: list[dict[str, Any]]) -> tuple[list[str], l
     if passages and not retrieved:
         return [p["id"] for p in passages], []
     if passages and retrieved != [p["id"] for p in passages]:
-        return [], ["retrieved_ids and passages disagree (passages are the ranking with its text: "
-                    "give the same ids in the same order, or passages alone)"]
+        return [], [
+            "retrieved_ids and passages disagree (passages are the ranking with its text: "
+            "give the same ids in the same order, or passages alone)"
+        ]
     return retrieved, []
 
 
 def _scalar_problems(data: dict[str, Any]) -> list[str]:
-    problems = [f"{flag} is {_type_name(data.get(flag))}, not bool"
-                for flag in ("abstained", "model_was_called") if not isinstance(data.get(flag), bool)]
+    problems = [
+        f"{flag} is {_type_name(data.get(flag))}, not bool"
+        for flag in ("abstained", "model_was_called")
+        if not isinstance(data.get(flag), bool)
+    ]
     prompt = data.get("prompt_to_model")
     if prompt is not None and not isinstance(prompt, str):
         problems.append(f"prompt_to_model is {_type_name(prompt)}, not a str or None")
@@ -310,8 +352,10 @@ def _scalar_problems(data: dict[str, Any]) -> list[str]:
     if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float, str))):
         problems.append(f"computed_aggregate is {_type_name(agg)}, not a number, a str or None")
     elif isinstance(agg, int) and not abs(agg) < 2**63:  # a record keeps 64-bit whole numbers
-        problems.append(f"computed_aggregate is a whole number of {agg.bit_length()} bits, out of range (a record "
-                        "keeps 64-bit whole numbers; give a float or a str)")
+        problems.append(
+            f"computed_aggregate is a whole number of {agg.bit_length()} bits, out of range (a record "
+            "keeps 64-bit whole numbers; give a float or a str)"
+        )
     return problems
 
 
@@ -353,8 +397,10 @@ def _passages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
     problems = [why for i, item in enumerate(items) if (why := _passage_problem(i, item))]
     if problems:
         return [], problems
-    passages = [{"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
-                for p in items]
+    passages = [
+        {"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
+        for p in items
+    ]
     ids = [p["id"] for p in passages]
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1) if len(set(ids)) < len(ids) else []
     if dupes:
@@ -380,19 +426,37 @@ def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: 
 
 
 OUTPUT_SCHEMA = {
-    "case_id": "text", "answer": "text", "citations": "object", "retrieved_ids": "object", "passages": "object",
+    "case_id": "text",
+    "answer": "text",
+    "citations": "object",
+    "retrieved_ids": "object",
+    "passages": "object",
     "abstained": "bool",
-    "model_was_called": "bool", "prompt_to_model": "text", "computed_aggregate": "object", "error": "text",
-    "latency_s": "float", "logs": "text", "output_fingerprint": "text",
+    "model_was_called": "bool",
+    "prompt_to_model": "text",
+    "computed_aggregate": "object",
+    "error": "text",
+    "latency_s": "float",
+    "logs": "text",
+    "output_fingerprint": "text",
 }
 
 
-def output_row(case_id: str, fields: dict[str, Any] | None, error: str | None, latency: float,
-               logs: str = "") -> dict[str, Any]:
+def output_row(
+    case_id: str, fields: dict[str, Any] | None, error: str | None, latency: float, logs: str = ""
+) -> dict[str, Any]:
     """One row of the outputs frame: a well-formed output, or a failed case with its reason."""
     if fields is None or error is not None:
-        fields = dict(answer="", citations=[], retrieved_ids=[], passages=[], abstained=False, model_was_called=False,
-                      prompt_to_model=None, computed_aggregate=None)
+        fields = dict(
+            answer="",
+            citations=[],
+            retrieved_ids=[],
+            passages=[],
+            abstained=False,
+            model_was_called=False,
+            prompt_to_model=None,
+            computed_aggregate=None,
+        )
         error = error or "no output"
     row = dict(case_id=case_id, **fields, error=error, latency_s=float(latency), logs=logs)
     row["output_fingerprint"] = output_fingerprint(row["answer"], row["citations"], row["abstained"], error)

@@ -41,8 +41,14 @@ class FlakyHub(ReferenceHub):
         if draw < self.refuse:
             return SUTOutput(abstained=True, model_was_called=True, retrieved_ids=ids, prompt_to_model=prompt)
         quoted = retrieved[1] if draw < self.refuse + self.second and len(retrieved) > 1 else retrieved[0]
-        return SUTOutput(answer=quoted.text, citations=[Citation(quoted.id, quoted.text)], retrieved_ids=ids,
-                         abstained=False, model_was_called=True, prompt_to_model=prompt)
+        return SUTOutput(
+            answer=quoted.text,
+            citations=[Citation(quoted.id, quoted.text)],
+            retrieved_ids=ids,
+            abstained=False,
+            model_was_called=True,
+            prompt_to_model=prompt,
+        )
 
 
 def make_adapter() -> FlakyHub:

@@ -12,12 +12,11 @@ import threading
 import time
 from typing import Any
 
+from qaeval.boundary.worker import Caller, answer_one, with_traceback
+from qaeval.core.errors import UsageError, describe
 from qaeval.data.cases import Suite
-from qaeval.errors import UsageError, describe
 from qaeval.system.calls import LOG_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
-from qaeval.system.worker import Caller, answer_one, with_traceback
-
 
 
 class _ThreadOutput(io.TextIOBase):
@@ -41,7 +40,7 @@ class _ThreadOutput(io.TextIOBase):
         return bool(getattr(self.real, "isatty", lambda: False)())
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # a read-only property over the real stream's
         return getattr(self.real, "encoding", "utf-8")
 
 
@@ -50,7 +49,7 @@ def _build(spec: AdapterSpec) -> Any:
         adapter = spec.build_here()
     except UsageError:
         raise
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise UsageError(f"adapter {spec.label}: the factory {describe(exc)}") from None
@@ -99,8 +98,15 @@ class _ThreadRun:
         now = time.perf_counter()
         for i, (case_id, t0) in list(self.started.items()):
             if i not in self.recorded and now - t0 >= self.timeout:
-                self.record(i, output_row(case_id, None, f"timed out after {self.timeout:g} s (isolation none: its "
-                                          "thread was abandoned, not stopped)", now - t0))
+                self.record(
+                    i,
+                    output_row(
+                        case_id,
+                        None,
+                        f"timed out after {self.timeout:g} s (isolation none: its thread was abandoned, not stopped)",
+                        now - t0,
+                    ),
+                )
                 self.spawn()  # the stuck thread keeps its slot busy; add one in its place
 
     def go(self, concurrency: int) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.frames import frame
 from qaeval.data.cases import Suite
 from qaeval.data.labels import read_labelled_set
 from qaeval.data.schema import LABEL_SCHEMA
-from qaeval.errors import DatasetError, Problem
-from qaeval.frames import frame
 from qaeval.system.contract import OUTPUT_SCHEMA, output_row, validate_plain
 
 if TYPE_CHECKING:
@@ -34,9 +34,21 @@ def load_labelled_set(path: str | Path) -> tuple[Suite, pd.DataFrame, pd.DataFra
             continue
         row = output_row(case.id, fields, None, 0.0)
         outputs.append(row)
-        labels += [dict(case_id=case.id, axis=axis, human=int(item["score"]), reason=item.get("reason") or "",
-                        output_fingerprint=row["output_fingerprint"], line=case.line)
-                   for axis, item in line.labels.items()]
+        labels += [
+            dict(
+                case_id=case.id,
+                axis=axis,
+                human=int(item["score"]),
+                reason=item.get("reason") or "",
+                output_fingerprint=row["output_fingerprint"],
+                line=case.line,
+            )
+            for axis, item in line.labels.items()
+        ]
     if problems:
         raise DatasetError(problems)
-    return Suite(tuple(line.case for line in lines), str(path)), frame(outputs, OUTPUT_SCHEMA), frame(labels, LABEL_SCHEMA)
+    return (
+        Suite(tuple(line.case for line in lines), str(path)),
+        frame(outputs, OUTPUT_SCHEMA),
+        frame(labels, LABEL_SCHEMA),
+    )

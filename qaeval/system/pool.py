@@ -4,12 +4,12 @@
 order, whatever order they finished in. Three ways to carry the calls:
 
 isolation="process" (the default), here
-    ``concurrency`` worker processes, each a fresh interpreter (``qaeval.system.worker``) that builds
+    ``concurrency`` worker processes, each a fresh interpreter (``qaeval.boundary.worker``) that builds
     the adapter once and answers the cases it is handed. A worker is sent only what the system may
     see (an opaque id, the question, the sources); every label stays in this process. Its argv names
     no data, its environment loses every variable that names the data folder as a path, its working
-    directory is a private scratch folder (``qaeval.system.process``). Replies come back as
-    length-prefixed JSON frames, read without blocking, each under its case's deadline, each naming
+    directory is a private scratch folder (``qaeval.boundary.process``). Replies come back as
+    length-prefixed JSON messages, read without blocking, each under its case's deadline, each naming
     the case it answers, and are validated here; nothing from a worker is ever unpickled. A worker
     that does not build the adapter within ``startup_timeout`` is stopped; a case past ``timeout`` has
     its worker killed (with its process group) and replaced; a worker that raises, exits
@@ -43,26 +43,34 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.boundary.hardening import harness_guard
+from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError, encode_case, parse
+from qaeval.boundary.plugins import progress_bar
+from qaeval.boundary.process import UserProcess, stopped_because
+from qaeval.core.errors import UsageError
+from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.errors import UsageError
-from qaeval.frames import frame
-from qaeval.plugins import progress_bar
 from qaeval.system.calls import (
-    DEFAULT_STARTUP_TIMEOUT, ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env,
+    DEFAULT_STARTUP_TIMEOUT,
+    ERROR_LIMIT,
+    AdapterSpec,
+    Done,
+    Limits,
     adapter_spec,
+    reply_row,
+    start_worker,
+    worker_env,
 )
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
-from qaeval.system.hardening import harness_guard
-from qaeval.system.process import DEFAULT_FRAME_LIMIT, FrameError, UserProcess, encode_case, parse, stopped_because
 from qaeval.system.remote import run_on_executor
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never
 # waits for this process to read a reply and send more: with 4 workers on 2 cores that wait was about a
-# third of the time the system took on 10,000 short cases. Only for a frame of at most PREFETCH_BYTES and
+# third of the time the system took on 10,000 short cases. Only for a message of at most PREFETCH_BYTES and
 # a quarter of the socket's send buffer (Channel.room), so a send to a worker that is still busy never
-# blocks: the frame it is on, if it has not read it, and the queued one always fit.
+# blocks: the message it is on, if it has not read it, and the queued one always fit.
 PREFETCH_BYTES = 65_536
 # How often the loop asks whether a worker's process has ended (a waitpid per worker). A worker that
 # exits closes its socket, which wakes the wait at once; this catches one whose socket a descendant holds.
@@ -127,8 +135,10 @@ class _PoolRun:
                 self.dispatch()
                 if not self.workers:  # no worker could be started: the cases left cannot be answered
                     if not self.ever_ready:  # not one ever built the adapter: refused, as a factory that raises
-                        raise UsageError(f"adapter {self.pool.spec.label} did not start: "
-                                         f"{self.last_start_error or 'no reason given'}")
+                        raise UsageError(
+                            f"adapter {self.pool.spec.label} did not start: "
+                            f"{self.last_start_error or 'no reason given'}"
+                        )
                     self.fail_undispatched()
                     return
                 self.wait()
@@ -171,7 +181,7 @@ class _PoolRun:
                 self.read(w)
         deadline = time.monotonic() + STOP_GRACE
         for w in self.workers:
-            with contextlib.suppress(FrameError):
+            with contextlib.suppress(MessageError):
                 w.proc.channel.send({"stop": True}, time.monotonic() + 0.1)
         for w in self.workers:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -225,8 +235,8 @@ class _PoolRun:
         self.undispatched -= 1
 
     def send(self, w: _Worker, frame: bytes, deadline: float) -> None:
-        with contextlib.suppress(FrameError):  # a worker that has gone or stopped reading: see expire()
-            w.proc.channel.send_frame(frame, deadline)
+        with contextlib.suppress(MessageError):  # a worker that has gone or stopped reading: see expire()
+            w.proc.channel.send_message(frame, deadline)
 
     def begin(self, w: _Worker, index: int, case: GoldenCase, opaque: str) -> None:
         """The worker is now on this case: its clock and its deadline start (for a queued case: when this
@@ -269,13 +279,13 @@ class _PoolRun:
     def read(self, w: _Worker) -> None:
         try:
             frames = w.proc.channel.pump()
-        except FrameError as exc:
+        except MessageError as exc:
             self.broken(w, str(exc), closed=exc.closed)
             return
         for raw in frames:
             try:
                 message = parse(raw, what="the worker")
-            except FrameError as exc:
+            except MessageError as exc:
                 self.retire(w, f"{exc} (it was stopped)")
                 return
             self.handle(w, message)
@@ -324,8 +334,10 @@ class _PoolRun:
             if w.state == "busy":
                 self.retire(w, f"timed out after {self.limits.timeout:g} s (its worker was stopped and replaced)")
             elif not self.ever_ready:
-                raise UsageError(f"adapter {self.pool.spec.label} did not start: its factory had not returned "
-                                 f"after {self.limits.startup:g} s (--startup-timeout), so its worker was stopped")
+                raise UsageError(
+                    f"adapter {self.pool.spec.label} did not start: its factory had not returned "
+                    f"after {self.limits.startup:g} s (--startup-timeout), so its worker was stopped"
+                )
             else:
                 self.retire(w, f"a replacement worker did not start within {self.limits.startup:g} s")
         if now < self.next_exit_check:  # a worker that exits closes its socket, which wakes the wait anyway
@@ -340,11 +352,20 @@ class _PoolRun:
 # --------------------------------------------------------------------------- the runner
 
 
-def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency: int = 4,
-              isolation: str = "process", executor: cf.Executor | None = None,
-              show_progress: bool | None = None, data_dir: str | None = None,
-              startup_timeout: float = DEFAULT_STARTUP_TIMEOUT, max_reply_bytes: int = DEFAULT_FRAME_LIMIT,
-              on_output: Callable[[int, dict[str, Any]], None] | None = None) -> pd.DataFrame:
+def run_suite(
+    suite: Suite,
+    adapter: Any,
+    *,
+    timeout: float = 60.0,
+    concurrency: int = 4,
+    isolation: str = "process",
+    executor: cf.Executor | None = None,
+    show_progress: bool | None = None,
+    data_dir: str | None = None,
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+    max_reply_bytes: int = DEFAULT_MESSAGE_LIMIT,
+    on_output: Callable[[int, dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
     """Ask the adapter for every case of the suite.
 
     ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. A worker that
@@ -377,9 +398,10 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
     if executor is not None and isolation == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation='none'")
     spec = adapter_spec(adapter, ship=isolation == "process", corpus=suite.corpus)
-    limits = Limits(timeout=timeout, startup=startup_timeout, frame=max_reply_bytes)
+    limits = Limits(timeout=timeout, startup=startup_timeout, message=max_reply_bytes)
     rows: list[dict[str, Any] | None] = [None] * len(suite)
     with progress_bar(len(suite), desc="cases", enabled=show_progress) as bar:
+
         def done(index: int, row: dict[str, Any]) -> None:
             if rows[index] is None:
                 bar.update()
@@ -390,11 +412,12 @@ def run_suite(suite: Suite, adapter: Any, *, timeout: float = 60.0, concurrency:
         if executor is not None:
             run_on_executor(executor, spec, suite, concurrency=concurrency, limits=limits, done=done)
         elif isolation == "process":
-            ProcessPool(spec, size=concurrency, limits=limits,
-                        data_dir=data_dir if data_dir is not None else suite.root).run(suite, done)
+            ProcessPool(
+                spec, size=concurrency, limits=limits, data_dir=data_dir if data_dir is not None else suite.root
+            ).run(suite, done)
         else:
             run_in_process(spec, suite, concurrency=concurrency, timeout=timeout, done=done)
     missing = [c.id for c, r in zip(suite.cases, rows) if r is None]
     if missing:  # pragma: no cover  (every path above answers every case)
         raise RuntimeError(f"no result for {len(missing)} case(s), first {missing[0]}")
-    return frame(rows, OUTPUT_SCHEMA)  # type: ignore[arg-type]
+    return frame(rows, OUTPUT_SCHEMA)  # type: ignore[arg-type]  # no row is None past the check above

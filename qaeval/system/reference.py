@@ -24,10 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.text import distinct_terms, term_set
 from qaeval.data.cases import Source
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.text import distinct_terms, term_set
 
 RELEVANCE_FLOOR = 0.5
 TOP_K = 5
@@ -78,8 +78,14 @@ def build_prompt(question: str, passages: list[Source] | list[Passage]) -> str:
 class ReferenceHub:
     """Lexical retrieval with a relevance floor, then a verbatim quote of the best source."""
 
-    def __init__(self, *, floor: float = RELEVANCE_FLOOR, top_k: int = TOP_K, corpus: Corpus | None = None,
-                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        floor: float = RELEVANCE_FLOOR,
+        top_k: int = TOP_K,
+        corpus: Corpus | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         from qaeval.system.retriever import CorpusRetriever
 
         self.floor = floor

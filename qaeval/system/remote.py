@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from qaeval.boundary.messages import MessageError, encode_case, parse
+from qaeval.boundary.process import UserProcess, stopped_because
+from qaeval.core.errors import UsageError, describe, install_extra
 from qaeval.data.cases import Suite
-from qaeval.errors import UsageError, describe, install_extra
 from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
-from qaeval.system.process import FrameError, UserProcess, encode_case, parse, stopped_because
 
 
 class RemoteWorkers:
@@ -67,11 +68,16 @@ class RemoteWorkers:
         spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
         proc = start_worker(spec, env, sys_path, limits)
         try:
-            ready = parse(proc.channel.receive(time.monotonic() + limits.startup,
-                                               ended=lambda: proc.popen.poll() is not None), what="the worker")
-        except FrameError as exc:
-            why = (f"did not start within {limits.startup:g} s (--startup-timeout)" if exc.timed_out
-                   else stopped_because(proc, str(exc), closed=exc.closed, starting=True))
+            ready = parse(
+                proc.channel.receive(time.monotonic() + limits.startup, ended=lambda: proc.popen.poll() is not None),
+                what="the worker",
+            )
+        except MessageError as exc:
+            why = (
+                f"did not start within {limits.startup:g} s (--startup-timeout)"
+                if exc.timed_out
+                else stopped_because(proc, str(exc), closed=exc.closed, starting=True)
+            )
             proc.kill()
             proc.reap(0.5)
             proc.close()
@@ -84,24 +90,34 @@ class RemoteWorkers:
         proc.started()
         return proc
 
-    def ask(self, spec_json: str, payload: list[Any], *, timeout: float, startup_timeout: float,
-            frame_limit: int) -> str:
-        limits = Limits(timeout=timeout, startup=startup_timeout, frame=frame_limit)
+    def ask(
+        self, spec_json: str, payload: list[Any], *, timeout: float, startup_timeout: float, message_limit: int
+    ) -> str:
+        limits = Limits(timeout=timeout, startup=startup_timeout, message=message_limit)
         proc = self._take(spec_json, limits)
         if isinstance(proc, tuple):  # said apart, so the harness can refuse an adapter that never starts
             why, usage = proc
-            return json.dumps({"id": payload[0], "error": f"adapter could not start: {why}",
-                               "not_started": {"why": why, "usage": usage}})
+            return json.dumps(
+                {
+                    "id": payload[0],
+                    "error": f"adapter could not start: {why}",
+                    "not_started": {"why": why, "usage": usage},
+                }
+            )
         deadline = time.monotonic() + timeout
         try:
-            proc.channel.send_frame(encode_case(_as_payload(payload)), deadline)
-            reply = parse(proc.channel.receive(deadline, ended=lambda: proc.popen.poll() is not None),
-                          what="the worker")
+            proc.channel.send_message(encode_case(_as_payload(payload)), deadline)
+            reply = parse(
+                proc.channel.receive(deadline, ended=lambda: proc.popen.poll() is not None), what="the worker"
+            )
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
-                raise FrameError("the worker sent a reply for another case")
-        except FrameError as exc:
-            why = (f"timed out after {timeout:g} s (its worker was stopped)" if exc.timed_out
-                   else stopped_because(proc, str(exc), closed=exc.closed, starting=False))
+                raise MessageError("the worker sent a reply for another case")
+        except MessageError as exc:
+            why = (
+                f"timed out after {timeout:g} s (its worker was stopped)"
+                if exc.timed_out
+                else stopped_because(proc, str(exc), closed=exc.closed, starting=False)
+            )
             proc.kill()
             proc.reap(0.5)
             proc.close()
@@ -117,16 +133,20 @@ def _as_payload(sent: list[Any]) -> Any:
     return opaque, question, tuple(tuple(source) for source in sources)
 
 
-def answer_remote(spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, frame_limit: int) -> str:
+def answer_remote(
+    spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, message_limit: int
+) -> str:
     """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
     started from there (``RemoteWorkers``), never in the executor's process, so it cannot touch what the
     executor sends back. Returns the reply as JSON text."""
-    return RemoteWorkers.shared().ask(spec_json, payload, timeout=timeout, startup_timeout=startup_timeout,
-                                      frame_limit=frame_limit)
+    return RemoteWorkers.shared().ask(
+        spec_json, payload, timeout=timeout, startup_timeout=startup_timeout, message_limit=message_limit
+    )
 
 
-def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int,
-                     limits: Limits, done: Done) -> None:
+def run_on_executor(
+    executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int, limits: Limits, done: Done
+) -> None:
     spec_json = json.dumps(spec.wire)
     pending: Iterator[tuple[int, Any]] = iter(enumerate(suite.cases))
     in_flight: dict[cf.Future[Any], tuple[int, str, str, float]] = {}
@@ -147,8 +167,9 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
             index, case = item
             payload = make_payload(case)
             try:
-                future = executor.submit(answer_remote, spec_json, list(payload), limits.timeout, limits.startup,
-                                         limits.frame)
+                future = executor.submit(
+                    answer_remote, spec_json, list(payload), limits.timeout, limits.startup, limits.message
+                )
             except Exception as exc:  # noqa: BLE001  (a shut-down or broken executor)
                 done(index, output_row(case.id, None, f"the executor refused the call: {describe(exc)}", 0.0))
                 continue
@@ -156,13 +177,15 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
         if not in_flight:
             if doubt is not None:
                 why, usage = doubt
-                raise UsageError(f"{why} (on the executor's workers)" if usage else
-                                 f"adapter {spec.label} could not start on the executor's workers: {why}")
+                raise UsageError(
+                    f"{why} (on the executor's workers)"
+                    if usage
+                    else f"adapter {spec.label} could not start on the executor's workers: {why}"
+                )
             return
         now = time.perf_counter()
         first_deadline = min(t for *_, t in in_flight.values()) + backstop
-        finished, _ = cf.wait(list(in_flight), timeout=max(0.0, first_deadline - now),
-                              return_when=cf.FIRST_COMPLETED)
+        finished, _ = cf.wait(list(in_flight), timeout=max(0.0, first_deadline - now), return_when=cf.FIRST_COMPLETED)
         for future in finished:
             index, case_id, opaque, sent = in_flight.pop(future)
             row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits)
@@ -176,33 +199,45 @@ def run_on_executor(executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, c
             if now - sent >= backstop:
                 future.cancel()
                 del in_flight[future]
-                done(index, output_row(case_id, None, f"the executor did not return the call within {backstop:g} s "
-                                       "(it was abandoned)", now - sent))
+                done(
+                    index,
+                    output_row(
+                        case_id,
+                        None,
+                        f"the executor did not return the call within {backstop:g} s (it was abandoned)",
+                        now - sent,
+                    ),
+                )
 
 
-def _executor_row(future: cf.Future[Any], case_id: str, opaque: str, latency: float,
-                  limits: Limits) -> tuple[dict[str, Any], tuple[str, bool] | bool | None]:
+def _executor_row(
+    future: cf.Future[Any], case_id: str, opaque: str, latency: float, limits: Limits
+) -> tuple[dict[str, Any], tuple[str, bool] | bool | None]:
     """The reply an executor returned (JSON text written by qaeval on the executor's side, checked like a
     socket reply) as an outputs row, and (why, whether a usage error) when it says the adapter could not
     start there, else False (None: no reply came back to say either way)."""
     try:
         text = future.result()
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency), None
-    if not isinstance(text, str) or len(text) > limits.frame:
-        return output_row(case_id, None, "the executor returned something that is not a reply within the limits",
-                          latency), None
+    if not isinstance(text, str) or len(text) > limits.message:
+        return output_row(
+            case_id, None, "the executor returned something that is not a reply within the limits", latency
+        ), None
     try:
         reply = parse(text.encode("utf-8", "surrogatepass"), what="the executor")
-    except FrameError as exc:
+    except MessageError as exc:
         return output_row(case_id, None, str(exc), latency), None
     if not isinstance(reply, dict) or reply.get("id") != opaque:
         return output_row(case_id, None, "the executor returned a reply for another case", latency), None
     found = reply.get("not_started")
-    not_started = (found["why"], found["usage"]) if (
-        isinstance(found, dict) and isinstance(found.get("why"), str) and isinstance(found.get("usage"), bool)) else False
+    not_started = (
+        (found["why"], found["usage"])
+        if (isinstance(found, dict) and isinstance(found.get("why"), str) and isinstance(found.get("usage"), bool))
+        else False
+    )
     return reply_row(case_id, reply, latency, limits.logs), not_started
 
 
@@ -216,8 +251,6 @@ def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
         raise UsageError(f"--executor dask:// needs the distributed package: {install_extra('dask')}") from None
     try:
         client = Client("tcp://" + url.removeprefix("dask://"), timeout="10s")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001  (whatever the client raises means the scheduler cannot be reached)
         raise UsageError(f"cannot reach the Dask scheduler at {url}: {describe(exc)}") from None
     return client.get_executor(), client.close
-
-

@@ -41,14 +41,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from qaeval.core.errors import FileAccessError
+from qaeval.core.text import STOPWORDS, content_terms, tokens
 from qaeval.data.corpus import Corpus, Passage
-from qaeval.errors import FileAccessError
-from qaeval.text import STOPWORDS, content_terms, tokens
 
 try:  # POSIX advisory locks; elsewhere concurrent builders may each build (the rename stays atomic)
     import fcntl
 except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no POSIX locks on this platform
 
 SCHEMA = "1"
 CANDIDATES = 4  # with a floor, BM25 proposes CANDIDATES * k passages for the k that clear it
@@ -69,8 +69,11 @@ def coverage(question: str, passage: Passage) -> float:
 
 def question_words(question: str) -> list[str]:
     """The question's words as qaeval tokenizes them (stopwords dropped, each once, in order)."""
-    return list(dict.fromkeys(part for token in tokens(question) for part in re.split(r"[.,]", token)
-                              if part and part not in STOPWORDS))
+    return list(
+        dict.fromkeys(
+            part for token in tokens(question) for part in re.split(r"[.,]", token) if part and part not in STOPWORDS
+        )
+    )
 
 
 def match_expression(words: list[str]) -> str | None:
@@ -210,10 +213,16 @@ class CorpusRetriever:
             return []
         rare = [w for w in words if not self._common(w)] or words
         limit = k if floor <= 0 else CANDIDATES * k
-        found = self._db().execute(
-            "SELECT ids.id, hits.score FROM (SELECT rowid AS row, -rank AS score FROM passages "
-            "WHERE passages MATCH ? ORDER BY rank LIMIT ?) AS hits JOIN ids USING (row) "
-            "ORDER BY hits.score DESC, hits.row", (match_expression(rare), limit)).fetchall()
+        found = (
+            self._db()
+            .execute(
+                "SELECT ids.id, hits.score FROM (SELECT rowid AS row, -rank AS score FROM passages "
+                "WHERE passages MATCH ? ORDER BY rank LIMIT ?) AS hits JOIN ids USING (row) "
+                "ORDER BY hits.score DESC, hits.row",
+                (match_expression(rare), limit),
+            )
+            .fetchall()
+        )
         if floor <= 0:
             return found
         kept = []

@@ -11,9 +11,9 @@ Use it only to see the gate block: ``--adapter qaeval.system.saboteur:make_adapt
 
 from __future__ import annotations
 
+from qaeval.core.text import normalize
 from qaeval.system.contract import CaseView, Citation, SUTOutput
 from qaeval.system.reference import ReferenceHub, build_prompt, lexical_scores
-from qaeval.text import normalize
 
 # Answers cached by an earlier session, keyed by normalised question. Stale by construction.
 STALE_CACHE = {

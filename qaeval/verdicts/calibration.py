@@ -40,35 +40,93 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qaeval.audit import Audit
+from qaeval.core.errors import JudgeNotTrusted, UsageError
+from qaeval.core.frames import (
+    Each,
+    Fields,
+    Fixed,
+    Keyed,
+    Maybe,
+    frame,
+    frame_rows,
+    is_missing,
+    rows_of,
+    shape_problems,
+    text_frame,
+)
+from qaeval.core.results import Result
 from qaeval.data.schema import AXES
-from qaeval.errors import JudgeNotTrusted, UsageError
-from qaeval.frames import Each, Fields, Fixed, Keyed, Maybe, frame, frame_rows, is_missing, rows_of, shape_problems, text_frame
-from qaeval.results import Result
-from qaeval.scoring.evaluate import RunResult
+from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import format_interval, format_number
+from qaeval.scoring.result import RunResult
 
 DEFAULT_MIN_AGREEMENT = 0.7
 DEFAULT_MIN_LABELS = 10
 DEFAULT_MIN_KAPPA = 0.4
 
 PAIR_SCHEMA = {
-    "case_id": "text", "axis": "text", "human": "int", "judge": "Int64", "status": "text", "agree": "boolean",
-    "reason": "text", "judge_quote": "text", "judge_rationale": "text", "judge_valid": "boolean",
-    "output_fingerprint": "text", "label_fingerprint": "text",
+    "case_id": "text",
+    "axis": "text",
+    "human": "int",
+    "judge": "Int64",
+    "status": "text",
+    "agree": "boolean",
+    "reason": "text",
+    "judge_quote": "text",
+    "judge_rationale": "text",
+    "judge_valid": "boolean",
+    "output_fingerprint": "text",
+    "label_fingerprint": "text",
 }
-AGREEMENT_VALUES = ("n", "exact", "exact_low", "exact_high", "within_one", "within_one_low", "within_one_high", "mae",
-                    "kappa", "spread", "assessed", "passed", "failed")
+AGREEMENT_VALUES = (
+    "n",
+    "exact",
+    "exact_low",
+    "exact_high",
+    "within_one",
+    "within_one_low",
+    "within_one_high",
+    "mae",
+    "kappa",
+    "spread",
+    "assessed",
+    "passed",
+    "failed",
+)
 AGREEMENT_SCHEMA = {
-    "axis": "text", "n": "int", "exact": "float", "exact_low": "float", "exact_high": "float", "within_one": "float",
-    "within_one_low": "float", "within_one_high": "float", "mae": "float", "kappa": "float", "spread": "bool",
-    "assessed": "bool", "passed": "bool", "failed": "text", "status": "text",
+    "axis": "text",
+    "n": "int",
+    "exact": "float",
+    "exact_low": "float",
+    "exact_high": "float",
+    "within_one": "float",
+    "within_one_low": "float",
+    "within_one_high": "float",
+    "mae": "float",
+    "kappa": "float",
+    "spread": "bool",
+    "assessed": "bool",
+    "passed": "bool",
+    "failed": "text",
+    "status": "text",
 }
 ONE_SCORE = "the people gave one score only, so discrimination could not be measured"
-SECTION = Fields(dict(  # the calibration section of a record ("confusion": {axis: 3x3 counts, human by judge})
-    pairs=rows_of(PAIR_SCHEMA, optional=("label_fingerprint",)), agreement=rows_of(AGREEMENT_SCHEMA),
-    confusion=Keyed(Fixed((Fixed(("int",) * 3),) * 3)), min_agreement="number", min_labels="int", min_kappa="number",
-    axes=Each("str"), judge_label="str", source="text", labelled="bool", notes=Maybe(Each("str"))), optional=("source", "notes"))
+SECTION = Fields(
+    dict(  # the calibration section of a record ("confusion": {axis: 3x3 counts, human by judge})
+        pairs=rows_of(PAIR_SCHEMA, optional=("label_fingerprint",)),
+        agreement=rows_of(AGREEMENT_SCHEMA),
+        confusion=Keyed(Fixed((Fixed(("int",) * 3),) * 3)),
+        min_agreement="number",
+        min_labels="int",
+        min_kappa="number",
+        axes=Each("str"),
+        judge_label="str",
+        source="text",
+        labelled="bool",
+        notes=Maybe(Each("str")),
+    ),
+    optional=("source", "notes"),
+)
 
 
 def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -107,8 +165,9 @@ def axes_to_assess(asked: list[str] | tuple[str, ...], labelled: list[str] | tup
     return tuple(a for a in AXES if a in names)
 
 
-def _failures(n: int, exact: float, kappa: float, spread: bool, *, bar: float, min_labels: int,
-              min_kappa: float) -> dict[str, str]:
+def _failures(
+    n: int, exact: float, kappa: float, spread: bool, *, bar: float, min_labels: int, min_kappa: float
+) -> dict[str, str]:
     """The bars an assessed axis missed, each with what it says."""
     failed = {}
     if n < min_labels:
@@ -120,8 +179,9 @@ def _failures(n: int, exact: float, kappa: float, spread: bool, *, bar: float, m
     return failed
 
 
-def _decide(n: int, exact: float, kappa: float, spread: bool, *, assessed: bool, bar: float, min_labels: int,
-            min_kappa: float) -> tuple[bool, str, str]:
+def _decide(
+    n: int, exact: float, kappa: float, spread: bool, *, assessed: bool, bar: float, min_labels: int, min_kappa: float
+) -> tuple[bool, str, str]:
     """(passed, failed bars, status) of one axis."""
     if not assessed:
         return False, "", "not assessed: not among the axes calibrated"
@@ -134,8 +194,9 @@ def _decide(n: int, exact: float, kappa: float, spread: bool, *, assessed: bool,
     return not failed, ",".join(failed), words
 
 
-def agreement_row(name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int, min_kappa: float,
-                  assessed: bool) -> dict[str, Any]:
+def agreement_row(
+    name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int, min_kappa: float, assessed: bool
+) -> dict[str, Any]:
     """One row of the agreement frame. ``assessed`` rows decide the verdict; the overall row and axes
     not assessed show their figures without deciding anything."""
     h = pairs["human"].to_numpy(int)
@@ -147,13 +208,24 @@ def agreement_row(name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int
     if name == "overall":
         passed, failed, status = True, "", "not gated: every axis must pass on its own"
     else:
-        passed, failed, status = _decide(n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels,
-                                         min_kappa=min_kappa)
-    return dict(axis=name, n=n, exact=exact, **dict(zip(("exact_low", "exact_high"), wilson(exact_hits, n))),
-                within_one=within_hits / n if n else math.nan,
-                **dict(zip(("within_one_low", "within_one_high"), wilson(within_hits, n))),
-                mae=float(abs(h - j).mean()) if n else math.nan, kappa=kappa, spread=spread,
-                assessed=assessed and name != "overall", passed=passed, failed=failed, status=status)
+        passed, failed, status = _decide(
+            n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels, min_kappa=min_kappa
+        )
+    return dict(
+        axis=name,
+        n=n,
+        exact=exact,
+        **dict(zip(("exact_low", "exact_high"), wilson(exact_hits, n))),
+        within_one=within_hits / n if n else math.nan,
+        **dict(zip(("within_one_low", "within_one_high"), wilson(within_hits, n))),
+        mae=float(abs(h - j).mean()) if n else math.nan,
+        kappa=kappa,
+        spread=spread,
+        assessed=assessed and name != "overall",
+        passed=passed,
+        failed=failed,
+        status=status,
+    )
 
 
 @dataclass(repr=False)
@@ -201,8 +273,10 @@ class CalibrationResult(Result):
 
     @property
     def bars_text(self) -> str:
-        return (f"{self.min_agreement:.2f} exact agreement and {self.min_kappa:.2f} quadratic kappa (where people's "
-                f"scores vary) on at least {self.min_labels} labels")
+        return (
+            f"{self.min_agreement:.2f} exact agreement and {self.min_kappa:.2f} quadratic kappa (where people's "
+            f"scores vary) on at least {self.min_labels} labels"
+        )
 
     @property
     def reason(self) -> str:
@@ -229,31 +303,42 @@ class CalibrationResult(Result):
         """Compared labels where the judge and the person differ, largest gap first."""
         compared = self.pairs[self.pairs["status"] == "compared"]
         gap = (compared["human"] - compared["judge"].astype("int64")).abs()
-        ordered = compared[gap > 0].assign(_gap=gap[gap > 0]).sort_values(["_gap", "axis", "case_id"],
-                                                                             ascending=[False, True, True])
+        ordered = (
+            compared[gap > 0]
+            .assign(_gap=gap[gap > 0])
+            .sort_values(["_gap", "axis", "case_id"], ascending=[False, True, True])
+        )
         return text_frame(ordered.drop(columns="_gap"))
 
     def summary_text(self) -> str:
-        lines = [f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bars per axis: {self.bars_text}"
-                 + (f"   labels: {self.source}" if self.source else "")]
+        lines = [
+            f"CALIBRATION: {self.verdict}   judge {self.judge_label}, bars per axis: {self.bars_text}"
+            + (f"   labels: {self.source}" if self.source else "")
+        ]
         lines.append(f"  {'axis':<22} {'n':>4} {'exact':>6} {'95% CI':<13} {'within1':>8} {'MAE':>6} {'kappa':>6}")
         f = partial(format_number, digits=2)
         for r in self.agreement.itertuples(index=False):
             ci = format_interval(r.exact_low, r.exact_high, r.n, digits=2)
-            lines.append(f"  {r.axis:<22} {r.n:>4} {f(r.exact):>6} {ci:<13} {f(r.within_one):>8} {f(r.mae):>6} "
-                         f"{f(r.kappa):>6}{_mark(r)}")
+            lines.append(
+                f"  {r.axis:<22} {r.n:>4} {f(r.exact):>6} {ci:<13} {f(r.within_one):>8} {f(r.mae):>6} "
+                f"{f(r.kappa):>6}{_mark(r)}"
+            )
         if not self.ok and self.overall_clears_bar:
             lines.append("  the overall figure clears the bar, but the judge is only as good as its weakest axis")
         passed_alone = [a for a in self.unmeasured_axes if a not in self.weak_axes]
         if passed_alone:
             lines.append(f"  exact alone: on {', '.join(passed_alone)} {ONE_SCORE} (kappa needs more than one score)")
         if self.not_assessed:
-            lines.append(f"  not assessed: {', '.join(self.not_assessed)} (calibrated on {', '.join(self.axes)}; "
-                         "--axes chooses); the judge's numbers on them are not certified")
+            lines.append(
+                f"  not assessed: {', '.join(self.not_assessed)} (calibrated on {', '.join(self.axes)}; "
+                "--axes chooses); the judge's numbers on them are not certified"
+            )
         excluded = self.pairs[self.pairs["status"] != "compared"]
         if len(excluded):
-            lines.append(f"  {len(excluded)} label(s) left out: " + "; ".join(
-                f"{r.case_id}/{r.axis} ({r.status})" for r in excluded.itertuples(index=False)))
+            lines.append(
+                f"  {len(excluded)} label(s) left out: "
+                + "; ".join(f"{r.case_id}/{r.axis} ({r.status})" for r in excluded.itertuples(index=False))
+            )
         lines += [f"  note: {n}" for n in self.notes]
         if not self.ok:
             lines.append(f"  weak axes: {', '.join(self.weak_axes)}; the judge's numbers on them do not count")
@@ -263,11 +348,19 @@ class CalibrationResult(Result):
         return self.agreement
 
     def record_section(self) -> dict[str, Any]:
-        return dict(pairs=frame_rows(self.pairs), agreement=frame_rows(self.agreement),
-                    confusion={axis: m.to_numpy().tolist() for axis, m in self.confusion.items()},
-                    min_agreement=self.min_agreement, min_labels=self.min_labels, min_kappa=self.min_kappa,
-                    axes=list(self.axes), judge_label=self.judge_label, source=self.source, labelled=self.labelled,
-                    notes=self.notes)
+        return dict(
+            pairs=frame_rows(self.pairs),
+            agreement=frame_rows(self.agreement),
+            confusion={axis: m.to_numpy().tolist() for axis, m in self.confusion.items()},
+            min_agreement=self.min_agreement,
+            min_labels=self.min_labels,
+            min_kappa=self.min_kappa,
+            axes=list(self.axes),
+            judge_label=self.judge_label,
+            source=self.source,
+            labelled=self.labelled,
+            notes=self.notes,
+        )
 
     @classmethod
     def section_problems(cls, s: Mapping[str, Any], prefix: str = "calibration") -> list[str]:
@@ -276,12 +369,22 @@ class CalibrationResult(Result):
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> CalibrationResult:
         pairs = [{"label_fingerprint": None, **p} for p in s["pairs"]]  # older records did not keep it
-        return cls(run=run, pairs=frame(pairs, PAIR_SCHEMA), agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
-                   confusion={axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES
-                              if axis in s["confusion"]},
-                   min_agreement=float(s["min_agreement"]), min_labels=int(s["min_labels"]),
-                   min_kappa=float(s["min_kappa"]), axes=tuple(s["axes"]), judge_label=str(s["judge_label"]),
-                   source=str(s.get("source") or ""), labelled=s["labelled"], notes=list(s.get("notes") or []))
+        return cls(
+            run=run,
+            pairs=frame(pairs, PAIR_SCHEMA),
+            agreement=frame(s["agreement"], AGREEMENT_SCHEMA),
+            confusion={
+                axis: _matrix(np.array(s["confusion"][axis], dtype=int)) for axis in AXES if axis in s["confusion"]
+            },
+            min_agreement=float(s["min_agreement"]),
+            min_labels=int(s["min_labels"]),
+            min_kappa=float(s["min_kappa"]),
+            axes=tuple(s["axes"]),
+            judge_label=str(s["judge_label"]),
+            source=str(s.get("source") or ""),
+            labelled=s["labelled"],
+            notes=list(s.get("notes") or []),
+        )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "calibration") -> None:
         """Calibrate again from the run's cases and the labels the pairs carry (case, axis, the person's
@@ -289,28 +392,53 @@ class CalibrationResult(Result):
         note where the section disagrees: each pair's status, judge score and agreement, every axis's
         figures and pass, the confusion matrices. The labels themselves are what people said."""
         if not (0 <= self.min_agreement <= 1 and 0 <= self.min_kappa <= 1 and self.min_labels >= 1):
-            audit.problem(f"{prefix} bars {self.min_agreement!r} (exact), {self.min_kappa!r} (kappa) / minimum "
-                          f"{self.min_labels!r} are out of range")
+            audit.problem(
+                f"{prefix} bars {self.min_agreement!r} (exact), {self.min_kappa!r} (kappa) / minimum "
+                f"{self.min_labels!r} are out of range"
+            )
             return
         if not self.axes or list(self.axes) != [a for a in AXES if a in self.axes]:
             audit.problem(f"{prefix}.axes {list(self.axes)!r} are not axes of {', '.join(AXES)} in that order")
             return
-        bad = [j for j, p in enumerate(s["pairs"]) if p.get("axis") not in AXES or p.get("human") not in (0, 1, 2)
-               or isinstance(p.get("human"), bool)]
+        bad = [
+            j
+            for j, p in enumerate(s["pairs"])
+            if p.get("axis") not in AXES or p.get("human") not in (0, 1, 2) or isinstance(p.get("human"), bool)
+        ]
         if bad:
-            audit.problem(f"{prefix}.pairs[{bad[0]}] is not a label: an axis of {', '.join(AXES)} and a score 0, 1 or 2")
+            audit.problem(
+                f"{prefix}.pairs[{bad[0]}] is not a label: an axis of {', '.join(AXES)} and a score 0, 1 or 2"
+            )
             return
-        labels = frame([dict(case_id=p.get("case_id"), axis=p["axis"], human=p["human"], reason=p.get("reason"),
-                             output_fingerprint=p.get("label_fingerprint")) for p in s["pairs"]],
-                       {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text"})
-        again = calibrate(self.run, labels, min_agreement=self.min_agreement, min_labels=self.min_labels,
-                          min_kappa=self.min_kappa, axes=self.axes)
+        labels = frame(
+            [
+                dict(
+                    case_id=p.get("case_id"),
+                    axis=p["axis"],
+                    human=p["human"],
+                    reason=p.get("reason"),
+                    output_fingerprint=p.get("label_fingerprint"),
+                )
+                for p in s["pairs"]
+            ],
+            {"case_id": "text", "axis": "text", "human": "int", "reason": "text", "output_fingerprint": "text"},
+        )
+        again = calibrate(
+            self.run,
+            labels,
+            min_agreement=self.min_agreement,
+            min_labels=self.min_labels,
+            min_kappa=self.min_kappa,
+            axes=self.axes,
+        )
         for j, (stored, row) in enumerate(zip(s["pairs"], again.pairs.to_dict("records"))):
             for column in ("status", "judge", "agree", "judge_valid", "output_fingerprint"):
-                audit.same(f"{prefix}.pairs[{j}].{column} ({row['case_id']}, {row['axis']})", stored.get(column),
-                           row[column])
-        if not audit.same(f"{prefix}.agreement axes", [r.get("axis") for r in s["agreement"]],
-                          again.agreement["axis"].tolist()):
+                audit.same(
+                    f"{prefix}.pairs[{j}].{column} ({row['case_id']}, {row['axis']})", stored.get(column), row[column]
+                )
+        if not audit.same(
+            f"{prefix}.agreement axes", [r.get("axis") for r in s["agreement"]], again.agreement["axis"].tolist()
+        ):
             return
         for j, (stored, row) in enumerate(zip(s["agreement"], again.agreement.to_dict("records"))):
             for column in AGREEMENT_VALUES:
@@ -338,8 +466,9 @@ def _pair_rows(run: RunResult, labels: pd.DataFrame) -> list[dict[str, Any]]:
     """Each label beside the judge's effective score on the same case and axis (a case's weakest
     citation for citation correctness), with whether they could be compared."""
     pc = run.per_case.set_index("case_id")
-    verdicts = {(r["case_id"], r["axis"]): r for r in run.verdicts.to_dict("records")
-                if r["axis"] != "citation_correctness"}
+    verdicts = {
+        (r["case_id"], r["axis"]): r for r in run.verdicts.to_dict("records") if r["axis"] != "citation_correctness"
+    }
     weakest: dict[str, dict[str, Any]] = {}
     for r in run.verdicts[run.verdicts["axis"] == "citation_correctness"].to_dict("records"):
         score = -1 if is_missing(r["score"]) or not r["valid"] else int(r["score"])
@@ -363,18 +492,36 @@ def _pair_rows(run: RunResult, labels: pd.DataFrame) -> list[dict[str, Any]]:
             status = "compared"
         verdict = (weakest.get(cid) if axis == "citation_correctness" else verdicts.get((cid, axis))) or {}
         compared = status == "compared"
-        rows.append(dict(case_id=cid, axis=axis, human=int(lab["human"]), judge=int(judge_score) if compared else None,
-                         status=status, agree=(int(judge_score) == int(lab["human"])) if compared else None,
-                         reason=lab.get("reason") or "", judge_quote=verdict.get("quote") or "",
-                         judge_rationale=verdict.get("rationale") or "",
-                         judge_valid=verdict.get("valid") if verdict else None,
-                         output_fingerprint=current_fp, label_fingerprint=None if is_missing(fp) else fp))
+        rows.append(
+            dict(
+                case_id=cid,
+                axis=axis,
+                human=int(lab["human"]),
+                judge=int(judge_score) if compared else None,
+                status=status,
+                agree=(int(judge_score) == int(lab["human"])) if compared else None,
+                reason=lab.get("reason") or "",
+                judge_quote=verdict.get("quote") or "",
+                judge_rationale=verdict.get("rationale") or "",
+                judge_valid=verdict.get("valid") if verdict else None,
+                output_fingerprint=current_fp,
+                label_fingerprint=None if is_missing(fp) else fp,
+            )
+        )
     return rows
 
 
-def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-              min_labels: int = DEFAULT_MIN_LABELS, min_kappa: float = DEFAULT_MIN_KAPPA,
-              axes: tuple[str, ...] = AXES, source: str = "", labelled: bool = False) -> CalibrationResult:
+def calibrate(
+    run: RunResult,
+    labels: pd.DataFrame,
+    *,
+    min_agreement: float = DEFAULT_MIN_AGREEMENT,
+    min_labels: int = DEFAULT_MIN_LABELS,
+    min_kappa: float = DEFAULT_MIN_KAPPA,
+    axes: tuple[str, ...] = AXES,
+    source: str = "",
+    labelled: bool = False,
+) -> CalibrationResult:
     """Compare the judge's effective scores in ``run`` with human ``labels``, deciding on ``axes``
     (a non-empty selection of ``AXES``; see ``axes_to_assess``). Pure."""
     if not axes or set(axes) - set(AXES):
@@ -383,7 +530,9 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
     pairs = frame(_pair_rows(run, labels), PAIR_SCHEMA)
     compared = pairs[pairs["status"] == "compared"]
     bars: dict[str, Any] = dict(bar=min_agreement, min_labels=min_labels, min_kappa=min_kappa)
-    agreement = [agreement_row(axis, compared[compared["axis"] == axis], assessed=axis in axes, **bars) for axis in AXES]
+    agreement = [
+        agreement_row(axis, compared[compared["axis"] == axis], assessed=axis in axes, **bars) for axis in AXES
+    ]
     agreement.append(agreement_row("overall", compared[compared["axis"].isin(axes)], assessed=False, **bars))
     confusion: dict[str, pd.DataFrame] = {}
     for axis in AXES:
@@ -392,8 +541,22 @@ def calibrate(run: RunResult, labels: pd.DataFrame, *, min_agreement: float = DE
         for h, j in zip(sub["human"], sub["judge"]):
             matrix[int(h), int(j)] += 1
         confusion[axis] = _matrix(matrix)
-    notes = [f"no usable label on {axis}: it cannot be trusted" for axis in axes
-             if not len(compared[compared["axis"] == axis])]
-    return CalibrationResult(run=run, pairs=pairs, agreement=frame(agreement, AGREEMENT_SCHEMA), confusion=confusion,
-                             min_agreement=min_agreement, min_labels=min_labels, min_kappa=min_kappa, axes=axes,
-                             judge_label=run.judge_config.label(), source=source, labelled=labelled, notes=notes)
+    notes = [
+        f"no usable label on {axis}: it cannot be trusted"
+        for axis in axes
+        if not len(compared[compared["axis"] == axis])
+    ]
+    return CalibrationResult(
+        run=run,
+        pairs=pairs,
+        agreement=frame(agreement, AGREEMENT_SCHEMA),
+        confusion=confusion,
+        min_agreement=min_agreement,
+        min_labels=min_labels,
+        min_kappa=min_kappa,
+        axes=axes,
+        judge_label=run.judge_config.label(),
+        source=source,
+        labelled=labelled,
+        notes=notes,
+    )

@@ -22,22 +22,33 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import VerdictError
-from qaeval.frames import frame
-from qaeval.results import Result
-from qaeval.scoring.checks import CHECKS
-from qaeval.scoring.evaluate import RunResult
+from qaeval.core.errors import VerdictError
+from qaeval.core.frames import frame
+from qaeval.core.results import Result
 from qaeval.data.schema import AXES
+from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.scoring.outcomes import PASS_MEANS, FailReason, citation_change, reasons_text
+from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.tiers import case_trials, match_cases, metric_movements
 
 CASE_SCHEMA = {
-    "case_id": "text", "status": "text", "before_passed": "boolean", "after_passed": "boolean", "change": "text",
-    "answer_changed": "boolean", "citations_changed": "boolean", "checks_flipped": "object",
-    "scores_changed": "object", "new_reasons": "object", "before_answer": "text", "after_answer": "text", "before_why": "text",
-    "after_why": "text", "trials": "text",
+    "case_id": "text",
+    "status": "text",
+    "before_passed": "boolean",
+    "after_passed": "boolean",
+    "change": "text",
+    "answer_changed": "boolean",
+    "citations_changed": "boolean",
+    "checks_flipped": "object",
+    "scores_changed": "object",
+    "new_reasons": "object",
+    "before_answer": "text",
+    "after_answer": "text",
+    "before_why": "text",
+    "after_why": "text",
+    "trials": "text",
 }
 
 
@@ -66,10 +77,15 @@ class Comparison(Result):
     def changed(self) -> pd.DataFrame:
         """Cases whose output, verdict, checks or scores differ, or that exist on one side only."""
         c = self.cases
-        moved = c["answer_changed"].fillna(False) | c["citations_changed"].fillna(False) | \
-            c["checks_flipped"].map(bool) | c["scores_changed"].map(bool) | c["new_reasons"].map(bool) | \
-            c["change"].isin(["regressed", "fixed", "flaky"]) | \
-            c["status"].isin(["new", "removed", "changed"])
+        moved = (
+            c["answer_changed"].fillna(False)
+            | c["citations_changed"].fillna(False)
+            | c["checks_flipped"].map(bool)
+            | c["scores_changed"].map(bool)
+            | c["new_reasons"].map(bool)
+            | c["change"].isin(["regressed", "fixed", "flaky"])
+            | c["status"].isin(["new", "removed", "changed"])
+        )
         return c[moved.astype(bool)]
 
     @property
@@ -93,12 +109,16 @@ class Comparison(Result):
         return "; ".join(parts)
 
     def summary_text(self) -> str:
-        lines = [f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})",
-                 f"  ({PASS_MEANS}; answer correctness is not part of it)"]
+        lines = [
+            f"COMPARE: {self.verdict}   {self.before_label} -> {self.after_label}   ({self.reason})",
+            f"  ({PASS_MEANS}; answer correctness is not part of it)",
+        ]
         lines.append(f"  {'metric':<26} {'before':>8} {'after':>8} {'delta':>8}  noise test")
         for r in self.metric_deltas.itertuples(index=False):
             mark = "" if r.passed else "  <- worse"
-            lines.append(f"  {r.metric:<26} {format_number(r.baseline):>8} {format_number(r.current):>8} {format_number(r.delta):>8}  {r.note}{mark}")
+            lines.append(
+                f"  {r.metric:<26} {format_number(r.baseline):>8} {format_number(r.current):>8} {format_number(r.delta):>8}  {r.note}{mark}"
+            )
         changed = self.changed
         if len(changed):
             lines.append("")
@@ -108,8 +128,10 @@ class Comparison(Result):
             if r["answer_changed"]:
                 what.append("answer")
             if r["citations_changed"]:
-                moved = citation_change(self.before.per_case.set_index("case_id").at[r["case_id"], "citations"],
-                                        self.after.per_case.set_index("case_id").at[r["case_id"], "citations"])
+                moved = citation_change(
+                    self.before.per_case.set_index("case_id").at[r["case_id"], "citations"],
+                    self.after.per_case.set_index("case_id").at[r["case_id"], "citations"],
+                )
                 what.append(moved or "citations reworded")
             if r["checks_flipped"]:
                 what.append("checks " + ", ".join(r["checks_flipped"]))
@@ -128,17 +150,22 @@ def _new_reasons(before: list[FailReason], after: list[FailReason], compared: li
     (``checks_flipped`` names those): "adapter error", "check NAME" (a check only the second run ran),
     "metric NAME", "unfaithful", "judge error", "wrongly abstained", "trajectory failed"."""
     had = {(r.code, r.name) for r in before}
-    return list(dict.fromkeys(
-        f"{r.code} {r.name}" if r.code in ("check", "metric") else r.code.replace("_", " ")
-        for r in after if (r.code, r.name) not in had and r.code not in CHECKS
-        and not (r.code == "check" and r.name in compared)))
+    return list(
+        dict.fromkeys(
+            f"{r.code} {r.name}" if r.code in ("check", "metric") else r.code.replace("_", " ")
+            for r in after
+            if (r.code, r.name) not in had and r.code not in CHECKS and not (r.code == "check" and r.name in compared)
+        )
+    )
 
 
 def _check_outcomes(run: RunResult) -> dict[tuple[str, str], bool]:
     """{(case, check): passed} for the built-in checks and the registered ones."""
     found = {(r.case_id, r.check): bool(r.passed) for r in run.checks.itertuples(index=False)}
     custom = run.custom[run.custom["kind"] == "check"]
-    found.update({(cid, name): bool(passed) for cid, name, passed in zip(custom["case_id"], custom["name"], custom["passed"])})
+    found.update(
+        {(cid, name): bool(passed) for cid, name, passed in zip(custom["case_id"], custom["name"], custom["passed"])}
+    )
     return found
 
 
@@ -146,7 +173,9 @@ def _state(passed: Any) -> str:
     return "passing" if passed else "failing"
 
 
-def compare(before: RunResult, after: RunResult, *, before_label: str = "before", after_label: str = "after") -> Comparison:
+def compare(
+    before: RunResult, after: RunResult, *, before_label: str = "before", after_label: str = "after"
+) -> Comparison:
     """Set two runs side by side. Pure."""
     base = baseline_from_run(before, before_label)
     match = match_cases(after, base)
@@ -160,13 +189,29 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
     rows = []
     for cid in after.per_case["case_id"]:
         a = a_pc.loc[cid]
-        row: dict[str, Any] = dict(case_id=cid, after_passed=bool(a["case_passed"]), after_answer=a["answer"],
-                                   after_why=reasons_text(a["fail_reasons"]), checks_flipped=[], scores_changed=[],
-                                   new_reasons=[], trials=None)
+        row: dict[str, Any] = dict(
+            case_id=cid,
+            after_passed=bool(a["case_passed"]),
+            after_answer=a["answer"],
+            after_why=reasons_text(a["fail_reasons"]),
+            checks_flipped=[],
+            scores_changed=[],
+            new_reasons=[],
+            trials=None,
+        )
         if cid in match.new or cid in match.changed:
-            rows.append({**row, "status": "new" if cid in match.new else "changed", "change": "not compared",
-                         "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
-                         "answer_changed": None, "citations_changed": None, "before_answer": None, "before_why": None})
+            rows.append(
+                {
+                    **row,
+                    "status": "new" if cid in match.new else "changed",
+                    "change": "not compared",
+                    "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
+                    "answer_changed": None,
+                    "citations_changed": None,
+                    "before_answer": None,
+                    "before_why": None,
+                }
+            )
             continue
         b = b_pc.loc[cid]
         t = verdicts[cid]
@@ -180,23 +225,55 @@ def compare(before: RunResult, after: RunResult, *, before_label: str = "before"
             change = f"still {_state(a['case_passed'])}"
         new = _new_reasons(b["fail_reasons"], a["fail_reasons"], checks)
         errored = "adapter error" in new  # its checks and scores changed because it has no output
-        rows.append({**row, "status": "matched", "change": change, "before_passed": bool(b["case_passed"]),
-                     "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
-                     "citations_changed": list(b["citations"]) != list(a["citations"]),
-                     "checks_flipped": [] if errored else
-                     [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
-                     "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
-                     "new_reasons": new, "before_answer": b["answer"], "before_why": reasons_text(b["fail_reasons"]),
-                     "trials": f"{t.baseline_passes}/{t.baseline_trials} -> {t.passes}/{t.trials}"
-                     if t.baseline_trials > 1 or t.trials > 1 else None})
+        rows.append(
+            {
+                **row,
+                "status": "matched",
+                "change": change,
+                "before_passed": bool(b["case_passed"]),
+                "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
+                "citations_changed": list(b["citations"]) != list(a["citations"]),
+                "checks_flipped": []
+                if errored
+                else [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
+                "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
+                "new_reasons": new,
+                "before_answer": b["answer"],
+                "before_why": reasons_text(b["fail_reasons"]),
+                "trials": f"{t.baseline_passes}/{t.baseline_trials} -> {t.passes}/{t.trials}"
+                if t.baseline_trials > 1 or t.trials > 1
+                else None,
+            }
+        )
     for cid in match.removed:
         b = b_pc.loc[cid]
-        rows.append(dict(case_id=cid, status="removed", before_passed=bool(b["case_passed"]), after_passed=None,
-                         change="not compared", answer_changed=None, citations_changed=None, checks_flipped=[],
-                         scores_changed=[], new_reasons=[], before_answer=b["answer"], after_answer=None,
-                         before_why=reasons_text(b["fail_reasons"]), after_why=None, trials=None))
-    return Comparison(before=before, after=after, metric_deltas=deltas, cases=frame(rows, CASE_SCHEMA),
-                      before_label=before_label, after_label=after_label)
+        rows.append(
+            dict(
+                case_id=cid,
+                status="removed",
+                before_passed=bool(b["case_passed"]),
+                after_passed=None,
+                change="not compared",
+                answer_changed=None,
+                citations_changed=None,
+                checks_flipped=[],
+                scores_changed=[],
+                new_reasons=[],
+                before_answer=b["answer"],
+                after_answer=None,
+                before_why=reasons_text(b["fail_reasons"]),
+                after_why=None,
+                trials=None,
+            )
+        )
+    return Comparison(
+        before=before,
+        after=after,
+        metric_deltas=deltas,
+        cases=frame(rows, CASE_SCHEMA),
+        before_label=before_label,
+        after_label=after_label,
+    )
 
 
 def _same(x: Any, y: Any) -> bool:

@@ -3,7 +3,7 @@
 The series is JSONL, append-only, one line per run: its metrics and their n, time, git commit, adapter,
 isolation, judge config, dataset fingerprint and qaeval's version (``summary_dict``, the
 same short form of a run a record carries). Appends take an exclusive lock, write the whole line in one
-call, check it was all written and fsync (``qaeval.files.append_line``); a line a killed writer left
+call, check it was all written and fsync (``qaeval.core.files.append_line``); a line a killed writer left
 torn is skipped by readers, who say so. A line that parses but is not a history record (a metric that
 is not a rate in [0, 1] or null, a count that is not a whole number, alarms that are not a list, a time
 that is not ISO 8601 or falls outside the years 1970 to 2999) is bad data: the command stops with exit
@@ -18,7 +18,7 @@ alarm, and the result says so.
 
 The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
 ``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code,
-run by the commands in its own process (``qaeval.judges.usercode``): if it raises, exits (even with
+run by the commands in its own process (``qaeval.boundary.clients``): if it raises, exits (even with
 ``os._exit``) or runs past ``--hook-timeout``, that is noted and the verdict (and exit code 3) stands.
 """
 
@@ -32,23 +32,39 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.audit import Audit
-from qaeval.errors import DatasetError, DriftAlarm, Problem
-from qaeval.files import append_line, dumps_canonical
-from qaeval.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
-from qaeval.plugins import contained
-from qaeval.results import Result
-from qaeval.scoring.evaluate import RunResult
+from qaeval.boundary.plugins import contained
+from qaeval.core.errors import DatasetError, DriftAlarm, Problem
+from qaeval.core.files import append_line
+from qaeval.core.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
+from qaeval.core.jsonfile import dumps_canonical
+from qaeval.core.results import Result
+from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import BY_NAME, METRIC_NAMES, METRICS, format_number
+from qaeval.scoring.result import RunResult
 
 DEFAULT_WINDOW = 10
 MIN_HISTORY = 3
 MIN_WIDTH = 0.02
 
-HISTORY_SCHEMA = {"run": "int", "time": "text", "commit": "text", "metric": "text", "value": "float", "current": "bool",
-                  "alarmed": "bool"}
-BAND_SCHEMA = {"metric": "text", "current": "float", "mean": "float", "low": "float", "high": "float",
-               "window_n": "int", "direction": "text", "alarm": "bool"}
+HISTORY_SCHEMA = {
+    "run": "int",
+    "time": "text",
+    "commit": "text",
+    "metric": "text",
+    "value": "float",
+    "current": "bool",
+    "alarmed": "bool",
+}
+BAND_SCHEMA = {
+    "metric": "text",
+    "current": "float",
+    "mean": "float",
+    "low": "float",
+    "high": "float",
+    "window_n": "int",
+    "direction": "text",
+    "alarm": "bool",
+}
 
 ALARM = Fields(dict(metric="str", current="float", low="float", high="float", mean="float", message="str"))
 
@@ -90,11 +106,21 @@ def _time_problem(value: Any) -> str | None:
     return None
 
 
-SECTION = Fields(dict(  # the drift section of a record: the line appended, the series as charted, bands, alarms
-    line="dict", history=rows_of(HISTORY_SCHEMA, time=Valid("text", lambda t: _time_problem(t) is None,
-                                                             "an ISO 8601 date and time")),
-    bands=rows_of(BAND_SCHEMA), alarms=Each(ALARM), notes=Maybe(Each("str")), window="int", timeseries="text",
-    min_history="int"), optional=("notes", "timeseries", "min_history"))
+SECTION = Fields(
+    dict(  # the drift section of a record: the line appended, the series as charted, bands, alarms
+        line="dict",
+        history=rows_of(
+            HISTORY_SCHEMA, time=Valid("text", lambda t: _time_problem(t) is None, "an ISO 8601 date and time")
+        ),
+        bands=rows_of(BAND_SCHEMA),
+        alarms=Each(ALARM),
+        notes=Maybe(Each("str")),
+        window="int",
+        timeseries="text",
+        min_history="int",
+    ),
+    optional=("notes", "timeseries", "min_history"),
+)
 
 
 def history_problems(record: Any) -> list[str]:
@@ -135,7 +161,8 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     history record, a file that is not a regular file) is a DatasetError naming every line."""
     import json
 
-    from qaeval.files import NotRegularFile, StrictJSONError, loads_strict, read_bytes
+    from qaeval.core.files import NotRegularFile, read_bytes
+    from qaeval.core.jsonfile import StrictJSONError, loads_strict
 
     path = Path(path)
     if not path.exists():
@@ -175,14 +202,18 @@ def history_line(record: Mapping[str, Any], where: str | Path) -> str:
     """``record`` as the one line a history gets, checked as ``read_history`` will read it back: a line
     qaeval would refuse later (a rate out of [0, 1], a time out of range, anything the JSON does not keep)
     is a DatasetError now, before anything is appended."""
-    from qaeval.files import loads_strict
+    from qaeval.core.jsonfile import loads_strict
 
     line = dumps_canonical(clean(dict(record)))
     found = ["it holds a line break"] if "\n" in line or "\r" in line else []
     found += history_problems(loads_strict(line))
     if found:
-        raise DatasetError([Problem(str(where), None, f"qaeval would append a history line it could not read back: {p}")
-                            for p in found])
+        raise DatasetError(
+            [
+                Problem(str(where), None, f"qaeval would append a history line it could not read back: {p}")
+                for p in found
+            ]
+        )
     return line
 
 
@@ -197,9 +228,16 @@ def out_of_band(current: float | None, low: float | None, high: float | None, wa
     return (current < low and way in ("drop", "both")) or (current > high and way in ("rise", "both"))
 
 
-def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: int = DEFAULT_WINDOW,
-            min_history: int = MIN_HISTORY, min_width: float = MIN_WIDTH,
-            metrics: Sequence[Any] = METRICS, unit: str = "runs") -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
+def compare(
+    history: list[dict[str, Any]],
+    record: dict[str, Any],
+    *,
+    window: int = DEFAULT_WINDOW,
+    min_history: int = MIN_HISTORY,
+    min_width: float = MIN_WIDTH,
+    metrics: Sequence[Any] = METRICS,
+    unit: str = "runs",
+) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]]:
     """Bands over the trailing window of ``history`` and the alarms ``record`` raises, for each of
     ``metrics``: anything with a ``name`` and a ``drift`` rule ("drop", "rise" or "both"), a run's
     ``Metric`` objects (registered ones too; earlier runs without one give it a shorter band) or the
@@ -223,11 +261,29 @@ def compare(history: list[dict[str, Any]], record: dict[str, Any], *, window: in
             alarm = out_of_band(current, low, high, way)
         if alarm:
             moved = "dropped below" if current < low else "rose above"
-            alarms.append(dict(metric=name, current=current, low=low, high=high, mean=mean,
-                               message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
-                                       f"(mean of {len(values)} {unit} {mean:.3f})"))
-        rows.append(dict(metric=name, current=current, mean=mean, low=low, high=high, window_n=len(values),
-                         direction=DIRECTIONS[way], alarm=alarm))
+            alarms.append(
+                dict(
+                    metric=name,
+                    current=current,
+                    low=low,
+                    high=high,
+                    mean=mean,
+                    message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
+                    f"(mean of {len(values)} {unit} {mean:.3f})",
+                )
+            )
+        rows.append(
+            dict(
+                metric=name,
+                current=current,
+                mean=mean,
+                low=low,
+                high=high,
+                window_n=len(values),
+                direction=DIRECTIONS[way],
+                alarm=alarm,
+            )
+        )
     if len(trailing) < min_history:
         notes.append(f"history too short to alarm: {len(trailing)} earlier {unit}, {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes
@@ -279,9 +335,16 @@ class DriftResult(Result):
         return self.bands
 
     def record_section(self) -> dict[str, Any]:
-        return dict(line=self.record, history=frame_rows(self.history), bands=frame_rows(self.bands),
-                    alarms=clean(self.alarms), notes=self.notes, window=self.window, timeseries=self.timeseries,
-                    min_history=self.min_history)
+        return dict(
+            line=self.record,
+            history=frame_rows(self.history),
+            bands=frame_rows(self.bands),
+            alarms=clean(self.alarms),
+            notes=self.notes,
+            window=self.window,
+            timeseries=self.timeseries,
+            min_history=self.min_history,
+        )
 
     @classmethod
     def section_problems(cls, s: Mapping[str, Any], prefix: str = "drift") -> list[str]:
@@ -289,10 +352,17 @@ class DriftResult(Result):
 
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> DriftResult:
-        return cls(run=run, record=dict(s["line"]), history=frame(s["history"], HISTORY_SCHEMA),
-                   bands=frame(s["bands"], BAND_SCHEMA), alarms=[dict(a) for a in s["alarms"]],
-                   notes=list(s.get("notes") or []), window=int(s["window"]), timeseries=str(s.get("timeseries") or ""),
-                   min_history=int(s.get("min_history", MIN_HISTORY)))
+        return cls(
+            run=run,
+            record=dict(s["line"]),
+            history=frame(s["history"], HISTORY_SCHEMA),
+            bands=frame(s["bands"], BAND_SCHEMA),
+            alarms=[dict(a) for a in s["alarms"]],
+            notes=list(s.get("notes") or []),
+            window=int(s["window"]),
+            timeseries=str(s.get("timeseries") or ""),
+            min_history=int(s.get("min_history", MIN_HISTORY)),
+        )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "drift") -> None:
         """Decide the drift again: the appended line from the run's scoreboard, then the bands and alarms
@@ -308,19 +378,34 @@ class DriftResult(Result):
         hist = self.history
         runs = hist["run"].drop_duplicates().tolist()
         current = hist.loc[hist["current"], "run"].drop_duplicates().tolist()
-        if runs != list(range(len(runs))) or current != runs[-1:] or \
-                not all(len(group) == len(self.run.metrics) for _, group in hist.groupby("run")):
+        if (
+            runs != list(range(len(runs)))
+            or current != runs[-1:]
+            or not all(len(group) == len(self.run.metrics) for _, group in hist.groupby("run"))
+        ):
             audit.problem(f"{prefix}.history is not one row per metric for runs 0, 1, ..., the last one current")
             return
-        earlier = [dict(metrics=dict(zip(g["metric"], (None if v != v else v for v in g["value"]))),
-                        alarms=g.loc[g["alarmed"], "metric"].tolist()) for _, g in hist[~hist["current"]].groupby("run")]
+        earlier = [
+            dict(
+                metrics=dict(zip(g["metric"], (None if v != v else v for v in g["value"]))),
+                alarms=g.loc[g["alarmed"], "metric"].tolist(),
+            )
+            for _, g in hist[~hist["current"]].groupby("run")
+        ]
         now = hist[hist["current"]]
-        audit.same(f"{prefix}.history (current run)",
-                   dict(zip(now["metric"], (None if v != v else v for v in now["value"]))), line["metrics"])
-        bands, alarms, _ = compare(earlier, line, window=self.window, min_history=self.min_history,
-                                   metrics=self.run.metrics)
-        audit.same(f"{prefix}.history (current run's alarms)", now.loc[now["alarmed"], "metric"].tolist(),
-                   [a["metric"] for a in alarms])
+        audit.same(
+            f"{prefix}.history (current run)",
+            dict(zip(now["metric"], (None if v != v else v for v in now["value"]))),
+            line["metrics"],
+        )
+        bands, alarms, _ = compare(
+            earlier, line, window=self.window, min_history=self.min_history, metrics=self.run.metrics
+        )
+        audit.same(
+            f"{prefix}.history (current run's alarms)",
+            now.loc[now["alarmed"], "metric"].tolist(),
+            [a["metric"] for a in alarms],
+        )
         audit.same(f"{prefix}.line.alarms", self.record.get("alarms"), [a["metric"] for a in alarms])
         if not audit.same(f"{prefix}.bands metrics", [b.get("metric") for b in s["bands"]], bands["metric"].tolist()):
             return
@@ -328,7 +413,9 @@ class DriftResult(Result):
             for column in ("current", "mean", "low", "high", "window_n", "alarm"):
                 audit.same(f"{prefix}.bands[{j}].{column} ({row['metric']})", stored.get(column), row[column])
         keys = ("metric", "current", "low", "high", "mean")
-        audit.same(f"{prefix}.alarms", [[a.get(k) for k in keys] for a in s["alarms"]], [[a[k] for k in keys] for a in alarms])
+        audit.same(
+            f"{prefix}.alarms", [[a.get(k) for k in keys] for a in s["alarms"]], [[a[k] for k in keys] for a in alarms]
+        )
 
 
 def summary_dict(run: RunResult) -> dict[str, Any]:
@@ -338,9 +425,15 @@ def summary_dict(run: RunResult) -> dict[str, Any]:
     return dict(
         metrics={m: clean(float(board.at[m, "value"])) for m in names},
         n={m: int(board.at[m, "n"]) for m in names},
-        cases=len(run.suite), trials=run.trials, adapter=run.meta.adapter, isolation=run.meta.isolation,
-        judge=run.meta.judge.to_dict(), dataset_fingerprint=run.dataset_fingerprint,
-        git_commit=run.meta.git_commit, time=run.meta.created, qaeval_version=run.meta.qaeval_version,
+        cases=len(run.suite),
+        trials=run.trials,
+        adapter=run.meta.adapter,
+        isolation=run.meta.isolation,
+        judge=run.meta.judge.to_dict(),
+        dataset_fingerprint=run.dataset_fingerprint,
+        git_commit=run.meta.git_commit,
+        time=run.meta.created,
+        qaeval_version=run.meta.qaeval_version,
     )
 
 
@@ -358,20 +451,35 @@ def notify_alarms(notify: Callable[[list[dict[str, Any]]], Any] | None, alarms: 
     return notes
 
 
-def history_frame(history: list[dict[str, Any]], record: dict[str, Any],
-                  names: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
+def history_frame(
+    history: list[dict[str, Any]], record: dict[str, Any], names: Sequence[str] = METRIC_NAMES
+) -> pd.DataFrame:
     rows = []
     for i, r in enumerate([*history, record]):
         for m in names:
             v = r["metrics"].get(m)
-            rows.append(dict(run=i, time=r.get("time"), commit=r.get("git_commit"), metric=m,
-                             value=math.nan if v is None else float(v), current=i == len(history),
-                             alarmed=m in (r.get("alarms") or [])))
+            rows.append(
+                dict(
+                    run=i,
+                    time=r.get("time"),
+                    commit=r.get("git_commit"),
+                    metric=m,
+                    value=math.nan if v is None else float(v),
+                    current=i == len(history),
+                    alarmed=m in (r.get("alarms") or []),
+                )
+            )
     return frame(rows, HISTORY_SCHEMA)
 
 
-def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDOW, min_history: int = MIN_HISTORY,
-          notify: Callable[[list[dict[str, Any]]], Any] | None = None) -> DriftResult:
+def drift(
+    run: RunResult,
+    timeseries: str | Path,
+    *,
+    window: int = DEFAULT_WINDOW,
+    min_history: int = MIN_HISTORY,
+    notify: Callable[[list[dict[str, Any]]], Any] | None = None,
+) -> DriftResult:
     """Compare ``run`` with the series' trailing window, append its line, then tell ``notify`` about
     any alarms. Everything that can fail on bad data fails before the append."""
     history, notes = read_history(timeseries)
@@ -382,13 +490,24 @@ def drift(run: RunResult, timeseries: str | Path, *, window: int = DEFAULT_WINDO
     if history and history[-1].get("dataset_fingerprint") != record["dataset_fingerprint"]:
         notes.append("the frozen split's fingerprint differs from the previous run's: the series mixes datasets")
     if history and history[-1].get("trials", 1) != record["trials"]:
-        notes.append(f"{record['trials']} trial(s) per case, the previous run {history[-1].get('trials', 1)}: "
-                     "the series mixes trial counts (a metric is a mean over trials either way)")
+        notes.append(
+            f"{record['trials']} trial(s) per case, the previous run {history[-1].get('trials', 1)}: "
+            "the series mixes trial counts (a metric is a mean over trials either way)"
+        )
     if not run.meta.boundary_enforced:
         notes.append("isolation none: the boundary was not enforced in this run")
     line = history_line(record, timeseries)
     frame_ = history_frame(history, record, [m.name for m in run.metrics])
     append_line(timeseries, line)
     notes += notify_alarms(notify, alarms)
-    return DriftResult(run=run, record=clean(record), history=frame_, bands=bands, alarms=alarms, notes=notes,
-                       window=window, timeseries=str(timeseries), min_history=min_history)
+    return DriftResult(
+        run=run,
+        record=clean(record),
+        history=frame_,
+        bands=bands,
+        alarms=alarms,
+        notes=notes,
+        window=window,
+        timeseries=str(timeseries),
+        min_history=min_history,
+    )

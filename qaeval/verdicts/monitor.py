@@ -21,35 +21,68 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.audit import Audit
-from qaeval.errors import DriftAlarm
-from qaeval.files import append_line
+from qaeval.core.errors import DriftAlarm
+from qaeval.core.files import append_line
+from qaeval.core.frames import Each, Fields, Valid, clean, frame, frame_rows, rows_of, shape_problems
+from qaeval.core.results import Result
 from qaeval.data.logs import parse_timestamp
-from qaeval.frames import Each, Fields, Valid, clean, frame, frame_rows, rows_of, shape_problems
-from qaeval.results import Result
-from qaeval.scoring.evaluate import RunResult
+from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
 from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
-from qaeval.scoring.monitor_metrics import (ALL, METRIC_NAMES, SLICE_SCHEMA, WINDOW_SCHEMA, METRICS,
-                                            metric_values, scoreboard)
-from qaeval.verdicts.drift import (ALARM, BAND_SCHEMA, DIRECTIONS, MIN_HISTORY, compare, history_line, out_of_band,
-                                   read_history)
+from qaeval.scoring.monitor_metrics import (
+    ALL,
+    METRIC_NAMES,
+    METRICS,
+    SLICE_SCHEMA,
+    WINDOW_SCHEMA,
+    metric_values,
+    scoreboard,
+)
+from qaeval.scoring.result import RunResult
+from qaeval.verdicts.drift import (
+    ALARM,
+    BAND_SCHEMA,
+    DIRECTIONS,
+    MIN_HISTORY,
+    compare,
+    history_line,
+    out_of_band,
+    read_history,
+)
 
 MIN_ROWS = 30
 BAND_WINDOW = 10
 
 TIME = Valid("text", lambda t: t is None or parse_timestamp(t)[1] is None, "an ISO 8601 date and time")
 NAMES: dict[str, Any] = dict(slice="str", group="str", metric="str")  # what the summary and the report format as text
-WINDOWS = Valid(rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what), **NAMES),
-                lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
-                "one row per window, slice, group and metric")
-SECTION = Fields(dict(  # the monitor section of a record; each row also has a text value per slice column
-    rows=rows_of(ROW_COLUMNS, timestamp=TIME, row_id="str"),
-    slice_columns=Each(Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")),
-    scoreboard=rows_of(SCOREBOARD_SCHEMA), slices=rows_of(SLICE_SCHEMA, **NAMES), windows=WINDOWS, by=Each("str"),
-    every="text", sample="Int64", seed="int", source="str", notes=Each("str"), timeseries="text",
-    timeline=Each(Fields(dict(window="str", rows="int", too_few="bool", bands=rows_of(BAND_SCHEMA), alarms=Each("str")))),
-    alarms=Each(Fields({**ALARM.fields, "window": "str"}))), optional=("every", "sample", "timeseries"))
+WINDOWS = Valid(
+    rows_of(WINDOW_SCHEMA, window=Valid("str", TIME.test, TIME.what), **NAMES),
+    lambda rows: len({(r["window"], r["slice"], r["group"], r["metric"]) for r in rows}) == len(rows),
+    "one row per window, slice, group and metric",
+)
+SECTION = Fields(
+    dict(  # the monitor section of a record; each row also has a text value per slice column
+        rows=rows_of(ROW_COLUMNS, timestamp=TIME, row_id="str"),
+        slice_columns=Each(
+            Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")
+        ),
+        scoreboard=rows_of(SCOREBOARD_SCHEMA),
+        slices=rows_of(SLICE_SCHEMA, **NAMES),
+        windows=WINDOWS,
+        by=Each("str"),
+        every="text",
+        sample="Int64",
+        seed="int",
+        source="str",
+        notes=Each("str"),
+        timeseries="text",
+        timeline=Each(
+            Fields(dict(window="str", rows="int", too_few="bool", bands=rows_of(BAND_SCHEMA), alarms=Each("str")))
+        ),
+        alarms=Each(Fields({**ALARM.fields, "window": "str"})),
+    ),
+    optional=("every", "sample", "timeseries"),
+)
 
 
 @dataclass(repr=False)
@@ -90,7 +123,7 @@ class MonitorResult(Result):
         return f"no alarm ({bands}); {self.failing_share()}; {judged} judged{watched}"
 
     def failing_share(self) -> str:
-        """"9 of 120 rows (7.5%) fail a check": what no alarm does not say (an alarm is a move, not a level)."""
+        """ "9 of 120 rows (7.5%) fail a check": what no alarm does not say (an alarm is a move, not a level)."""
         bad, n = int((~self.rows["passed"].astype(bool)).sum()), len(self.rows)
         return f"{bad} of {n} row(s) ({bad / n:.1%}) fail a check" if n else "no row"
 
@@ -113,8 +146,11 @@ class MonitorResult(Result):
                 lines.append(f"  {r.group:<20} {r.metric:<26} {format_number(r.value):>7}  n={r.n}{ppi}")
         lines += self._window_lines()
         for entry in self.timeline:
-            state = "too few rows to compare: no alarm" if entry["too_few"] else \
-                ("ALARM" if entry["alarms"] else "inside its bands")
+            state = (
+                "too few rows to compare: no alarm"
+                if entry["too_few"]
+                else ("ALARM" if entry["alarms"] else "inside its bands")
+            )
             lines.append(f"window {entry['window']}: {entry['rows']} row(s), {state}")
         lines += [f"  alarm: {a['message']}" for a in self.alarms]
         lines += [f"  note: {n}" for n in self.notes]
@@ -131,8 +167,10 @@ class MonitorResult(Result):
         table.insert(0, "rows", rows.reindex(table.index))
         judged = overall[overall["metric"] == "faithfulness_rate"].set_index("window")["n"]
         table.insert(1, "judged", judged.reindex(table.index).fillna(0).astype(int))  # a judge metric's n: 0 is NaN
-        return [f"per {self.every} window (all rows; a judge metric is NaN where no row was judged):",
-                table.to_string()]
+        return [
+            f"per {self.every} window (all rows; a judge metric is NaN where no row was judged):",
+            table.to_string(),
+        ]
 
     def to_frame(self) -> pd.DataFrame:
         return self.scoreboard
@@ -140,10 +178,22 @@ class MonitorResult(Result):
     def record_section(self) -> dict[str, Any]:
         rows = self.rows.copy()
         rows["timestamp"] = [None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in rows["timestamp"]]
-        return dict(rows=frame_rows(rows), slice_columns=self.slice_columns, scoreboard=frame_rows(self.scoreboard),
-                    slices=frame_rows(self.slices), windows=frame_rows(self.windows), by=self.by, every=self.every,
-                    sample=self.sample, seed=self.seed, source=self.source, timeline=clean(self.timeline),
-                    alarms=clean(self.alarms), notes=self.notes, timeseries=self.timeseries)
+        return dict(
+            rows=frame_rows(rows),
+            slice_columns=self.slice_columns,
+            scoreboard=frame_rows(self.scoreboard),
+            slices=frame_rows(self.slices),
+            windows=frame_rows(self.windows),
+            by=self.by,
+            every=self.every,
+            sample=self.sample,
+            seed=self.seed,
+            source=self.source,
+            timeline=clean(self.timeline),
+            alarms=clean(self.alarms),
+            notes=self.notes,
+            timeseries=self.timeseries,
+        )
 
     @classmethod
     def section_problems(cls, s: Mapping[str, Any], prefix: str = "monitor") -> list[str]:
@@ -157,13 +207,25 @@ class MonitorResult(Result):
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> MonitorResult:
         schema = {**ROW_COLUMNS, **{c: "text" for c in s["slice_columns"]}}
         rows = frame(s["rows"], schema)
-        rows["timestamp"] = pd.to_datetime([None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]],
-                                           utc=True)
-        return cls(run=run, rows=rows, scoreboard=frame(s["scoreboard"], SCOREBOARD_SCHEMA),
-                   slices=frame(s["slices"], SLICE_SCHEMA), windows=frame(s["windows"], WINDOW_SCHEMA),
-                   by=list(s["by"]), every=s.get("every"), sample=s.get("sample"), seed=int(s["seed"]),
-                   source=str(s["source"]), timeline=list(s["timeline"]), alarms=list(s["alarms"]),
-                   notes=list(s["notes"]), timeseries=str(s.get("timeseries") or ""))
+        rows["timestamp"] = pd.to_datetime(
+            [None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]], utc=True
+        )
+        return cls(
+            run=run,
+            rows=rows,
+            scoreboard=frame(s["scoreboard"], SCOREBOARD_SCHEMA),
+            slices=frame(s["slices"], SLICE_SCHEMA),
+            windows=frame(s["windows"], WINDOW_SCHEMA),
+            by=list(s["by"]),
+            every=s.get("every"),
+            sample=s.get("sample"),
+            seed=int(s["seed"]),
+            source=str(s["source"]),
+            timeline=list(s["timeline"]),
+            alarms=list(s["alarms"]),
+            notes=list(s["notes"]),
+            timeseries=str(s.get("timeseries") or ""),
+        )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "monitor") -> None:
         """Check the section against itself and the judged sample: the judged rows are the run's cases,
@@ -177,8 +239,9 @@ class MonitorResult(Result):
         again = judge_columns(rows, self.run)
         for axis in ("faithfulness", "citation_correctness"):
             audit.same(f"{prefix}.rows.{axis}", _ints(rows[axis]), _ints(again[axis]), "the judged sample")
-        checks = rows[["citation_resolvability", "citation_coverage", "fail_closed"]].all(axis=1) & \
-            rows["prompt_grounding"].fillna(True).astype(bool)
+        checks = rows[["citation_resolvability", "citation_coverage", "fail_closed"]].all(axis=1) & rows[
+            "prompt_grounding"
+        ].fillna(True).astype(bool)
         audit.same(f"{prefix}.rows.passed", rows["passed"].tolist(), checks.tolist(), "each row's checks")
         board = scoreboard(rows, self.run.labels)
         for j, (stored, row) in enumerate(zip(s["scoreboard"], board.to_dict("records"))):
@@ -196,10 +259,15 @@ class MonitorResult(Result):
         for i, entry in enumerate(s["timeline"]):
             where = f"{prefix}.timeline[{i}]"
             for j, band in enumerate(entry["bands"]):
-                audit.same(f"{where}.bands[{j}].current", band["current"], figures.get((entry["window"], band["metric"])),
-                           "the window's figure")
-                audit.same(f"{where}.bands[{j}].alarm", band["alarm"], _band_alarm(band) and not entry["too_few"],
-                           "its band")
+                audit.same(
+                    f"{where}.bands[{j}].current",
+                    band["current"],
+                    figures.get((entry["window"], band["metric"])),
+                    "the window's figure",
+                )
+                audit.same(
+                    f"{where}.bands[{j}].alarm", band["alarm"], _band_alarm(band) and not entry["too_few"], "its band"
+                )
             alarmed = [b["metric"] for b in entry["bands"] if b["alarm"]]
             audit.same(f"{where}.alarms", entry["alarms"], alarmed, "its bands")
             implied += [[entry["window"], metric] for metric in entry["alarms"]]
@@ -221,12 +289,19 @@ def _ints(values: pd.Series) -> list[int | None]:
 
 def _line(window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any]) -> dict[str, Any]:
     values, counts = metric_values(part)
-    return clean(dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[],
-                      **about))
+    return clean(
+        dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[], **about)
+    )
 
 
-def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, Any], band_window: int = BAND_WINDOW,
-          min_rows: int = MIN_ROWS) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+def watch(
+    windows: pd.DataFrame,
+    timeseries: str | Path,
+    *,
+    about: Mapping[str, Any],
+    band_window: int = BAND_WINDOW,
+    min_rows: int = MIN_ROWS,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``.
 
     A window already in the history with enough rows is not appended again; one that had too few rows
@@ -236,9 +311,12 @@ def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, 
     history, notes = read_history(timeseries)
     earlier = [h for h in history if h.get("kind") == "monitor"]
     if len(earlier) < len(history):
-        notes.append(f"{len(history) - len(earlier)} line(s) of {timeseries} are not monitor windows: left out of the bands")
-    usable = sorted((h for h in earlier if not h.get("too_few") and isinstance(h.get("window"), str)),
-                    key=lambda h: h["window"])
+        notes.append(
+            f"{len(history) - len(earlier)} line(s) of {timeseries} are not monitor windows: left out of the bands"
+        )
+    usable = sorted(
+        (h for h in earlier if not h.get("too_few") and isinstance(h.get("window"), str)), key=lambda h: h["window"]
+    )
     complete = {h["window"] for h in usable}
     overall = windows[windows["slice"] == ALL]
     timeline, alarms, lines = [], [], []
@@ -253,8 +331,9 @@ def watch(windows: pd.DataFrame, timeseries: str | Path, *, about: Mapping[str, 
             line["too_few"] = True  # the timeline says so: fewer than min_rows, not compared, no alarm
         else:
             before = [h for h in usable if h["window"] < window]
-            bands, found, more = compare(before, line, window=band_window, min_history=MIN_HISTORY, unit="windows",
-                                         metrics=METRICS)
+            bands, found, more = compare(
+                before, line, window=band_window, min_history=MIN_HISTORY, unit="windows", metrics=METRICS
+            )
             found = [{**a, "window": window, "message": f"{window}: {a['message']}"} for a in found]
             line["alarms"] = [a["metric"] for a in found]
             entry.update(bands=frame_rows(bands), alarms=[a["metric"] for a in found])

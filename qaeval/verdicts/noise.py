@@ -46,7 +46,10 @@ def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, s
     if moved == 0:
         return False, f"no paired case moved ({paired} paired)"
     if floor > 0.05:
-        return False, f"too few paired cases to tell ({moved} of {paired} moved; the smallest p reachable is {floor:.3f})"
+        return (
+            False,
+            f"too few paired cases to tell ({moved} of {paired} moved; the smallest p reachable is {floor:.3f})",
+        )
     if p < 0.05:
         return True, f"distinguishable from noise (p={format_p(p)}, {moved} of {paired} paired cases moved)"
     return False, f"within noise (p={p:.2f}, {moved} of {paired} paired cases moved)"

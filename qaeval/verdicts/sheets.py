@@ -19,12 +19,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.errors import DatasetError, Problem
+from qaeval.core.files import read_text
 from qaeval.data.schema import AXES, CITATION_CORRECTNESS
-from qaeval.errors import DatasetError, Problem
-from qaeval.files import read_text
-from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.result import RunResult
 
-SHEET_COLUMNS = ["case_id", "axis", "output_fingerprint", "question", "answer", "cited", "gold_answer", "score", "reason"]
+SHEET_COLUMNS = [
+    "case_id",
+    "axis",
+    "output_fingerprint",
+    "question",
+    "answer",
+    "cited",
+    "gold_answer",
+    "score",
+    "reason",
+]
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
 
@@ -65,8 +75,9 @@ def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterat
             except StopIteration:
                 return
             except csv.Error as exc:
-                raise DatasetError([Problem(str(path), reader.line_num, f"not a CSV row qaeval can read ({exc})")]) \
-                    from None
+                raise DatasetError(
+                    [Problem(str(path), reader.line_num, f"not a CSV row qaeval can read ({exc})")]
+                ) from None
             breaks = sum(v.count("\n") for v in cells.values() if isinstance(v, str))
             line = reader.line_num - breaks  # the line the row starts on (a cell may hold line breaks)
             number, inner = line - inner, inner + breaks  # its row in a spreadsheet
@@ -75,8 +86,9 @@ def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterat
         csv.field_size_limit(limit)
 
 
-def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0,
-                 axes: tuple[str, ...] = AXES) -> tuple[str, int]:
+def export_sheet(
+    run: RunResult, *, sample: int | None = None, seed: int = 0, axes: tuple[str, ...] = AXES
+) -> tuple[str, int]:
     """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
     by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
     answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
@@ -84,17 +96,30 @@ def export_sheet(run: RunResult, *, sample: int | None = None, seed: int = 0,
         picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
         answered = [r for r in answered if r["case_id"] in picked]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n")  # RFC 4180: a cell with a CR is quoted
+    writer = csv.DictWriter(
+        buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n"
+    )  # RFC 4180: a cell with a CR is quoted
     writer.writeheader()
     for r in answered:
-        cited = "\n".join(f"[{c['source_id']}] claim: {c['claim']}\n    source: "
-                          f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}" for c in r["citations"])
+        cited = "\n".join(
+            f"[{c['source_id']}] claim: {c['claim']}\n    source: "
+            f"{by_key.get((r['case_id'], c['source_id']), '(not in the fixture)')}"
+            for c in r["citations"]
+        )
         for axis in axes:
             if axis == CITATION_CORRECTNESS and not r["citations"]:
                 continue
-            row = dict(case_id=r["case_id"], axis=axis, output_fingerprint=r["output_fingerprint"],
-                       question=r["question"], answer=r["answer"], cited=cited,
-                       gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "", score="", reason="")
+            row = dict(
+                case_id=r["case_id"],
+                axis=axis,
+                output_fingerprint=r["output_fingerprint"],
+                question=r["question"],
+                answer=r["answer"],
+                cited=cited,
+                gold_answer=(r["gold_answer"] or "") if axis == "answer_correctness" else "",
+                score="",
+                reason="",
+            )
             writer.writerow({k: sheet_cell(v) for k, v in row.items()})
     return buffer.getvalue(), len(answered)
 
@@ -108,7 +133,9 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
     labels: list[dict[str, Any]] = []
     blank = 0
     seen: dict[tuple[str, str], int] = {}
-    for line, number, row in sheet_rows(path, "label sheet", ("case_id", "axis", "output_fingerprint", "score", "reason")):
+    for line, number, row in sheet_rows(
+        path, "label sheet", ("case_id", "axis", "output_fingerprint", "score", "reason")
+    ):
         cid, axis = row.get("case_id", ""), row.get("axis", "")
         score_text = row.get("score", "")
         if not score_text:
@@ -118,8 +145,10 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
         if cid not in fingerprints:
             found.append(f"case {cid!r} is not in the run")
         elif row.get("output_fingerprint", "") != fingerprints[cid]:
-            found.append(f"stale: case {cid!r} has a different output now (fingerprint "
-                         f"{row.get('output_fingerprint', '')!r}, the run has {fingerprints[cid]!r})")
+            found.append(
+                f"stale: case {cid!r} has a different output now (fingerprint "
+                f"{row.get('output_fingerprint', '')!r}, the run has {fingerprints[cid]!r})"
+            )
         if axis not in AXES:
             found.append(f"axis {axis!r} is not one of {', '.join(AXES)}")
         if score_text not in ("0", "1", "2"):
@@ -130,8 +159,15 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
             problems.extend(Problem(where, line, f"{p} (sheet row {number})") for p in found)
             continue
         seen[(cid, axis)] = line
-        labels.append(dict(case_id=cid, axis=axis, score=int(score_text), reason=row.get("reason", ""),
-                           output_fingerprint=fingerprints[cid]))
+        labels.append(
+            dict(
+                case_id=cid,
+                axis=axis,
+                score=int(score_text),
+                reason=row.get("reason", ""),
+                output_fingerprint=fingerprints[cid],
+            )
+        )
     if problems:
         raise DatasetError(problems)
     if not labels:

@@ -16,12 +16,13 @@ from typing import Any, Literal, get_args
 import numpy as np
 import pandas as pd
 
-from qaeval.errors import DatasetError, UsageError
-from qaeval.files import loads_strict, read_text
-from qaeval.frames import frame
-from qaeval.scoring.evaluate import RunResult
+from qaeval.core.errors import DatasetError, UsageError
+from qaeval.core.files import read_text
+from qaeval.core.frames import frame
+from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.metrics import GATED, Metric
 from qaeval.scoring.outcomes import reasons_text
+from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
 from qaeval.verdicts.noise import noise_note, sign_flip_test
 
@@ -40,10 +41,23 @@ def tier_row(level: int, rule: TierRule, passed: bool, detail: str, case_ids: li
     """One row of the tiers frame: ``tier`` is the label people read ("tier 2: new cases pass"),
     ``rule`` the rule alone ("new cases pass")."""
     return dict(tier=f"tier {level}: {rule}", rule=rule, passed=passed, detail=detail, case_ids=case_ids)
+
+
 DELTA_SCHEMA = {
-    "metric": "text", "baseline": "float", "current": "float", "delta": "float", "tolerance": "float",
-    "direction": "text", "passed": "bool", "n_baseline": "int", "n_current": "int", "n_paired": "int",
-    "n_moved": "int", "p_value": "float", "distinguishable": "bool", "note": "text",
+    "metric": "text",
+    "baseline": "float",
+    "current": "float",
+    "delta": "float",
+    "tolerance": "float",
+    "direction": "text",
+    "passed": "bool",
+    "n_baseline": "int",
+    "n_current": "int",
+    "n_paired": "int",
+    "n_moved": "int",
+    "p_value": "float",
+    "distinguishable": "bool",
+    "note": "text",
 }
 REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state": "text", "why": "text"}
 NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
@@ -54,8 +68,11 @@ def gated(metrics: Sequence[Metric]) -> dict[str, float]:
     return {m.name: m.tolerance for m in metrics if m.tolerance is not None}
 
 
-def load_tolerances(path: str | Path | None = None, overrides: list[str] | None = None,
-                    defaults: Mapping[str, float] = DEFAULT_TOLERANCES) -> dict[str, float]:
+def load_tolerances(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    defaults: Mapping[str, float] = DEFAULT_TOLERANCES,
+) -> dict[str, float]:
     """Defaults (the built-in gated metrics', or ``gated(run.metrics)``), then a JSON file
     ``{"metric": tolerance}``, then ``metric=value`` overrides."""
     tolerances = dict(defaults)
@@ -131,8 +148,15 @@ def tier_one(run: RunResult) -> dict[str, Any]:
 MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
 
 
-def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame, *, p_worse: float | None = None,
-             level: float | None = None) -> dict[str, Any]:
+def movement(
+    metric: Metric,
+    tol: float,
+    baseline: Baseline,
+    board: pd.DataFrame,
+    *,
+    p_worse: float | None = None,
+    level: float | None = None,
+) -> dict[str, Any]:
     """How one gated metric moved from the baseline's value to the run's (``board``: the scoreboard
     indexed by metric), and whether that is within its tolerance: the part of a metric_deltas row that
     decides. A metric the baseline lacks (registered since) is not comparable, and passes. With trials
@@ -149,12 +173,22 @@ def movement(metric: Metric, tol: float, baseline: Baseline, board: pd.DataFrame
         ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
         if not ok and level is not None and p_worse is not None and not math.isnan(p_worse):
             ok = p_worse > level  # no paired case to test (p_worse NaN): the tolerance alone decides
-    return dict(metric=name, baseline=b, current=c, delta=delta, tolerance=tol, direction=metric.direction,
-                passed=ok, n_baseline=n_base, n_current=int(board.at[name, "n"]))
+    return dict(
+        metric=name,
+        baseline=b,
+        current=c,
+        delta=delta,
+        tolerance=tol,
+        direction=metric.direction,
+        passed=ok,
+        n_baseline=n_base,
+        n_current=int(board.at[name, "n"]),
+    )
 
 
-def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str, float],
-                     matched: list[str], level: float | None = None) -> pd.DataFrame:
+def metric_movements(
+    run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], level: float | None = None
+) -> pd.DataFrame:
     """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test:
     an exact paired sign-flip test over the matched cases' per-case values (with trials, each case's
     mean over its trials). ``level`` (with trials): a move past the tolerance blocks only when the
@@ -186,8 +220,16 @@ def metric_movements(run: RunResult, baseline: Baseline, tolerances: Mapping[str
             noise = f"one-sided p={p:.3g} against level {level:.3g}; " + noise
         if moved == 0 and diffs and not math.isnan(delta) and abs(delta) > _EPS:
             noise += "; the change comes from cases counted on one side only"
-        rows.append(dict(**moved_by, n_paired=len(diffs), n_moved=moved, p_value=p if diffs else math.nan,
-                         distinguishable=distinguishable, note=note or noise))
+        rows.append(
+            dict(
+                **moved_by,
+                n_paired=len(diffs),
+                n_moved=moved,
+                p_value=p if diffs else math.nan,
+                distinguishable=distinguishable,
+                note=note or noise,
+            )
+        )
     return frame(rows, DELTA_SCHEMA)
 
 
@@ -205,8 +247,10 @@ def metrics_tier(run: RunResult, baseline: Baseline, deltas: pd.DataFrame) -> di
     failed = deltas[~deltas["passed"]]
     detail = "no gated metric moved past its tolerance"
     if len(failed):
-        detail = "; ".join(f"{r.metric} {r.baseline:.3f} -> {r.current:.3f} ({r.delta:+.3f}, tolerance {r.tolerance:g})"
-                           for r in failed.itertuples(index=False))
+        detail = "; ".join(
+            f"{r.metric} {r.baseline:.3f} -> {r.current:.3f} ({r.delta:+.3f}, tolerance {r.tolerance:g})"
+            for r in failed.itertuples(index=False)
+        )
     worse: set[str] = set()
     higher = {m.name: m.higher_is_better for m in run.metrics}
     for metric in failed["metric"]:
@@ -229,17 +273,29 @@ def regressions(run: RunResult, trials: pd.DataFrame) -> pd.DataFrame:
         why = reasons_text(pc.at[r.case_id, "fail_reasons"])
         if r.verdict == "regressed":
             why = f"passes less often than in the baseline (one-sided Fisher p={r.p_value:.3g}): {why}"
-        rows.append(dict(case_id=r.case_id, baseline_state=_state(r.baseline_passes, r.baseline_trials),
-                         current_state=_state(r.passes, r.trials), why=why))
+        rows.append(
+            dict(
+                case_id=r.case_id,
+                baseline_state=_state(r.baseline_passes, r.baseline_trials),
+                current_state=_state(r.passes, r.trials),
+                why=why,
+            )
+        )
     return frame(rows, REGRESSED_SCHEMA)
 
 
 def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFrame:
     pc = run.per_case.set_index("case_id")
-    rows = [dict(case_id=cid, status="changed" if cid in match.changed else "new",
-                 baseline_state=("passed" if baseline.cases[cid].passed else "failed") if cid in match.changed else "absent",
-                 why=reasons_text(pc.at[cid, "fail_reasons"]))
-            for cid in pc.index if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]]
+    rows = [
+        dict(
+            case_id=cid,
+            status="changed" if cid in match.changed else "new",
+            baseline_state=("passed" if baseline.cases[cid].passed else "failed") if cid in match.changed else "absent",
+            why=reasons_text(pc.at[cid, "fail_reasons"]),
+        )
+        for cid in pc.index
+        if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]
+    ]
     return frame(rows, NEW_SCHEMA)
 
 
@@ -279,8 +335,16 @@ def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
         m += 1
 
 
-CASE_TRIALS_SCHEMA = {"case_id": "text", "baseline_passes": "int", "baseline_trials": "int", "passes": "int",
-                      "trials": "int", "p_value": "float", "min_p": "float", "verdict": "text"}
+CASE_TRIALS_SCHEMA = {
+    "case_id": "text",
+    "baseline_passes": "int",
+    "baseline_trials": "int",
+    "passes": "int",
+    "trials": "int",
+    "p_value": "float",
+    "min_p": "float",
+    "verdict": "text",
+}
 
 
 def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: float) -> pd.DataFrame:
@@ -303,8 +367,18 @@ def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: f
         cb, nb, cc, nc = base.pass_count, base.trials, int(pc.at[cid, "passes"]), int(pc.at[cid, "trials"])
         p, floor = fisher_drop_p(cb, nb, cc, nc)
         verdict = "broken" if cb == nb and cc == 0 else "steady"
-        rows.append(dict(case_id=cid, baseline_passes=cb, baseline_trials=nb, passes=cc, trials=nc, p_value=p,
-                         min_p=floor, verdict=verdict))
+        rows.append(
+            dict(
+                case_id=cid,
+                baseline_passes=cb,
+                baseline_trials=nb,
+                passes=cc,
+                trials=nc,
+                p_value=p,
+                min_p=floor,
+                verdict=verdict,
+            )
+        )
     level, _ = tarone_level([r["min_p"] for r in rows if r["verdict"] != "broken"], alpha)
     for r in rows:
         if r["verdict"] == "broken":
@@ -319,3 +393,55 @@ def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: f
 def one_trial_each(run: RunResult, baseline: Baseline, matched: list[str]) -> bool:
     """Whether both sides ran every matched case once: the gate then decides as it did before trials."""
     return run.trials == 1 and all(baseline.cases[c].trials == 1 for c in matched)
+
+
+def _regression_detail(regressed: pd.DataFrame, trials: pd.DataFrame, match: CaseMatch) -> str:
+    flaky = int((trials["verdict"] == "flaky").sum())
+    tail = f"; {flaky} flaky, not blocking" if flaky else ""
+    if len(regressed):
+        return f"{len(regressed)} previously passing case(s) now fail{tail}"
+    return f"{len(match.matched)} matched case(s), none regressed{tail}"
+
+
+def levels(
+    run: RunResult, baseline: Baseline, match: CaseMatch, tolerances: Mapping[str, float], alpha: float
+) -> tuple[float, float | None]:
+    """(the cases' share of alpha, each gated metric's level or None). With one trial on both sides the
+    gate decides as before trials (the tolerances alone; a case regresses when it passed and fails now)
+    and alpha is not used. Otherwise alpha is split in two: half for the cases (``case_trials``), half
+    for the gated metrics, Bonferroni over them, so an unchanged system is blocked by the regression
+    test or a metric with a chance of at most alpha."""
+    if one_trial_each(run, baseline, match.matched):
+        return alpha, None
+    return alpha / 2, alpha / 2 / max(1, len(tolerances))
+
+
+def decide(
+    run: RunResult, baseline: Baseline, match: CaseMatch, deltas: pd.DataFrame, trials: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(tiers, regressed, new_failing): the four tiers from the matched cases, their trials
+    (``case_trials``) and the metric movements."""
+    regressed = regressions(run, trials)
+    new_failing = new_cases(run, baseline, match)
+    n_new = len(match.new) + len(match.changed)
+    tiers = [
+        tier_one(run),
+        metrics_tier(run, baseline, deltas),
+        tier_row(
+            2,
+            "no passing case regresses",
+            regressed.empty,
+            _regression_detail(regressed, trials, match),
+            regressed["case_id"].tolist(),
+        ),
+        tier_row(
+            2,
+            "new cases pass",
+            new_failing.empty,
+            f"{len(new_failing)} of {n_new} new or changed case(s) fail"
+            if len(new_failing)
+            else f"{n_new} new or changed case(s), all pass",
+            new_failing["case_id"].tolist(),
+        ),
+    ]
+    return frame(tiers, TIER_SCHEMA), regressed, new_failing

@@ -4,7 +4,7 @@ progress bars.
 Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
 raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
 verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.judges.usercode``); the proxies that call them raise
+hooks run in their own processes (``qaeval.boundary.clients``); the proxies that call them raise
 ``UserCodeFailed`` with a finished description when the user's code failed over there.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qaeval.errors import QaevalError, UsageError, describe
+from qaeval.core.errors import QaevalError, UsageError, describe
 
 
 class UserCodeFailed(QaevalError):
@@ -69,15 +69,16 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise UsageError(f"{what} {name!r}: module {module_name!r} has no attribute {attr!r}"
-                             f"{_closest_name(part, target)}") from None
+            raise UsageError(
+                f"{what} {name!r}: module {module_name!r} has no attribute {attr!r}{_closest_name(part, target)}"
+            ) from None
     if want_callable and not callable(target):
         raise UsageError(f"{what} {name!r}: {attr!r} is a {type(target).__name__}, not callable")
     return target
 
 
 def _closest_name(attr: str, owner: Any) -> str:
-    """"; did you mean make_adapter?" for a misspelt name, when ``owner`` has a public name close to it."""
+    """ "; did you mean make_adapter?" for a misspelt name, when ``owner`` has a public name close to it."""
     import difflib
 
     try:
@@ -101,7 +102,7 @@ def contained(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> t
         raise
     except UserCodeFailed as exc:
         return False, str(exc)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001  (whatever user code raises is its failure, not qaeval's)
         return False, f"{what} {_did(exc)}"
 
 
@@ -126,7 +127,7 @@ def build(factory: Any, *, what: str, settings: Any = None) -> Any:
         raise
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001  (whatever a factory raises is the user's to fix)
         raise UsageError(f"{what} factory {label!r} {_did(exc)}") from None
 
 
@@ -160,9 +161,9 @@ def _tqdm_class() -> Any:
     would warn and draw nothing useful without ipywidgets)."""
     if _in_notebook():
         try:
-            import ipywidgets  # noqa: F401
-
+            import ipywidgets  # noqa: F401  (only whether the widgets are installed)
             from tqdm.notebook import tqdm
+
             return tqdm
         except ImportError:
             pass

@@ -1,11 +1,11 @@
-"""The worker side of the process boundary: ``python -m qaeval.system.worker FD``.
+"""The worker side of the process boundary: ``python -m qaeval.boundary.worker FD``.
 
 A worker is a fresh interpreter started by the harness (``qaeval.system.pool``, through
-``qaeval.system.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
+``qaeval.boundary.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
 data, its environment has had every variable that names the data folder removed, its working directory
 is a private scratch folder, and before any user code is imported it gives up ``CAP_SYS_PTRACE``
 (Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
-descriptor FD) in length-prefixed frames, and nothing else:
+descriptor FD) in length-prefixed messages (``qaeval.boundary.messages``), and nothing else:
 
     harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits and,
                                                     for a suite with a corpus, the path of its copy in
@@ -37,8 +37,6 @@ import tempfile
 import threading
 from typing import Any
 
-
-
 # --------------------------------------------------------------------------- building the adapter
 
 
@@ -67,8 +65,8 @@ def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
     """The adapter object from a spec: {"name": "module:factory"} or {"pickle": base64 cloudpickle of an
     adapter object or a factory}. A factory with a ``corpus`` parameter gets ``corpus`` (a read-only
     ``qaeval.Corpus``, or None when the suite has none)."""
-    from qaeval.errors import UsageError
-    from qaeval.plugins import resolve
+    from qaeval.boundary.plugins import resolve
+    from qaeval.core.errors import UsageError
 
     if "name" in spec:
         obj = call_factory(resolve(spec["name"], what="adapter"), corpus)
@@ -105,7 +103,7 @@ def answer_one(call: Caller, payload: Any) -> dict[str, Any]:
     """Answer one case; every way the adapter can fail becomes an error string, never an exception. An
     exception's error names the file and line it was raised at, and its traceback (the adapter's frames,
     not this module's) goes with it, for the case's logs (``with_traceback``)."""
-    from qaeval.errors import describe
+    from qaeval.core.errors import describe
     from qaeval.system.contract import output_to_plain, view_of
 
     try:
@@ -130,8 +128,11 @@ def _where_raised(exc: BaseException) -> tuple[str, str]:
         if not frames:
             return "", ""
         last = frames[-1]
-        trace = ("Traceback (most recent call last):\n" + "".join(frames.format())
-                 + "".join(traceback.format_exception_only(type(exc), exc)))
+        trace = (
+            "Traceback (most recent call last):\n"
+            + "".join(frames.format())
+            + "".join(traceback.format_exception_only(type(exc), exc))
+        )
         return f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})", trace
     except Exception:  # noqa: BLE001  (an exception whose text cannot be formatted still fails its case)
         return "", ""
@@ -156,14 +157,16 @@ class FdCapture:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
                 pass
         os.dup2(self.file.fileno(), 1)
         os.dup2(self.file.fileno(), 2)
-        self.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace",
-                                       line_buffering=True)
-        self.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace",
-                                       line_buffering=True)
+        self.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        )
+        self.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        )
         self.restore()
         try:
             import ctypes
@@ -179,12 +182,12 @@ class FdCapture:
         for stream in {id(s): s for s in (sys.stdout, sys.stderr, self.stdout, self.stderr)}.values():
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
                 pass
         if self._fflush is not None:
             try:
                 self._fflush(None)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  (no C library to flush: nothing buffered there)
                 pass
         self.restore()
         fd = self.file.fileno()
@@ -200,20 +203,24 @@ class FdCapture:
             return text
         keep = max(0, self.limit - 60)  # room for the note, so the whole stays within the limit
         note = f"[... {start + len(text) - keep} earlier bytes dropped]\n"
-        return note + text[len(text) - keep:]
+        return note + text[len(text) - keep :]
 
 
 # --------------------------------------------------------------------------- the worker process
 
 
 def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
-    from qaeval.system.process import HEADER, encode
+    from qaeval.boundary.messages import HEADER, encode
 
     data = encode(message)
     if len(data) - HEADER.size > limit:
-        data = encode({k: v for k, v in message.items() if k == "id"} | {
-            "error": f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)",
-            "logs": str(message.get("logs", ""))[-1000:]})
+        data = encode(
+            {k: v for k, v in message.items() if k == "id"}
+            | {
+                "error": f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)",
+                "logs": str(message.get("logs", ""))[-1000:],
+            }
+        )
     sock.sendall(data)
 
 
@@ -228,31 +235,32 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.system.hardening import drop_ptrace
-    from qaeval.system.process import FrameReader, read_frame, watch_parent
+    from qaeval.boundary.hardening import drop_ptrace
+    from qaeval.boundary.messages import MessageReader, read_message
+    from qaeval.boundary.process import watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
-    setup = read_frame(sock)["setup"]
-    limit = int(setup["frame_limit"])
+    setup = read_message(sock)["setup"]
+    limit = int(setup["message_limit"])
     sys.argv = ["qaeval-worker"]
     sys.path[:] = [p for p in setup["sys_path"]] + [p for p in sys.path if p and p not in setup["sys_path"]]
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     capture = FdCapture(int(setup["log_limit"]))
     try:
         call = Caller(build_adapter(setup["adapter"], _open_corpus(setup.get("corpus"))))
-    except BaseException as exc:  # noqa: BLE001
-        from qaeval.errors import UsageError, describe
+    except BaseException as exc:  # noqa: BLE001  (whatever building the adapter raises is reported to the harness)
+        from qaeval.core.errors import UsageError, describe
 
         usage = isinstance(exc, UsageError)  # its message already names the adapter and what is wrong
         _send(sock, {"init_error": str(exc) if usage else describe(exc), "usage": usage, "logs": capture.take()}, limit)
         os._exit(0)
     _send(sock, {"ready": True, "logs": capture.take()}, limit)
-    frames = FrameReader(sock)
+    messages = MessageReader(sock)
     while True:
         try:
-            message = frames.receive()
+            message = messages.receive()
         except (EOFError, OSError):
             break
         if "case" not in message:
@@ -262,8 +270,11 @@ def main(fd: int) -> None:
         try:
             _send(sock, reply, limit)
         except (TypeError, ValueError) as exc:  # text the adapter produced that JSON cannot carry
-            _send(sock, {"id": reply["id"], "error": f"the adapter's output cannot be sent back ({exc})", "logs": ""},
-                  limit)
+            _send(
+                sock,
+                {"id": reply["id"], "error": f"the adapter's output cannot be sent back ({exc})", "logs": ""},
+                limit,
+            )
         except OSError:
             break
     os._exit(0)

@@ -3,9 +3,7 @@
 Reading
     ``read_bytes`` opens only regular files (a FIFO, a folder or a looping symlink is a problem, never a
     hang or a silent skip) and turns a permission or I/O failure into ``FileAccessError`` (exit 74).
-    ``loads_strict`` parses JSON the way a golden file deserves: a key given twice in one object, the
-    ``NaN``/``Infinity`` literals, nesting deeper than the parser can follow and integers too long to
-    convert are errors, not values.
+    JSON is parsed strictly by ``qaeval.core.jsonfile``.
 Writing
     ``write_atomic`` writes a whole file to a temporary sibling, flushes and fsyncs it and renames it
     into place: readers see the old file or the new one, never a part; the temporary is removed on any
@@ -17,7 +15,6 @@ Both raise ``FileAccessError`` (exit 74) when the disk says no.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -28,12 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from qaeval.errors import FileAccessError, Problem
+from qaeval.core.errors import FileAccessError, Problem
 
 try:  # POSIX advisory locks; elsewhere appends are still single write() calls
     import fcntl
 except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no POSIX locks on this platform
+
 
 class NotRegularFile(Exception):
     """The path exists but is not something to read as data (FIFO, folder, device, symlink loop)."""
@@ -48,7 +46,7 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()  # what open() would give a new file; mkstemp's 0600 is for secrets
 
 
-def _reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
@@ -63,21 +61,26 @@ def read_bytes(path: str | Path) -> bytes:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotRegularFile("a symbolic link that loops") from None
-        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+        raise FileAccessError(path, f"cannot read ({os_reason(exc)})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
-            "not a regular file"
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(info.st_mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(info.st_mode)
+            else "not a regular file"
+        )
         raise NotRegularFile(kind)
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
+        raise FileAccessError(path, f"cannot read ({os_reason(exc)})") from None
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
     """A UTF-8 (BOM allowed) text file; every way it can be wrong becomes a typed error."""
-    from qaeval.errors import DatasetError
+    from qaeval.core.errors import DatasetError
 
     try:
         data = read_bytes(path)
@@ -96,169 +99,26 @@ def read_text(path: str | Path, what: str = "file") -> str:
 # --------------------------------------------------------------------------- strict JSON
 
 
-class StrictJSONError(ValueError):
-    """JSON that parses under Python's lenient defaults but is not data qaeval accepts."""
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) == len(pairs):  # no key twice (the common case, checked in C)
-        return out
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise StrictJSONError(f"key {key!r} appears twice in one object")
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise StrictJSONError(f"{name} is not valid JSON (use null or a finite number)")
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _at(text: str, index: int) -> str:
-    line = text.count("\n", 0, index) + 1
-    column = index - (text.rfind("\n", 0, index) + 1) + 1
-    return f"line {line} column {column}" if line > 1 else f"column {column}"
-
-
-def _unpaired_surrogate(text: str) -> str | None:
-    """Where ``text`` (valid JSON) holds a surrogate that is not half of a pair: Python would parse it into a
-    string that no UTF-8 file can hold. An escape counts only when its backslash is not itself escaped."""
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"U+{ord(text[exc.start]):04X} at {_at(text, exc.start)}"
-    if "\\u" not in text:  # no escape at all (the common case, found in C)
-        return None
-    escapes = _SURROGATE_ESCAPE.finditer(text)
-    for m in escapes:
-        first = m.start()
-        while first and text[first - 1] == "\\":
-            first -= 1
-        if (m.start() - first) % 2:
-            continue  # "\\ud800" is a backslash and the letters ud800
-        if m.group()[3] in "89abAB":
-            low = _SURROGATE_ESCAPE.match(text, m.end())
-            if low is not None and low.group()[3] in "cdefCDEF":
-                next(escapes, None)
-                continue
-        return f"{m.group()} at {_at(text, m.start())}"
-    return None
-
-
-_STRICT = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)  # json.loads makes one a call
-
-
-def loads_strict(text: str) -> Any:
-    """Parse JSON strictly. Raises ValueError (StrictJSONError or json.JSONDecodeError) with a message a
-    person can act on."""
-    try:
-        if isinstance(text, str) and not text.startswith("\ufeff"):
-            value = _STRICT.decode(text)
-        else:  # bytes, or a byte-order mark json.loads has its own message for
-            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
-    except RecursionError:
-        raise StrictJSONError("nested too deeply to be data") from None
-    except (StrictJSONError, json.JSONDecodeError):
-        raise
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise StrictJSONError(str(exc).split(";")[0].split(":")[0]) from None
-    where = _unpaired_surrogate(text)
-    if where is not None:
-        raise StrictJSONError(f"an unpaired surrogate ({where}) is not valid Unicode text")
-    return value
-
-
-def json_error_text(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        if exc.lineno > 1 or exc.pos >= len(exc.doc.rstrip("\r\n")):  # past the line's text: where it ended
-            return f"not valid JSON ({exc.msg} at the end of the line: is something missing, such as a closing }} or ]?)"
-        return f"not valid JSON ({exc.msg} at column {exc.colno})"
-    return str(exc)
-
-
-def dumps_canonical(value: Any, **kw: Any) -> str:
-    """JSON with sorted keys and no NaN: what every qaeval file is written as."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False, **kw)
-
-
-def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed value) for each non-blank line of a JSONL file, reading one line at a
-    time (memory does not grow with the file); every problem (the file itself, a line that is not UTF-8
-    or not strict JSON) goes to ``problems`` with its file and line."""
-    return ((number, value) for number, _, _, value in iter_jsonl_lines(path, problems))
-
-
-READ_BUFFER = 1 << 16  # a 4 KB case a line: with the default 8 KiB, a read system call every other line
-
-
-def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, int, bytes, Any]]:
-    """``iter_jsonl`` with each line's place and bytes: (line number, offset of its first byte, its bytes,
-    parsed value)."""
-    where = str(path)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        problems.append(Problem(where, None, "not found"))
-        return
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            problems.append(Problem(where, None, "is a symbolic link that loops, not a file"))
-            return
-        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
-        problems.append(Problem(where, None, f"is {kind}, not a file"))
-        return
-    try:
-        handle = open(path, "rb", buffering=READ_BUFFER)
-    except OSError as exc:
-        raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
-    with handle:
-        offset = 0
-        try:
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
-                    at = exc.start + (3 if number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0)  # past the BOM
-                    problems.append(Problem(where, number, f"not valid UTF-8 (byte 0x{raw[at]:02x} at offset "
-                                                           f"{offset + at})"))
-                    offset += len(raw)
-                    continue
-                offset += len(raw)
-                if not line.strip():
-                    continue
-                try:
-                    value = loads_strict(line)
-                except ValueError as exc:
-                    if isinstance(exc, json.JSONDecodeError) and line.strip().startswith("["):
-                        msg = "a JSON array; write one JSON object per line (JSONL), not an array"
-                    else:
-                        msg = json_error_text(exc)
-                    problems.append(Problem(where, number, msg))
-                    continue
-                yield number, offset - len(raw), raw, value
-        except OSError as exc:
-            raise FileAccessError(path, f"cannot read ({_reason(exc)})") from None
-
-
 # --------------------------------------------------------------------------- writing
 
 
 # What qaeval puts near the top of a file it wrote, by kind of output: an existing file inside a data
 # folder may be replaced only by an output of the same kind that finds its own mark in it.
-OUTPUT_MARKS = {"record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
-                "report": (b'class="qaeval-report"',), "journal": (b'"format": "qaeval-journal"',),
-                "review": (b"candidate_id,origin,source,",), "sheet": (b"case_id,axis,output_fingerprint,",)}
-OUTPUT_WORDS = {"record": "run record", "report": "HTML report", "sheet": "label sheet", "review": "review sheet",
-                "labels": "labels file",
-                "journal": "run's journal"}
+OUTPUT_MARKS = {
+    "record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
+    "report": (b'class="qaeval-report"',),
+    "journal": (b'"format": "qaeval-journal"',),
+    "review": (b"candidate_id,origin,source,",),
+    "sheet": (b"case_id,axis,output_fingerprint,",),
+}
+OUTPUT_WORDS = {
+    "record": "run record",
+    "report": "HTML report",
+    "sheet": "label sheet",
+    "review": "review sheet",
+    "labels": "labels file",
+    "journal": "run's journal",
+}
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -292,8 +152,9 @@ def _holds_other_data(path: str, kind: str) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_size > 0 and not _written_as(path, kind)
 
 
-def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[tuple[str, Any]] = (),
-                     data: Any = None) -> None:
+def refuse_overwrite(
+    outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[tuple[str, Any]] = (), data: Any = None
+) -> None:
     """Raise UsageError (exit 64), naming both paths, when a command's output would destroy data.
     Anywhere, an output of a kind qaeval marks (a record, a report, a journal, a sheet) replaces only an
     empty file or one qaeval wrote as that kind: never a source file, a README or another tool's output.
@@ -304,7 +165,7 @@ def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[t
     an output may not be a ``*.jsonl`` directly in it (the next load would read it as cases), and may
     replace an existing file only if qaeval wrote it as the same kind (a run record, an HTML report).
     Call it before the command does any work."""
-    from qaeval.errors import UsageError
+    from qaeval.core.errors import UsageError
 
     outs = [(name, os.fspath(path), kind) for name, path, kind in outputs if path is not None]
     ins = [(name, os.fspath(path)) for name, path in inputs if isinstance(path, (str, os.PathLike))]
@@ -317,24 +178,32 @@ def refuse_overwrite(outputs: Iterable[tuple[str, Any, str]], inputs: Iterable[t
     for i, (name, path, kind) in enumerate(outs):
         for other, given in [*ins, *((n, p) for n, p, _ in outs[:i])]:
             if _same_file(path, given):
-                raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is {other} {given}, "
-                                 "which this command reads "
-                                 "or writes as well; choose another path")
+                raise UsageError(
+                    f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is {other} {given}, "
+                    "which this command reads "
+                    "or writes as well; choose another path"
+                )
         real = os.path.realpath(path)
         if folder is None or os.path.commonpath([real, folder]) != folder:
             if kind in OUTPUT_MARKS and _holds_other_data(path, kind):
-                raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a file that is not a "
-                                 f"{OUTPUT_WORDS[kind]} qaeval wrote is there (your code, a document, another tool's "
-                                 "output); choose another path, or remove it first")
+                raise UsageError(
+                    f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a file that is not a "
+                    f"{OUTPUT_WORDS[kind]} qaeval wrote is there (your code, a document, another tool's "
+                    "output); choose another path, or remove it first"
+                )
             continue
         if os.path.dirname(real) == folder and real.endswith(".jsonl"):
-            raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a *.jsonl file in the "
-                             f"data folder {data} is read as "
-                             "golden cases; write outputs outside the data folder")
+            raise UsageError(
+                f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a *.jsonl file in the "
+                f"data folder {data} is read as "
+                "golden cases; write outputs outside the data folder"
+            )
         if os.path.lexists(path) and not _written_as(path, kind):
-            raise UsageError(f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is inside the data "
-                             f"folder {data} and is not a "
-                             f"{OUTPUT_WORDS[kind]} qaeval wrote; write outputs outside the data folder")
+            raise UsageError(
+                f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: it is inside the data "
+                f"folder {data} and is not a "
+                f"{OUTPUT_WORDS[kind]} qaeval wrote; write outputs outside the data folder"
+            )
 
 
 def check_writable(outputs: Iterable[tuple[str, Any, str]]) -> None:
@@ -399,9 +268,9 @@ def _write_to(fd: int, path: str | Path, payload: bytes) -> None:
     view = memoryview(payload)
     try:
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except OSError as exc:
-        raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+        raise FileAccessError(path, f"cannot write ({os_reason(exc)})") from None
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -418,7 +287,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             with open(path, "wb") as f:
                 f.write(payload)
         except OSError as exc:
-            raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+            raise FileAccessError(path, f"cannot write ({os_reason(exc)})") from None
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -426,7 +295,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             raise IsADirectoryError(errno.EISDIR, "a folder is in the way", str(path))
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+        raise FileAccessError(path, f"cannot write ({os_reason(exc)})") from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
@@ -440,14 +309,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise FileAccessError(path, f"cannot write ({_reason(exc)})") from None
+            raise FileAccessError(path, f"cannot write ({os_reason(exc)})") from None
         raise
     return path
-
-
-def write_jsonl(path: str | Path, items: Iterable[Any]) -> Path:
-    """Replace ``path`` with one canonical JSON line per item, all at once (see :func:`write_atomic`)."""
-    return write_atomic(path, "".join(dumps_canonical(item) + "\n" for item in items))
 
 
 @contextmanager
@@ -470,7 +334,7 @@ def append_line(path: str | Path, line: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise FileAccessError(path, f"cannot append ({_reason(exc)})") from None
+        raise FileAccessError(path, f"cannot append ({os_reason(exc)})") from None
     try:
         with _locked(fd):
             size = os.fstat(fd).st_size
@@ -486,6 +350,6 @@ def append_line(path: str | Path, line: str) -> None:
                     os.ftruncate(fd, size)
                 except OSError:
                     pass
-                raise FileAccessError(path, f"cannot append ({_reason(exc)}); the file is as it was") from None
+                raise FileAccessError(path, f"cannot append ({os_reason(exc)}); the file is as it was") from None
     finally:
         os.close(fd)

@@ -72,7 +72,7 @@ class DatasetError(QaevalError, ValueError):
         if len(self.problems) == 1:
             message = str(self.problems[0])
         else:
-            shown = self.problems[:self.SHOWN]
+            shown = self.problems[: self.SHOWN]
             message = f"{len(self.problems)} problems in the input data:\n" + "\n".join(f"  {p}" for p in shown)
             if len(self.problems) > len(shown):
                 message += f"\n  ... and {len(self.problems) - len(shown)} more (fix these and load again)"

@@ -19,16 +19,24 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.core.errors import DatasetError, Problem, UsageError
+from qaeval.core.frames import frame
 from qaeval.data.labels import load_labels
 from qaeval.data.logs import NONE_GROUP, LogScan, rows_at, scan_logs
-from qaeval.errors import DatasetError, Problem, UsageError
-from qaeval.scoring.evaluate import RunMeta
 from qaeval.scoring.judge import judge_config_of
 from qaeval.scoring.monitor import ROW_COLUMNS, check_rows, judge_columns, judge_sample, sample_rows
-from qaeval.scoring.monitor_metrics import (ABSENT_NOTE, ALL, METRICS, WINDOW_SCHEMA, scoreboard, slice_frame, window_frame,
-                                            window_keys)
+from qaeval.scoring.monitor_metrics import (
+    ABSENT_NOTE,
+    ALL,
+    METRICS,
+    WINDOW_SCHEMA,
+    scoreboard,
+    slice_frame,
+    window_frame,
+    window_keys,
+)
 from qaeval.scoring.ppi import fresh_labels
-from qaeval.frames import frame
+from qaeval.scoring.result import RunMeta
 from qaeval.verdicts.drift import notify_alarms
 from qaeval.verdicts.monitor import MonitorResult, watch
 
@@ -56,12 +64,20 @@ def check_window(every: str | None) -> None:
 def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogScan]:
     """(one row of check results per log row, the scan) or a DatasetError naming every problem."""
     scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
-    parts = [check_rows(rows, sorted({k for r in rows for k in r.slices}))
-             for rows in (scan_logs(source, scan, chunk=chunk) if chunk else scan_logs(source, scan))]
+    parts = [
+        check_rows(rows, sorted({k for r in rows for k in r.slices}))
+        for rows in (scan_logs(source, scan, chunk=chunk) if chunk else scan_logs(source, scan))
+    ]
     clash = [c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL]
     if clash:
-        scan.problems.append(Problem(scan.where, None, f"column(s) {', '.join(clash)} are names of the monitor's own "
-                                                       f"per-row columns or of its {ALL} slice: rename them in the log"))
+        scan.problems.append(
+            Problem(
+                scan.where,
+                None,
+                f"column(s) {', '.join(clash)} are names of the monitor's own "
+                f"per-row columns or of its {ALL} slice: rename them in the log",
+            )
+        )
     if scan.problems:
         raise DatasetError(scan.problems)
     if not parts:
@@ -87,14 +103,27 @@ def _windows(rows: pd.DataFrame, every: str | None, by: Sequence[str], notes: li
         notes.append(f"{missing} row(s) have no timestamp: they are in no window")
     early = sorted({k for k in keys.dropna().tolist() if k < "1970"})
     if early:  # a week's window of 1970-01-01 starts on 1969-12-29, which no history may hold
-        raise DatasetError(f"window {every} puts rows in a window that starts before 1970 ({early[0]}); the history "
-                           "holds 1970 to 2999: check those timestamps, or choose a window that starts with them")
+        raise DatasetError(
+            f"window {every} puts rows in a window that starts before 1970 ({early[0]}); the history "
+            "holds 1970 to 2999: check those timestamps, or choose a window that starts with them"
+        )
     return window_frame(rows, keys, by)
 
 
-def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | None = None, sample: int | None = None,
-            seed: int = 0, labels: str | None = None, timeseries: str | None = None, band_window: int = 10,
-            min_rows: int = 30, notify: Callable[..., Any] | None = None) -> MonitorResult:
+def monitor(
+    source: Any,
+    judge: Any,
+    *,
+    by: Sequence[str] = (),
+    every: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    labels: str | None = None,
+    timeseries: str | None = None,
+    band_window: int = 10,
+    min_rows: int = 30,
+    notify: Callable[..., Any] | None = None,
+) -> MonitorResult:
     """Score a log (path or DataFrame) with ``judge`` (a JudgeClient); see the module's steps."""
     check_window(every)
     if timeseries and every is None:
@@ -102,8 +131,10 @@ def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | Non
     rows, scan = check_log(source)
     unknown = [c for c in by if c not in scan.slice_columns]
     if unknown:
-        raise UsageError(f"by {', '.join(unknown)}: not a slice column of the log; its slice columns are: "
-                         f"{', '.join(scan.slice_columns) or '(none)'}")
+        raise UsageError(
+            f"by {', '.join(unknown)}: not a slice column of the log; its slice columns are: "
+            f"{', '.join(scan.slice_columns) or '(none)'}"
+        )
     label_frame = _labels(labels, rows)
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
@@ -117,18 +148,36 @@ def monitor(source: Any, judge: Any, *, by: Sequence[str] = (), every: str | Non
         axes = sorted({m.label_axis for m in METRICS if m.label_axis is not None})
         used = usable[usable["axis"].isin(axes)]
         unused = sorted(set(usable["axis"]) - set(axes))
-        notes.append(f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged; "
-                     f"the PPI columns use the {len(used)} on {', '.join(axes)}"
-                     + (f" (no monitor metric uses {', '.join(unused)})" if unused else ""))
+        notes.append(
+            f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged; "
+            f"the PPI columns use the {len(used)} on {', '.join(axes)}"
+            + (f" (no monitor metric uses {', '.join(unused)})" if unused else "")
+        )
     windows = _windows(rows, every, by, notes)
-    result = MonitorResult(run=run, rows=rows, scoreboard=scoreboard(rows, usable), slices=slice_frame(rows, by, usable),
-                           windows=windows, by=list(by), every=every, sample=sample, seed=seed, source=scan.where,
-                           notes=notes, timeseries=timeseries or "")
+    result = MonitorResult(
+        run=run,
+        rows=rows,
+        scoreboard=scoreboard(rows, usable),
+        slices=slice_frame(rows, by, usable),
+        windows=windows,
+        by=list(by),
+        every=every,
+        sample=sample,
+        seed=seed,
+        source=scan.where,
+        notes=notes,
+        timeseries=timeseries or "",
+    )
     if timeseries:
-        about = dict(source=scan.where, judge=meta.judge.to_dict(), git_commit=meta.git_commit,
-                     qaeval_version=meta.qaeval_version)
-        result.timeline, result.alarms, more = watch(windows, timeseries, about=about, band_window=band_window,
-                                                     min_rows=min_rows)
+        about = dict(
+            source=scan.where,
+            judge=meta.judge.to_dict(),
+            git_commit=meta.git_commit,
+            qaeval_version=meta.qaeval_version,
+        )
+        result.timeline, result.alarms, more = watch(
+            windows, timeseries, about=about, band_window=band_window, min_rows=min_rows
+        )
         result.notes += more + notify_alarms(notify, result.alarms)
     return result
 

@@ -1,5 +1,5 @@
 """A judge's requests and responses as plain JSON, both ways: what crosses between the harness and a custom
-judge's process (``qaeval.judges.usercode``, ``qaeval.judges.host``). Decoding is strict: a response that
+judge's process (``qaeval.boundary.clients``, ``qaeval.boundary.host``). Decoding is strict: a response that
 is not what it says it is becomes a judge error for its case, never a verdict."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from qaeval.errors import UsageError
+from qaeval.core.errors import UsageError
+from qaeval.core.text import not_unicode
 from qaeval.scoring.judge import NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse
-from qaeval.text import not_unicode
 
 TEXT_LIMIT = 2000
 
@@ -23,16 +23,24 @@ def bounded_text(value: Any, limit: int = TEXT_LIMIT) -> str:
 
 
 def request_to_plain(req: JudgeRequest) -> dict[str, Any]:
-    return dict(case_id=req.case_id, question=req.question, answer=req.answer, gold_answer=req.gold_answer,
-                citations=[dict(source_id=c.source_id, claim=c.claim, text=c.text, decoy_id=c.decoy_id,
-                                decoy_text=c.decoy_text) for c in req.citations],
-                messages=[dict(m) for m in req.messages])
+    return dict(
+        case_id=req.case_id,
+        question=req.question,
+        answer=req.answer,
+        gold_answer=req.gold_answer,
+        citations=[
+            dict(source_id=c.source_id, claim=c.claim, text=c.text, decoy_id=c.decoy_id, decoy_text=c.decoy_text)
+            for c in req.citations
+        ],
+        messages=[dict(m) for m in req.messages],
+    )
 
 
 def request_from_plain(plain: Mapping[str, Any]) -> JudgeRequest:
     citations = tuple(CitedSource(**c) for c in plain["citations"])
-    return JudgeRequest(plain["case_id"], plain["question"], plain["answer"], plain["gold_answer"], citations,
-                        tuple(plain["messages"]))
+    return JudgeRequest(
+        plain["case_id"], plain["question"], plain["answer"], plain["gold_answer"], citations, tuple(plain["messages"])
+    )
 
 
 def _scalar(value: Any) -> Any:
@@ -50,26 +58,40 @@ def response_to_plain(resp: Any) -> dict[str, Any]:
     """One of the judge's responses as JSON (in the host). A JudgeResponse in name only is sent as what it is."""
     if not isinstance(resp, JudgeResponse):
         return {"not_a_response": type(resp).__name__}
-    if any(not_unicode(getattr(v, name, "")) for v in (resp.verdicts if isinstance(resp.verdicts, list) else [])
-           for name in ("axis", "quote", "rationale", "target")):
+    if any(
+        not_unicode(getattr(v, name, ""))
+        for v in (resp.verdicts if isinstance(resp.verdicts, list) else [])
+        for name in ("axis", "quote", "rationale", "target")
+    ):
         return {"case_id": resp.case_id if isinstance(resp.case_id, str) else "", "verdicts": [], "error": NOT_UNICODE}
     verdicts: Any = resp.verdicts
     if isinstance(verdicts, list):
-        verdicts = [dict(axis=v.axis if isinstance(v.axis, str) else "", score=_scalar(v.score),
-                         quote=v.quote if isinstance(v.quote, str) else "",
-                         rationale=v.rationale if isinstance(v.rationale, str) else "",
-                         target=v.target if isinstance(v.target, str) else "")
-                    if isinstance(v, AxisVerdict) else None for v in verdicts]
+        verdicts = [
+            dict(
+                axis=v.axis if isinstance(v.axis, str) else "",
+                score=_scalar(v.score),
+                quote=v.quote if isinstance(v.quote, str) else "",
+                rationale=v.rationale if isinstance(v.rationale, str) else "",
+                target=v.target if isinstance(v.target, str) else "",
+            )
+            if isinstance(v, AxisVerdict)
+            else None
+            for v in verdicts
+        ]
     else:
         verdicts = f"<{type(verdicts).__name__}>"
 
     def count(value: Any) -> Any:
         return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
 
-    return dict(case_id=resp.case_id if isinstance(resp.case_id, str) else f"<{type(resp.case_id).__name__}>",
-                verdicts=verdicts, error=None if resp.error is None else bounded_text(str(resp.error)),
-                prompt_tokens=count(resp.prompt_tokens), completion_tokens=count(resp.completion_tokens),
-                cached=resp.cached is True)
+    return dict(
+        case_id=resp.case_id if isinstance(resp.case_id, str) else f"<{type(resp.case_id).__name__}>",
+        verdicts=verdicts,
+        error=None if resp.error is None else bounded_text(str(resp.error)),
+        prompt_tokens=count(resp.prompt_tokens),
+        completion_tokens=count(resp.completion_tokens),
+        cached=resp.cached is True,
+    )
 
 
 _VERDICT_TEXT = ("axis", "quote", "rationale", "target")
@@ -78,6 +100,7 @@ _VERDICT_TEXT = ("axis", "quote", "rationale", "target")
 def response_from_plain(plain: Any, req: JudgeRequest) -> JudgeResponse:
     """A response from the judge's process, decoded strictly (in the harness). Whatever is malformed is a
     judge error for ``req``'s case: the process is the user's and may send anything."""
+
     def bad(why: str) -> JudgeResponse:
         return JudgeResponse(req.case_id, error=why)
 
@@ -96,14 +119,23 @@ def response_from_plain(plain: Any, req: JudgeRequest) -> JudgeResponse:
     for v in verdicts:
         if v is None:
             continue  # the judge put something other than an AxisVerdict there: no verdict for that axis
-        if not isinstance(v, dict) or not all(isinstance(v.get(k), str) for k in _VERDICT_TEXT) or \
-                isinstance(v.get("score"), (dict, list)):
+        if (
+            not isinstance(v, dict)
+            or not all(isinstance(v.get(k), str) for k in _VERDICT_TEXT)
+            or isinstance(v.get("score"), (dict, list))
+        ):
             return bad("the judge's process sent a malformed verdict")
         decoded.append(AxisVerdict(v["axis"], v.get("score"), v["quote"], v["rationale"], target=v["target"]))
     tokens = [plain.get(k) for k in ("prompt_tokens", "completion_tokens")]
     tokens = [t if isinstance(t, int) and not isinstance(t, bool) else None for t in tokens]
-    return JudgeResponse(case_id, decoded, error=None if error is None else bounded_text(error),
-                         prompt_tokens=tokens[0], completion_tokens=tokens[1], cached=plain.get("cached") is True)
+    return JudgeResponse(
+        case_id,
+        decoded,
+        error=None if error is None else bounded_text(error),
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        cached=plain.get("cached") is True,
+    )
 
 
 def config_from_plain(plain: Any, what: str = "judge") -> JudgeConfig:
@@ -132,5 +164,11 @@ def config_from_plain(plain: Any, what: str = "judge") -> JudgeConfig:
     texts = [plain["name"], plain["model"], base_url or ""]
     if any(len(t) > 500 or bounded_text(t) != t for t in texts):
         raise fail("has a name, model or base_url that is too long or not valid Unicode")
-    return JudgeConfig(name=plain["name"], model=plain["model"], temperature=float(temperature), seed=seed,
-                       prompt_version=plain["prompt_version"], base_url=base_url)
+    return JudgeConfig(
+        name=plain["name"],
+        model=plain["model"],
+        temperature=float(temperature),
+        seed=seed,
+        prompt_version=plain["prompt_version"],
+        base_url=base_url,
+    )

@@ -2,10 +2,10 @@
 
 A judge other than the two built-in ones (``qaeval.judges.offline:make_judge``, the mechanical default,
 and ``qaeval.judges.openai:make_judge``), and every notify hook, is the user's code. Like an adapter it
-runs in a fresh interpreter (``python -m qaeval.judges.host FD``, started by
-``qaeval.system.process.UserProcess``): its own process group, a private scratch working directory, an
+runs in a fresh interpreter (``python -m qaeval.boundary.host FD``, started by
+``qaeval.boundary.process.UserProcess``): its own process group, a private scratch working directory, an
 environment without the data folder, and (Linux) no ``CAP_SYS_PTRACE``, while the harness is
-non-dumpable (``harness_guard``). Only plain JSON crosses, in frames, and every read has a deadline:
+non-dumpable (``harness_guard``). Only plain JSON crosses, in messages, and every read has a deadline:
 
     harness -> host   {"setup": {"role": "judge"|"hook", "spec": {...}, "sys_path": [...], "settings": {...}}}
     host -> harness   {"ready": true, "config": {...}}   or   {"init_error": "..."}
@@ -29,8 +29,8 @@ requests are judge errors too, so a judge that never answers costs at most ``MAX
 validates the rest as it does for any judge. Nothing the judge does can reach a verdict except its
 responses.
 
-**Hooks** run the same way, one process per call (``qaeval.judges.hooks``); requests and responses cross
-as ``qaeval.judges.wire`` encodes them.
+**Hooks** run the same way, one process per call (``qaeval.boundary.hooks``); requests and responses cross
+as ``qaeval.boundary.wire`` encodes them.
 
 With ``isolation="none"`` judges and hooks run in this process, as adapters do.
 """
@@ -45,17 +45,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from qaeval.errors import UsageError, describe
-from qaeval.plugins import UserCodeFailed, build
-from qaeval.scoring.judge import (
-    JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of,
-)
-from qaeval.judges.wire import bounded_text, config_from_plain, request_to_plain, response_from_plain
-from qaeval.system.hardening import harness_guard
-from qaeval.system.process import FrameError, UserProcess, child_launch, exit_reason, parse
+from qaeval.boundary.hardening import harness_guard
+from qaeval.boundary.messages import MessageError, parse
+from qaeval.boundary.plugins import UserCodeFailed, build
+from qaeval.boundary.process import UserProcess, child_launch, exit_reason
+from qaeval.boundary.wire import bounded_text, config_from_plain, request_to_plain, response_from_plain
+from qaeval.core.errors import UsageError, describe
+from qaeval.scoring.judge import JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
-HOST = "qaeval.judges.host"
+HOST = "qaeval.boundary.host"
 CHUNK = 16
 MAX_LOST = 2
 
@@ -86,8 +85,10 @@ def spec_of(obj: Any, *, what: str) -> dict[str, str]:
     try:
         blob = cloudpickle.dumps(obj)
     except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
-        raise UsageError(f"the {what} cannot be shipped to its own process ({describe(exc)}); name it as "
-                         "module:factory, or pass isolation='none' to run it in this process") from None
+        raise UsageError(
+            f"the {what} cannot be shipped to its own process ({describe(exc)}); name it as "
+            "module:factory, or pass isolation='none' to run it in this process"
+        ) from None
     return {"pickle": base64.b64encode(blob).decode()}
 
 
@@ -104,8 +105,9 @@ def settings_to_plain(settings: JudgeSettings) -> dict[str, Any]:
 
 def settings_from_plain(plain: Mapping[str, Any], environ: Mapping[str, str]) -> JudgeSettings:
     known = {f.name for f in fields(JudgeSettings)} - {"api_key"}
-    return JudgeSettings(**{k: v for k, v in plain.items() if k in known},
-                         api_key=environ.get("OPENAI_API_KEY") or None)
+    return JudgeSettings(
+        **{k: v for k, v in plain.items() if k in known}, api_key=environ.get("OPENAI_API_KEY") or None
+    )
 
 
 class Launch:
@@ -114,8 +116,16 @@ class Launch:
     def __init__(self, data_dir: str | os.PathLike[str] | None) -> None:
         self.env, self.sys_path = child_launch(data_dir)
 
-    def start(self, role: str, spec: dict[str, Any], settings: dict[str, Any] | None, deadline: float, *,
-              what: str, timeout: float) -> tuple[UserProcess, dict[str, Any]]:
+    def start(
+        self,
+        role: str,
+        spec: dict[str, Any],
+        settings: dict[str, Any] | None,
+        deadline: float,
+        *,
+        what: str,
+        timeout: float,
+    ) -> tuple[UserProcess, dict[str, Any]]:
         """A started host with its user code built: (process, its ready message). UserCodeFailed when it
         could not be built in time; UsageError when the user's code is at fault (a bad name, a factory
         that raises or exits)."""
@@ -127,9 +137,16 @@ class Launch:
         try:
             proc.channel.send({"setup": setup}, deadline)
             reply = parse(proc.channel.receive(deadline), what=what)
-        except FrameError as exc:
-            raise UserCodeFailed(lost(proc, exc, deadline, late=f"{what} did not start within {timeout:g} s "
-                                      "(--startup-timeout)", doing="before it was ready")) from None
+        except MessageError as exc:
+            raise UserCodeFailed(
+                lost(
+                    proc,
+                    exc,
+                    deadline,
+                    late=f"{what} did not start within {timeout:g} s (--startup-timeout)",
+                    doing="before it was ready",
+                )
+            ) from None
         if isinstance(reply, dict) and reply.get("ready") is True:
             proc.started()
             return proc, reply
@@ -139,7 +156,7 @@ class Launch:
         raise UserCodeFailed(f"{what} sent something other than its start-up reply")
 
 
-def lost(proc: UserProcess, exc: FrameError, deadline: float, *, late: str, doing: str) -> str:
+def lost(proc: UserProcess, exc: MessageError, deadline: float, *, late: str, doing: str) -> str:
     """Kill and clean up a host that failed us, and say why: it exited (``doing`` what), it took too long
     (``late``), or it broke the protocol."""
     if proc.channel.closed:
@@ -149,8 +166,11 @@ def lost(proc: UserProcess, exc: FrameError, deadline: float, *, late: str, doin
             why += f" ({bounded_text(tail, 300)})"
     else:
         proc.kill()
-        why = f"{late} (its process was killed)" if time.monotonic() >= deadline else \
-            f"{bounded_text(str(exc), 300)} (its process was killed)"
+        why = (
+            f"{late} (its process was killed)"
+            if time.monotonic() >= deadline
+            else f"{bounded_text(str(exc), 300)} (its process was killed)"
+        )
     proc.reap(1.0)
     proc.close()
     return why
@@ -168,8 +188,15 @@ class HostClient:
     what = "the judge"
     doing = "while judging"
 
-    def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
-                 data_dir: str | os.PathLike[str] | None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, str],
+        *,
+        settings: JudgeSettings,
+        timeout: float,
+        startup: float,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
         self.spec, self.timeout, self.startup = spec, timeout, startup
         self.settings = settings_to_plain(settings)
         self.launch = Launch(data_dir)
@@ -187,8 +214,14 @@ class HostClient:
             self._guard = contextlib.ExitStack()
             self._guard.enter_context(harness_guard())
         try:
-            self.proc, ready = self.launch.start(self.role, self.spec, self.settings, time.monotonic() + self.startup,
-                                                 what=self.what, timeout=self.startup)
+            self.proc, ready = self.launch.start(
+                self.role,
+                self.spec,
+                self.settings,
+                time.monotonic() + self.startup,
+                what=self.what,
+                timeout=self.startup,
+            )
         except BaseException:
             self.close()
             raise
@@ -208,9 +241,11 @@ class HostClient:
         (counted across calls: a generator is asked many times) nothing more is asked."""
         out: list[Any] = []
         for start in range(0, len(items), CHUNK):
-            chunk = items[start:start + CHUNK]
+            chunk = items[start : start + CHUNK]
             if self.lost_in_a_row >= MAX_LOST:
-                out += self.errors(chunk, f"not asked: {self.lost_in_a_row} chunks in a row were lost ({self.last_loss})")
+                out += self.errors(
+                    chunk, f"not asked: {self.lost_in_a_row} chunks in a row were lost ({self.last_loss})"
+                )
                 continue
             answers, loss = self._ask(chunk)
             out += answers
@@ -227,11 +262,12 @@ class HostClient:
             reply = self.proc.channel.ask(self.request(chunk), deadline, what=self.what)
         except (UserCodeFailed, UsageError) as exc:
             return self.errors(chunk, str(exc)), str(exc)
-        except FrameError as exc:
+        except MessageError as exc:
             proc, self.proc = self.proc, None
             assert proc is not None
-            why = lost(proc, exc, deadline, late=f"{self.what} did not answer within {self.timeout:g} s",
-                       doing=self.doing)
+            why = lost(
+                proc, exc, deadline, late=f"{self.what} did not answer within {self.timeout:g} s", doing=self.doing
+            )
             return self.errors(chunk, why), why
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
             return self.errors(chunk, bounded_text(reply["error"])), ""
@@ -250,8 +286,15 @@ class HostClient:
 class JudgeProcess(HostClient):
     """A custom judge in its own process, seen from the harness as a ``JudgeClient``."""
 
-    def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
-                 data_dir: str | os.PathLike[str] | None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, str],
+        *,
+        settings: JudgeSettings,
+        timeout: float,
+        startup: float,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
         super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
         try:
             self.config = config_from_plain(self.ready.get("config"))
@@ -289,8 +332,15 @@ class GeneratorProcess(HostClient):
     what = "the generator"
     doing = "while generating"
 
-    def __init__(self, spec: dict[str, str], *, settings: JudgeSettings, timeout: float, startup: float,
-                 data_dir: str | os.PathLike[str] | None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, str],
+        *,
+        settings: JudgeSettings,
+        timeout: float,
+        startup: float,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
         from qaeval.proposals.generator import GeneratorConfig
 
         super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
@@ -320,16 +370,24 @@ class GeneratorProcess(HostClient):
         return [GenerationReply.from_plain(p, r) for p, r in zip(replies, chunk)]
 
 
-def make_judge(judge: Any, *, settings: JudgeSettings, isolation: str, timeout: float, startup: float,
-               data_dir: str | os.PathLike[str] | None) -> Any:
+def make_judge(
+    judge: Any,
+    *,
+    settings: JudgeSettings,
+    isolation: str,
+    timeout: float,
+    startup: float,
+    data_dir: str | os.PathLike[str] | None,
+) -> Any:
     """The judge for a command: a built-in one (or any judge with ``isolation="none"``) in this process,
     any other in its own (``JudgeProcess``)."""
     if _builtin_judge(judge) or isolation == "none":
         built = build(judge, what="judge", settings=settings)
         judge_config_of(built)
         return built
-    return JudgeProcess(spec_of(judge, what="judge"), settings=settings, timeout=timeout, startup=startup,
-                        data_dir=data_dir)
+    return JudgeProcess(
+        spec_of(judge, what="judge"), settings=settings, timeout=timeout, startup=startup, data_dir=data_dir
+    )
 
 
 def close_judge(judge: Any) -> None:

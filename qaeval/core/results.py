@@ -6,31 +6,24 @@
 ``reason``             one or two lines saying why
 ``exit_code``          what the command that produced it exits with
 ``summary_text()``     what the command prints
-``save(path)``         the run record (``qaeval.record``), reloadable with ``qaeval.load_run``
+``save(path)``         the run record (``qaeval.record.write``), reloadable with ``qaeval.load_run``
 ``raise_for_status()`` raises the typed error when not ok (a notebook's last cell)
 ``_repr_html_()``      a rich view in Jupyter and VS Code (drawn by ``qaeval.reports``)
 ``repr()``             one short line
 =====================  ==========================================================================
 
-Results hold data and say what it means in text. The layers above them plug in what results cannot
-know without importing upwards: ``qaeval.record`` installs the writer ``save`` uses (``WRITERS``) when it
-is imported, and ``qaeval.reports`` a view per result type for ``_repr_html_`` (``HTML_VIEWS``).
-``qaeval.api`` imports the record and registers a loader for the views (``VIEW_LOADERS``), so a notebook
-gets rich views without the command line paying for the report layer.
+Results hold data and say what it means in text. Two methods reach the layers above, when they are
+called and never at import: ``save`` imports the record's writer (``qaeval.record.write``) and
+``_repr_html_`` the report's view (``qaeval.reports.views``); so nothing needs wiring up, and the
+command line does not pay for the report layer until a notebook draws a result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from qaeval.errors import VerdictError
-
-HTML_VIEWS: dict[type, Callable[[Any], str]] = {}
-WRITERS: list[Callable[..., Path]] = []
-VIEW_LOADERS: list[Callable[[], None]] = []  # called once, the first time a view is missing
-
+from qaeval.core.errors import VerdictError
 
 ResultKind = Literal["run", "gate", "calibrate", "drift", "compare", "monitor"]
 
@@ -71,27 +64,19 @@ class Result:
             raise self.error_type(f"{self.verdict}: {self.reason}", self)
 
     def save(self, path: str | Path, **options: Any) -> Path:
-        """Write this result as a run record (see ``qaeval.record``)."""
-        if not WRITERS:
-            from qaeval.errors import UsageError
+        """Write this result as a run record (``qaeval.record.write.write_record``)."""
+        from qaeval.record.write import write_record
 
-            raise UsageError("saving a result needs the record layer: import qaeval.record (qaeval.api does)")
-        return WRITERS[0](self, path, **options)
+        return write_record(self, path, **options)
 
     def _repr_html_(self) -> str:
-        while type(self) not in HTML_VIEWS and VIEW_LOADERS:
-            VIEW_LOADERS.pop()()
-        view = HTML_VIEWS.get(type(self))
-        return view(self) if view is not None else f"<pre>{_escape(self.summary_text())}</pre>"
+        """The rich view a notebook shows (``qaeval.reports.views.view``)."""
+        from qaeval.reports.views import view
+
+        return view(self)
 
     def __str__(self) -> str:
         return self.summary_text()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.verdict}: {self.reason}>"
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

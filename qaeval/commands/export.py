@@ -27,9 +27,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from qaeval.errors import DatasetError, UsageError
-from qaeval.files import write_atomic
-from qaeval.scoring.evaluate import RunResult
+from qaeval.core.errors import DatasetError, UsageError
+from qaeval.core.files import write_atomic
+from qaeval.scoring.result import RunResult
 
 RUN_FILE = "run.trec"
 QRELS_FILE = "qrels.trec"
@@ -51,17 +51,23 @@ class TrecExport:
 
     def summary_text(self) -> str:
         folder = self.run_path.parent
-        lines = [f"wrote {self.run_path}: {self.run_queries} queries, {self.run_lines} lines",
-                 f"wrote {self.qrels_path}: {self.qrels_queries} queries, {self.qrels_lines} lines",
-                 f"k = {self.k} in this record; the same figures from trec_eval:",
-                 f"  trec_eval -c -m P.{self.k} -m recall.{self.k} -m recip_rank -m ndcg_cut.{self.k} "
-                 f"{folder / QRELS_FILE} {folder / RUN_FILE}"]
+        lines = [
+            f"wrote {self.run_path}: {self.run_queries} queries, {self.run_lines} lines",
+            f"wrote {self.qrels_path}: {self.qrels_queries} queries, {self.qrels_lines} lines",
+            f"k = {self.k} in this record; the same figures from trec_eval:",
+            f"  trec_eval -c -m P.{self.k} -m recall.{self.k} -m recip_rank -m ndcg_cut.{self.k} "
+            f"{folder / QRELS_FILE} {folder / RUN_FILE}",
+        ]
         if self.without_gold:
-            lines.append(f"{self.without_gold} case(s) without gold sources have no qrels lines: trec_eval leaves "
-                         "them out, as qaeval's retrieval figures do")
+            lines.append(
+                f"{self.without_gold} case(s) without gold sources have no qrels lines: trec_eval leaves "
+                "them out, as qaeval's retrieval figures do"
+            )
         if self.retrieved_nothing:
-            lines.append(f"{self.retrieved_nothing} case(s) with gold sources retrieved nothing: they have qrels lines "
-                         "and no run lines, and count 0 (pass -c to trec_eval, as above)")
+            lines.append(
+                f"{self.retrieved_nothing} case(s) with gold sources retrieved nothing: they have qrels lines "
+                "and no run lines, and count 0 (pass -c to trec_eval, as above)"
+            )
         return "\n".join(lines)
 
 
@@ -73,8 +79,11 @@ def runtag(adapter: str) -> str:
 def _writable_id(value: object, case_id: str, what: str, where: str) -> str:
     text = str(value)
     if text.split() != [text]:
-        raise DatasetError(f"case {case_id!r}: {what} {text!r} is empty or holds whitespace, which a TREC file "
-                           "cannot hold (its fields are split on whitespace); rename it to export", file=where)
+        raise DatasetError(
+            f"case {case_id!r}: {what} {text!r} is empty or holds whitespace, which a TREC file "
+            "cannot hold (its fields are split on whitespace); rename it to export",
+            file=where,
+        )
     return text
 
 
@@ -96,8 +105,17 @@ def trec_texts(run: RunResult, *, where: str = "<run>") -> tuple[str, str, TrecE
         run_queries += bool(ranking)
         qrels_queries += bool(case.gold_source_ids)
         nothing += bool(case.gold_source_ids) and not ranking
-    counts = TrecExport(Path(RUN_FILE), Path(QRELS_FILE), run.meta.k, run_queries, len(run_lines), qrels_queries,
-                        len(qrels_lines), len(run.suite) - qrels_queries, nothing)
+    counts = TrecExport(
+        Path(RUN_FILE),
+        Path(QRELS_FILE),
+        run.meta.k,
+        run_queries,
+        len(run_lines),
+        qrels_queries,
+        len(qrels_lines),
+        len(run.suite) - qrels_queries,
+        nothing,
+    )
     return "".join(line + "\n" for line in run_lines), "".join(line + "\n" for line in qrels_lines), counts
 
 

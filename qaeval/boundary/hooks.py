@@ -1,5 +1,5 @@
 """Notify hooks, run out of process: ``HookProcess`` is called with the alarms, in a fresh process per
-call (``python -m qaeval.judges.host FD``, as a custom judge is), which must start within ``startup``
+call (``python -m qaeval.boundary.host FD``, as a custom judge is), which must start within ``startup``
 seconds and finish within ``timeout`` seconds (``--hook-timeout``). If it raises, exits, hangs or breaks
 the protocol it raises ``UserCodeFailed`` saying so, which ``contained`` turns into a note; the alarm
 (exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
@@ -12,12 +12,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from qaeval.errors import UsageError
-from qaeval.judges.usercode import Launch, lost, spec_of
-from qaeval.judges.wire import bounded_text
-from qaeval.plugins import UserCodeFailed, resolve
-from qaeval.system.hardening import harness_guard
-from qaeval.system.process import FrameError, UserProcess
+from qaeval.boundary.clients import Launch, lost, spec_of
+from qaeval.boundary.hardening import harness_guard
+from qaeval.boundary.messages import MessageError
+from qaeval.boundary.plugins import UserCodeFailed, resolve
+from qaeval.boundary.process import UserProcess
+from qaeval.boundary.wire import bounded_text
+from qaeval.core.errors import UsageError
 
 
 def _plain_alarm(alarm: Mapping[str, Any]) -> dict[str, Any]:
@@ -28,8 +29,15 @@ class HookProcess:
     """A notify hook in a fresh process per call. Calling it returns None, or raises UserCodeFailed
     saying how it failed; ``output`` holds the end of what it printed."""
 
-    def __init__(self, spec: dict[str, str], *, label: str, timeout: float, startup: float,
-                 data_dir: str | os.PathLike[str] | None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, str],
+        *,
+        label: str,
+        timeout: float,
+        startup: float,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
         self.spec, self.label, self.timeout, self.startup = spec, label, timeout, startup
         self.launch = Launch(data_dir)
         self.output = ""
@@ -42,8 +50,9 @@ class HookProcess:
             proc.stop(0.5)
 
     def _start(self) -> tuple[UserProcess, dict[str, Any]]:
-        return self.launch.start("hook", self.spec, None, time.monotonic() + self.startup, what="the notify hook",
-                                 timeout=self.startup)
+        return self.launch.start(
+            "hook", self.spec, None, time.monotonic() + self.startup, what="the notify hook", timeout=self.startup
+        )
 
     def __call__(self, alarms: list[dict[str, Any]]) -> None:
         with harness_guard():
@@ -53,10 +62,19 @@ class HookProcess:
                 raise UserCodeFailed(str(exc)) from None
             deadline = time.monotonic() + self.timeout
             try:
-                reply = proc.channel.ask({"notify": [_plain_alarm(a) for a in alarms]}, deadline, what="the notify hook")
-            except FrameError as exc:
-                raise UserCodeFailed(lost(proc, exc, deadline, doing="before it finished",
-                                          late=f"the notify hook did not finish within {self.timeout:g} s")) from None
+                reply = proc.channel.ask(
+                    {"notify": [_plain_alarm(a) for a in alarms]}, deadline, what="the notify hook"
+                )
+            except MessageError as exc:
+                raise UserCodeFailed(
+                    lost(
+                        proc,
+                        exc,
+                        deadline,
+                        doing="before it finished",
+                        late=f"the notify hook did not finish within {self.timeout:g} s",
+                    )
+                ) from None
             proc.stop(0.5)
         if isinstance(reply, dict) and isinstance(reply.get("logs"), str):
             self.output = bounded_text(reply["logs"], 500).strip()
@@ -67,16 +85,18 @@ class HookProcess:
         raise UserCodeFailed("the notify hook's process sent something other than its reply")
 
 
-def notify_hook(hook: Any, *, isolation: str, timeout: float, startup: float,
-                data_dir: str | os.PathLike[str] | None) -> Callable[[list[dict[str, Any]]], Any]:
+def notify_hook(
+    hook: Any, *, isolation: str, timeout: float, startup: float, data_dir: str | os.PathLike[str] | None
+) -> Callable[[list[dict[str, Any]]], Any]:
     """The hook for ``drift``: in this process with ``isolation="none"``, else a checked ``HookProcess``."""
     if isolation == "none":
         return resolve(hook, what="notify hook") if isinstance(hook, str) else hook
     if not isinstance(hook, str) and not callable(hook):
         raise UsageError(f"notify must be a module:function name or a function, got {type(hook).__name__}")
     label = hook if isinstance(hook, str) else getattr(hook, "__qualname__", repr(hook))
-    proc = HookProcess(spec_of(hook, what="notify hook"), label=label, timeout=timeout, startup=startup,
-                       data_dir=data_dir)
+    proc = HookProcess(
+        spec_of(hook, what="notify hook"), label=label, timeout=timeout, startup=startup, data_dir=data_dir
+    )
     try:
         proc.check()
     except UserCodeFailed as exc:

@@ -37,10 +37,10 @@ monitor         (kind monitor) every logged row's checks (``rows``, one row a li
 Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
 version and names what is wrong (exit 65); ``load_run`` gives back the result object, whose frames
 equal the ones that were saved, once the record has been checked against itself: what its per-case
-layers determine is derived again and compared with what it says (``qaeval.audit``; a disagreement is
+layers determine is derived again and compared with what it says (``qaeval.record.audit``; a disagreement is
 a RecordError naming the field). Every path that reads a record (report, compare, gate's baseline, the
 verbs' ``record=``, label export, the notebooks) goes through ``run_from_record``, and so through the
-check (``qaeval.record_check``). A baseline written by qaeval 0.1 (``qaeval-baseline/1``) is refused by
+check (``qaeval.record.check``). A baseline written by qaeval 0.1 (``qaeval-baseline/1``) is refused by
 name: write a new one.
 """
 
@@ -53,33 +53,34 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-
-from qaeval.audit import Audit
+from qaeval.core.errors import BaselineError, DatasetError, RecordError
+from qaeval.core.files import read_text, write_atomic
+from qaeval.core.frames import clean, frame, frame_rows
+from qaeval.core.jsonfile import dumps_canonical, loads_strict
+from qaeval.core.results import Result
 from qaeval.data.cases import GoldenCase, suite_from_raw
-from qaeval.data.labels import labelled_suite_from_raw
-from qaeval.data.schema import LABEL_SCHEMA
-from qaeval.errors import BaselineError, DatasetError, RecordError
-from qaeval.files import dumps_canonical, loads_strict, read_text, write_atomic
-from qaeval.frames import clean, frame, frame_rows
-from qaeval.results import WRITERS, Result
-from qaeval.scoring.checks import CHECK_SCHEMA
 from qaeval.data.corpus import Passage
-from qaeval.scoring.evaluate import RunResult, assemble, corpus_excerpt
+from qaeval.data.labels import labelled_suite_from_raw
+from qaeval.data.logs import sample_suite_from_raw
+from qaeval.data.schema import LABEL_SCHEMA
+from qaeval.record.audit import Audit
+from qaeval.record.check import audit_board, audit_custom, audit_layers, audit_outcomes
+from qaeval.record.shape import TRIAL_LAYERS, read_meta, refuse_malformed, shape_problems
+from qaeval.scoring.checks import CHECK_SCHEMA
+from qaeval.scoring.evaluate import assemble, corpus_excerpt
 from qaeval.scoring.index import CaseIndex, CaseRows
 from qaeval.scoring.judge import VERDICT_SCHEMA
 from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA, scoreboard_and_slices
+from qaeval.scoring.result import RunResult
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
+from qaeval.scoring.trials import combine_trials
 from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.verdicts.baseline import Baseline, baseline_from_run
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.drift import DriftResult
 from qaeval.verdicts.gate import GateResult
 from qaeval.verdicts.monitor import MonitorResult
-from qaeval.data.logs import sample_suite_from_raw
-from qaeval.record_check import audit_board, audit_custom, audit_layers, audit_outcomes
-from qaeval.record_shape import TRIAL_LAYERS, read_meta, refuse_malformed, shape_problems
-from qaeval.scoring.trials import combine_trials
 
 FORMAT = "qaeval-record"
 VERSION = 3  # 2: fail reasons carry a code (qaeval 0.3); 3: every trial of a case (qaeval 0.4)
@@ -100,34 +101,49 @@ class Kind:
     section: str | None
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("run", RunResult, None), Kind("gate", GateResult, "gate"),
-    Kind("calibrate", CalibrationResult, "calibration"), Kind("drift", DriftResult, "drift"),
-    Kind("monitor", MonitorResult, "monitor"))}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("run", RunResult, None),
+        Kind("gate", GateResult, "gate"),
+        Kind("calibrate", CalibrationResult, "calibration"),
+        Kind("drift", DriftResult, "drift"),
+        Kind("monitor", MonitorResult, "monitor"),
+    )
+}
 
 
 # --------------------------------------------------------------------------- run -> record
 
 
-def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: list[str],
-               custom: bool) -> dict[str, Any]:
+def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: list[str], custom: bool) -> dict[str, Any]:
     output = {k: rows.output[k] for k in OUTPUT_SCHEMA if k != "case_id"}
     if baseline:
         prompt = output.pop("prompt_to_model")
         output["prompt_sha256"] = None if prompt is None else hashlib.sha256(prompt.encode()).hexdigest()
         for key in ("latency_s", "logs"):
             output.pop(key)
-    verdicts = [{k: v for k, v in row.items() if k != "case_id" and not (baseline and k == "cached")}
-                for row in rows.verdicts]
-    return clean(dict(
-        case_id=case.id, case=case.to_raw(), fingerprint=case.fingerprint, output=output,
-        checks=[[r["check"], r["passed"], r["reason"]] for r in rows.checks],
-        retrieval={k: v for k, v in rows.retrieval.items() if k != "case_id"} if rows.retrieval is not None else None,
-        verdicts=verdicts,
-        trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in rows.trajectory],
-        passed=rows.outcome["case_passed"], fail_reasons=[r.to_dict() for r in rows.outcome["fail_reasons"]],
-        units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in metrics},
-    ) | ({"custom": [[r["name"], r["passed"], r["reason"]] for r in rows.custom]} if custom else {}))
+    verdicts = [
+        {k: v for k, v in row.items() if k != "case_id" and not (baseline and k == "cached")} for row in rows.verdicts
+    ]
+    return clean(
+        dict(
+            case_id=case.id,
+            case=case.to_raw(),
+            fingerprint=case.fingerprint,
+            output=output,
+            checks=[[r["check"], r["passed"], r["reason"]] for r in rows.checks],
+            retrieval={k: v for k, v in rows.retrieval.items() if k != "case_id"}
+            if rows.retrieval is not None
+            else None,
+            verdicts=verdicts,
+            trajectory=[{k: v for k, v in row.items() if k != "case_id"} for row in rows.trajectory],
+            passed=rows.outcome["case_passed"],
+            fail_reasons=[r.to_dict() for r in rows.outcome["fail_reasons"]],
+            units={m: [rows.units[f"{m}__num"], rows.units[f"{m}__den"]] for m in metrics},
+        )
+        | ({"custom": [[r["name"], r["passed"], r["reason"]] for r in rows.custom]} if custom else {})
+    )
 
 
 def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
@@ -146,17 +162,31 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
     indexes = [CaseIndex(r) for r in run.runs]
 
     def line(case: GoldenCase) -> dict[str, Any]:
-        first, *more = (_case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
-                        for index in indexes if case.id in index)
+        first, *more = (
+            _case_line(case, index[case.id], baseline=baseline, metrics=names, custom=bool(run.registered))
+            for index in indexes
+            if case.id in index
+        )
         return first | ({"trials": [{k: v for k, v in m.items() if k in TRIAL_KEYS} for m in more]} if more else {})
 
-    return dict(
-        format=FORMAT, version=VERSION, kind="run", baseline=baseline, meta=clean(meta), green=run.ok,
-        allowed_failing=allowed_failing, scoreboard=frame_rows(run.scoreboard), slices=frame_rows(run.slices),
-        labels=frame_rows(run.labels) if run.labels is not None else None, notes=list(run.notes),
-        cases=[line(case) for case in run.suite.cases],
-    ) | ({"corpus": corpus} if corpus is not None else {}) | \
-        ({"custom": run.registered.to_plain()} if run.registered else {})
+    return (
+        dict(
+            format=FORMAT,
+            version=VERSION,
+            kind="run",
+            baseline=baseline,
+            meta=clean(meta),
+            green=run.ok,
+            allowed_failing=allowed_failing,
+            scoreboard=frame_rows(run.scoreboard),
+            slices=frame_rows(run.slices),
+            labels=frame_rows(run.labels) if run.labels is not None else None,
+            notes=list(run.notes),
+            cases=[line(case) for case in run.suite.cases],
+        )
+        | ({"corpus": corpus} if corpus is not None else {})
+        | ({"custom": run.registered.to_plain()} if run.registered else {})
+    )
 
 
 def _corpus_section(run: RunResult) -> dict[str, Any] | None:
@@ -166,16 +196,25 @@ def _corpus_section(run: RunResult) -> dict[str, Any] | None:
     if corpus is None:
         return None
     passages = corpus_excerpt(run.suite, run.outputs).values()
-    return clean(dict(fingerprint=corpus.fingerprint, size=len(corpus),
-                      passages=[{"id": p.id, "text": p.text, "title": p.title} for p in passages]))
+    return clean(
+        dict(
+            fingerprint=corpus.fingerprint,
+            size=len(corpus),
+            passages=[{"id": p.id, "text": p.text, "title": p.title} for p in passages],
+        )
+    )
 
 
-class StoredCorpus(dict):  # type: ignore[type-arg]
+class StoredCorpus(dict):  # type: ignore[type-arg]  # a dict of passages by id; typed by its users
     """The passages a record kept, standing in for the corpus its run was made on (id -> Passage)."""
 
     def __init__(self, section: Mapping[str, Any], where: str) -> None:
-        if not (isinstance(section, dict) and isinstance(section.get("fingerprint"), str)
-                and isinstance(section.get("size"), int) and isinstance(section.get("passages"), list)):
+        if not (
+            isinstance(section, dict)
+            and isinstance(section.get("fingerprint"), str)
+            and isinstance(section.get("size"), int)
+            and isinstance(section.get("passages"), list)
+        ):
             raise RecordError("record is malformed: corpus needs fingerprint, size and passages", file=where)
         try:
             super().__init__((p["id"], Passage(p["id"], p["text"], p.get("title"))) for p in section["passages"])
@@ -198,8 +237,25 @@ def to_record(result: Result, *, baseline: bool = False, allowed_failing: bool =
     return record
 
 
-ORDER = ("format", "version", "kind", "baseline", "green", "allowed_failing", "meta", "notes", "labels", "scoreboard",
-         "slices", "gate", "calibration", "drift", "corpus", "custom", "cases")
+ORDER = (
+    "format",
+    "version",
+    "kind",
+    "baseline",
+    "green",
+    "allowed_failing",
+    "meta",
+    "notes",
+    "labels",
+    "scoreboard",
+    "slices",
+    "gate",
+    "calibration",
+    "drift",
+    "corpus",
+    "custom",
+    "cases",
+)
 
 
 ROWS_LINE = '  "rows": ['  # how a monitor record's row list opens: one row a line follows (qaeval.proposals.traffic)
@@ -210,8 +266,9 @@ def dumps_record(record: dict[str, Any]) -> str:
     within them, and each case (and each scoreboard and slice row, and each of a monitor's rows) on one
     line, so that a reader can stream a record's rows without parsing the whole file."""
     keys = [k for k in ORDER if k in record] + sorted(k for k in record if k not in ORDER)
-    lists: dict[str, tuple[list[Any], str]] = {key: (record[key], " ") for key in ("cases", "scoreboard", "slices")
-                                               if key in record}
+    lists: dict[str, tuple[list[Any], str]] = {
+        key: (record[key], " ") for key in ("cases", "scoreboard", "slices") if key in record
+    }
     ordered = {k: f"@@{k}@@" if k in lists else record[k] for k in keys}
     monitor = record.get("monitor")
     if isinstance(monitor, dict) and isinstance(monitor.get("rows"), list):
@@ -219,8 +276,11 @@ def dumps_record(record: dict[str, Any]) -> str:
         lists["monitor.rows"] = (monitor["rows"], "  ")
     text = json.dumps(ordered, indent=1, ensure_ascii=False, allow_nan=False)
     for key, (items, indent) in lists.items():
-        block = "[]" if not items else "[\n" + ",\n".join(indent + " " + dumps_canonical(item) for item in items) \
-            + "\n" + indent + "]"
+        block = (
+            "[]"
+            if not items
+            else "[\n" + ",\n".join(indent + " " + dumps_canonical(item) for item in items) + "\n" + indent + "]"
+        )
         text = text.replace(json.dumps(f"@@{key}@@"), block, 1)
     return text + "\n"
 
@@ -228,9 +288,6 @@ def dumps_record(record: dict[str, Any]) -> str:
 def write_record(result: Result, path: str | Path, *, baseline: bool = False, allowed_failing: bool = False) -> Path:
     """Write ``result`` as a run record at ``path`` (atomically)."""
     return write_atomic(path, dumps_record(to_record(result, baseline=baseline, allowed_failing=allowed_failing)))
-
-
-WRITERS[:] = [write_record]  # what ``Result.save`` calls
 
 
 # --------------------------------------------------------------------------- record -> run
@@ -250,19 +307,30 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
     if not isinstance(data, dict):
         raise RecordError("not a qaeval run record (the file is not a JSON object)", file=where)
     if data.get("format") == LEGACY_BASELINE:
-        raise RecordError("a qaeval 0.1 baseline: it holds metrics and per-case outcomes but no outputs, so it "
-                          "can be gated against but not reported or compared; write a new one with "
-                          "`qaeval baseline`", file=where)
+        raise RecordError(
+            "a qaeval 0.1 baseline: it holds metrics and per-case outcomes but no outputs, so it "
+            "can be gated against but not reported or compared; write a new one with "
+            "`qaeval baseline`",
+            file=where,
+        )
     if data.get("format") != FORMAT:
         raise RecordError(f"not a qaeval run record (expected format {FORMAT!r})", file=where)
     if data.get("version") != VERSION:
-        why = {1: "version 1 was written before fail reasons carried codes",
-               2: "version 2 was written before trials (qaeval 0.3)"}.get(
-                   data["version"] if isinstance(data.get("version"), int) else 0)
-        again = (f"; {why}: make it again with the qaeval installed now (run its command again, e.g. `qaeval "
-                 "baseline --data DIR --out FILE`)") if why else ""
-        raise RecordError(f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION}){again}",
-                          file=where)
+        why = {
+            1: "version 1 was written before fail reasons carried codes",
+            2: "version 2 was written before trials (qaeval 0.3)",
+        }.get(data["version"] if isinstance(data.get("version"), int) else 0)
+        again = (
+            (
+                f"; {why}: make it again with the qaeval installed now (run its command again, e.g. `qaeval "
+                "baseline --data DIR --out FILE`)"
+            )
+            if why
+            else ""
+        )
+        raise RecordError(
+            f"record version {data.get('version')!r} is not one this qaeval reads ({VERSION}){again}", file=where
+        )
     problems = []
     for key, kind in (("kind", str), ("meta", dict), ("cases", list), ("scoreboard", list), ("slices", list)):
         if not isinstance(data.get(key), kind):
@@ -288,8 +356,11 @@ def _trial_data(data: Mapping[str, Any], trial: int) -> Mapping[str, Any]:
     """The record as if it held only trial ``trial`` (0: the layers of each line, else its trials[t-1])."""
     if trial == 0:
         return data
-    lines = [{k: line[k] for k in ("case_id", "case", "fingerprint")} | line["trials"][trial - 1] for line in data["cases"]
-             if len(line.get("trials", ())) >= trial]  # with adaptive trials, the cases that had this one
+    lines = [
+        {k: line[k] for k in ("case_id", "case", "fingerprint")} | line["trials"][trial - 1]
+        for line in data["cases"]
+        if len(line.get("trials", ())) >= trial
+    ]  # with adaptive trials, the cases that had this one
     return {**data, "cases": lines}
 
 
@@ -298,8 +369,11 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     if meta.trials == 1:
         return _trial_from_record(data, where, meta, whole=True)
     one = replace(meta, trials=1, pass_k=None, adaptive=False)
-    runs = [_trial_from_record(_trial_data(data, t), where, one, whole=False) for t in range(meta.trials)
-            if t == 0 or any(len(line.get("trials", ())) >= t for line in data["cases"])]
+    runs = [
+        _trial_from_record(_trial_data(data, t), where, one, whole=False)
+        for t in range(meta.trials)
+        if t == 0 or any(len(line.get("trials", ())) >= t for line in data["cases"])
+    ]
     run = combine_trials(runs, skip_scoreboard=True, pass_k=meta.pass_k, trials=meta.trials, adaptive=meta.adaptive)
     return _with_stored_board(data, where, run)
 
@@ -315,8 +389,13 @@ def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole:
         build = sample_suite_from_raw
     corpus = StoredCorpus(data["corpus"], where) if "corpus" in data else None
     extra: dict[str, Any] = {"corpus": corpus} if corpus is not None else {}
-    suite = build([line["case"] for line in lines], meta.data or where, file=where,
-                  fingerprints={line["case_id"]: line["fingerprint"] for line in lines}, **extra)
+    suite = build(
+        [line["case"] for line in lines],
+        meta.data or where,
+        file=where,
+        fingerprints={line["case_id"]: line["fingerprint"] for line in lines},
+        **extra,
+    )
     outputs, checks, retrieval, verdicts, trajectory = [], [], [], [], []
     for line in lines:
         cid = line["case_id"]
@@ -338,9 +417,18 @@ def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole:
     audit_layers(audit, data, suite, outputs_frame, meta.k)
     registered, custom = audit_custom(audit, data)
     audit.done()  # before anything is added up from the layers
-    run = assemble(suite, meta, outputs_frame, frame(checks, CHECK_SCHEMA),
-                   frame(retrieval, RETRIEVAL_SCHEMA), frame(verdicts, VERDICT_SCHEMA),
-                   frame(trajectory, TRAJECTORY_SCHEMA), skip_scoreboard=True, custom=custom, registered=registered)
+    run = assemble(
+        suite,
+        meta,
+        outputs_frame,
+        frame(checks, CHECK_SCHEMA),
+        frame(retrieval, RETRIEVAL_SCHEMA),
+        frame(verdicts, VERDICT_SCHEMA),
+        frame(trajectory, TRAJECTORY_SCHEMA),
+        skip_scoreboard=True,
+        custom=custom,
+        registered=registered,
+    )
     audit_outcomes(audit, data, run)
     if not whole:
         audit.done()
@@ -391,7 +479,7 @@ def load_run(path: str | Path) -> Result:
 
 
 def _beside(path: Path) -> str:
-    """"; did you mean golden/ci-baseline.json?" when a file beside a missing ``path`` has a name close to it."""
+    """ "; did you mean golden/ci-baseline.json?" when a file beside a missing ``path`` has a name close to it."""
     import difflib
 
     try:
@@ -417,8 +505,11 @@ def read_baseline(path: str | Path | None) -> Baseline:
     except ValueError as exc:
         raise BaselineError(f"baseline is not valid JSON ({exc})", file=where) from None
     if isinstance(data, dict) and data.get("format") == LEGACY_BASELINE:
-        raise BaselineError("a qaeval 0.1 baseline (qaeval-baseline/1), which this version no longer reads: "
-                            "write a new one with `qaeval baseline`", file=where)
+        raise BaselineError(
+            "a qaeval 0.1 baseline (qaeval-baseline/1), which this version no longer reads: "
+            "write a new one with `qaeval baseline`",
+            file=where,
+        )
     try:
         record = read_record(path, what="baseline")
         run = run_from_record(record, where)

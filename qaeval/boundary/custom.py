@@ -4,10 +4,10 @@
 the API (names, or the functions and ``Metric`` objects themselves, shipped with cloudpickle), and every
 entry point of the ``qaeval.checks`` and ``qaeval.metrics`` groups of the installed distributions (read
 from their metadata; nothing of theirs is imported here) are run together by one ``CustomProcess``: a
-fresh interpreter (``python -m qaeval.judges.host``, role ``custom``) started like a custom judge's (its
+fresh interpreter (``python -m qaeval.boundary.host``, role ``custom``) started like a custom judge's (its
 own process group, a scratch folder, no data folder in its environment, no ``CAP_SYS_PTRACE``), so
 no check or metric runs, or is even imported, in the harness's process: none can patch what decides a
-verdict. The frames:
+verdict. The messages:
 
     harness -> host   {"setup": {"role": "custom", "spec": {"checks": [spec], "metrics": [spec]}, ...}}
     host -> harness   {"ready": true, "declared": {"checks": [...], "metrics": [...]}} or {"init_error": "..."}
@@ -31,13 +31,21 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from qaeval.errors import UsageError
-from qaeval.plugins import UserCodeFailed, contained
-from qaeval.scoring.custom import ATTRIBUTE, Outcomes, Registered, code_hash, registered_from_plain, \
-    sample_from_plain, valid_unit
+from qaeval.boundary.hardening import harness_guard
+from qaeval.boundary.messages import MessageError
+from qaeval.boundary.plugins import UserCodeFailed, contained
+from qaeval.boundary.process import UserProcess
+from qaeval.core.errors import UsageError
+from qaeval.scoring.custom import (
+    ATTRIBUTE,
+    Outcomes,
+    Registered,
+    code_hash,
+    registered_from_plain,
+    sample_from_plain,
+    valid_unit,
+)
 from qaeval.scoring.metrics import Metric
-from qaeval.system.hardening import harness_guard
-from qaeval.system.process import FrameError, UserProcess
 
 GROUPS = {"checks": "qaeval.checks", "metrics": "qaeval.metrics"}
 MAX_LOST = 3
@@ -51,7 +59,7 @@ def installed(kind: str) -> list[str]:
 
 def specs(checks: Sequence[Any], metrics: Sequence[Any]) -> dict[str, list[dict[str, str]]]:
     """The specs a host builds from: those given, then the installed entry points (each once)."""
-    from qaeval.judges.usercode import spec_of
+    from qaeval.boundary.clients import spec_of
 
     out: dict[str, list[dict[str, str]]] = {}
     for kind, given in (("checks", checks), ("metrics", metrics)):
@@ -68,8 +76,12 @@ def reserved_names() -> set[str]:
     from qaeval.scoring.trials import TRIAL_COLUMNS
 
     logged = {key for name in (*METRIC_NAMES, "pass_hat_k", "pass_at_k") for key in logged_keys(name)}
-    agreement = {f"{kind}_{a}{suffix}" for a in AXES for kind in ("agreement", "kappa")
-                 for suffix in ("", "_ci_low", "_ci_high", "_n")}
+    agreement = {
+        f"{kind}_{a}{suffix}"
+        for a in AXES
+        for kind in ("agreement", "kappa")
+        for suffix in ("", "_ci_low", "_ci_high", "_n")
+    }
     return {*CHECKS, *PER_CASE_SCHEMA, *TRIAL_COLUMNS, *logged, *agreement}
 
 
@@ -85,7 +97,7 @@ def declared(plain: Any) -> Registered:
 
 def _target(spec: Mapping[str, str], what: str) -> tuple[Any, str]:
     if "name" in spec:
-        from qaeval.plugins import resolve
+        from qaeval.boundary.plugins import resolve
 
         return resolve(spec["name"], what=what, want_callable=what == "check"), spec["name"]
     import base64
@@ -113,8 +125,18 @@ def build(spec: Mapping[str, Any]) -> tuple[list[Any], list[Metric], dict[str, A
         if not isinstance(m, Metric) or not callable(m.unit):
             raise UsageError(f"metric {label} is a {type(m).__name__}, not a qaeval.Metric with a unit function")
         metrics.append(m)
-        plain["metrics"].append(dict(name=m.name, higher_is_better=m.higher_is_better, over=m.over, meaning=m.meaning,
-                                     tolerance=m.tolerance, drift=m.drift, sha256=code_hash(m.unit), source=label))
+        plain["metrics"].append(
+            dict(
+                name=m.name,
+                higher_is_better=m.higher_is_better,
+                over=m.over,
+                meaning=m.meaning,
+                tolerance=m.tolerance,
+                drift=m.drift,
+                sha256=code_hash(m.unit),
+                source=label,
+            )
+        )
     return checks, metrics, plain
 
 
@@ -137,16 +159,23 @@ def score(checks: Sequence[Any], metrics: Sequence[Metric], plain: Mapping[str, 
         if sample.error is not None:
             out["checks"].append({"error": "adapter error"})  # not run: the harness says why
             continue
-        out["checks"].append(_check_result(*contained(fn, sample.case, sample.output, sample.passages,
-                                                      what=f"check {name}"), name))
+        out["checks"].append(
+            _check_result(*contained(fn, sample.case, sample.output, sample.passages, what=f"check {name}"), name)
+        )
     for m in metrics:
         ok, value = contained(m.unit, sample, what=f"metric {m.name}")
         unit = valid_unit(value) if ok else None
         if unit is not None:
             out["metrics"].append(list(unit))
         else:
-            out["metrics"].append({"error": value if not ok else f"metric {m.name} returned "
-                                   f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"})
+            out["metrics"].append(
+                {
+                    "error": value
+                    if not ok
+                    else f"metric {m.name} returned "
+                    f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"
+                }
+            )
     return out
 
 
@@ -183,9 +212,15 @@ class InProcess:
 class CustomProcess:
     """The registered checks and metrics in their own process, seen from the harness."""
 
-    def __init__(self, spec: Mapping[str, list[dict[str, str]]], *, timeout: float, startup: float,
-                 data_dir: str | os.PathLike[str] | None) -> None:
-        from qaeval.judges.usercode import Launch
+    def __init__(
+        self,
+        spec: Mapping[str, list[dict[str, str]]],
+        *,
+        timeout: float,
+        startup: float,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> None:
+        from qaeval.boundary.clients import Launch
 
         self.spec, self.timeout, self.startup = dict(spec), timeout, startup
         self.launch = Launch(data_dir)
@@ -203,8 +238,9 @@ class CustomProcess:
             raise
 
     def _start(self) -> dict[str, Any]:
-        self.proc, ready = self.launch.start("custom", self.spec, None, time.monotonic() + self.startup,
-                                             what="the check runner", timeout=self.startup)
+        self.proc, ready = self.launch.start(
+            "custom", self.spec, None, time.monotonic() + self.startup, what="the check runner", timeout=self.startup
+        )
         return ready
 
     def score(self, samples: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -226,7 +262,7 @@ class CustomProcess:
 
     def _ask(self, plain: dict[str, Any]) -> tuple[Any, str]:
         """(the reply, "") or (None, why the case and its process were lost)."""
-        from qaeval.judges.usercode import lost
+        from qaeval.boundary.clients import lost
 
         deadline = time.monotonic() + self.timeout
         try:
@@ -237,11 +273,16 @@ class CustomProcess:
             return self.proc.channel.ask({"score": plain}, deadline, what="the check runner"), ""
         except (UserCodeFailed, UsageError) as exc:
             return None, str(exc)
-        except FrameError as exc:
+        except MessageError as exc:
             proc, self.proc = self.proc, None
             assert proc is not None
-            return None, lost(proc, exc, deadline, late=f"the checks and metrics did not finish within "
-                              f"{self.timeout:g} s (--check-timeout)", doing="while checking")
+            return None, lost(
+                proc,
+                exc,
+                deadline,
+                late=f"the checks and metrics did not finish within {self.timeout:g} s (--check-timeout)",
+                doing="while checking",
+            )
 
     def close(self) -> None:
         proc, self.proc = self.proc, None

@@ -15,20 +15,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import qaeval.record  # noqa: F401  (installs the writer Result.save uses)
+from qaeval.core.frames import frame
 from qaeval.data.cases import Suite
-from qaeval.scoring.evaluate import RunMeta, RunResult, score_outputs
-from qaeval.frames import frame
+from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
-from qaeval.scoring.judge import request_key
+from qaeval.scoring.judge import JudgeClient, judge_config_of, request_key
+from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.rubric import Rubric
 from qaeval.scoring.stream import JudgeStream, request_for, streaming
 from qaeval.scoring.trials import combine_trials
-from qaeval.system.contract import OUTPUT_SCHEMA
-from qaeval.scoring.judge import JudgeClient, judge_config_of
 from qaeval.system.calls import adapter_label
+from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.system.pool import run_suite
-
 
 # A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
 # sets). With CPython's default first threshold (700 allocations) the collector ran about 1,400 times on
@@ -71,14 +69,30 @@ def trial_suite(suite: Suite, trials: int) -> Suite:
     return Suite(suite.cases * trials, suite.root, suite.corpus)
 
 
-def run_identity(suite: Suite, label: str, judge: JudgeClient, k: int, trials: int, custom: Any,
-                 adaptive: bool, isolation: str = "process") -> dict[str, Any]:
+def run_identity(
+    suite: Suite,
+    label: str,
+    judge: JudgeClient,
+    k: int,
+    trials: int,
+    custom: Any,
+    adaptive: bool,
+    isolation: str = "process",
+) -> dict[str, Any]:
     """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
     without the boundary (isolation none) are never taken into a run that enforces it."""
     registered = getattr(custom, "registered", None)
-    return dict(data=suite.fingerprint, corpus=suite.corpus_fingerprint, adapter=label,
-                judge=judge_config_of(judge).to_dict(), k=k, trials=trials, adaptive=adaptive, isolation=isolation,
-                checks=registered.hashes() if registered is not None else {})
+    return dict(
+        data=suite.fingerprint,
+        corpus=suite.corpus_fingerprint,
+        adapter=label,
+        judge=judge_config_of(judge).to_dict(),
+        k=k,
+        trials=trials,
+        adaptive=adaptive,
+        isolation=isolation,
+        checks=registered.hashes() if registered is not None else {},
+    )
 
 
 @dataclass
@@ -90,8 +104,15 @@ class Collected:
     notes: list[str] = field(default_factory=list)
 
 
-def _collect(suite: Suite, adapter: Any, places: list[int], collected: Collected, stream: JudgeStream,
-             journal: JournalWriter | None, run_options: dict[str, Any]) -> None:
+def _collect(
+    suite: Suite,
+    adapter: Any,
+    places: list[int],
+    collected: Collected,
+    stream: JudgeStream,
+    journal: JournalWriter | None,
+    run_options: dict[str, Any],
+) -> None:
     """Ask the system for the given places; each output is journaled and handed to the judge as it comes."""
     if not places:
         return
@@ -109,17 +130,35 @@ def _collect(suite: Suite, adapter: Any, places: list[int], collected: Collected
     collected.asked += len(places)
 
 
-def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, timeout: float = 60.0,
-             concurrency: int = 4, isolation: str = "process", executor: Any = None,
-             executor_label: str | None = None, show_progress: bool | None = None, bootstrap_seed: int = 0,
-             adapter_name: str | None = None, custom: Any = None, trials: int = 1, pass_k: int | None = None,
-             journal: str | os.PathLike[str] | None = None, resume: bool = False, keep_errors: bool = False,
-             adaptive: bool = False, settled: Callable[[str], bool] | None = None, **limits: Any) -> RunResult:
+def evaluate(
+    suite: Suite,
+    adapter: Any,
+    judge: JudgeClient,
+    *,
+    k: int = 5,
+    timeout: float = 60.0,
+    concurrency: int = 4,
+    isolation: str = "process",
+    executor: Any = None,
+    executor_label: str | None = None,
+    show_progress: bool | None = None,
+    bootstrap_seed: int = 0,
+    adapter_name: str | None = None,
+    custom: Any = None,
+    trials: int = 1,
+    pass_k: int | None = None,
+    journal: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    keep_errors: bool = False,
+    adaptive: bool = False,
+    settled: Callable[[str], bool] | None = None,
+    **limits: Any,
+) -> RunResult:
     """Run the adapter over the suite ``trials`` times and score every layer of every trial.
 
     The judge runs beside the system: each output is judged as it arrives (``qaeval.scoring.stream``),
     and scoring afterwards finds every verdict already there. ``custom``: the registered checks and
-    metrics' runner (``qaeval.judges.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
+    metrics' runner (``qaeval.boundary.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
     (default: ``trials``). ``journal``: the journal's path (``qaeval.scoring.journal``); ``resume``: reuse
     what it holds (``keep_errors``: the failed outputs too). ``adaptive``: every case gets one trial,
     and the other ``trials - 1`` go only to the cases that one trial does not settle: it failed, or
@@ -129,8 +168,16 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
     label = adapter_name or adapter_label(adapter)
     n = len(suite)
     everyone = trial_suite(suite, trials)
-    identity = run_identity(suite, label, judge, k, trials, custom, adaptive,
-                            isolation if executor is None else f"executor {executor_label or type(executor).__name__}")
+    identity = run_identity(
+        suite,
+        label,
+        judge,
+        k,
+        trials,
+        custom,
+        adaptive,
+        isolation if executor is None else f"executor {executor_label or type(executor).__name__}",
+    )
     collected = Collected()
     memo: dict[Any, Any] = {}
     restored = None
@@ -143,24 +190,47 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
             rubric = Rubric.load(config.prompt_version)
             keys = {p: request_for(suite, rubric, everyone.cases[p], row) for p, row in restored.outputs.items()}
             memo = memo_from(restored, {p: request_key(req) for p, req in keys.items() if req is not None})
-            collected.notes.append(f"resumed from {path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
-                                   f"output(s) reused, {len(memo)} verdict(s)")
+            collected.notes.append(
+                f"resumed from {path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
+                f"output(s) reused, {len(memo)} verdict(s)"
+            )
         else:
             collected.notes.append(f"nothing to resume: no journal at {path}")
     writer = None
     if journal is not None:
         path = journal_path(journal)
         writer = JournalWriter(path, identity, resumed=restored)
-    run_options = dict(timeout=timeout, concurrency=concurrency, isolation=isolation, executor=executor,
-                       show_progress=show_progress, data_dir=suite.root, **limits)
-    meta = RunMeta.now(adapter=label, judge=config, isolation=isolation, concurrency=concurrency,
-                       executor=executor_label or (type(executor).__name__ if executor is not None else None),
-                       k=k, timeout=timeout, data=suite.root)
+    run_options = dict(
+        timeout=timeout,
+        concurrency=concurrency,
+        isolation=isolation,
+        executor=executor,
+        show_progress=show_progress,
+        data_dir=suite.root,
+        **limits,
+    )
+    meta = RunMeta.now(
+        adapter=label,
+        judge=config,
+        isolation=isolation,
+        concurrency=concurrency,
+        executor=executor_label or (type(executor).__name__ if executor is not None else None),
+        k=k,
+        timeout=timeout,
+        data=suite.root,
+    )
     first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
     try:
-        with fewer_collections(), streaming(judge, suite, memo=memo, show_progress=show_progress,
-                                            on_judged=(lambda key, _req, resp: writer.verdict(key, resp))
-                                            if writer is not None else None) as stream:
+        with (
+            fewer_collections(),
+            streaming(
+                judge,
+                suite,
+                memo=memo,
+                show_progress=show_progress,
+                on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
+            ) as stream,
+        ):
             for place, row in collected.rows.items():  # restored outputs still without a verdict
                 stream.submit(everyone.cases[place], row)
             first = [p for p in range(n) if p not in collected.rows]
@@ -171,8 +241,10 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
                 unsettled = {c.id for c in suite} - _settled_by(first_run, settled)
                 skipped = [p for p in rest if everyone.cases[p].id not in unsettled]
                 rest = [p for p in rest if everyone.cases[p].id in unsettled]
-                collected.notes.append(f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
-                                       f"{len(skipped)} system call(s) saved of {n * trials}")
+                collected.notes.append(
+                    f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
+                    f"{len(skipped)} system call(s) saved of {n * trials}"
+                )
                 _collect(suite, adapter, rest, collected, stream, writer, run_options)
             else:
                 _collect(suite, adapter, first + rest, collected, stream, writer, run_options)
@@ -187,22 +259,34 @@ def evaluate(suite: Suite, adapter: Any, judge: JudgeClient, *, k: int = 5, time
             continue
         part = Suite(tuple(everyone.cases[p] for p in places), suite.root, suite.corpus)
         outputs = frame([collected.rows[p] for p in places], OUTPUT_SCHEMA)
-        runs.append(score_outputs(part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
-                                  judge_memo=memo))
-    result = runs[0] if trials == 1 else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k,
-                                                        trials=trials, adaptive=adaptive)
+        runs.append(
+            score_outputs(
+                part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom, judge_memo=memo
+            )
+        )
+    result = (
+        runs[0]
+        if trials == 1
+        else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=adaptive)
+    )
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
     return result
 
 
-def _score_first(suite: Suite, collected: Collected, judge: JudgeClient, memo: dict[Any, Any], meta: RunMeta,
-                 bootstrap_seed: int, custom: Any) -> RunResult:
+def _score_first(
+    suite: Suite,
+    collected: Collected,
+    judge: JudgeClient,
+    memo: dict[Any, Any],
+    meta: RunMeta,
+    bootstrap_seed: int,
+    custom: Any,
+) -> RunResult:
     """Trial 0 scored now (its verdicts all in: the judge is waited for), as the run will keep it: its
     registered checks run once, here."""
     first = frame([collected.rows[i] for i in range(len(suite))], OUTPUT_SCHEMA)
-    return score_outputs(suite, first, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom,
-                         judge_memo=memo)
+    return score_outputs(suite, first, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom, judge_memo=memo)
 
 
 def _settled_by(first: RunResult, settled: Callable[[str], bool] | None) -> set[str]:

@@ -2,7 +2,7 @@
 wrong JSON type is named by its place (``cases[3].verdicts[0].score is str, not int or null``), so what
 is built afterwards can trust its types and an exception there is a bug in qaeval (exit 70), not a
 malformed file (exit 65). The verdict sections declare their own shapes (``SECTION`` in each verdict
-module); ``qaeval.record_check`` then derives again what the layers determine.
+module); ``qaeval.record.check`` then derives again what the layers determine.
 """
 
 from __future__ import annotations
@@ -11,38 +11,56 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from qaeval.core.errors import RecordError
+from qaeval.core.frames import Each, Fields, Fixed, Maybe, Valid, row_problems, rows_of
+from qaeval.core.frames import shape_problems as shape_problems_of
 from qaeval.data.schema import LABEL_SCHEMA
-from qaeval.errors import RecordError
-from qaeval.frames import Each, Fields, Fixed, Maybe, Valid, row_problems, rows_of
-from qaeval.frames import shape_problems as shape_problems_of
-from qaeval.scoring.evaluate import RunMeta
-from qaeval.scoring.judge import JudgeConfig, VERDICT_SCHEMA
+from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, SLICE_SCHEMA
+from qaeval.scoring.outcomes import REASON
+from qaeval.scoring.result import RunMeta
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
-from qaeval.scoring.outcomes import REASON
-
 
 META_TYPES: dict[str, tuple[type, ...]] = {
-    "adapter": (str,), "isolation": (str,), "concurrency": (int,), "executor": (str, type(None)), "k": (int,),
-    "timeout": (int, float, type(None)), "data": (str,), "created": (str, type(None)), "trials": (int,),
-    "pass_k": (int, type(None)), "adaptive": (bool,),
-    "git_commit": (str, type(None)), "qaeval_version": (str,), "python": (str,),
+    "adapter": (str,),
+    "isolation": (str,),
+    "concurrency": (int,),
+    "executor": (str, type(None)),
+    "k": (int,),
+    "timeout": (int, float, type(None)),
+    "data": (str,),
+    "created": (str, type(None)),
+    "trials": (int,),
+    "pass_k": (int, type(None)),
+    "adaptive": (bool,),
+    "git_commit": (str, type(None)),
+    "qaeval_version": (str,),
+    "python": (str,),
 }
 JUDGE_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "model": (str,), "temperature": (int, float), "seed": (int, type(None)),
-    "prompt_version": (str,), "base_url": (str, type(None)),
+    "name": (str,),
+    "model": (str,),
+    "temperature": (int, float),
+    "seed": (int, type(None)),
+    "prompt_version": (str,),
+    "base_url": (str, type(None)),
 }
 
 
 def _typed(raw: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], prefix: str, where: str) -> dict[str, Any]:
     """The known fields of a record section, each of the type it must have; a field of another type is a
     RecordError naming it (a bug in qaeval is not a malformed record: it is not caught here)."""
-    problems = [f"{prefix}.{name} is {type(raw[name]).__name__}, not {' or '.join(t.__name__ for t in kinds)}"
-                for name, kinds in types.items()
-                if name in raw and (not isinstance(raw[name], kinds) or isinstance(raw[name], bool) and bool not in kinds)]
-    problems += [f"{prefix}.{name} is out of range" for name in types if isinstance(raw.get(name), (int, float))
-                 and not isinstance(raw[name], bool) and not abs(raw[name]) < 2**63]
+    problems = [
+        f"{prefix}.{name} is {type(raw[name]).__name__}, not {' or '.join(t.__name__ for t in kinds)}"
+        for name, kinds in types.items()
+        if name in raw and (not isinstance(raw[name], kinds) or isinstance(raw[name], bool) and bool not in kinds)
+    ]
+    problems += [
+        f"{prefix}.{name} is out of range"
+        for name in types
+        if isinstance(raw.get(name), (int, float)) and not isinstance(raw[name], bool) and not abs(raw[name]) < 2**63
+    ]
     if problems:
         raise RecordError("record is malformed: " + "; ".join(problems), file=where)
     return {name: raw[name] for name in types if name in raw}
@@ -67,22 +85,45 @@ def _aggregate(value: Any) -> bool:
     return value is None or isinstance(value, str) or (isinstance(value, int) and abs(value) < 2**63)
 
 
-STORED_OUTPUT = Fields(dict(  # a case line's output (a baseline keeps prompt_sha256 instead of the prompt)
-    answer="str", citations=Each(Fields(dict(source_id="str", claim="str"))), retrieved_ids=Each("str"),
-    passages=Each(Fields(dict(id="str", text="str", title="text"), optional=("title",))), abstained="bool",
-    model_was_called="bool", prompt_to_model="text", prompt_sha256="text",
-    computed_aggregate=Valid("object", _aggregate, "a finite number, text or null"), error="text",
-    latency_s="float", logs="text", output_fingerprint="str"),
-    optional=("passages", "prompt_to_model", "prompt_sha256", "latency_s", "logs"))
-LINE = Fields(dict(  # a case line of a record, as the loader reads it
-    case_id="str", case="dict", fingerprint="str", output=STORED_OUTPUT, checks=Each(Fixed(("str", "bool", "str"))),
-    retrieval=Maybe(Fields({k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"})),
-    verdicts=rows_of({k: v for k, v in VERDICT_SCHEMA.items() if k != "case_id"}, optional=("cached",)),
-    trajectory=rows_of({k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
-    passed="bool", fail_reasons=Each(REASON), units="dict", trials="list"), optional=("trials",))
+STORED_OUTPUT = Fields(
+    dict(  # a case line's output (a baseline keeps prompt_sha256 instead of the prompt)
+        answer="str",
+        citations=Each(Fields(dict(source_id="str", claim="str"))),
+        retrieved_ids=Each("str"),
+        passages=Each(Fields(dict(id="str", text="str", title="text"), optional=("title",))),
+        abstained="bool",
+        model_was_called="bool",
+        prompt_to_model="text",
+        prompt_sha256="text",
+        computed_aggregate=Valid("object", _aggregate, "a finite number, text or null"),
+        error="text",
+        latency_s="float",
+        logs="text",
+        output_fingerprint="str",
+    ),
+    optional=("passages", "prompt_to_model", "prompt_sha256", "latency_s", "logs"),
+)
+LINE = Fields(
+    dict(  # a case line of a record, as the loader reads it
+        case_id="str",
+        case="dict",
+        fingerprint="str",
+        output=STORED_OUTPUT,
+        checks=Each(Fixed(("str", "bool", "str"))),
+        retrieval=Maybe(Fields({k: v for k, v in RETRIEVAL_SCHEMA.items() if k != "case_id"})),
+        verdicts=rows_of({k: v for k, v in VERDICT_SCHEMA.items() if k != "case_id"}, optional=("cached",)),
+        trajectory=rows_of({k: v for k, v in TRAJECTORY_SCHEMA.items() if k != "case_id"}),
+        passed="bool",
+        fail_reasons=Each(REASON),
+        units="dict",
+        trials="list",
+    ),
+    optional=("trials",),
+)
 TRIAL_LAYERS = ("output", "checks", "retrieval", "verdicts", "trajectory", "passed", "fail_reasons", "units")
-TRIAL = Fields({name: LINE.fields[name] for name in TRIAL_LAYERS} | {"custom": "list"},
-               optional=("custom",))  # one more trial of a case: the layers a line holds for its first
+TRIAL = Fields(
+    {name: LINE.fields[name] for name in TRIAL_LAYERS} | {"custom": "list"}, optional=("custom",)
+)  # one more trial of a case: the layers a line holds for its first
 
 
 def _line_problems(line: Any, at: str, trials: int, adaptive: bool = False) -> list[str]:
@@ -97,8 +138,13 @@ def _line_problems(line: Any, at: str, trials: int, adaptive: bool = False) -> l
     problems = [p for j, trial in enumerate(more) for p in shape_problems_of(trial, TRIAL, f"{at}.trials[{j}]")]
     # a trial holds its layers only: a case_id or case of its own would stand in for the line's (and so
     # move a trial to another case)
-    return problems + [f"{at}.trials[{j}] has a field a trial does not hold: {key!r}" for j, trial in enumerate(more)
-                       if isinstance(trial, dict) for key in trial if key not in TRIAL.fields]
+    return problems + [
+        f"{at}.trials[{j}] has a field a trial does not hold: {key!r}"
+        for j, trial in enumerate(more)
+        if isinstance(trial, dict)
+        for key in trial
+        if key not in TRIAL.fields
+    ]
 
 
 def record_trials(data: Mapping[str, Any]) -> int:
@@ -122,7 +168,9 @@ def shape_problems(data: Mapping[str, Any]) -> list[str]:
     if pass_k is not None and not (isinstance(pass_k, int) and not isinstance(pass_k, bool) and 1 <= pass_k <= 100):
         return [f"meta.pass_k is {pass_k!r}, not a whole number from 1 to 100"]
     adaptive = data["meta"].get("adaptive") is True if isinstance(data.get("meta"), dict) else False
-    problems = [p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]", trials, adaptive)]
+    problems = [
+        p for i, line in enumerate(data["cases"]) for p in _line_problems(line, f"cases[{i}]", trials, adaptive)
+    ]
     problems += shape_problems_of(data.get("notes"), Maybe(Each("str")), "notes")
     problems += row_problems(data.get("scoreboard"), SCOREBOARD_SCHEMA, "scoreboard")
     problems += row_problems(data.get("slices"), SLICE_SCHEMA, "slices")

@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any
 
-from qaeval.errors import Problem, RecordError
+from qaeval.core.errors import Problem, RecordError
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
@@ -94,6 +94,8 @@ class Audit:
         from qaeval import __version__
 
         if self.written_by != __version__:
-            listed.append(f"the record was written by qaeval {self.written_by or '(unknown version)'} and this is "
-                          f"{__version__}: if a definition changed in between, write the record again")
+            listed.append(
+                f"the record was written by qaeval {self.written_by or '(unknown version)'} and this is "
+                f"{__version__}: if a definition changed in between, write the record again"
+            )
         raise RecordError([Problem(self.where, None, p) for p in listed])

@@ -2,7 +2,7 @@
 verdict and headline metrics, and where its report is.
 
 ``runs_table(folder)`` reads every ``*.json`` file under the folder (at any depth) as a run record,
-through ``qaeval.record.load_run`` and so through the record's check against itself. A file that does not
+through ``qaeval.record.write.load_run`` and so through the record's check against itself. A file that does not
 load (not JSON, not a qaeval record, a record that disagrees with itself, unreadable) is a row too, with
 its ``reason`` and nothing else filled in: it is listed, never skipped.
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import DatasetError, QaevalError
-from qaeval.record import load_run
-from qaeval.results import Result
+from qaeval.core.errors import DatasetError, QaevalError
+from qaeval.core.results import Result
+from qaeval.record.write import load_run
 from qaeval.scoring.metrics import METRIC_NAMES
 from qaeval.scoring.monitor_metrics import METRIC_NAMES as MONITOR_METRICS
 
@@ -53,8 +53,12 @@ def record_files(folder: str | Path) -> list[Path]:
     when there is no such folder."""
     root = Path(folder)
     if not root.is_dir():
-        raise DatasetError("no such folder of run records" if not root.exists() else
-                           "not a folder: give the folder the run records were saved in", file=str(root))
+        raise DatasetError(
+            "no such folder of run records"
+            if not root.exists()
+            else "not a folder: give the folder the run records were saved in",
+            file=str(root),
+        )
     return sorted(root.rglob("*.json"))  # every entry: one that is not a readable file is a row saying why
 
 
@@ -69,15 +73,23 @@ def _not_a_file(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
     if stat.S_ISREG(info.st_mode):
         return None
-    return "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else \
-        "not a regular file"
+    return (
+        "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+    )
 
 
 def _row(result: Result) -> dict[str, Any]:
     run: Any = getattr(result, "run", result)
     meta = run.meta
-    row: dict[str, Any] = dict(time=meta.created, kind=result.kind, verdict=result.verdict, commit=meta.git_commit,
-                               adapter=meta.adapter, judge=meta.judge.label(), data_fingerprint=run.suite.fingerprint)
+    row: dict[str, Any] = dict(
+        time=meta.created,
+        kind=result.kind,
+        verdict=result.verdict,
+        commit=meta.git_commit,
+        adapter=meta.adapter,
+        judge=meta.judge.label(),
+        data_fingerprint=run.suite.fingerprint,
+    )
     board = result.headline().set_index("metric")
     for m in HEADLINE:
         line = board.loc[m] if m in board.index else None
@@ -126,12 +138,16 @@ def summary_text(table: pd.DataFrame, folder: str | Path) -> str:
     if table.empty:
         return f"no run records (*.json) under {folder}"
     readable = table[table["reason"].isna()]
-    shown = pd.DataFrame({"time": readable["time"].dt.strftime("%Y-%m-%d %H:%M").fillna("-"),
-                          "kind": readable["kind"], "verdict": readable["verdict"],
-                          "commit": readable["commit"].map(lambda c: (c or "-")[:7]),
-                          **{m: readable[m].map(lambda v: "NaN" if pd.isna(v) else f"{v:.3f}")
-                             for m in metrics_shown(table)},
-                          "path": readable["path"]})
+    shown = pd.DataFrame(
+        {
+            "time": readable["time"].dt.strftime("%Y-%m-%d %H:%M").fillna("-"),
+            "kind": readable["kind"],
+            "verdict": readable["verdict"],
+            "commit": readable["commit"].map(lambda c: (c or "-")[:7]),
+            **{m: readable[m].map(lambda v: "NaN" if pd.isna(v) else f"{v:.3f}") for m in metrics_shown(table)},
+            "path": readable["path"],
+        }
+    )
     lines = [f"{len(table)} record(s) under {folder}, {len(table) - len(readable)} could not be read"]
     if len(shown):
         lines.append(shown.to_string(index=False))

@@ -41,10 +41,10 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.errors import UsageError, install_extra
-from qaeval.plugins import scoped_environ
-from qaeval.record import write_record
-from qaeval.results import Result
+from qaeval.boundary.plugins import scoped_environ
+from qaeval.core.errors import UsageError, install_extra
+from qaeval.core.results import Result
+from qaeval.record.write import write_record
 from qaeval.scoring.outcomes import reasons_text
 
 EXTRA = install_extra("mlflow")
@@ -54,8 +54,12 @@ HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
 }
 PARAM_LIMIT = 500  # characters MLflow keeps in a parameter's value on every store it supports
-PPI = (("ppi_value", "_ppi"), ("ppi_ci_low", "_ppi_ci_low"), ("ppi_ci_high", "_ppi_ci_high"),
-       ("n_labelled", "_n_labelled"))
+PPI = (
+    ("ppi_value", "_ppi"),
+    ("ppi_ci_low", "_ppi_ci_low"),
+    ("ppi_ci_high", "_ppi_ci_high"),
+    ("n_labelled", "_n_labelled"),
+)
 
 
 class TrackingWarning(UserWarning):
@@ -79,14 +83,16 @@ class Tracked:
     def message(self) -> str:
         if self.ok:
             return f"MLflow: logged run {self.run_id} to experiment {self.experiment!r} at {self.where}"
-        return (f"could not log to MLflow at {self.where} ({self.error}); the verdict, the exit code and any "
-                "saved record are unaffected")
+        return (
+            f"could not log to MLflow at {self.where} ({self.error}); the verdict, the exit code and any "
+            "saved record are unaffected"
+        )
 
 
 def require() -> None:
     """UsageError (exit 64) naming the extra to install when MLflow is not installed."""
     try:
-        import mlflow  # noqa: F401
+        import mlflow  # noqa: F401  (only whether the mlflow extra is installed)
     except ImportError as exc:
         raise UsageError(f"logging to MLflow needs the mlflow package ({exc}); {EXTRA}") from None
 
@@ -116,11 +122,23 @@ def _number(value: Any) -> float:
 def params_of(result: Result) -> dict[str, str]:
     run: Any = getattr(result, "run", result)
     meta, judge = run.meta, run.meta.judge
-    values = dict(adapter=meta.adapter, judge_name=judge.name, judge_model=judge.model,
-                  judge_temperature=judge.temperature, judge_seed=judge.seed, judge_rubric=judge.prompt_version,
-                  k=meta.k, concurrency=meta.concurrency, isolation=meta.isolation, executor=meta.executor,
-                  timeout=meta.timeout, data=meta.data, data_fingerprint=run.suite.fingerprint,
-                  corpus_fingerprint=run.suite.corpus_fingerprint, qaeval_version=meta.qaeval_version)
+    values = dict(
+        adapter=meta.adapter,
+        judge_name=judge.name,
+        judge_model=judge.model,
+        judge_temperature=judge.temperature,
+        judge_seed=judge.seed,
+        judge_rubric=judge.prompt_version,
+        k=meta.k,
+        concurrency=meta.concurrency,
+        isolation=meta.isolation,
+        executor=meta.executor,
+        timeout=meta.timeout,
+        data=meta.data,
+        data_fingerprint=run.suite.fingerprint,
+        corpus_fingerprint=run.suite.corpus_fingerprint,
+        qaeval_version=meta.qaeval_version,
+    )
     return {k: redact(str(v))[:PARAM_LIMIT] for k, v in values.items() if v is not None}
 
 
@@ -139,17 +157,29 @@ def metrics_of(result: Result) -> dict[str, float]:
     out: dict[str, float] = {}
     for row in result.headline().to_dict("records"):
         m = row["metric"]
-        out.update({m: _number(row["value"]), f"{m}_ci_low": _number(row["ci_low"]),
-                    f"{m}_ci_high": _number(row["ci_high"]), f"{m}_n": _number(row["n"])})
+        out.update(
+            {
+                m: _number(row["value"]),
+                f"{m}_ci_low": _number(row["ci_low"]),
+                f"{m}_ci_high": _number(row["ci_high"]),
+                f"{m}_n": _number(row["n"]),
+            }
+        )
         if not math.isnan(_number(row.get("ppi_value"))):
             out.update({m + suffix: _number(row[column]) for column, suffix in PPI})
     agreement = getattr(result, "agreement", None)
     if agreement is not None:  # a calibration: how far the judge agrees with people, per axis
         for row in agreement.to_dict("records"):
             a = row["axis"]
-            out.update({f"agreement_{a}": _number(row["exact"]), f"agreement_{a}_ci_low": _number(row["exact_low"]),
-                        f"agreement_{a}_ci_high": _number(row["exact_high"]), f"agreement_{a}_n": _number(row["n"]),
-                        f"kappa_{a}": _number(row["kappa"])})
+            out.update(
+                {
+                    f"agreement_{a}": _number(row["exact"]),
+                    f"agreement_{a}_ci_low": _number(row["exact_low"]),
+                    f"agreement_{a}_ci_high": _number(row["exact_high"]),
+                    f"agreement_{a}_n": _number(row["n"]),
+                    f"kappa_{a}": _number(row["kappa"]),
+                }
+            )
     return out
 
 
@@ -190,8 +220,11 @@ def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str
     run_id = client.create_run(_experiment_id(client, experiment), tags=tags_of(result)).info.run_id
     try:
         stamp = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, v, stamp, 0) for k, v in metrics_of(result).items()],
-                         params=[Param(k, v) for k, v in params_of(result).items()])
+        client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, stamp, 0) for k, v in metrics_of(result).items()],
+            params=[Param(k, v) for k, v in params_of(result).items()],
+        )
         for path in files:
             client.log_artifact(run_id, str(path))
     except BaseException:
@@ -202,8 +235,14 @@ def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str
     return run_id
 
 
-def track(result: Result, uri: str | bool | None = True, experiment: str | None = None, *,
-          record: str | Path | None = None, html: str | Path | None = None) -> Tracked:
+def track(
+    result: Result,
+    uri: str | bool | None = True,
+    experiment: str | None = None,
+    *,
+    record: str | Path | None = None,
+    html: str | Path | None = None,
+) -> Tracked:
     """Log ``result`` as one MLflow run at ``uri`` (True or None: MLflow's own choice) in ``experiment``.
 
     ``record`` is the saved run record to attach (else one is written for it), ``html`` its report.
@@ -252,6 +291,8 @@ def check_options(p: Mapping[str, Any]) -> None:
             raise UsageError("mlflow logs a fresh run; a saved record (record) is only drawn")
         uri = p["mlflow"]
         if isinstance(uri, str) and re.fullmatch(r"[\w.-]+:\d+/?", uri.strip()):
-            raise UsageError(f"mlflow {uri!r} has no scheme, so MLflow would take it for a folder: "
-                             f"give http://{uri.strip()} for a tracking server")
+            raise UsageError(
+                f"mlflow {uri!r} has no scheme, so MLflow would take it for a folder: "
+                f"give http://{uri.strip()} for a tracking server"
+            )
         require()

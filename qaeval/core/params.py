@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from qaeval.errors import UsageError
+from qaeval.core.errors import UsageError
 
 SCORING = ("run", "baseline", "gate", "calibrate", "drift")
-TRACKED = ("run", "gate", "calibrate", "drift", "monitor")  # the commands that log to MLflow (qaeval.tracking)
+TRACKED = ("run", "gate", "calibrate", "drift", "monitor")  # the commands that log to MLflow (qaeval.commands.tracking)
 
 DEFAULT_ADAPTER = "qaeval.system.reference:make_adapter"
 DEFAULT_JUDGE = "qaeval.judges.offline:make_judge"
@@ -42,6 +42,8 @@ class Param:
         return self.cli_flag or "--" + self.name.replace("_", "-")
 
 
+# The table is kept as a reader scans it, a parameter to a line or two: not formatted.
+# fmt: off
 PARAMS: tuple[Param, ...] = (
     Param("data", "str", None, "folder whose *.jsonl files are the golden cases", SCORING + ("validate",),
           metavar="DIR", required=("run", "baseline", "gate", "drift", "validate")),
@@ -183,6 +185,7 @@ PARAMS = tuple(replace(p, commands=p.commands + ("propose",)) if p.name in PROPO
           ("propose",), minimum=1, metavar="N"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
+# fmt: on
 
 
 def names_for(command: str) -> list[str]:
@@ -244,8 +247,10 @@ def _check_value(p: Param, value: Any) -> Any:
             if not is_plugin_name(value):
                 raise UsageError(f"{p.name} must be named as module:callable, got {value!r}")
         elif not callable(value) and not hasattr(value, "answer") and p.name == "adapter":
-            raise UsageError(f"adapter must be a module:factory name, a factory or an object with answer(case), "
-                             f"got {type(value).__name__}")
+            raise UsageError(
+                f"adapter must be a module:factory name, a factory or an object with answer(case), "
+                f"got {type(value).__name__}"
+            )
     if p.minimum is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         if value < p.minimum:
             raise UsageError(f"{what} at least {p.minimum:g}, got {value!r}")
@@ -265,8 +270,9 @@ def check(command: str, params: Mapping[str, Any]) -> dict[str, Any]:
         raise UsageError(f"unknown command {command!r}")
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise UsageError(f"{command} has no parameter {', '.join(repr(u) for u in unknown)}; "
-                         f"its parameters are: {', '.join(known)}")
+        raise UsageError(
+            f"{command} has no parameter {', '.join(repr(u) for u in unknown)}; its parameters are: {', '.join(known)}"
+        )
     out: dict[str, Any] = {}
     has_record = params.get("record") is not None
     for name in known:

@@ -49,8 +49,7 @@ def printable(text: str) -> str:
     """Text safe to print on a terminal: control characters (ESC sequences that clear the screen or set
     the window title, bidirectional overrides) are shown as escapes instead of being obeyed. Newlines
     and tabs are kept."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1] if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1] if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 def one_line(text: str) -> str:
@@ -66,7 +65,8 @@ def one_line(text: str) -> str:
 _KEPT = b"abcdefghijklmnopqrstuvwxyz0123456789."
 _ASCII_TABLE = bytes(
     (c | 0x20 if 0x41 <= c <= 0x5A else c) if (c | 0x20 if 0x41 <= c <= 0x5A else c) in _KEPT else 0x20
-    for c in range(256))
+    for c in range(256)
+)
 
 
 def _ascii_words(text: str) -> list[bytes] | None:
@@ -91,7 +91,7 @@ def _normalized(text: str) -> str:
     return " ".join(_WORD.findall(text.lower().replace(",", "")))
 
 
-class _Memo(dict):  # type: ignore[type-arg]
+class _Memo(dict):  # type: ignore[type-arg]  # a dict subclass keyed by text
     """text -> ``compute(text)``, for texts met again by the reference system, the checks, the judge and
     the outcomes (a passage is read by all four). Bounded by the characters of the texts it holds: cleared
     when they pass ``limit``, so one pass over a large suite computes each passage once and memory
@@ -148,7 +148,7 @@ def _stem(word: str) -> str:
     return word
 
 
-class _Terms(dict):  # type: ignore[type-arg]
+class _Terms(dict):  # type: ignore[type-arg]  # a dict subclass keyed by text
     """Token -> its stem, or "" for a stopword, filled as tokens are met; so mapping a passage's tokens
     to terms is one ``map`` over a dict. Bounded: cleared when it outgrows ``LIMIT`` tokens."""
 
@@ -190,7 +190,7 @@ def _terms(text: str) -> Iterator[str]:
     return map(_term_of, _words(text))
 
 
-class _ByteTerms(dict):  # type: ignore[type-arg]
+class _ByteTerms(dict):  # type: ignore[type-arg]  # a dict subclass keyed by bytes
     """``_TERMS`` for the tokens ``_ascii_words`` finds (bytes). Bounded the same way."""
 
     def __missing__(self, token: bytes) -> str:

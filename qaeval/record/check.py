@@ -4,7 +4,7 @@ with what it says.
 Every layer that is a pure function of the stored case and output (the deterministic checks, retrieval,
 the trajectory, and whether each judge verdict counts) is derived again and must agree with what the
 record stores; then what the layers add up to (per-case pass/fail and units, green, the scoreboard's
-values, n and PPI columns, the slices) must agree too. ``qaeval.audit`` collects the disagreements.
+values, n and PPI columns, the slices) must agree too. ``qaeval.record.audit`` collects the disagreements.
 
 The outcomes of registered checks and metrics (``qaeval.scoring.custom``) cannot be derived again: their
 code is the user's, and is never run in the process that reads a record. They are taken as stored,
@@ -19,17 +19,16 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.audit import Audit, same
+from qaeval.core.frames import frame, frame_rows
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.frames import frame_rows
-from qaeval.frames import frame
+from qaeval.record.audit import Audit, same
 from qaeval.scoring.checks import case_bodies, check_outputs
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, registered_from_plain, valid_unit, worst
-from qaeval.scoring.evaluate import RunResult
 from qaeval.scoring.judge import AxisVerdict, validate_verdict
 from qaeval.scoring.metrics import METRIC_NAMES, scoreboard_and_slices
 from qaeval.scoring.ppi import apply_ppi
+from qaeval.scoring.result import RunResult
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
 
@@ -45,9 +44,11 @@ def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: p
         if line["case_id"] != case.id:
             audit.disagree(f"cases[{i}].case_id", line["case_id"], case.id, "its case")
         if ("prompt_sha256" in line["output"]) != hashed:
-            audit.problem(f"cases[{i}].output ({case.id}) keeps its prompt "
-                          f"{'in full' if hashed else 'as a hash'}, but the record is "
-                          f"{'a baseline' if hashed else 'not a baseline'}")
+            audit.problem(
+                f"cases[{i}].output ({case.id}) keeps its prompt "
+                f"{'in full' if hashed else 'as a hash'}, but the record is "
+                f"{'a baseline' if hashed else 'not a baseline'}"
+            )
     if audit.problems:
         return
     cases, sources = suite.to_frame(), suite.sources_frame()
@@ -90,13 +91,16 @@ RETRIEVAL_VALUES = ("k", "n_gold", "n_retrieved", "recall_at_k", "precision_at_k
 
 
 def _audit_retrieval(audit: Audit, lines: list[Any], computed: pd.DataFrame) -> None:
-    expected = {row[0]: row for row in zip(computed["case_id"].tolist(),
-                                           *(computed[c].tolist() for c in RETRIEVAL_VALUES))}
+    expected = {
+        row[0]: row for row in zip(computed["case_id"].tolist(), *(computed[c].tolist() for c in RETRIEVAL_VALUES))
+    }
     for i, line in enumerate(lines):
         cid, stored, row = line["case_id"], line["retrieval"], expected.get(line["case_id"])
         if (stored is None) != (row is None):
-            audit.problem(f"cases[{i}].retrieval ({cid}) is {'missing' if stored is None else 'present'}, but the "
-                          f"case has {'gold sources' if row is not None else 'no gold source'}")
+            audit.problem(
+                f"cases[{i}].retrieval ({cid}) is {'missing' if stored is None else 'present'}, but the "
+                f"case has {'gold sources' if row is not None else 'no gold source'}"
+            )
             continue
         for name, value in zip(RETRIEVAL_VALUES, (row or ())[1:]):
             if not same(stored.get(name), value):
@@ -110,8 +114,9 @@ def _audit_trajectory(audit: Audit, lines: list[Any], computed: pd.DataFrame) ->
     expected = _by_case(computed, TRAJECTORY_VALUES)
     for i, line in enumerate(lines):
         cid, stored, rows = line["case_id"], line["trajectory"], expected.get(line["case_id"], [])
-        if not audit.same(f"cases[{i}].trajectory ({cid}) steps", [t.get("step") for t in stored],
-                          [row[0] for row in rows], BASIS):
+        if not audit.same(
+            f"cases[{i}].trajectory ({cid}) steps", [t.get("step") for t in stored], [row[0] for row in rows], BASIS
+        ):
             continue
         for j, (step, row) in enumerate(zip(stored, rows)):
             for name, value in zip(TRAJECTORY_VALUES[1:], row[1:]):
@@ -130,8 +135,11 @@ def judged_texts(case: GoldenCase, out: Mapping[str, Any], corpus: Any = None) -
     cited: dict[str, str] = {}
     for c in out["citations"]:
         cited.setdefault(c["source_id"], bodies.get(c["source_id"], ""))
-    return [("faithfulness", "", "\n".join(cited.values())), ("answer_correctness", "", out["answer"]),
-            *((CITATION_CORRECTNESS, c["source_id"], bodies.get(c["source_id"], "")) for c in out["citations"])]
+    return [
+        ("faithfulness", "", "\n".join(cited.values())),
+        ("answer_correctness", "", out["answer"]),
+        *((CITATION_CORRECTNESS, c["source_id"], bodies.get(c["source_id"], "")) for c in out["citations"]),
+    ]
 
 
 def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
@@ -141,8 +149,12 @@ def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
     for i, (line, case) in enumerate(zip(lines, suite.cases)):
         cid, stored = line["case_id"], line["verdicts"]
         texts = judged_texts(case, line["output"], suite.corpus)
-        if not audit.same(f"cases[{i}].verdicts ({cid}) axes", [[v.get("axis"), v.get("target")] for v in stored],
-                          [[axis, target] for axis, target, _ in texts], "its output"):
+        if not audit.same(
+            f"cases[{i}].verdicts ({cid}) axes",
+            [[v.get("axis"), v.get("target")] for v in stored],
+            [[axis, target] for axis, target, _ in texts],
+            "its output",
+        ):
             continue
         for j, (v, (axis, target, text)) in enumerate(zip(stored, texts)):
             if v.get("error") is None:
@@ -151,23 +163,32 @@ def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
                 score, valid = None, False
             for name, value in (("score", score), ("valid", valid), ("credit", valid and score == 2)):
                 if not same(v.get(name), value):
-                    audit.disagree(f"cases[{i}].verdicts[{j}] ({cid}, {axis}{' ' + target if target else ''}).{name}",
-                                   v.get(name), value, basis)
+                    audit.disagree(
+                        f"cases[{i}].verdicts[{j}] ({cid}, {axis}{' ' + target if target else ''}).{name}",
+                        v.get(name),
+                        value,
+                        basis,
+                    )
 
 
 def audit_outcomes(audit: Audit, data: Mapping[str, Any], run: RunResult) -> None:
     """Per-case pass/fail and units (of one trial: ``data`` holds that trial's layers in its lines)."""
     basis = "its layers"
     lines = data["cases"]
-    for i, (line, passed, reasons) in enumerate(zip(lines, run.per_case["case_passed"].tolist(),
-                                                     run.per_case["fail_reasons"].tolist())):
+    for i, (line, passed, reasons) in enumerate(
+        zip(lines, run.per_case["case_passed"].tolist(), run.per_case["fail_reasons"].tolist())
+    ):
         if not same(line["passed"], passed):
             audit.disagree(f"cases[{i}].passed ({line['case_id']})", line["passed"], passed, basis)
             continue  # its reasons disagree too; one line says so
         stored = [[r["code"], r.get("name")] for r in line["fail_reasons"]]
         if not same(stored, [[r.code, r.name] for r in reasons]):  # the codes decide; messages are for people
-            audit.disagree(f"cases[{i}].fail_reasons codes ({line['case_id']})", [c for c, _ in stored],
-                           [r.code for r in reasons], basis)
+            audit.disagree(
+                f"cases[{i}].fail_reasons codes ({line['case_id']})",
+                [c for c, _ in stored],
+                [r.code for r in reasons],
+                basis,
+            )
     for m in [x.name for x in run.metrics]:  # a unit the record predates is left out of it, and recomputed
         pairs = zip(run.units[f"{m}__num"].tolist(), run.units[f"{m}__den"].tolist())
         for i, (line, (num, den)) in enumerate(zip(lines, pairs)):
@@ -185,16 +206,29 @@ def audit_board(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: p
     if labels is not None:
         board, _ = apply_ppi(board, run.units, run.per_case, labels)
     # a metric the record predates is recomputed, not compared; one this qaeval does not know is left alone
-    known = set(METRIC_NAMES) | {m.name for m in run.metrics[len(METRIC_NAMES) + len(run.registered.names):]}
+    known = set(METRIC_NAMES) | {m.name for m in run.metrics[len(METRIC_NAMES) + len(run.registered.names) :]}
     named = {row.get("metric") for row in data["scoreboard"]} & known | set(run.registered.names)
-    _audit_rows(audit, "scoreboard", data["scoreboard"], board[board["metric"].isin(named)], ("metric",),
-                ("value", "n", "direction", "ppi_value", "ppi_ci_low", "ppi_ci_high", "n_labelled"))
-    _audit_rows(audit, "slices", data["slices"], slices[slices["metric"].isin(named)], ("slice", "group", "metric"),
-                ("value", "n"))
+    _audit_rows(
+        audit,
+        "scoreboard",
+        data["scoreboard"],
+        board[board["metric"].isin(named)],
+        ("metric",),
+        ("value", "n", "direction", "ppi_value", "ppi_ci_low", "ppi_ci_high", "n_labelled"),
+    )
+    _audit_rows(
+        audit,
+        "slices",
+        data["slices"],
+        slices[slices["metric"].isin(named)],
+        ("slice", "group", "metric"),
+        ("value", "n"),
+    )
 
 
-def _audit_rows(audit: Audit, name: str, stored: list[Any], computed: pd.DataFrame, key: tuple[str, ...],
-                values: tuple[str, ...]) -> None:
+def _audit_rows(
+    audit: Audit, name: str, stored: list[Any], computed: pd.DataFrame, key: tuple[str, ...], values: tuple[str, ...]
+) -> None:
     """Stored rows against computed ones matched on ``key`` (its last part the metric): each computed
     row stored exactly once, no row the cases do not give (rows of metrics not computed are left alone)."""
     expected = {tuple(r[k] for k in key): r for r in frame_rows(computed)}
@@ -206,7 +240,9 @@ def _audit_rows(audit: Audit, name: str, stored: list[Any], computed: pd.DataFra
         if ident[-1] not in metrics:
             continue
         if ident in seen or ident not in expected:
-            audit.problem(f"{name}[{j}] ({label}) is {'a repeated row' if ident in seen else 'a row its cases do not give'}")
+            audit.problem(
+                f"{name}[{j}] ({label}) is {'a repeated row' if ident in seen else 'a row its cases do not give'}"
+            )
             continue
         seen.add(ident)
         for column in values:
@@ -215,14 +251,12 @@ def _audit_rows(audit: Audit, name: str, stored: list[Any], computed: pd.DataFra
         audit.problem(f"{name} has no row for {', '.join(str(v) for v in ident)}, which its cases give")
 
 
-
-
 def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.DataFrame | None]:
     """The registered checks and metrics a record declares, and their per-case outcomes as stored.
     Checked: the declaration (names, tiers, rules, code hashes); every case lists each of them once, in
     order, with passed true or false and a reason; a check's unit is 1 or 0 of 1 as it passed; a
     metric's unit is a rate, and its worst value when it failed on the case."""
-    from qaeval.judges.custom import reserved_names
+    from qaeval.boundary.custom import reserved_names
 
     lines = data["cases"]
     if "custom" not in data:
@@ -239,20 +273,37 @@ def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.
     rows = []
     for i, line in enumerate(lines):
         cid, stored = line["case_id"], line.get("custom")
-        if not isinstance(stored, list) or not all(isinstance(r, list) and len(r) == 3 for r in stored) or \
-                [r[0] for r in stored] != registered.names:
-            audit.problem(f"cases[{i}].custom ({cid}) does not list the registered checks and metrics "
-                          f"({', '.join(registered.names)}) once each, in order, as [name, passed, reason]")
+        if (
+            not isinstance(stored, list)
+            or not all(isinstance(r, list) and len(r) == 3 for r in stored)
+            or [r[0] for r in stored] != registered.names
+        ):
+            audit.problem(
+                f"cases[{i}].custom ({cid}) does not list the registered checks and metrics "
+                f"({', '.join(registered.names)}) once each, in order, as [name, passed, reason]"
+            )
             continue
         for name, passed, reason in stored:
             unit, (kind, blocks, metric) = valid_unit(line["units"].get(name)), kinds[name]
             if not isinstance(passed, bool) or not isinstance(reason, str) or unit is None:
-                audit.problem(f"cases[{i}].custom ({cid}, {name}) needs passed true or false, a reason and a unit "
-                              "[numerator, denominator] with 0 <= numerator <= denominator")
+                audit.problem(
+                    f"cases[{i}].custom ({cid}, {name}) needs passed true or false, a reason and a unit "
+                    "[numerator, denominator] with 0 <= numerator <= denominator"
+                )
                 continue
             expected = (float(passed), 1.0) if kind == "check" else None if passed else worst(metric)
             if expected is not None:
                 audit.same(f"cases[{i}].units.{name} ({cid})", list(unit), list(expected), "its outcome")
-            rows.append(dict(case_id=cid, name=name, kind=kind, blocks=blocks, passed=passed, reason=reason,
-                             num=unit[0], den=unit[1]))
+            rows.append(
+                dict(
+                    case_id=cid,
+                    name=name,
+                    kind=kind,
+                    blocks=blocks,
+                    passed=passed,
+                    reason=reason,
+                    num=unit[0],
+                    den=unit[1],
+                )
+            )
     return registered, frame(rows, CUSTOM_SCHEMA)

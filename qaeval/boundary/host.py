@@ -1,7 +1,7 @@
 """The process a custom judge, a notify hook or the registered checks and metrics run in:
-``python -m qaeval.judges.host FD``.
+``python -m qaeval.boundary.host FD``.
 
-Started by ``qaeval.judges.usercode`` (which describes the frames it speaks over socket FD). It gives
+Started by ``qaeval.boundary.clients`` (which describes the messages it speaks over socket FD). It gives
 up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
 file (nothing the user's code prints reaches the harness's terminal), builds the judge or hook, and
 answers until told to stop or until the harness goes away. Every way the user's code can fail in a
@@ -19,25 +19,26 @@ import sys
 import threading
 from typing import Any
 
-from qaeval.system.hardening import drop_ptrace, not_dumpable
-from qaeval.system.process import read_frame, watch_parent, write_frame
+from qaeval.boundary.hardening import drop_ptrace, not_dumpable
+from qaeval.boundary.messages import read_message, write_message
+from qaeval.boundary.process import watch_parent
 
 LOG_LIMIT = 2000
 
 
 def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
     """The judge or hook from its spec; UsageError (or whatever the user's code raised) if it cannot be."""
-    from qaeval.errors import UsageError
-    from qaeval.plugins import build as build_plugin
-    from qaeval.plugins import resolve
+    from qaeval.boundary.clients import settings_from_plain
+    from qaeval.boundary.plugins import build as build_plugin
+    from qaeval.boundary.plugins import resolve
+    from qaeval.core.errors import UsageError
     from qaeval.scoring.judge import judge_config_of
-    from qaeval.judges.usercode import settings_from_plain
 
     what = {"judge": "judge", "generator": "generator"}.get(role, "notify hook")
     if role == "generator":
         return build_generator(spec, settings)
     if role == "custom":
-        from qaeval.judges.custom import build as build_custom
+        from qaeval.boundary.custom import build as build_custom
 
         return build_custom(spec)
     if "name" in spec:
@@ -57,9 +58,9 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
 
 
 def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
-    from qaeval.errors import UsageError
-    from qaeval.judges.usercode import settings_from_plain
-    from qaeval.plugins import build as build_plugin
+    from qaeval.boundary.clients import settings_from_plain
+    from qaeval.boundary.plugins import build as build_plugin
+    from qaeval.core.errors import UsageError
 
     if "name" in spec:
         target: Any = spec["name"]
@@ -80,13 +81,19 @@ def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> An
 
 
 def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
+    from qaeval.boundary.plugins import contained
     from qaeval.data.schema import Source
-    from qaeval.plugins import contained
     from qaeval.proposals.generator import GenerationReply, GenerationRequest
 
-    requests = [GenerationRequest(r["request_id"], r["kind"], tuple(Source(p["id"], p["text"], p.get("title"))
-                                                                     for p in r["passages"]),
-                                  tuple(r["messages"])) for r in plain_requests]
+    requests = [
+        GenerationRequest(
+            r["request_id"],
+            r["kind"],
+            tuple(Source(p["id"], p["text"], p.get("title")) for p in r["passages"]),
+            tuple(r["messages"]),
+        )
+        for r in plain_requests
+    ]
     ok, value = contained(obj.generate, requests, what="the generator")
     if not ok:
         return {"error": value}
@@ -94,15 +101,15 @@ def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
         replies = list(value)
         return {"replies": [r.to_plain() if isinstance(r, GenerationReply) else None for r in replies]}
     except BaseException as exc:  # noqa: BLE001  (replies whose attributes fail when read)
-        from qaeval.errors import describe
+        from qaeval.core.errors import describe
 
         return {"error": f"the generator's replies could not be read: {describe(exc)}"}
 
 
 def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
-    from qaeval.errors import describe
-    from qaeval.plugins import contained
-    from qaeval.judges.wire import request_from_plain, response_to_plain
+    from qaeval.boundary.plugins import contained
+    from qaeval.boundary.wire import request_from_plain, response_to_plain
+    from qaeval.core.errors import describe
 
     requests = [request_from_plain(r) for r in plain_requests]
     ok, value = contained(obj.judge, requests, what="the judge")
@@ -121,15 +128,15 @@ def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def notify(hook: Any, alarms: list[dict[str, Any]]) -> dict[str, Any]:
-    from qaeval.plugins import contained
+    from qaeval.boundary.plugins import contained
 
     ok, why = contained(hook, alarms, what="the notify hook")
     return {"done": True} if ok else {"error": why}
 
 
 def score(obj: Any, sample: dict[str, Any]) -> dict[str, Any]:
-    from qaeval.judges.custom import score as score_sample
-    from qaeval.plugins import contained
+    from qaeval.boundary.custom import score as score_sample
+    from qaeval.boundary.plugins import contained
 
     ok, reply = contained(score_sample, *obj, sample, what="the checks")
     return reply if ok else {"error": reply}
@@ -137,9 +144,11 @@ def score(obj: Any, sample: dict[str, Any]) -> dict[str, Any]:
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
-        write_frame(sock, message)
+        write_message(sock, message)
     except (TypeError, ValueError) as exc:  # something the user's code produced that JSON cannot carry
-        write_frame(sock, {"error": f"the reply cannot be sent back ({str(exc)[:200]})", "answers": message.get("answers")})
+        write_message(
+            sock, {"error": f"the reply cannot be sent back ({str(exc)[:200]})", "answers": message.get("answers")}
+        )
 
 
 def main(fd: int) -> None:
@@ -147,11 +156,11 @@ def main(fd: int) -> None:
     not_dumpable()  # a judge is sent the gold answers: no worker of the adapter may read them from here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
-    setup = read_frame(sock)["setup"]
+    setup = read_message(sock)["setup"]
     sys.argv = ["qaeval-host"]
     sys.path[:] = list(setup["sys_path"]) + [p for p in sys.path if p not in setup["sys_path"]]
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
-    from qaeval.system.worker import FdCapture
+    from qaeval.boundary.worker import FdCapture
 
     capture = FdCapture(LOG_LIMIT)
     role = setup["role"]
@@ -164,7 +173,7 @@ def main(fd: int) -> None:
         elif role == "custom":
             obj, ready["declared"] = obj[:2], obj[2]
     except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
-        from qaeval.errors import UsageError, describe
+        from qaeval.core.errors import UsageError, describe
 
         what = {"judge": "judge", "hook": "notify hook", "generator": "generator"}.get(role, "checks and metrics")
         message = str(exc) if isinstance(exc, UsageError) else f"the {what} could not be built: {describe(exc)}"
@@ -174,7 +183,7 @@ def main(fd: int) -> None:
     capture.take()
     while True:
         try:
-            message = read_frame(sock)
+            message = read_message(sock)
         except (EOFError, OSError):
             break
         if "judge" in message:

@@ -26,8 +26,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-DTYPES = {"text": object, "object": object, "bool": "bool", "boolean": "boolean", "int": "int64",
-          "Int64": "Int64", "float": "float64"}
+DTYPES = {
+    "text": object,
+    "object": object,
+    "bool": "bool",
+    "boolean": "boolean",
+    "int": "int64",
+    "Int64": "Int64",
+    "float": "float64",
+}
 
 
 def is_missing(value: Any) -> bool:
@@ -75,14 +82,23 @@ def columns_frame(columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str
 
     length = len(next(iter(columns.values()), ())) if schema else 0
     index = pd.RangeIndex(length)  # one object for every column and the frame: pandas neither unions nor reindexes
-    return pd.DataFrame({name: column(columns[name], kind, index) for name, kind in schema.items()}, index=index,
-                        columns=list(schema))
+    return pd.DataFrame(
+        {name: column(columns[name], kind, index) for name, kind in schema.items()}, index=index, columns=list(schema)
+    )
 
 
 _KIND_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {  # kind: (the JSON types it takes, whether None is one)
-    "str": ((str,), False), "list": ((list,), False), "dict": ((dict,), False), "Dict": ((dict,), True),
-    "text": ((str,), True), "bool": ((bool,), False), "boolean": ((bool,), True), "int": ((int,), False),
-    "Int64": ((int,), True), "float": ((int, float), True), "number": ((int, float), False),
+    "str": ((str,), False),
+    "list": ((list,), False),
+    "dict": ((dict,), False),
+    "Dict": ((dict,), True),
+    "text": ((str,), True),
+    "bool": ((bool,), False),
+    "boolean": ((bool,), True),
+    "int": ((int,), False),
+    "Int64": ((int,), True),
+    "float": ((int, float), True),
+    "number": ((int, float), False),
 }
 
 
@@ -113,7 +129,9 @@ def kind_problem(value: Any, kind: str) -> str:
     if value is None and nullable:
         return ""
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        return f"is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}{' or null' if nullable else ''}"
+        return (
+            f"is {type(value).__name__}, not {' or '.join(t.__name__ for t in types)}{' or null' if nullable else ''}"
+        )
     return ""
 
 
@@ -177,7 +195,9 @@ def rows_of(schema: Mapping[str, str], optional: tuple[str, ...] = (), **narrowe
 
 
 _LIMITS = {"int": 2**63, "Int64": 2**63, "float": sys.float_info.max, "number": sys.float_info.max}
-_EXACT = {kind: frozenset(types) | ({type(None)} if nullable else set()) for kind, (types, nullable) in _KIND_TYPES.items()}
+_EXACT = {
+    kind: frozenset(types) | ({type(None)} if nullable else set()) for kind, (types, nullable) in _KIND_TYPES.items()
+}
 
 
 def _fits(value: Any, kind: str) -> bool:
@@ -210,8 +230,11 @@ def shape_problems(value: Any, shape: Any, where: str) -> list[str]:
         problems = shape_problems(value, shape.shape, where)
         if problems or shape.test(value):
             return problems
-        return [f"{where} is not {shape.what}" if isinstance(value, (list, dict)) else
-                f"{where} is {str(value)[:40]!r}, not {shape.what}"]
+        return [
+            f"{where} is not {shape.what}"
+            if isinstance(value, (list, dict))
+            else f"{where} is {str(value)[:40]!r}, not {shape.what}"
+        ]
     if isinstance(shape, (Each, Fixed)):
         if not isinstance(value, list):
             return [f"{where} is {type(value).__name__}, not a list"]
@@ -295,14 +318,15 @@ def _text_frame_class() -> type:
         def _constructor(self) -> type:
             return TextFrame
 
-        def _repr_html_(self) -> str:  # type: ignore[override]
+        def _repr_html_(self) -> str:  # type: ignore[override]  # pandas declares it on DataFrame only for some versions
             if self.empty:
                 import html
 
                 return f'<p class="qaeval-empty">{html.escape(self.empty_text)}</p>'
             styler = pd.DataFrame(self).style.format(escape="html", na_rep="").hide(axis="index")
-            return styler.set_properties(**{"white-space": "pre-wrap", "text-align": "left",
-                                            "vertical-align": "top"}).to_html()
+            return styler.set_properties(
+                **{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"}
+            ).to_html()
 
         def __repr__(self) -> str:
             if self.empty:

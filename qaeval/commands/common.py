@@ -1,0 +1,198 @@
+"""What every verb of ``qaeval.api`` does before and around its work: checking its parameters and
+outputs, making the judge and the executor, running the suite (``evaluate_params``), and writing the
+record and journal when done."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from qaeval.boundary import clients
+from qaeval.boundary.custom import close_custom, make_custom
+from qaeval.boundary.hardening import harness_guard
+from qaeval.commands.pipeline import evaluate, fewer_collections
+from qaeval.commands.tracking import check_options, log_command
+from qaeval.core import params as P
+from qaeval.core.errors import UsageError
+from qaeval.core.files import check_writable, refuse_overwrite
+from qaeval.data.cases import Suite, load_suite
+from qaeval.data.labels import load_labels
+from qaeval.record.write import load_run as _load_run
+from qaeval.record.write import write_record
+from qaeval.scoring.evaluate import RunResult
+from qaeval.scoring.judge import JudgeSettings
+
+
+def check_parameters(command: str, **params: Any) -> dict[str, Any]:
+    """Validate a command's parameters (as given to the CLI, the API or a notebook's parameters cell)
+    and fill in the defaults. Raises UsageError for an unknown name or a bad value."""
+    executor = params.pop("executor", None)
+    if executor is not None or "executor" in P.names_for(command):  # a command without one says so when given one
+        params["executor"] = executor if isinstance(executor, str) or "executor" not in P.names_for(command) else None
+    checked = P.check(command, params)
+    if isinstance(executor, cf.Executor):
+        checked["executor"] = executor
+    elif executor is not None and not isinstance(executor, str):
+        raise UsageError(
+            f"executor must be dask://HOST:PORT or a concurrent.futures.Executor, got {type(executor).__name__}"
+        )
+    if command == "calibrate" and not checked.get("record") and not checked["labels"] and not checked["labelled"]:
+        raise UsageError("calibrate needs labels (keyed hand labels for a run) or labelled (a labelled set)")
+    if command == "calibrate" and not checked.get("labelled") and not checked.get("record") and not checked["data"]:
+        raise UsageError("calibrate with labels needs data (the cases the labels are for)")
+    if checked.get("executor") is not None and checked["isolation"] == "none":
+        raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
+    check_output_paths(checked)
+    check_options(checked)  # the mlflow extra is installed when tracking is asked for
+    return checked
+
+
+OUTPUT_PARAMS = {"save": "record", "out": "record", "sheet": "review"}
+
+
+INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after", "logs")
+
+
+def check_output_paths(p: Mapping[str, Any], *, html: str | Path | None = None) -> None:
+    """Before anything runs: refuse (UsageError) an output of a command (its parameters ``p``, and the
+    ``html`` report the command line adds) that would overwrite one of its inputs, or data in its data
+    folder (``qaeval.core.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
+    is asked for (``qaeval.core.files.check_writable``)."""
+    outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
+    record = record_path(p) if "trials" in p else None
+    if record:  # a scoring command keeps its journal beside its record
+        from qaeval.scoring.journal import journal_path
+
+        outputs.append(("journal", str(journal_path(record)), "journal"))
+    refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
+    check_writable(outputs)
+
+
+def judge_settings(p: Mapping[str, Any]) -> JudgeSettings:
+    """The judge's settings: explicit parameters over the environment (read here, at the edge)."""
+    return JudgeSettings.from_env(
+        model=p.get("judge_model"),
+        base_url=p.get("judge_base_url"),
+        concurrency=p.get("judge_concurrency"),
+        cache=p.get("judge_cache"),
+    )
+
+
+def make_judge(p: Mapping[str, Any]) -> Any:
+    """The command's judge: a built-in one in this process, any other in its own process
+    (``qaeval.boundary.clients``). Close it with ``close_judge``."""
+    return clients.make_judge(
+        p["judge"],
+        settings=judge_settings(p),
+        isolation=p["isolation"],
+        timeout=p["judge_timeout"],
+        startup=p["startup_timeout"],
+        data_dir=p.get("data"),
+    )
+
+
+def executor_of(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None]:
+    value = p.get("executor")
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        from qaeval.system.remote import executor_from_url
+
+        executor, close = executor_from_url(value)
+        stack.callback(close)
+        return executor, value
+    return value, type(value).__name__
+
+
+def evaluate_params(
+    p: Mapping[str, Any], suite: Suite | None = None, settled: Callable[[str], bool] | None = None
+) -> RunResult:
+    """A fresh run of ``suite`` (else of ``data``) with the command's checked parameters ``p``.
+    ``settled``: for ``--adaptive``, whether a case whose first trial passed needs no more (the gate: its
+    baseline passed every trial)."""
+    if suite is None:
+        return evaluate_params(p, load_suite(p["data"]), settled)
+    if p.get("resume") and not record_path(p):
+        raise UsageError(
+            "--resume reads the journal kept beside the run's record: give the record's path "
+            "(--save FILE, or baseline's --out FILE) as the interrupted run did"
+        )
+    if p.get("adaptive") and (p.get("trials") or 1) < 2:
+        raise UsageError("--adaptive spreads --trials K over the cases that need them: give --trials 2 or more")
+    if p.get("pass_k") is not None and p["pass_k"] > (p.get("trials") or 1):
+        raise UsageError(
+            f"--pass-k {p['pass_k']} needs at least that many --trials (pass^k and pass@k draw k of a case's trials)"
+        )
+    if p.get("keep_errors") and not p.get("resume"):
+        raise UsageError("--keep-errors says what --resume keeps: give --resume too")
+    judge = make_judge(p)
+    with ExitStack() as stack:
+        stack.callback(clients.close_judge, judge)
+        custom = make_custom(p)  # a bad name or declaration is a usage error before the system is called
+        stack.callback(close_custom, custom)
+        executor, label = executor_of(p, stack)
+        if p["isolation"] == "process":
+            stack.enter_context(harness_guard())  # the judge and anything the adapter left behind included
+        return evaluate(
+            suite,
+            p["adapter"],
+            judge,
+            k=p["k"],
+            timeout=p["timeout"],
+            concurrency=p["concurrency"],
+            isolation=p["isolation"],
+            executor=executor,
+            executor_label=label,
+            startup_timeout=p["startup_timeout"],
+            max_reply_bytes=int(p["max_reply_mb"] * 1024 * 1024),
+            custom=custom,
+            trials=p.get("trials") or 1,
+            pass_k=p.get("pass_k"),
+            journal=record_path(p),
+            resume=bool(p.get("resume")),
+            keep_errors=bool(p.get("keep_errors")),
+            adaptive=bool(p.get("adaptive")),
+            settled=settled,
+        )
+
+
+def record_path(p: Mapping[str, Any]) -> str | None:
+    """Where the command writes its run's record (``--save``, or baseline's ``--out``): the journal is
+    kept beside it while the run goes (``qaeval.scoring.journal``)."""
+    return p.get("save") or p.get("out")
+
+
+def drop_journal(p: Mapping[str, Any]) -> None:
+    """The record is written: the journal it replaces goes."""
+    from qaeval.scoring.journal import journal_path
+
+    path = record_path(p)
+    if path is not None:
+        journal_path(path).unlink(missing_ok=True)
+
+
+def finish(result: Any, p: Mapping[str, Any]) -> Any:
+    if p.get("save"):
+        write_record(result, p["save"])
+        drop_journal(p)
+    log_command(result, p)  # with mlflow: one MLflow run; a tracker that fails is a warning, never another verdict
+    return result
+
+
+def labelled_run(p: Mapping[str, Any], settled: Callable[[str], bool] | None = None) -> RunResult:
+    """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
+    against the suite before the system is called, so a bad labels file costs no run."""
+    with fewer_collections():  # loading the cases too
+        suite = load_suite(p["data"])
+        labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
+        return evaluate_params(p, suite, settled).with_labels(labels)
+
+
+def recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
+    result = _load_run(p["record"])
+    if not isinstance(result, kind):
+        raise UsageError(f"{p['record']} is a {result.kind} record, not one the {command} report draws")
+    return result

@@ -1,0 +1,342 @@
+"""How a gate result is kept in a run record and read back: the record's ``gate`` section, its shape
+(``SECTION``), and the audit that decides again from the record's own frames whether the stored verdict
+follows from them (``GateRecord.audit_section``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from qaeval.core.frames import (
+    Each,
+    Fields,
+    Fixed,
+    Keyed,
+    Maybe,
+    Valid,
+    clean,
+    frame,
+    frame_rows,
+    rows_of,
+    shape_problems,
+)
+from qaeval.record.audit import Audit
+from qaeval.scoring.outcomes import REASON, FailReason
+from qaeval.scoring.result import RunResult
+from qaeval.verdicts.baseline import Baseline, BaselineCase
+from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
+from qaeval.verdicts.calibration import CalibrationResult
+from qaeval.verdicts.tiers import (
+    CASE_TRIALS_SCHEMA,
+    DELTA_SCHEMA,
+    MOVEMENT,
+    NEW_SCHEMA,
+    REGRESSED_SCHEMA,
+    TIER_RULES,
+    TIER_SCHEMA,
+    CaseMatch,
+    case_trials,
+    decide,
+    gated,
+    levels,
+    match_cases,
+    movement,
+)
+
+DEFAULT_ALPHA = 0.05
+BASELINE_CASE = Fields(
+    dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
+        fingerprint="str",
+        passed="bool",
+        fail_reasons=Each(REASON),
+        units=Keyed(Fixed(("number", "number"))),
+        answer="text",
+        abstained="boolean",
+        citations=Maybe(Each("dict")),
+        output_fingerprint="text",
+        passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
+        trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
+    ),
+    optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials"),
+)
+
+
+SECTION = Fields(
+    dict(  # the gate section of a record, as GateResult.from_section reads it
+        baseline=Fields(
+            dict(
+                path="str",
+                dataset_fingerprint="str",
+                judge="Dict",
+                green="bool",
+                allowed_failing="bool",
+                created="text",
+                git_commit="text",
+                adapter="text",
+                corpus_fingerprint="text",
+                custom=Maybe(Keyed("str")),
+                trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
+            ),
+            optional=(
+                "judge",
+                "green",
+                "allowed_failing",
+                "created",
+                "git_commit",
+                "adapter",
+                "corpus_fingerprint",
+                "custom",
+                "trials",
+            ),
+        ),
+        baseline_metrics=Keyed(Fixed(("float", "int"))),
+        baseline_cases=Keyed(BASELINE_CASE),
+        baseline_notes=Maybe(Each("str")),
+        tiers=rows_of(
+            TIER_SCHEMA,
+            tier="str",
+            case_ids=Each("str"),
+            rule=Valid("str", TIER_RULES.__contains__, f"one of {', '.join(TIER_RULES)}"),
+        ),
+        metric_deltas=rows_of(DELTA_SCHEMA),
+        regressed=rows_of(REGRESSED_SCHEMA),
+        new_failing=rows_of(NEW_SCHEMA),
+        match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
+        calibration=Maybe(CALIBRATION_SECTION),
+        notes=Maybe(Each("str")),
+        case_trials=rows_of(CASE_TRIALS_SCHEMA),
+        alpha=Valid("float", lambda a: 0.0001 <= a <= 0.5, "a number from 0.0001 to 0.5, as --alpha takes"),
+    ),
+    optional=("baseline_notes", "calibration", "notes", "case_trials", "alpha"),
+)
+
+
+def _recorded_tolerances(
+    audit: Audit, rows: list[Any], prefix: str, defaults: Mapping[str, float]
+) -> dict[str, float] | None:
+    """The tolerances a gate record was decided with (one per gated metric), or None when they are not."""
+    tolerances: dict[str, float] = {}
+    found = len(audit.problems)
+    for j, row in enumerate(rows):
+        name, tol = row.get("metric"), row.get("tolerance")
+        if name not in defaults or name in tolerances:
+            audit.problem(f"{prefix}.metric_deltas[{j}] names {name!r}: not a gated metric, or named twice")
+        elif isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+            audit.problem(f"{prefix}.metric_deltas[{j}].tolerance ({name}) is {tol!r}, not a finite number >= 0")
+        else:
+            tolerances[name] = float(tol)
+    missing = [m for m in defaults if m not in tolerances]
+    if missing:
+        audit.problem(f"{prefix}.metric_deltas has no row for {', '.join(missing)}")
+    return None if len(audit.problems) > found else tolerances
+
+
+class GateRecord:
+    """The record half of ``GateResult``: its section written, checked, read back and audited."""
+
+    # what GateResult holds (declared here for the type checker; the dataclass fields are GateResult's)
+    run: RunResult
+    baseline: Baseline
+    tiers: pd.DataFrame
+    metric_deltas: pd.DataFrame
+    regressed: pd.DataFrame
+    new_failing: pd.DataFrame
+    match: CaseMatch
+    calibration: Any
+    notes: list[str]
+    case_trials: pd.DataFrame
+    alpha: float
+
+    @property
+    def blocking_cases(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def already_failing(self) -> list[str]:
+        raise NotImplementedError
+
+    # the record
+    def record_section(self) -> dict[str, Any]:
+        keep = (
+            set(self.blocking_cases)
+            | set(self.already_failing)
+            | set(self.regressed["case_id"])
+            | set(self.new_failing["case_id"])
+            | set(self.run.per_case.loc[~self.run.per_case["case_passed"], "case_id"])
+        )
+        cases = {
+            cid: dict(
+                fingerprint=c.fingerprint,
+                passed=c.passed,
+                fail_reasons=[r.to_dict() for r in c.fail_reasons],
+                answer=c.answer,
+                abstained=c.abstained,
+                citations=c.citations,
+                output_fingerprint=c.output_fingerprint,
+                units={m: list(v) for m, v in c.units.items()},
+                passes=c.pass_count,
+                trials=c.trials,
+            )
+            for cid, c in self.baseline.cases.items()
+            if cid in keep
+        }
+        trials = self.case_trials[self.case_trials["verdict"] != "steady"]
+        return dict(
+            baseline=self.baseline.summary(),
+            baseline_metrics={m: list(v) for m, v in self.baseline.metrics.items()},
+            baseline_cases=cases,
+            baseline_notes=self.baseline.notes,
+            tiers=frame_rows(self.tiers),
+            metric_deltas=frame_rows(self.metric_deltas),
+            regressed=frame_rows(self.regressed),
+            new_failing=frame_rows(self.new_failing),
+            match=dict(
+                matched=self.match.matched, changed=self.match.changed, new=self.match.new, removed=self.match.removed
+            ),
+            calibration=clean(self.calibration.record_section()) if self.calibration is not None else None,
+            notes=self.notes,
+            case_trials=frame_rows(trials),
+            alpha=self.alpha,
+        )
+
+    @classmethod
+    def section_problems(cls, s: Mapping[str, Any], prefix: str = "gate") -> list[str]:
+        """Every field of a saved section that is missing or of the wrong type (``SECTION``), named by its
+        place; ``from_section`` and ``audit_section`` trust the types of a section without any."""
+        problems = shape_problems(s, SECTION, prefix)
+        if not problems:
+            problems += [
+                f"{prefix}.baseline_cases.{cid}.passes is {c['passes']}, more than its {c.get('trials', 1)} trial(s)"
+                for cid, c in s["baseline_cases"].items()
+                if c.get("passes", 0) > c.get("trials", 1)
+            ]
+        return problems
+
+    @classmethod
+    def from_section(cls: type[Any], run: RunResult, s: Mapping[str, Any]) -> Any:
+        """The result a record's section holds (a ``GateResult``), its frames typed."""
+        b = s["baseline"]
+        cases = {
+            cid: BaselineCase(
+                c["fingerprint"],
+                bool(c["passed"]),
+                [FailReason.from_dict(r) for r in c["fail_reasons"]],
+                {m: (float(v[0]), float(v[1])) for m, v in c["units"].items()},
+                c.get("answer"),
+                c.get("abstained"),
+                c.get("citations"),
+                c.get("output_fingerprint"),
+                c.get("passes"),
+                c.get("trials", 1),
+            )
+            for cid, c in s["baseline_cases"].items()
+        }
+        trials = b.get("trials", 1)
+        for cid in s["match"]["matched"] + s["match"]["changed"]:  # cases the record did not need in full
+            same = cid in run.suite and cid not in s["match"]["changed"]  # (a matched case the run lacks: audited)
+            cases.setdefault(
+                cid,
+                BaselineCase(run.suite[cid].fingerprint if same else "", True, [], {}, passes=trials, trials=trials),
+            )
+        baseline = Baseline(
+            path=b["path"],
+            dataset_fingerprint=b["dataset_fingerprint"],
+            judge=b.get("judge"),
+            metrics={
+                m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()
+            },
+            cases=cases,
+            green=bool(b.get("green", True)),
+            allowed_failing=bool(b.get("allowed_failing", False)),
+            created=b.get("created"),
+            git_commit=b.get("git_commit"),
+            adapter=b.get("adapter"),
+            notes=list(s.get("baseline_notes") or []),
+            corpus_fingerprint=b.get("corpus_fingerprint"),
+            custom=dict(b.get("custom") or {}),
+            trials=trials,
+        )
+        calibration = None
+        if s.get("calibration"):
+            calibration = CalibrationResult.from_section(run, s["calibration"])
+        m = s["match"]
+        return cls(
+            run=run,
+            baseline=baseline,
+            tiers=frame(s["tiers"], TIER_SCHEMA),
+            metric_deltas=frame(s["metric_deltas"], DELTA_SCHEMA),
+            regressed=frame(s["regressed"], REGRESSED_SCHEMA),
+            new_failing=frame(s["new_failing"], NEW_SCHEMA),
+            match=CaseMatch(list(m["matched"]), list(m["changed"]), list(m["new"]), list(m["removed"])),
+            calibration=calibration,
+            notes=list(s.get("notes") or []),
+            case_trials=frame(s.get("case_trials") or [], CASE_TRIALS_SCHEMA),
+            alpha=s.get("alpha", DEFAULT_ALPHA),
+        )
+
+    def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "gate") -> None:
+        """Decide the gate again from the run's cases and the baseline as the record embeds it (its
+        metrics, the cases it kept, which cases were matched, changed and new), with the tolerances its
+        metric_deltas name, and note where the section disagrees: the match, every metric movement and
+        its pass, the regressed and new failing cases, and every tier's pass and cases.
+
+        Not decided again: the noise test columns (the record keeps baseline units only for the cases
+        that matter, so the pairs behind the test are not all there; the test informs, it does not
+        decide), the cases ``removed`` since the baseline (listed by the baseline alone), and whether
+        the embedded baseline is the baseline file it names."""
+        if self.calibration is not None:
+            self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
+        tolerances = _recorded_tolerances(audit, s["metric_deltas"], prefix, gated(self.run.metrics))
+        if tolerances is None:
+            return
+        match = match_cases(self.run, self.baseline)
+        for name in ("matched", "changed", "new"):
+            audit.same(f"{prefix}.match.{name}", s["match"][name], getattr(match, name))
+        still_there = [c for c in self.match.removed if c in self.run.suite]
+        if still_there:
+            audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
+        board = self.run.scoreboard.set_index("metric")
+        by_name = {m.name: m for m in self.run.metrics}
+        case_level, metric_level = levels(self.run, self.baseline, match, tolerances, self.alpha)
+        stored_p = [row.get("p_value") if metric_level is not None else None for row in s["metric_deltas"]]
+        moves = [
+            movement(by_name[name], tol, self.baseline, board, p_worse=p, level=metric_level)
+            for (name, tol), p in zip(tolerances.items(), stored_p)
+        ]
+        for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
+            for column in MOVEMENT[1:]:
+                audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
+        trials = case_trials(self.run, self.baseline, match.matched, case_level)
+        tiers, regressed, new_failing = decide(
+            self.run, self.baseline, match, frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}), trials
+        )
+        if "case_trials" in s:  # the flaky, broken and regressed cases, decided again from the trial counts
+            shown = ("case_id", "baseline_passes", "baseline_trials", "passes", "trials", "verdict")
+            kept = trials[trials["verdict"] != "steady"]
+            audit.same(
+                f"{prefix}.case_trials",
+                [[row.get(c) for c in shown] for row in s["case_trials"]],
+                [list(r) for r in zip(*(kept[c].tolist() for c in shown))],
+            )
+        for name, stored, computed, columns in (
+            ("regressed", s["regressed"], regressed, ("case_id", "baseline_state", "current_state")),
+            ("new_failing", s["new_failing"], new_failing, ("case_id", "status", "baseline_state")),
+        ):
+            audit.same(
+                f"{prefix}.{name}",
+                [[row.get(c) for c in columns] for row in stored],
+                [list(r) for r in zip(*(computed[c].tolist() for c in columns))],
+            )
+        audit.same(f"{prefix}.tiers' rules", [t.get("rule") for t in s["tiers"]], tiers["rule"].tolist())
+        if not audit.same(f"{prefix}.tiers", [t.get("tier") for t in s["tiers"]], tiers["tier"].tolist()):
+            return
+        # the baseline cases the record did not keep: none of them was named by a tier (those are kept)
+        unkept = (set(match.matched) | set(match.changed)) - set(s["baseline_cases"])
+        for j, (stored, row) in enumerate(zip(s["tiers"], tiers.to_dict("records"))):
+            audit.same(f"{prefix}.tiers[{j}].passed", stored.get("passed"), row["passed"])
+            audit.same(
+                f"{prefix}.tiers[{j}].case_ids", stored.get("case_ids"), [c for c in row["case_ids"] if c not in unkept]
+            )
