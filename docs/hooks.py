@@ -19,7 +19,7 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 def cli_reference() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal's width: fix it
-    from qaeval.cli import build_parser
+    from qaeval.commands.parser import build_parser
 
     parts = []
     for path, parser in _commands(build_parser()):

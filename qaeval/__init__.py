@@ -63,7 +63,7 @@ _EXPORTS = {
     "JudgeSettings": "qaeval.scoring.judge",
     "OfflineJudge": "qaeval.judges.offline",
     "run_suite": "qaeval.system.pool",
-    "load_run": "qaeval.record.write",
+    "load_run": "qaeval.record.read",
     "check": "qaeval.scoring.custom",
     "Sample": "qaeval.scoring.custom",
     "Metric": "qaeval.scoring.metrics",

@@ -14,13 +14,12 @@ the worker processes with cloudpickle); ``judge`` a name, a factory or a judge o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from qaeval.boundary import clients, hooks
-from qaeval.boundary.custom import close_custom, installed, make_custom
+from qaeval.boundary import clients
+from qaeval.boundary.custom import installed
 from qaeval.commands.common import (
     check_parameters,
     drop_journal,
@@ -28,8 +27,10 @@ from qaeval.commands.common import (
     finish,
     labelled_run,
     make_judge,
+    notify_hook_of,
     record_path,
     recorded,
+    score_labelled_set,
 )
 from qaeval.commands.export import TrecExport, write_trec
 from qaeval.commands.pipeline import fewer_collections
@@ -44,12 +45,11 @@ from qaeval.data.cases import load_suite
 from qaeval.data.labels import load_labels
 from qaeval.data.schema import AXES
 from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
+from qaeval.record.read import load_run as _load_run
+from qaeval.record.read import read_baseline
 from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
-from qaeval.record.write import load_run as _load_run
-from qaeval.record.write import read_baseline, write_record
-from qaeval.scoring.evaluate import score_outputs
+from qaeval.record.write import write_record
 from qaeval.scoring.journal import holding_the_record
-from qaeval.scoring.judge import judge_config_of
 from qaeval.scoring.result import RunResult
 from qaeval.system.labelled import load_labelled_set
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
@@ -247,21 +247,7 @@ def calibrate_run(
     if p["labelled"]:
         suite, outputs, label_frame = load_labelled_set(p["labelled"])
         chosen = axes_to_assess(p["axes"], label_frame["axis"].unique().tolist())  # a bad axis costs no judge call
-        from qaeval.scoring.result import RunMeta
-
-        with ExitStack() as stack:
-            judge = make_judge(p)
-            stack.callback(clients.close_judge, judge)  # whatever scoring raises, its process is stopped
-            custom = make_custom(p)
-            stack.callback(close_custom, custom)
-            meta = RunMeta.now(
-                adapter=f"(outputs carried by {p['labelled']})",
-                judge=judge_config_of(judge),
-                isolation="process",
-                k=p["k"],
-                data=p["labelled"],
-            )
-            current = score_outputs(suite, outputs, judge, meta=meta, custom=custom)
+        current = score_labelled_set(p, suite, outputs)
         source = p["labelled"]
     else:
         chosen = axes_to_assess(p["axes"], AXES)
@@ -297,15 +283,7 @@ def drift_run(
     if p["record"]:
         return recorded("drift", p, DriftResult)
     frozen = load_suite(p["data"]).select(split="frozen")
-    hook: Callable[..., Any] | None = None
-    if p["notify"] is not None:  # checked before the run: a typo is a usage error before anything runs
-        hook = hooks.notify_hook(
-            p["notify"],
-            isolation=p["isolation"],
-            timeout=p["hook_timeout"],
-            startup=p["startup_timeout"],
-            data_dir=p["data"],
-        )
+    hook = notify_hook_of(p, p["data"])  # before the run: a typo is a usage error before anything runs
     return finish(drift(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 
@@ -336,17 +314,7 @@ def score_logs(
     )
     if p["record"]:
         return recorded("monitor", p, MonitorResult)
-    hook = (
-        hooks.notify_hook(
-            p["notify"],
-            isolation=p["isolation"],
-            timeout=p["hook_timeout"],
-            startup=p["startup_timeout"],
-            data_dir=None,
-        )
-        if p["notify"] is not None
-        else None
-    )
+    hook = notify_hook_of(p, None)
     with ExitStack() as stack:
         client = make_judge(p)
         stack.callback(clients.close_judge, client)

@@ -21,8 +21,9 @@ from qaeval.core import params as P
 from qaeval.core.errors import UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.core.results import Result
+from qaeval.record.read import load_run
 from qaeval.record.runs import runs_table
-from qaeval.record.write import load_run, write_record
+from qaeval.record.write import write_record
 from qaeval.verdicts.compare import Comparison
 
 

@@ -122,7 +122,7 @@ class _Runs:
         from qaeval import api
 
         if self._full is not None:
-            from qaeval.record.write import read_baseline
+            from qaeval.record.read import read_baseline
             from qaeval.verdicts.gate import gate
 
             return gate(self._full, read_baseline(self.config.getoption("qaeval_baseline")))

@@ -10,7 +10,8 @@ import pytest
 from conftest import GOLDEN
 
 from qaeval import CaseView, Citation, SUTOutput, SystemAdapter, load_suite
-from qaeval.system.contract import make_view, output_problems
+from qaeval.system.contract import make_view
+from qaeval.system.validate import output_problems
 
 
 @pytest.fixture(scope="module")

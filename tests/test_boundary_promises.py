@@ -375,7 +375,7 @@ def test_error_text_is_cut_by_the_harness_and_a_huge_answer_is_malformed(living)
 
 def test_a_long_ranking_is_refused_at_once_not_checked_for_duplicates_pair_by_pair():
     """200,000 ids with one repeat used to be checked with list.count per id (quadratic: hours)."""
-    from qaeval.system.contract import validate_plain
+    from qaeval.system.validate import validate_plain
 
     ids = [f"d{i}" for i in range(200_000)] + ["d0"]
     plain = {

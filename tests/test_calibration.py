@@ -16,7 +16,8 @@ from qaeval.cli import main
 from qaeval.core.frames import frame
 from qaeval.data.labels import LABEL_SCHEMA, load_labels
 from qaeval.system.labelled import load_labelled_set
-from qaeval.verdicts.calibration import calibrate, quadratic_kappa, wilson
+from qaeval.verdicts.agreement import quadratic_kappa, wilson
+from qaeval.verdicts.calibration import calibrate
 
 ALL_ANSWERED = [
     "single-0001",

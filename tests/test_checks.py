@@ -9,7 +9,8 @@ from conftest import make_case
 from helpers import S1, S2, frames, output
 
 from qaeval.core.text import split_sentences
-from qaeval.scoring.checks import check_outputs, claim_covers
+from qaeval.scoring.checks import check_outputs
+from qaeval.scoring.coverage import claim_covers
 
 
 def run_checks(tmp_path, case=None, **fields):
@@ -187,12 +188,12 @@ def test_answer_without_citation_fails_coverage(tmp_path):
 def test_an_answer_too_large_to_weigh_against_its_claims_fails_coverage_without_comparing(tmp_path, monkeypatch):
     """5,000 sentences against 1,000 claims were 5 million comparisons: six minutes for one case, from one
     reply. Past the bound the check fails at once and says why; no sentence is compared."""
-    from qaeval.scoring import checks
+    from qaeval.scoring import coverage
 
     def never(*args):
         raise AssertionError("compared a sentence with a claim")
 
-    monkeypatch.setattr(checks, "claim_covers", never)
+    monkeypatch.setattr(coverage, "claim_covers", never)
     answer = " ".join(f"Zq{i} wx{i} patrons." for i in range(5000))
     claims = [{"source_id": "s1", "claim": f"{S1} k{i}"} for i in range(1000)]
     res = run_checks(tmp_path, answer=answer, citations=claims)

@@ -263,7 +263,7 @@ def test_every_argument_of_every_command_says_what_it_is():
     """A new user's pass: `qaeval import --help` gave no help for IN, --out, --limit, --split or --prefix."""
     import argparse
 
-    from qaeval.cli import build_parser
+    from qaeval.commands.parser import build_parser
 
     def bare(parser, path):
         for action in parser._actions:

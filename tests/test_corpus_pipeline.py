@@ -88,7 +88,8 @@ def test_a_bad_corpus_is_a_load_error_naming_its_file(tmp_path):
 
 
 def _fields(**changes: Any) -> tuple[Any, list[str]]:
-    from qaeval.system.contract import output_to_plain, validate_plain
+    from qaeval.system.contract import output_to_plain
+    from qaeval.system.validate import validate_plain
 
     out = SUTOutput(
         answer=PASSAGES[0]["text"],
@@ -267,7 +268,7 @@ def _passage_labels(html: str, case_id: str) -> dict[str, str]:
 def test_the_drilldown_says_where_each_passage_came_from_and_diffs_an_altered_one(tmp_path):
     from qaeval.api import load_run
     from qaeval.record.write import write_record
-    from qaeval.reports.cases import drilldown
+    from qaeval.reports.case_list import drilldown
 
     result = _run(corpus_folder(tmp_path, [corpus_case(), make_case(id="own-0001")]), make_altering)
     write_record(result, tmp_path / "run.json")

@@ -226,3 +226,15 @@ def test_the_site_builds_strictly_and_fetches_no_font(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     pages = "".join(p.read_text() for p in (tmp_path / "site").rglob("*.html"))
     assert "fonts.googleapis" not in pages and "qaeval gate" in pages and "GateResult" in pages
+
+
+def test_the_layout_names_every_package_and_entry_point_and_nothing_else():
+    """The layout in docs/guides/layout.md against the package: every folder and top-level module of
+    qaeval/ (but __init__ and __main__) is listed, and every qaeval/ path listed exists."""
+    page = (ROOT / "docs" / "guides" / "layout.md").read_text()
+    block = page[page.index("```text\nqaeval/") :].split("```")[1]
+    listed = set(re.findall(r"^(qaeval/[\w/.]+)", block, re.M)) | set(re.findall(r"\((qaeval/[\w.]+)\)", block))
+    package = ROOT / "qaeval"
+    present = {f"qaeval/{p.name}/" for p in package.iterdir() if (p / "__init__.py").exists()}
+    present |= {f"qaeval/{p.name}" for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert listed == present, f"missing: {sorted(present - listed)}; not in the package: {sorted(listed - present)}"

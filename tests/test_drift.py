@@ -13,7 +13,8 @@ from qaeval.cli import main
 from qaeval.core.errors import FileAccessError
 from qaeval.core.files import append_line
 from qaeval.scoring.metrics import METRIC_NAMES
-from qaeval.verdicts.drift import compare, drift, read_history
+from qaeval.verdicts.drift import compare, drift
+from qaeval.verdicts.history import read_history
 
 
 def append_record(path, record: dict) -> None:

@@ -11,7 +11,8 @@ from conftest import GOLDEN
 
 from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
-from qaeval.record.write import read_baseline, write_record
+from qaeval.record.read import read_baseline
+from qaeval.record.write import write_record
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import BaselineCase, baseline_from_run
 from qaeval.verdicts.gate import gate

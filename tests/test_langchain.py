@@ -33,7 +33,7 @@ from qaeval.integrations.langchain import (
     document_id,
     source_document,
 )
-from qaeval.system.contract import output_problems
+from qaeval.system.validate import output_problems
 
 SOURCES = (
     Source(

@@ -128,7 +128,7 @@ def test_the_data_and_system_layers_import_neither_pandas_nor_scoring():
     code = (
         "import sys, qaeval.data, qaeval.system, qaeval.data.cases, qaeval.system.contract, qaeval.boundary.worker; "
         "print(sorted(m for m in sys.modules if m == 'pandas' or m.startswith(('qaeval.scoring', "
-        "'qaeval.verdicts', 'qaeval.record.write', 'qaeval.reports'))))"
+        "'qaeval.verdicts', 'qaeval.record', 'qaeval.reports'))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.strip() == "[]", done.stdout

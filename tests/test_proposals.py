@@ -25,7 +25,7 @@ from qaeval.judges.fake_server import FakeJudgeServer
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import SHEET_COLUMNS
 from qaeval.proposals.generator import GenerationReply, parse_reply, request_for
-from qaeval.proposals.traffic import Pool
+from qaeval.proposals.pool import Pool
 from qaeval.reports.render import run_papermill
 
 TESTS = str(ROOT / "tests")

@@ -450,12 +450,12 @@ def test_a_field_of_the_wrong_type_is_a_record_error_naming_it(records, tmp_path
 def test_a_bug_after_the_record_is_read_is_a_bug_not_a_malformed_record(records, tmp_path, capsys, monkeypatch):
     """Before, every KeyError or TypeError while building a run from a record read as "record is
     malformed" (exit 65), hiding qaeval's own bugs behind the user's file."""
-    import qaeval.record.write
+    import qaeval.record.read
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("a bug in assemble")
 
-    monkeypatch.setattr(qaeval.record.write, "assemble", broken)
+    monkeypatch.setattr(qaeval.record.read, "assemble", broken)
     capsys.readouterr()
     assert main(["report", str(records["good"]), "--html", str(tmp_path / "bug.html")]) == 70
     assert "malformed" not in capsys.readouterr().err

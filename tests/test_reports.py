@@ -131,7 +131,7 @@ def sourceless_run(tmp_path_factory):
 @pytest.mark.parametrize("full", [True, False])
 def test_a_case_without_passages_of_its_own_draws_its_drilldown(sourceless_run, monkeypatch, full):
     if not full:
-        monkeypatch.setattr("qaeval.reports.cases.ALL_FULL_UP_TO", 0)
+        monkeypatch.setattr("qaeval.reports.case_list.ALL_FULL_UP_TO", 0)
     markup = report.drilldown(sourceless_run).markup
     case = markup[markup.index('id="case-none-0001"') :]
     case = case[: case.index("</details>")]

@@ -17,7 +17,8 @@ from qaeval import api
 from qaeval.commands.pipeline import evaluate
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
-from qaeval.record.write import load_run, run_record
+from qaeval.record.read import load_run
+from qaeval.record.write import run_record
 from qaeval.scoring.evaluate import score_outputs
 
 TESTS = str(ROOT / "tests")

@@ -13,7 +13,7 @@ from conftest import GOLDEN, make_case, write_cases
 from qaeval import api
 from qaeval.cli import main
 from qaeval.commands.export import QRELS_FILE, RUN_FILE, runtag
-from qaeval.record.write import load_run
+from qaeval.record.read import load_run
 from qaeval.scoring.retrieval import case_retrieval
 
 try:

@@ -19,7 +19,7 @@ from qaeval.commands.pipeline import evaluate
 from qaeval.core.errors import RecordError
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
-from qaeval.record.write import load_run, read_baseline
+from qaeval.record.read import load_run, read_baseline
 from qaeval.scoring.trials import pass_at_k, pass_hat_k
 from qaeval.verdicts.gate import gate
 from qaeval.verdicts.tiers import fisher_drop_p, tarone_level

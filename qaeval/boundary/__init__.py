@@ -2,7 +2,8 @@
 
 =================  ===========================================================================
 ``plugins``        resolving ``module:factory`` names; calling user code in-process, contained
-``process``        a child process speaking length-prefixed JSON messages, and its lifetime
+``messages``       length-prefixed JSON messages over a socket: bounded reads, parsing, writes
+``process``        a child process that speaks them: what it is given, its lifetime, its exit
 ``hardening``      what a child process is denied (ptrace, core dumps) and the harness's guard
 ``worker``         the adapter's worker process (``--isolation process``)
 ``host``           the process custom judges, generators, checks and hooks run in

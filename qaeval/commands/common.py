@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from qaeval.boundary import clients
+from qaeval.boundary import clients, hooks
 from qaeval.boundary.custom import close_custom, make_custom
 from qaeval.boundary.hardening import harness_guard
 from qaeval.commands.pipeline import evaluate, fewer_collections
@@ -20,10 +20,10 @@ from qaeval.core.errors import UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
-from qaeval.record.write import load_run as _load_run
+from qaeval.record.read import load_run as _load_run
 from qaeval.record.write import write_record
-from qaeval.scoring.evaluate import RunResult
-from qaeval.scoring.judge import JudgeSettings
+from qaeval.scoring.evaluate import RunResult, score_outputs
+from qaeval.scoring.judge import JudgeSettings, judge_config_of
 
 
 def check_parameters(command: str, **params: Any) -> dict[str, Any]:
@@ -196,3 +196,37 @@ def recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
     if not isinstance(result, kind):
         raise UsageError(f"{p['record']} is a {result.kind} record, not one the {command} report draws")
     return result
+
+
+def score_labelled_set(p: Mapping[str, Any], suite: Suite, outputs: Any) -> RunResult:
+    """A labelled set's own outputs scored with the command's judge and registered checks (no adapter is
+    called); the judge's and the checks' processes are stopped whatever scoring raises."""
+    from qaeval.scoring.result import RunMeta
+
+    with ExitStack() as stack:
+        judge = make_judge(p)
+        stack.callback(clients.close_judge, judge)
+        custom = make_custom(p)
+        stack.callback(close_custom, custom)
+        meta = RunMeta.now(
+            adapter=f"(outputs carried by {p['labelled']})",
+            judge=judge_config_of(judge),
+            isolation="process",
+            k=p["k"],
+            data=p["labelled"],
+        )
+        return score_outputs(suite, outputs, judge, meta=meta, custom=custom)
+
+
+def notify_hook_of(p: Mapping[str, Any], data_dir: str | None) -> Any:
+    """The command's notify hook (``--notify``), built before anything runs so a typo costs nothing; None
+    when there is none."""
+    if p["notify"] is None:
+        return None
+    return hooks.notify_hook(
+        p["notify"],
+        isolation=p["isolation"],
+        timeout=p["hook_timeout"],
+        startup=p["startup_timeout"],
+        data_dir=data_dir,
+    )

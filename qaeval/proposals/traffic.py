@@ -29,10 +29,9 @@ the abstention); the gold answer is the reviewer's to write.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,50 +47,16 @@ from qaeval.data.logs import LogRow, parse_row, row_hash
 from qaeval.data.misses import find_duplicate
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
 from qaeval.proposals.ledger import Ledger, traffic_key
-from qaeval.scoring.monitor import allocate, check_row
+from qaeval.proposals.pool import KIND_WORDS, KINDS, Pool, quotas
+from qaeval.scoring.monitor import check_row
 from qaeval.scoring.monitor_metrics import window_keys
 from qaeval.system.retriever import coverage
 
-KINDS = ("check_failed", "unfaithful", "abstained")
-KIND_WORDS = {
-    "check_failed": "failed a deterministic check",
-    "unfaithful": "judged unfaithful",
-    "abstained": "abstained",
-}
 FLOOR = 0.5  # an abstention over passages none of which holds this share of the question's terms is right
 CHUNK = 20_000
 MAX_PROBLEMS = 100  # a record this broken is reported by its first problems
 ROWS_OPEN, CASES_OPEN = '  "rows": [', ' "cases": ['
 RECORD_FORMAT, RECORD_VERSION = "qaeval-record", 3
-
-
-@dataclass
-class Pool:
-    """What the scan found: per (kind, stratum) the number of rows and the best-ranked ones kept."""
-
-    rows: int = 0
-    decided: int = 0
-    sizes: dict[tuple[str, str], int] = field(default_factory=dict)
-    kept: dict[tuple[str, str], list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
-
-    def add(self, kind: str, stratum: str, rank: int, row: dict[str, Any], limit: int) -> None:
-        key = (kind, stratum)
-        self.sizes[key] = self.sizes.get(key, 0) + 1
-        heap = self.kept.setdefault(key, [])
-        item = (-rank, -row["line"], row)  # a max-heap of the kept: the worst is dropped first
-        if len(heap) < limit:
-            heapq.heappush(heap, item)
-        elif item > heap[0]:
-            heapq.heapreplace(heap, item)
-
-    def ranked(self, key: tuple[str, str]) -> list[dict[str, Any]]:
-        return [row for _, _, row in sorted(self.kept.get(key, []), reverse=True)]
-
-    def kind_sizes(self) -> dict[str, int]:
-        out = {k: 0 for k in KINDS}
-        for (kind, _), n in self.sizes.items():
-            out[kind] += n
-        return out
 
 
 # --------------------------------------------------------------------------- reading the record
@@ -293,27 +258,6 @@ def scan_record(
 
 
 # --------------------------------------------------------------------------- choosing
-
-
-def quotas(pool: Pool, n: int) -> dict[tuple[str, str], int]:
-    """How many rows each (kind, stratum) gives: ``n`` split evenly over the kinds that have rows, then
-    over each kind's strata in proportion to their sizes."""
-    sizes = pool.kind_sizes()
-    share = {k: 0 for k in KINDS if sizes[k]}
-    left = n
-    while left and any(share[k] < sizes[k] for k in share):
-        open_ = [k for k in share if share[k] < sizes[k]]
-        each, extra = divmod(left, len(open_))
-        for i, k in enumerate(open_):
-            give = min(sizes[k] - share[k], each + (1 if i < extra else 0))
-            share[k] += give
-            left -= give
-    out: dict[tuple[str, str], int] = {}
-    for kind, total in share.items():
-        strata = {s: size for (k, s), size in pool.sizes.items() if k == kind}
-        for stratum, q in allocate(strata, total).items():
-            out[(kind, stratum)] = q
-    return out
 
 
 @dataclass

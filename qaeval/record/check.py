@@ -25,9 +25,10 @@ from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.record.audit import Audit, same
 from qaeval.scoring.checks import case_bodies, check_outputs
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, registered_from_plain, valid_unit, worst
-from qaeval.scoring.judge import AxisVerdict, validate_verdict
+from qaeval.scoring.judge import AxisVerdict
 from qaeval.scoring.metrics import METRIC_NAMES, scoreboard_and_slices
 from qaeval.scoring.ppi import apply_ppi
+from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.result import RunResult
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
@@ -144,7 +145,7 @@ def judged_texts(case: GoldenCase, out: Mapping[str, Any], corpus: Any = None) -
 
 def _audit_verdicts(audit: Audit, lines: list[Any], suite: Suite) -> None:
     """The judge's scores and quotes are what the judge said; whether each verdict counts (valid, credit)
-    follows from them and the sources, as ``judge.validate_verdict`` decides it."""
+    follows from them and the sources, as ``quotes.validate_verdict`` decides it."""
     basis = "its quote and sources"
     for i, (line, case) in enumerate(zip(lines, suite.cases)):
         cid, stored = line["case_id"], line["verdicts"]

@@ -2,7 +2,7 @@
 verdict and headline metrics, and where its report is.
 
 ``runs_table(folder)`` reads every ``*.json`` file under the folder (at any depth) as a run record,
-through ``qaeval.record.write.load_run`` and so through the record's check against itself. A file that does not
+through ``qaeval.record.read.load_run`` and so through the record's check against itself. A file that does not
 load (not JSON, not a qaeval record, a record that disagrees with itself, unreadable) is a row too, with
 its ``reason`` and nothing else filled in: it is listed, never skipped.
 
@@ -37,7 +37,7 @@ import pandas as pd
 
 from qaeval.core.errors import DatasetError, QaevalError
 from qaeval.core.results import Result
-from qaeval.record.write import load_run
+from qaeval.record.read import load_run
 from qaeval.scoring.metrics import METRIC_NAMES
 from qaeval.scoring.monitor_metrics import METRIC_NAMES as MONITOR_METRICS
 

@@ -6,7 +6,8 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 ==================  ==========================================================================
 ``html``            escaping, the Html and Chart wrappers, tables, banners
 ``charts``          the matplotlib figures (scoreboard, gate movements, confusion, drift series)
-``cases``           the per-case drill-down, built from named sections, and the per-case index
+``cases``           one case's drill-down, built from named sections
+``case_list``       every case of a run, failing first, in full or short form (``drilldown``)
 ``run``             the run's facts, scoreboard, slices and one line per case
 ``gate``            tiers, metric movements, blocking and non-blocking cases
 ``calibration``     agreement with people per axis, disagreements, agreeing labels
@@ -25,10 +26,10 @@ interprets it). The page's template carries its own small stylesheet and runs no
 from __future__ import annotations
 
 from qaeval.reports.calibration import agreeing_labels, agreement_table, disagreements
-from qaeval.reports.cases import drilldown
 from qaeval.reports.charts import confusion_chart, delta_chart, drift_chart, scoreboard_chart
 from qaeval.reports.compare import compare_cases, compare_metrics
 from qaeval.reports.drift import alarms_list, bands_table
+from qaeval.reports.case_list import drilldown
 from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, not_blocking, tier_table
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.monitor import (

@@ -21,15 +21,11 @@ from typing import Any
 
 from qaeval.core.frames import is_missing
 from qaeval.data.schema import CITATION_CORRECTNESS, GoldenCase
-from qaeval.reports.html import Col, Html, empty_note, esc, first_reason, html_table, mark, score, trial_marks
-from qaeval.scoring.checks import fold as fold_passage
-from qaeval.scoring.index import CaseIndex, CaseRows
+from qaeval.reports.html import Col, esc, first_reason, html_table, mark, score, trial_marks
+from qaeval.scoring.checks import fidelity_text
+from qaeval.scoring.index import CaseRows
 from qaeval.scoring.outcomes import citation_change, cited_beside_gold, cited_ids
-from qaeval.scoring.result import RunResult
-from qaeval.verdicts.baseline import Baseline
 
-FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
-ALL_FULL_UP_TO = 60  # suites this small get every case in full
 Row = Mapping[str, Any]
 Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
 
@@ -205,13 +201,13 @@ def shown_passage(view: CaseDetail, sid: str) -> Shown:
     if given is None:
         return Shown(held.text if held is not None else None, held.title if held is not None else None, origin)
     title = given.get("title") or (held.title if held is not None else None)
-    differs = held is not None and fold_passage(given["text"]) != fold_passage(held.text)
+    differs = held is not None and fidelity_text(given["text"]) != fidelity_text(held.text)
     return Shown(given["text"], title, origin, held.text if differs and held is not None else None)
 
 
 def word_diff(frozen: str, given: str) -> str:
     """``given`` against ``frozen`` word by word, escaped: removed words in ``<del>``, added in ``<ins>``."""
-    a, b = fold_passage(frozen).split(), fold_passage(given).split()
+    a, b = fidelity_text(frozen).split(), fidelity_text(given).split()
     out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op == "equal":
@@ -436,47 +432,3 @@ def case_html(view: CaseDetail, tags: Tags = (), open_: bool = False) -> str:
         f'<details class="case {css}" id="case-{esc(view.case.id)}"{" open" if open_ else ""}>{_summary(view, tags)}'
         f'<div class="case-body">{"".join(parts)}</div></details>'
     )
-
-
-# --------------------------------------------------------------------------- many cases
-
-
-def drilldown(
-    run: RunResult,
-    case_ids: Sequence[str] | None = None,
-    *,
-    baseline: Baseline | None = None,
-    tags: Mapping[str, Tags] | None = None,
-    open_failing: bool = False,
-    gold: bool = True,
-) -> Html:
-    """One collapsible section per case, failing first. Suites of up to ``ALL_FULL_UP_TO`` cases get
-    every case in full; larger ones get the first ``FULL_DRILLDOWN`` failing cases in full and the
-    rest in short form (question, answer, cited passages), so the page stays usable at thousands."""
-    idx = CaseIndex(run)
-    ids = list(case_ids) if case_ids is not None else list(run.per_case["case_id"])
-    if not ids:
-        return empty_note("No case to show.")
-    failing = [c for c in ids if not idx.passed(c)]
-    passing = [c for c in ids if idx.passed(c)]
-    everything_full = len(run.suite) <= ALL_FULL_UP_TO
-    trial_indexes = [CaseIndex(r) for r in run.trial_runs]
-    parts = []
-    for n, cid in enumerate([*failing, *passing]):
-        view = CaseDetail(
-            run.suite[cid],
-            idx[cid],
-            full=everything_full or (cid in failing and n < FULL_DRILLDOWN),
-            baseline=baseline.cases.get(cid) if baseline is not None else None,
-            corpus=run.suite.corpus,
-            trials=tuple(t[cid] for t in trial_indexes if cid in t),
-            gold=gold,
-        )
-        parts.append(case_html(view, (tags or {}).get(cid, ()), open_=open_failing and cid in failing and n < 5))
-    note = ""
-    if not everything_full and len(failing) > FULL_DRILLDOWN:
-        note = (
-            f'<p class="qaeval-empty">The first {FULL_DRILLDOWN} failing cases are drawn in full, the rest in '
-            "short form; the run record holds everything.</p>"
-        )
-    return Html(note + "".join(parts))

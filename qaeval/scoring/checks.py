@@ -52,27 +52,14 @@ from typing import Any, Literal, get_args
 import pandas as pd
 
 from qaeval.core.frames import Rows, RowsByKey, is_missing
-from qaeval.core.text import (
-    distinct_terms,
-    has_content_terms,
-    normalize,
-    normalize_once,
-    search_pieces,
-    split_sentences,
-)
+from qaeval.core.text import normalize, normalize_once, search_pieces
+from qaeval.scoring.coverage import check_citation_coverage
 
 CheckName = Literal[
     "grounding_isolation", "citation_resolvability", "citation_coverage", "fail_closed_abstention", "passage_fidelity"
 ]
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 CHECK_SCHEMA = {"case_id": "text", "check": "text", "passed": "bool", "reason": "text"}
-COVERAGE_OVERLAP = 0.6
-# Coverage weighs every load-bearing answer sentence against every claim: an output can make that
-# quadratic (5,000 sentences against 1,000 claims: 5 million comparisons, six minutes for one case). Past
-# these bounds the sentences are not compared and the check fails, saying why; an honest answer of a
-# hundred sentences with a hundred citations is 10,000 pairs.
-COVERAGE_PAIRS = 250_000  # sentences x claims
-COVERAGE_CHARS = 100_000_000  # characters read by the containment tests: claims x answer + sentences x claims
 TEMPLATE_NGRAM = 4
 TEMPLATE_MIN_PROMPTS = 3
 
@@ -213,7 +200,7 @@ def check_grounding_isolation(
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
 
 
-def fold(text: str) -> str:
+def fidelity_text(text: str) -> str:
     """Text as passage fidelity compares it: canonical equivalence (NFC: a precomposed "é" is "e" and its
     accent), invisible characters dropped, runs of whitespace as one space, no edges. Not NFKC, which
     would take "10⁶" (a million) for "106", "½" for "1⁄2" and a ligature for its letters: what can change
@@ -228,7 +215,7 @@ def check_passage_fidelity(
     differ = []
     for p in out["passages"]:
         known = frozen.get(p["id"])
-        if known is not None and fold(p["text"]) != fold(known[0]):
+        if known is not None and fidelity_text(p["text"]) != fidelity_text(known[0]):
             differ.append(
                 f"the system's passage {p['id']!r} differs from the {known[2]}: {first_difference(p['text'], known[0])}"
             )
@@ -239,15 +226,10 @@ def check_passage_fidelity(
 
 
 def first_difference(given: str, frozen: str, width: int = 30) -> str:
-    a, b = fold(given), fold(frozen)
+    a, b = fidelity_text(given), fidelity_text(frozen)
     i = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     start = max(0, i - 10)
     return f"system {a[start : i + width]!r} vs frozen {b[start : i + width]!r}"
-
-
-def _resolvable(out: Mapping[str, Any], bodies: Mapping[str, str]) -> list[dict[str, str]]:
-    retrieved = set(out["retrieved_ids"])
-    return [c for c in out["citations"] if c["source_id"] in retrieved and c["source_id"] in bodies]
 
 
 def check_citation_resolvability(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[bool, str]:
@@ -261,78 +243,6 @@ def check_citation_resolvability(out: Mapping[str, Any], bodies: Mapping[str, st
     if bad:
         return False, "unresolvable citation: " + ", ".join(dict.fromkeys(bad))
     return True, f"{len(out['citations'])} citation(s) resolve"
-
-
-def is_load_bearing(sentence: str) -> bool:
-    return has_content_terms(sentence, 2)
-
-
-def claim_covers(claim: str, sentence: str) -> bool:
-    c, s = normalize(claim), normalize(sentence)
-    if not c or not s:
-        return False
-    if c in s or s in c:
-        return True
-    s_terms = distinct_terms(sentence)
-    return (
-        bool(s_terms) and len(frozenset(s_terms).intersection(distinct_terms(claim))) / len(s_terms) >= COVERAGE_OVERLAP
-    )
-
-
-def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[int, int, list[str]]:
-    """(covered, load-bearing, uncovered sentences) for an answered output."""
-    covered, total, uncovered = _coverage(out["answer"], tuple(c["claim"] for c in _resolvable(out, bodies)))
-    return covered, total, list(uncovered)
-
-
-Coverage = tuple[int, int, tuple[str, ...]]
-_COVERAGE: dict[tuple[str, tuple[str, ...]], Coverage] = {}  # the check and the case's outcome both ask
-_COVERAGE_LIMIT = 1 << 15
-
-
-def _too_much_to_cover(sentences: list[str], claims: tuple[str, ...]) -> bool:
-    pairs = len(sentences) * len(claims)
-    chars = len(claims) * sum(map(len, sentences)) + len(sentences) * sum(map(len, claims))
-    return pairs > COVERAGE_PAIRS or chars > COVERAGE_CHARS
-
-
-def _load_bearing(answer: str) -> list[str]:
-    return [s for s in split_sentences(answer) if is_load_bearing(s)]
-
-
-def _coverage(answer: str, claims: tuple[str, ...]) -> Coverage:
-    found = _COVERAGE.get((answer, claims))
-    if found is None:
-        sentences = _load_bearing(answer)
-        if _too_much_to_cover(sentences, claims):
-            uncovered = tuple(sentences)  # not compared: none counts as covered
-        else:
-            uncovered = tuple(s for s in sentences if not any(claim_covers(cl, s) for cl in claims))
-        found = (len(sentences) - len(uncovered), len(sentences), uncovered)
-        if len(_COVERAGE) >= _COVERAGE_LIMIT:
-            _COVERAGE.clear()
-        _COVERAGE[(answer, claims)] = found
-    return found
-
-
-def check_citation_coverage(
-    out: Mapping[str, Any], bodies: Mapping[str, str], counts: tuple[int, int, list[str]] | None = None
-) -> tuple[bool, str]:
-    """``counts``: ``coverage_counts(out, bodies)`` when the caller has it already."""
-    if out["abstained"]:
-        return True, "abstained: nothing to cover"
-    covered, total, uncovered = counts if counts is not None else coverage_counts(out, bodies)
-    if total == 0:
-        return False, "the answer has no load-bearing sentence"
-    if uncovered:
-        claims = tuple(c["claim"] for c in _resolvable(out, bodies))
-        if _too_much_to_cover(_load_bearing(out["answer"]), claims):
-            return False, (
-                f"too much to check: {total} load-bearing sentence(s) against {len(claims)} claim(s) "
-                f"(qaeval compares at most {COVERAGE_PAIRS:,} pairs and {COVERAGE_CHARS:,} characters)"
-            )
-        return False, f"{len(uncovered)} of {total} sentence(s) uncited, first: {uncovered[0][:80]!r}"
-    return True, f"{covered} of {total} sentence(s) cited"
 
 
 def check_fail_closed(case: Any, out: Mapping[str, Any]) -> tuple[bool, str]:

@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover
 from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
 from qaeval.scoring.rubric import AxisVerdict
-from qaeval.system.contract import output_row, validate_plain
+from qaeval.system.contract import output_row
+from qaeval.system.validate import validate_plain
 
 FORMAT = "qaeval-journal"
 VERSION = 1

@@ -28,7 +28,6 @@ import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
@@ -36,12 +35,11 @@ import pandas as pd
 from qaeval.boundary.plugins import contained
 from qaeval.core.errors import UsageError
 from qaeval.core.frames import Rows, RowsByKey, is_missing
-from qaeval.core.text import content_terms, distinct_terms, normalize, not_unicode, term_set
+from qaeval.core.text import distinct_terms, not_unicode, term_set
 from qaeval.data.cases import source_bodies
 from qaeval.data.schema import CITATION_CORRECTNESS
+from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
-
-MIN_QUOTE_TERMS = 3
 
 VERDICT_SCHEMA = {
     "case_id": "text",
@@ -266,41 +264,6 @@ def judge_request(
 
 
 # --------------------------------------------------------------------------- validation
-
-
-@lru_cache(maxsize=4096)  # a case's evidence is searched once per axis and citation
-def _squash(text: str) -> str:
-    return " ".join((text or "").split()).casefold()
-
-
-def quote_in(quote: str, text: str) -> bool:
-    """Whether the quote occurs in the text, ignoring case and runs of whitespace only."""
-    return _squash(quote) in _squash(text)
-
-
-def quote_big_enough(quote: str, text: str) -> bool:
-    """At least MIN_QUOTE_TERMS content words, or the whole text when the text has fewer."""
-    if len(distinct_terms(quote)) >= MIN_QUOTE_TERMS or len(content_terms(quote)) >= MIN_QUOTE_TERMS:
-        return True
-    return len(content_terms(text)) < MIN_QUOTE_TERMS and normalize(quote) == normalize(text)
-
-
-def validate_verdict(verdict: AxisVerdict | None, source_text: str) -> tuple[int | None, bool, str]:
-    """(score, valid, why not) for one axis verdict against the text its quote must come from."""
-    if verdict is None:
-        return None, False, "no verdict returned for this axis"
-    score = verdict.score
-    if isinstance(score, bool) or score not in (0, 1, 2):
-        return None, False, f"score {score!r} is not 0, 1 or 2"
-    score = int(score)
-    quote = verdict.quote if isinstance(verdict.quote, str) else ""
-    if score > 0 and not quote.strip():
-        return score, False, "a positive score with no supporting quote"
-    if quote.strip() and not quote_in(quote, source_text):
-        return score, False, "the quote is not in the text it must come from"
-    if score > 0 and not quote_big_enough(quote, source_text):
-        return score, False, f"the quote is too small to check (fewer than {MIN_QUOTE_TERMS} content words)"
-    return score, True, ""
 
 
 NOT_UNICODE = "the judge's reply has text that is not valid Unicode (an unpaired surrogate)"

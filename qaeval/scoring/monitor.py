@@ -38,13 +38,8 @@ from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
 from qaeval.data.labels import LABELLED_CASE
 from qaeval.data.logs import NONE_GROUP, LogRow
-from qaeval.scoring.checks import (
-    check_citation_coverage,
-    check_citation_resolvability,
-    check_fail_closed,
-    check_grounding_isolation,
-    coverage_counts,
-)
+from qaeval.scoring.checks import check_citation_resolvability, check_fail_closed, check_grounding_isolation
+from qaeval.scoring.coverage import check_citation_coverage, coverage_counts
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.judge import JudgeClient, effective_scores
 from qaeval.scoring.result import RunMeta, RunResult

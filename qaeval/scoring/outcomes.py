@@ -18,6 +18,7 @@ from qaeval.core.frames import Fields, Rows, RowsByKey, Valid, frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring import checks as layer1
+from qaeval.scoring.coverage import coverage_counts
 from qaeval.scoring.custom import (
     CUSTOM_SCHEMA,
     NONE_REGISTERED,
@@ -198,7 +199,7 @@ def case_facts(case: GoldenCase, out: Mapping[str, Any], idx: LayerIndex, bodies
         and c["source_id"] in bodies
         and idx.supported.get((case.id, c["source_id"]), False)
     )
-    covered, sentences, _ = layer1.coverage_counts(out, bodies) if answered else (0, 0, [])
+    covered, sentences, _ = coverage_counts(out, bodies) if answered else (0, 0, [])
     retr = idx.retrieval.get(case.id)
     return CaseFacts(
         answered=answered,

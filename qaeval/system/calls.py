@@ -14,7 +14,8 @@ from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError
 from qaeval.boundary.process import UserProcess, child_launch
 from qaeval.boundary.worker import build_adapter, call_factory, is_adapter_object, is_factory
 from qaeval.core.errors import UsageError, describe
-from qaeval.system.contract import output_row, validate_plain
+from qaeval.system.contract import output_row
+from qaeval.system.validate import validate_plain
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus

@@ -15,7 +15,8 @@ from qaeval.core.frames import frame
 from qaeval.data.cases import Suite
 from qaeval.data.labels import read_labelled_set
 from qaeval.data.schema import LABEL_SCHEMA
-from qaeval.system.contract import OUTPUT_SCHEMA, output_row, validate_plain
+from qaeval.system.contract import OUTPUT_SCHEMA, output_row
+from qaeval.system.validate import validate_plain
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,7 +1,7 @@
 """The baseline a gate compares against: the last green run, as the outcomes and answers that matter.
 
 ``baseline_from_run`` takes them from a run (reading the run's record file is the record layer's job:
-``qaeval.record.write.read_baseline``).
+``qaeval.record.read.read_baseline``).
 """
 
 from __future__ import annotations

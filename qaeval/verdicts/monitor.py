@@ -39,16 +39,8 @@ from qaeval.scoring.monitor_metrics import (
     scoreboard,
 )
 from qaeval.scoring.result import RunResult
-from qaeval.verdicts.drift import (
-    ALARM,
-    BAND_SCHEMA,
-    DIRECTIONS,
-    MIN_HISTORY,
-    compare,
-    history_line,
-    out_of_band,
-    read_history,
-)
+from qaeval.verdicts.drift import ALARM, BAND_SCHEMA, DIRECTIONS, MIN_HISTORY, compare, out_of_band
+from qaeval.verdicts.history import history_line, read_history
 
 MIN_ROWS = 30
 BAND_WINDOW = 10
