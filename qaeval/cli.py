@@ -26,7 +26,7 @@ from qaeval.core.text import printable
 if TYPE_CHECKING:
     from types import ModuleType
 
-# ``qaeval.api`` (and with it pandas: half a second on one core) is imported once the command is parsed,
+# ``qaeval.api`` (and with it pandas, slow to import) is imported once the command is parsed,
 # so that a run's worker interpreters can start on the other core meanwhile (``_head_start``).
 
 
@@ -236,7 +236,7 @@ def entry() -> NoReturn:
     if run_exit_hooks is None:  # pragma: no cover  (CPython has it)
         sys.exit(code)
     # What an exit runs (temporary folders, logging, finalizers), without the interpreter then freeing
-    # every object the run made one by one: 0.45 s of a 10,000-case run (benchmarks/bench_run.py).
+    # every object the run made one by one (benchmarks/bench_run.py measures what that saves).
     run_exit_hooks()
     _flush()
     os._exit(code)

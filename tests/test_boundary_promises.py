@@ -18,8 +18,8 @@ from conftest import GOLDEN, ROOT
 from qaeval import api, load_suite, run_suite
 from qaeval.boundary.messages import MAX_CONTAINERS, encode, encode_case, read_message
 from qaeval.boundary.process import confined_env, hidden_folders
+from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.data.cases import Suite
-from qaeval.system.calls import LOG_LIMIT
 
 TESTS = str(ROOT / "tests")
 QAEVAL = [sys.executable, "-m", "qaeval.cli"]

@@ -16,8 +16,8 @@ import pytest
 from conftest import GOLDEN, ROOT, make_case, write_cases
 
 from qaeval import UsageError, api, load_suite, run_suite
+from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.record.write import write_record
-from qaeval.system.calls import LOG_LIMIT
 
 TESTS = str(ROOT / "tests")
 

@@ -49,8 +49,9 @@ from qaeval.boundary.hardening import harness_guard
 from qaeval.boundary.messages import MessageError, parse
 from qaeval.boundary.plugins import UserCodeFailed, build
 from qaeval.boundary.process import UserProcess, child_launch, exit_reason
-from qaeval.boundary.wire import bounded_text, config_from_plain, request_to_plain, response_from_plain
+from qaeval.boundary.wire import config_from_plain, request_to_plain, response_from_plain
 from qaeval.core.errors import UsageError, describe
+from qaeval.core.text import bounded_text
 from qaeval.scoring.judge import JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")

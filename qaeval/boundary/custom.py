@@ -36,6 +36,7 @@ from qaeval.boundary.messages import MessageError
 from qaeval.boundary.plugins import UserCodeFailed, contained
 from qaeval.boundary.process import UserProcess
 from qaeval.core.errors import UsageError
+from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.scoring.custom import (
     ATTRIBUTE,
     Outcomes,
@@ -146,7 +147,7 @@ def _check_result(ok: bool, value: Any, name: str) -> Any:
     if isinstance(value, bool):
         return [value, "passed" if value else "failed"]
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool) and isinstance(value[1], str):
-        return [value[0], value[1].encode("utf-8", "backslashreplace").decode("utf-8")[:2000]]
+        return [value[0], value[1].encode("utf-8", "backslashreplace").decode("utf-8")[:USER_TEXT_LIMIT]]
     return {"error": f"check {name} returned {type(value).__name__}, not True/False or (passed, reason)"}
 
 

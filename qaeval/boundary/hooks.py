@@ -17,8 +17,8 @@ from qaeval.boundary.hardening import harness_guard
 from qaeval.boundary.messages import MessageError
 from qaeval.boundary.plugins import UserCodeFailed, resolve
 from qaeval.boundary.process import UserProcess
-from qaeval.boundary.wire import bounded_text
 from qaeval.core.errors import UsageError
+from qaeval.core.text import bounded_text
 
 
 def _plain_alarm(alarm: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,8 +22,7 @@ from typing import Any
 from qaeval.boundary.hardening import drop_ptrace, not_dumpable
 from qaeval.boundary.messages import read_message, write_message
 from qaeval.boundary.process import watch_parent
-
-LOG_LIMIT = 2000
+from qaeval.core.text import USER_TEXT_LIMIT
 
 
 def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
@@ -162,7 +161,7 @@ def main(fd: int) -> None:
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
     from qaeval.boundary.worker import FdCapture
 
-    capture = FdCapture(LOG_LIMIT)
+    capture = FdCapture(USER_TEXT_LIMIT)
     role = setup["role"]
     ready: dict[str, Any] = {"ready": True}
     try:

@@ -9,17 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from qaeval.core.errors import UsageError
-from qaeval.core.text import not_unicode
+from qaeval.core.text import bounded_text, not_unicode
 from qaeval.scoring.judge import NOT_UNICODE, AxisVerdict, CitedSource, JudgeConfig, JudgeRequest, JudgeResponse
-
-TEXT_LIMIT = 2000
-
-
-def bounded_text(value: Any, limit: int = TEXT_LIMIT) -> str:
-    """Text from the other side, fit to print and record: bounded, and valid Unicode."""
-    text = value if isinstance(value, str) else repr(value)
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def request_to_plain(req: JudgeRequest) -> dict[str, Any]:

@@ -92,7 +92,7 @@ class Caller:
         result = self.answer(view)
         if inspect.isawaitable(result):
             if self.loop is None:
-                import asyncio  # only for an async adapter: 70 ms of every worker's start otherwise
+                import asyncio  # only for an async adapter: costly at every worker's start otherwise
 
                 self.loop = asyncio.new_event_loop()
             result = self.loop.run_until_complete(result)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from qaeval.core.errors import DatasetError, Problem, UsageError
 from qaeval.core.frames import frame
+from qaeval.core.params import DEFAULT_K
 from qaeval.data.labels import load_labels
 from qaeval.data.logs import NONE_GROUP, LogScan, rows_at, scan_logs
 from qaeval.scoring.judge import judge_config_of
@@ -140,7 +141,9 @@ def monitor(
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
     picked = rows[rows["sampled"]]
     judged = rows_at(source, dict(zip(picked["line"].tolist(), picked["row_id"].tolist())), scan.where)
-    meta = RunMeta.now(adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=5, data=scan.where)
+    meta = RunMeta.now(
+        adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=DEFAULT_K, data=scan.where
+    )
     run = judge_sample(judged, judge, meta, scan.where).with_labels(label_frame)
     rows = judge_columns(rows, run)
     usable = fresh_labels(label_frame, run.per_case) if label_frame is not None else None

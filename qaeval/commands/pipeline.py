@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qaeval.core.frames import frame
+from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import score_outputs
 from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
@@ -29,9 +30,9 @@ from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.system.pool import run_suite
 
 # A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
-# sets). With CPython's default first threshold (700 allocations) the collector ran about 1,400 times on
-# 10,000 cases of 4 KB, walking ever more live objects: 1.5 s of a 9 s run. Collecting every 50,000
-# allocations instead cost 0.3 s (benchmarks/bench_phases.py prints the collector's time); memory held
+# sets). With CPython's default first threshold (700 allocations) the collector runs over a thousand times
+# on a large suite, walking ever more live objects; collecting every 50,000 allocations costs a fraction
+# of that (benchmarks/bench_phases.py prints the collector's time); memory held
 # by cycles waits a little longer for a collection, nothing else changes. Restored afterwards.
 RUN_THRESHOLDS = (50_000, 20, 100)
 
@@ -135,7 +136,7 @@ def evaluate(
     adapter: Any,
     judge: JudgeClient,
     *,
-    k: int = 5,
+    k: int = DEFAULT_K,
     timeout: float = 60.0,
     concurrency: int = 4,
     isolation: str = "process",

@@ -20,6 +20,7 @@ TRACKED = ("run", "gate", "calibrate", "drift", "monitor")  # the commands that 
 
 DEFAULT_ADAPTER = "qaeval.system.reference:make_adapter"
 DEFAULT_JUDGE = "qaeval.judges.offline:make_judge"
+DEFAULT_K = 5  # the cut-off of the retrieval metrics
 MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
@@ -51,7 +52,7 @@ PARAMS: tuple[Param, ...] = (
           metavar="MODULE:FACTORY"),
     Param("judge", "plugin", DEFAULT_JUDGE, "the judge, as module:factory (default: the offline mechanical judge)",
           SCORING, metavar="MODULE:FACTORY"),
-    Param("k", "int", 5, "cut-off for retrieval metrics", SCORING, minimum=1),
+    Param("k", "int", DEFAULT_K, "cut-off for retrieval metrics", SCORING, minimum=1),
     Param("trials", "int", 1, "run each case this many times, each an independent call of the system; the gate "
           "then tells a flaky case from a regression", ("run", "baseline", "gate", "drift"), minimum=1, maximum=100,
           metavar="K"),

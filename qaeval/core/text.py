@@ -19,6 +19,17 @@ STOPWORDS = frozenset(
 )
 
 
+USER_TEXT_LIMIT = 2000  # characters kept of an error, a log or a reason that came from user code
+
+
+def bounded_text(value: Any, limit: int = USER_TEXT_LIMIT) -> str:
+    """Text from the user's code or the other side of a process, fit to print and record: at most
+    ``limit`` characters (cut with "..."), valid Unicode, a repr when it is not text."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def fold(text: str) -> str:
     """Unicode-fold text for matching: NFKC (so full-width digits and ligatures become plain ones) and
     every invisible format character (Unicode category Cf: zero-width space, soft hyphen, ZWJ, ZWNJ,
@@ -211,8 +222,8 @@ def _distinct_terms(text: str) -> tuple[str, ...]:
 
 _NO_TERMS = frozenset[str]()
 # The memo holds each text's distinct terms (the reference system, the judge and the checks all ask for a
-# passage's set, several times), as a tuple: a frozenset costs five times the memory (a 100,000-case
-# suite's passages took 300 MB more), and making one from the tuple costs about a microsecond.
+# passage's set, several times), as a tuple: a frozenset costs several times the memory, and making one
+# from the tuple is cheap (benchmarks/bench_run.py prints peak memory).
 _TERM_SETS = _Memo(_distinct_terms, 2 * MEMO_CHARS)
 
 
@@ -259,10 +270,9 @@ def _sentences(text: str) -> tuple[str, ...]:
 
 
 # A prompt is searched for its pieces (question, passages, ids) directly, one C scan of it per piece and
-# two per piece it cuts: fastest for the prompts systems send. A scan reads some 4 GB a second and the
-# index of the pieces (``_indexed_search``) some 5 MB, so past this many scans, whatever the prompt's
-# length, the index takes over (a 3 MB prompt of 12,000 passages took over a minute scanned piece by
-# piece), as it does once the direct search has met more occurrences than the prompt has words (a
+# two per piece it cuts: fastest for the prompts systems send. A scan is far faster per byte than the
+# index of the pieces (``_indexed_search``), but past this many scans, whatever the prompt's length, the
+# index takes over (benchmarks/bench_grounding.py measures both), as it does once the direct search has met more occurrences than the prompt has words (a
 # repetitive prompt). Both find the same occurrences and cut the same words.
 DIRECT_SCANS = 2000
 

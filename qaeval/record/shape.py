@@ -7,7 +7,9 @@ module); ``qaeval.record.check`` then derives again what the layers determine.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,21 +24,18 @@ from qaeval.scoring.result import RunMeta
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA
 from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA
 
+
+def _accepted(hint: Any) -> tuple[type, ...]:
+    """The JSON types a field of this type may hold in a record (a float may be written as an int)."""
+    out: list[type] = []
+    for arg in typing.get_args(hint) or (hint,):
+        out += [int, float] if arg is float else [arg]
+    return tuple(out)
+
+
+# How a run was made, as a record holds it: RunMeta's fields and types (its judge is JUDGE_TYPES').
 META_TYPES: dict[str, tuple[type, ...]] = {
-    "adapter": (str,),
-    "isolation": (str,),
-    "concurrency": (int,),
-    "executor": (str, type(None)),
-    "k": (int,),
-    "timeout": (int, float, type(None)),
-    "data": (str,),
-    "created": (str, type(None)),
-    "trials": (int,),
-    "pass_k": (int, type(None)),
-    "adaptive": (bool,),
-    "git_commit": (str, type(None)),
-    "qaeval_version": (str,),
-    "python": (str,),
+    f.name: _accepted(typing.get_type_hints(RunMeta)[f.name]) for f in dataclasses.fields(RunMeta) if f.name != "judge"
 }
 JUDGE_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,),

@@ -26,10 +26,10 @@ interprets it). The page's template carries its own small stylesheet and runs no
 from __future__ import annotations
 
 from qaeval.reports.calibration import agreeing_labels, agreement_table, disagreements
+from qaeval.reports.case_list import drilldown
 from qaeval.reports.charts import confusion_chart, delta_chart, drift_chart, scoreboard_chart
 from qaeval.reports.compare import compare_cases, compare_metrics
 from qaeval.reports.drift import alarms_list, bands_table
-from qaeval.reports.case_list import drilldown
 from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, not_blocking, tier_table
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.monitor import (

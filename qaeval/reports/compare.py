@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qaeval.reports.cases import Tags
 from qaeval.reports.case_list import drilldown
+from qaeval.reports.cases import Tags
 from qaeval.reports.html import Col, Html, delta, empty_note, failed, html_table, mark, num
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.compare import Comparison

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from qaeval.reports.calibration import agreement_table
-from qaeval.reports.cases import Tags
 from qaeval.reports.case_list import drilldown
+from qaeval.reports.cases import Tags
 from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num, trial_marks
 from qaeval.reports.run import run_facts, run_notes, trial_outcomes
 from qaeval.verdicts.gate import GateResult

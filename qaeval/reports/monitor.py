@@ -15,8 +15,8 @@ import matplotlib.dates as mdates
 import pandas as pd
 
 from qaeval.reports.calibration import agreement_table
-from qaeval.reports.charts import _figure, plain
 from qaeval.reports.case_list import drilldown
+from qaeval.reports.charts import _figure, plain
 from qaeval.reports.html import Chart, Col, Html, empty_note, esc, html_table
 from qaeval.scoring.metrics import format_interval, format_number, format_value
 from qaeval.scoring.monitor_metrics import ALL, METRIC_NAMES

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from qaeval.core.text import bounded_text
 from qaeval.data.schema import GoldenCase, Source
 from qaeval.scoring.metrics import CaseFacts, Metric, logged_keys
 
@@ -46,7 +47,7 @@ CUSTOM_SCHEMA = {
     "den": "float",
 }
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-TEXT_LIMIT = 500
+DECLARATION_LIMIT = 500
 DRIFT_RULES = ("drop", "rise", "both")
 ATTRIBUTE = "__qaeval_check__"
 
@@ -153,12 +154,6 @@ def _metric_plain(m: Metric) -> dict[str, Any]:
 # --------------------------------------------------------------------------- declarations, checked
 
 
-def _text(value: Any, limit: int = TEXT_LIMIT) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _bad(why: str) -> ValueError:
     return ValueError(why)
 
@@ -166,7 +161,7 @@ def _bad(why: str) -> ValueError:
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not NAME.fullmatch(value):
         raise _bad(
-            f"{what} is named {_text(value, 80)!r}: a name is lower-case letters, digits and _, "
+            f"{what} is named {bounded_text(value, 80)!r}: a name is lower-case letters, digits and _, "
             "starting with a letter, at most 64 characters"
         )
     return value
@@ -176,7 +171,7 @@ def _hash_and_source(plain: Mapping[str, Any], what: str) -> tuple[str, str]:
     sha, source = plain.get("sha256"), plain.get("source")
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha) or not isinstance(source, str):
         raise _bad(f"{what} has no sha256 of its code or no source")
-    return sha, _text(source, 300)
+    return sha, bounded_text(source, 300)
 
 
 def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
@@ -213,19 +208,19 @@ def metric_from_plain(m: Any) -> Metric:
     tol, drift = m.get("tolerance"), m.get("drift")
     if not isinstance(m.get("higher_is_better"), bool):
         raise _bad(f"metric {name}: higher_is_better is not true or false")
-    if not all(isinstance(m.get(k), str) and 0 < len(m[k]) <= TEXT_LIMIT for k in ("over", "meaning")):
-        raise _bad(f"metric {name}: over and meaning must be text of 1 to {TEXT_LIMIT} characters")
+    if not all(isinstance(m.get(k), str) and 0 < len(m[k]) <= DECLARATION_LIMIT for k in ("over", "meaning")):
+        raise _bad(f"metric {name}: over and meaning must be text of 1 to {DECLARATION_LIMIT} characters")
     if tol is not None and (
         isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0
     ):
-        raise _bad(f"metric {name}: its tolerance is {_text(tol, 40)}, not null or a finite number >= 0")
+        raise _bad(f"metric {name}: its tolerance is {bounded_text(tol, 40)}, not null or a finite number >= 0")
     if drift not in DRIFT_RULES:
-        raise _bad(f"metric {name}: its drift rule is {_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}")
+        raise _bad(f"metric {name}: its drift rule is {bounded_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}")
     return Metric(
         name,
         m["higher_is_better"],
-        _text(m["over"]),
-        _text(m["meaning"]),
+        bounded_text(m["over"], DECLARATION_LIMIT),
+        bounded_text(m["meaning"], DECLARATION_LIMIT),
         unit=_stored,
         tolerance=None if tol is None else float(tol),
         drift=drift,
@@ -319,7 +314,7 @@ class Outcomes:
                 kind=kind,
                 blocks=blocks,
                 passed=passed,
-                reason=_text(reason),
+                reason=bounded_text(reason, DECLARATION_LIMIT),
                 num=num,
                 den=den,
             )

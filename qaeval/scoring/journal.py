@@ -55,7 +55,7 @@ from qaeval.system.validate import validate_plain
 FORMAT = "qaeval-journal"
 VERSION = 1
 SUFFIX = ".journal"
-TEXT_LIMIT = 1 << 20  # an error or log text a journal line may carry
+JOURNAL_TEXT_LIMIT = 1 << 20  # an error or log text a journal line may carry
 
 
 class JournalError(DatasetError):
@@ -217,13 +217,13 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
         return None
     error, latency, logs = raw.get("error"), raw.get("latency_s"), raw.get("logs", "")
     if not (
-        (error is None or (isinstance(error, str) and len(error) <= TEXT_LIMIT))
+        (error is None or (isinstance(error, str) and len(error) <= JOURNAL_TEXT_LIMIT))
         and isinstance(latency, (int, float))
         and not isinstance(latency, bool)
         and math.isfinite(latency)
         and latency >= 0
         and isinstance(logs, str)
-        and len(logs) <= TEXT_LIMIT
+        and len(logs) <= JOURNAL_TEXT_LIMIT
     ):
         return None
     if error is not None:

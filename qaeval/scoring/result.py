@@ -15,6 +15,7 @@ import pandas as pd
 
 from qaeval.core.errors import TierOneFailed
 from qaeval.core.frames import RowsByKey, frame, text_frame
+from qaeval.core.params import DEFAULT_K
 from qaeval.core.results import Result
 from qaeval.core.text import one_line
 from qaeval.data.cases import Suite
@@ -44,7 +45,7 @@ class RunMeta:
     isolation: str = "process"
     concurrency: int = 1
     executor: str | None = None
-    k: int = 5
+    k: int = DEFAULT_K
     trials: int = 1  # each case was run this many times (``qaeval.scoring.trials``)
     pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
     adaptive: bool = False  # the trials after the first went only to the cases it did not settle

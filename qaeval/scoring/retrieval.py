@@ -1,6 +1,6 @@
 """Layer 2: retrieval metrics per case against the gold source ids.
 
-``score_retrieval(cases, outputs, k=5)`` returns one row per case with gold sources:
+``score_retrieval(cases, outputs, k=DEFAULT_K)`` returns one row per case with gold sources:
 
 ==============  ===============================================================================
 case_id         readable case id
@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.core.frames import frame
+from qaeval.core.params import DEFAULT_K
 
 RETRIEVAL_SCHEMA = {
     "case_id": "text",
@@ -66,7 +67,7 @@ def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, flo
     return dict(recall_at_k=recall, precision_at_k=precision, mrr=mrr, ndcg_at_k=ndcg)
 
 
-def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = 5) -> pd.DataFrame:
+def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = DEFAULT_K) -> pd.DataFrame:
     if k < 1:
         raise ValueError("k must be at least 1")
     rankings = dict(zip(outputs["case_id"].tolist(), outputs["retrieved_ids"].tolist()))

@@ -14,14 +14,13 @@ from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError
 from qaeval.boundary.process import UserProcess, child_launch
 from qaeval.boundary.worker import build_adapter, call_factory, is_adapter_object, is_factory
 from qaeval.core.errors import UsageError, describe
+from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.system.contract import output_row
 from qaeval.system.validate import validate_plain
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
 
-LOG_LIMIT = 2000
-ERROR_LIMIT = 2000
 DEFAULT_STARTUP_TIMEOUT = 120.0
 
 # --------------------------------------------------------------------------- naming the adapter
@@ -102,7 +101,7 @@ def _bounded_logs(value: Any, limit: int) -> str:
     return f"[... {len(value) - limit} earlier characters dropped by the harness]\n" + value[-limit:]
 
 
-def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = LOG_LIMIT) -> dict[str, Any]:
+def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = USER_TEXT_LIMIT) -> dict[str, Any]:
     """A worker's reply (plain data, untrusted) as an outputs row. Every limit is enforced here again:
     the worker's own truncation is not trusted."""
     if not isinstance(reply, dict):
@@ -110,12 +109,12 @@ def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = LOG_LIM
     logs = _bounded_logs(reply.get("logs"), log_limit)
     if "error" in reply:
         error = reply["error"] if isinstance(reply["error"], str) and reply["error"] else "adapter failed"
-        if len(error) > ERROR_LIMIT:
-            error = error[:ERROR_LIMIT] + f" [... {len(error) - ERROR_LIMIT} more characters]"
+        if len(error) > USER_TEXT_LIMIT:
+            error = error[:USER_TEXT_LIMIT] + f" [... {len(error) - USER_TEXT_LIMIT} more characters]"
         return output_row(case_id, None, error, latency, logs)
     fields, problems = validate_plain(reply.get("output"))
     if problems:
-        return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:ERROR_LIMIT], latency, logs)
+        return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:USER_TEXT_LIMIT], latency, logs)
     return output_row(case_id, fields, None, latency, logs)
 
 
@@ -130,7 +129,7 @@ class Limits:
     timeout: float = 60.0
     startup: float = DEFAULT_STARTUP_TIMEOUT
     message: int = DEFAULT_MESSAGE_LIMIT
-    logs: int = LOG_LIMIT
+    logs: int = USER_TEXT_LIMIT
 
 
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:

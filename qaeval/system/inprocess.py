@@ -15,7 +15,7 @@ from typing import Any
 from qaeval.boundary.worker import Caller, answer_one, with_traceback
 from qaeval.core.errors import UsageError, describe
 from qaeval.data.cases import Suite
-from qaeval.system.calls import LOG_LIMIT, AdapterSpec, Done, reply_row
+from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
 
 
@@ -84,7 +84,7 @@ class _ThreadRun:
             text = buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
-            self.results.put((index, reply, with_traceback(text[-LOG_LIMIT:], reply)[-LOG_LIMIT:]))
+            self.results.put((index, reply, with_traceback(text[-USER_TEXT_LIMIT:], reply)[-USER_TEXT_LIMIT:]))
 
     def spawn(self) -> None:
         threading.Thread(target=self.loop, daemon=True, name="qaeval-adapter").start()

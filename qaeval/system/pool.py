@@ -52,7 +52,7 @@ from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.system.calls import (
     DEFAULT_STARTUP_TIMEOUT,
-    ERROR_LIMIT,
+    USER_TEXT_LIMIT,
     AdapterSpec,
     Done,
     Limits,
@@ -266,7 +266,7 @@ class _PoolRun:
     def readable(self, timeout: float) -> list[_Worker]:
         """The workers with something to read (a frame, or their end closed) within ``timeout`` seconds.
         One ``poll`` object for the run, its sockets registered again only when the workers change: a
-        run waits thousands of times, and a selector made for each wait cost 20-40 µs."""
+        run waits thousands of times, and a selector made for each wait would cost each of them."""
         current = {fd: w for w in self.workers if (fd := w.fileno()) >= 0}
         if current != self.polled:  # a worker came or went (compared by identity: a new one may reuse an fd)
             for fd in self.polled:
@@ -322,7 +322,9 @@ class _PoolRun:
             self.ever_ready = True
             return
         error = message.get("init_error") if isinstance(message, dict) else None
-        error = error[:ERROR_LIMIT] if isinstance(error, str) and error else "the worker could not build the adapter"
+        error = (
+            error[:USER_TEXT_LIMIT] if isinstance(error, str) and error else "the worker could not build the adapter"
+        )
         if not self.ever_ready:
             usage = isinstance(message, dict) and message.get("usage") is True
             raise UsageError(error if usage else f"adapter {self.pool.spec.label}: {error}")

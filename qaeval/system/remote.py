@@ -20,7 +20,7 @@ from qaeval.boundary.messages import MessageError, encode_case, parse
 from qaeval.boundary.process import UserProcess, stopped_because
 from qaeval.core.errors import UsageError, describe, install_extra
 from qaeval.data.cases import Suite
-from qaeval.system.calls import ERROR_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
+from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
 
 
@@ -86,7 +86,7 @@ class RemoteWorkers:
             error = ready.get("init_error") if isinstance(ready, dict) else None
             proc.stop()
             usage = isinstance(ready, dict) and ready.get("usage") is True
-            return (error if isinstance(error, str) and error else "no reason given")[:ERROR_LIMIT], usage
+            return (error if isinstance(error, str) and error else "no reason given")[:USER_TEXT_LIMIT], usage
         proc.started()
         return proc
 
