@@ -934,9 +934,64 @@ def make_hanging_generator():
     return HangingGenerator()
 
 
+class AnswersThenHangs(PidGenerator):
+    """Answers its first chunk, then never again (the mark file, $QAEVAL_TEST_MARK, outlives its process)."""
+
+    def generate(self, requests):
+        import os
+        import threading
+        from pathlib import Path
+
+        mark = Path(os.environ["QAEVAL_TEST_MARK"])
+        if not mark.exists():
+            mark.write_text("answered once")
+            return super().generate(requests)
+        threading.Event().wait()
+        return []
+
+
+def make_answers_then_hangs():
+    return AnswersThenHangs()
+
+
+class LiarGenerator(PidGenerator):
+    """Says, in its own error text, what qaeval's proxy says when it gives up on a process."""
+
+    def generate(self, requests):
+        from qaeval.proposals.generator import GenerationReply
+
+        return [GenerationReply(r.request_id, error="not asked: made up") for r in requests]
+
+
+def make_liar_generator():
+    return LiarGenerator()
+
+
 class ConfiglessGenerator(PidGenerator):
     config = {"model": 3}
 
 
 def make_configless_generator():
     return ConfiglessGenerator.__new__(ConfiglessGenerator)
+
+
+class ConfigRaises(PidGenerator):
+    def __init__(self):  # no config of its own: asking for it raises
+        pass
+
+    @property
+    def config(self):
+        raise RuntimeError("no config")
+
+
+def make_config_raises():
+    return ConfigRaises()
+
+
+class ExitsInGenerate(PidGenerator):
+    def generate(self, requests):
+        raise SystemExit(0)
+
+
+def make_exits_in_generate():
+    return ExitsInGenerate()

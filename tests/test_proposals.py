@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import GOLDEN, ROOT
-from monitor_logs import log_row, write_jsonl
+from monitor_logs import FACT, log_row, write_jsonl
 
 from qaeval import api
 from qaeval.cli import main
@@ -452,7 +452,7 @@ def test_a_reply_for_another_request_or_malformed_costs_only_that_candidate():
     assert parse_reply(GenerationReply("gen-other", ok), req) == (None, "the generator answered another request")
     for bad in ('{"request": "' + req.request_id + '", "question": 3}', "no json here", '{"a": NaN}', "x" * 30_000):
         assert parse_reply(GenerationReply(req.request_id, bad), req) == (None, "malformed reply")
-    assert parse_reply(GenerationReply(req.request_id, error="boom"), req) == (None, "the generator failed")
+    assert parse_reply(GenerationReply(req.request_id, error="boom"), req) == (None, "the generator failed: boom")
 
 
 # --------------------------------------------------------------------------- from a corpus
@@ -546,7 +546,8 @@ def test_a_hanging_generator_call_costs_that_candidate(tmp_path, generator_env, 
     generator_env(generation_faults={"hang": 3}, hang_seconds=10)
     corpus = write_corpus(tmp_path / "corpus")
     proposal = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=6, generator_cache=False)
-    assert set(proposal.dropped) == {"the generator failed"} and proposal.dropped["the generator failed"] >= 2
+    why = "the generator failed: the generator timed out after retries"  # the reason is kept, not just "failed"
+    assert set(proposal.dropped) == {why} and proposal.dropped[why] >= 2
     assert len(proposal.candidates) == 6
 
 
@@ -648,8 +649,10 @@ def test_a_custom_generator_runs_in_its_own_process_and_its_failures_cost_candid
         max_calls=20,
         generator="plugins:make_raising_generator",
     )
-    assert broken.candidates == [] and broken.dropped == {"the generator failed": 20}
-    assert any("stopped at 20 generator call(s)" in n for n in broken.notes)
+    # what it raised is kept; and after the first 8 calls all failed nothing more was asked (max_calls was 20)
+    why = "the generator failed: the generator raised RuntimeError: the model is down"
+    assert broken.candidates == [] and set(broken.dropped) == {why} and 8 <= broken.dropped[why] < 20
+    assert any("the first 8 generator calls all failed" in n for n in broken.notes), broken.notes
 
 
 def test_a_custom_generator_that_hangs_loses_its_chunk_not_the_run(tmp_path, generator_env):
@@ -663,12 +666,47 @@ def test_a_custom_generator_that_hangs_loses_its_chunk_not_the_run(tmp_path, gen
         generator_timeout=0.5,
     )
     assert proposal.candidates == []
-    # two chunks lost to the timeout, then the proxy gives up: one more chunk is answered "not asked", and then
-    # nothing more is sent (max_calls was 40)
+    # its first chunk lost to the timeout, every call of it failed: nothing more is sent (max_calls was 40)
+    why = "the generator failed: the generator did not answer within 0.5 s (its process was killed)"
+    assert set(proposal.dropped) == {why} and 8 <= proposal.calls == proposal.dropped[why] <= 16
+    assert any("the first 8 generator calls all failed" in n for n in proposal.notes), proposal.notes
+
+
+def test_a_generator_that_answered_then_hangs_is_given_up_on_after_two_lost_chunks(
+    tmp_path, generator_env, monkeypatch
+):
+    monkeypatch.setenv("QAEVAL_TEST_MARK", str(tmp_path / "answered"))
+    corpus = write_corpus(tmp_path / "corpus", n=200)
+    proposal = api.propose(
+        from_corpus=str(corpus),
+        sheet=str(tmp_path / "s.csv"),
+        n=60,
+        max_calls=200,
+        generator="plugins:make_answers_then_hangs",
+        generator_timeout=0.5,
+    )
+    lost = "the generator failed: the generator did not answer within 0.5 s (its process was killed)"
     gave_up = "not asked: the generator's process lost two chunks in a row"
-    assert set(proposal.dropped) == {"the generator failed", gave_up}
-    assert proposal.calls == sum(proposal.dropped.values()) < 40
-    assert any("given up on" in n for n in proposal.notes)
+    assert proposal.candidates and proposal.dropped[lost] == 32 and proposal.dropped[gave_up] >= 1
+    assert any("given up on" in n for n in proposal.notes) and proposal.calls < 200
+
+
+def test_a_generator_cannot_fake_being_given_up_on(tmp_path, generator_env):
+    """Its own error text saying "not asked:" is its failure, not the proxy's decision (which is a flag the
+    generator's process cannot send)."""
+    corpus = write_corpus(tmp_path / "corpus")
+    proposal = api.propose(
+        from_corpus=str(corpus),
+        sheet=str(tmp_path / "s.csv"),
+        n=3,
+        max_calls=20,
+        generator="plugins:make_liar_generator",
+    )
+    assert set(proposal.dropped) == {"the generator failed: not asked: made up"}
+    assert not any("given up on" in n for n in proposal.notes), proposal.notes
+    req = request_for("single", [Source("p1", "text")], "0")
+    sent = {"request_id": req.request_id, "error": "x", "given_up": True}
+    assert GenerationReply.from_plain(sent, req).given_up is False
 
 
 def test_a_custom_generator_with_a_bad_config_is_a_usage_error(tmp_path, generator_env, capsys):
@@ -857,3 +895,111 @@ def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_pa
         assert main(["accept", str(filled), "--data", str(golden_copy)]) == 64
     capsys.readouterr()
     assert main(["accept", str(filled), "--data", str(golden_copy)]) == 0, capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- from the review of #41
+
+
+def _mon_record(folder: Path, rows: list[dict], *options: str) -> Path:
+    log = write_jsonl(folder / "log.jsonl", rows)
+    record = folder / "mon.json"
+    assert main(["monitor", "--logs", str(log), "--save", str(record), "--quiet", *options]) in (0, 3)
+    return record
+
+
+def test_passage_ids_with_spaces_or_commas_are_read_back_as_given(tmp_path, golden_copy):
+    """gold_source_ids was split on spaces too: an id such as "opening hours" could never be accepted.
+    Commas separate ids; a JSON list carries an id that holds a comma, and the sheet writes one so."""
+    from qaeval.proposals.candidates import ids_cell, ids_of_cell
+
+    assert ids_of_cell("opening hours, fees") == (["opening hours", "fees"], None)
+    assert ids_of_cell(ids_cell(("fees,2024", "a b"))) == (["fees,2024", "a b"], None)
+    assert ids_cell(("a", "b c")) == "a, b c" and ids_of_cell("[3]")[1] is not None
+    passages = [{"id": "opening hours", "text": FACT}, {"id": "fees,2024", "text": "Printing costs ten cents."}]
+    record = _mon_record(tmp_path, [log_row(0, bad_citation=True, prompt=None, passages=passages)])
+    api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=1)
+    rows = sheet_rows(tmp_path / "s.csv")
+    rows[0].update(accept="y", gold_answer="nine in the morning", gold_source_ids='["opening hours", "fees,2024"]')
+    api.accept(write_rows(tmp_path / "f.csv", rows), data=str(golden_copy))
+    added = [c for c in load_suite(golden_copy) if c.adversarial == "traffic" or c.question == log_row(0)["question"]]
+    assert added and added[-1].gold_source_ids == ("opening hours", "fees,2024")
+
+
+def test_propose_never_replaces_a_review_sheet_someone_has_started(monitored, tmp_path, capsys):
+    _, _, record = monitored
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    again = api.propose(from_monitor=str(record), sheet=str(sheet), n=3)  # nothing decided yet: replaced
+    rows = sheet_rows(sheet)
+    rows[1]["accept"] = "y"
+    write_rows(sheet, rows)
+    before = sheet.read_bytes()
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "3"]) == 64
+    assert "1 of its row(s) hold a reviewer's decision" in capsys.readouterr().err
+    assert sheet.read_bytes() == before and again.candidates
+
+
+def test_a_sheet_naming_a_column_twice_is_refused_not_half_read(monitored, tmp_path, golden_copy, capsys):
+    """csv's DictReader keeps the last of two same-named columns: a second, empty accept column made
+    every decision vanish, exit 0."""
+    _, _, record = monitored
+    api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=3)
+    rows = list(csv.reader(open(tmp_path / "s.csv", encoding="utf-8-sig", newline="")))
+    with open(tmp_path / "dup.csv", "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([rows[0] + ["accept"]] + [[*r[:8], "y", *r[9:], ""] for r in rows[1:]])
+    capsys.readouterr()
+    assert main(["accept", str(tmp_path / "dup.csv"), "--data", str(golden_copy)]) == 65
+    err = capsys.readouterr().err
+    assert "the header names a column twice: column 'accept' appears 2 times (columns 9," in err, err
+
+
+@pytest.mark.parametrize(
+    "forge, said",
+    [
+        (
+            lambda text, row: text.replace('"every": "1D"', '"every": "banana"', 1),
+            "monitor.every 'banana' is not a time span",
+        ),
+        (
+            lambda text, row: text.replace(row["timestamp"], "not a time", 1),
+            "timestamp 'not a time' is not an ISO 8601 time",
+        ),
+        (
+            lambda text, row: text.replace(
+                '  "rows": [\n', '  "rows": [\n   ' + json.dumps(row, sort_keys=True) + ",\n", 1
+            ),
+            "appears twice",
+        ),
+    ],
+    ids=["every", "timestamp", "row twice"],
+)
+def test_a_forged_monitor_record_is_bad_data_with_its_line_not_a_crash(tmp_path, capsys, forge, said):
+    record = _mon_record(
+        tmp_path, [log_row(i, bad_citation=True, question=f"Q{i} open?") for i in range(3)], "--window", "1D"
+    )
+    text = record.read_text()
+    start = text.index('  "rows": [\n') + len('  "rows": [\n')
+    row = json.loads(text[start:].split("\n", 1)[0].strip().rstrip(","))
+    forged = tmp_path / "forged.json"
+    forged.write_text(forge(text, row))
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(forged), "--out", str(tmp_path / "s.csv"), "--n", "2"]) == 65
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "factory, said",
+    [
+        ("plugins:make_config_raises", "ConfigRaises"),
+        ("plugins:make_exits_in_generate", "the generator called sys.exit"),
+    ],
+)
+def test_a_generator_inside_qaeval_cannot_end_the_run_or_its_exit_code(tmp_path, generator_env, factory, said):
+    corpus = write_corpus(tmp_path / "corpus")
+    proposal = api.propose(
+        from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=3, max_calls=10, generator=factory, isolation="none"
+    )
+    text = proposal.summary_text()
+    assert said in text and "isolation none" in text, text

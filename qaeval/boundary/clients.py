@@ -237,6 +237,10 @@ class HostClient:
     def errors(self, chunk: Sequence[Any], why: str) -> list[Any]:
         raise NotImplementedError
 
+    def not_asked(self, chunk: Sequence[Any], why: str) -> list[Any]:
+        """The answers of a chunk that was not asked, because the process was given up on."""
+        return self.errors(chunk, why)
+
     def ask_all(self, items: Sequence[Any]) -> list[Any]:
         """Every item's answer, in order, in chunks of ``CHUNK``; after ``MAX_LOST`` chunks lost in a row
         (counted across calls: a generator is asked many times) nothing more is asked."""
@@ -244,7 +248,7 @@ class HostClient:
         for start in range(0, len(items), CHUNK):
             chunk = items[start : start + CHUNK]
             if self.lost_in_a_row >= MAX_LOST:
-                out += self.errors(
+                out += self.not_asked(
                     chunk, f"not asked: {self.lost_in_a_row} chunks in a row were lost ({self.last_loss})"
                 )
                 continue
@@ -361,6 +365,11 @@ class GeneratorProcess(HostClient):
         from qaeval.proposals.generator import GenerationReply
 
         return [GenerationReply(r.request_id, error=why) for r in chunk]
+
+    def not_asked(self, chunk: Sequence[Any], why: str) -> list[Any]:
+        from qaeval.proposals.generator import GenerationReply
+
+        return [GenerationReply(r.request_id, error=why, given_up=True) for r in chunk]
 
     def decode(self, reply: Any, chunk: Sequence[Any]) -> list[Any]:
         from qaeval.proposals.generator import GenerationReply

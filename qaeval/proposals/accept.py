@@ -35,7 +35,7 @@ from qaeval.core.text import normalize
 from qaeval.data.cases import load_suite
 from qaeval.data.misses import LIVING, case_prefix, find_duplicate
 from qaeval.data.schema import DIFFICULTIES, Source
-from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint
+from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint, ids_of_cell
 from qaeval.proposals.ledger import FOLDER, question_key, read_ledger, traffic_key
 from qaeval.verdicts.sheets import sheet_rows
 
@@ -93,7 +93,9 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
     problems = []
     behavior = row["expected_behavior"]
     gold = row["gold_answer"] or None
-    ids = [i.strip() for i in re.split(r"[,\s]+", row["gold_source_ids"]) if i.strip()]
+    ids, bad_ids = ids_of_cell(row["gold_source_ids"])
+    if bad_ids:
+        problems.append(bad_ids)
     known = [p.id for p in passages]
     if behavior not in (ANSWER, ABSTAIN):
         problems.append(f"expected_behavior {behavior!r} is not {ANSWER} or {ABSTAIN}")

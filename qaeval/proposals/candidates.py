@@ -88,6 +88,28 @@ def fingerprint(
     return hashlib.sha256(dumps_canonical(plain).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def ids_cell(ids: tuple[str, ...] | list[str]) -> str:
+    """Passage ids as a sheet cell that ``ids_of_cell`` reads back to the same ids: separated by commas,
+    or a JSON list when an id holds a comma or starts with ``[``."""
+    if any("," in i or i.lstrip().startswith("[") or i != i.strip() for i in ids):
+        return json.dumps(list(ids), ensure_ascii=False)
+    return ", ".join(ids)
+
+
+def ids_of_cell(cell: str) -> tuple[list[str], str | None]:
+    """(the ids a ``gold_source_ids`` cell names, what is wrong with it or None): a JSON list of strings,
+    or ids separated by commas, each stripped (an id may hold spaces)."""
+    if cell.lstrip().startswith("["):
+        try:
+            value = json.loads(cell)
+        except ValueError:
+            return [], "gold_source_ids starts with [ but is not a JSON list"
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            return [], "gold_source_ids as a JSON list must list non-empty strings"
+        return value, None
+    return [i.strip() for i in cell.split(",") if i.strip()], None
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One proposed case: what a person reviews. ``kind`` says what it is a candidate for (traffic:
@@ -128,7 +150,7 @@ class Candidate:
             accept="",
             expected_behavior=self.expected_behavior,
             gold_answer=self.gold_answer or "",
-            gold_source_ids=", ".join(self.gold_source_ids),
+            gold_source_ids=ids_cell(self.gold_source_ids),
             difficulty=self.difficulty,
             note="",
             fingerprint=self.fingerprint,

@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from qaeval.boundary.plugins import contained
 from qaeval.core.errors import UsageError
 from qaeval.core.text import content_terms
 from qaeval.data.corpus import Corpus, Passage
@@ -40,7 +41,7 @@ MIX = {"single": 0.6, "multi": 0.2, "abstain": 0.2}
 MIN_TERMS = 12
 FLOOR = 0.5  # the relevance floor of the reference system's corpus retriever
 NEIGHBOURS = 3
-GIVEN_UP = "not asked:"  # how a custom generator's proxy says it stopped asking (qaeval.boundary.clients)
+EARLY_FAILURES = 8  # the first this many replies all failed, none used: nothing more is asked
 GIVEN_UP_WHY = "not asked: the generator's process lost two chunks in a row"
 CHUNK = 16  # requests sent at once to a generator that is not thread-safe (one in its own process)
 DIFFICULTY = {"single": "single-hop", "multi": "multi-hop", "abstain": "single-hop"}
@@ -132,7 +133,8 @@ def propose_from_corpus(
     calls = 0
     threaded = bool(getattr(generator, "thread_safe", False))
     pending: dict[Future[list[GenerationReply]], list[GenerationRequest]] = {}
-    exhausted = given_up = False
+    exhausted = given_up = answered = False
+    failing = ""  # why nothing more is asked of a generator that never answered
     surplus = 0
     started = time.perf_counter()
 
@@ -167,7 +169,7 @@ def propose_from_corpus(
     def submit(pool: ThreadPoolExecutor) -> bool:
         nonlocal calls
         batch: list[GenerationRequest] = []
-        while calls < max_calls and not given_up and len(batch) < (1 if threaded else CHUNK):
+        while calls < max_calls and not given_up and not failing and len(batch) < (1 if threaded else CHUNK):
             request = next_request()
             if request is None:
                 break
@@ -190,12 +192,16 @@ def propose_from_corpus(
                 replies = future.result()
                 for request, reply in zip(batch, replies):
                     flying[request.kind] -= 1
-                    if (reply.error or "").startswith(GIVEN_UP):
+                    if reply.given_up:
                         given_up = True
                         drop(GIVEN_UP_WHY)
                         continue
                     candidate, why = _verified(request, reply, retriever, seen, ledger)
                     replied["all"] += 1
+                    if reply.error is None:
+                        answered = True
+                    elif not answered and replied["all"] >= EARLY_FAILURES and not failing:
+                        failing = f"the first {EARLY_FAILURES} generator calls all failed, so no more were made"
                     if candidate is None:
                         drop(why)
                     elif len(taken[request.kind]) < target[request.kind]:
@@ -223,6 +229,8 @@ def propose_from_corpus(
         notes.append(
             "the generator's process was given up on: it lost two chunks in a row"
             if given_up
+            else failing
+            if failing
             else "the corpus ran out of passages to draw"
             if exhausted
             else f"stopped at {max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted"
@@ -232,10 +240,9 @@ def propose_from_corpus(
 
 def _generate(generator: Any, batch: list[GenerationRequest]) -> list[GenerationReply]:
     """The generator's replies to ``batch``, one per request, in order, whatever it does."""
-    try:
-        replies = list(generator.generate(batch))
-    except Exception as exc:  # noqa: BLE001  (the generator's failure costs its candidates, not the run)
-        return [GenerationReply(r.request_id, error=f"the generator raised {type(exc).__name__}") for r in batch]
+    ok, replies = contained(lambda: list(generator.generate(batch)), what="the generator")
+    if not ok:  # raised or exited: the generator's failure costs its candidates, not the run
+        return [GenerationReply(r.request_id, error=replies) for r in batch]
     if len(replies) != len(batch) or not all(isinstance(r, GenerationReply) for r in replies):
         return [
             GenerationReply(r.request_id, error="the generator did not return one reply per request") for r in batch

@@ -34,6 +34,7 @@ from typing import Any
 
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.core.jsonfile import loads_strict
+from qaeval.core.text import one_line
 from qaeval.data.schema import Source
 from qaeval.scoring.judge import JudgeConfig, JudgeSettings
 from qaeval.scoring.rubric import Rubric
@@ -106,6 +107,8 @@ class GenerationReply:
     request_id: str
     text: str | None = None
     error: str | None = None
+    # set by qaeval's proxy when it stopped asking a generator's process; never read from the process
+    given_up: bool = False
 
     @classmethod
     def from_plain(cls, plain: Any, request: GenerationRequest) -> GenerationReply:
@@ -151,7 +154,7 @@ class Generated:
 def parse_reply(reply: GenerationReply, request: GenerationRequest) -> tuple[Generated | None, str]:
     """(what the generator proposed, "") or (None, why the reply cannot be used)."""
     if reply.error is not None:
-        return None, "the generator failed"
+        return None, f"the generator failed: {one_line(reply.error)[:160]}"
     if reply.request_id != request.request_id:
         return None, "the generator answered another request"
     text = reply.text or ""

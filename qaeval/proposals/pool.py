@@ -27,21 +27,23 @@ class Pool:
 
     rows: int = 0
     decided: int = 0
+    added: int = 0
     sizes: dict[tuple[str, str], int] = field(default_factory=dict)
-    kept: dict[tuple[str, str], list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
+    kept: dict[tuple[str, str], list[tuple[int, int, int, dict[str, Any]]]] = field(default_factory=dict)
 
     def add(self, kind: str, stratum: str, rank: int, row: dict[str, Any], limit: int) -> None:
         key = (kind, stratum)
         self.sizes[key] = self.sizes.get(key, 0) + 1
         heap = self.kept.setdefault(key, [])
-        item = (-rank, -row["line"], row)  # a max-heap of the kept: the worst is dropped first
+        self.added += 1  # the tie-breaker: two items never compare their rows
+        item = (-rank, -row["line"], -self.added, row)  # a max-heap of the kept: the worst is dropped first
         if len(heap) < limit:
             heapq.heappush(heap, item)
         elif item > heap[0]:
             heapq.heapreplace(heap, item)
 
     def ranked(self, key: tuple[str, str]) -> list[dict[str, Any]]:
-        return [row for _, _, row in sorted(self.kept.get(key, []), reverse=True)]
+        return [row for *_, row in sorted(self.kept.get(key, []), reverse=True)]
 
     def kind_sizes(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}

@@ -16,6 +16,7 @@ import pandas as pd
 
 from qaeval.core.errors import UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
+from qaeval.core.text import one_line
 from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
 from qaeval.proposals.candidates import Candidate, write_sheet
 from qaeval.proposals.ledger import Ledger, read_ledger
@@ -124,12 +125,43 @@ def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, star
     return proc
 
 
+def _label_of(made: Any) -> str:
+    """How the generator names itself (its config's label); its type's name when asking it fails (a
+    generator in this process is the user's code: its config may raise)."""
+    from qaeval.boundary.plugins import contained
+
+    ok, label = contained(lambda: made.config.label(), what="the generator's config")
+    return one_line(label) if ok and isinstance(label, str) else type(made).__name__
+
+
 def _data(data: str | os.PathLike[str] | None) -> tuple[Any, Ledger | None]:
     from qaeval.data.cases import load_suite
 
     if data is None:
         return None, None
     return load_suite(Path(data)), read_ledger(Path(data))
+
+
+def _refuse_a_reviewed_sheet(path: str) -> None:
+    """A review sheet someone has started deciding is never replaced: a UsageError naming how many of its
+    rows carry an ``accept`` or a ``note`` (accept it first, or write to another path)."""
+    from qaeval.core.errors import DatasetError
+    from qaeval.proposals.candidates import SHEET_COLUMNS
+    from qaeval.verdicts.sheets import sheet_rows
+
+    if not os.path.isfile(path):
+        return
+    try:
+        decided = sum(
+            1 for _, _, row in sheet_rows(path, "review sheet", SHEET_COLUMNS) if row["accept"] or row["note"]
+        )
+    except DatasetError:  # not a review sheet qaeval reads: refuse_overwrite has judged the file already
+        return
+    if decided:
+        raise UsageError(
+            f"refusing to replace the review sheet {path}: {decided} of its row(s) hold a reviewer's decision "
+            "(accept or note filled in); run `qaeval accept` on it first, or give another --out"
+        )
 
 
 def propose(
@@ -185,6 +217,7 @@ def propose(
     outputs = [("out", p["sheet"], "review")]
     refuse_overwrite(outputs, inputs, data=p["data"])
     check_writable(outputs)
+    _refuse_a_reviewed_sheet(p["sheet"])
     if p["from_monitor"] is not None:
         from qaeval.proposals.traffic import propose_from_monitor
 
@@ -248,6 +281,14 @@ def _from_corpus(
         if data is not None and Path(data) == path
         else []
     )
+    from qaeval.proposals import generator as gen
+
+    custom = generator not in (None, DEFAULT_GENERATOR, gen.make_generator)
+    boundary = (
+        ["WARNING: isolation none: the generator ran inside qaeval (no process boundary)"]
+        if custom and isolation == "none"
+        else []
+    )
     suite, ledger = _data(data)
     with ExitStack() as stack:
         corpus = stack.enter_context(Corpus.open(file))
@@ -265,15 +306,14 @@ def _from_corpus(
             concurrency=settings.concurrency,
             max_calls=max_calls,
         )
-        config: Any = getattr(made, "config", None)
-        label = config.label() if callable(getattr(config, "label", None)) else type(made).__name__
+        label = _label_of(made)
     if suite is not None and suite.corpus is not None:
         suite.corpus.close()
     return Proposal(
         "corpus",
         found.candidates,
         found.dropped,
-        [f"generator: {label}", *notes, *found.notes],
+        [f"generator: {label}", *notes, *boundary, *found.notes],
         calls=found.calls,
         generation_seconds=found.seconds,
     )

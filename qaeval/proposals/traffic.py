@@ -134,6 +134,8 @@ def _section(data: Any, where: str) -> dict[str, Any]:
         problems.append("monitor.by is not a list of column names")
     if s.get("every") is not None and not isinstance(s["every"], str):
         problems.append("monitor.every is not a time span")
+    elif s.get("every") is not None and _span_problem(s["every"]):
+        problems.append(f"monitor.every {s['every'][:40]!r} is not a time span (such as 1D or 6h)")
     if not isinstance(s.get("seed"), int):
         problems.append("monitor.seed is not a whole number")
     if problems:
@@ -195,6 +197,40 @@ def _rank(seed: int, row_id: str) -> int:
     return int.from_bytes(digest, "big")
 
 
+def _span_problem(every: str) -> bool:
+    """Whether ``every`` is not a span ``window_keys`` can cut time into."""
+    try:
+        window_keys(pd.Series(["2026-01-01T00:00:00+00:00"], dtype=object), every)
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def _windows(rows: list[dict[str, Any]], every: str, where: str) -> list[Any]:
+    """Each pooled row's window; a RecordError naming every row whose timestamp is not a time."""
+    try:
+        return window_keys(pd.Series([r["timestamp"] for r in rows], dtype=object), every).tolist()
+    except (ValueError, TypeError, OverflowError):
+        bad = [r for r in rows if not _is_time(r["timestamp"])]
+        raise RecordError(
+            [
+                Problem(where, r["at"], f"timestamp {str(r['timestamp'])[:60]!r} is not an ISO 8601 time")
+                for r in bad[:MAX_PROBLEMS]
+            ]
+            or [Problem(where, None, "the rows' timestamps cannot be cut into windows")]
+        ) from None
+
+
+def _is_time(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        pd.to_datetime(pd.Series([value], dtype=object), utc=True, format="ISO8601")
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
 def scan_record(
     path: Path,
     section: Mapping[str, Any],
@@ -210,13 +246,10 @@ def scan_record(
     pool = Pool()
     batch: list[tuple[str, dict[str, Any]]] = []
     problems: list[Problem] = []
+    seen: dict[str, int] = {}  # a candidate row's id: where it was first
 
     def flush() -> None:
-        windows = (
-            window_keys(pd.Series([r["timestamp"] for _, r in batch], dtype=object), every).tolist()
-            if every
-            else [None] * len(batch)
-        )
+        windows = _windows([r for _, r in batch], every, where) if every else [None] * len(batch)
         for (kind, row), window in zip(batch, windows):
             parts = [f"{b}={row[b]}" for b in by] + ([f"window {window or '(no time)'}"] if every else [])
             pool.add(kind, " | ".join(parts) or "(all)", _rank(seed, row["row_id"]), row, limit)
@@ -244,10 +277,17 @@ def scan_record(
         kind = _kind_of(row)
         if kind is None:
             continue
+        first = seen.setdefault(row["row_id"], number)
+        if first != number:  # a forged or hand-edited record: one row twice would be proposed twice
+            problems.append(
+                Problem(where, number, f"row id {str(row['row_id'])[:80]!r} appears twice (first at {first})")
+            )
+            continue
         if ledger is not None and ledger.decided(traffic_key(row["row_id"])):
             pool.decided += 1
             continue
-        batch.append((kind, {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", *by)}))
+        pooled = {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", *by)}
+        batch.append((kind, {**pooled, "at": number}))  # "at": its line in the record
         if len(batch) >= CHUNK:
             flush()
     if problems:

@@ -68,6 +68,16 @@ def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterat
             raise DatasetError([Problem(str(path), 1, f"not a CSV file qaeval can read ({exc})")]) from None
         if missing:
             raise DatasetError(f"not a {what}: no {', '.join(missing)} column(s)", file=str(path))
+        names = [n.strip() for n in reader.fieldnames or []]
+        twice = sorted({n for n in names if n and names.count(n) > 1})
+        if twice:  # a reader keeps the last of two same-named columns: the first one's cells would be lost
+            where = "; ".join(
+                f"column {n!r} appears {names.count(n)} times (columns "
+                + ", ".join(str(i + 1) for i, m in enumerate(names) if m == n)
+                + ")"
+                for n in twice
+            )
+            raise DatasetError([Problem(str(path), 1, f"the header names a column twice: {where}")])
         inner = 0  # line breaks inside earlier rows' cells: a spreadsheet shows each row once, blank ones too
         while True:
             try:
