@@ -1003,3 +1003,44 @@ def test_a_generator_inside_qaeval_cannot_end_the_run_or_its_exit_code(tmp_path,
     )
     text = proposal.summary_text()
     assert said in text and "isolation none" in text, text
+
+
+def test_a_candidate_is_the_same_however_the_log_path_is_spelled_and_from_wherever_propose_runs(
+    tmp_path, monkeypatch, golden_copy, capsys
+):
+    """The candidate id held the log's path as spelled: the same row given with --logs /abs/log.jsonl was a
+    new candidate, refused by accept as "already accepted; the sheet now says accepted". A relative
+    monitor.source was read from propose's working folder, not the record's."""
+    rows = [log_row(i, bad_citation=True, question=f"When does branch {i} open?") for i in range(3)]
+    write_jsonl(tmp_path / "log.jsonl", rows)
+    monkeypatch.chdir(tmp_path)
+    assert main(["monitor", "--logs", "log.jsonl", "--save", "mon.json", "--quiet"]) in (0, 3)
+    assert json.loads((tmp_path / "mon.json").read_text())["monitor"]["source"] == "log.jsonl"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the record's relative source is beside the record
+    first = api.propose(from_monitor="../mon.json", sheet="a.csv", n=3)
+    spelled = api.propose(from_monitor="../mon.json", sheet="b.csv", n=3, logs=str(tmp_path / "log.jsonl"))
+    assert len(first.candidates) == 3 and [c.id for c in first.candidates] == [c.id for c in spelled.candidates]
+    filled = sheet_rows(Path("a.csv"))
+    for r in filled:
+        r.update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
+    assert main(["accept", str(write_rows(Path("fa.csv"), filled)), "--data", str(golden_copy)]) == 0
+    again = sheet_rows(Path("b.csv"))
+    for r in again:
+        r.update(accept="y", gold_answer="nine in the morning", gold_source_ids="hours")
+    capsys.readouterr()
+    assert main(["accept", str(write_rows(Path("fb.csv"), again)), "--data", str(golden_copy)]) == 0
+    assert "3 row(s) decided the same way before were left as they are" in capsys.readouterr().out
+
+
+def test_a_record_whose_source_is_no_log_says_so_of_the_record(tmp_path, capsys):
+    record = _mon_record(tmp_path, [log_row(i, bad_citation=True, question=f"Q{i} open?") for i in range(2)])
+    data = json.loads(record.read_text())
+    forged = tmp_path / "forged.json"
+    source = '"source": ' + json.dumps(data["monitor"]["source"])
+    assert source in record.read_text()
+    forged.write_text(record.read_text().replace(source, '"source": "/dev/zero"', 1))
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(forged), "--out", str(tmp_path / "s.csv"), "--n", "1"]) == 65
+    err = capsys.readouterr().err
+    assert "monitor.source '/dev/zero'" in err and "--logs" not in err.split("monitor.source")[0], err

@@ -195,7 +195,7 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
             when = f"{before['decision']} on {before['decided']}" + (
                 f" as {before['case_id']}" if before.get("case_id") else ""
             )
-            if before["decision"] == said and before["candidate_id"] == row["candidate_id"]:
+            if before["decision"] == said:  # the same row or question, decided the same way: nothing to do
                 again.append(f"{row['candidate_id']} (sheet row {number}) was {when}: left as it is")
             else:
                 refuse(f"already {when}; the sheet now says {said}")

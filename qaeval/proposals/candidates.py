@@ -3,8 +3,9 @@
 One CSV row per candidate, in this order:
 
 =====================  ====================================================================================
-``candidate_id``       ``cand-`` and 12 hex digits of a hash of where it came from and its question: the
-                       same candidate proposed twice has the same id
+``candidate_id``       ``cand-`` and 12 hex digits of a hash of where it came from (a traffic row's id, or
+                       the passages) and its question: the same candidate proposed twice has the same
+                       id, however the log's path is spelled
 ``origin``             ``traffic`` (a monitor record's row) or ``corpus`` (generated from passages)
 ``source``             where it came from: ``LOG line N (row id)`` or the passage ids it was made from
 ``why``                why it was proposed (the failed check, the judge's score, the abstention, or what the
@@ -128,10 +129,13 @@ class Candidate:
     difficulty: str = "single-hop"
     checks: tuple[str, ...] = field(default_factory=tuple)
     id: str = ""
+    # what the id is made from, beside the question: a traffic row's id (not the log's path, which may be
+    # spelled many ways), else the source
+    identity: str = ""
 
     def __post_init__(self) -> None:
         if not self.id:
-            object.__setattr__(self, "id", candidate_id(self.origin, self.source, self.question))
+            object.__setattr__(self, "id", candidate_id(self.origin, self.identity or self.source, self.question))
 
     @property
     def fingerprint(self) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ import pandas as pd
 
 from qaeval.core.errors import DatasetError, Problem, RecordError, UsageError
 from qaeval.core.jsonfile import loads_strict
-from qaeval.core.text import normalize
+from qaeval.core.text import normalize, one_line
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.data.log_formats import raw_rows
@@ -308,6 +309,15 @@ class TrafficProposal:
     notes: list[str]
 
 
+def _recorded_log(source: str, record: Path) -> str:
+    """The log a record names: as written, or (a relative path that is not there) beside the record,
+    since a monitor stores the path as it was given, relative to where it ran."""
+    if os.path.isabs(source) or os.path.exists(source) or source == "<DataFrame>":
+        return source
+    beside = record.parent / source
+    return str(beside) if beside.exists() else source
+
+
 def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple[LogRow | None, str]]:
     """Each wanted line's row as the log holds it now (None, why, when it cannot be used)."""
     out: dict[int, tuple[LogRow | None, str]] = {}
@@ -377,6 +387,7 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
         answer=row.answer,
         expected_behavior=expected,
         checks=tuple(checks),
+        identity=f"row {row.id}",
     ), ""
 
 
@@ -403,7 +414,7 @@ def propose_from_monitor(
             raise RecordError("monitor record is malformed: monitor.rows is not a list", file=str(path))
         notes.append("the record's rows are not one a line (an older qaeval wrote it): it was read whole")
     pool = scan_record(path, section, seed=seed, limit=2 * n + 8, ledger=ledger, rows=rows)
-    log = logs or section["source"]
+    log = logs or _recorded_log(section["source"], Path(path))
     if log == "<DataFrame>":
         raise UsageError("the monitor scored a DataFrame, not a file: give the log with --logs")
     quota = quotas(pool, n)
@@ -423,7 +434,12 @@ def propose_from_monitor(
                 need -= 1
         if not wanted:
             break
-        fetched = _source_rows(log, {line: row for line, (_, row) in wanted.items()})
+        try:
+            fetched = _source_rows(log, {line: row for line, (_, row) in wanted.items()})
+        except UsageError as exc:  # the log's name, from the record unless --logs gave it: the record is wrong
+            if logs:
+                raise
+            raise RecordError(f"monitor.source {one_line(log)[:200]!r}: {exc}", file=str(path)) from None
         for line, (key, meta) in sorted(wanted.items()):
             logged, why = fetched[line]
             candidate = None
