@@ -1044,3 +1044,34 @@ def test_a_record_whose_source_is_no_log_says_so_of_the_record(tmp_path, capsys)
     assert main(["propose", "--from-monitor", str(forged), "--out", str(tmp_path / "s.csv"), "--n", "1"]) == 65
     err = capsys.readouterr().err
     assert "monitor.source '/dev/zero'" in err and "--logs" not in err.split("monitor.source")[0], err
+
+
+def test_a_multi_hop_candidate_never_rests_on_two_copies_of_one_passage(tmp_path):
+    """In a corpus with duplicate chunks the nearest passage was a copy of the first: a "question that
+    needs both passages" that needs one, with both ids gold."""
+    from qaeval.proposals import verify
+
+    given = [Source("p1", "The harbor opened in 1801."), Source("p1-copy", "The harbor  opened in 1801!")]
+    assert verify.check_sources("multi", ["p1", "p1-copy"], given) == (None, verify.SAME_TEXT)
+    other = [given[0], Source("p2", "Its first keeper served for three years.")]
+    assert verify.check_sources("multi", ["p1", "p2"], other) == (("p1", "p2"), None)
+    assert verify.same_text("A b c.", "Before that: a b c. And more.") and not verify.same_text("a b", "a c")
+
+
+def test_in_a_corpus_of_duplicate_chunks_a_multi_hop_candidate_pairs_two_different_passages(tmp_path, generator_env):
+    corpus = write_corpus(tmp_path / "corpus")
+    lines = (corpus / "corpus.jsonl").read_text().splitlines()
+    copies = [json.dumps({**json.loads(line), "id": json.loads(line)["id"] + "-copy"}) for line in lines]
+    (corpus / "corpus.jsonl").write_text("\n".join(lines + copies) + "\n")
+    proposal = api.propose(
+        from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=10, generator="plugins:make_pid_generator"
+    )
+    multi = [c for c in proposal.candidates if c.kind == "multi"]
+    assert multi and all(c.passages[0].text != c.passages[1].text for c in multi)
+    assert verify_rules_unused(proposal), "the partner is chosen apart from its copies; no candidate had to be dropped"
+
+
+def verify_rules_unused(proposal) -> bool:
+    from qaeval.proposals.verify import SAME_TEXT
+
+    return SAME_TEXT not in proposal.dropped

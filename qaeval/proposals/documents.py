@@ -98,6 +98,7 @@ def _passages_for(kind: str, first: Passage, retriever: CorpusRetriever, corpus:
     if kind == "single":
         return [first]
     near = [corpus[pid] for pid, _ in retriever.search(first.text, NEIGHBOURS + 1) if pid != first.id]
+    near = [p for p in near if not verify.same_text(p.text, first.text)]  # a duplicate chunk is no second fact
     if kind == "multi":
         return [first, near[0]] if near else None
     return [first, *near[: NEIGHBOURS - 1]]

@@ -14,6 +14,8 @@ Each rule returns the reason it drops a candidate, or None. The reasons are the 
 ``WRONG_SOURCES``          the reply names passages it was not given, or a multi-hop candidate does
                            not rest on both
 ``SHAPE``                  an answerable candidate without an answer, or a must-abstain one with one
+``SAME_TEXT``              a multi-hop candidate whose two passages hold the same text (one contains the
+                           other, normalised): nothing needs both
 =========================  ==========================================================================
 """
 
@@ -34,7 +36,14 @@ NEAR_DUPLICATE = "a near-duplicate of another candidate or a case"
 RETRIEVABLE = "must-abstain, but the retriever finds a passage above its floor"
 WRONG_SOURCES = "the reply names passages it was not given"
 SHAPE = "an answer where none belongs, or none where one does"
-RULES = (SHAPE, WRONG_SOURCES, NOT_IN_PASSAGE, GIVES_AWAY, COPIES_PASSAGE, NEAR_DUPLICATE, RETRIEVABLE)
+SAME_TEXT = "multi-hop over two passages of the same text"
+RULES = (SHAPE, WRONG_SOURCES, SAME_TEXT, NOT_IN_PASSAGE, GIVES_AWAY, COPIES_PASSAGE, NEAR_DUPLICATE, RETRIEVABLE)
+
+
+def same_text(a: str, b: str) -> bool:
+    """Whether one passage's text holds the other's (normalised): a duplicate chunk, not a second fact."""
+    x, y = f" {normalize(a)} ", f" {normalize(b)} "
+    return x in y or y in x
 
 
 def _contains(haystack: str, needle: str) -> bool:
@@ -110,5 +119,7 @@ def check_sources(
     if kind == "abstain":
         return (), None
     if kind == "multi":
-        return (tuple(ids), None) if set(named) in (set(ids), set()) else (None, WRONG_SOURCES)
+        if set(named) not in (set(ids), set()):
+            return None, WRONG_SOURCES
+        return (None, SAME_TEXT) if same_text(given[0].text, given[1].text) else (tuple(ids), None)
     return (ids[0],), None
