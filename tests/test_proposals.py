@@ -1075,3 +1075,18 @@ def verify_rules_unused(proposal) -> bool:
     from qaeval.proposals.verify import SAME_TEXT
 
     return SAME_TEXT not in proposal.dropped
+
+
+def test_repetitive_traffic_does_not_run_the_pool_dry(tmp_path):
+    """190 rows of one popular question and 10 others: 11 distinct candidates. The scan kept 2n + 8 rows a
+    stratum, mostly the popular one, dropped as alike after the cut: --n 5 gave 2, saying nothing."""
+    rows = [
+        log_row(
+            i, bad_citation=True, question="When does the library open?" if i >= 10 else f"When does branch {i} open?"
+        )
+        for i in range(200)
+    ]
+    record = _mon_record(tmp_path, rows)
+    proposal = api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=5)
+    assert len(proposal.candidates) == 5 and len({c.question for c in proposal.candidates}) == 5
+    assert not any("were not kept" in n for n in proposal.notes)

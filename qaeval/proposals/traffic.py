@@ -391,33 +391,11 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
     ), ""
 
 
-def propose_from_monitor(
-    record: str | Path,
-    n: int,
-    *,
-    seed: int = 0,
-    logs: str | None = None,
-    suite: Suite | None = None,
-    ledger: Ledger | None = None,
-) -> TrafficProposal:
-    """Up to ``n`` candidates from a monitor record (see the module's steps)."""
-    path = Path(record)
-    if n < 1:
-        raise UsageError("n must be at least 1")
-    data, one_a_line = _skeleton(path)
-    section = _section(data, str(path))
-    notes = []
-    rows = None
-    if not one_a_line:  # written by hand, or before rows were kept one a line: read whole
-        rows = section.get("rows")
-        if not isinstance(rows, list):
-            raise RecordError("monitor record is malformed: monitor.rows is not a list", file=str(path))
-        notes.append("the record's rows are not one a line (an older qaeval wrote it): it was read whole")
-    pool = scan_record(path, section, seed=seed, limit=2 * n + 8, ledger=ledger, rows=rows)
-    log = logs or _recorded_log(section["source"], Path(path))
-    if log == "<DataFrame>":
-        raise UsageError("the monitor scored a DataFrame, not a file: give the log with --logs")
-    quota = quotas(pool, n)
+def _choose(
+    pool: Pool, quota: dict[tuple[str, str], int], log: str, logs: str | None, path: Path, suite: Suite | None
+) -> tuple[dict[tuple[str, str], list[Candidate]], dict[str, int], list[tuple[str, str]]]:
+    """(the candidates chosen per stratum, the drops by reason, the strata whose kept rows ran out before
+    their quota while the scan had left rows of them behind)."""
     order = {key: pool.ranked(key) for key in quota}
     taken = {key: 0 for key in quota}
     chosen: dict[tuple[str, str], list[Candidate]] = {key: [] for key in quota}
@@ -458,6 +436,53 @@ def propose_from_monitor(
                 dropped[why] = dropped.get(why, 0) + 1
                 continue
             chosen[key].append(candidate)
+    dry = [
+        key
+        for key, q in quota.items()
+        if len(chosen[key]) < q and taken[key] == len(order[key]) and pool.sizes[key] > len(order[key])
+    ]
+    return chosen, dropped, dry
+
+
+def propose_from_monitor(
+    record: str | Path,
+    n: int,
+    *,
+    seed: int = 0,
+    logs: str | None = None,
+    suite: Suite | None = None,
+    ledger: Ledger | None = None,
+) -> TrafficProposal:
+    """Up to ``n`` candidates from a monitor record (see the module's steps)."""
+    path = Path(record)
+    if n < 1:
+        raise UsageError("n must be at least 1")
+    data, one_a_line = _skeleton(path)
+    section = _section(data, str(path))
+    notes = []
+    rows = None
+    if not one_a_line:  # written by hand, or before rows were kept one a line: read whole
+        rows = section.get("rows")
+        if not isinstance(rows, list):
+            raise RecordError("monitor record is malformed: monitor.rows is not a list", file=str(path))
+        notes.append("the record's rows are not one a line (an older qaeval wrote it): it was read whole")
+    log = logs or _recorded_log(section["source"], Path(path))
+    if log == "<DataFrame>":
+        raise UsageError("the monitor scored a DataFrame, not a file: give the log with --logs")
+    limit = 2 * n + 8  # rows kept per (kind, stratum) by the scan: replacements for those dropped
+    for _ in range(3):
+        pool = scan_record(path, section, seed=seed, limit=limit, ledger=ledger, rows=rows)
+        quota = quotas(pool, n)
+        chosen, dropped, dry = _choose(pool, quota, log, logs, path, suite)
+        if not dry:
+            break
+        limit *= 8  # repetitive traffic: the kept rows were alike and ran out; keep more and choose again
+    if dry:
+        notes.append(
+            f"{sum(pool.sizes[k] - len(pool.ranked(k)) for k in dry):,} row(s) of {len(dry)} stratum(s) were not "
+            f"kept while its candidates ran out (the rows kept were alike or cases already): propose again with a "
+            "larger --n to look further"
+        )
     frame = pd.DataFrame(
         [
             dict(kind=k, stratum=s, rows=pool.sizes[(k, s)], chosen=len(chosen[(k, s)]))
