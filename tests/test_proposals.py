@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -180,8 +181,39 @@ def test_a_row_the_log_no_longer_holds_as_recorded_is_dropped_and_replaced(monit
             r["citations"] = [{"source_id": "hours", "claim": r["answer"]}]
     changed = write_jsonl(tmp_path / "changed.jsonl", rows)
     proposal = api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=9, logs=str(changed))
-    assert proposal.dropped == {"the log's row passes every check now": 6}, "three chosen, three replacements"
+    changed_why = "the log's row changed since the monitor scored it"
+    assert proposal.dropped == {changed_why: 6}, "three chosen, three replacements"
     assert not [c for c in proposal.candidates if c.kind == "check_failed"]
+    # a record written before rows kept their digest: the checks, run again, still catch it
+    old = tmp_path / "old.json"
+    old.write_text(re.sub(r'"digest": "[0-9a-f]+", ', "", record.read_text()))
+    older = api.propose(from_monitor=str(old), sheet=str(tmp_path / "t.csv"), n=9, logs=str(changed))
+    assert older.dropped == {"the log's row passes every check now": 6}
+    assert all("not compared with what the monitor scored" in " ".join(c.checks) for c in older.candidates)
+
+
+def test_a_row_whose_content_changed_is_not_proposed_with_the_old_verdict(tmp_path):
+    """A log rewritten after the monitor ran (or another day's log whose ids restart) paired new content
+    with the old judge's verdict, "the checks give the same result again" and all: the record now keeps a
+    digest of each row's content, compared on reading back."""
+    rows = [log_row(i, question=f"When does branch {i} open?", prompt=None) for i in range(4)]
+    write_jsonl(tmp_path / "log.jsonl", rows)
+    record = tmp_path / "mon.json"
+    assert main(
+        ["monitor", "--logs", str(tmp_path / "log.jsonl"), "--judge", PARITY, "--save", str(record), "--quiet"]
+    ) in (0, 3)
+    for r in rows:
+        r.update(
+            question=f"What is the capital of country {r['id']}?",
+            answer="Paris is the capital.",
+            passages=[{"id": "geo", "text": "Paris is the capital."}],
+            citations=[{"source_id": "geo", "claim": "Paris is the capital."}],
+        )
+    later = write_jsonl(tmp_path / "later.jsonl", rows)
+    proposal = api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=2, logs=str(later))
+    assert proposal.candidates == [] and proposal.dropped == {"the log's row changed since the monitor scored it": 2}
+    same = api.propose(from_monitor=str(record), sheet=str(tmp_path / "t.csv"), n=2)
+    assert len(same.candidates) == 2 and all("it says what the monitor scored" in c.checks for c in same.candidates)
 
 
 def test_a_log_that_moved_is_named_and_can_be_given(monitored, tmp_path, capsys):

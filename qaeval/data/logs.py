@@ -293,6 +293,16 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
     )
 
 
+def content_digest(row: LogRow) -> str:
+    """A short hash of what a row says (its question, passages, answer, citations, abstention): a monitor
+    record keeps it, so reading the row back later can tell whether the log still says the same."""
+    parts = [row.question, row.answer or "", "1" if row.abstained else "0"]
+    parts += [f"{p.id}\x01{p.title or ''}\x01{p.text}" for p in row.passages]
+    parts += [f"{c.get('source_id', '')}\x01{c.get('claim', '')}" for c in row.citations]
+    text = "\x00".join(parts)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def row_hash(raw: dict[str, Any]) -> str:
     text = dumps_canonical(raw, default=str)
     return "row-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -44,7 +44,7 @@ from qaeval.core.text import normalize, one_line
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.data.log_formats import raw_rows
-from qaeval.data.logs import LogRow, parse_row, row_hash
+from qaeval.data.logs import LogRow, content_digest, parse_row, row_hash
 from qaeval.data.misses import find_duplicate
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
 from qaeval.proposals.ledger import Ledger, traffic_key
@@ -176,6 +176,7 @@ ROW_TYPES: dict[str, tuple[type, ...]] = {
     "faithfulness": (int, type(None)),
     "fail_reasons": (str, type(None)),
     "timestamp": (str, type(None)),
+    "digest": (str, type(None)),  # absent from a record written before rows kept it
 }
 
 
@@ -287,7 +288,7 @@ def scan_record(
         if ledger is not None and ledger.decided(traffic_key(row["row_id"])):
             pool.decided += 1
             continue
-        pooled = {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", *by)}
+        pooled = {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", "digest", *by)}
         batch.append((kind, {**pooled, "at": number}))  # "at": its line in the record
         if len(batch) >= CHUNK:
             flush()
@@ -333,6 +334,10 @@ def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple
             if not (logged == expected or (row.generated_id and expected.startswith(logged + "-"))):
                 out[line] = (None, "the log holds another row at that line")
                 continue
+            digest = wanted[line].get("digest")
+            if digest is not None and content_digest(row) != digest:
+                out[line] = (None, "the log's row changed since the monitor scored it")
+                continue
             from dataclasses import replace
 
             out[line] = (replace(row, id=expected), "")
@@ -355,7 +360,7 @@ def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple
     return out
 
 
-def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Candidate | None, str]:
+def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bool) -> tuple[Candidate | None, str]:
     checked = check_row(row)
     if kind == "check_failed" and checked["passed"]:
         return None, "the log's row passes every check now"
@@ -377,6 +382,12 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any) -> tuple[Can
         else:
             why += f" although a passage holds {best:.0%} of the question's content terms: an over-refusal?"
     checks = [f"read back from {log} line {row.line}", "the checks give the same result again"]
+    checks.insert(
+        1,
+        "it says what the monitor scored"
+        if compared
+        else "not compared with what the monitor scored (an older record)",
+    )
     return Candidate(
         origin="traffic",
         kind=kind,
@@ -422,7 +433,9 @@ def _choose(
             logged, why = fetched[line]
             candidate = None
             if logged is not None:
-                candidate, why = _candidate(logged, key[0], log, meta.get("faithfulness"))
+                candidate, why = _candidate(
+                    logged, key[0], log, meta.get("faithfulness"), meta.get("digest") is not None
+                )
             if candidate is not None and suite is not None:
                 same = find_duplicate(suite, candidate.question, [(p.id, p.text) for p in candidate.passages])
                 if same is not None:

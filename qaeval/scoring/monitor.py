@@ -37,7 +37,7 @@ import pandas as pd
 from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
 from qaeval.data.labels import LABELLED_CASE
-from qaeval.data.logs import NONE_GROUP, LogRow
+from qaeval.data.logs import NONE_GROUP, LogRow, content_digest
 from qaeval.scoring.checks import check_citation_resolvability, check_fail_closed, check_grounding_isolation
 from qaeval.scoring.coverage import check_citation_coverage, coverage_counts
 from qaeval.scoring.evaluate import score_outputs
@@ -49,6 +49,7 @@ MONITOR_CHECKS = ("prompt_grounding", "citation_resolvability", "citation_covera
 ROW_COLUMNS = {
     "row_id": "text",
     "line": "int",
+    "digest": "text",  # what the row said (qaeval.data.logs.content_digest); absent from older records
     "timestamp": "object",
     "answered": "bool",
     "abstained": "bool",
@@ -105,6 +106,7 @@ def check_row(row: LogRow) -> dict[str, Any]:
     return dict(
         row_id=row.id,
         line=row.line,
+        digest=content_digest(row),
         timestamp=row.timestamp,
         answered=not row.abstained,
         abstained=row.abstained,

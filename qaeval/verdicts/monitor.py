@@ -54,7 +54,7 @@ WINDOWS = Valid(
 )
 SECTION = Fields(
     dict(  # the monitor section of a record; each row also has a text value per slice column
-        rows=rows_of(ROW_COLUMNS, timestamp=TIME, row_id="str"),
+        rows=rows_of(ROW_COLUMNS, ("digest",), timestamp=TIME, row_id="str"),
         slice_columns=Each(
             Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")
         ),
@@ -198,7 +198,10 @@ class MonitorResult(Result):
     @classmethod
     def from_section(cls, run: RunResult, s: Mapping[str, Any]) -> MonitorResult:
         schema = {**ROW_COLUMNS, **{c: "text" for c in s["slice_columns"]}}
-        rows = frame(s["rows"], schema)
+        stored = s["rows"]
+        if stored and any("digest" not in r for r in stored):  # written before rows kept their digest
+            stored = [{"digest": None, **r} for r in stored]
+        rows = frame(stored, schema)
         rows["timestamp"] = pd.to_datetime(
             [None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]], utc=True
         )
