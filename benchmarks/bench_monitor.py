@@ -37,14 +37,15 @@ def row(i: int) -> dict:
     first = f"The {words[i % 7]} branch lends {i % 13 + 2} items per card."
     second = "It renews them twice unless another patron holds them."
     cited = "p9" if i % 10 == 0 else "p0"
+    question = f"How many items does the {words[i % 7]} branch lend?"
     return {
         "id": f"req-{i:07d}",
-        "question": f"How many items does the {words[i % 7]} branch lend?",
+        "question": question,
         "passages": passages,
         "answer": f"{first} {second}",
         "citations": [{"source_id": cited, "claim": first}, {"source_id": "p0", "claim": second}],
         "model_was_called": True,
-        "prompt": "Passages:\n" + "\n".join(p["text"] for p in passages),
+        "prompt": "Passages:\n" + "\n".join(p["text"] for p in passages) + f"\nQuestion: {question}",
         "timestamp": f"2026-03-{1 + i % 14:02d}T{i % 24:02d}:00:00Z",
         "system": f"sys-{i % 3}",
     }
