@@ -50,6 +50,11 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words: "a folder", "a FIFO", "not a regular file"."""
+    return "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The bytes of a regular file. Raises FileNotFoundError when absent, NotRegularFile when it is not a
     regular file (without opening it, so a FIFO never blocks), FileAccessError when it cannot be read."""
@@ -63,13 +68,7 @@ def read_bytes(path: str | Path) -> bytes:
             raise NotRegularFile("a symbolic link that loops") from None
         raise FileAccessError(path, f"cannot read ({os_reason(exc)})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(info.st_mode)
-            else "not a regular file"
-        )
+        kind = file_kind(info.st_mode)
         raise NotRegularFile(kind)
     try:
         with open(path, "rb") as f:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import FileAccessError, Problem
-from qaeval.core.files import os_reason, write_atomic
+from qaeval.core.files import file_kind, os_reason, write_atomic
 
 
 class StrictJSONError(ValueError):
@@ -142,13 +142,7 @@ def iter_jsonl_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int,
             return
         raise FileAccessError(path, f"cannot read ({os_reason(exc)})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(info.st_mode)
-            else "not a regular file"
-        )
+        kind = file_kind(info.st_mode)
         problems.append(Problem(where, None, f"is {kind}, not a file"))
         return
     try:

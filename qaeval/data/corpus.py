@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from qaeval.core.errors import DatasetError, FileAccessError, Problem
+from qaeval.core.files import file_kind
 from qaeval.core.jsonfile import json_error_text, loads_strict
 
 CORPUS_FILE = "corpus.jsonl"
@@ -120,13 +121,7 @@ def _open_regular(path: Path) -> Any:
             raise DatasetError("is a symbolic link that loops, not a file", file=where) from None
         raise FileAccessError(path, f"cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(info.st_mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(info.st_mode)
-            else "not a regular file"
-        )
+        kind = file_kind(info.st_mode)
         raise DatasetError(f"is {kind}, not a corpus file", file=where)
     try:
         return open(path, "rb")

@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.core.errors import DatasetError, QaevalError
+from qaeval.core.files import file_kind
 from qaeval.core.results import Result
 from qaeval.record.read import load_run
 from qaeval.scoring.metrics import METRIC_NAMES
@@ -73,9 +74,7 @@ def _not_a_file(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
     if stat.S_ISREG(info.st_mode):
         return None
-    return (
-        "a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
-    )
+    return file_kind(info.st_mode)
 
 
 def _row(result: Result) -> dict[str, Any]:
