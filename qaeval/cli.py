@@ -1,7 +1,7 @@
 """The command line: parse, call the library, print, map errors to exit codes. No logic lives here.
 
-Exit codes: 0 pass, 1 gate BLOCK (or a baseline refused), 2 judge not trusted, 3 drift alarm, 64 usage
-error, 65 bad input data, 70 internal error, 74 a file cannot be read or written. Everything printed
+The exit codes are the errors' own (``qaeval.core.errors``, the one place that maps them; the table in
+docs/guides/files.md is tested against it). Everything printed
 passes through ``qaeval.core.text.printable``, so an ESC sequence in a case id or an answer is shown, not
 obeyed by the terminal.
 """
