@@ -1122,3 +1122,18 @@ def test_repetitive_traffic_does_not_run_the_pool_dry(tmp_path):
     proposal = api.propose(from_monitor=str(record), sheet=str(tmp_path / "s.csv"), n=5)
     assert len(proposal.candidates) == 5 and len({c.question for c in proposal.candidates}) == 5
     assert not any("were not kept" in n for n in proposal.notes)
+
+
+def test_a_record_read_whole_names_its_rows_by_place_and_never_parses_a_string_row(tmp_path, capsys):
+    """Rows read whole (not one a line) were reported by their index as if it were a line of the file, and
+    a row that is a JSON string was parsed as JSON text."""
+    record = _mon_record(tmp_path, [log_row(i, bad_citation=True, question=f"Q{i} open?") for i in range(2)])
+    data = json.loads(record.read_text())
+    row = data["monitor"]["rows"][0]
+    data["monitor"]["rows"][1] = json.dumps(row)  # a string holding a row, not a row
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(data, indent=1))
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(whole), "--out", str(tmp_path / "s.csv"), "--n", "1"]) == 65
+    err = capsys.readouterr().err
+    assert "monitor.rows[1]: a row must be a JSON object" in err and f"{whole}:2:" not in err, err

@@ -233,10 +233,11 @@ def scan_record(
             pool.add(kind, " | ".join(parts) or "(all)", _rank(seed, row["row_id"]), row, limit)
         batch.clear()
 
-    lines: Iterator[tuple[int, Any]] = ((i, r) for i, r in enumerate(rows, 1)) if rows is not None else _row_lines(path)
+    whole = rows is not None  # read whole: a row is a value of monitor.rows, not a line of the file
+    lines: Iterator[tuple[int, Any]] = enumerate(rows or [], 1) if whole else _row_lines(path)
     for number, text in lines:
         pool.rows += 1
-        if isinstance(text, str):
+        if not whole:
             if '"passed": true' in text and '"abstained": false' in text and '"faithfulness": 0,' not in text:
                 continue  # not a candidate: counted, not parsed
             try:
@@ -246,9 +247,9 @@ def scan_record(
             else:
                 found = _row_problems(row, by)
         else:
-            row, found = text, _row_problems(text, by)
+            row, found = text, [f"monitor.rows[{number - 1}]: {p}" for p in _row_problems(text, by)]
         if found:
-            problems += [Problem(where, number, p) for p in found]
+            problems += [Problem(where, None if whole else number, p) for p in found]
             if len(problems) >= MAX_PROBLEMS:
                 break
             continue
@@ -258,14 +259,19 @@ def scan_record(
         first = seen.setdefault(row["row_id"], number)
         if first != number:  # a forged or hand-edited record: one row twice would be proposed twice
             problems.append(
-                Problem(where, number, f"row id {str(row['row_id'])[:80]!r} appears twice (first at {first})")
+                Problem(
+                    where,
+                    None if whole else number,
+                    (f"monitor.rows[{number - 1}]: " if whole else "")
+                    + f"row id {str(row['row_id'])[:80]!r} appears twice (first at {first})",
+                )
             )
             continue
         if ledger is not None and ledger.decided(traffic_key(row["row_id"])):
             pool.decided += 1
             continue
         pooled = {k: row.get(k) for k in ("row_id", "line", "timestamp", "faithfulness", "digest", *by)}
-        batch.append((kind, {**pooled, "at": number}))  # "at": its line in the record
+        batch.append((kind, {**pooled, "at": None if whole else number}))  # "at": its line in the record
         if len(batch) >= CHUNK:
             flush()
     if problems:
