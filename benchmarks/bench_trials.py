@@ -78,7 +78,7 @@ def main() -> None:
                 str(data), out=base, adapter="qaeval.system.flaky:make_adapter", trials=k, allow_failing=True, **common
             )
             for adaptive in [False, True] if args.adaptive and k > 1 else [False]:
-                blocked, calls = {}, []
+                blocked, calls = {}, {}
                 start = time.perf_counter()
                 for name in ("make_adapter", "make_regressed"):
                     count = 0
@@ -92,7 +92,7 @@ def main() -> None:
                             **common,
                         )
                         count += not result.ok
-                        calls.append(int(result.run.per_case["trials"].sum()))
+                        calls.setdefault(name, []).append(int(result.run.per_case["trials"].sum()))
                     blocked[name] = count
                 spent = (time.perf_counter() - start) / (2 * args.runs)
                 usage = result.run.judge_usage
@@ -101,7 +101,8 @@ def main() -> None:
                     f"{label:<13} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
                     f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"
                     f"{args.runs} ({blocked['make_regressed'] / args.runs:6.1%})   one gate: median "
-                    f"{statistics.median(calls):.0f} system calls of {args.cases * k}, "
+                    f"{statistics.median(calls['make_adapter']):.0f} (unchanged) and "
+                    f"{statistics.median(calls['make_regressed']):.0f} (regressed) system calls of {args.cases * k}, "
                     f"{usage['calls'] - usage['cached']} judge calls, {spent:.2f} s",
                     flush=True,
                 )

@@ -189,7 +189,7 @@ def gate_run(
         notes.append(note)
     registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
-    current = labelled_run(p, lambda cid: cid not in base.cases or base.cases[cid].pass_count == base.cases[cid].trials)
+    current = labelled_run(p, base.settled())
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:

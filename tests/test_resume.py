@@ -484,3 +484,40 @@ def test_the_journal_may_not_overwrite_an_input(tmp_path):
     done = qaeval("gate", "--data", str(GOLDEN), "--baseline", str(base), "--save", "g.json", cwd=tmp_path, env={})
     assert done.returncode == 64 and "run's journal" in done.stderr, done.stderr[-500:]
     assert base.read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_an_adaptive_gate_tests_every_trial_it_ran_against_the_baseline_that_chose_them(tmp_path, monkeypatch):
+    """The run names the baseline its later trials were chosen against (a digest of its pass counts);
+    the trials test then uses every trial under that rule, and against any other baseline only the first
+    trial, the one every case had whatever it showed."""
+    from dataclasses import replace
+
+    from qaeval.record.read import read_baseline
+    from qaeval.record.write import write_record
+    from qaeval.verdicts.tiers import _trial_pairs
+
+    monkeypatch.syspath_prepend(TESTS)
+    base = tmp_path / "b.json"
+    common = dict(isolation="none", concurrency=1)
+    api.baseline(
+        str(GOLDEN), out=str(base), adapter="plugins:make_abstain_every_other", trials=4, allow_failing=True, **common
+    )
+    saved = tmp_path / "g.json"
+    result = api.gate_run(
+        str(GOLDEN),
+        baseline=str(base),
+        trials=4,
+        adaptive=True,
+        adapter="qaeval.system.reference:make_adapter",
+        **common,
+    )
+    baseline = read_baseline(base)
+    assert result.run.meta.adaptive_baseline == baseline.settled().digest
+    write_record(result.run, saved)
+    assert load_run(saved).meta.adaptive_baseline == baseline.settled().digest, "kept in the record"
+    dvd = next(c.id for c in load_suite(GOLDEN) if "DVD" in c.question)
+    cases = _trial_pairs(result.run, baseline, "faithfulness_rate", result.match.matched)
+    assert {c.rule for c in cases} == {"first or baseline"} and max(len(c.current) for c in cases) == 4
+    other = replace(baseline, cases={**baseline.cases, dvd: replace(baseline.cases[dvd], passes=4)})
+    cases = _trial_pairs(result.run, other, "faithfulness_rate", result.match.matched)
+    assert {c.rule for c in cases} == {None} and {len(c.current) for c in cases} == {1}

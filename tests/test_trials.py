@@ -22,7 +22,7 @@ from qaeval.judges.offline import OfflineJudge
 from qaeval.record.read import load_run, read_baseline
 from qaeval.scoring.trials import pass_at_k, pass_hat_k
 from qaeval.verdicts.gate import gate
-from qaeval.verdicts.tiers import fisher_drop_p, tarone_level
+from qaeval.verdicts.noise import fisher_drop_p, tarone_level
 
 TESTS = str(ROOT / "tests")
 

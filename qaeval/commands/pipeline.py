@@ -219,6 +219,9 @@ def evaluate(
         k=k,
         timeout=timeout,
         data=suite.root,
+        adaptive_baseline=(getattr(settled, "digest", "unnamed rule") if settled is not None else None)
+        if adaptive and trials > 1
+        else None,
     )
     first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
     try:

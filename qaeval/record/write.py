@@ -145,6 +145,8 @@ def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool 
         meta.pop("pass_k", None)
     if not run.meta.adaptive:
         meta.pop("adaptive", None)
+    if run.meta.adaptive_baseline is None:
+        meta.pop("adaptive_baseline", None)
     corpus = _corpus_section(run)
     names = [m.name for m in run.runs[0].metrics]  # the per-case units of each trial
     indexes = [CaseIndex(r) for r in run.runs]

@@ -49,6 +49,7 @@ class RunMeta:
     trials: int = 1  # each case was run this many times (``qaeval.scoring.trials``)
     pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
     adaptive: bool = False  # the trials after the first went only to the cases it did not settle
+    adaptive_baseline: str | None = None  # adaptive against a baseline: the digest of its pass counts
     timeout: float | None = None
     data: str = ""
     created: str | None = None

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,10 +32,32 @@ class BaselineCase:
     output_fingerprint: str | None = None
     passes: int | None = None  # trials that passed (None: as ``passed``, one trial)
     trials: int = 1
+    # per metric, each trial's (num, den) that the trials test may use (None: ``units``, one trial); an
+    # adaptive baseline keeps its first trial only, the one every case had whatever it showed
+    trial_units: dict[str, list[tuple[float, float]]] | None = None
+    trial_passed: list[bool] | None = None  # whether each of those trials passed
 
     @property
     def pass_count(self) -> int:
         return self.passes if self.passes is not None else int(self.passed)
+
+
+@dataclass(frozen=True)
+class SettledRule:
+    """Callable: whether a case whose first trial passed is settled against a baseline's pass counts
+    (every baseline trial passed, or the case is new). ``digest`` names those counts, so the gate can
+    tell whether a run's trials were chosen against the baseline it is gated against."""
+
+    counts: Mapping[str, tuple[int, int]]
+
+    def __call__(self, case_id: str) -> bool:
+        passes, trials = self.counts.get(case_id, (1, 1))
+        return passes == trials
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(sorted((cid, list(c)) for cid, c in self.counts.items()), separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -57,6 +82,24 @@ class Baseline:
     def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
         return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
 
+    def trial_outcomes(self, metric: str) -> dict[str, tuple[tuple[float, ...], tuple[bool, ...]]]:
+        """Per case, (each trial's share of ``metric``, num / den, NaN for a trial it does not count for;
+        whether each trial passed): what the gate's trials test permutes."""
+        out = {}
+        for cid, case in self.cases.items():
+            if case.trial_units is None:  # one trial
+                pairs, passed = [case.units.get(metric, (0.0, 0.0))], [case.passed]
+            else:
+                pairs, passed = case.trial_units.get(metric, []), case.trial_passed or []
+            if len(pairs) == len(passed) and any(den for _, den in pairs):
+                out[cid] = (tuple(num / den if den else math.nan for num, den in pairs), tuple(passed))
+        return out
+
+    def settled(self) -> SettledRule:
+        """The rule ``--adaptive`` uses against this baseline: a case whose first trial passed needs no
+        more when it passed every baseline trial (or is new)."""
+        return SettledRule({cid: (c.pass_count, c.trials) for cid, c in self.cases.items()})
+
     def summary(self) -> dict[str, Any]:
         return clean(
             dict(
@@ -79,6 +122,12 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
     board = run.scoreboard.set_index("metric")
     units = run.units.set_index("case_id")
     names = [m.name for m in run.metrics]
+    trial_runs = run.trial_runs[:1] if run.meta.adaptive else run.trial_runs
+    per_trial = trial_units_of(trial_runs, names) if trial_runs else None
+    passed: dict[str, list[bool]] = {}
+    for trial in trial_runs:
+        for cid, ok in zip(trial.per_case["case_id"], trial.per_case["case_passed"]):
+            passed.setdefault(cid, []).append(bool(ok))
     cases = {}
     for row in run.per_case.to_dict("records"):
         cid = row["case_id"]
@@ -93,6 +142,8 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
             output_fingerprint=row["output_fingerprint"],
             passes=int(row["passes"]),
             trials=int(row["trials"]),
+            trial_units=per_trial.get(cid, {}) if per_trial is not None else None,
+            trial_passed=passed.get(cid, []) if per_trial is not None else None,
         )
     data = data or {}
     return Baseline(
@@ -110,3 +161,15 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
         custom=run.registered.hashes(),
         trials=run.trials,
     )
+
+
+def trial_units_of(runs: Any, names: list[str]) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Per case, per metric, the (num, den) of each of ``runs`` (trial runs) that holds the case."""
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for trial in runs:
+        present = [m for m in names if f"{m}__num" in trial.units.columns]  # not pass_hat_k: over trials
+        for row in trial.units.to_dict("records"):
+            case = out.setdefault(row["case_id"], {})
+            for m in present:
+                case.setdefault(m, []).append((float(row[f"{m}__num"]), float(row[f"{m}__den"])))
+    return out

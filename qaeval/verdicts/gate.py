@@ -27,17 +27,19 @@ trials passed and c of n current ones:
   Tarone's level alpha / (2 m), m the smallest count such that at most m cases could reach p <= alpha
   / (2 m) at all (a case that never moved, 5/5 -> 5/5, has p = 1 whatever happens and costs nothing);
 * flaky: any other case with some trials passing and some failing: listed, never blocking;
-* a gated metric past its tolerance blocks only when the one-sided paired sign-flip test over the
-  matched cases' per-case means has p <= alpha / (2 G), G the number of gated metrics, or when no case
-  pairs with the baseline.
+* a gated metric past its tolerance blocks only when the trials test (``noise.trials_test``: each
+  case's trials permuted within the case, exact for pass-or-fail metrics) has one-sided p <= alpha /
+  (2 G), G the number of gated metrics, or when no case pairs with the baseline. With adaptive trials
+  the permutation keeps to the rule that chose which cases got more than one trial, so every trial
+  that ran counts and the choice cannot lean on the verdict.
 
 What it can and cannot detect: at K = 1 the rule is the one above (any passing case that fails once
 blocks, so a system that varies is blocked on noise); at K = 3 a case 3/3 -> 0/3 blocks, and an
 unchanged system whose cases pass 90% of the time trips that rule with a chance of 1 - (1 - 0.9^3
 0.1^3)^N (7% at N = 100); at K = 5 that chance is 0.06% and a case's drop from 5/5 to 0/5 has Fisher
-p = 1/252; at K = 10 a drop from 10/10 to 5/10 has p = 0.016. A metric whose cases are few (m that
-moved) cannot reach p below 2^-m, so at the default alpha a zero-tolerance metric over fewer than about
-nine cases that moved cannot block on its own with trials; the per-case rules still can. The broken
+p = 1/252; at K = 10 a drop from 10/10 to 5/10 has p = 0.016. A metric whose cases are few cannot reach
+a small p (one trial a side: 2^-m for m cases that moved; with trials, the product over the cases that
+can move of 1 / C(n_b + n, n)); the per-case rules still can block. The broken
 rule is outside alpha: it is what the gate did before trials, and K >= 5 makes its false alarms rare.
 
 The gate is computed by ``gate(run, baseline)`` in steps a reader can name (``qaeval.verdicts.tiers``):

@@ -1,15 +1,32 @@
-"""Whether a metric's move is distinguishable from noise: an exact (or Monte Carlo) paired sign-flip test
-over the cases whose unit moved between the baseline and the run. It informs the gate's report; the
-tolerances decide.
+"""Whether a metric's move is distinguishable from noise.
+
+* ``sign_flip_test``: an exact (or Monte Carlo) paired sign-flip test over the cases whose unit moved
+  between the baseline and the run, one value a side. With one trial on each side it informs the gate's
+  report; the tolerances decide.
+* ``trials_test``: with trials, a one-sided permutation test of every case's trials, permuted within the
+  case: under an unchanged system a case's baseline and current trials are draws of one distribution,
+  so any split of them into n_b and n_c is as likely as the one observed. With one trial a side it is the
+  sign-flip test; with more it sees each trial, so a case that failed 1 of 1 now and 0 of 5 before
+  counts for what it is (a 1-in-6 arrangement), not for a sign that could as well have gone the other way.
+* ``fisher_drop_p`` and ``tarone_level``: a case's drop in passing trials and the level it is held to.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 _EPS = 1e-9
+_TIE = 1e-7  # the trials test's sums of many cases: equal when this close
 EXACT_LIMIT = 16
 MONTE_CARLO = 9999
+EXACT_SPLITS = 5_000  # a case's ways to split its trials, enumerated for the trials test's exact null
+EXACT_SUPPORT = 200_000  # values held at once while convolving that null over the cases
+TRIAL_PERMUTATIONS = 19_999  # the trials test's Monte Carlo draws: p >= 1 / 20,000, below any level it meets
 CHUNK = 2_000_000  # sign-pattern entries held at once on the Monte Carlo path
 
 
@@ -53,3 +70,170 @@ def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, s
     if p < 0.05:
         return True, f"distinguishable from noise (p={format_p(p)}, {moved} of {paired} paired cases moved)"
     return False, f"within noise (p={p:.2f}, {moved} of {paired} paired cases moved)"
+
+
+@dataclass(frozen=True)
+class CaseTrials:
+    """One matched case's trials for ``trials_test``: each trial's value of the metric (NaN: the trial
+    does not count for it) on each side and, for an adaptive run, whether each trial passed and the rule
+    that chose which cases got more than their first trial (``rule``): ``"first"`` (its first current
+    trial failed) or ``"first or baseline"`` (that, or a baseline trial failed). Current trial 0 is the
+    first."""
+
+    base: tuple[float, ...]
+    current: tuple[float, ...]
+    base_passed: tuple[bool, ...] = ()
+    current_passed: tuple[bool, ...] = ()
+    rule: str | None = None
+
+
+def trials_test(cases: Sequence[CaseTrials], *, higher_is_better: bool, seed: int = 0) -> tuple[float, float, int]:
+    """(one-sided p that the current trials are worse, the smallest p these cases allow, cases that can
+    move).
+
+    The statistic is the sum over cases of (current mean - baseline mean), as the sign-flip test's. Its
+    null distribution permutes each case's pooled trials, keeping how many each side had: under an
+    unchanged system the trials of a case are draws of one distribution, so every arrangement is as
+    likely as the one observed. With adaptive trials (``CaseTrials.rule``) the arrangements are those
+    under which the rule would have given the case the trials it got: a case had more than one current
+    trial exactly when its first failed (or a baseline trial did), and the permutation keeps to that, so
+    every trial that ran is used and the choice of which ran cannot lean on the verdict. Exact (every
+    arrangement of every case, convolved) while that stays small (EXACT_SPLITS, EXACT_SUPPORT), which it
+    does for pass-or-fail metrics; otherwise TRIAL_PERMUTATIONS Monte Carlo draws with p = (1 + as
+    extreme) / (draws + 1). A case none of whose arrangements changes the statistic is left out."""
+    sign = 1.0 if higher_is_better else -1.0
+    rng = np.random.default_rng(seed)
+    nulls, observed = [], 0.0
+    for case in cases:
+        if not case.base or not case.current:
+            continue
+        null = _case_null(case, sign, rng)
+        if null is not None:
+            nulls.append(null)
+            observed += null[2]
+    if not nulls:
+        return 1.0, 1.0, 0
+    if all(exact for *_, exact in nulls):
+        values, probs = np.zeros(1), np.ones(1)
+        for v, pr, _, _ in nulls:
+            if values.size * v.size > EXACT_SUPPORT:
+                break
+            values, probs = _merged((values[:, None] + v[None, :]).ravel(), (probs[:, None] * pr[None, :]).ravel())
+        else:
+            return min(1.0, float(probs[values <= observed + _TIE].sum())), float(probs[0]), len(nulls)
+    draws = np.zeros(TRIAL_PERMUTATIONS)
+    for v, pr, _, exact in nulls:
+        draws += rng.choice(v, size=TRIAL_PERMUTATIONS, p=pr) if exact else v
+    extreme = int(np.sum(draws <= observed + _TIE))
+    return (1 + extreme) / (TRIAL_PERMUTATIONS + 1), 1.0 / (TRIAL_PERMUTATIONS + 1), len(nulls)
+
+
+def _case_null(
+    case: CaseTrials, sign: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
+    """(values, probabilities, observed, exact) of one case's (current mean - baseline mean) over the
+    arrangements of its pooled trials the test allows (exact: every one, merged; else Monte Carlo draws
+    with equal weights), or None when no arrangement changes it. Pooled: current trials, then baseline."""
+    values = np.asarray(case.current + case.base, dtype=float) * sign
+    n, c = values.size, len(case.current)
+    valid = ~np.isnan(values)
+    finite = values[valid]
+    if finite.size == 0 or np.ptp(finite) <= _EPS and valid.all():
+        return None
+    if case.rule is not None:
+        passed = np.asarray(case.current_passed + case.base_passed, dtype=bool)
+        if passed.size != n:
+            raise ValueError("CaseTrials: a pass label for every trial is needed with an adaptive rule")
+    rule = case.rule
+    if math.comb(n, c) * (c if rule is not None else 1) <= EXACT_SPLITS:
+        picks = np.array(list(itertools.combinations(range(n), c)))
+        if rule is not None:  # each current set with each of its trials as the first
+            firsts, picks = picks.reshape(-1), np.repeat(picks, c, axis=0)
+        else:
+            firsts = picks[:, 0]
+        mask = _allowed(_mask(picks, n), firsts, passed if rule else None, rule, c)
+        v, pr = _merged(_statistic(mask, values, valid), np.full(mask.shape[0], 1.0 / mask.shape[0]))
+        exact = True
+    else:
+        kept, held = [], 0
+        for _ in range(64):  # an arrangement the rule allows is at least 1 in C(n, c) * c
+            order = rng.permuted(np.broadcast_to(np.arange(n), (TRIAL_PERMUTATIONS, n)), axis=1)
+            allowed = _allowed(_mask(order[:, :c], n), order[:, 0], passed if rule else None, rule, c)
+            kept.append(allowed)
+            held += allowed.shape[0]
+            if held >= TRIAL_PERMUTATIONS:
+                break
+        else:
+            raise ValueError("trials test: too few arrangements agree with the adaptive rule to sample")
+        v, pr, exact = _statistic(np.concatenate(kept)[:TRIAL_PERMUTATIONS], values, valid), np.empty(0), False
+    own = np.zeros((1, n), dtype=bool)
+    own[0, :c] = True
+    if np.ptp(v) <= _EPS:
+        return None
+    return v, pr, float(_statistic(own, values, valid)[0]), exact
+
+
+def _mask(picks: np.ndarray, n: int) -> np.ndarray:
+    mask = np.zeros((picks.shape[0], n), dtype=bool)
+    np.put_along_axis(mask, picks, True, axis=1)
+    return mask
+
+
+def _allowed(mask: np.ndarray, firsts: np.ndarray, passed: np.ndarray | None, rule: str | None, c: int) -> np.ndarray:
+    """The arrangements (rows of ``mask``: which pooled trials are current) under which the adaptive
+    ``rule`` gives the case as many current trials as it had: more than one exactly when the first
+    current trial failed (``"first or baseline"``: or a baseline trial did)."""
+    if rule is None or passed is None:
+        return mask
+    more = ~passed[firsts]
+    if rule == "first or baseline":
+        more |= ((~mask) & ~passed[None, :]).any(axis=1)
+    return mask[more == (c > 1)]
+
+
+def _statistic(mask: np.ndarray, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per arrangement, the current trials' sum less what the case's mean predicts for as many: the
+    score statistic, which weighs every trial that counts alike (so a case's later trials add to the
+    evidence its first gave, and do not dilute it)."""
+    filled = np.where(valid, values, 0.0)
+    mean = filled.sum() / max(1, int(valid.sum()))
+    return mask @ filled - (mask @ valid) * mean
+
+
+def _merged(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same distribution with equal values (to 1e-12) merged, values ascending."""
+    keys, inverse = np.unique(np.round(values, 12), return_inverse=True)
+    return keys, np.bincount(inverse, weights=probs)
+
+
+def fisher_drop_p(base_passes: int, base_trials: int, passes: int, trials: int) -> tuple[float, float]:
+    """(p, smallest p these margins allow) of the one-sided Fisher exact test that the current pass rate
+    is lower than the baseline's, conditional on the total passes S = base_passes + passes over
+    N = base_trials + trials trials: p = sum over x <= passes of C(S, x) C(N - S, trials - x) / C(N, trials),
+    the chance that so few of the current trials pass if the trials of both runs were exchangeable (an
+    unchanged system). The smallest p is that of the fewest current passes S allows."""
+    total, passing = base_trials + trials, base_passes + passes
+    whole = math.comb(total, trials)
+
+    def at(x: int) -> float:
+        return math.comb(passing, x) * math.comb(total - passing, trials - x) / whole
+
+    lowest = max(0, passing - base_trials)
+    return min(1.0, sum(at(x) for x in range(lowest, passes + 1))), at(lowest)
+
+
+def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
+    """Tarone's (1990) level for discrete tests: the smallest m >= 1 such that at most m of the tests
+    could reach p <= alpha / m at all (``min_ps``: the smallest p each test's margins allow), and
+    alpha / m. Tests that cannot reach it are left out of the count, which keeps the family-wise error at
+    most alpha while the exact tests of cases that never moved (p = 1 whatever happens) cost no power."""
+    ordered = sorted(min_ps)
+    m, reach = 1, 0  # reach: how many tests could reach alpha / m, counted from the smallest floor up
+    while True:
+        while reach < len(ordered) and ordered[reach] <= alpha / m:
+            reach += 1
+        while reach > 0 and ordered[reach - 1] > alpha / m:  # alpha / m only shrinks as m grows
+            reach -= 1
+        if reach <= m:
+            return alpha / m, m
+        m += 1

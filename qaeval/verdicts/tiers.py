@@ -24,7 +24,7 @@ from qaeval.scoring.metrics import GATED, Metric
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
-from qaeval.verdicts.noise import noise_note, sign_flip_test
+from qaeval.verdicts.noise import CaseTrials, fisher_drop_p, noise_note, sign_flip_test, tarone_level, trials_test
 
 _EPS = 1e-9
 
@@ -189,12 +189,12 @@ def movement(
 def metric_movements(
     run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], level: float | None = None
 ) -> pd.DataFrame:
-    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test:
-    an exact paired sign-flip test over the matched cases' per-case values (with trials, each case's
-    mean over its trials). ``level`` (with trials): a move past the tolerance blocks only when the
-    one-sided p-value of that test, that the run is worse (half the two-sided p when the paired
-    differences lean the wrong way, else 1), is at most ``level``; ``p_value`` is then that one-sided
-    p. Without ``level`` the tolerance alone decides and ``p_value`` is the two-sided p, as a note."""
+    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test.
+    Without ``level`` (one trial a side): an exact paired sign-flip test over the matched cases' values;
+    the tolerance alone decides and ``p_value`` is the two-sided p, as a note. With ``level`` (trials):
+    the trials test (``noise.trials_test``) over each matched case's trials, permuted within the case;
+    a move past the tolerance blocks only when its one-sided p, that the run is worse, is at most
+    ``level``, and ``p_value`` is that p (``_trial_pairs``: what an adaptive run gives it)."""
     board = run.scoreboard.set_index("metric")
     position = {cid: i for i, cid in enumerate(run.units["case_id"])}
     by_name = {m.name: m for m in run.metrics}
@@ -210,27 +210,57 @@ def metric_movements(
             if den and cid in base_units:
                 bn, bd = base_units[cid]
                 diffs.append(num / den - bn / bd)
-        p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
+        if level is None:
+            p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
+            paired = len(diffs)
+        else:
+            pairs = _trial_pairs(run, baseline, name, matched)
+            p, floor, moved = trials_test(pairs, higher_is_better=by_name[name].higher_is_better)
+            paired = len(pairs)
+        moved_by = movement(by_name[name], tol, baseline, board, p_worse=p if paired else math.nan, level=level)
+        distinguishable, noise = noise_note(p, floor, moved, paired)
         if level is not None:
-            leans_worse = (sum(diffs) < -_EPS) if by_name[name].higher_is_better else (sum(diffs) > _EPS)
-            p, floor = (p / 2, floor / 2) if leans_worse else (1.0, floor / 2)
-        moved_by = movement(by_name[name], tol, baseline, board, p_worse=p if diffs else math.nan, level=level)
-        distinguishable, noise = noise_note(p, floor, moved, len(diffs))
-        if level is not None:
-            noise = f"one-sided p={p:.3g} against level {level:.3g}; " + noise
-        if moved == 0 and diffs and not math.isnan(delta) and abs(delta) > _EPS:
+            noise = f"one-sided p={p:.3g} against level {level:.3g} (trials test); " + noise
+        if moved == 0 and paired and not math.isnan(delta) and abs(delta) > _EPS:
             noise += "; the change comes from cases counted on one side only"
         rows.append(
             dict(
                 **moved_by,
-                n_paired=len(diffs),
+                n_paired=paired,
                 n_moved=moved,
-                p_value=p if diffs else math.nan,
+                p_value=p if paired else math.nan,
                 distinguishable=distinguishable,
                 note=note or noise,
             )
         )
     return frame(rows, DELTA_SCHEMA)
+
+
+def _trial_pairs(run: RunResult, baseline: Baseline, name: str, matched: list[str]) -> list[CaseTrials]:
+    """Each matched case's trials for the trials test of ``name``, both sides' values and pass labels.
+    An adaptive run's rule comes with them when its trials were chosen on their own (``"first"``) or
+    against this very baseline (``"first or baseline"``); against another baseline only its first
+    trial is given, the one every case had whatever it showed."""
+    trials = run.trial_runs or (run,)
+    rule = None
+    if run.meta.adaptive:
+        chosen_by = run.meta.adaptive_baseline
+        rule = "first" if chosen_by is None else "first or baseline" if chosen_by == baseline.settled().digest else None
+        trials = trials if rule is not None else trials[:1]
+    current: dict[str, tuple[list[float], list[bool]]] = {}
+    for trial in trials:
+        units = trial.units.set_index("case_id")
+        for cid, ok in zip(trial.per_case["case_id"], trial.per_case["case_passed"]):
+            num, den = float(units.at[cid, f"{name}__num"]), float(units.at[cid, f"{name}__den"])
+            values, passed = current.setdefault(cid, ([], []))
+            values.append(num / den if den else math.nan)
+            passed.append(bool(ok))
+    base = baseline.trial_outcomes(name)
+    return [
+        CaseTrials(base[cid][0], tuple(current[cid][0]), base[cid][1], tuple(current[cid][1]), rule)
+        for cid in matched
+        if cid in base and cid in current
+    ]
 
 
 def _worse(share: float, higher: bool, base: tuple[float, float] | None) -> bool:
@@ -300,39 +330,6 @@ def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFr
 
 
 # --------------------------------------------------------------------------- trials
-
-
-def fisher_drop_p(base_passes: int, base_trials: int, passes: int, trials: int) -> tuple[float, float]:
-    """(p, smallest p these margins allow) of the one-sided Fisher exact test that the current pass rate
-    is lower than the baseline's, conditional on the total passes S = base_passes + passes over
-    N = base_trials + trials trials: p = sum over x <= passes of C(S, x) C(N - S, trials - x) / C(N, trials),
-    the chance that so few of the current trials pass if the trials of both runs were exchangeable (an
-    unchanged system). The smallest p is that of the fewest current passes S allows."""
-    total, passing = base_trials + trials, base_passes + passes
-    whole = math.comb(total, trials)
-
-    def at(x: int) -> float:
-        return math.comb(passing, x) * math.comb(total - passing, trials - x) / whole
-
-    lowest = max(0, passing - base_trials)
-    return min(1.0, sum(at(x) for x in range(lowest, passes + 1))), at(lowest)
-
-
-def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
-    """Tarone's (1990) level for discrete tests: the smallest m >= 1 such that at most m of the tests
-    could reach p <= alpha / m at all (``min_ps``: the smallest p each test's margins allow), and
-    alpha / m. Tests that cannot reach it are left out of the count, which keeps the family-wise error at
-    most alpha while the exact tests of cases that never moved (p = 1 whatever happens) cost no power."""
-    ordered = sorted(min_ps)
-    m, reach = 1, 0  # reach: how many tests could reach alpha / m, counted from the smallest floor up
-    while True:
-        while reach < len(ordered) and ordered[reach] <= alpha / m:
-            reach += 1
-        while reach > 0 and ordered[reach - 1] > alpha / m:  # alpha / m only shrinks as m grows
-            reach -= 1
-        if reach <= m:
-            return alpha / m, m
-        m += 1
 
 
 CASE_TRIALS_SCHEMA = {
