@@ -521,3 +521,24 @@ def test_an_adaptive_gate_tests_every_trial_it_ran_against_the_baseline_that_cho
     other = replace(baseline, cases={**baseline.cases, dvd: replace(baseline.cases[dvd], passes=4)})
     cases = _trial_pairs(result.run, other, "faithfulness_rate", result.match.matched)
     assert {c.rule for c in cases} == {None} and {len(c.current) for c in cases} == {1}
+
+
+def test_resuming_adaptive_trials_chosen_against_another_baseline_is_refused_naming_it(tmp_path):
+    """The trials a journal holds were chosen against one baseline's pass counts; a run choosing them
+    against another would take a design that is not its own, so it may not resume from them."""
+    from qaeval.commands.pipeline import run_identity
+    from qaeval.core.errors import UsageError
+    from qaeval.scoring.journal import JournalWriter, read_journal
+
+    suite = load_suite(GOLDEN)
+    judge = OfflineJudge()
+
+    def identity(digest):
+        return run_identity(suite, "x:y", judge, 5, 3, None, True, "none", digest)
+
+    path = tmp_path / "r.json.journal"
+    JournalWriter(path, identity("sha256:aaa")).close()
+    read_journal(path, identity("sha256:aaa"), [c.id for c in suite] * 3, keep_errors=False)
+    with pytest.raises(UsageError, match='adaptive_baseline: "sha256:aaa" then, "sha256:bbb" now'):
+        read_journal(path, identity("sha256:bbb"), [c.id for c in suite] * 3, keep_errors=False)
+    assert "adaptive_baseline" not in run_identity(suite, "x:y", judge, 5, 3, None, False, "none", "sha256:aaa")

@@ -79,11 +79,15 @@ def run_identity(
     custom: Any,
     adaptive: bool,
     isolation: str = "process",
+    adaptive_baseline: str | None = None,
 ) -> dict[str, Any]:
     """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
-    without the boundary (isolation none) are never taken into a run that enforces it."""
+    without the boundary (isolation none) are never taken into a run that enforces it, and adaptive
+    trials chosen against one baseline (``adaptive_baseline``, its digest) are not taken into a run
+    choosing them against another."""
     registered = getattr(custom, "registered", None)
-    return dict(
+    chosen_by = {"adaptive_baseline": adaptive_baseline} if adaptive and adaptive_baseline is not None else {}
+    return chosen_by | dict(
         data=suite.fingerprint,
         corpus=suite.corpus_fingerprint,
         adapter=label,
@@ -169,6 +173,7 @@ def evaluate(
     label = adapter_name or adapter_label(adapter)
     n = len(suite)
     everyone = trial_suite(suite, trials)
+    chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
     identity = run_identity(
         suite,
         label,
@@ -178,6 +183,7 @@ def evaluate(
         custom,
         adaptive,
         isolation if executor is None else f"executor {executor_label or type(executor).__name__}",
+        chosen_by if trials > 1 else None,
     )
     collected = Collected()
     memo: dict[Any, Any] = {}
@@ -219,9 +225,7 @@ def evaluate(
         k=k,
         timeout=timeout,
         data=suite.root,
-        adaptive_baseline=(getattr(settled, "digest", "unnamed rule") if settled is not None else None)
-        if adaptive and trials > 1
-        else None,
+        adaptive_baseline=chosen_by if trials > 1 else None,
     )
     first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
     try:
