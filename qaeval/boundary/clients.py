@@ -289,7 +289,11 @@ class HostClient:
 
 
 class JudgeProcess(HostClient):
-    """A custom judge in its own process, seen from the harness as a ``JudgeClient``."""
+    """A custom judge in its own process, seen from the harness as a ``JudgeClient``. ``keep_open``: set
+    while a run streams its outputs to it (``qaeval.scoring.stream``), so the process lasts from one
+    ``judge`` call to the next; otherwise each call ends with the process stopped."""
+
+    keep_open = False
 
     def __init__(
         self,
@@ -308,11 +312,13 @@ class JudgeProcess(HostClient):
             raise
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
-        """Every request's response, in order; the judge's process is stopped at the end."""
+        """Every request's response, in order; the judge's process is stopped at the end (unless
+        ``keep_open``)."""
         try:
             return self.ask_all(requests)
         finally:
-            self.close()
+            if not self.keep_open:
+                self.close()
 
     def request(self, chunk: Sequence[JudgeRequest]) -> dict[str, Any]:
         return {"judge": [request_to_plain(r) for r in chunk]}

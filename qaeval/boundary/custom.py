@@ -211,7 +211,12 @@ class InProcess:
 
 
 class CustomProcess:
-    """The registered checks and metrics in their own process, seen from the harness."""
+    """The registered checks and metrics in their own process, seen from the harness. ``keep_open``: set
+    while a run streams its outputs to it one at a time (``qaeval.scoring.stream``), so the process and the
+    count of cases lost in a row last from one ``score`` call to the next; otherwise each call ends with
+    the process stopped."""
+
+    keep_open = False
 
     def __init__(
         self,
@@ -226,6 +231,7 @@ class CustomProcess:
         self.spec, self.timeout, self.startup = dict(spec), timeout, startup
         self.launch = Launch(data_dir)
         self.proc: UserProcess | None = None
+        self.lost_in_a_row, self.last_loss = 0, ""
         self._guard = contextlib.ExitStack()
         self._guard.enter_context(harness_guard())
         try:
@@ -245,20 +251,20 @@ class CustomProcess:
         return ready
 
     def score(self, samples: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Every case's rows, in order; the process is stopped at the end."""
+        """Every case's rows, in order; the process is stopped at the end (unless ``keep_open``)."""
         rows: list[dict[str, Any]] = []
-        lost_in_a_row, last = 0, ""
         try:
             for cid, plain in samples:
                 out = Outcomes(self.registered, cid)
-                if lost_in_a_row >= MAX_LOST:
-                    rows += out.failed(f"not asked: {lost_in_a_row} cases in a row were lost ({last})")
+                if self.lost_in_a_row >= MAX_LOST:
+                    rows += out.failed(f"not asked: {self.lost_in_a_row} cases in a row were lost ({self.last_loss})")
                     continue
                 reply, why = self._ask(plain)
                 rows += out.decode(reply, plain["error"]) if not why else out.failed(why)
-                lost_in_a_row, last = (lost_in_a_row + 1, why) if why else (0, "")
+                self.lost_in_a_row, self.last_loss = (self.lost_in_a_row + 1, why) if why else (0, "")
         finally:
-            self.close()
+            if not self.keep_open:
+                self.close()
         return rows
 
     def _ask(self, plain: dict[str, Any]) -> tuple[Any, str]:
@@ -290,6 +296,7 @@ class CustomProcess:
         if proc is not None:
             proc.stop(0.5)
         self._guard.close()
+        self.lost_in_a_row, self.last_loss = 0, ""
 
 
 def make_custom(p: Mapping[str, Any]) -> CustomProcess | InProcess | None:

@@ -88,6 +88,18 @@ def not_dumpable() -> bool:
 # --------------------------------------------------------------------------- guarding the harness
 
 _guard_depth = 0
+# The user processes qaeval started and still runs (an adapter's worker, a judge's or the checks' host):
+# each is stopped by its owner, so a guard's sweep passes over them. Without this, closing one client
+# (a custom judge, whose guard was the outermost) killed another that was still in use (the checks').
+_managed: set[int] = set()
+
+
+def managed(pid: int, running: bool) -> None:
+    """Say that qaeval runs the user process ``pid`` (``running``) or has stopped or let go of it."""
+    if running:
+        _managed.add(pid)
+    else:
+        _managed.discard(pid)
 
 
 def _children_of(pid: int) -> list[int]:
@@ -110,10 +122,11 @@ def _children_of(pid: int) -> list[int]:
 
 def sweep_escaped(keep: set[int]) -> int:
     """Kill and reap every child of this process that is not in ``keep`` (escaped descendants that
-    were reparented here). Returns how many were killed."""
+    were reparented here), nor a user process qaeval still runs (``managed``). Returns how many were
+    killed."""
     me, killed = os.getpid(), 0
     for _ in range(20):  # killing one may orphan its own children onto us: repeat until none are left
-        strays = [p for p in _children_of(me) if p not in keep]
+        strays = [p for p in _children_of(me) if p not in keep and p not in _managed]
         if not strays:
             break
         for pid in strays:

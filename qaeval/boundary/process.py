@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from qaeval.boundary.hardening import managed
 from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, Channel, MessageError
 
 # --------------------------------------------------------------------------- the child's side
@@ -149,6 +150,7 @@ class UserProcess:
             raise OSError(f"cannot start a worker process ({exc.strerror or exc})") from None
         finally:
             child_end.close()
+        managed(self.popen.pid, True)
         self.channel = Channel(parent_end, limit=limit, what=what)
         self.stderr = self.popen.stderr
 
@@ -179,9 +181,12 @@ class UserProcess:
         if code is None:
             self.kill()
             code = self.exit_code(5)
+        if code is not None:
+            managed(self.popen.pid, False)
         return code
 
     def close(self) -> None:
+        managed(self.popen.pid, False)
         self.channel.close()
         if self.stderr is not None:
             with contextlib.suppress(OSError):

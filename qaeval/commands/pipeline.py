@@ -18,12 +18,13 @@ from typing import Any
 from qaeval.core.frames import frame
 from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
-from qaeval.scoring.evaluate import score_outputs
+from qaeval.scoring.evaluate import case_sample, score_outputs
 from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
 from qaeval.scoring.judge import JudgeClient, judge_config_of, request_key
 from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.rubric import Rubric
-from qaeval.scoring.stream import JudgeStream, request_for, streaming
+from qaeval.scoring.stream import Stream, request_for, streaming
+from qaeval.scoring.stream_checks import StreamedChecks
 from qaeval.scoring.trials import combine_trials
 from qaeval.system.calls import adapter_label
 from qaeval.system.contract import OUTPUT_SCHEMA
@@ -114,22 +115,23 @@ def _collect(
     adapter: Any,
     places: list[int],
     collected: Collected,
-    stream: JudgeStream,
+    stream: Stream,
     journal: JournalWriter | None,
     run_options: dict[str, Any],
 ) -> None:
-    """Ask the system for the given places; each output is journaled and handed to the judge as it comes."""
+    """Ask the system for the given places; each output is journaled and handed to the stream as it comes."""
     if not places:
         return
     n = len(suite)
     cases = [suite.cases[p % n] for p in places]
+    stream.plan(places)
 
     def arrived(i: int, row: dict[str, Any]) -> None:
         place = places[i]
         collected.rows[place] = row
         if journal is not None:
             journal.output(place, row, place // n)
-        stream.submit(cases[i], row)
+        stream.put(place, cases[i], row)
 
     run_suite(Suite(tuple(cases), suite.root, suite.corpus), adapter, on_output=arrived, **run_options)
     collected.asked += len(places)
@@ -228,6 +230,7 @@ def evaluate(
         adaptive_baseline=chosen_by if trials > 1 else None,
     )
     first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
+    checks = None
     try:
         with (
             fewer_collections(),
@@ -237,15 +240,21 @@ def evaluate(
                 memo=memo,
                 show_progress=show_progress,
                 on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
+                checks=custom,
+                sample_of=lambda case, row, known: case_sample(suite, case, row, known, k=k, config=config),
             ) as stream,
         ):
-            for place, row in collected.rows.items():  # restored outputs still without a verdict
-                stream.submit(everyone.cases[place], row)
+            restored_places = sorted(collected.rows)
+            stream.plan(restored_places)  # restored outputs: judged if still without a verdict, checked
+            for place in restored_places:
+                stream.put(place, everyone.cases[place], collected.rows[place])
             first = [p for p in range(n) if p not in collected.rows]
             rest = [p for p in range(n, n * trials) if p not in collected.rows]
+            if custom is not None:
+                checks = StreamedChecks(custom, stream.checks, stream)
             if adaptive and trials > 1:
                 _collect(suite, adapter, first, collected, stream, writer, run_options)
-                first_run = _score_first(suite, collected, judge, stream.drain(), meta, bootstrap_seed, custom)
+                first_run = _score_first(suite, collected, judge, stream.drain(), meta, bootstrap_seed, checks)
                 unsettled = {c.id for c in suite} - _settled_by(first_run, settled)
                 skipped = [p for p in rest if everyone.cases[p].id not in unsettled]
                 rest = [p for p in rest if everyone.cases[p].id in unsettled]
@@ -257,6 +266,8 @@ def evaluate(
             else:
                 _collect(suite, adapter, first + rest, collected, stream, writer, run_options)
             memo = stream.finish()
+            if checks is not None:
+                checks.stream = None  # finished: nothing more to wait for
     finally:
         if writer is not None:
             writer.close()
@@ -269,7 +280,7 @@ def evaluate(
         outputs = frame([collected.rows[p] for p in places], OUTPUT_SCHEMA)
         runs.append(
             score_outputs(
-                part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom, judge_memo=memo
+                part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=checks, judge_memo=memo
             )
         )
     result = (

@@ -26,18 +26,28 @@ from typing import Any
 import pandas as pd
 
 from qaeval.core.errors import UsageError
-from qaeval.core.frames import RowsByKey
+from qaeval.core.frames import RowsByKey, frame
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import NONE_REGISTERED, Registered
-from qaeval.scoring.judge import JudgeClient, judge_config_of, score_with_judge
+from qaeval.scoring.judge import (
+    JudgeClient,
+    JudgeConfig,
+    build_requests,
+    judge_config_of,
+    request_key,
+    score_with_judge,
+    verdict_frame,
+)
 from qaeval.scoring.metrics import scoreboard_and_slices
-from qaeval.scoring.outcomes import case_outcomes
+from qaeval.scoring.outcomes import case_outcomes, check_samples
 from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.retrieval import score_retrieval
+from qaeval.scoring.rubric import Rubric
 from qaeval.scoring.trajectory import score_trajectories
 from qaeval.scoring.trials import add_trial_columns
+from qaeval.system.contract import OUTPUT_SCHEMA
 
 # --------------------------------------------------------------------------- the result
 
@@ -107,6 +117,33 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
     extra = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)
     extra["is_gold"] = extra["is_gold"].astype(bool)
     return pd.concat([sources, extra], ignore_index=True)
+
+
+def case_sample(
+    suite: Suite, case: Any, row: Mapping[str, Any], memo: Mapping[Any, Any], *, k: int, config: JudgeConfig
+) -> Any:
+    """What scoring will send the registered checks for one output of ``case`` (``check_samples``),
+    computed from that output alone through the same layers, its verdict read from ``memo`` (the judge is
+    never asked here); None when it is judged and the memo lacks its response. With ``JudgeMemo`` entries
+    as ``score_with_judge`` keeps them; nothing in them is changed."""
+    part = Suite((case,), suite.root, suite.corpus)
+    outputs = frame([dict(row)], OUTPUT_SCHEMA)
+    cases, sources = part.to_frame(), part.sources_frame()
+    requests = build_requests(cases, outputs, used_sources(part, outputs, sources), Rubric.load(config.prompt_version))
+    responses = []
+    for req in requests:
+        entry = memo.get(request_key(req))
+        if entry is None:
+            return None
+        responses.append(entry.response)
+    return check_samples(
+        part,
+        outputs,
+        layer1.check_outputs(cases, outputs, sources, suite.corpus),
+        score_retrieval(cases, outputs, k=k),
+        verdict_frame(requests, responses, config),
+        score_trajectories(cases, outputs),
+    )[0][1]
 
 
 def score_outputs(

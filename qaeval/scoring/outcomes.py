@@ -281,6 +281,32 @@ def per_case_row(
     )
 
 
+def _facts_and_samples(
+    suite: Suite, outs: RowsByKey, idx: LayerIndex, samples_too: bool
+) -> tuple[list[CaseFacts], list[tuple[str, dict[str, Any]]]]:
+    """Each case's facts and, when ``samples_too``, what the registered checks are sent for it."""
+    facts, samples = [], []
+    for case in suite.cases:
+        out = outs[case.id]
+        bodies = layer1.case_bodies(case, out, suite.corpus)
+        facts.append(case_facts(case, out, idx, bodies))
+        if samples_too:
+            samples.append((case.id, sample_to_plain(case, out, bodies, facts[-1])))
+    return facts, samples
+
+
+def check_samples(
+    suite: Suite,
+    outputs: pd.DataFrame,
+    checks: pd.DataFrame,
+    retrieval: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    trajectory: pd.DataFrame,
+) -> list[tuple[str, dict[str, Any]]]:
+    """(case id, sample) for each case: what ``case_outcomes`` sends the registered checks and metrics."""
+    return _facts_and_samples(suite, RowsByKey(outputs), index_layers(checks, retrieval, verdicts, trajectory), True)[1]
+
+
 def case_outcomes(
     suite: Suite,
     outputs: pd.DataFrame,
@@ -308,14 +334,8 @@ def case_outcomes(
     """
     idx = index_layers(checks, retrieval, verdicts, trajectory)
     outs = RowsByKey(outputs)
-    facts, samples = [], []
     cases = suite.cases
-    for case in cases:
-        out = outs[case.id]
-        bodies = layer1.case_bodies(case, out, suite.corpus)
-        facts.append(case_facts(case, out, idx, bodies))
-        if runner is not None:
-            samples.append((case.id, sample_to_plain(case, out, bodies, facts[-1])))
+    facts, samples = _facts_and_samples(suite, outs, idx, runner is not None)
     if runner is not None:
         custom, registered = frame(runner.score(samples), CUSTOM_SCHEMA), runner.registered
     custom = custom if custom is not None else frame([], CUSTOM_SCHEMA)

@@ -1,19 +1,25 @@
-"""The judge overlapped with the system: each output is judged as soon as it arrives.
+"""The judge and the registered checks overlapped with the system: each output is scored as it arrives.
 
-``JudgeStream(judge, suite)`` is fed every output the pool collects (``submit(case, row)``, from the
-pool's thread) and asks the judge for it on threads of its own while the system answers the next cases.
-What it gets back goes into the run's judge memo (``qaeval.scoring.judge.score_with_judge``), keyed by the
-request's whole content, so scoring the run afterwards, through the one scoring path, finds every verdict
-already there and asks for nothing again. The deterministic layers are computed then too: they take
-milliseconds a case, the judge and the system take the time.
+A run tells its ``Stream`` which (case, trial) places it is about to ask the system for (``plan``), in the
+order it will read them, and hands it every output as the pool collects it (``put``, from the pool's
+thread). Lanes of its own then do the slow parts while the system answers the next cases:
 
-Which judges stream (``judge_lanes``): one whose class says ``thread_safe = True`` (the OpenAI-compatible
-judge, the slow one a real run has) takes one request per call on as many threads as its concurrency
-(``--judge-concurrency``). Any other judge is asked once, for every request, when scoring runs after the
-system has answered, as before: the offline judge takes microseconds a case, and a custom judge lives in
-a process of its own for one call, chunked, with its own deadlines (``qaeval.boundary.clients``); calling
-either from several threads, or in batches whose make-up depends on timing, would buy nothing or make
-a misbehaving judge's outcome depend on timing. The stream then holds no thread and judges nothing.
+* **the judge** (``JudgeLanes``). A judge whose class says ``thread_safe = True`` (the OpenAI-compatible
+  judge) takes one request per call on as many threads as its concurrency (``--judge-concurrency``), in
+  the order outputs arrive: each request stands alone, so nothing about it depends on timing. Any other
+  judge (a custom judge in its process, the offline judge, a judge object given to the API) is asked on
+  one thread, in the plan's order, in chunks of the plan's ``CHUNK`` consecutive places: which requests
+  share a chunk, and so what a judge that hangs or fails on a chunk costs, is fixed by the plan, not by
+  which output came first. Responses go into the run's judge memo, keyed by the request's whole content.
+* **the registered checks and metrics** (``ChecksLane``), when there are any: one thread, in the plan's
+  order, one output at a time, once its verdict is in. It computes what scoring will send the checks for
+  that output (``sample_of``: the layers of one case, reading the memo) and asks the runner; the rows
+  are kept under a digest of that sample.
+
+Scoring the run afterwards goes through the one scoring path (``qaeval.scoring.evaluate.score_outputs``):
+it finds every verdict in the memo and every check's rows under its sample's digest (``StreamedChecks``),
+and asks for nothing again. What it does not find (an output replaced after it was scored, a lane that
+failed) it asks for then, so a lane can only save time, never change a result.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from qaeval.boundary.plugins import progress_bar
@@ -38,19 +45,21 @@ from qaeval.scoring.judge import (
     request_key,
 )
 from qaeval.scoring.rubric import Rubric
+from qaeval.scoring.stream_checks import ChecksLane, keep_open
 
+CHUNK = 16  # plan places per call of a judge that is asked on one thread
 _STOP = object()
 
 
 def judge_lanes(judge: Any) -> int:
-    """How many threads stream ``judge``: its ``concurrency`` when its class says ``thread_safe = True``
-    (the OpenAI-compatible judge), else 0 (it is asked once, at scoring)."""
+    """How many threads judge at once: a judge's ``concurrency`` when its class says ``thread_safe = True``
+    (the OpenAI-compatible judge), else 1 (asked on one thread, in chunks, in the plan's order)."""
     try:
         if getattr(type(judge), "thread_safe", False) is not True:
-            return 0
+            return 1
         concurrency = getattr(judge, "concurrency", 1)
-    except Exception:  # noqa: BLE001  (a judge's attribute that raises: it does not stream)
-        return 0
+    except Exception:  # noqa: BLE001  (a judge's attribute that raises: one lane)
+        return 1
     return int.__int__(concurrency) if type(concurrency) is int and 1 <= int.__int__(concurrency) <= 256 else 1
 
 
@@ -64,11 +73,8 @@ def request_for(suite: Suite, rubric: Rubric, case: GoldenCase, row: dict[str, A
     return judge_request(row, case.question, case.gold_answer, judged_fixture(case, row, suite.corpus), rubric)
 
 
-class JudgeStream:
-    """Judges outputs on its own threads as they arrive; ``finish()`` waits for the last and returns the memo.
-
-    ``on_judged(key, request, response)`` is called (on a judging thread) for each response, for the
-    journal. Anything a judge does wrong is contained as in scoring (``call_judge``)."""
+class Stream:
+    """The run's outputs as they arrive, in the plan's order, and the lanes that score them."""
 
     def __init__(
         self,
@@ -78,102 +84,250 @@ class JudgeStream:
         memo: JudgeMemo | None = None,
         on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None = None,
         show_progress: bool | None = None,
+        checks: Any = None,
+        sample_of: Callable[[GoldenCase, dict[str, Any], JudgeMemo], Any] | None = None,
     ) -> None:
-        self.judge, self.suite, self.on_judged = judge, suite, on_judged
-        self.rubric = Rubric.load(judge_config_of(judge).prompt_version)
+        self.suite = suite
+        self.cond = threading.Condition()
+        self.plan_order: list[int] = []  # places, in the order the run asks for them
+        self.batches: list[tuple[int, int]] = []  # (start, end) in plan_order of each plan() call
+        self.items: dict[int, tuple[GoldenCase, dict[str, Any]]] = {}
+        self.closed = self.stopped = False
         self.memo: JudgeMemo = memo if memo is not None else {}
-        self._asked: set[tuple[Any, ...]] = set(self.memo)
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending = 0
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self.judge = JudgeLanes(self, judge, on_judged=on_judged, show_progress=show_progress)
+        self.checks = ChecksLane(self, checks, sample_of) if checks is not None and sample_of is not None else None
+
+    # ------------------------------------------------------------------ fed by the run
+
+    def plan(self, places: Sequence[int]) -> None:
+        """The places the run is about to ask for (or restored), in the order it will read them."""
+        with self.cond:
+            start = len(self.plan_order)
+            self.plan_order += list(places)
+            self.batches.append((start, len(self.plan_order)))
+            self.cond.notify_all()
+
+    def put(self, place: int, case: GoldenCase, row: dict[str, Any]) -> None:
+        """One output (a later one for the same place replaces it: a failure found after the answer)."""
+        with self.cond:
+            self.items[place] = (case, row)
+            self.cond.notify_all()
+        self.judge.arrived(case, row)
+
+    # ------------------------------------------------------------------ read by the lanes
+
+    def wait(self, ready: Callable[[], bool]) -> bool:
+        """Wait (holding nothing) until ``ready()`` or the stream is stopped; whether it is ready."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.stopped or ready())
+            return not self.stopped
+
+    def planned(self) -> Iterator[tuple[int, int]]:
+        """Each plan() batch's (start, end) as it is planned, until the run is finished or stopped."""
+        seen = 0
+        while True:
+            with self.cond:
+                self.cond.wait_for(partial(self._more, seen))
+                if self.stopped or seen >= len(self.batches):
+                    return
+                batch = self.batches[seen]
+            yield batch
+            seen += 1
+
+    def _more(self, seen: int) -> bool:
+        return self.stopped or self.closed or seen < len(self.batches)
+
+    def item(self, position: int) -> tuple[int, GoldenCase, dict[str, Any]] | None:
+        """The plan's ``position``-th place with its output, once it has arrived; None when stopped."""
+        place = self.plan_order[position]
+        if not self.wait(lambda: place in self.items):
+            return None
+        with self.cond:
+            case, row = self.items[place]
+        return place, case, row
+
+    # ------------------------------------------------------------------ the run's side
+
+    def drain(self) -> JudgeMemo:
+        """Wait until everything planned so far is judged and checked (the lanes keep running)."""
+        with self.cond:
+            self.cond.wait_for(
+                lambda: (
+                    self.stopped
+                    or (self.judge.caught_up(len(self.plan_order)) and (self.checks is None or self.checks.caught_up()))
+                )
+            )
+        return self.memo
+
+    def finish(self) -> JudgeMemo:
+        """Nothing more will be planned: wait for the lanes to score everything, and stop them."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.judge.join()
+        if self.checks is not None:
+            self.checks.join()
+        return self.memo
+
+    def abandon(self) -> None:
+        """Stop without waiting (Ctrl-C): nothing more is sent; a call in flight ends on its own thread."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self.judge.abandon()
+        if self.checks is not None:
+            self.checks.abandon()
+
+
+class JudgeLanes:
+    """The judge's side of a ``Stream``: see the module's docstring. Anything a judge does wrong is
+    contained as in scoring (``call_judge``)."""
+
+    def __init__(
+        self,
+        stream: Stream,
+        judge: JudgeClient,
+        *,
+        on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None,
+        show_progress: bool | None,
+    ) -> None:
+        self.stream, self.judge, self.on_judged = stream, judge, on_judged
+        self.rubric = Rubric.load(judge_config_of(judge).prompt_version)
+        self.asked: set[tuple[Any, ...]] = set(stream.memo)
+        self.pending = 0  # threaded lanes: queued, not yet answered
+        self.position = 0  # the ordered lane: plan positions done
+        self.broken: BaseException | None = None  # a lane that failed: scoring asks for what it left
         self.threads = judge_lanes(judge)
+        self.ordered = getattr(type(judge), "thread_safe", False) is not True
         self._defers = callable(getattr(type(judge), "report_rejected", None))
         if self._defers:  # one warning for the run, not one per call (qaeval.judges.openai)
             judge.defer_warnings = True  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked above
+        keep_open(judge, True)
         self.sent = 0
-        self._bar_cm = progress_bar(len(suite), desc="judge calls", enabled=show_progress)
+        self._bar_cm = progress_bar(len(stream.suite), desc="judge calls", enabled=show_progress)
         self._bar = self._bar_cm.__enter__()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        target = self._ordered if self.ordered else self._threaded
         self._workers = [
-            threading.Thread(target=self._work, daemon=True, name=f"qaeval-judge-stream-{n}")
-            for n in range(self.threads)
+            threading.Thread(target=self._guarded, args=(target,), daemon=True, name=f"qaeval-judge-{n}")
+            for n in range(1 if self.ordered else self.threads)
         ]
         for w in self._workers:
             w.start()
 
-    def submit(self, case: GoldenCase, row: dict[str, Any]) -> tuple[Any, ...] | None:
-        """Queue the judging of one output, unless the run has (or is getting) a response for its content,
-        or the judge does not stream. Returns the request's key, or None when nothing is queued."""
-        if not self.threads:
-            return None
-        req = request_for(self.suite, self.rubric, case, row)
-        if req is None:
-            return None
-        key = request_key(req)
-        with self._lock:
-            if key in self._asked:
-                return key
-            self._asked.add(key)
+    def request(self, case: GoldenCase, row: dict[str, Any]) -> tuple[tuple[Any, ...], JudgeRequest] | None:
+        req = request_for(self.stream.suite, self.rubric, case, row)
+        return None if req is None else (request_key(req), req)
+
+    def _claim(self, key: tuple[Any, ...]) -> bool:
+        """Whether this request is to be sent (the run has no response for its content, nor asked for one)."""
+        with self.stream.cond:
+            if key in self.asked:
+                return False
+            self.asked.add(key)
             self.sent += 1
-            self._pending += 1
             if hasattr(self._bar, "total"):  # the judge's share grows as outputs arrive
                 self._bar.total = self.sent
-        self._queue.put((key, req))
-        return key
+            return True
 
-    def _work(self) -> None:
+    def _answered(self, pairs: Sequence[tuple[tuple[Any, ...], JudgeRequest]], responses: Sequence[Any]) -> None:
+        for (key, req), response in zip(pairs, responses):
+            if self.on_judged is not None:
+                self.on_judged(key, req, response)
+        with self.stream.cond:
+            for (key, _), response in zip(pairs, responses):
+                self.stream.memo[key] = MemoEntry(response)
+            self.stream.cond.notify_all()
+        self._bar.update(len(pairs))
+
+    def arrived(self, case: GoldenCase, row: dict[str, Any]) -> None:
+        """A threaded judge is asked for an output as soon as it arrives (the ordered lane reads the plan)."""
+        if self.ordered:
+            return
+        pair = self.request(case, row)
+        if pair is None or not self._claim(pair[0]):
+            return
+        with self.stream.cond:
+            self.pending += 1
+        self._queue.put(pair)
+
+    def _threaded(self) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
                 return
-            key, req = item
-            for response in call_judge(self.judge, [req]):
-                if self.on_judged is not None:
-                    self.on_judged(key, req, response)
-                with self._lock:
-                    self.memo[key] = MemoEntry(response)
-                    self._pending -= 1
-                    self._idle.notify_all()
-                self._bar.update()
+            self._answered([item], call_judge(self.judge, [item[1]]))
+            with self.stream.cond:
+                self.pending -= 1
+                self.stream.cond.notify_all()
 
-    def drain(self) -> JudgeMemo:
-        """Wait until everything submitted so far is judged (the threads keep running); the memo."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
-        return self.memo
+    def _ordered(self) -> None:
+        for start, end in self.stream.planned():
+            for first in range(start, end, CHUNK):
+                pairs = []
+                for position in range(first, min(first + CHUNK, end)):
+                    got = self.stream.item(position)
+                    if got is None:
+                        return
+                    pair = self.request(got[1], got[2])
+                    if pair is not None and self._claim(pair[0]):
+                        pairs.append(pair)
+                if pairs:
+                    self._answered(pairs, call_judge(self.judge, [req for _, req in pairs]))
+                with self.stream.cond:
+                    self.position = min(first + CHUNK, end)
+                    self.stream.cond.notify_all()
 
-    def finish(self) -> JudgeMemo:
-        """Wait for every queued request to be judged; the memo then holds them all."""
-        for _ in self._workers:
-            self._queue.put(_STOP)
+    def _guarded(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001  (a lane that fails leaves its work to scoring)
+            with self.stream.cond:
+                self.broken = exc
+                self.stream.cond.notify_all()
+
+    def caught_up(self, planned: int) -> bool:
+        """(Holding the stream's condition.) Whether every output planned and arrived so far is judged."""
+        if self.broken is not None:
+            return True
+        if self.ordered:
+            return self.position >= planned
+        return self.pending == 0 and len(self.stream.items) >= planned
+
+    def has(self, key: tuple[Any, ...]) -> bool:
+        """(Holding the stream's condition.) Whether the memo holds ``key``, or never will from a lane."""
+        return key in self.stream.memo or self.broken is not None
+
+    def join(self) -> None:
+        if not self.ordered:
+            for _ in self._workers:
+                self._queue.put(_STOP)
         for w in self._workers:
             w.join()
-        self._bar_cm.__exit__(None, None, None)
-        self._report()
-        return self.memo
+        self._end()
 
-    def _report(self) -> None:
+    def abandon(self) -> None:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+        for _ in self._workers:
+            self._queue.put(_STOP)
+        self._end()
+
+    def _end(self) -> None:
+        self._bar_cm.__exit__(None, None, None)
+        keep_open(self.judge, False)
         if self._defers:
             from qaeval.boundary.plugins import contained
 
             self.judge.defer_warnings = False  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
             contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
 
-    def abandon(self) -> None:
-        """Stop without waiting (Ctrl-C): nothing queued is sent; a call in flight ends on its own thread."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._queue.get_nowait()
-        for _ in self._workers:
-            self._queue.put(_STOP)
-        self._bar_cm.__exit__(None, None, None)
-        self._report()
-
 
 @contextlib.contextmanager
-def streaming(judge: JudgeClient, suite: Suite, **options: Any) -> Iterator[JudgeStream]:
-    """A ``JudgeStream`` that is abandoned if the block raises (Ctrl-C included)."""
-    stream = JudgeStream(judge, suite, **options)
+def streaming(judge: JudgeClient, suite: Suite, **options: Any) -> Iterator[Stream]:
+    """A ``Stream`` that is abandoned if the block raises (Ctrl-C included)."""
+    stream = Stream(judge, suite, **options)
     try:
         yield stream
     except BaseException:
