@@ -18,7 +18,7 @@ from typing import Any
 from qaeval.core.frames import frame
 from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
-from qaeval.scoring.evaluate import case_sample, score_outputs
+from qaeval.scoring.evaluate import case_samples, score_outputs
 from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
 from qaeval.scoring.judge import JudgeClient, judge_config_of, request_key
 from qaeval.scoring.result import RunMeta, RunResult
@@ -241,7 +241,7 @@ def evaluate(
                 show_progress=show_progress,
                 on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
                 checks=custom,
-                sample_of=lambda case, row, known: case_sample(suite, case, row, known, k=k, config=config),
+                sample_of=lambda items, known: case_samples(suite, items, known, k=k, config=config),
             ) as stream,
         ):
             restored_places = sorted(collected.rows)

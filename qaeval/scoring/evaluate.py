@@ -19,7 +19,7 @@ How one case's row is put together, step by step:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -119,15 +119,20 @@ def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> 
     return pd.concat([sources, extra], ignore_index=True)
 
 
-def case_sample(
-    suite: Suite, case: Any, row: Mapping[str, Any], memo: Mapping[Any, Any], *, k: int, config: JudgeConfig
-) -> Any:
-    """What scoring will send the registered checks for one output of ``case`` (``check_samples``),
-    computed from that output alone through the same layers, its verdict read from ``memo`` (the judge is
-    never asked here); None when it is judged and the memo lacks its response. With ``JudgeMemo`` entries
-    as ``score_with_judge`` keeps them; nothing in them is changed."""
-    part = Suite((case,), suite.root, suite.corpus)
-    outputs = frame([dict(row)], OUTPUT_SCHEMA)
+def case_samples(
+    suite: Suite,
+    items: Sequence[tuple[Any, Mapping[str, Any]]],
+    memo: Mapping[Any, Any],
+    *,
+    k: int,
+    config: JudgeConfig,
+) -> list[Any] | None:
+    """What scoring will send the registered checks for each of some outputs (``items``: (case, output)
+    pairs of distinct cases), computed through the same layers for those cases alone (each case's sample
+    depends on its own rows only), their verdicts read from ``memo`` (the judge is never asked here and
+    nothing in the memo changes). None when an output is judged and the memo lacks its response."""
+    part = Suite(tuple(case for case, _ in items), suite.root, suite.corpus)
+    outputs = frame([dict(row) for _, row in items], OUTPUT_SCHEMA)
     cases, sources = part.to_frame(), part.sources_frame()
     requests = build_requests(cases, outputs, used_sources(part, outputs, sources), Rubric.load(config.prompt_version))
     responses = []
@@ -136,14 +141,15 @@ def case_sample(
         if entry is None:
             return None
         responses.append(entry.response)
-    return check_samples(
+    samples = check_samples(
         part,
         outputs,
         layer1.check_outputs(cases, outputs, sources, suite.corpus),
         score_retrieval(cases, outputs, k=k),
         verdict_frame(requests, responses, config),
         score_trajectories(cases, outputs),
-    )[0][1]
+    )
+    return [sample for _, sample in samples]
 
 
 def score_outputs(

@@ -13,8 +13,8 @@ thread). Lanes of its own then do the slow parts while the system answers the ne
   which output came first. Responses go into the run's judge memo, keyed by the request's whole content.
 * **the registered checks and metrics** (``ChecksLane``), when there are any: one thread, in the plan's
   order, one output at a time, once its verdict is in. It computes what scoring will send the checks for
-  that output (``sample_of``: the layers of one case, reading the memo) and asks the runner; the rows
-  are kept under a digest of that sample.
+  that output (``sample_of``: the layers of those cases alone, reading the memo; several outputs ready
+  at once are computed together) and asks the runner; the rows are kept under a digest of that sample.
 
 Scoring the run afterwards goes through the one scoring path (``qaeval.scoring.evaluate.score_outputs``):
 it finds every verdict in the memo and every check's rows under its sample's digest (``StreamedChecks``),
@@ -85,7 +85,7 @@ class Stream:
         on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None = None,
         show_progress: bool | None = None,
         checks: Any = None,
-        sample_of: Callable[[GoldenCase, dict[str, Any], JudgeMemo], Any] | None = None,
+        sample_of: Callable[[list[tuple[GoldenCase, dict[str, Any]]], JudgeMemo], Any] | None = None,
     ) -> None:
         self.suite = suite
         self.cond = threading.Condition()

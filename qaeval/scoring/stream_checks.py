@@ -34,13 +34,16 @@ def sample_digest(sample: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+BATCH = 64  # outputs whose samples are computed together (the layers' frames cost the same for one or many)
+
+
 class ChecksLane:
     """The registered checks and metrics' side of a ``Stream``: one thread, the plan's order, one output
     at a time once its verdict is in. ``rows`` maps a sample's digest to the rows its checks gave, one
     entry each time it was asked (two trials with equal outputs ask twice, as scoring would)."""
 
     def __init__(
-        self, stream: Any, runner: Any, sample_of: Callable[[GoldenCase, dict[str, Any], JudgeMemo], Any]
+        self, stream: Any, runner: Any, sample_of: Callable[[list[tuple[GoldenCase, dict[str, Any]]], JudgeMemo], Any]
     ) -> None:
         self.stream, self.runner, self.sample_of = stream, runner, sample_of
         self.rows: dict[str, list[list[dict[str, Any]]]] = {}
@@ -60,27 +63,57 @@ class ChecksLane:
                 self.stream.cond.notify_all()
 
     def _run(self) -> None:
-        judge = self.stream.judge
         for start, end in self.stream.planned():
-            for position in range(start, end):
-                got = self.stream.item(position)
-                if got is None:
+            position = start
+            while position < end:
+                batch = self._batch(position, end)
+                if batch is None:
                     return
-                _, case, row = got
-                pair = judge.request(case, row)
-                key = pair[0] if pair is not None else None
-                if key is not None and not self.stream.wait(partial(judge.has, key)):
-                    return
+                items = [(case, row) for _, case, row, _ in batch]
                 with self.stream.cond:
-                    memo = {key: self.stream.memo[key]} if key is not None and key in self.stream.memo else {}
-                sample = self.sample_of(case, row, memo)
-                if sample is not None:  # asked once per output, as scoring would (not once per content)
-                    with self.lock:
+                    memo = {key: self.stream.memo[key] for *_, key in batch if key is not None}
+                samples = self.sample_of(items, memo)
+                for (_, case, _, _), sample in zip(batch, samples or ()):
+                    with self.lock:  # asked once per output, as scoring would (not once per content)
                         rows = self.runner.score([(case.id, sample)])
                         self.rows.setdefault(sample_digest(sample), []).append(rows)
+                position += len(batch)
                 with self.stream.cond:
-                    self.position = position + 1
+                    self.position = position
                     self.stream.cond.notify_all()
+
+    def _batch(self, position: int, end: int) -> list[tuple[int, Any, dict[str, Any], Any]] | None:
+        """The next plan positions to check: the one at ``position`` once it has arrived with its verdict,
+        then (without waiting) the ones after it that have too, up to ``BATCH``, each case once. Each is
+        (place, case, output, its request's key or None); None when the stream was stopped."""
+        judge, ids = self.stream.judge, set()
+        batch: list[tuple[int, Any, dict[str, Any], Any]] = []
+        while position + len(batch) < end and len(batch) < BATCH:
+            at = position + len(batch)
+            if batch:
+                with self.stream.cond:
+                    place = self.stream.plan_order[at]
+                    ready = place in self.stream.items
+                if not ready:
+                    break
+            got = self.stream.item(at)
+            if got is None:
+                return None
+            place, case, row = got
+            if case.id in ids:
+                break
+            pair = judge.request(case, row)
+            key = pair[0] if pair is not None else None
+            if key is not None:
+                if batch:
+                    with self.stream.cond:
+                        if not judge.has(key):
+                            break
+                elif not self.stream.wait(partial(judge.has, key)):
+                    return None
+            batch.append((place, case, row, key))
+            ids.add(case.id)
+        return batch
 
     def caught_up(self) -> bool:
         """(Holding the stream's condition.) Whether every output planned so far is checked."""
