@@ -233,6 +233,8 @@ def resume(cases: int = 1000) -> None:
                 break
             time.sleep(0.05)
         proc.wait(timeout=120)
+        if not journal.exists():
+            sys.exit(f"the interrupted run (exit {proc.returncode}) left no journal: {proc.stderr.read()[-2000:]}")
         first = len(counted.read_text().splitlines())
         kept = journal.read_text().count('"kind": "output"')
         done = subprocess.run(args + ["--resume"], env=env, cwd=tmp, capture_output=True, text=True)

@@ -247,6 +247,34 @@ def test_a_case_flaky_now_is_reported_flaky_not_regressed(baseline_k4, monkeypat
     assert "flaky, not blocking (1)" in result.summary_text()
 
 
+def test_a_gated_metric_whose_test_cannot_reach_the_level_costs_the_others_nothing(baseline_k4, monkeypatch):
+    """Tarone over the gated metrics: a metric none of whose cases can move (every trial alike on both
+    sides: min_p 1), or whose few moving cases could never reach the level, is not counted, so the others
+    are held to alpha / 2 over their own number, not over all G. One case moved here, in 2 of its 4 trials,
+    which no metric's test can tell from noise (min_p 0.214): none is counted and the level is alpha / 2."""
+    from qaeval.verdicts.tiers import metric_level
+
+    monkeypatch.syspath_prepend(TESTS)
+    run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)
+    deltas = gate(run, baseline_k4).metric_deltas.set_index("metric")
+    assert len(deltas) == 7 and (deltas.loc[deltas["n_moved"] == 0, "min_p"] == 1.0).all()
+    assert deltas.at["over_refusal_rate", "min_p"] == pytest.approx(3 / 14)  # one case, 2 of 8 trials failing
+    assert "against level 0.025 (trials test)" in deltas.at["over_refusal_rate", "note"]
+    assert metric_level(deltas["min_p"].tolist(), 0.025) == 0.025
+    assert metric_level([math.nan, 1.0, 1.0, 0.001], 0.025) == 0.025  # NaN: a metric with nothing to test
+    assert metric_level([0.001] * 7, 0.025) == pytest.approx(0.025 / 7)  # all can: Bonferroni's
+    assert metric_level([0.001] * 2 + [0.2] * 5, 0.025) == pytest.approx(0.025 / 2)
+
+
+def test_a_gate_record_keeps_each_metric_tests_smallest_p_and_an_older_one_is_read_by_its_own_rule():
+    from qaeval.verdicts.gate_record import recorded_metric_level
+
+    rows = [{"metric": m, "min_p": f} for m, f in (("a", 1.0), ("b", None), ("c", 0.001))]
+    assert recorded_metric_level(rows, 0.025, 3) == 0.025  # Tarone: only c could reach the level
+    assert recorded_metric_level([{"metric": r["metric"]} for r in rows], 0.025, 3) == pytest.approx(0.025 / 3)
+    assert recorded_metric_level(rows, None, 3) is None  # one trial a side: the tolerances alone
+
+
 def test_a_case_that_fails_every_trial_after_passing_every_baseline_trial_blocks(baseline_k4, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     run = api.run(str(GOLDEN), adapter="plugins:make_abstain_on_dvd", trials=3, isolation="none")

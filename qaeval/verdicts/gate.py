@@ -28,8 +28,11 @@ trials passed and c of n current ones:
   / (2 m) at all (a case that never moved, 5/5 -> 5/5, has p = 1 whatever happens and costs nothing);
 * flaky: any other case with some trials passing and some failing: listed, never blocking;
 * a gated metric past its tolerance blocks only when the trials test (``noise.trials_test``: each
-  case's trials permuted within the case, exact for pass-or-fail metrics) has one-sided p <= alpha /
-  (2 G), G the number of gated metrics, or when no case pairs with the baseline. With adaptive trials
+  case's trials permuted within the case, exact for pass-or-fail metrics) has one-sided p at most
+  Tarone's level for alpha / 2 over the gated metrics' tests (``tiers.metric_level``: alpha / (2 m), m
+  the smallest count such that at most m tests could reach it; a metric whose trials are all alike
+  cannot and costs nothing, so with G metrics that all can it is alpha / (2 G)), or when no case pairs
+  with the baseline. With adaptive trials
   the permutation keeps to the rule that chose which cases got more than one trial, so every trial
   that ran counts and the choice cannot lean on the verdict.
 
@@ -300,8 +303,8 @@ def gate(
     """Compare a RunResult with a Baseline. Pure: no I/O."""
     tolerances = dict(gated(run.metrics) if tolerances is None else tolerances)
     match = match_cases(run, baseline)
-    case_level, metric_level = levels(run, baseline, match, tolerances, alpha)
-    deltas = metric_movements(run, baseline, tolerances, match.matched, level=metric_level)
+    case_level, metric_alpha = levels(run, baseline, match, tolerances, alpha)
+    deltas = metric_movements(run, baseline, tolerances, match.matched, alpha=metric_alpha)
     trials = case_trials(run, baseline, match.matched, case_level)
     tiers, regressed, new_failing = decide(run, baseline, match, deltas, trials)
     return GateResult(

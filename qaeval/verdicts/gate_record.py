@@ -43,6 +43,7 @@ from qaeval.verdicts.tiers import (
     gated,
     levels,
     match_cases,
+    metric_level,
     movement,
 )
 
@@ -101,7 +102,7 @@ SECTION = Fields(
             case_ids=Each("str"),
             rule=Valid("str", TIER_RULES.__contains__, f"one of {', '.join(TIER_RULES)}"),
         ),
-        metric_deltas=rows_of(DELTA_SCHEMA),
+        metric_deltas=rows_of(DELTA_SCHEMA, optional=("min_p",)),
         regressed=rows_of(REGRESSED_SCHEMA),
         new_failing=rows_of(NEW_SCHEMA),
         match=Fields({name: Each("str") for name in ("matched", "changed", "new", "removed")}),
@@ -112,6 +113,19 @@ SECTION = Fields(
     ),
     optional=("baseline_notes", "calibration", "notes", "case_trials", "alpha"),
 )
+
+
+def recorded_metric_level(rows: list[Any], alpha: float | None, gated_metrics: int) -> float | None:
+    """The level a gate record's metric tests were held to: Tarone's over the ``min_p`` each row stores,
+    or, for a record written before ``min_p`` was kept, Bonferroni's alpha / G it was decided with then."""
+    if alpha is None:
+        return None
+    if rows and all(isinstance(row, dict) and "min_p" in row for row in rows):
+        floors = [row["min_p"] for row in rows]  # null: a metric with nothing to test (NaN when written)
+        return metric_level(
+            [float(f) for f in floors if isinstance(f, (int, float)) and not isinstance(f, bool)], alpha
+        )
+    return alpha / max(1, gated_metrics)
 
 
 def _recorded_tolerances(
@@ -300,7 +314,8 @@ class GateRecord:
             audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
         board = self.run.scoreboard.set_index("metric")
         by_name = {m.name: m for m in self.run.metrics}
-        case_level, metric_level = levels(self.run, self.baseline, match, tolerances, self.alpha)
+        case_level, metric_alpha = levels(self.run, self.baseline, match, tolerances, self.alpha)
+        metric_level = recorded_metric_level(s["metric_deltas"], metric_alpha, len(tolerances))
         stored_p = [row.get("p_value") if metric_level is not None else None for row in s["metric_deltas"]]
         moves = [
             movement(by_name[name], tol, self.baseline, board, p_worse=p, level=metric_level)

@@ -58,6 +58,7 @@ DELTA_SCHEMA = {
     "p_value": "float",
     "distinguishable": "bool",
     "note": "text",
+    "min_p": "float",  # with trials: the smallest p the metric's trials test allows (NaN otherwise)
 }
 REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state": "text", "why": "text"}
 NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
@@ -187,36 +188,40 @@ def movement(
 
 
 def metric_movements(
-    run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], level: float | None = None
+    run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], alpha: float | None = None
 ) -> pd.DataFrame:
     """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test.
-    Without ``level`` (one trial a side): an exact paired sign-flip test over the matched cases' values;
-    the tolerance alone decides and ``p_value`` is the two-sided p, as a note. With ``level`` (trials):
+    Without ``alpha`` (one trial a side): an exact paired sign-flip test over the matched cases' values;
+    the tolerance alone decides and ``p_value`` is the two-sided p, as a note. With ``alpha`` (trials):
     the trials test (``noise.trials_test``) over each matched case's trials, permuted within the case;
-    a move past the tolerance blocks only when its one-sided p, that the run is worse, is at most
-    ``level``, and ``p_value`` is that p (``_trial_pairs``: what an adaptive run gives it)."""
+    ``p_value`` is its one-sided p that the run is worse and ``min_p`` the smallest p the case's trials
+    allow. A move past the tolerance blocks only when ``p_value`` is at most ``metric_level``: Tarone's
+    level for ``alpha`` over the metrics' tests (``_trial_pairs``: what an adaptive run gives them)."""
     board = run.scoreboard.set_index("metric")
     position = {cid: i for i, cid in enumerate(run.units["case_id"])}
     by_name = {m.name: m for m in run.metrics}
-    rows = []
+    tests = []
     for name, tol in tolerances.items():
         nums, dens = run.units[f"{name}__num"].to_numpy(), run.units[f"{name}__den"].to_numpy()
         delta = movement(by_name[name], tol, baseline, board)["delta"]
-        note = "not comparable (n=0 on one side)" if math.isnan(delta) else ""
-        base_units = baseline.outcomes(name)
-        diffs = []
-        for cid in matched:
-            num, den = nums[position[cid]], dens[position[cid]]
-            if den and cid in base_units:
-                bn, bd = base_units[cid]
-                diffs.append(num / den - bn / bd)
-        if level is None:
+        if alpha is None:
+            diffs, outcomes = [], baseline.outcomes(name)
+            for cid in matched:
+                num, den = nums[position[cid]], dens[position[cid]]
+                if den and cid in outcomes:
+                    bn, bd = outcomes[cid]
+                    diffs.append(num / den - bn / bd)
             p, floor, moved = sign_flip_test(np.asarray(diffs, dtype=float))
             paired = len(diffs)
         else:
             pairs = _trial_pairs(run, baseline, name, matched)
             p, floor, moved = trials_test(pairs, higher_is_better=by_name[name].higher_is_better)
             paired = len(pairs)
+        tests.append((name, tol, delta, p, floor, moved, paired))
+    level = metric_level([floor for *_, floor, _, paired in tests if paired], alpha) if alpha is not None else None
+    rows = []
+    for name, tol, delta, p, floor, moved, paired in tests:
+        note = "not comparable (n=0 on one side)" if math.isnan(delta) else ""
         moved_by = movement(by_name[name], tol, baseline, board, p_worse=p if paired else math.nan, level=level)
         distinguishable, noise = noise_note(p, floor, moved, paired)
         if level is not None:
@@ -231,9 +236,19 @@ def metric_movements(
                 p_value=p if paired else math.nan,
                 distinguishable=distinguishable,
                 note=note or noise,
+                min_p=floor if paired and level is not None else math.nan,
             )
         )
     return frame(rows, DELTA_SCHEMA)
+
+
+def metric_level(min_ps: Sequence[float], alpha: float) -> float:
+    """The level each gated metric's trials test is held to: Tarone's for ``alpha`` over those tests, given
+    the smallest p each allows (``min_p``). A metric none of whose cases can move (every trial alike on
+    both sides) cannot reach any level and costs the others nothing; with G metrics that all can, it is
+    Bonferroni's alpha / G. Like the cases' level, it depends only on what each test conditions on (the
+    pooled trials), never on which way they fell, so the family-wise error stays at most ``alpha``."""
+    return tarone_level([m for m in min_ps if not math.isnan(m)], alpha)[0]
 
 
 def _trial_pairs(run: RunResult, baseline: Baseline, name: str, matched: list[str]) -> list[CaseTrials]:
@@ -403,14 +418,14 @@ def _regression_detail(regressed: pd.DataFrame, trials: pd.DataFrame, match: Cas
 def levels(
     run: RunResult, baseline: Baseline, match: CaseMatch, tolerances: Mapping[str, float], alpha: float
 ) -> tuple[float, float | None]:
-    """(the cases' share of alpha, each gated metric's level or None). With one trial on both sides the
+    """(the cases' share of alpha, the gated metrics' share or None). With one trial on both sides the
     gate decides as before trials (the tolerances alone; a case regresses when it passed and fails now)
     and alpha is not used. Otherwise alpha is split in two: half for the cases (``case_trials``), half
-    for the gated metrics, Bonferroni over them, so an unchanged system is blocked by the regression
-    test or a metric with a chance of at most alpha."""
+    for the gated metrics (``metric_level``: Tarone over their tests), so an unchanged system is blocked
+    by the regression test or a metric with a chance of at most alpha."""
     if one_trial_each(run, baseline, match.matched):
         return alpha, None
-    return alpha / 2, alpha / 2 / max(1, len(tolerances))
+    return alpha / 2, alpha / 2
 
 
 def decide(
