@@ -14,6 +14,7 @@ from qaeval import api
 from qaeval.boundary.custom import make_custom
 from qaeval.commands import pipeline
 from qaeval.data.cases import load_suite
+from qaeval.record.read import load_run
 from qaeval.record.write import run_record
 from qaeval.scoring import stream, stream_checks
 from qaeval.scoring.evaluate import score_outputs
@@ -153,3 +154,35 @@ def test_closing_a_custom_judge_does_not_kill_the_checks_process_still_in_use(fi
         runner.keep_open = False
         runner.close()
         judge.close()
+
+
+def processes_naming(text: str) -> list[int]:
+    """The live processes whose environment holds ``text`` (the judge's and the checks' hosts hold the
+    test's own file paths)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if text.encode() in Path(f"/proc/{entry}/environ").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_ctrl_c_stops_the_system_the_judge_and_the_checks_and_resume_finishes_the_run(tmp_path, files):
+    """Ctrl-C halfway through a run whose custom judge and checks stream: exit 130 with the journal kept,
+    no judge or checks process left running, and --resume ends in the run an uninterrupted one gives."""
+    from test_resume import interrupted, qaeval
+
+    with_them = ["--judge", "streaming_plugins:make_judge", "--check", "streaming_plugins:marks", "--trials", "2"]
+    env, args = interrupted(tmp_path, *with_them, stop_after=CASES + 3)
+    env = {**env, **{k: str(v) for k, v in files.items()}}
+    assert processes_naming(str(files["QAEVAL_TEST_MARKER"])) == [], "a judge or checks process outlived the run"
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = load_run(tmp_path / "r.json")
+    whole = api.run(str(GOLDEN), trials=2, judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"])
+    assert resumed.per_case["case_passed"].tolist() == whole.per_case["case_passed"].tolist()
+    assert resumed.per_case["marks"].all() and resumed.judge_usage["errors"] == 0
