@@ -59,7 +59,7 @@ from qaeval.verdicts.drift import DriftResult, drift
 from qaeval.verdicts.gate import GateResult, gate
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.verdicts.sheets import export_sheet, import_sheet
-from qaeval.verdicts.tiers import gated, load_tolerances
+from qaeval.verdicts.tolerances import gated, load_tolerances
 
 
 def version() -> str:

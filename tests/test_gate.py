@@ -17,7 +17,7 @@ from qaeval.scoring.outcomes import reasons_text
 from qaeval.verdicts.baseline import BaselineCase, baseline_from_run
 from qaeval.verdicts.gate import gate
 from qaeval.verdicts.noise import noise_note, sign_flip_test
-from qaeval.verdicts.tiers import DEFAULT_TOLERANCES, load_tolerances
+from qaeval.verdicts.tolerances import DEFAULT_TOLERANCES, load_tolerances
 
 BUGGY = "qaeval.system.saboteur:make_adapter"
 

@@ -252,7 +252,7 @@ def test_a_gated_metric_whose_test_cannot_reach_the_level_costs_the_others_nothi
     sides: min_p 1), or whose few moving cases could never reach the level, is not counted, so the others
     are held to alpha / 2 over their own number, not over all G. One case moved here, in 2 of its 4 trials,
     which no metric's test can tell from noise (min_p 0.214): none is counted and the level is alpha / 2."""
-    from qaeval.verdicts.tiers import metric_level
+    from qaeval.verdicts.noise import metric_level
 
     monkeypatch.syspath_prepend(TESTS)
     run = api.run(str(GOLDEN), adapter="plugins:make_abstain_every_other", trials=4, isolation="none", concurrency=1)

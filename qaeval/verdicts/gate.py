@@ -73,11 +73,11 @@ from qaeval.verdicts.tiers import (
     CaseMatch,
     case_trials,
     decide,
-    gated,
     levels,
     match_cases,
     metric_movements,
 )
+from qaeval.verdicts.tolerances import gated
 
 JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision")  # read from the judge's verdicts
 

@@ -29,6 +29,7 @@ from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.calibration import CalibrationResult
+from qaeval.verdicts.noise import metric_level
 from qaeval.verdicts.tiers import (
     CASE_TRIALS_SCHEMA,
     DELTA_SCHEMA,
@@ -40,12 +41,11 @@ from qaeval.verdicts.tiers import (
     CaseMatch,
     case_trials,
     decide,
-    gated,
     levels,
     match_cases,
-    metric_level,
     movement,
 )
+from qaeval.verdicts.tolerances import gated
 
 DEFAULT_ALPHA = 0.05
 BASELINE_CASE = Fields(

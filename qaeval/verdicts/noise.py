@@ -237,3 +237,12 @@ def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
         if reach <= m:
             return alpha / m, m
         m += 1
+
+
+def metric_level(min_ps: Sequence[float], alpha: float) -> float:
+    """The level each gated metric's trials test is held to: Tarone's for ``alpha`` over those tests, given
+    the smallest p each allows (``min_p``). A metric none of whose cases can move (every trial alike on
+    both sides) cannot reach any level and costs the others nothing; with G metrics that all can, it is
+    Bonferroni's alpha / G. Like the cases' level, it depends only on what each test conditions on (the
+    pooled trials), never on which way they fell, so the family-wise error stays at most ``alpha``."""
+    return tarone_level([m for m in min_ps if not math.isnan(m)], alpha)[0]

@@ -1,4 +1,4 @@
-"""The gate's steps, each a function a reader can name: the tolerances (``gated``, ``load_tolerances``),
+"""The gate's steps, each a function a reader can name: the tolerances (``qaeval.verdicts.tolerances``),
 matching the run's cases with the baseline's (``match_cases``), and the four tiers: ``tier_one`` (every
 deterministic check green, no adapter error), ``metric_movements`` and ``metrics_tier`` (no gated metric
 moves the wrong way by more than its tolerance, with the paired noise test beside it), ``regressions``
@@ -8,27 +8,29 @@ moves the wrong way by more than its tolerance, with the paired noise test besid
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
 
-from qaeval.core.errors import DatasetError, UsageError
-from qaeval.core.files import read_text
 from qaeval.core.frames import frame
-from qaeval.core.jsonfile import loads_strict
-from qaeval.scoring.metrics import GATED, Metric
+from qaeval.scoring.metrics import Metric
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
-from qaeval.verdicts.noise import CaseTrials, fisher_drop_p, noise_note, sign_flip_test, tarone_level, trials_test
+from qaeval.verdicts.noise import (
+    CaseTrials,
+    fisher_drop_p,
+    metric_level,
+    noise_note,
+    sign_flip_test,
+    tarone_level,
+    trials_test,
+)
 
 _EPS = 1e-9
-
-DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 
 TIER_SCHEMA = {"tier": "text", "rule": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
 
@@ -62,45 +64,6 @@ DELTA_SCHEMA = {
 }
 REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state": "text", "why": "text"}
 NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
-
-
-def gated(metrics: Sequence[Metric]) -> dict[str, float]:
-    """The default tolerance of every gated metric among ``metrics`` (a run's, registered ones included)."""
-    return {m.name: m.tolerance for m in metrics if m.tolerance is not None}
-
-
-def load_tolerances(
-    path: str | Path | None = None,
-    overrides: list[str] | None = None,
-    defaults: Mapping[str, float] = DEFAULT_TOLERANCES,
-) -> dict[str, float]:
-    """Defaults (the built-in gated metrics', or ``gated(run.metrics)``), then a JSON file
-    ``{"metric": tolerance}``, then ``metric=value`` overrides."""
-    tolerances = dict(defaults)
-    updates: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = loads_strict(read_text(path, "tolerances file"))
-        except ValueError as exc:
-            raise DatasetError(f"tolerances file is not valid JSON ({exc})", file=str(path)) from None
-        if not isinstance(data, dict):
-            raise DatasetError("tolerances file must hold a JSON object", file=str(path))
-        updates.update(data)
-    for item in overrides or []:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--tolerance expects metric=value, got {item!r}")
-        try:
-            updates[name.strip()] = float(value)
-        except ValueError:
-            raise UsageError(f"--tolerance {item!r}: {value!r} is not a number") from None
-    for name, value in updates.items():
-        if name not in defaults:
-            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(defaults)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UsageError(f"tolerance for {name} must be a finite number >= 0, got {value!r}")
-        tolerances[name] = float(value)
-    return tolerances
 
 
 # --------------------------------------------------------------------------- the steps
@@ -240,15 +203,6 @@ def metric_movements(
             )
         )
     return frame(rows, DELTA_SCHEMA)
-
-
-def metric_level(min_ps: Sequence[float], alpha: float) -> float:
-    """The level each gated metric's trials test is held to: Tarone's for ``alpha`` over those tests, given
-    the smallest p each allows (``min_p``). A metric none of whose cases can move (every trial alike on
-    both sides) cannot reach any level and costs the others nothing; with G metrics that all can, it is
-    Bonferroni's alpha / G. Like the cases' level, it depends only on what each test conditions on (the
-    pooled trials), never on which way they fell, so the family-wise error stays at most ``alpha``."""
-    return tarone_level([m for m in min_ps if not math.isnan(m)], alpha)[0]
 
 
 def _trial_pairs(run: RunResult, baseline: Baseline, name: str, matched: list[str]) -> list[CaseTrials]:
