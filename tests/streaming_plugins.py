@@ -62,3 +62,47 @@ def marks(case, output, passages):
     _mark("QAEVAL_TEST_CHECK_CALLS", case.id)
     _mark("QAEVAL_TEST_MARKER", "checked")
     return True, "marked"
+
+
+class ExitsOnceOn(OfflineJudge):
+    """The offline judge, except that its process exits the first time a call holds a request for the case
+    QAEVAL_TEST_EXIT_CASE names (a file, QAEVAL_TEST_EXITED, remembers it did): every request of that
+    call is lost, and which ones those are depends on how requests are put into calls."""
+
+    def judge(self, requests):
+        seen = os.environ["QAEVAL_TEST_EXITED"]
+        if any(r.case_id == os.environ["QAEVAL_TEST_EXIT_CASE"] for r in requests) and not os.path.exists(seen):
+            open(seen, "w").close()
+            self.leave()
+        return super().judge(requests)
+
+    def leave(self):
+        os._exit(3)
+
+
+def make_exits_once():
+    return ExitsOnceOn()
+
+
+class SlowWhileFlagged(OfflineJudge):
+    """The offline judge, except that while the file QAEVAL_TEST_SLOW names exists each call waits for it
+    to go (60 s at most): a call the run is interrupted in the middle of."""
+
+    def judge(self, requests):
+        give_up = time.monotonic() + WAIT_S
+        while os.path.exists(os.environ["QAEVAL_TEST_SLOW"]) and time.monotonic() < give_up:
+            time.sleep(0.01)  # a condition to wait for, bounded
+        return super().judge(requests)
+
+
+def make_slow_while_flagged():
+    return SlowWhileFlagged()
+
+
+@check
+def exits_on_named(case, output, passages):
+    """Passes, except that the checks' process exits on the cases QAEVAL_TEST_EXIT_CASES names
+    (comma-separated): cases lost, counted in a row."""
+    if case.id in os.environ["QAEVAL_TEST_EXIT_CASES"].split(","):
+        os._exit(3)
+    return True, "fine"

@@ -156,18 +156,29 @@ def test_closing_a_custom_judge_does_not_kill_the_checks_process_still_in_use(fi
         judge.close()
 
 
-def processes_naming(text: str) -> list[int]:
-    """The live processes whose environment holds ``text`` (the judge's and the checks' hosts hold the
-    test's own file paths)."""
+def processes_naming(text: str) -> list[str]:
+    """The command lines of the live processes whose environment holds ``text`` (the system's workers and
+    the judge's and the checks' hosts hold the test's own file paths)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 if text.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
+                    found.append(Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode())
             except OSError:
                 continue
     return found
+
+
+def gone(text: str, within: float = 5.0) -> list[str]:
+    """``processes_naming(text)`` once it is empty, or as it still is after ``within`` seconds (a process
+    killed a moment ago may not have been reaped yet; one still there after seconds outlived the run)."""
+    import time
+
+    give_up = time.monotonic() + within
+    while (left := processes_naming(text)) and time.monotonic() < give_up:
+        time.sleep(0.05)  # a condition to wait for, bounded
+    return left
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
@@ -179,10 +190,119 @@ def test_ctrl_c_stops_the_system_the_judge_and_the_checks_and_resume_finishes_th
     with_them = ["--judge", "streaming_plugins:make_judge", "--check", "streaming_plugins:marks", "--trials", "2"]
     env, args = interrupted(tmp_path, *with_them, stop_after=CASES + 3)
     env = {**env, **{k: str(v) for k, v in files.items()}}
-    assert processes_naming(str(files["QAEVAL_TEST_MARKER"])) == [], "a judge or checks process outlived the run"
+    assert gone(str(files["QAEVAL_TEST_MARKER"])) == [], "a process outlived the run"
     done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = load_run(tmp_path / "r.json")
     whole = api.run(str(GOLDEN), trials=2, judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"])
     assert resumed.per_case["case_passed"].tolist() == whole.per_case["case_passed"].tolist()
     assert resumed.per_case["marks"].all() and resumed.judge_usage["errors"] == 0
+
+
+def test_cases_lost_by_the_checks_are_counted_in_a_row_within_a_trial_as_scoring_counts_them(files, monkeypatch):
+    """The checks' process exits on the last case of the suite and on its first two. Streaming kept the
+    count of cases lost in a row across trials (the process is kept between calls), so trial 2's first
+    two losses made three with trial 1's last, and every later case of the run was 'not asked' and
+    failed. Counted within a trial, as scoring one trial at a time counts, both trials fail the same three
+    cases and nothing else. Failed before."""
+    suite = load_suite(GOLDEN)
+    named = [suite.cases[-1].id, suite.cases[0].id, suite.cases[1].id]
+    monkeypatch.setenv("QAEVAL_TEST_EXIT_CASES", ",".join(named))
+    run = api.run(str(GOLDEN), check=["streaming_plugins:exits_on_named"], trials=2)
+    first, second = (r.per_case.set_index("case_id")["exits_on_named"] for r in run.trial_runs)
+    assert sorted(first[~first].index) == sorted(named)
+    assert second.to_dict() == first.to_dict()
+
+
+def test_a_custom_judge_that_fails_one_call_costs_the_requests_scoring_would_put_in_that_call(
+    tmp_path, files, monkeypatch
+):
+    """Requests go to a judge that is not thread-safe in the calls scoring makes (a trial's judged
+    requests, 16 a call): its process exiting on one call costs the same requests streamed as when the
+    same outputs are scored afterwards. Calls of 16 plan places, abstentions and other trials included,
+    lost other requests. Failed before."""
+    from streaming_plugins import ExitsOnceOn
+
+    monkeypatch.setenv("QAEVAL_TEST_EXITED", str(tmp_path / "exited"))
+    suite = load_suite(GOLDEN)
+    target = next(c.id for c in suite.cases[8:] if not c.must_abstain)
+    monkeypatch.setenv("QAEVAL_TEST_EXIT_CASE", target)
+    streamed = api.run(str(GOLDEN), adapter="plugins:make_varying", judge="streaming_plugins:make_exits_once", trials=3)
+    (tmp_path / "exited").unlink()
+
+    class RaisesOnce(ExitsOnceOn):
+        def leave(self):
+            raise SystemExit(3)  # in this process: what the process exiting costs, without ending pytest
+
+    runner = RaisesOnce()
+    runner.judge = _in_calls_of_16(runner.judge)  # as JudgeProcess sends them, in this process
+    memo: dict = {}
+    phased = [
+        errored(score_outputs(r.suite, r.outputs, runner, meta=r.meta, judge_memo=memo)) for r in streamed.trial_runs
+    ]
+    assert [errored(r) for r in streamed.trial_runs] == phased
+    assert len(phased[0]) > 1 and not phased[1] and not phased[2], "one call was lost, holding several requests"
+
+
+def errored(run) -> list[str]:
+    return [cid for cid, e in zip(run.per_case["case_id"], run.per_case["judge_error"]) if isinstance(e, str)]
+
+
+def _in_calls_of_16(judge):
+    """A judge asked as JudgeProcess asks its process: 16 requests a call; a call whose process exited
+    (here: raised SystemExit) gives each of its requests an error."""
+    from qaeval.scoring.judge import JudgeResponse
+
+    def asked(requests):
+        out = []
+        for start in range(0, len(requests), stream.CHUNK):
+            chunk = requests[start : start + stream.CHUNK]
+            try:
+                out += judge(chunk)
+            except SystemExit:
+                out += [JudgeResponse(r.case_id, error="the judge's process exited") for r in chunk]
+        return out
+
+    return asked
+
+
+def test_ctrl_c_in_the_middle_of_a_judge_call_journals_no_verdict_from_the_cut_call(tmp_path, files, monkeypatch):
+    """Ctrl-C while a custom judge's call is in flight: the call is cut short by stopping its process, and
+    what that leaves (each request 'lost', or an error raised under it) is not the judge's verdict. It was
+    journaled, and a resume with --keep-errors kept it. Failed before."""
+    import json
+
+    from test_resume import interrupted
+
+    flag = tmp_path / "slow"
+    flag.touch()  # every judge call waits while it is there: the first one is in flight at the Ctrl-C
+    monkeypatch.setenv("QAEVAL_TEST_SLOW", str(flag))
+    interrupted(tmp_path, "--judge", "streaming_plugins:make_slow_while_flagged", "--trials", "2", stop_after=CASES + 3)
+    lines = [json.loads(line) for line in (tmp_path / "r.json.journal").read_text().splitlines()]
+    assert any(line["kind"] == "output" for line in lines)
+    assert [line for line in lines if line["kind"] == "verdict"] == [], "no call finished: no verdict"
+
+
+def test_a_runner_stopped_by_an_interrupt_starts_no_process_again(files):
+    """After Ctrl-C a lane may still be finishing a batch: the checks' runner and a custom judge refuse
+    to start another process (one started then outlived the command)."""
+    from qaeval.commands.common import check_parameters, make_judge
+    from qaeval.scoring.judge import JudgeRequest
+    from qaeval.scoring.stream_checks import keep_open
+
+    p = check_parameters(
+        "run", data=str(GOLDEN), judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"]
+    )
+    judge, runner = make_judge(p), make_custom(p)
+    try:
+        keep_open(runner, True)
+        keep_open(judge, True)
+        keep_open(runner, False, stopped=True)
+        keep_open(judge, False, stopped=True)
+        rows = runner.score([("single-0001", {"error": None})])
+        assert runner.proc is None and "the run was interrupted" in rows[0]["reason"]
+        (response,) = judge.judge([JudgeRequest("single-0001", "q", "a", None, (), [])])
+        assert judge.proc is None and "the run was interrupted" in response.error
+    finally:
+        runner.close()
+        judge.close()

@@ -188,6 +188,7 @@ class HostClient:
     role = "judge"
     what = "the judge"
     doing = "while judging"
+    stopped = False  # the run was interrupted: no process is started again
 
     def __init__(
         self,
@@ -211,6 +212,8 @@ class HostClient:
 
     def _start(self) -> dict[str, Any]:
         """Start the process under the harness guard (kept until ``close``)."""
+        if self.stopped:
+            raise UserCodeFailed(f"not asked: {self.what} was stopped (the run was interrupted)")
         if self._guard is None:
             self._guard = contextlib.ExitStack()
             self._guard.enter_context(harness_guard())
@@ -226,6 +229,9 @@ class HostClient:
         except BaseException:
             self.close()
             raise
+        if self.stopped:  # interrupted while it started: it is not left running
+            self.close()
+            raise UserCodeFailed(f"not asked: {self.what} was stopped (the run was interrupted)")
         return ready
 
     def request(self, chunk: Sequence[Any]) -> dict[str, Any]:
@@ -269,7 +275,9 @@ class HostClient:
             return self.errors(chunk, str(exc)), str(exc)
         except MessageError as exc:
             proc, self.proc = self.proc, None
-            assert proc is not None
+            if proc is None:  # closed under it (the run was interrupted)
+                why = f"not asked: {self.what} was stopped ({exc})"
+                return self.errors(chunk, why), why
             why = lost(
                 proc, exc, deadline, late=f"{self.what} did not answer within {self.timeout:g} s", doing=self.doing
             )

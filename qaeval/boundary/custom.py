@@ -217,6 +217,7 @@ class CustomProcess:
     the process stopped."""
 
     keep_open = False
+    stopped = False  # the run was interrupted: no process is started again
 
     def __init__(
         self,
@@ -244,10 +245,19 @@ class CustomProcess:
             self.close()
             raise
 
+    def new_trial(self) -> None:
+        """Cases lost in a row are counted within one trial (one ``score`` call when not streaming)."""
+        self.lost_in_a_row, self.last_loss = 0, ""
+
     def _start(self) -> dict[str, Any]:
+        if self.stopped:
+            raise UserCodeFailed("not asked: the run was interrupted")
         self.proc, ready = self.launch.start(
             "custom", self.spec, None, time.monotonic() + self.startup, what="the check runner", timeout=self.startup
         )
+        if self.stopped:  # interrupted while it started: it is not left running
+            self.close()
+            raise UserCodeFailed("not asked: the run was interrupted")
         return ready
 
     def score(self, samples: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -282,7 +292,8 @@ class CustomProcess:
             return None, str(exc)
         except MessageError as exc:
             proc, self.proc = self.proc, None
-            assert proc is not None
+            if proc is None:  # closed under it (the run was interrupted)
+                return None, f"not asked: the check runner was stopped ({exc})"
             return None, lost(
                 proc,
                 exc,

@@ -8,9 +8,9 @@ thread). Lanes of its own then do the slow parts while the system answers the ne
   judge) takes one request per call on as many threads as its concurrency (``--judge-concurrency``), in
   the order outputs arrive: each request stands alone, so nothing about it depends on timing. Any other
   judge (a custom judge in its process, the offline judge, a judge object given to the API) is asked on
-  one thread, in the plan's order, in chunks of the plan's ``CHUNK`` consecutive places: which requests
-  share a chunk, and so what a judge that hangs or fails on a chunk costs, is fixed by the plan, not by
-  which output came first. Responses go into the run's judge memo, keyed by the request's whole content.
+  one thread, in the plan's order, ``CHUNK`` judged requests a call and a trial's never with another's,
+  as scoring asks: which requests share a call, and so what a judge that hangs or fails on a call
+  costs, is fixed by the plan, not by which output came first. Responses go into the run's judge memo, keyed by the request's whole content.
 * **the registered checks and metrics** (``ChecksLane``), when there are any: one thread, in the plan's
   order, one output at a time, once its verdict is in. It computes what scoring will send the checks for
   that output (``sample_of``: the layers of those cases alone, reading the memo; several outputs ready
@@ -231,6 +231,8 @@ class JudgeLanes:
             return True
 
     def _answered(self, pairs: Sequence[tuple[tuple[Any, ...], JudgeRequest]], responses: Sequence[Any]) -> None:
+        if self.stream.stopped:  # interrupted: what a call cut short says is not the judge's verdict
+            return
         for (key, req), response in zip(pairs, responses):
             if self.on_judged is not None:
                 self.on_judged(key, req, response)
@@ -262,21 +264,38 @@ class JudgeLanes:
                 self.stream.cond.notify_all()
 
     def _ordered(self) -> None:
+        """Judged requests in the plan's order, ``CHUNK`` a call, a trial's never with another's: the calls
+        scoring makes when it asks for one trial's requests at once (``score_with_judge``), so a judge
+        that fails on one call costs the same requests either way."""
+        n, trial = len(self.stream.suite), -1
+        pairs: list[tuple[tuple[Any, ...], JudgeRequest]] = []
         for start, end in self.stream.planned():
-            for first in range(start, end, CHUNK):
+            for position in range(start, end):
+                got = self.stream.item(position)
+                if got is None:
+                    return
+                place, case, row = got
+                if pairs and place // n != trial:
+                    self._ask(pairs, position)
+                    pairs = []
+                trial = place // n
+                pair = self.request(case, row)
+                if pair is not None and self._claim(pair[0]):
+                    pairs.append(pair)
+                if len(pairs) == CHUNK or not pairs:
+                    self._ask(pairs, position + 1)
+                    pairs = []
+            if pairs:  # what the run planned next may wait on these (adaptive trials)
+                self._ask(pairs, end)
                 pairs = []
-                for position in range(first, min(first + CHUNK, end)):
-                    got = self.stream.item(position)
-                    if got is None:
-                        return
-                    pair = self.request(got[1], got[2])
-                    if pair is not None and self._claim(pair[0]):
-                        pairs.append(pair)
-                if pairs:
-                    self._answered(pairs, call_judge(self.judge, [req for _, req in pairs]))
-                with self.stream.cond:
-                    self.position = min(first + CHUNK, end)
-                    self.stream.cond.notify_all()
+
+    def _ask(self, pairs: list[tuple[tuple[Any, ...], JudgeRequest]], done: int) -> None:
+        """Ask for ``pairs`` (if any); the plan's positions before ``done`` are then judged."""
+        if pairs:
+            self._answered(pairs, call_judge(self.judge, [req for _, req in pairs]))
+        with self.stream.cond:
+            self.position = done
+            self.stream.cond.notify_all()
 
     def _guarded(self, target: Callable[[], None]) -> None:
         try:
@@ -316,7 +335,7 @@ class JudgeLanes:
 
     def _end(self) -> None:
         self._bar_cm.__exit__(None, None, None)
-        keep_open(self.judge, False)
+        keep_open(self.judge, False, stopped=self.stream.stopped)
         if self._defers:
             from qaeval.boundary.plugins import contained
 

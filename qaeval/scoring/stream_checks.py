@@ -19,11 +19,14 @@ from qaeval.data.cases import GoldenCase
 from qaeval.scoring.judge import JudgeMemo
 
 
-def keep_open(user: Any, on: bool) -> None:
+def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
     """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
-    the stream runs, and to stop it after each call again afterwards."""
+    the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
+    interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
     if user is not None and type(user).__module__.startswith("qaeval.boundary.") and hasattr(type(user), "keep_open"):
         user.keep_open = on
+        if stopped:
+            user.stopped = True
         if not on:
             user.close()
 
@@ -48,7 +51,7 @@ class ChecksLane:
         self.stream, self.runner, self.sample_of = stream, runner, sample_of
         self.rows: dict[str, list[list[dict[str, Any]]]] = {}
         self.lock = threading.Lock()  # the runner is asked by one caller at a time
-        self.position = 0
+        self.position, self.trial = 0, 0
         self.broken: BaseException | None = None
         keep_open(runner, True)
         self._thread = threading.Thread(target=self._guarded, daemon=True, name="qaeval-checks")
@@ -63,6 +66,7 @@ class ChecksLane:
                 self.stream.cond.notify_all()
 
     def _run(self) -> None:
+        n = len(self.stream.suite)
         for start, end in self.stream.planned():
             position = start
             while position < end:
@@ -73,7 +77,12 @@ class ChecksLane:
                 with self.stream.cond:
                     memo = {key: self.stream.memo[key] for *_, key in batch if key is not None}
                 samples = self.sample_of(items, memo)
-                for (_, case, _, _), sample in zip(batch, samples or ()):
+                for (place, case, _, _), sample in zip(batch, samples or ()):
+                    if self.stream.stopped:
+                        return
+                    if place // n != self.trial and hasattr(type(self.runner), "new_trial"):
+                        self.runner.new_trial()  # cases lost in a row are counted within a trial, as scoring does
+                    self.trial = place // n
                     with self.lock:  # asked once per output, as scoring would (not once per content)
                         rows = self.runner.score([(case.id, sample)])
                         self.rows.setdefault(sample_digest(sample), []).append(rows)
@@ -124,7 +133,7 @@ class ChecksLane:
         keep_open(self.runner, False)
 
     def abandon(self) -> None:
-        keep_open(self.runner, False)
+        keep_open(self.runner, False, stopped=True)
 
 
 class StreamedChecks:
