@@ -1,4 +1,4 @@
-"""The one place that runs a task: ask the system under test for every case, then score what came back.
+"""The one place that runs a task: ask the system under test for every case, scoring each output as it comes.
 
 ``evaluate(suite, adapter, judge)`` is what ``qaeval run`` and every scoring command do: the worker pool
 (``qaeval.system.pool``) collects the outputs, the scoring layers turn them into a ``RunResult``. It sits
@@ -163,9 +163,10 @@ def evaluate(
 ) -> RunResult:
     """Run the adapter over the suite ``trials`` times and score every layer of every trial.
 
-    The judge runs beside the system: each output is judged as it arrives (``qaeval.scoring.stream``),
-    and scoring afterwards finds every verdict already there. ``custom``: the registered checks and
-    metrics' runner (``qaeval.boundary.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
+    The judge and the registered checks run beside the system: each output is judged, then checked, as it
+    arrives (``qaeval.scoring.stream``), and scoring afterwards finds every verdict and every check's
+    rows already there. ``custom``: the registered checks and metrics' runner
+    (``qaeval.boundary.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
     (default: ``trials``). ``journal``: the journal's path (``qaeval.scoring.journal``); ``resume``: reuse
     what it holds (``keep_errors``: the failed outputs too). ``adaptive``: every case gets one trial,
     and the other ``trials - 1`` go only to the cases that one trial does not settle: it failed, or
