@@ -267,8 +267,6 @@ def evaluate(
             else:
                 _collect(suite, adapter, first + rest, collected, stream, writer, run_options)
             memo = stream.finish()
-            if checks is not None:
-                checks.stream = None  # finished: nothing more to wait for
     finally:
         if writer is not None:
             writer.close()

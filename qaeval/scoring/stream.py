@@ -10,7 +10,8 @@ thread). Lanes of its own then do the slow parts while the system answers the ne
   judge (a custom judge in its process, the offline judge, a judge object given to the API) is asked on
   one thread, in the plan's order, ``CHUNK`` judged requests a call and a trial's never with another's,
   as scoring asks: which requests share a call, and so what a judge that hangs or fails on a call
-  costs, is fixed by the plan, not by which output came first. Responses go into the run's judge memo, keyed by the request's whole content.
+  costs, is fixed by the plan, not by which output came first. Responses go into the run's judge memo,
+  keyed by the request's whole content, and each place's key into ``JudgeLanes.keys``.
 * **the registered checks and metrics** (``ChecksLane``), when there are any: one thread, in the plan's
   order, one output at a time, once its verdict is in. It computes what scoring will send the checks for
   that output (``sample_of``: the layers of those cases alone, reading the memo; several outputs ready
@@ -52,14 +53,15 @@ _STOP = object()
 
 
 def judge_lanes(judge: Any) -> int:
-    """How many threads judge at once: a judge's ``concurrency`` when its class says ``thread_safe = True``
-    (the OpenAI-compatible judge), else 1 (asked on one thread, in chunks, in the plan's order)."""
+    """How many threads judge at once, each output as it arrives: a judge's ``concurrency`` when its class
+    says ``thread_safe = True`` (the OpenAI-compatible judge), else 0 (it is asked on one thread, in
+    chunks, in the plan's order)."""
     try:
         if getattr(type(judge), "thread_safe", False) is not True:
-            return 1
+            return 0
         concurrency = getattr(judge, "concurrency", 1)
-    except Exception:  # noqa: BLE001  (a judge's attribute that raises: one lane)
-        return 1
+    except Exception:  # noqa: BLE001  (a judge's attribute that raises: asked in the plan's order)
+        return 0
     return int.__int__(concurrency) if type(concurrency) is int and 1 <= int.__int__(concurrency) <= 256 else 1
 
 
@@ -112,7 +114,7 @@ class Stream:
         with self.cond:
             self.items[place] = (case, row)
             self.cond.notify_all()
-        self.judge.arrived(case, row)
+        self.judge.arrived(place, case, row)
 
     # ------------------------------------------------------------------ read by the lanes
 
@@ -198,7 +200,8 @@ class JudgeLanes:
         self.position = 0  # the ordered lane: plan positions done
         self.broken: BaseException | None = None  # a lane that failed: scoring asks for what it left
         self.threads = judge_lanes(judge)
-        self.ordered = getattr(type(judge), "thread_safe", False) is not True
+        self.ordered = self.threads == 0
+        self.keys: dict[int, tuple[Any, ...] | None] = {}  # place -> its request's key (None: not judged)
         self._defers = callable(getattr(type(judge), "report_rejected", None))
         if self._defers:  # one warning for the run, not one per call (qaeval.judges.openai)
             judge.defer_warnings = True  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked above
@@ -210,14 +213,19 @@ class JudgeLanes:
         target = self._ordered if self.ordered else self._threaded
         self._workers = [
             threading.Thread(target=self._guarded, args=(target,), daemon=True, name=f"qaeval-judge-{n}")
-            for n in range(1 if self.ordered else self.threads)
+            for n in range(self.threads or 1)
         ]
         for w in self._workers:
             w.start()
 
-    def request(self, case: GoldenCase, row: dict[str, Any]) -> tuple[tuple[Any, ...], JudgeRequest] | None:
+    def request(self, place: int, case: GoldenCase, row: dict[str, Any]) -> tuple[tuple[Any, ...], JudgeRequest] | None:
+        """The request for the output at ``place`` (None: not judged); its key is kept in ``keys``."""
         req = request_for(self.stream.suite, self.rubric, case, row)
-        return None if req is None else (request_key(req), req)
+        pair = None if req is None else (request_key(req), req)
+        with self.stream.cond:
+            self.keys[place] = None if pair is None else pair[0]
+            self.stream.cond.notify_all()
+        return pair
 
     def _claim(self, key: tuple[Any, ...]) -> bool:
         """Whether this request is to be sent (the run has no response for its content, nor asked for one)."""
@@ -242,11 +250,11 @@ class JudgeLanes:
             self.stream.cond.notify_all()
         self._bar.update(len(pairs))
 
-    def arrived(self, case: GoldenCase, row: dict[str, Any]) -> None:
+    def arrived(self, place: int, case: GoldenCase, row: dict[str, Any]) -> None:
         """A threaded judge is asked for an output as soon as it arrives (the ordered lane reads the plan)."""
         if self.ordered:
             return
-        pair = self.request(case, row)
+        pair = self.request(place, case, row)
         if pair is None or not self._claim(pair[0]):
             return
         with self.stream.cond:
@@ -279,7 +287,7 @@ class JudgeLanes:
                     self._ask(pairs, position)
                     pairs = []
                 trial = place // n
-                pair = self.request(case, row)
+                pair = self.request(place, case, row)
                 if pair is not None and self._claim(pair[0]):
                     pairs.append(pair)
                 if len(pairs) == CHUNK or not pairs:
@@ -313,9 +321,15 @@ class JudgeLanes:
             return self.position >= planned
         return self.pending == 0 and len(self.stream.items) >= planned
 
-    def has(self, key: tuple[Any, ...]) -> bool:
-        """(Holding the stream's condition.) Whether the memo holds ``key``, or never will from a lane."""
-        return key in self.stream.memo or self.broken is not None
+    def judged(self, place: int) -> bool:
+        """(Holding the stream's condition.) Whether the output at ``place`` has its verdict in the memo, or
+        needs none, or will get none from a lane."""
+        if self.broken is not None:
+            return True
+        if place not in self.keys:
+            return False
+        key = self.keys[place]
+        return key is None or key in self.stream.memo
 
     def join(self) -> None:
         if not self.ordered:

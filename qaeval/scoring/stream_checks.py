@@ -98,31 +98,26 @@ class ChecksLane:
         judge, ids = self.stream.judge, set()
         batch: list[tuple[int, Any, dict[str, Any], Any]] = []
         while position + len(batch) < end and len(batch) < BATCH:
-            at = position + len(batch)
-            if batch:
+            place = self.stream.plan_order[position + len(batch)]
+            if not batch:
+                if not self.stream.wait(partial(self._ready, place)):
+                    return None
+            else:
                 with self.stream.cond:
-                    place = self.stream.plan_order[at]
-                    ready = place in self.stream.items
-                if not ready:
-                    break
-            got = self.stream.item(at)
-            if got is None:
-                return None
-            place, case, row = got
+                    if not self._ready(place):
+                        break
+            with self.stream.cond:
+                case, row = self.stream.items[place]
+                key = judge.keys.get(place)
             if case.id in ids:
                 break
-            pair = judge.request(case, row)
-            key = pair[0] if pair is not None else None
-            if key is not None:
-                if batch:
-                    with self.stream.cond:
-                        if not judge.has(key):
-                            break
-                elif not self.stream.wait(partial(judge.has, key)):
-                    return None
             batch.append((place, case, row, key))
             ids.add(case.id)
         return batch
+
+    def _ready(self, place: int) -> bool:
+        """(Holding the stream's condition.) Whether the output at ``place`` has arrived and been judged."""
+        return place in self.stream.items and self.stream.judge.judged(place)
 
     def caught_up(self) -> bool:
         """(Holding the stream's condition.) Whether every output planned so far is checked."""
