@@ -36,7 +36,7 @@ from qaeval.commands.export import TrecExport, write_trec
 from qaeval.commands.pipeline import fewer_collections
 from qaeval.commands.tracking import TrackingWarning, track  # noqa: F401 (qa.TrackingWarning, qa.track)
 from qaeval.core import params as P
-from qaeval.core.errors import BaselineRefused, UsageError
+from qaeval.core.errors import BaselineRefused, RecordError, UsageError
 from qaeval.core.files import refuse_overwrite, write_atomic
 from qaeval.core.jsonfile import write_jsonl
 from qaeval.core.results import Result
@@ -52,6 +52,7 @@ from qaeval.record.write import write_record
 from qaeval.scoring.journal import holding_the_record
 from qaeval.scoring.result import RunResult
 from qaeval.system.labelled import load_labelled_set
+from qaeval.verdicts.baseline import check_shares_cases
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
 from qaeval.verdicts.compare import Comparison
 from qaeval.verdicts.compare import compare as _compare
@@ -189,7 +190,7 @@ def gate_run(
         notes.append(note)
     registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
-    current = labelled_run(p, base.settled())
+    current = labelled_run(p, base.settled(), check=lambda suite: check_shares_cases(base, [c.id for c in suite]))
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:
@@ -344,7 +345,7 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 
     def labelled(x: Any) -> tuple[RunResult, str]:
         run_ = _golden_run(
-            x,
+            _only_a_run(x, "compare") if isinstance(x, (str, Path)) else x,
             "compare takes two runs over golden cases (watch traffic over time with monitor "
             "--timeseries, or list records with qaeval runs)",
         )
@@ -359,6 +360,19 @@ def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
     returns what was written."""
     run_ = _golden_run(record, "it has no gold passages to write qrels from: export trec takes a run over golden cases")
     return write_trec(run_, out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
+
+
+def _only_a_run(path: str | Path, verb: str) -> Result:
+    """The run a record holds; a record that is not a run's (a gate, calibration, drift or monitor record)
+    is refused: ``verb`` sets runs side by side, and such a record's verdict is not a run."""
+    result = _load_run(path)
+    if result.kind != "run":
+        raise RecordError(
+            f"a {result.kind} record, not a run's: {verb} takes the records of two runs (qaeval run --save FILE, "
+            "qaeval baseline --out FILE)",
+            file=str(path),
+        )
+    return result
 
 
 def _golden_run(record: str | Path | Result, why: str) -> RunResult:

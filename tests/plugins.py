@@ -995,3 +995,41 @@ class ExitsInGenerate(PidGenerator):
 
 def make_exits_in_generate():
     return ExitsInGenerate()
+
+
+class SecondBest(WrapsHub):
+    """The reference hub, except that on some calls it answers from its second-best passage, quoted and
+    cited: faithful to what it cites, and wrong. Which calls: every other question (by a hash of it), or,
+    with ``half_the_time``, each call of a question by a hash of the question and how often this process
+    has been asked it (so trials of one case differ, the same way on every run with one worker)."""
+
+    def __init__(self, half_the_time: bool = False) -> None:
+        super().__init__()
+        self.half_the_time = half_the_time
+        self.asked: dict[str, int] = {}
+
+    def answer(self, case):
+        import hashlib
+
+        out = self.hub.answer(case)
+        retrieved = self.hub.retrieve(case)
+        count = self.asked[case.question] = self.asked.get(case.question, 0) + 1
+        key = case.question + (f"#{count}" if self.half_the_time else "")
+        if out.abstained or len(retrieved) < 2 or hashlib.sha256(key.encode()).digest()[0] % 2:
+            return out
+        second = retrieved[1]
+        return SUTOutput(
+            answer=second.text,
+            citations=[Citation(second.id, second.text)],
+            retrieved_ids=out.retrieved_ids,
+            model_was_called=True,
+            prompt_to_model=out.prompt_to_model,
+        )
+
+
+def make_second_best():
+    return SecondBest()
+
+
+def make_second_best_half_the_time():
+    return SecondBest(half_the_time=True)

@@ -147,7 +147,8 @@ def test_the_exit_code_table_holds(baseline, tmp_path, capsys, strict_labels):
     labels = strict_labels  # labels the offline judge does not agree with
     assert main(["run", "--data", str(GOLDEN)]) == 0
     assert main(["gate", "--data", str(GOLDEN), "--baseline", baseline]) == 0
-    assert main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--baseline", baseline]) == 1
+    assert main(["gate", "--data", str(GOLDEN), "--adapter", BUGGY, "--baseline", baseline]) == 1
+    assert main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--baseline", baseline]) == 65
     assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(labels)]) == 2
     assert main(["validate", "--data", str(tmp_path / "none")]) == 65
     capsys.readouterr()

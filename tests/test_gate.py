@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from conftest import GOLDEN
+from monitor_logs import traffic, write_jsonl
 
 from qaeval import BaselineError, GateBlocked, JudgeNotTrusted, UsageError, api
 from qaeval.cli import main
@@ -44,22 +45,62 @@ def test_golden_passes_against_its_own_baseline(golden_run, baseline_file):
     )
 
 
-def test_saboteur_blocks_naming_every_buggy_case_and_every_failed_tier(baseline_file, capsys):
-    code = main(["gate", "--data", str(GOLDEN / "buggy"), "--adapter", BUGGY, "--baseline", baseline_file])
+def test_saboteur_blocks_on_golden_naming_every_failed_tier(baseline_file, capsys):
+    code = main(["gate", "--data", str(GOLDEN), "--adapter", BUGGY, "--baseline", baseline_file])
     out = capsys.readouterr().out
     assert code == 1
     assert "GATE: BLOCK" in out
-    for tier in ("tier 1: deterministic checks", "tier 2: metrics vs baseline", "tier 2: new cases pass"):
+    for tier in ("tier 1: deterministic checks", "tier 2: metrics vs baseline", "tier 2: no passing case regresses"):
         assert f"[FAIL] {tier}" in out
-    for case_id in ("buggy-leak-0001", "buggy-cite-0002", "buggy-refuse-0003", "buggy-stale-0004"):
-        assert case_id in out
-    assert "citation_precision 1.000 -> 0.375" in out
+    assert "citation_resolvability failed on 15, fail_closed_abstention failed on 3" in out
+    assert "citation_precision 1.000 -> 0.400" in out
+    assert "10 previously passing case(s) now fail" in out
+
+
+def test_a_baseline_of_another_golden_set_is_refused_before_the_system_runs(baseline_file, capsys, tmp_path, monkeypatch):
+    """The buggy split shares no case id with golden's baseline: every case would be new and every
+    baseline case gone, so the gate refuses it (65) instead of blocking on '4 new, 15 no longer present'."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("QAEVAL_TEST_CALLS", str(calls))
+    argv = ["gate", "--data", str(GOLDEN / "buggy"), "--adapter", "plugins:make_counting", "--baseline", baseline_file]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert not calls.exists(), "the system was asked before the baseline was refused"
+    assert code == 65
+    assert "a baseline of another golden set: it shares no case id with the 4 case(s) gated" in err
+    assert "it holds 15 (abstain-0001, abstain-0002, abstain-0003 ...)" in err
+    assert "Traceback" not in err
+    assert main(["run", "--data", str(GOLDEN / "buggy"), "--adapter", "plugins:make_counting", "--quiet"]) == 0
+    assert len(calls.read_text().split()) == 4, "the control: the same system, run, is asked once per case"
+
+
+@pytest.mark.parametrize("kind", ["gate", "calibrate", "drift", "monitor"])
+def test_a_record_that_is_not_a_runs_is_no_baseline_and_nothing_to_compare(kind, tmp_path, capsys, baseline_file):
+    record = tmp_path / f"{kind}.json"
+    golden = str(GOLDEN)
+    made = {
+        "gate": ["gate", "--data", golden, "--baseline", baseline_file, "--save", str(record)],
+        "calibrate": ["calibrate", "--data", golden, "--labels", str(GOLDEN / "calibration" / "human_labels.jsonl"),
+                      "--save", str(record)],
+        "drift": ["drift", "--data", golden, "--timeseries", str(tmp_path / "h.jsonl"), "--save", str(record)],
+        "monitor": ["monitor", "--logs", str(tmp_path / "log.jsonl"), "--save", str(record)],
+    }[kind]
+    write_jsonl(tmp_path / "log.jsonl", traffic(days=1, per_day=4))
+    assert main([*made, "--quiet"]) in (0, 3), capsys.readouterr()
+    assert json.loads(record.read_text())["kind"] == kind
+    capsys.readouterr()
+    assert main(["gate", "--data", golden, "--baseline", str(record), "--quiet"]) == 65
+    err = capsys.readouterr().err
+    assert f"a {kind} record, not a run's: a baseline is the record of a run" in err and "Traceback" not in err
+    assert main(["compare", baseline_file, str(record)]) == 65
+    err = capsys.readouterr().err
+    assert f"a {kind} record, not a run's: compare takes the records of two runs" in err
 
 
 def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
-    """Not blocked because everything failed: each case fails the check its tag names."""
-    result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file, adapter=BUGGY)
-    per_case = result.run.per_case.set_index("case_id")["fail_reasons"]
+    """Not failed because everything failed: each case fails the check its tag names."""
+    result = api.run(str(GOLDEN / "buggy"), adapter=BUGGY)
+    per_case = result.per_case.set_index("case_id")["fail_reasons"]
     codes = per_case.map(lambda rs: [r.code for r in rs])
     assert "grounding_isolation" in codes["buggy-leak-0001"]
     assert "citation_resolvability" in codes["buggy-cite-0002"]
@@ -75,10 +116,9 @@ def test_each_buggy_case_blocks_for_its_own_fault(baseline_file):
 
 
 def test_time_sensitive_trap_catches_even_the_clean_hub(baseline_file):
-    result = api.gate_run(str(GOLDEN / "buggy"), baseline=baseline_file)
+    result = api.run(str(GOLDEN / "buggy"))
     assert not result.ok
-    assert "buggy-stale-0004" in result.tiers.iloc[0]["case_ids"]
-    assert result.tiers.iloc[0]["case_ids"] == ["buggy-stale-0004"], "the clean hub fails only the trap"
+    assert result.tier_one_failures == ["buggy-stale-0004"], "the clean hub fails only the trap"
 
 
 def test_crashing_adapter_blocks_without_traceback(baseline_file, capsys):
@@ -225,8 +265,10 @@ def test_tolerances_from_file_and_flags(tmp_path):
     tol = load_tolerances(path, ["faithfulness_rate=0"])
     assert tol["rerank_mrr"] == 0.05 and tol["faithfulness_rate"] == 0 and tol["abstention_recall"] == 0
     assert set(tol) == set(DEFAULT_TOLERANCES)
-    with pytest.raises(UsageError, match="no gated metric"):
-        load_tolerances(None, ["answer_correctness=0.1"])
+    with pytest.raises(UsageError, match="no gated metric named 'citation_coverage'.*when given a tolerance: answer_correctness"):
+        load_tolerances(None, ["citation_coverage=0.1"])
+    assert load_tolerances(None, ["answer_correctness=0.05"])["answer_correctness"] == 0.05
+    assert "answer_correctness" not in load_tolerances(path), "gated only when asked for"
     with pytest.raises(UsageError):
         load_tolerances(None, ["rerank_mrr=-1"])
     path.write_text('{"rerank_mrr": 0.05, "rerank_mrr": 0.5}')

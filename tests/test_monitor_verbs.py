@@ -305,8 +305,8 @@ def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_an
     assert table.at["monitor", "citation_resolvability_n"] == board.at["citation_resolvability", "n"]
     assert np.isnan(table.at["monitor", "answer_correctness"]) and np.isnan(table.at["run", "citation_resolvability"])
     capsys.readouterr()
-    assert main(["compare", str(ROOT / "golden" / "ci-baseline.json"), str(folder / "monitor.json")]) == 64
-    assert "is a monitor record of logged traffic" in capsys.readouterr().err
+    assert main(["compare", str(ROOT / "golden" / "ci-baseline.json"), str(folder / "monitor.json")]) == 65
+    assert "a monitor record, not a run's: compare takes the records of two runs" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["export", "trec", str(folder / "monitor.json"), "--out", str(tmp_path / "trec")]) == 64
     assert "no gold passages to write qrels from" in capsys.readouterr().err

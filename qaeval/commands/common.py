@@ -182,11 +182,18 @@ def finish(result: Any, p: Mapping[str, Any]) -> Any:
     return result
 
 
-def labelled_run(p: Mapping[str, Any], settled: Callable[[str], bool] | None = None) -> RunResult:
+def labelled_run(
+    p: Mapping[str, Any],
+    settled: Callable[[str], bool] | None = None,
+    check: Callable[[Suite], None] | None = None,
+) -> RunResult:
     """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
-    against the suite before the system is called, so a bad labels file costs no run."""
+    against the suite, and ``check`` is given the suite, before the system is called, so a bad labels
+    file (or a baseline of another golden set) costs no run."""
     with fewer_collections():  # loading the cases too
         suite = load_suite(p["data"])
+        if check is not None:
+            check(suite)
         labels = load_labels(p["labels"], known_cases={c.id for c in suite}) if p.get("labels") else None
         return evaluate_params(p, suite, settled).with_labels(labels)
 

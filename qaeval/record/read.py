@@ -251,6 +251,12 @@ def read_baseline(path: str | Path | None) -> Baseline:
         )
     try:
         record = read_record(path, what="baseline")
+        if record["kind"] != "run":
+            raise BaselineError(
+                f"a {record['kind']} record, not a run's: a baseline is the record of a run (write one with "
+                "`qaeval baseline --data DIR --out FILE`, or `qaeval run --save FILE`)",
+                file=where,
+            )
         run = run_from_record(record, where)
     except RecordError as exc:
         raise BaselineError([p for p in exc.problems]) from None

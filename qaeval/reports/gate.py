@@ -12,6 +12,7 @@ from qaeval.reports.cases import Tags
 from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num, trial_marks
 from qaeval.reports.run import run_facts, run_notes, trial_outcomes
 from qaeval.verdicts.gate import GateResult
+from qaeval.verdicts.tiers import metric_outcome
 
 
 def gate_facts(result: GateResult) -> tuple[dict[str, Any], list[str]]:
@@ -57,7 +58,7 @@ def delta_table(result: GateResult) -> Html:
             current=num(r["current"], r["n_current"]),
             delta=delta(r["delta"]),
             tolerance=f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
-            result=mark(r["passed"], "within", "BLOCKS"),
+            result=mark(r["passed"], metric_outcome(r), "BLOCKS"),
             noise=r["note"],
             passed=r["passed"],
         )

@@ -55,7 +55,10 @@ class Metric:
     over: str  # the denominator, said plainly
     meaning: str
     unit: Callable[[Any], tuple[float, float]]  # a built-in one reads CaseFacts, a registered one a custom.Sample
-    tolerance: float | None = None  # gate: how far it may move the wrong way; None = not gated
+    tolerance: float | None = None  # gate: how far it may move the wrong way; None = not gated by default
+    # gated only when asked for (--tolerance, a tolerances file) or, for a judge metric, when a calibration in
+    # the same gate trusts the judge on its ``label_axis``: then with this tolerance
+    opt_in_tolerance: float | None = None
     drift: str = "drop"  # drift alarms on a "drop", a "rise" or "both"
     label_axis: str | None = None  # the human label axis a PPI estimate uses
 
@@ -91,6 +94,7 @@ METRICS: tuple[Metric, ...] = (
         "answerable cases",
         "answerable cases answered correctly (full credit)",
         lambda f: _share(f.answered and f.answer_correctness == 2, not f.must_abstain),
+        opt_in_tolerance=0.01,
         label_axis="answer_correctness",
     ),
     Metric(
@@ -153,6 +157,7 @@ METRICS: tuple[Metric, ...] = (
 METRIC_NAMES = tuple(m.name for m in METRICS)
 BY_NAME = {m.name: m for m in METRICS}
 GATED = {m.name: m.tolerance for m in METRICS if m.tolerance is not None}
+OPT_IN = {m.name: m.opt_in_tolerance for m in METRICS if m.opt_in_tolerance is not None}  # gated when asked
 
 # What a tracker logs for each scoreboard row (qaeval.commands.tracking): the metric's name with each of these.
 LOGGED_SUFFIXES = ("", "_ci_low", "_ci_high", "_n", "_ppi", "_ppi_ci_low", "_ppi_ci_high", "_n_labelled")

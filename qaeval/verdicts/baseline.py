@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from qaeval.core.errors import BaselineError
 from qaeval.core.frames import clean
 from qaeval.scoring.outcomes import FailReason
 
@@ -36,10 +37,19 @@ class BaselineCase:
     # adaptive baseline keeps its first trial only, the one every case had whatever it showed
     trial_units: dict[str, list[tuple[float, float]]] | None = None
     trial_passed: list[bool] | None = None  # whether each of those trials passed
+    # trials that passed and, answerable, were judged fully correct: the pass count of a gate that gates
+    # answer correctness (None: not known, as in a gate record written before; ``pass_count`` stands in)
+    right_passes: int | None = None
 
     @property
     def pass_count(self) -> int:
         return self.passes if self.passes is not None else int(self.passed)
+
+    def gate_passes(self, correctness: bool) -> int:
+        """The trials that passed as a gate counts them: with ``correctness``, a right answer too."""
+        if correctness and self.right_passes is not None:
+            return self.right_passes
+        return self.pass_count
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,44 @@ class Baseline:
         )
 
 
+def check_shares_cases(baseline: Baseline, case_ids: Collection[str]) -> None:
+    """Refuse a baseline that shares no case id with the suite gated against it: a baseline of another
+    golden set, against which every case would be new and every baseline case gone. (One that shares
+    fewer than half is gated, with a note: ``GateResult.all_notes``.)"""
+    if not baseline.cases or not case_ids or any(c in baseline.cases for c in case_ids):
+        return
+    ours, theirs = sorted(case_ids)[:3], sorted(baseline.cases)[:3]
+    raise BaselineError(
+        f"a baseline of another golden set: it shares no case id with the {len(case_ids)} case(s) gated "
+        f"({', '.join(ours)}{' ...' if len(case_ids) > 3 else ''}); it holds {len(baseline.cases)} "
+        f"({', '.join(theirs)}{' ...' if len(baseline.cases) > 3 else ''}). Write a baseline of this golden set "
+        "with `qaeval baseline --data DIR --out FILE`",
+        file=baseline.path,
+    )
+
+
+CORRECTNESS = "answer_correctness"  # the metric a gate may add to each case's pass (``right_counts``)
+
+
+def right_counts(run: RunResult) -> dict[str, tuple[int, int]]:
+    """Per case, (trials that passed and whose answer, where the case is answerable, was judged fully
+    correct; trials that passed but were not): each trial's ``case_passed`` and its share of answer
+    correctness (a must-abstain case counts for no answer, so its pass alone decides)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for trial in run.runs:
+        units = trial.units
+        right = {
+            cid: not den or num >= den
+            for cid, num, den in zip(
+                units["case_id"], units[f"{CORRECTNESS}__num"].tolist(), units[f"{CORRECTNESS}__den"].tolist()
+            )
+        }
+        for cid, ok in zip(trial.per_case["case_id"], trial.per_case["case_passed"]):
+            good, wrong = counts.get(cid, (0, 0))
+            counts[cid] = (good + bool(ok and right[cid]), wrong + bool(ok and not right[cid]))
+    return counts
+
+
 def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None = None) -> Baseline:
     board = run.scoreboard.set_index("metric")
     units = run.units.set_index("case_id")
@@ -128,6 +176,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
     for trial in trial_runs:
         for cid, ok in zip(trial.per_case["case_id"], trial.per_case["case_passed"]):
             passed.setdefault(cid, []).append(bool(ok))
+    right = right_counts(run)
     cases = {}
     for row in run.per_case.to_dict("records"):
         cid = row["case_id"]
@@ -144,6 +193,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
             trials=int(row["trials"]),
             trial_units=per_trial.get(cid, {}) if per_trial is not None else None,
             trial_passed=passed.get(cid, []) if per_trial is not None else None,
+            right_passes=right[cid][0] if cid in right else None,
         )
     data = data or {}
     return Baseline(

@@ -66,18 +66,20 @@ from qaeval.scoring.metrics import format_number
 from qaeval.scoring.outcomes import PASS_MEANS
 from qaeval.scoring.result import RunResult
 from qaeval.scoring.retrieval import unknown_ids_note
-from qaeval.verdicts.baseline import Baseline
+from qaeval.verdicts.baseline import CORRECTNESS, Baseline, check_shares_cases
 from qaeval.verdicts.gate_record import DEFAULT_ALPHA, GateRecord
 from qaeval.verdicts.tiers import (
     CASE_TRIALS_SCHEMA,
     CaseMatch,
+    CasePasses,
     case_trials,
     decide,
     levels,
     match_cases,
     metric_movements,
+    metric_outcome,
 )
-from qaeval.verdicts.tolerances import gated
+from qaeval.verdicts.tolerances import gated, opt_in, trusted_axes
 
 JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision")  # read from the judge's verdicts
 
@@ -137,12 +139,11 @@ class GateResult(GateRecord, Result):
     def reason(self) -> str:
         if not self.judge_trusted:
             return f"the judge is not trusted ({self.calibration.reason}); its numbers cannot gate"
-        gated = set(self.metric_deltas["metric"])
         if self.ok:
             already = len(self.already_failing)
-            head = self.run.passing_line(gated, f" ({already} fail as they did in the baseline)" if already else "")
+            head = self._passing_line(f" ({already} fail as they did in the baseline)" if already else "")
             return f"deterministic checks green and every tier-2 rule held against the baseline; {head}"
-        head = self.run.passing_line(gated)
+        head = self._passing_line()
         return (
             "failed "
             + "; ".join(
@@ -151,6 +152,24 @@ class GateResult(GateRecord, Result):
             )
             + f"; {head}"
         )
+
+    @property
+    def correctness_gated(self) -> bool:
+        """Whether this gate held answer correctness to a tolerance, and so counted a wrong answer as a
+        case's failure (``tiers.CasePasses``)."""
+        return CORRECTNESS in set(self.metric_deltas["metric"])
+
+    @property
+    def passes(self) -> CasePasses:
+        """How this gate counted each case's passing trials."""
+        return CasePasses.of(self.run, self.correctness_gated)
+
+    def _passing_line(self, aside: str = "") -> str:
+        if not self.correctness_gated:
+            return self.run.passing_line(set(self.metric_deltas["metric"]), aside)
+        passes = self.passes
+        right = sum(passes.passing(c) for c in self.run.per_case["case_id"])
+        return f"{right} of {len(self.run.per_case)} cases pass with a right answer{aside}"
 
     @property
     def blocking_cases(self) -> list[str]:
@@ -162,6 +181,15 @@ class GateResult(GateRecord, Result):
     def already_failing(self) -> list[str]:
         """Cases failing now that also failed in the baseline (they do not block; they were not green)."""
         pc = self.run.per_case
+        if self.correctness_gated:
+            passes = self.passes
+            return [
+                c
+                for c in pc["case_id"]
+                if c in self.match.matched
+                and not passes.passing(c)
+                and passes.baseline(self.baseline, c)[0] < self.baseline.cases[c].trials
+            ]
         return [
             c
             for c, ok in zip(pc["case_id"], pc["case_passed"])
@@ -216,6 +244,12 @@ class GateResult(GateRecord, Result):
                 "the baseline was not green when it was written (--allow-failing): cases that failed "
                 "there do not count as regressions"
             )
+        shared = len(self.match.matched) + len(self.match.changed)
+        if shared * 2 < len(self.run.per_case):
+            notes.append(
+                f"the baseline shares only {shared} of this suite's {len(self.run.per_case)} case id(s) (it holds "
+                f"{len(self.baseline.cases)}): most cases are gated as new, not against the baseline"
+            )
         if not self.dataset_match:
             notes.append(
                 f"the data differs from the baseline's: {len(self.match.changed)} case(s) changed, "
@@ -258,7 +292,8 @@ class GateResult(GateRecord, Result):
         return notes
 
     def summary_text(self) -> str:
-        lines = [f"GATE: {self.verdict}   {self.reason}   (baseline {self.baseline.path})", f"  ({PASS_MEANS})"]
+        means = PASS_MEANS + ("; answer correctness is gated, so a right answer too" if self.correctness_gated else "")
+        lines = [f"GATE: {self.verdict}   {self.reason}   (baseline {self.baseline.path})", f"  ({means})"]
         notes = self.all_notes()
         lines += [f"note: {n}" for n in notes[: len(self.differences())]]  # what differs from the baseline, first
         if self.calibration is not None:
@@ -281,7 +316,8 @@ class GateResult(GateRecord, Result):
         lines.append("")
         lines.append(f"  {'metric':<26} {'baseline':>9} {'current':>9} {'delta':>8} {'tol':>6}  noise test")
         for row in self.metric_deltas.itertuples(index=False):
-            mark = "" if row.passed else "  <- BLOCK"
+            outcome = metric_outcome(row._asdict())
+            mark = "  <- BLOCK" if not row.passed else "  (past tolerance, within noise)" if "noise" in outcome else ""
             lines.append(
                 f"  {row.metric:<26} {format_number(row.baseline):>9} {format_number(row.current):>9} "
                 f"{format_number(row.delta):>8} {row.tolerance:>6.3f}  {row.note}{mark}"
@@ -292,6 +328,31 @@ class GateResult(GateRecord, Result):
         return self.tiers
 
 
+def judge_axes_notes(run: RunResult, asked: Mapping[str, float], gated_now: Mapping[str, float], calibration: Any) -> list[str]:
+    """What the verdict says of the metrics a gate leans on the judge for only when asked (answer
+    correctness): gated, at what tolerance and why, or not gated, why, and how to gate it (said once)."""
+    notes = []
+    for name in opt_in(run.metrics):
+        if name in asked:
+            notes.append(f"{name} is gated (tolerance {asked[name]:g}, as asked): a case answered wrongly fails")
+        elif name in gated_now:
+            notes.append(
+                f"{name} is gated (tolerance {gated_now[name]:g}): the calibration trusts the judge on its axis, "
+                "so a case answered wrongly fails"
+            )
+        elif calibration is not None and calibration.ok:
+            notes.append(
+                f"{name} is not gated: the calibration did not assess the judge on its axis (add labels there, "
+                f"or give it a tolerance: --tolerance {name}=0.05)"
+            )
+        elif calibration is None:
+            notes.append(
+                f"{name} is not gated: the judge has not earned it here; gate it with --tolerance {name}=0.05, or "
+                f"with --labels FILE holding {name} labels the judge agrees with"
+            )
+    return notes
+
+
 def gate(
     run: RunResult,
     baseline: Baseline,
@@ -300,13 +361,27 @@ def gate(
     calibration: Any = None,
     alpha: float = DEFAULT_ALPHA,
 ) -> GateResult:
-    """Compare a RunResult with a Baseline. Pure: no I/O."""
-    tolerances = dict(gated(run.metrics) if tolerances is None else tolerances)
+    """Compare a RunResult with a Baseline. Pure: no I/O.
+
+    Args:
+        run: the run to gate.
+        baseline: what it is gated against (``qaeval.record.read.read_baseline``).
+        tolerances: per gated metric, how far it may move the wrong way (default: every metric's own);
+            answer correctness is gated when it is named here.
+        calibration: the judge's calibration against human labels in this gate, if any: a judge it
+            refuses blocks, and a metric gated only when asked (answer correctness) is gated when the
+            calibration trusts the judge on its axis.
+        alpha: the family-wise error the trials tests are held to.
+    """
+    check_shares_cases(baseline, run.per_case["case_id"].tolist())
+    asked = dict(gated(run.metrics) if tolerances is None else tolerances)
+    tolerances = trusted_axes(asked, run.metrics, calibration)
+    passes = CasePasses.of(run, CORRECTNESS in tolerances)
     match = match_cases(run, baseline)
     case_level, metric_alpha = levels(run, baseline, match, tolerances, alpha)
     deltas = metric_movements(run, baseline, tolerances, match.matched, alpha=metric_alpha)
-    trials = case_trials(run, baseline, match.matched, case_level)
-    tiers, regressed, new_failing = decide(run, baseline, match, deltas, trials)
+    trials = case_trials(run, baseline, match.matched, case_level, passes)
+    tiers, regressed, new_failing = decide(run, baseline, match, deltas, trials, passes)
     return GateResult(
         run=run,
         baseline=baseline,
@@ -318,4 +393,5 @@ def gate(
         calibration=calibration,
         case_trials=trials,
         alpha=alpha,
+        notes=judge_axes_notes(run, asked, tolerances, calibration),
     )

@@ -30,6 +30,7 @@ from qaeval.verdicts.baseline import Baseline, BaselineCase
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.noise import metric_level
+from qaeval.verdicts.baseline import CORRECTNESS
 from qaeval.verdicts.tiers import (
     CASE_TRIALS_SCHEMA,
     DELTA_SCHEMA,
@@ -39,13 +40,14 @@ from qaeval.verdicts.tiers import (
     TIER_RULES,
     TIER_SCHEMA,
     CaseMatch,
+    CasePasses,
     case_trials,
     decide,
     levels,
     match_cases,
     movement,
 )
-from qaeval.verdicts.tolerances import gated
+from qaeval.verdicts.tolerances import gated, opt_in
 
 DEFAULT_ALPHA = 0.05
 BASELINE_CASE = Fields(
@@ -60,8 +62,9 @@ BASELINE_CASE = Fields(
         output_fingerprint="text",
         passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
         trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
+        right_passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
     ),
-    optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials"),
+    optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials", "right_passes"),
 )
 
 
@@ -129,14 +132,15 @@ def recorded_metric_level(rows: list[Any], alpha: float | None, gated_metrics: i
 
 
 def _recorded_tolerances(
-    audit: Audit, rows: list[Any], prefix: str, defaults: Mapping[str, float]
+    audit: Audit, rows: list[Any], prefix: str, defaults: Mapping[str, float], optional: Mapping[str, float]
 ) -> dict[str, float] | None:
-    """The tolerances a gate record was decided with (one per gated metric), or None when they are not."""
+    """The tolerances a gate record was decided with (one per gated metric, and any of ``optional``, the
+    metrics gated only when asked for), or None when they are not."""
     tolerances: dict[str, float] = {}
     found = len(audit.problems)
     for j, row in enumerate(rows):
         name, tol = row.get("metric"), row.get("tolerance")
-        if name not in defaults or name in tolerances:
+        if (name not in defaults and name not in optional) or name in tolerances:
             audit.problem(f"{prefix}.metric_deltas[{j}] names {name!r}: not a gated metric, or named twice")
         elif isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
             audit.problem(f"{prefix}.metric_deltas[{j}].tolerance ({name}) is {tol!r}, not a finite number >= 0")
@@ -169,6 +173,10 @@ class GateRecord:
         raise NotImplementedError
 
     @property
+    def passes(self) -> CasePasses:
+        raise NotImplementedError
+
+    @property
     def already_failing(self) -> list[str]:
         raise NotImplementedError
 
@@ -180,7 +188,11 @@ class GateRecord:
             | set(self.regressed["case_id"])
             | set(self.new_failing["case_id"])
             | set(self.run.per_case.loc[~self.run.per_case["case_passed"], "case_id"])
+            | set(self.case_trials.loc[self.case_trials["verdict"] != "steady", "case_id"])
         )
+        passes = self.passes
+        if passes.correctness:  # a case answered wrongly fails too: the audit needs its baseline in full
+            keep |= {c for c in self.run.per_case["case_id"] if not passes.passing(c)}
         cases = {
             cid: dict(
                 fingerprint=c.fingerprint,
@@ -194,6 +206,7 @@ class GateRecord:
                 passes=c.pass_count,
                 trials=c.trials,
             )
+            | ({"right_passes": c.right_passes} if c.right_passes is not None else {})
             for cid, c in self.baseline.cases.items()
             if cid in keep
         }
@@ -245,6 +258,7 @@ class GateRecord:
                 c.get("output_fingerprint"),
                 c.get("passes"),
                 c.get("trials", 1),
+                right_passes=c.get("right_passes"),
             )
             for cid, c in s["baseline_cases"].items()
         }
@@ -253,7 +267,15 @@ class GateRecord:
             same = cid in run.suite and cid not in s["match"]["changed"]  # (a matched case the run lacks: audited)
             cases.setdefault(
                 cid,
-                BaselineCase(run.suite[cid].fingerprint if same else "", True, [], {}, passes=trials, trials=trials),
+                BaselineCase(
+                    run.suite[cid].fingerprint if same else "",
+                    True,
+                    [],
+                    {},
+                    passes=trials,
+                    trials=trials,
+                    right_passes=trials,
+                ),
             )
         baseline = Baseline(
             path=b["path"],
@@ -303,7 +325,9 @@ class GateRecord:
         the embedded baseline is the baseline file it names."""
         if self.calibration is not None:
             self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
-        tolerances = _recorded_tolerances(audit, s["metric_deltas"], prefix, gated(self.run.metrics))
+        tolerances = _recorded_tolerances(
+            audit, s["metric_deltas"], prefix, gated(self.run.metrics), opt_in(self.run.metrics)
+        )
         if tolerances is None:
             return
         match = match_cases(self.run, self.baseline)
@@ -324,9 +348,10 @@ class GateRecord:
         for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
             for column in MOVEMENT[1:]:
                 audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
-        trials = case_trials(self.run, self.baseline, match.matched, case_level)
+        passes = CasePasses.of(self.run, CORRECTNESS in tolerances)
+        trials = case_trials(self.run, self.baseline, match.matched, case_level, passes)
         tiers, regressed, new_failing = decide(
-            self.run, self.baseline, match, frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}), trials
+            self.run, self.baseline, match, frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}), trials, passes
         )
         if "case_trials" in s:  # the flaky, broken and regressed cases, decided again from the trial counts
             shown = ("case_id", "baseline_passes", "baseline_trials", "passes", "trials", "verdict")

@@ -19,7 +19,7 @@ from qaeval.core.frames import frame
 from qaeval.scoring.metrics import Metric
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.scoring.result import RunResult
-from qaeval.verdicts.baseline import Baseline
+from qaeval.verdicts.baseline import CORRECTNESS, Baseline, right_counts
 from qaeval.verdicts.noise import (
     CaseTrials,
     fisher_drop_p,
@@ -150,6 +150,19 @@ def movement(
     )
 
 
+def metric_outcome(row: Mapping[str, Any]) -> str:
+    """What decided a metric_deltas row, in the words a table's mark uses: "within" its tolerance,
+    "past tolerance, within noise" (with trials, a move past the tolerance that the trials test does not
+    tell from noise passes), "not comparable" (n = 0 on a side), or "BLOCKS"."""
+    delta, tol = row["delta"], row["tolerance"]
+    if not row["passed"]:
+        return "BLOCKS"
+    if delta is None or math.isnan(delta):
+        return "not comparable"
+    past = delta < -tol - _EPS if row["direction"] == "higher" else delta > tol + _EPS
+    return "past tolerance, within noise" if past else "within"
+
+
 def metric_movements(
     run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], alpha: float | None = None
 ) -> pd.DataFrame:
@@ -264,12 +277,58 @@ def _state(passes: int, trials: int) -> str:
     return ("passed" if passes else "failed") if trials == 1 else f"passed {passes}/{trials}"
 
 
-def regressions(run: RunResult, trials: pd.DataFrame) -> pd.DataFrame:
+@dataclass(frozen=True)
+class CasePasses:
+    """How the gate counts a case's passing trials. By default a trial passes when the case passes
+    (``case_passed``); with answer correctness gated (``correctness``) an answerable case must also be
+    judged fully correct, on both sides, so a case answered rightly in every baseline trial and wrongly
+    now regresses by the trials' own rules. ``current``: per case (passes, trials) as counted;
+    ``wrong``: per case the trials that passed on their own rules but were answered wrongly."""
+
+    correctness: bool
+    current: Mapping[str, tuple[int, int]]
+    wrong: Mapping[str, int]
+
+    @classmethod
+    def of(cls, run: RunResult, correctness: bool) -> CasePasses:
+        pc = run.per_case
+        trials = dict(zip(pc["case_id"], pc["trials"].astype(int).tolist()))
+        if not correctness:
+            return cls(False, dict(zip(pc["case_id"], zip(pc["passes"].astype(int).tolist(), trials.values()))), {})
+        counts = right_counts(run)
+        return cls(
+            True,
+            {cid: (counts[cid][0], n) for cid, n in trials.items()},
+            {cid: wrong for cid, (_, wrong) in counts.items() if wrong},
+        )
+
+    def baseline(self, baseline: Baseline, cid: str) -> tuple[int, int]:
+        case = baseline.cases[cid]
+        return case.gate_passes(self.correctness), case.trials
+
+    def passing(self, cid: str) -> bool:
+        """Every trial of the case passed, as the gate counts them."""
+        passes, trials = self.current[cid]
+        return passes == trials
+
+    def why(self, cid: str, reasons: Any, score: Any) -> str:
+        """Why a case fails: its reasons, and the trials answered wrongly when correctness is gated."""
+        text = reasons_text(reasons)
+        wrong = self.wrong.get(cid, 0)
+        if wrong:
+            _, trials = self.current[cid]
+            said = f"score {score}" if trials == 1 and not pd.isna(score) else f"{wrong} of {trials} trials"
+            text = "; ".join(t for t in (text, f"answer judged wrong ({CORRECTNESS}: {said})") if t)
+        return text
+
+
+def regressions(run: RunResult, trials: pd.DataFrame, passes: CasePasses | None = None) -> pd.DataFrame:
     """The cases ``case_trials`` calls broken or regressed (with one trial each: passed then, fail now)."""
     pc = run.per_case.set_index("case_id")
+    passes = passes or CasePasses.of(run, False)
     rows = []
     for r in trials[trials["verdict"].isin(["broken", "regressed"])].itertuples(index=False):
-        why = reasons_text(pc.at[r.case_id, "fail_reasons"])
+        why = passes.why(r.case_id, pc.at[r.case_id, "fail_reasons"], pc.at[r.case_id, CORRECTNESS])
         if r.verdict == "regressed":
             why = f"passes less often than in the baseline (one-sided Fisher p={r.p_value:.3g}): {why}"
         rows.append(
@@ -283,17 +342,18 @@ def regressions(run: RunResult, trials: pd.DataFrame) -> pd.DataFrame:
     return frame(rows, REGRESSED_SCHEMA)
 
 
-def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch) -> pd.DataFrame:
+def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch, passes: CasePasses | None = None) -> pd.DataFrame:
     pc = run.per_case.set_index("case_id")
+    passes = passes or CasePasses.of(run, False)
     rows = [
         dict(
             case_id=cid,
             status="changed" if cid in match.changed else "new",
             baseline_state=("passed" if baseline.cases[cid].passed else "failed") if cid in match.changed else "absent",
-            why=reasons_text(pc.at[cid, "fail_reasons"]),
+            why=passes.why(cid, pc.at[cid, "fail_reasons"], pc.at[cid, CORRECTNESS]),
         )
         for cid in pc.index
-        if (cid in match.new or cid in match.changed) and not pc.at[cid, "case_passed"]
+        if (cid in match.new or cid in match.changed) and not passes.passing(cid)
     ]
     return frame(rows, NEW_SCHEMA)
 
@@ -313,8 +373,11 @@ CASE_TRIALS_SCHEMA = {
 }
 
 
-def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: float) -> pd.DataFrame:
-    """Every matched case's trial counts against the baseline's and what they mean, one row each.
+def case_trials(
+    run: RunResult, baseline: Baseline, matched: list[str], alpha: float, passes: CasePasses | None = None
+) -> pd.DataFrame:
+    """Every matched case's trial counts against the baseline's and what they mean, one row each, the
+    passes counted as ``passes`` says (by default each trial's ``case_passed``).
 
     ``verdict``:
     * ``broken``: it passed every baseline trial and fails every current trial (with one trial on each
@@ -326,11 +389,10 @@ def case_trials(run: RunResult, baseline: Baseline, matched: list[str], alpha: f
       Reported, never blocking.
     * ``steady``: every other case (passes as it did, or fails as it did).
     """
-    pc = run.per_case.set_index("case_id")
+    passes = passes or CasePasses.of(run, False)
     rows: list[dict[str, Any]] = []
     for cid in matched:
-        base = baseline.cases[cid]
-        cb, nb, cc, nc = base.pass_count, base.trials, int(pc.at[cid, "passes"]), int(pc.at[cid, "trials"])
+        (cb, nb), (cc, nc) = passes.baseline(baseline, cid), passes.current[cid]
         p, floor = fisher_drop_p(cb, nb, cc, nc)
         verdict = "broken" if cb == nb and cc == 0 else "steady"
         rows.append(
@@ -383,12 +445,17 @@ def levels(
 
 
 def decide(
-    run: RunResult, baseline: Baseline, match: CaseMatch, deltas: pd.DataFrame, trials: pd.DataFrame
+    run: RunResult,
+    baseline: Baseline,
+    match: CaseMatch,
+    deltas: pd.DataFrame,
+    trials: pd.DataFrame,
+    passes: CasePasses | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(tiers, regressed, new_failing): the four tiers from the matched cases, their trials
-    (``case_trials``) and the metric movements."""
-    regressed = regressions(run, trials)
-    new_failing = new_cases(run, baseline, match)
+    (``case_trials``), the metric movements and how a case's passes are counted (``passes``)."""
+    regressed = regressions(run, trials, passes)
+    new_failing = new_cases(run, baseline, match, passes)
     n_new = len(match.new) + len(match.changed)
     tiers = [
         tier_one(run),

@@ -1,5 +1,10 @@
 """The gate's tolerances: how far each gated metric may move the wrong way, from the defaults, a JSON file
-and ``metric=value`` overrides."""
+and ``metric=value`` overrides.
+
+Most gated metrics are gated by default (``Metric.tolerance``). Answer correctness is gated only when asked
+for: by a tolerance of its own (``--tolerance answer_correctness=0.05``, or the file), or by a calibration in
+the same gate that trusts the judge on its axis (``trusted_axes``); the bundled offline judge is weak there,
+so a gate never leans on it unasked."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 from qaeval.core.errors import DatasetError, UsageError
 from qaeval.core.files import read_text
 from qaeval.core.jsonfile import loads_strict
-from qaeval.scoring.metrics import GATED, Metric
+from qaeval.scoring.metrics import GATED, OPT_IN, Metric
 
 DEFAULT_TOLERANCES: dict[str, float] = dict(GATED)
 
@@ -21,13 +26,35 @@ def gated(metrics: Sequence[Metric]) -> dict[str, float]:
     return {m.name: m.tolerance for m in metrics if m.tolerance is not None}
 
 
+def opt_in(metrics: Sequence[Metric]) -> dict[str, float]:
+    """The metrics among ``metrics`` that are gated only when asked for, with the tolerance they then get."""
+    return {m.name: m.opt_in_tolerance for m in metrics if m.tolerance is None and m.opt_in_tolerance is not None}
+
+
+def trusted_axes(tolerances: Mapping[str, float], metrics: Sequence[Metric], calibration: Any) -> dict[str, float]:
+    """``tolerances`` with every opt-in metric whose label axis the calibration trusts added at its
+    opt-in tolerance (a tolerance the user gave is kept). A calibration that refused the judge adds none:
+    that gate blocks on the refusal."""
+    if calibration is None or not calibration.ok:
+        return dict(tolerances)
+    trusted = set(calibration.axes)
+    added = {
+        m.name: float(m.opt_in_tolerance)
+        for m in metrics
+        if m.tolerance is None and m.opt_in_tolerance is not None and m.label_axis in trusted
+    }
+    return {**tolerances, **{k: v for k, v in added.items() if k not in tolerances}}
+
+
 def load_tolerances(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     defaults: Mapping[str, float] = DEFAULT_TOLERANCES,
+    optional: Mapping[str, float] = OPT_IN,
 ) -> dict[str, float]:
     """Defaults (the built-in gated metrics', or ``gated(run.metrics)``), then a JSON file
-    ``{"metric": tolerance}``, then ``metric=value`` overrides."""
+    ``{"metric": tolerance}``, then ``metric=value`` overrides. A metric of ``optional`` (gated only when
+    asked for: answer correctness) is gated when the file or an override gives it a tolerance."""
     tolerances = dict(defaults)
     updates: dict[str, Any] = {}
     if path is not None:
@@ -47,8 +74,9 @@ def load_tolerances(
         except ValueError:
             raise UsageError(f"--tolerance {item!r}: {value!r} is not a number") from None
     for name, value in updates.items():
-        if name not in defaults:
-            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(defaults)}")
+        if name not in defaults and name not in optional:
+            also = f"; gated when given a tolerance: {', '.join(optional)}" if optional else ""
+            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(defaults)}{also}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise UsageError(f"tolerance for {name} must be a finite number >= 0, got {value!r}")
         tolerances[name] = float(value)
