@@ -74,7 +74,7 @@ def demo(bin_dir: Path) -> None:
     qaeval(
         "gate",
         "--data",
-        "golden/buggy",
+        "golden",
         "--adapter",
         buggy,
         "--baseline",
@@ -85,6 +85,10 @@ def demo(bin_dir: Path) -> None:
         "reports/gate.html",
         expect=1,
     )
+    # The buggy split: each of its cases trips the saboteur's faults one by one. It shares no case with the
+    # golden baseline, so gating it against that baseline is refused (65), not blocked as "all new".
+    qaeval("run", "--data", "golden/buggy", "--adapter", buggy, "--html", "reports/buggy.html", "--quiet", expect=0)
+    qaeval("gate", "--data", "golden/buggy", "--adapter", buggy, "--baseline", baseline, "--quiet", expect=65)
     # The offline judge agrees with the demo labels on every axis (it credits an answer that contains the
     # gold answer); on the hand-written labelled set it is refused on faithfulness.
     qaeval(
