@@ -70,6 +70,7 @@ _EXPORTS = {
     "CaseFacts": "qaeval.scoring.metrics",
     "FailReason": "qaeval.scoring.outcomes",
     "score_logs": "qaeval.api",
+    "score": "qaeval.api",
     "MonitorResult": "qaeval.verdicts.monitor",
 }
 

@@ -30,6 +30,7 @@ from qaeval.commands.common import (
     notify_hook_of,
     record_path,
     recorded,
+    score_answers,
     score_labelled_set,
 )
 from qaeval.commands.export import TrecExport, write_trec
@@ -41,7 +42,7 @@ from qaeval.core.files import refuse_overwrite, write_atomic
 from qaeval.core.jsonfile import write_jsonl
 from qaeval.core.results import Result
 from qaeval.core.text import one_line
-from qaeval.data.cases import load_suite
+from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
 from qaeval.data.schema import AXES
 from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
@@ -51,6 +52,7 @@ from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
 from qaeval.record.write import write_record
 from qaeval.scoring.journal import holding_the_record
 from qaeval.scoring.result import RunResult
+from qaeval.system.answers import answers_by_trial
 from qaeval.system.labelled import load_labelled_set
 from qaeval.verdicts.baseline import check_shares_cases
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
@@ -128,6 +130,64 @@ def run(
     if p["record"]:
         return recorded("run", p, RunResult)
     return finish(labelled_run(p), p)
+
+
+def score(
+    suite: Suite | str | Path,
+    answers: Any,
+    *,
+    judge: Any = None,
+    k: int | None = None,
+    labels: str | None = None,
+    save: str | None = None,
+    judge_model: str | None = None,
+    judge_base_url: str | None = None,
+    judge_concurrency: int | None = None,
+    judge_cache: bool | None = None,
+    judge_timeout: float | None = None,
+    pass_k: int | None = None,
+) -> RunResult:
+    """Score answers you already have, with the same checks, judge and scoreboard as a run.
+
+    Args:
+        suite: the golden cases: a ``Suite`` or a golden folder's path.
+        answers: one answer per case (and trial): a DataFrame, a list of dicts, or a dict of case id to
+            ``SUTOutput`` or dict. Rows are keyed by ``case_id`` (and ``trial``: 0, 1, ... for several
+            trials) and carry ``SUTOutput``'s field names as columns (``qaeval.system.answers``).
+        judge: the judge, as ``run`` takes it (default: the offline judge).
+        k: the cut-off of the retrieval metrics (default 5).
+        labels: hand labels (JSONL) for prediction-powered estimates beside the judge's.
+        save: write the run record here.
+        judge_model, judge_base_url, judge_concurrency, judge_cache, judge_timeout: as for ``run``.
+        pass_k: the k of pass_hat_k and pass_at_k with several trials.
+
+    Returns:
+        The ``RunResult``, its adapter named "(answers given)".
+
+    Raises:
+        DatasetError: an answer that is not well formed (each named by its row), a case answered twice,
+            an answer for no case of the suite, or a case left without one (exit 65).
+    """
+    loaded = suite if isinstance(suite, Suite) else load_suite(suite)
+    p = check_parameters(
+        "run",
+        data=str(loaded.root),
+        judge=judge,
+        k=k,
+        labels=labels,
+        save=save,
+        judge_model=judge_model,
+        judge_base_url=judge_base_url,
+        judge_concurrency=judge_concurrency,
+        judge_cache=judge_cache,
+        judge_timeout=judge_timeout,
+        pass_k=pass_k,
+        isolation="none",
+    )
+    trials = answers_by_trial(loaded, answers)  # a bad answer costs no judge call
+    label_frame = load_labels(p["labels"], known_cases={c.id for c in loaded}) if p["labels"] else None
+    result = score_answers(p, loaded, trials).with_labels(label_frame)
+    return finish(result, p)
 
 
 @holding_the_record

@@ -191,7 +191,7 @@ def test_a_reader_that_leaves_early_gets_no_complaint_and_the_verdict_stands():
             "qaeval.cli",
             "gate",
             "--data",
-            str(GOLDEN / "buggy"),
+            str(GOLDEN),
             "--adapter",
             "qaeval.system.saboteur:make_adapter",
             "--baseline",

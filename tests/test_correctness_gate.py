@@ -37,7 +37,10 @@ def branches(tmp_path_factory):
                 question=f"When did the {name} Branch open?",
                 sources=[
                     {"id": f"{slug}-opening", "text": f"The {name} Branch opened in {1950 + i}."},
-                    {"id": f"{slug}-wing", "text": f"The {name} Branch opened a children's wing in {1990 + i}, beside it."},
+                    {
+                        "id": f"{slug}-wing",
+                        "text": f"The {name} Branch opened a children's wing in {1990 + i}, beside it.",
+                    },
                     {"id": "printing", "text": "Printing costs 10 cents per page."},
                 ],
                 gold_answer=str(1950 + i),
@@ -63,9 +66,13 @@ def gate_out(capsys, *argv: str) -> tuple[int, str]:
 
 
 def test_wrong_answers_pass_a_gate_that_does_not_gate_correctness_and_it_says_how_to_once(capsys):
-    code, out = gate_out(capsys, "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"))
+    code, out = gate_out(
+        capsys, "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json")
+    )
     assert code == 0 and "GATE: PASS" in out
-    assert out.splitlines()[0].endswith("answer correctness is not gated   (baseline " + str(GOLDEN / "ci-baseline.json") + ")")
+    assert out.splitlines()[0].endswith(
+        "answer correctness is not gated   (baseline " + str(GOLDEN / "ci-baseline.json") + ")"
+    )
     how = "gate it with --tolerance answer_correctness=0.05, or with --labels FILE holding answer_correctness labels"
     assert out.count(how) == 1 and out.count("--tolerance answer_correctness") == 1
 
@@ -154,7 +161,10 @@ def test_a_calibration_that_did_not_assess_correctness_leaves_it_ungated_and_say
     assert partial.ok and partial.not_assessed == ["answer_correctness"]
     result = gate(run, read_baseline(GOLDEN / "ci-baseline.json"), calibration=partial)
     assert result.exit_code == 0 and not result.correctness_gated, "the same wrong answers, correctness not assessed"
-    assert any(n.startswith("answer_correctness is not gated: the calibration did not assess the judge on its axis") for n in result.notes)
+    assert any(
+        n.startswith("answer_correctness is not gated: the calibration did not assess the judge on its axis")
+        for n in result.notes
+    )
     trusted = calibrate(run, labels, min_labels=5)
     assert trusted.ok and gate(run, read_baseline(GOLDEN / "ci-baseline.json"), calibration=trusted).exit_code == 1
 
@@ -218,4 +228,6 @@ def test_a_metric_past_its_tolerance_that_the_trials_test_holds_is_marked_as_wha
 def test_the_demo_gate_is_unchanged_without_labels(capsys, tmp_path):
     shutil.copy(GOLDEN / "ci-baseline.json", tmp_path / "b.json")
     code, out = gate_out(capsys, "--data", str(GOLDEN), "--baseline", str(tmp_path / "b.json"))
-    assert code == 0 and "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated" in out
+    assert (
+        code == 0 and "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated" in out
+    )

@@ -57,7 +57,9 @@ def test_saboteur_blocks_on_golden_naming_every_failed_tier(baseline_file, capsy
     assert "10 previously passing case(s) now fail" in out
 
 
-def test_a_baseline_of_another_golden_set_is_refused_before_the_system_runs(baseline_file, capsys, tmp_path, monkeypatch):
+def test_a_baseline_of_another_golden_set_is_refused_before_the_system_runs(
+    baseline_file, capsys, tmp_path, monkeypatch
+):
     """The buggy split shares no case id with golden's baseline: every case would be new and every
     baseline case gone, so the gate refuses it (65) instead of blocking on '4 new, 15 no longer present'."""
     calls = tmp_path / "calls"
@@ -80,8 +82,15 @@ def test_a_record_that_is_not_a_runs_is_no_baseline_and_nothing_to_compare(kind,
     golden = str(GOLDEN)
     made = {
         "gate": ["gate", "--data", golden, "--baseline", baseline_file, "--save", str(record)],
-        "calibrate": ["calibrate", "--data", golden, "--labels", str(GOLDEN / "calibration" / "human_labels.jsonl"),
-                      "--save", str(record)],
+        "calibrate": [
+            "calibrate",
+            "--data",
+            golden,
+            "--labels",
+            str(GOLDEN / "calibration" / "human_labels.jsonl"),
+            "--save",
+            str(record),
+        ],
         "drift": ["drift", "--data", golden, "--timeseries", str(tmp_path / "h.jsonl"), "--save", str(record)],
         "monitor": ["monitor", "--logs", str(tmp_path / "log.jsonl"), "--save", str(record)],
     }[kind]
@@ -265,7 +274,9 @@ def test_tolerances_from_file_and_flags(tmp_path):
     tol = load_tolerances(path, ["faithfulness_rate=0"])
     assert tol["rerank_mrr"] == 0.05 and tol["faithfulness_rate"] == 0 and tol["abstention_recall"] == 0
     assert set(tol) == set(DEFAULT_TOLERANCES)
-    with pytest.raises(UsageError, match="no gated metric named 'citation_coverage'.*when given a tolerance: answer_correctness"):
+    with pytest.raises(
+        UsageError, match="no gated metric named 'citation_coverage'.*when given a tolerance: answer_correctness"
+    ):
         load_tolerances(None, ["citation_coverage=0.1"])
     assert load_tolerances(None, ["answer_correctness=0.05"])["answer_correctness"] == 0.05
     assert "answer_correctness" not in load_tolerances(path), "gated only when asked for"
@@ -424,3 +435,19 @@ def test_a_gate_without_labels_says_its_judge_was_not_calibrated_in_this_run(cap
     ) in out
     labelled = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels))
     assert not any("not calibrated" in n for n in labelled.all_notes())
+
+
+def test_a_baseline_sharing_under_half_the_cases_is_gated_with_a_note_naming_both_counts(tmp_path, capsys):
+    from conftest import make_case, write_cases
+
+    one = write_cases(tmp_path / "one", [make_case(id="case-a")])
+    three = write_cases(tmp_path / "three", [make_case(id=f"case-{c}") for c in "abc"])
+    two = write_cases(tmp_path / "two", [make_case(id=f"case-{c}") for c in "ab"])
+    base = tmp_path / "b.json"
+    assert main(["baseline", "--data", str(one), "--out", str(base), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["gate", "--data", str(three), "--baseline", str(base)]) == 0
+    note = "the baseline shares only 1 of this suite's 3 case id(s) (it holds 1): most cases are gated as new"
+    assert note in capsys.readouterr().out
+    assert main(["gate", "--data", str(two), "--baseline", str(base)]) == 0
+    assert "the baseline shares only" not in capsys.readouterr().out, "half shared is no warning"

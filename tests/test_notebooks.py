@@ -113,26 +113,14 @@ def test_drift_notebook_raises_on_an_alarm(tmp_path):
 
 def test_gate_notebook_fails_under_papermill_on_block(tmp_path, baseline):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(
-            tmp_path,
-            "gate",
-            data=str(GOLDEN / "buggy"),
-            adapter="qaeval.system.saboteur:make_adapter",
-            baseline=baseline,
-        )
+        execute(tmp_path, "gate", data=str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter", baseline=baseline)
     assert info.value.ename == "GateBlocked"
     execute(tmp_path, "gate", data=str(GOLDEN), baseline=baseline)  # and passes on golden
 
 
 def test_a_misspelt_parameter_is_a_usage_error_not_the_default_adapter(tmp_path, baseline):
     with pytest.raises(PapermillExecutionError) as info:
-        execute(
-            tmp_path,
-            "gate",
-            data=str(GOLDEN / "buggy"),
-            adpter="qaeval.system.saboteur:make_adapter",
-            baseline=baseline,
-        )
+        execute(tmp_path, "gate", data=str(GOLDEN), adpter="qaeval.system.saboteur:make_adapter", baseline=baseline)
     assert info.value.ename == "UsageError"
     assert "no parameter 'adpter'" in info.value.evalue and "adapter" in info.value.evalue
 
@@ -197,7 +185,7 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
         [
             "gate",
             "--data",
-            str(GOLDEN / "buggy"),
+            str(GOLDEN),
             "--adapter",
             "qaeval.system.saboteur:make_adapter",
             "--baseline",
@@ -212,7 +200,7 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
     assert "<script" not in page and "Traceback" not in page and "GateBlocked" not in page
     assert not re.search(r'<(script|link)[^>]+(src|href)="https?://', page), "self-contained: nothing fetched"
     assert 'class="qaeval-code"' not in page, "code is hidden by default"
-    for case_id in ("buggy-leak-0001", "buggy-cite-0002", "buggy-refuse-0003", "buggy-stale-0004"):
+    for case_id in ("single-0002", "abstain-0001", "agg-0002", "multi-0003"):
         assert page.count(f'id="case-{case_id}"') == 1, "each blocking case is drawn once"
     assert "<mark>" in page
     shown = tmp_path / "shown.html"
@@ -248,13 +236,7 @@ def test_nbconvert_template_qaeval_renders_papermill_output(tmp_path, baseline):
     """What a CI user tries first: papermill, then jupyter nbconvert --template qaeval."""
     executed = tmp_path / "gate-out.ipynb"
     with pytest.raises(PapermillExecutionError):
-        execute(
-            tmp_path,
-            "gate",
-            data=str(GOLDEN / "buggy"),
-            adapter="qaeval.system.saboteur:make_adapter",
-            baseline=baseline,
-        )
+        execute(tmp_path, "gate", data=str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter", baseline=baseline)
     jupyter = Path(sys.executable).with_name("jupyter")
     if not jupyter.exists():
         pytest.skip("jupyter is not installed next to this interpreter")

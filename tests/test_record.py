@@ -80,7 +80,7 @@ def test_gate_calibrate_and_drift_results_round_trip(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
     gate = api.gate_run(
-        str(GOLDEN / "buggy"),
+        str(GOLDEN),
         baseline=str(baseline),
         adapter="qaeval.system.saboteur:make_adapter",
         save=str(tmp_path / "gate.json"),

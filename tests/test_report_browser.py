@@ -53,7 +53,7 @@ def saboteur_gate(tmp_path_factory):
         [
             "gate",
             "--data",
-            str(GOLDEN / "buggy"),
+            str(GOLDEN),
             "--adapter",
             "qaeval.system.saboteur:make_adapter",
             "--baseline",
@@ -72,9 +72,9 @@ def test_gate_report_on_the_saboteur_leads_with_block_and_draws_each_blocking_ca
     banner = dom.index('class="qaeval-banner qaeval-block"')
     assert ">BLOCK<" in dom[banner : banner + 600], "the verdict banner is the first thing on the page"
     assert dom.index("qaeval-banner") < dom.index("<h2"), "the banner comes before every section"
-    for case_id in ("buggy-leak-0001", "buggy-cite-0002", "buggy-refuse-0003", "buggy-stale-0004"):
+    for case_id in ("single-0002", "abstain-0001", "agg-0002", "multi-0003"):
         assert dom.count(f'id="case-{case_id}"') == 1, f"{case_id}: one drill-down"
-    leak = dom[dom.index('id="case-buggy-leak-0001"') :]
+    leak = dom[dom.index('id="case-agg-0002"') :]
     leak = leak[: leak.index("</details>")]
     passage = re.search(r'<div class="passage cited">(?:(?!</div>).)*visits-fy2024(?:(?!</div>).)*</div>', leak, re.S)
     assert passage and "<mark>" in passage.group(0), "the judge's quote is marked inside the passage it came from"

@@ -165,7 +165,7 @@ def test_blocking_cases_are_tagged_with_the_rules_they_trip(tmp_path):
     from qaeval.reports.gate import blocking_cases
 
     result = api.gate_run(
-        str(GOLDEN / "buggy"), baseline=str(GOLDEN / "ci-baseline.json"), adapter="qaeval.system.saboteur:make_adapter"
+        str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), adapter="qaeval.system.saboteur:make_adapter"
     )
     tiers = result.tiers.set_index("rule")
     assert tiers.at["deterministic checks", "tier"] == "tier 1: deterministic checks"

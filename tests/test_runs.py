@@ -52,7 +52,7 @@ def saved(tmp_path_factory) -> Path:
             [
                 "gate",
                 "--data",
-                str(GOLDEN / "buggy"),
+                str(GOLDEN),
                 "--adapter",
                 SABOTEUR,
                 "--baseline",

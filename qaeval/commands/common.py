@@ -183,9 +183,7 @@ def finish(result: Any, p: Mapping[str, Any]) -> Any:
 
 
 def labelled_run(
-    p: Mapping[str, Any],
-    settled: Callable[[str], bool] | None = None,
-    check: Callable[[Suite], None] | None = None,
+    p: Mapping[str, Any], settled: Callable[[str], bool] | None = None, check: Callable[[Suite], None] | None = None
 ) -> RunResult:
     """A fresh run carrying the human labels named by ``labels``, if any. The labels are read and checked
     against the suite, and ``check`` is given the suite, before the system is called, so a bad labels
@@ -223,6 +221,28 @@ def score_labelled_set(p: Mapping[str, Any], suite: Suite, outputs: Any) -> RunR
             data=p["labelled"],
         )
         return score_outputs(suite, outputs, judge, meta=meta, custom=custom)
+
+
+def score_answers(p: Mapping[str, Any], suite: Suite, trials: list[Any]) -> RunResult:
+    """Answers a user already has (``trials``: each trial's outputs frame, ``qaeval.system.answers``)
+    scored with the command's judge and registered checks, trial by trial, as a run scores what it
+    collected; the judge's and the checks' processes are stopped whatever scoring raises."""
+    from qaeval.scoring.result import RunMeta
+    from qaeval.scoring.trials import combine_trials
+
+    with ExitStack() as stack:
+        judge = make_judge(p)
+        stack.callback(clients.close_judge, judge)
+        custom = make_custom(p)
+        stack.callback(close_custom, custom)
+        meta = RunMeta.now(
+            adapter="(answers given)", judge=judge_config_of(judge), isolation="none", k=p["k"], data=str(suite.root)
+        )  # each trial is scored as a run of one; combine_trials sets the trials
+        memo: dict[Any, Any] = {}  # an answer seen in an earlier trial is not judged again
+        runs = [score_outputs(suite, outputs, judge, meta=meta, custom=custom, judge_memo=memo) for outputs in trials]
+    if len(runs) == 1:
+        return runs[0]
+    return combine_trials(runs, pass_k=p.get("pass_k"), trials=len(runs))
 
 
 def notify_hook_of(p: Mapping[str, Any], data_dir: str | None) -> Any:

@@ -328,7 +328,9 @@ class GateResult(GateRecord, Result):
         return self.tiers
 
 
-def judge_axes_notes(run: RunResult, asked: Mapping[str, float], gated_now: Mapping[str, float], calibration: Any) -> list[str]:
+def judge_axes_notes(
+    run: RunResult, asked: Mapping[str, float], gated_now: Mapping[str, float], calibration: Any
+) -> list[str]:
     """What the verdict says of the metrics a gate leans on the judge for only when asked (answer
     correctness): gated, at what tolerance and why, or not gated, why, and how to gate it (said once)."""
     notes = []

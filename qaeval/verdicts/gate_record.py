@@ -26,11 +26,10 @@ from qaeval.core.frames import (
 from qaeval.record.audit import Audit
 from qaeval.scoring.outcomes import REASON, FailReason
 from qaeval.scoring.result import RunResult
-from qaeval.verdicts.baseline import Baseline, BaselineCase
+from qaeval.verdicts.baseline import CORRECTNESS, Baseline, BaselineCase
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.calibration import CalibrationResult
 from qaeval.verdicts.noise import metric_level
-from qaeval.verdicts.baseline import CORRECTNESS
 from qaeval.verdicts.tiers import (
     CASE_TRIALS_SCHEMA,
     DELTA_SCHEMA,
