@@ -69,9 +69,16 @@ def version() -> str:
 
 
 def validate(data: str) -> str:
-    """Load a suite strictly and describe it (raises DatasetError listing every problem)."""
+    """Load a suite strictly and describe it, and its corpus if it has one (raises DatasetError listing
+    every problem)."""
     suite = load_suite(data)
     lines = [f"{len(suite)} valid case(s) in {data} (fingerprint {suite.fingerprint[:12]})"]
+    if suite.corpus is not None:
+        uses = sum(c.from_corpus for c in suite)
+        lines.append(
+            f"  corpus: {suite.corpus.path}, {len(suite.corpus)} valid passage(s) "
+            f"(fingerprint {suite.corpus.fingerprint[:12]}); {uses} case(s) retrieve from it"
+        )
     for name, counts in suite.summary().items():
         lines.append(f"  by {name.replace('_', ' ')}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return "\n".join(lines)
