@@ -238,3 +238,27 @@ def test_the_layout_names_every_package_and_entry_point_and_nothing_else():
     present = {f"qaeval/{p.name}/" for p in package.iterdir() if (p / "__init__.py").exists()}
     present |= {f"qaeval/{p.name}" for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
     assert listed == present, f"missing: {sorted(present - listed)}; not in the package: {sorted(listed - present)}"
+
+
+def test_every_page_has_exactly_one_h1():
+    """One title a page: a second ``# `` heading (outside code blocks) splits the page's table of contents."""
+    for page in PAGES:
+        inside, titles = False, []
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if line.startswith("```"):
+                inside = not inside
+            elif not inside and re.match(r"#\s", line):
+                titles.append(line)
+        assert len(titles) == 1, f"{page.relative_to(ROOT)}: {len(titles)} H1 headings: {titles}"
+
+
+def test_the_site_is_wide_enough_for_the_cli_reference():
+    """Material's 61rem page left the CLI reference's 100-column help text scrolling sideways in a
+    column about 40rem wide: a stylesheet registered in mkdocs.yml widens the page."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    sheets = re.search(r"^extra_css:\n((?:  - .*\n)+)", config, re.M)
+    assert sheets, "mkdocs.yml registers no extra_css"
+    css = "".join((ROOT / "docs" / line.strip()[2:]).read_text() for line in sheets.group(1).splitlines())
+    width = re.search(r"\.md-grid\s*\{[^}]*max-width:\s*([\d.]+)rem", css)
+    # 100 columns of code (about 0.55rem each at Material's code size) beside the two 12.1rem sidebars
+    assert width and float(width.group(1)) >= 100 * 0.55 + 2 * 12.1 + 4, width and width.group(0)
