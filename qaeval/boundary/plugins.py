@@ -57,7 +57,9 @@ def _search_hint(module_name: str, exc: ImportError) -> str:
     from qaeval.boundary.process import LAUNCHED_FROM
 
     here = os.environ.get(LAUNCHED_FROM, os.getcwd())
-    folder = f"the folder qaeval was run from ({here})" if here else "not the folder qaeval was run from (the data folder)"
+    folder = (
+        f"the folder qaeval was run from ({here})" if here else "not the folder qaeval was run from (the data folder)"
+    )
     top = module_name.split(".")[0]
     return (
         f"; modules are looked for in {folder}, on PYTHONPATH and among installed packages: "

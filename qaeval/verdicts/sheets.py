@@ -21,8 +21,8 @@ from typing import Any
 
 from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.files import read_text
-from qaeval.data.schema import AXES, CITATION_CORRECTNESS
 from qaeval.core.frames import RowsByKey
+from qaeval.data.schema import AXES, CITATION_CORRECTNESS
 from qaeval.scoring.evaluate import judged_fixture
 from qaeval.scoring.result import RunResult
 
