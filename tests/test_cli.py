@@ -477,3 +477,18 @@ def test_an_output_never_replaces_a_file_qaeval_did_not_write(tmp_path, capsys):
     record = tmp_path / "r.json"
     assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
     assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0, "its own record: replaced"
+
+
+def test_an_adapter_kept_in_the_data_folder_is_told_that_folder_is_not_searched(tmp_path):
+    """Run from inside the data folder: user code never sees that folder, so it is not searched either."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(GOLDEN, data, ignore=shutil.ignore_patterns("buggy", "*.json"))
+    (data / "greenline.py").write_text("def make_adapter():\n    return None\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-m", "qaeval.cli", "run", "--data", ".", "--adapter", "greenline:make_adapter"]
+    done = subprocess.run(command, cwd=data, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 64, done.stderr
+    assert "(not in the folder qaeval was run from: the data folder)" in done.stderr, done.stderr
+    assert str(data) not in done.stderr.split("cannot import module")[1], "the message does not name it as searched"

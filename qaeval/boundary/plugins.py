@@ -57,13 +57,15 @@ def _search_hint(module_name: str, exc: ImportError) -> str:
     from qaeval.boundary.process import LAUNCHED_FROM
 
     here = os.environ.get(LAUNCHED_FROM, os.getcwd())
-    folder = (
-        f"the folder qaeval was run from ({here})" if here else "not the folder qaeval was run from (the data folder)"
+    where = (
+        f"in the folder qaeval was run from ({here}), on PYTHONPATH and among installed packages"
+        if here  # empty: that folder is the data folder, which user code never sees
+        else "on PYTHONPATH and among installed packages (not in the folder qaeval was run from: the data folder)"
     )
     top = module_name.split(".")[0]
     return (
-        f"; modules are looked for in {folder}, on PYTHONPATH and among installed packages: "
-        f"run from the folder that holds {top}.py (or {top}/), or add that folder to PYTHONPATH"
+        f"; modules are looked for {where}: run from the folder that holds {top}.py (or {top}/), "
+        "or add that folder to PYTHONPATH"
     )
 
 
