@@ -66,15 +66,37 @@ from qaeval.verdicts.tolerances import gated, load_tolerances
 
 
 def version() -> str:
+    """qaeval's version.
+
+    Returns:
+        The version of the installed qaeval.
+    """
     from qaeval import __version__
 
     return __version__
 
 
 def validate(data: str) -> str:
-    """Load a suite strictly and describe it (raises DatasetError listing every problem)."""
+    """Load a suite strictly and describe it, and its corpus if it has one.
+
+    Args:
+        data: The folder of golden cases.
+
+    Returns:
+        A few lines: how many cases, the suite's fingerprint, the corpus checked (if any) and the
+        counts by split, difficulty, expected behaviour and adversarial tag.
+
+    Raises:
+        DatasetError: Listing every problem, each with its file and line (exit 65).
+    """
     suite = load_suite(data)
     lines = [f"{len(suite)} valid case(s) in {data} (fingerprint {suite.fingerprint[:12]})"]
+    if suite.corpus is not None:
+        uses = sum(c.from_corpus for c in suite)
+        lines.append(
+            f"  corpus: {suite.corpus.path}, {len(suite.corpus)} valid passage(s) "
+            f"(fingerprint {suite.corpus.fingerprint[:12]}); {uses} case(s) retrieve from it"
+        )
     for name, counts in suite.summary().items():
         lines.append(f"  by {name.replace('_', ' ')}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return "\n".join(lines)
@@ -105,8 +127,37 @@ def run(
     pass_k: int | None = None,
     **unknown: Any,
 ) -> RunResult:
-    """Run the system over the golden cases and score every layer (``record``: load a saved run).
-    ``trials``: run each case that many times (``qaeval.scoring.trials``)."""
+    """Run the system over the golden cases and score every layer.
+
+    Args:
+        data: The folder of golden cases (default ``golden``).
+        adapter: The system: a ``module:factory`` name, a zero-argument factory or an adapter
+            object (default: the bundled reference system).
+        judge: The judge: a name, a factory or a judge object (default: the offline judge).
+        k: How many retrieved passages the retrieval metrics look at (default 5).
+        timeout: Seconds one case may take (default 60).
+        concurrency: Worker processes, each on one case at a time (default 4).
+        isolation: ``process`` (default) or ``none`` (in this process, for a debugger).
+        executor: A ``dask://HOST:PORT`` address or a ``concurrent.futures.Executor``.
+        labels: Human labels (JSONL): PPI estimates use them beside the judge's scores.
+        save: Where to save the run record.
+        judge_model: The HTTP judge's model (``QAEVAL_JUDGE_MODEL``).
+        judge_base_url: The HTTP judge's endpoint (``OPENAI_BASE_URL``).
+        judge_concurrency: The HTTP judge's requests in flight.
+        judge_cache: Whether the judge's verdicts are cached on disk.
+        record: A saved run record to load instead of running anything.
+        trials: Run each case that many times (``qaeval.scoring.trials``).
+        pass_k: The k of pass_hat_k and pass_at_k (default: ``trials``).
+        **unknown: Any other parameter of ``qaeval run`` by its flag's name (``resume``, ``check``,
+            ``metric``, ...); an unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The scored run; ``raise_for_status()`` raises TierOneFailed when it is RED.
+
+    Raises:
+        UsageError: A bad parameter or an adapter that cannot be built (exit 64).
+        DatasetError: Cases that do not load (exit 65).
+    """
     given = dict(
         data=data,
         adapter=adapter,
@@ -194,10 +245,27 @@ def score(
 def baseline(
     data: str | None = None, *, out: str | None = None, allow_failing: bool | None = None, **options: Any
 ) -> RunResult:
-    """Run, then write the run record a gate compares against. A run that is not green (a failing
-    deterministic check or an adapter error) is refused (BaselineRefused) unless ``allow_failing``,
-    and then recorded as not green. A refused run keeps its journal beside ``out``, so that
-    ``allow_failing`` with ``resume`` keeps it without calling the system again."""
+    """Run, then write the run record a gate compares against.
+
+    A run that is not green (a failing deterministic check or an adapter error) is refused
+    (BaselineRefused) unless ``allow_failing``, and then recorded as not green. A refused run keeps its
+    journal beside ``out``, so that ``allow_failing`` with ``resume`` keeps it without calling the
+    system again.
+
+    Args:
+        data: The folder of golden cases (default ``golden``).
+        out: Where to write the baseline record.
+        allow_failing: Keep a run that is not green (recorded as such).
+        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
+            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
+            An unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The run the baseline records.
+
+    Raises:
+        BaselineRefused: The run is not green and ``allow_failing`` was not given (exit 1).
+    """
     p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
     result = evaluate_params(p)
     if not result.ok and not p["allow_failing"]:
@@ -227,8 +295,30 @@ def gate_run(
     min_kappa: float | None = None,
     **options: Any,
 ) -> GateResult:
-    """Gate a fresh run against a baseline record. With ``labels`` the judge is calibrated first and a
-    judge it does not trust blocks (exit 2)."""
+    """Gate a fresh run against a baseline record.
+
+    With ``labels`` the judge is calibrated first and a judge it does not trust blocks (exit 2).
+
+    Args:
+        data: The folder of golden cases (default ``golden``).
+        baseline: The baseline record (``qaeval baseline``). Without ``adapter``, the gate runs the
+            adapter the baseline names.
+        tolerances: A tolerances file (JSON) of ``{metric: how far it may move the wrong way}``.
+        tolerance: ``METRIC=X`` overrides, one or a list.
+        labels: Human labels (JSONL) to calibrate the judge against first.
+        min_agreement: The least agreement an axis needs for the judge to be trusted.
+        min_labels: The fewest labels an axis needs.
+        min_kappa: The least Cohen's kappa an axis needs.
+        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
+            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
+            An unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The gate's verdict; ``raise_for_status()`` raises GateBlocked when it blocks.
+
+    Raises:
+        BaselineError: The baseline is missing or unreadable (exit 65).
+    """
     p = check_parameters(
         "gate",
         data=data,
@@ -290,8 +380,24 @@ def calibrate_run(
     **options: Any,
 ) -> CalibrationResult:
     """Compare the judge with human labels: keyed labels on a fresh run of ``data``, or a labelled set
-    that carries its own outputs (no adapter is called). The verdict is on ``axes`` (default: the axes
-    a labelled set labels; all three for keyed labels)."""
+    that carries its own outputs (no adapter is called).
+
+    Args:
+        data: The folder of golden cases the labels are keyed to.
+        labels: Keyed human labels (JSONL: case, axis, score, output fingerprint).
+        labelled: A labelled set instead: cases with their outputs and labels (no adapter is called).
+        min_agreement: The least agreement an axis needs for the judge to be trusted.
+        min_labels: The fewest labels an axis needs.
+        min_kappa: The least Cohen's kappa an axis needs.
+        axes: The axes the verdict is on (default: the axes a labelled set labels; all three for
+            keyed labels).
+        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
+            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
+            An unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The calibration; ``raise_for_status()`` raises JudgeNotTrusted when an axis misses a bar.
+    """
     p = check_parameters(
         "calibrate",
         data=data,
@@ -339,7 +445,20 @@ def drift_run(
     notify: Any = None,
     **options: Any,
 ) -> DriftResult:
-    """Re-run the frozen split, compare with the series' bands, append the run, alarm."""
+    """Re-run the frozen split, compare with the series' bands, append the run, alarm.
+
+    Args:
+        data: The folder of golden cases (its frozen split is run).
+        timeseries: The history file (JSONL) the run is compared with and appended to.
+        window: How many earlier runs a band is drawn from.
+        notify: A ``module:callable`` (or callable) called with each alarm.
+        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
+            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
+            An unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The drift verdict; ``raise_for_status()`` raises DriftAlarm when a metric left its band.
+    """
     p = check_parameters("drift", data=data, timeseries=timeseries, window=window, notify=notify, **options)
     if p["record"]:
         return recorded("drift", p, DriftResult)
@@ -358,8 +477,22 @@ def score_logs(
     labels: str | None = None,
     **options: Any,
 ) -> MonitorResult:
-    """Score logged traffic without gold (``qaeval.commands.monitoring``): ``logs`` a JSONL, CSV or Parquet path or a
-    DataFrame; ``by`` slice columns; ``window`` a time span such as "1D"; ``sample`` rows to judge."""
+    """Score logged traffic without gold (``qaeval.commands.monitoring``).
+
+    Args:
+        logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer.
+        judge: The judge: a name, a factory or a judge object (default: the offline judge).
+        by: The columns to slice by.
+        window: A time span such as ``"1D"``: the metrics per window.
+        sample: How many rows to judge (default: all).
+        labels: Human labels for the logged rows (PPI estimates use them).
+        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
+            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
+            An unknown one is a usage error that lists the known ones.
+
+    Returns:
+        The monitor's result; ``raise_for_status()`` raises DriftAlarm when a window alarmed.
+    """
     from qaeval.commands.monitoring import monitor
 
     table = logs if logs is not None and not isinstance(logs, (str, Path)) else None
@@ -396,12 +529,30 @@ def score_logs(
 
 
 def load_run(path: str | Path) -> Result:
-    """A saved run record as the result it was (RunResult, GateResult, CalibrationResult, DriftResult)."""
+    """A saved run record as the result it was.
+
+    Args:
+        path: The record (JSON) a command saved.
+
+    Returns:
+        A RunResult, GateResult, CalibrationResult, DriftResult or MonitorResult.
+
+    Raises:
+        RecordError: The record is missing, of an unknown version, or malformed (exit 65).
+    """
     return _load_run(path)
 
 
 def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
-    """Two runs (records or results) side by side."""
+    """Two runs (records or results) side by side.
+
+    Args:
+        before: The earlier run: a record's path or a result that holds a run.
+        after: The later run, likewise.
+
+    Returns:
+        The comparison: metric deltas with their noise, and case-level changes.
+    """
 
     def labelled(x: Any) -> tuple[RunResult, str]:
         run_ = _golden_run(
@@ -416,8 +567,15 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 
 
 def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
-    """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx;
-    returns what was written."""
+    """Write a run's retrieval as ``out/run.trec`` and ``out/qrels.trec`` for trec_eval, ir-measures and ranx.
+
+    Args:
+        record: A run over golden cases: a record's path or a result that holds one.
+        out: The folder to write the two files into.
+
+    Returns:
+        What was written (paths and counts).
+    """
     run_ = _golden_run(record, "it has no gold passages to write qrels from: export trec takes a run over golden cases")
     return write_trec(run_, out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
 
@@ -451,7 +609,19 @@ def _golden_run(record: str | Path | Result, why: str) -> RunResult:
 def label_export(
     record: str | Path | RunResult, out: str | Path, *, sample: int | None = None, seed: int = 0
 ) -> tuple[Path, int]:
-    """Write an annotation sheet (CSV) for a run's answered cases; returns (path, cases in it)."""
+    """Write an annotation sheet (CSV) for a run's answered cases: one row per case and axis, with the
+    question, the answer, each cited passage's text, the gold answer where the axis needs it, and empty
+    ``score`` and ``reason`` columns.
+
+    Args:
+        record: The run: a record's path or a result that holds one.
+        out: Where to write the sheet.
+        sample: Put only this many answered cases in the sheet, drawn at random (default: all).
+        seed: The seed of that draw.
+
+    Returns:
+        (The sheet's path, how many cases it holds.)
+    """
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
         raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
     result = _load_run(record) if isinstance(record, (str, Path)) else record
@@ -463,8 +633,20 @@ def label_export(
 
 
 def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | Path) -> tuple[Path, int, int]:
-    """Check a filled sheet against the run it is for and write keyed labels (JSONL); returns
-    (path, labels written, rows left blank)."""
+    """Check a filled sheet against the run it is for and write keyed labels (JSONL).
+
+    Args:
+        sheet: The filled sheet (CSV) ``label_export`` wrote.
+        record: The run it is for: a record's path or a result that holds one.
+        out: Where to write the labels.
+
+    Returns:
+        (The labels' path, labels written, rows left blank.)
+
+    Raises:
+        DatasetError: A bad score, an unknown case or axis, or a stale fingerprint, each with its
+            line (exit 65).
+    """
     run_ = as_run(record)
     refuse_overwrite([("out", out, "labels")], [("sheet", sheet), ("record", record)], data=run_.meta.data)
     labels, blank = import_sheet(sheet, run_)
@@ -472,7 +654,17 @@ def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | P
 
 
 def as_run(record: str | Path | Result) -> RunResult:
-    """The run inside a record path or a result (a gate, calibration or drift result holds one)."""
+    """The run inside a record path or a result (a gate, calibration or drift result holds one).
+
+    Args:
+        record: A record's path or a result.
+
+    Returns:
+        The run it holds.
+
+    Raises:
+        UsageError: It holds no run (exit 64).
+    """
     result = _load_run(record) if isinstance(record, (str, Path)) else record
     run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
     if not isinstance(run_, RunResult):
@@ -495,9 +687,23 @@ def import_cases(
     labelled: bool = False,
     corpus: bool = False,
 ) -> Any:
-    """Convert a public dataset into golden cases (or, for wice/expertqa/ares, a labelled set); returns the
-    import report (what was imported, what was refused and why). With ``corpus`` (squad2, hotpotqa,
-    musique), every paragraph of the file goes into ``OUT/corpus.jsonl`` and the cases carry no sources."""
+    """Convert a public dataset into golden cases (or, for wice/expertqa/ares, a labelled set).
+
+    Args:
+        format: The dataset's format (``squad2``, ``hotpotqa``, ``musique``, ``wice``, ...).
+        source: The dataset file.
+        out: The case file (JSONL) to write.
+        limit: Import at most this many records.
+        seed: The seed of the draw when ``limit`` is given.
+        split: The cases' split (default ``frozen``).
+        prefix: The prefix of the cases' ids.
+        labelled: Write a labelled set (wice, expertqa, ares only).
+        corpus: Pool every paragraph of the file into ``OUT/corpus.jsonl`` and write cases without
+            sources (squad2, hotpotqa, musique).
+
+    Returns:
+        The import report: what was imported, what was refused and why.
+    """
     from qaeval.data.importers import LABELLED_FORMATS, import_file
 
     if labelled and format not in LABELLED_FORMATS:
@@ -506,8 +712,16 @@ def import_cases(
 
 
 def add_case(data: str | Path, miss: Any = None, *, interactive: bool = False) -> tuple[str, Path]:
-    """Append one production miss (a miss file, or a dict in the golden case's field names) to the living
-    split; returns (its new id, the file it went to)."""
+    """Append one production miss to the living split.
+
+    Args:
+        data: The folder of golden cases.
+        miss: A miss file's path, or a dict in the golden case's field names.
+        interactive: Ask for the fields at the terminal instead.
+
+    Returns:
+        (The new case's id, the file it went to.)
+    """
     from qaeval.data.misses import add_case as _add
 
     if miss is None and not interactive:

@@ -30,7 +30,18 @@ from qaeval.verdicts.compare import Comparison
 def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
     overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
-    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter."""
+    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter.
+
+    Args:
+        command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``, ``propose``).
+        namespace: The notebook's globals after its parameters cell.
+
+    Returns:
+        The checked parameters, every one of the command's with its default filled in.
+
+    Raises:
+        UsageError: An injected name the notebook does not know, or a bad value (exit 64).
+    """
     known = P.names_for(command)
     injected = _injected_names()
     unknown = sorted(n for n in injected if n not in known)
@@ -69,7 +80,15 @@ def _injected_names() -> list[str]:
 
 
 def result(command: str, p: Mapping[str, Any]) -> Result:
-    """What a report notebook draws: the saved record it was given, or a fresh run of the command."""
+    """What a report notebook draws: the saved record it was given, or a fresh run of the command.
+
+    Args:
+        command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``).
+        p: Its checked parameters (``parameters``).
+
+    Returns:
+        The command's result.
+    """
     verbs: dict[str, Callable[..., Result]] = {
         "run": api.run,
         "gate": api.gate_run,
@@ -82,13 +101,28 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
 
 
 def propose(p: Mapping[str, Any]) -> Any:
-    """The propose notebook's proposal (``qaeval.proposals.run.propose``), its sheet written."""
+    """The propose notebook's proposal (``qaeval.proposals.run.propose``), its sheet written.
+
+    Args:
+        p: The propose notebook's checked parameters.
+
+    Returns:
+        The proposal.
+    """
     with scoped_environ({"QAEVAL_PROGRESS": "0"}):
         return api.propose(**dict(p))
 
 
 def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
-    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time."""
+    """``runs(folder)`` and its index page at ``html``: a row per run linking its report, each metric over time.
+
+    Args:
+        folder: The folder of saved records.
+        html: Where to write the index page.
+
+    Returns:
+        (The runs table, the page's path.)
+    """
     from qaeval.reports.runs import render_runs
 
     table = runs_table(folder)
@@ -99,7 +133,16 @@ def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:
     """Render a result's report: save it as a record and draw it with its notebook (or, for a
-    comparison, directly)."""
+    comparison, directly).
+
+    Args:
+        result: The result to render.
+        html: Where to write the page.
+        show_code: Keep the notebook's code cells in the page.
+
+    Returns:
+        The page's path.
+    """
     from qaeval.reports.render import render_comparison, render_record
 
     if isinstance(result, Comparison):
@@ -110,7 +153,16 @@ def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path
 
 
 def report(record: str | Path, html: str | Path, *, show_code: bool = False) -> tuple[Result, Path]:
-    """Render a saved record with its notebook, calling neither the system nor the judge."""
+    """Render a saved record with its notebook, calling neither the system nor the judge.
+
+    Args:
+        record: The saved record.
+        html: Where to write the page.
+        show_code: Keep the notebook's code cells in the page.
+
+    Returns:
+        (The result the record holds, the page's path.)
+    """
     from qaeval.reports.render import render_record
 
     loaded = load_run(record)

@@ -177,7 +177,32 @@ def test_help_gives_each_default_once(capsys):
 def test_an_adapter_that_cannot_be_imported_is_named_once(capsys):
     assert main(["run", "--data", str(GOLDEN), "--adapter", "nope.mod:make"]) == 64
     err = capsys.readouterr().err.strip()
-    assert err == "qaeval: adapter 'nope.mod:make': cannot import module 'nope.mod' (No module named 'nope')", err
+    assert err.startswith("qaeval: adapter 'nope.mod:make': cannot import module 'nope.mod' (No module named 'nope');")
+    assert err.count("nope.mod:make") == 1 and "\n" not in err, err
+
+
+def test_an_adapter_run_from_the_wrong_folder_is_told_where_modules_are_looked_for(tmp_path):
+    """The adapter sits in a project folder; the command runs from another one, without PYTHONPATH."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir(), elsewhere.mkdir()
+    (project / "greenline.py").write_text("def make_adapter():\n    return None\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-m", "qaeval.cli", "run", "--data", str(GOLDEN), "--adapter", "greenline:make_adapter"]
+    done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 64, done.stderr
+    err = done.stderr.strip()
+    assert "cannot import module 'greenline' (No module named 'greenline')" in err and "Traceback" not in err
+    assert f"the folder qaeval was run from ({elsewhere}), on PYTHONPATH" in err, err
+    assert "run from the folder that holds greenline.py" in err, err
+
+
+def test_an_adapter_whose_own_import_is_missing_names_that_import_not_the_search_path(tmp_path, monkeypatch, capsys):
+    (tmp_path / "needs_dep.py").write_text("import not_installed_dependency_xyz\n\ndef make():\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["run", "--data", str(GOLDEN), "--adapter", "needs_dep:make"]) == 64
+    err = capsys.readouterr().err
+    assert "No module named 'not_installed_dependency_xyz'" in err and "was run from" not in err, err
 
 
 def test_a_reader_that_leaves_early_gets_no_complaint_and_the_verdict_stands():
@@ -453,3 +478,18 @@ def test_an_output_never_replaces_a_file_qaeval_did_not_write(tmp_path, capsys):
     record = tmp_path / "r.json"
     assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
     assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0, "its own record: replaced"
+
+
+def test_an_adapter_kept_in_the_data_folder_is_told_that_folder_is_not_searched(tmp_path):
+    """Run from inside the data folder: user code never sees that folder, so it is not searched either."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(GOLDEN, data, ignore=shutil.ignore_patterns("buggy", "*.json"))
+    (data / "greenline.py").write_text("def make_adapter():\n    return None\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [sys.executable, "-m", "qaeval.cli", "run", "--data", ".", "--adapter", "greenline:make_adapter"]
+    done = subprocess.run(command, cwd=data, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 64, done.stderr
+    assert "(not in the folder qaeval was run from: the data folder)" in done.stderr, done.stderr
+    assert str(data) not in done.stderr.split("cannot import module")[1], "the message does not name it as searched"

@@ -77,3 +77,31 @@ def test_a_system_that_writes_to_its_corpus_leaves_the_users_corpus_alone(tmp_pa
     text = (data / "corpus.jsonl").read_text()
     assert main(["run", "--data", str(data), "--adapter", "hostile_adapters:make_corpus_vandal", "--quiet"]) == 0
     assert (data / "corpus.jsonl").read_text() == text, "the worker's corpus is a copy, not the user's file"
+
+
+def test_a_label_sheet_of_a_corpus_run_shows_the_cited_passage_from_the_corpus(tmp_path, capsys):
+    import csv
+
+    data = corpus_folder(tmp_path)
+    record, sheet = tmp_path / "run.json", tmp_path / "sheet.csv"
+    assert main(["run", "--data", str(data), "--save", str(record), "--quiet"]) == 0
+    assert main(["label", "export", str(record), "--out", str(sheet)]) == 0
+    rows = list(csv.DictReader(sheet.open(newline="")))
+    assert rows, "the reference system answers these cases"
+    texts = {p["id"]: p["text"] for p in CORPUS}
+    for row in rows:
+        assert "(not in the fixture)" not in row["cited"], row["cited"]
+        cited = row["cited"].split("]")[0].lstrip("[")
+        assert f"source: {texts[cited]}" in row["cited"], "the labeller sees the frozen corpus's passage"
+
+
+def test_validate_on_a_corpus_folder_says_which_corpus_it_checked(tmp_path, capsys):
+    import hashlib
+
+    data = corpus_folder(tmp_path)
+    assert main(["validate", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    fingerprint = hashlib.sha256((data / "corpus.jsonl").read_bytes()).hexdigest()
+    line = next((x for x in out.splitlines() if x.startswith("  corpus: ")), "")
+    assert str(data / "corpus.jsonl") in line and "40 valid passage(s)" in line, out
+    assert f"fingerprint {fingerprint[:12]}" in line and f"{len(CASES)} case(s) retrieve from it" in line, out

@@ -46,6 +46,29 @@ def _file_hint(module_name: str, attr: str) -> str:
     return f"; name it by its module ({'.'.join(parts)}:{attr}){where}"
 
 
+def _search_hint(module_name: str, exc: ImportError) -> str:
+    """Where a module that was not found was looked for: the folder qaeval was run from (user code runs
+    in a scratch folder, so the harness names it), PYTHONPATH and the installed packages. Running from
+    another folder is the usual cause. Nothing when the module was found and something it imports is
+    missing (that message names the missing one)."""
+    missing = getattr(exc, "name", None)
+    if not isinstance(exc, ModuleNotFoundError) or not missing or not f"{module_name}.".startswith(f"{missing}."):
+        return ""
+    from qaeval.boundary.process import LAUNCHED_FROM
+
+    here = os.environ.get(LAUNCHED_FROM, os.getcwd())
+    where = (
+        f"in the folder qaeval was run from ({here}), on PYTHONPATH and among installed packages"
+        if here  # empty: that folder is the data folder, which user code never sees
+        else "on PYTHONPATH and among installed packages (not in the folder qaeval was run from: the data folder)"
+    )
+    top = module_name.split(".")[0]
+    return (
+        f"; modules are looked for {where}: run from the folder that holds {top}.py (or {top}/), "
+        "or add that folder to PYTHONPATH"
+    )
+
+
 def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     """Import ``module:attribute`` and return the attribute, which must be callable (unless not
     ``want_callable``: a registered ``Metric`` is an object)."""
@@ -58,7 +81,7 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     except QaevalError:
         raise
     except ImportError as exc:
-        hint = _file_hint(module_name, attr)
+        hint = _file_hint(module_name, attr) or _search_hint(module_name, exc)
         raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc}){hint}") from None
     except BaseException as exc:  # a module that fails (or exits) while importing is still the user's to fix
         if isinstance(exc, KeyboardInterrupt):

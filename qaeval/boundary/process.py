@@ -103,12 +103,16 @@ def scrub_sys_path(paths: Iterable[str], folders: list[str], here: str) -> list[
     return out
 
 
+LAUNCHED_FROM = "QAEVAL_LAUNCHED_FROM"  # the folder qaeval was run from, as a child process is told it
+
+
 def child_launch(data_dir: str | os.PathLike[str] | None) -> tuple[dict[str, str], list[str]]:
     """The environment and ``sys.path`` of every process that runs user code (an adapter's worker, a judge's
     or a hook's host): nothing that names the data folder, qaeval importable, and the working directory
     first when this process's path has neither it nor "", so ``module:factory`` names resolve from the
     folder qaeval was run from whether it was started as ``python -m qaeval`` or as the ``qaeval``
-    command (whose path starts with its own folder instead)."""
+    command (whose path starts with its own folder instead). ``QAEVAL_LAUNCHED_FROM`` tells the child that
+    folder (empty when it is the data folder, which the child's path leaves out)."""
     folders = hidden_folders(data_dir)
     env = confined_env(environ_now(), folders)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,7 +121,10 @@ def child_launch(data_dir: str | os.PathLike[str] | None) -> tuple[dict[str, str
     paths = list(sys.path)
     if here not in paths and "" not in paths:
         paths.insert(0, here)
-    return env, scrub_sys_path(paths, folders, here)
+    scrubbed = scrub_sys_path(paths, folders, here)
+    # for "cannot import module" messages (the child runs in a scratch folder); empty when it is hidden
+    env[LAUNCHED_FROM] = here if here in scrubbed else ""
+    return env, scrubbed
 
 
 class UserProcess:

@@ -165,13 +165,37 @@ def evaluate(
 
     The judge and the registered checks run beside the system: each output is judged, then checked, as it
     arrives (``qaeval.scoring.stream``), and scoring afterwards finds every verdict and every check's
-    rows already there. ``custom``: the registered checks and metrics' runner
-    (``qaeval.boundary.custom.make_custom``). ``pass_k``: the k of pass_hat_k and pass_at_k
-    (default: ``trials``). ``journal``: the journal's path (``qaeval.scoring.journal``); ``resume``: reuse
-    what it holds (``keep_errors``: the failed outputs too). ``adaptive``: every case gets one trial,
-    and the other ``trials - 1`` go only to the cases that one trial does not settle: it failed, or
-    ``settled(case_id)`` is false (the gate: the baseline had the case flaky or failing). ``limits``:
-    ``startup_timeout`` and ``max_reply_bytes`` for ``run_suite``."""
+    rows already there.
+
+    Args:
+        suite: The golden cases (``load_suite``).
+        adapter: The system: a ``module:factory`` name, a factory, or an adapter object.
+        judge: The judge (``JudgeClient``), such as ``OfflineJudge()``.
+        k: How many retrieved passages the retrieval metrics look at.
+        timeout: Seconds one case may take.
+        concurrency: Worker processes, each on one case at a time.
+        isolation: ``process`` (the default: the system runs in workers that never see the labels)
+            or ``none`` (in this process, for a debugger; nothing is enforced).
+        executor: A ``concurrent.futures.Executor`` (a Dask client's) to run the calls on instead.
+        executor_label: How the record names that executor.
+        show_progress: Whether to draw a progress bar (None: ``QAEVAL_PROGRESS``, else for 50 cases or more in a
+            terminal or a notebook).
+        bootstrap_seed: The seed of the metrics' bootstrap intervals.
+        adapter_name: How the record names the adapter (default: derived from it).
+        custom: The registered checks and metrics' runner (``qaeval.boundary.custom.make_custom``).
+        trials: How many times each case is run.
+        pass_k: The k of pass_hat_k and pass_at_k (default: ``trials``).
+        journal: The journal's path (``qaeval.scoring.journal``), or None to keep none.
+        resume: Reuse what the journal holds.
+        keep_errors: On resume, reuse the failed outputs too.
+        adaptive: Every case gets one trial, and the other ``trials - 1`` go only to the cases that
+            one trial does not settle: it failed, or ``settled(case_id)`` is false.
+        settled: Which cases one trial settles (the gate: those the baseline had passing every trial).
+        **limits: ``startup_timeout`` and ``max_reply_bytes`` for ``run_suite``.
+
+    Returns:
+        The scored run: its frames, scoreboard and meta.
+    """
     config = judge_config_of(judge)
     label = adapter_name or adapter_label(adapter)
     n = len(suite)

@@ -38,13 +38,26 @@ class UsageError(QaevalError, ValueError):
 
 
 def install_extra(extra: str) -> str:
-    """How to install one of qaeval's extras (qaeval is installed from a clone or a wheel, not PyPI)."""
+    """How to install one of qaeval's extras (qaeval is installed from a clone or a wheel, not PyPI).
+
+    Args:
+        extra: The extra's name (``dask``, ``langchain``, ...).
+
+    Returns:
+        The advice, one line, to end an error message with.
+    """
     return f"install qaeval with the {extra} extra (from its clone: pip install -e '.[{extra}]')"
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem found while loading a file: where it is and what is wrong."""
+    """One problem found while loading a file: where it is and what is wrong.
+
+    Attributes:
+        file: The file the problem is in.
+        line: Its line (1-based), or None when the problem is the file's as a whole.
+        message: What is wrong.
+    """
 
     file: str
     line: int | None
@@ -59,6 +72,13 @@ class DatasetError(QaevalError, ValueError):
     """Input data (cases, labels, a baseline, a record, a history file) is malformed.
 
     `problems` lists every problem found, each with file and line, so one load reports them all.
+
+    Args:
+        problems: Every problem found, or one message (then about ``file`` as a whole).
+        file: The file a one-message problem is about.
+
+    Attributes:
+        problems: Every problem found (the message lists the first ``SHOWN``).
     """
 
     exit_code = 65
@@ -88,7 +108,16 @@ class RecordError(DatasetError):
 
 
 class FileAccessError(QaevalError, OSError):
-    """A file cannot be read or written (permissions, a full disk, a folder in the way)."""
+    """A file cannot be read or written (permissions, a full disk, a folder in the way).
+
+    Args:
+        path: The file.
+        reason: What went wrong (``cannot read (Permission denied)``).
+
+    Attributes:
+        path: The file, as text.
+        reason: What went wrong.
+    """
 
     exit_code = 74
 
@@ -102,7 +131,16 @@ class FileAccessError(QaevalError, OSError):
 
 
 class VerdictError(QaevalError):
-    """A finished command whose verdict says no. ``result`` is the result object behind it."""
+    """A finished command whose verdict says no. ``result`` is the result object behind it.
+
+    Args:
+        message: The verdict, one line.
+        result: The result object behind it.
+
+    Attributes:
+        result: The result object behind the verdict (a RunResult, GateResult, CalibrationResult or
+            DriftResult).
+    """
 
     def __init__(self, message: str, result: Any) -> None:
         super().__init__(message)
@@ -150,7 +188,14 @@ class ReportError(QaevalError, RuntimeError):
 
 
 def exit_code_for(error: BaseException) -> int:
-    """The process exit code for an error; anything unexpected is 70 (internal software error)."""
+    """The process exit code for an error; anything unexpected is 70 (internal software error).
+
+    Args:
+        error: The exception that ended a command.
+
+    Returns:
+        Its own ``exit_code`` for a QaevalError, 74 for another OSError, else 70.
+    """
     if isinstance(error, QaevalError):
         return error.exit_code
     if isinstance(error, OSError):
@@ -159,7 +204,15 @@ def exit_code_for(error: BaseException) -> int:
 
 
 def describe(error: BaseException) -> str:
-    """``Type: message`` for an exception raised by user code, one line, bounded."""
+    """``Type: message`` for an exception raised by user code, one line, bounded.
+
+    Args:
+        error: The exception (or SystemExit) user code raised.
+
+    Returns:
+        ``Type: message`` on one line, at most about 300 characters of message; ``called
+        sys.exit(CODE)`` for a SystemExit.
+    """
     if isinstance(error, SystemExit):
         return f"called sys.exit({error.code!r})"
     text = str(error).strip().replace("\n", " ")

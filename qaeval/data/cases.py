@@ -66,7 +66,15 @@ CASE_COLUMNS = [
 
 @dataclass(frozen=True)
 class Suite:
-    """The cases of one load, in file then line order."""
+    """The cases of one load, in file then line order.
+
+    Iterating gives the ``GoldenCase`` objects; ``suite[case_id]`` finds one and ``len(suite)`` counts them.
+
+    Attributes:
+        cases: The cases, in file then line order.
+        root: The folder they were loaded from.
+        corpus: The folder's frozen corpus (``corpus.jsonl``), or None when it has none.
+    """
 
     cases: tuple[GoldenCase, ...]
     root: str
@@ -102,15 +110,29 @@ class Suite:
         return digest.hexdigest()
 
     def select(self, *, split: str | None = None) -> Suite:
-        """A sub-suite (for example the frozen split that drift re-runs)."""
+        """A sub-suite (for example the frozen split that drift re-runs).
+
+        Args:
+            split: The split to keep (None: every case).
+
+        Returns:
+            The cases of that split, with the same root and corpus.
+
+        Raises:
+            DatasetError: No case is in that split.
+        """
         kept = tuple(c for c in self.cases if split is None or c.split == split)
         if not kept:
             raise DatasetError(f"no case in split {split!r}", file=self.root)
         return Suite(kept, self.root, self.corpus)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per case. Columns: see ``CASE_COLUMNS``; list-valued columns hold Python lists, and
-        ``gold_answer`` and ``adversarial`` hold None when absent."""
+        """One row per case.
+
+        Returns:
+            The cases' frame. Columns: see ``CASE_COLUMNS``; list-valued columns hold Python lists,
+            and ``gold_answer`` and ``adversarial`` hold None when absent.
+        """
         import pandas as pd
 
         columns: dict[str, list[Any]] = {name: [] for name in CASE_COLUMNS}
@@ -144,7 +166,11 @@ class Suite:
         )
 
     def sources_frame(self) -> pd.DataFrame:
-        """One row per (case, passage): case_id, source_id, title, text, is_gold."""
+        """One row per (case, passage) of the cases' own sources.
+
+        Returns:
+            The frame: case_id, source_id, title, text, is_gold.
+        """
         import pandas as pd
 
         rows = [(c.id, s.id, s.title, s.text, s.id in c.gold_source_ids) for c in self.cases for s in c.sources]
@@ -153,7 +179,11 @@ class Suite:
         return frame
 
     def summary(self) -> dict[str, pd.Series]:
-        """Case counts by split, difficulty, expected behaviour and adversarial tag."""
+        """Case counts by split, difficulty, expected behaviour and adversarial tag.
+
+        Returns:
+            ``{"split": counts, "difficulty": counts, ...}``, each a Series of counts by value.
+        """
         frame = self.to_frame()
         frame["adversarial"] = frame["adversarial"].map(lambda v: "(none)" if v is None else v)
         return {
@@ -374,8 +404,18 @@ def case_files(root: Path) -> list[Path]:
 
 
 def load_suite(data_dir: str | Path) -> Suite:
-    """Load and validate every ``*.jsonl`` directly inside ``data_dir``. Raises DatasetError listing
-    every problem found."""
+    """Load and validate every ``*.jsonl`` directly inside ``data_dir`` (and its ``corpus.jsonl``).
+
+    Args:
+        data_dir: The folder that holds the case files.
+
+    Returns:
+        The suite, in file then line order.
+
+    Raises:
+        DatasetError: Listing every problem found, each with its file and line (exit 65).
+        FileAccessError: When the folder or a file cannot be read (exit 74).
+    """
     root = Path(data_dir)
     if not root.is_dir():
         what = "not a folder" if root.exists() else "no such folder"

@@ -46,7 +46,13 @@ _BLOCK = 1 << 20  # bytes read at a time while iterating
 
 @dataclass(frozen=True, slots=True)
 class Passage:
-    """One passage: its id, its text and, optionally, the title that heads it."""
+    """One passage: its id, its text and, optionally, the title that heads it.
+
+    Attributes:
+        id: The passage's id, unique in its corpus (or among one output's passages).
+        text: The passage's text.
+        title: The title that heads the passage, or None.
+    """
 
     id: str
     text: str
@@ -191,7 +197,20 @@ def _parse(raw: bytes) -> Passage:
 class Corpus:
     """A read-only, validated ``corpus.jsonl``: ``len()``, ``id in corpus``, ``corpus[id]`` (a Passage,
     KeyError when absent), iteration over Passages in file order, and ``fingerprint`` (sha256 of the
-    file's bytes). Two corpora are equal when their bytes are. Close it (or use ``with``) when done."""
+    file's bytes). Two corpora are equal when their bytes are. Close it (or use ``with``) when done.
+
+    Make one with ``Corpus.open(path)``; the constructor takes what that method read.
+
+    Args:
+        handle: The open file, read with ``os.pread``.
+        path: Where the file is.
+        index: Where each passage's line is (offsets, lengths, line numbers, id hashes).
+        fingerprint: The sha256 of the file's bytes.
+
+    Attributes:
+        path: Where the file is.
+        fingerprint: The sha256 of the file's bytes (hex): records and the gate compare it.
+    """
 
     def __init__(self, handle: Any, path: Path, index: _Index | Mapping[str, Any], fingerprint: str) -> None:
         import numpy as np
@@ -218,8 +237,18 @@ class Corpus:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Corpus:
-        """Read and validate a corpus file. Raises DatasetError listing every problem (exit 65), or
-        FileAccessError when the file cannot be read (exit 74)."""
+        """Read and validate a corpus file.
+
+        Args:
+            path: The corpus file (``corpus.jsonl``).
+
+        Returns:
+            The open corpus.
+
+        Raises:
+            DatasetError: Listing every problem, each with its line (exit 65).
+            FileAccessError: The file cannot be read (exit 74).
+        """
         path = Path(path)
         handle = _open_regular(path)
         problems = _Problems(str(path))
@@ -296,7 +325,17 @@ class Corpus:
             yield _parse(block[offset - block_start : offset - block_start + length])
 
     def at(self, row: int) -> Passage:
-        """The passage on the ``row``-th line of passages (0-based, file order)."""
+        """The passage on the ``row``-th line of passages (0-based, file order).
+
+        Args:
+            row: Its place among the passages, from 0.
+
+        Returns:
+            The passage.
+
+        Raises:
+            IndexError: There is no such row.
+        """
         if not 0 <= row < len(self):
             raise IndexError(row)
         return self._read(row)
@@ -323,7 +362,14 @@ class Corpus:
         the bytes this corpus fingerprinted, and beside it this corpus's index (``corpus.index.npz``), so
         ``Corpus.open_export`` in another process opens it without reading it again. The path says nothing
         about the data folder. A copy, never a link: a link would let the process that reads it write to
-        the user's own corpus."""
+        the user's own corpus.
+
+        Args:
+            folder: The folder to put the copy in (a worker's scratch folder).
+
+        Returns:
+            The copy's path.
+        """
         import numpy as np
 
         target = Path(folder) / CORPUS_FILE
@@ -352,7 +398,14 @@ class Corpus:
     def open_export(cls, path: str | os.PathLike[str]) -> Corpus:
         """A corpus ``export`` wrote (in the process it was handed to): the copy with the exporter's index,
         which was built when the original was checked, so the file is not read again. A copy whose size
-        is not the one indexed is refused."""
+        is not the one indexed is refused.
+
+        Args:
+            path: The copy ``export`` returned.
+
+        Returns:
+            The open corpus.
+        """
         import numpy as np
 
         path = Path(path)

@@ -34,7 +34,13 @@ SOURCE_FIELDS = ("id", "text", "title")
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One passage of a case's frozen retrieval fixture."""
+    """One passage of a case's frozen retrieval fixture.
+
+    Attributes:
+        id: The passage's id, unique within its case; citations and ``gold_source_ids`` name it.
+        text: The passage's text.
+        title: The title that heads the passage, or None.
+    """
 
     id: str
     text: str
@@ -43,7 +49,24 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class GoldenCase:
-    """One hand-curated case, labels included. Never handed to a system under test: see CaseView."""
+    """One hand-curated case, labels included. Never handed to a system under test: see CaseView.
+
+    Attributes:
+        id: The readable case id, unique in the suite (``abstain-0006``).
+        question: The question the system is asked.
+        sources: The case's frozen passages (empty when it retrieves from the suite's corpus).
+        gold_answer: The expected answer, or None for a case that must abstain.
+        gold_source_ids: The ids of the passages that ground the gold answer.
+        expected_behavior: What the system should do: ``answer`` or ``unanswerable_must_abstain``.
+        difficulty: ``single-hop``, ``multi-hop`` or ``aggregation``.
+        split: ``frozen`` (drift re-runs it) or ``living`` (where production misses go).
+        adversarial: The kind of attack the case carries (for example a prompt injection), or None.
+        checkpoints: Intermediate facts a multi-step answer must pass through (the trajectory layer).
+        file: The file the case was read from.
+        line: The line of ``file`` it was on.
+        fingerprint: A hash of the case's content: changes when any field that scoring reads changes.
+        from_corpus: True when the case has no sources of its own and retrieves from the corpus.
+    """
 
     id: str
     question: str
@@ -61,7 +84,11 @@ class GoldenCase:
     from_corpus: bool = False  # no sources of its own: its passages are the suite's corpus
 
     def to_raw(self) -> dict[str, Any]:
-        """The case as a JSON object in the golden format (optional fields only when set)."""
+        """The case as a JSON object in the golden format (optional fields only when set).
+
+        Returns:
+            The object, ready for ``json.dumps``.
+        """
         raw: dict[str, Any] = dict(id=self.id, question=self.question)
         if not self.from_corpus:
             raw["sources"] = [

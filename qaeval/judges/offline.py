@@ -61,6 +61,9 @@ class OfflineJudge:
 
     It is a stand-in. It does not read meaning: an answer that contains the gold string next to a wrong
     claim still gets full credit, and a right answer in other words gets none. Calibrate before trusting it.
+
+    Attributes:
+        config: ``offline:token-overlap``, temperature 0, seed 0.
     """
 
     def __init__(self) -> None:

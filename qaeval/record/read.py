@@ -199,7 +199,17 @@ def load_run(path: str | Path) -> Result:
     """A saved record as the result it was: RunResult, GateResult, CalibrationResult, DriftResult or
     MonitorResult. Its run and its verdict section are type-checked first (``record_shape.shape_problems``, the
     result class's ``section_problems``): a field missing or of the wrong type is a RecordError naming it;
-    what is raised while building from checked fields is a bug in qaeval (exit 70)."""
+    what is raised while building from checked fields is a bug in qaeval (exit 70).
+
+    Args:
+        path: The record (JSON) a command saved.
+
+    Returns:
+        The result it holds, of the kind it was saved as.
+
+    Raises:
+        RecordError: The record is missing, of an unknown version, or malformed (exit 65).
+    """
     where = str(path)
     data = read_record(path)
     kind = KINDS[data["kind"]]

@@ -54,7 +54,20 @@ ATTRIBUTE = "__qaeval_check__"
 
 def check(fn: Callable[..., Any] | None = None, *, tier: int | None = None, name: str | None = None) -> Any:
     """Declare a check: ``@check`` (informational), ``@check(tier=1)`` (blocks the gate), and its name
-    (default: the function's). Returns the function itself, marked."""
+    (default: the function's).
+
+    Args:
+        fn: The check, when used bare as ``@check``: called with ``(case, output, passages)``, it
+            returns True when the case passes (or ``(passed, reason)``).
+        tier: 1 when a failure blocks the gate, None (default) when the check is informational.
+        name: The check's name in scoreboards and records (default: the function's name).
+
+    Returns:
+        The function itself, marked (or, without ``fn``, a decorator that marks one).
+
+    Raises:
+        ValueError: When ``tier`` is neither 1 nor None.
+    """
     if tier not in (1, None):
         raise ValueError(f"a check's tier is 1 (blocks the gate) or None (informational), not {tier!r}")
 
@@ -67,7 +80,15 @@ def check(fn: Callable[..., Any] | None = None, *, tier: int | None = None, name
 
 @dataclass(frozen=True)
 class Sample:
-    """One case as a registered metric's ``unit`` sees it (a check is called with the first three)."""
+    """One case as a registered metric's ``unit`` sees it (a check is called with the first three).
+
+    Attributes:
+        case: The golden case, labels included.
+        output: The system's ``SUTOutput`` for it.
+        passages: ``{id: text}`` of the passages the system used.
+        facts: What the four layers found (``CaseFacts``).
+        error: The adapter's error when it failed (the output is then empty), else None.
+    """
 
     case: GoldenCase
     output: Any  # a qaeval.SUTOutput

@@ -164,9 +164,22 @@ def score_outputs(
     judge_memo: dict[Any, Any] | None = None,
 ) -> RunResult:
     """Score outputs that were already collected (pure apart from the judge call and the registered
-    checks and metrics, run by ``custom``: ``qaeval.boundary.custom.make_custom``). ``outputs`` holds one
-    row per case (one trial); ``judge_memo``: shared by the trials of one run, so an output seen in an
-    earlier trial is not judged again (``score_with_judge``)."""
+    checks and metrics).
+
+    Args:
+        suite: The golden cases the outputs answer.
+        outputs: One row per case (one trial), with the columns ``run_suite`` returns.
+        judge: The judge (``JudgeClient``).
+        meta: What the run records about itself (default: made here, adapter ``(outputs given)``).
+        k: How many retrieved passages the retrieval metrics look at (default: the meta's, else 5).
+        bootstrap_seed: The seed of the metrics' bootstrap intervals.
+        custom: The registered checks and metrics' runner (``qaeval.boundary.custom.make_custom``).
+        judge_memo: Shared by the trials of one run, so an output seen in an earlier trial is not
+            judged again (``score_with_judge``).
+
+    Returns:
+        The scored run.
+    """
     config = judge_config_of(judge)
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:

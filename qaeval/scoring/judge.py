@@ -62,7 +62,16 @@ VERDICT_SCHEMA = {
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Everything that identifies a judge's verdicts; recorded with every verdict."""
+    """Everything that identifies a judge's verdicts; recorded with every verdict.
+
+    Attributes:
+        name: The judge's name (``offline``, ``openai``, your own).
+        model: The model behind it.
+        temperature: Its sampling temperature.
+        seed: Its sampling seed, or None when it takes none.
+        prompt_version: The rubric version its prompts come from (``qaeval/rubric/``).
+        base_url: The endpoint it calls, or None for a judge that calls none.
+    """
 
     name: str
     model: str
@@ -72,6 +81,11 @@ class JudgeConfig:
     base_url: str | None = None
 
     def label(self) -> str:
+        """How reports name the judge.
+
+        Returns:
+            ``name:model t=T seed=S rubric=V``.
+        """
         seed = f" seed={self.seed}" if self.seed is not None else ""
         return f"{self.name}:{self.model} t={self.temperature:g}{seed} rubric={self.prompt_version}"
 
@@ -105,6 +119,20 @@ class JudgeSettings:
     A custom judge runs in its own process and gets these settings as JSON without the key; its
     ``settings.api_key`` is read there from OPENAI_API_KEY, and its working directory is a scratch
     folder (``cache_dir`` arrives as an absolute path).
+
+    Attributes:
+        model: The chat model (``QAEVAL_JUDGE_MODEL``).
+        base_url: The OpenAI-compatible endpoint (``OPENAI_BASE_URL``).
+        api_key: The API key (``OPENAI_API_KEY``); never recorded, cached or shown.
+        temperature: Sampling temperature (``QAEVAL_JUDGE_TEMPERATURE``, default 0).
+        seed: Sampling seed, or None to send none (``QAEVAL_JUDGE_SEED``, default 0).
+        concurrency: Requests in flight at once (``QAEVAL_JUDGE_CONCURRENCY``, default 8).
+        max_retries: Retries of a failed call (``QAEVAL_JUDGE_MAX_RETRIES``, default 4).
+        timeout: Seconds per call (``QAEVAL_JUDGE_TIMEOUT``, default 60).
+        cache: Whether verdicts are cached on disk (``QAEVAL_JUDGE_CACHE``, default on).
+        cache_dir: Where the cache is (``QAEVAL_CACHE_DIR``, default ``.qaeval-cache``).
+        show_progress: Whether a progress bar is drawn (None: ``QAEVAL_PROGRESS``, else in a terminal
+            or a notebook).
     """
 
     model: str | None = None
@@ -151,7 +179,16 @@ class JudgeSettings:
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """One call's worth of grading: an answered case with its cited sources and decoys."""
+    """One call's worth of grading: an answered case with its cited sources and decoys.
+
+    Attributes:
+        case_id: The readable case id (the judge sees labels; the system never does).
+        question: The question.
+        answer: The system's answer.
+        gold_answer: The expected answer, or None for a case that must abstain.
+        citations: Each citation with its claim, the cited source's text and its hardest decoy.
+        messages: The versioned rubric prompt, ready to send to a chat model.
+    """
 
     case_id: str
     question: str
@@ -162,6 +199,7 @@ class JudgeRequest:
 
     @property
     def evidence(self) -> str:
+        """The cited sources' text, each once, in citation order."""
         seen: dict[str, str] = {}
         for c in self.citations:
             seen.setdefault(c.source_id, c.text)
@@ -170,7 +208,16 @@ class JudgeRequest:
 
 @dataclass
 class JudgeResponse:
-    """What a judge returns for one request. ``error`` set means no verdict arrived or parsed."""
+    """What a judge returns for one request. ``error`` set means no verdict arrived or parsed.
+
+    Attributes:
+        case_id: The request's case id.
+        verdicts: One ``AxisVerdict`` per axis (and per citation for citation correctness).
+        error: Why no verdict arrived or parsed, else None.
+        prompt_tokens: Tokens sent, when the judge reports them.
+        completion_tokens: Tokens received, when the judge reports them.
+        cached: True when the verdicts came from the cache.
+    """
 
     case_id: str
     verdicts: list[AxisVerdict] = field(default_factory=list)
@@ -182,11 +229,24 @@ class JudgeResponse:
 
 @runtime_checkable
 class JudgeClient(Protocol):
-    """A judge: a ``config`` and ``judge(requests) -> responses`` (same order, same length)."""
+    """A judge: a ``config`` and ``judge(requests) -> responses`` (same order, same length).
+
+    Attributes:
+        config: What identifies the judge's verdicts; recorded with each.
+    """
 
     config: JudgeConfig
 
-    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]: ...
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        """Grade a batch of requests.
+
+        Args:
+            requests: The answered cases to grade.
+
+        Returns:
+            One response per request, in the same order.
+        """
+        ...
 
 
 def judge_config_of(judge: Any) -> JudgeConfig:

@@ -29,7 +29,25 @@ from qaeval.core.frames import frame
 
 @dataclass(frozen=True)
 class CaseFacts:
-    """What the four layers found about one case: everything a metric's ``unit`` may read."""
+    """What the four layers found about one case: everything a metric's ``unit`` may read.
+
+    Attributes:
+        answered: No adapter error and not abstained.
+        abstained: Abstained (and no adapter error).
+        must_abstain: The case expects an abstention.
+        deterministic_passed: Every layer-1 check passed.
+        faithfulness: The effective judge score (0, 1 or 2), None when not judged.
+        answer_correctness: The effective judge score (0, 1 or 2), None when not judged.
+        citations: Citations given (answered cases only).
+        good_citations: Citations that resolve and that the judge found to support their claim.
+        sentences: Load-bearing answer sentences.
+        covered_sentences: Load-bearing sentences carrying a resolvable citation.
+        has_gold_sources: The case names gold passages (retrieval metrics count it).
+        recall_at_k: Share of the gold passages in the top k retrieved.
+        mrr: Reciprocal rank of the first gold passage retrieved (0 when none is).
+        multi_step: The case has checkpoints (the trajectory layer counts it).
+        trajectory_success: Every checkpoint was reached.
+    """
 
     answered: bool  # no adapter error and not abstained
     abstained: bool  # abstained (and no adapter error)
@@ -50,6 +68,20 @@ class CaseFacts:
 
 @dataclass(frozen=True)
 class Metric:
+    """One metric: a ratio of sums over cases, with its direction, denominator and gate tolerance.
+
+    Attributes:
+        name: The metric's name (``faithfulness_rate``).
+        higher_is_better: Its direction: False for a rate that should fall (``over_refusal_rate``).
+        over: The denominator, said plainly (``answered cases``).
+        meaning: What it counts, one line.
+        unit: Per case, ``(numerator, denominator)``; a built-in metric reads ``CaseFacts``, a
+            registered one a ``Sample``.
+        tolerance: How far the gate lets it move the wrong way; None when it is not gated.
+        drift: What drift alarms on: a ``drop``, a ``rise`` or ``both``.
+        label_axis: The human label axis a PPI estimate of it uses, or None.
+    """
+
     name: str
     higher_is_better: bool
     over: str  # the denominator, said plainly
@@ -64,6 +96,7 @@ class Metric:
 
     @property
     def direction(self) -> str:
+        """``higher`` or ``lower``: which way is better."""
         return "higher" if self.higher_is_better else "lower"
 
 

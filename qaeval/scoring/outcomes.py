@@ -54,7 +54,13 @@ class FailReason:
     Codes: ``adapter_error``; a deterministic check's name (``grounding_isolation``,
     ``citation_resolvability``, ``citation_coverage``, ``fail_closed_abstention``, ``passage_fidelity``);
     ``wrongly_abstained``; ``judge_error``; ``unfaithful``; ``trajectory_failed``; ``check`` or
-    ``metric`` for a registered check or metric, named by ``name``."""
+    ``metric`` for a registered check or metric, named by ``name``.
+
+    Attributes:
+        code: What failed, for code to branch on (one of the codes above).
+        message: Why, for people to read.
+        name: The registered check's or metric's name (codes ``check`` and ``metric``), else None.
+    """
 
     code: FailCode
     message: str

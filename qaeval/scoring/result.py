@@ -80,6 +80,28 @@ class RunResult(Result):
 
     ``ok`` (verdict GREEN) when tier 1 holds: every deterministic check green and no adapter error.
     ``qaeval run`` still exits 0 when it does not: a run reports, the gate decides.
+
+    Attributes:
+        suite: The golden cases the run answered.
+        meta: How the run was made (``RunMeta``): adapter, judge, isolation, k, trials, when.
+        outputs: What the system returned, one row per case (the columns of ``run_suite``).
+        checks: The layer-1 deterministic checks, one row per case and check (``passed``, ``reason``).
+        retrieval: Retrieval against the gold passages, one row per case (recall, precision, MRR
+            and nDCG at k).
+        verdicts: The judge's verdicts, one row per case and axis (and per citation).
+        trajectory: Multi-step cases' checkpoints, one row per case and checkpoint.
+        per_case: One row per case (per trial with several): passed or not and why (``fail_reasons``,
+            a list of ``FailReason``), with the question, answer and gold answer.
+        units: Each metric's numerator and denominator per case: what the scoreboard sums.
+        scoreboard: One row per metric: its value, 95% interval, n and direction.
+        slices: The scoreboard per slice (split, difficulty, adversarial tag).
+        labels: The human labels given with ``--labels`` (what PPI estimates use), or None.
+        notes: What the run says about itself (unknown ids, a judge that is not trusted, ...).
+        custom: The registered checks' and metrics' rows, one per case and name.
+        registered: The checks and metrics the run registered, in the order they ran.
+        trial_runs: With several trials, every trial's own run (trial 0 first), each scored alone;
+            the layer frames above are trial 0's, ``per_case`` and ``units`` hold every trial. Empty
+            with one trial.
     """
 
     suite: Suite
@@ -134,8 +156,14 @@ class RunResult(Result):
         return self.trial_runs or (self,)
 
     def trial_frame(self, layer: str) -> pd.DataFrame:
-        """A layer (``outputs``, ``checks``, ``verdicts``, ``per_case``...) of every trial, with a ``trial``
-        column (0 to K - 1) after ``case_id``."""
+        """A layer of every trial.
+
+        Args:
+            layer: The layer's attribute name (``outputs``, ``checks``, ``verdicts``, ``per_case``...).
+
+        Returns:
+            Its rows of every trial, with a ``trial`` column (0 to K - 1) after ``case_id``.
+        """
         from qaeval.scoring.trials import trials_frame
 
         return trials_frame(self, layer)
@@ -160,7 +188,15 @@ class RunResult(Result):
         return f"{kinds} green, no adapter error; {head}"
 
     def passing_line(self, gated: Collection[str] | None = None, aside: str = "") -> str:
-        """ "10 of 15 cases pass; answer correctness is not gated" (``outcomes.passing_line``)."""
+        """How many cases pass, and what that means (``outcomes.passing_line``).
+
+        Args:
+            gated: The metrics a gate gates (None: the run's own tolerances).
+            aside: Text to add at the end.
+
+        Returns:
+            One line, such as ``10 of 15 cases pass; ...``.
+        """
         return passing_line(self.per_case, self.metrics, gated, aside)
 
     # convenience views
@@ -208,7 +244,11 @@ class RunResult(Result):
 
     def failing_cases(self) -> pd.DataFrame:
         """Cases that did not pass: why, the answer beside the gold answer and the cited sources' text.
-        Shown in full (wrapped, not cut) in a notebook."""
+        Shown in full (wrapped, not cut) in a notebook.
+
+        Returns:
+            One row per failing case: case_id, why, answer, gold_answer, cited.
+        """
         failing = self.per_case[~self.per_case["case_passed"]]
         outs = RowsByKey(self.outputs)
         by_key = {
@@ -296,7 +336,14 @@ class RunResult(Result):
         return lines
 
     def with_labels(self, labels: pd.DataFrame | None) -> RunResult:
-        """This run with prediction-powered estimates from human labels on its scoreboard."""
+        """This run with prediction-powered estimates from human labels on its scoreboard.
+
+        Args:
+            labels: Keyed human labels (``qaeval.data.labels``), or None.
+
+        Returns:
+            A copy of the run with PPI columns on its scoreboard (this run itself when ``labels`` is None).
+        """
         from qaeval.scoring.ppi import apply_ppi
 
         if labels is None:

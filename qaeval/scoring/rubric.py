@@ -34,7 +34,15 @@ class CitedSource:
 
 @dataclass
 class AxisVerdict:
-    """One axis's verdict as a judge gives it (for citation correctness, ``target`` is the source id)."""
+    """One axis's verdict as a judge gives it (for citation correctness, ``target`` is the source id).
+
+    Attributes:
+        axis: The rubric axis (``faithfulness``, ``answer_correctness`` or ``citation_correctness``).
+        score: 0, 1 or 2 (anything else is refused when the response is read).
+        quote: The words of the answer or passage the score rests on.
+        rationale: Why, one or two sentences.
+        target: For citation correctness, the id of the cited source; else empty.
+    """
 
     axis: str
     score: Any

@@ -29,6 +29,12 @@ class Citation:
     """One citation: the source the SUT points at and the part of its answer that source supports.
 
     ``Citation(source_id, claim)``.
+
+    Attributes:
+        source_id: The id of the cited passage: a case source's, a corpus passage's or one of the
+            output's own ``passages``. It must be among the output's ``retrieved_ids``.
+        claim: The part of the answer this passage supports (default ``""``); the judge and the
+            grounding checks weigh it against the passage's text.
     """
 
     __slots__ = ("source_id", "claim")
@@ -54,16 +60,22 @@ class Citation:
 class SUTOutput:
     """What a system under test returns for one case.
 
-    answer              the answer text ("" when abstaining)
-    citations           list of Citation (none when abstaining)
-    retrieved_ids       source ids the system retrieved, best first, each once (the ranking; taken
-                        from ``passages`` when only those are given)
-    passages            list of Passage: what the system retrieved, in rank order, with the text it
-                        used (required for ids its own index holds that are in no source or corpus)
-    abstained           True when the system declined to answer
-    model_was_called    True when a language model was invoked for this case
-    prompt_to_model     the exact prompt sent to the model, or None when none was sent
-    computed_aggregate  a number (or text) the system computed for aggregation questions, else None
+    Every field has a default, so ``SUTOutput(abstained=True)`` is a complete abstention. What comes
+    back is checked field by field before anything scores it; a broken rule fails the case as
+    malformed output, with the reason.
+
+    Attributes:
+        answer: The answer text (``""`` when abstaining).
+        citations: A list of ``Citation`` (none when abstaining).
+        retrieved_ids: Source ids the system retrieved, best first, each once (the ranking; taken
+            from ``passages`` when only those are given).
+        passages: A list of ``Passage``: what the system retrieved, in rank order, with the text it
+            used (required for ids its own index holds that are in no source or corpus).
+        abstained: True when the system declined to answer.
+        model_was_called: True when a language model was invoked for this case.
+        prompt_to_model: The exact prompt sent to the model, or None when none was sent.
+        computed_aggregate: A number (or text) the system computed for aggregation questions, else
+            None.
     """
 
     answer: str = ""
@@ -79,7 +91,19 @@ class SUTOutput:
 class CaseView:
     """What the SUT may see of a case: ``id`` (opaque), ``question`` and ``sources``.
 
-    Immutable, with no ``__dict__``; its repr, pickle and attributes carry nothing else.
+    Immutable, with no ``__dict__``; its repr, pickle and attributes carry nothing else. The harness
+    builds it; an adapter only reads it.
+
+    Args:
+        opaque_id: A random token drawn per run (read back as ``id``).
+        question: The question to answer.
+        sources: The case's frozen passages (empty for a case that retrieves from a corpus).
+
+    Attributes:
+        id: An opaque token, stable within one run, unrelated to the readable case id.
+        question: The question to answer.
+        sources: The frozen retrieval fixture: ``Source`` objects with ``id``, ``text`` and an
+            optional ``title``.
     """
 
     __slots__ = ("_id", "_question", "_sources")
@@ -97,6 +121,7 @@ class CaseView:
 
     @property
     def question(self) -> str:
+        """The question to answer."""
         return self._question
 
     @property
@@ -159,7 +184,16 @@ class SystemAdapter(Protocol):
     """Anything with ``answer(case: CaseView) -> SUTOutput`` is a system adapter. ``answer`` may be
     ``async def``; it is awaited."""
 
-    def answer(self, case: CaseView) -> SUTOutput: ...
+    def answer(self, case: CaseView) -> SUTOutput:
+        """Answer one case.
+
+        Args:
+            case: What the system may see of the case: its opaque id, question and sources.
+
+        Returns:
+            The system's answer, citations and retrieval for this case.
+        """
+        ...
 
 
 # --------------------------------------------------------------------------- what comes back

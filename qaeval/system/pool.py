@@ -372,28 +372,46 @@ def run_suite(
 
     ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. A worker that
     has not built the adapter within ``startup_timeout`` seconds is stopped (a usage error when none
-    ever started); a reply over ``max_reply_bytes`` stops its worker and fails its case. Returns one row
-    per case, in suite order:
+    ever started); a reply over ``max_reply_bytes`` stops its worker and fails its case. The frame it
+    returns has one row per case, in suite order:
 
-    ==================  ==================================================================
-    case_id             readable case id (the adapter only ever saw an opaque one)
-    answer              answer text ("" on abstention or error)
-    citations           list of {source_id, claim}
-    retrieved_ids       list of source ids, best first
-    abstained           bool
-    model_was_called    bool
-    prompt_to_model     str or None
-    computed_aggregate  number, str or None
-    error               None, or why the case failed: raised, exited, crashed, timed out, malformed
-    latency_s           seconds from handing the case over (for a case queued behind another: from
-                        reading the reply before it) to having its answer
-    logs                the last characters the adapter printed while answering this case
-    output_fingerprint  hash of answer, citations, abstention and error (what a labeller saw)
-    ==================  ==================================================================
+    | column | what it holds |
+    | --- | --- |
+    | `case_id` | readable case id (the adapter only ever saw an opaque one) |
+    | `answer` | answer text ("" on abstention or error) |
+    | `citations` | list of {source_id, claim} |
+    | `retrieved_ids` | list of source ids, best first |
+    | `passages` | list of {id, text, title}: the system's own passages |
+    | `abstained` | bool |
+    | `model_was_called` | bool |
+    | `prompt_to_model` | str or None |
+    | `computed_aggregate` | number, str or None |
+    | `error` | None, or why the case failed: raised, exited, crashed, timed out, malformed |
+    | `latency_s` | seconds from handing the case over (for a case queued behind another: from reading the reply before it) to having its answer |
+    | `logs` | the last characters the adapter printed while answering this case |
+    | `output_fingerprint` | hash of answer, citations, abstention and error (what a labeller saw) |
 
-    ``on_output(index, row)`` is called with each row as it arrives (the index is the case's place in
-    the suite), on the thread that called ``run_suite``; again with a later row for the same case (a
-    failure found after it answered), which replaces the first.
+    Args:
+        suite: The golden cases.
+        adapter: A ``module:factory`` name, a zero-argument factory or an adapter object.
+        timeout: Seconds one case may take.
+        concurrency: Workers, each on one case at a time.
+        isolation: ``process`` (workers that never see the labels) or ``none`` (this process).
+        executor: A ``concurrent.futures.Executor`` to run the calls on instead of local workers.
+        show_progress: Whether to draw a progress bar (None: ``QAEVAL_PROGRESS``, else for 50 cases or more in a
+            terminal or a notebook).
+        data_dir: The data folder, hidden from the workers (default: the suite's root).
+        startup_timeout: Seconds a worker may take to build the adapter.
+        max_reply_bytes: Bytes one reply may hold.
+        on_output: Called as ``on_output(index, row)`` with each row as it arrives (the index is the
+            case's place in the suite), on the thread that called ``run_suite``; again with a later
+            row for the same case (a failure found after it answered), which replaces the first.
+
+    Returns:
+        The outputs frame, one row per case (columns above).
+
+    Raises:
+        UsageError: A bad option, or an adapter that cannot be imported or built (exit 64).
     """
     if isolation not in ISOLATIONS:
         raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")

@@ -111,6 +111,26 @@ def axes_to_assess(asked: list[str] | tuple[str, ...], labelled: list[str] | tup
 
 @dataclass(repr=False)
 class CalibrationResult(Result):
+    """How far the judge agrees with human labels, per axis; its verdict says whether to trust it.
+
+    ``ok`` (TRUSTED) when every assessed axis clears the bars; ``raise_for_status()`` raises
+    ``JudgeNotTrusted``.
+
+    Attributes:
+        run: The run whose outputs were labelled and judged.
+        pairs: One row per label: case, axis, the human's and the judge's score, whether they agree.
+        agreement: One row per axis: agreement, Cohen's kappa, n, and whether it passed the bars.
+        confusion: Per axis, the human-by-judge table of scores.
+        min_agreement: The least agreement an axis needs.
+        min_labels: The fewest labels an axis needs.
+        min_kappa: The least kappa an axis needs.
+        axes: The assessed axes, in axis order.
+        judge_label: The judge that was calibrated (``JudgeConfig.label()``).
+        source: Where the labels came from.
+        labelled: True when the run's cases and outputs came from a labelled set.
+        notes: What the result says about itself.
+    """
+
     run: RunResult
     pairs: pd.DataFrame
     agreement: pd.DataFrame
@@ -181,7 +201,11 @@ class CalibrationResult(Result):
         return bool(len(self.axes) > 1 and o["n"] and o["exact"] >= self.min_agreement - 1e-12 and kappa_ok)
 
     def disagreements(self) -> pd.DataFrame:
-        """Compared labels where the judge and the person differ, largest gap first."""
+        """Compared labels where the judge and the person differ, largest gap first.
+
+        Returns:
+            Those rows of ``pairs``.
+        """
         compared = self.pairs[self.pairs["status"] == "compared"]
         gap = (compared["human"] - compared["judge"].astype("int64")).abs()
         ordered = (

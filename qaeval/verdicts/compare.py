@@ -54,6 +54,21 @@ CASE_SCHEMA = {
 
 @dataclass(repr=False)
 class Comparison(Result):
+    """Two runs of the same cases side by side: metric deltas with their noise, and case-level changes.
+
+    ``ok`` (NO REGRESSION) unless a metric moved the wrong way past noise or a case regressed.
+
+    Attributes:
+        before: The earlier run.
+        after: The later run.
+        metric_deltas: One row per metric: before, after, delta, and whether it is distinguishable
+            from noise.
+        cases: One row per case: passed before and after, ``change`` (``regressed``, ``fixed``,
+            ...), what changed (answer, citations, checks, scores) and why it fails.
+        before_label: How the earlier run is named in output.
+        after_label: How the later run is named in output.
+    """
+
     before: RunResult
     after: RunResult
     metric_deltas: pd.DataFrame

@@ -160,6 +160,23 @@ def compare(
 
 @dataclass(repr=False)
 class DriftResult(Result):
+    """A run's metrics against the history of earlier runs: a band per metric, an alarm when one leaves it.
+
+    ``ok`` (OK) when every metric is inside its band; ``raise_for_status()`` raises ``DriftAlarm``.
+
+    Attributes:
+        run: The current run.
+        record: What this run appends to the history file.
+        history: One row per (run, metric): run, time, commit, metric, value, current, alarmed.
+        bands: One row per metric: current value, the band's mean, low and high, the window's n,
+            the direction that alarms, and whether it did.
+        alarms: One entry per metric that left its band (metric, current, low, high, mean, message).
+        notes: What the result says about itself (a history too short to alarm, ...).
+        window: How many earlier runs a band is drawn from.
+        timeseries: The history file.
+        min_history: The fewest earlier runs before a metric can alarm.
+    """
+
     run: RunResult
     record: dict[str, Any]
     history: pd.DataFrame  # one row per (run, metric): run, time, commit, metric, value, current

@@ -79,6 +79,28 @@ SECTION = Fields(
 
 @dataclass(repr=False)
 class MonitorResult(Result):
+    """Logged traffic scored without gold: every row's checks, a judged sample, and alarms per window.
+
+    ``ok`` (OK) when no window's metric left its band; ``raise_for_status()`` raises ``DriftAlarm``.
+
+    Attributes:
+        run: The judged sample, scored as a run.
+        rows: One row per logged row: its time, each check's result, whether it passed and why not,
+            whether it was sampled for the judge, and the judge's scores when it was.
+        scoreboard: The monitor's metrics over every logged row.
+        slices: The metrics per slice (the ``by`` columns).
+        windows: The metrics per time window.
+        by: The columns the traffic is sliced by.
+        every: The time window (``1D``), or None for one window.
+        sample: How many rows were judged, or None for all.
+        seed: The seed the sample was drawn with.
+        source: Where the logs came from.
+        timeline: One entry per window appended to ``timeseries``.
+        alarms: One entry per metric and window that left its band.
+        notes: What the result says about itself.
+        timeseries: The history file windows are appended to, or ``""``.
+    """
+
     run: RunResult  # the judged sample
     rows: pd.DataFrame
     scoreboard: pd.DataFrame
@@ -115,7 +137,11 @@ class MonitorResult(Result):
         return f"no alarm ({bands}); {self.failing_share()}; {judged} judged{watched}"
 
     def failing_share(self) -> str:
-        """ "9 of 120 rows (7.5%) fail a check": what no alarm does not say (an alarm is a move, not a level)."""
+        """What no alarm does not say (an alarm is a move, not a level).
+
+        Returns:
+            ``9 of 120 row(s) (7.5%) fail a check``.
+        """
         bad, n = int((~self.rows["passed"].astype(bool)).sum()), len(self.rows)
         return f"{bad} of {n} row(s) ({bad / n:.1%}) fail a check" if n else "no row"
 

@@ -21,7 +21,9 @@ from typing import Any
 
 from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.files import read_text
+from qaeval.core.frames import RowsByKey
 from qaeval.data.schema import AXES, CITATION_CORRECTNESS
+from qaeval.scoring.evaluate import judged_fixture
 from qaeval.scoring.result import RunResult
 
 SHEET_COLUMNS = [
@@ -99,12 +101,19 @@ def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterat
 def export_sheet(
     run: RunResult, *, sample: int | None = None, seed: int = 0, axes: tuple[str, ...] = AXES
 ) -> tuple[str, int]:
-    """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty."""
-    by_key = {(c.id, s.id): s.text for c in run.suite for s in c.sources}
+    """(CSV text, answered cases in it): one row per answered case and axis, score and reason empty. A
+    cited passage shows the text the judge weighs the citation against: the case's source, else the
+    system's own passage, else the frozen corpus's (``judged_fixture``)."""
     answered = [r for r in run.per_case.to_dict("records") if r["error"] is None and not r["abstained"]]
     if sample is not None and sample < len(answered):
         picked = set(random.Random(seed).sample([r["case_id"] for r in answered], sample))
         answered = [r for r in answered if r["case_id"] in picked]
+    outs = RowsByKey(run.outputs)
+    by_key = {
+        (r["case_id"], pid): text
+        for r in answered
+        for pid, text in judged_fixture(run.suite[r["case_id"]], outs[r["case_id"]], run.suite.corpus).items()
+    }
     buffer = io.StringIO()
     writer = csv.DictWriter(
         buffer, fieldnames=SHEET_COLUMNS, lineterminator="\r\n"
