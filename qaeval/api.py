@@ -209,7 +209,11 @@ def score(
         k: the cut-off of the retrieval metrics (default 5).
         labels: hand labels (JSONL) for prediction-powered estimates beside the judge's.
         save: write the run record here.
-        judge_model, judge_base_url, judge_concurrency, judge_cache, judge_timeout: as for ``run``.
+        judge_model: the HTTP judge's model, as for ``run``.
+        judge_base_url: the HTTP judge's endpoint, as for ``run``.
+        judge_concurrency: judge calls in flight, as for ``run``.
+        judge_cache: whether the judge's signed cache is used, as for ``run``.
+        judge_timeout: each judge call's deadline in seconds, as for ``run``.
         pass_k: the k of pass_hat_k and pass_at_k with several trials.
 
     Returns:

@@ -77,7 +77,10 @@ class Metric:
         meaning: What it counts, one line.
         unit: Per case, ``(numerator, denominator)``; a built-in metric reads ``CaseFacts``, a
             registered one a ``Sample``.
-        tolerance: How far the gate lets it move the wrong way; None when it is not gated.
+        tolerance: How far the gate lets it move the wrong way; None when it is not gated by default.
+        opt_in_tolerance: The tolerance of a metric gated only when asked for (a ``--tolerance``, the
+            tolerances file, or a calibration that trusts the judge on its ``label_axis``): answer
+            correctness. None for the others.
         drift: What drift alarms on: a ``drop``, a ``rise`` or ``both``.
         label_axis: The human label axis a PPI estimate of it uses, or None.
     """

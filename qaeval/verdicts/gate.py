@@ -89,7 +89,24 @@ JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision"
 
 @dataclass(repr=False)
 class GateResult(GateRecord, Result):
-    """The gate's verdict and the frames behind it."""
+    """The gate's verdict and the frames behind it.
+
+    Attributes:
+        run: The run that was gated.
+        baseline: What it was gated against.
+        tiers: One row per tier: ``tier``, ``rule``, ``passed``, ``detail`` and the ``case_ids`` it names.
+        metric_deltas: One row per gated metric: baseline and current value, ``delta``, ``tolerance``,
+            ``passed``, the counts behind them and the noise test (``p_value``, ``note``).
+        regressed: The matched cases that regressed: ``case_id``, ``baseline_state``, ``current_state``,
+            ``why``.
+        new_failing: The new or changed cases that fail: ``case_id``, ``status``, ``baseline_state``, ``why``.
+        match: Which cases matched the baseline, changed, are new, or are gone.
+        calibration: The judge's calibration when the gate was given labels, else None.
+        notes: What the verdict says beside its tiers (answer correctness gated or not, and why).
+        case_trials: Every matched case's trial counts against the baseline's and their verdict
+            (``broken``, ``regressed``, ``flaky``, ``steady``).
+        alpha: The family-wise error the trials tests were held to.
+    """
 
     run: RunResult
     baseline: Baseline
@@ -223,8 +240,11 @@ class GateResult(GateRecord, Result):
         return not self.baseline.adapter or self.baseline.adapter == self.run.meta.adapter
 
     def differences(self) -> list[str]:
-        """What makes this a comparison of different things: another adapter, another judge. The first
-        lines of the verdict and of the report."""
+        """What makes this a comparison of different things: another adapter, another judge.
+
+        Returns:
+            The first lines of the verdict and of the report, one per difference.
+        """
         lines = []
         if not self.adapter_match:
             lines.append(f"adapter differs from the baseline's: {self.baseline.adapter}, now {self.run.meta.adapter}")
