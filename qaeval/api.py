@@ -136,8 +136,11 @@ def baseline(
     """Run, then write the run record a gate compares against. A run that is not green (a failing
     deterministic check or an adapter error) is refused (BaselineRefused) unless ``allow_failing``,
     and then recorded as not green. A refused run keeps its journal beside ``out``, so that
-    ``allow_failing`` with ``resume`` keeps it without calling the system again."""
+    ``allow_failing`` with ``resume`` keeps it without calling the system again: its failed outputs
+    and judge errors too (``keep_errors``), the failures it was refused for."""
     p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
+    if p["allow_failing"] and p.get("resume"):
+        p = {**p, "keep_errors": True}
     result = evaluate_params(p)
     if not result.ok and not p["allow_failing"]:
         again = (
