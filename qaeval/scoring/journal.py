@@ -27,6 +27,7 @@ without it (Windows) there is none.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -247,7 +248,8 @@ def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
 @dataclass
 class Restored:
     """What a journal gives back: outputs by place in the run, verdicts by request digest, notes, and
-    where to go on writing (the run's id, the next line's place, the length of its whole lines)."""
+    where to go on writing (the run's id, the next line's place, the length of its whole lines, and
+    whether the last of them lacks its newline: the run died between its text and its newline)."""
 
     outputs: dict[int, dict[str, Any]] = field(default_factory=dict)
     verdicts: dict[str, JudgeResponse] = field(default_factory=dict)
@@ -255,6 +257,8 @@ class Restored:
     run: str = ""
     next_seq: int = 0
     whole: int = 0
+    unterminated: bool = False
+    path: str = ""
 
 
 def _regular(path: Path, flags: int, what: str) -> int:
@@ -289,7 +293,7 @@ def read_journal(
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    restored = Restored()
+    restored = Restored(unterminated=bool(data) and not data.endswith(b"\n"), path=where)
     parsed: list[dict[str, Any]] = []
     run = None
     for number, raw in enumerate(lines, start=1):
@@ -300,6 +304,7 @@ def read_journal(
         except (UnicodeDecodeError, ValueError, TypeError):
             if number == len(lines):  # the run ended while writing it
                 restored.notes.append(f"the journal's last line (line {number}) was cut short and is dropped")
+                restored.unterminated = False  # cut off before anything is appended
                 break
             raise JournalError(
                 f"line {number} is not valid JSON: the journal is damaged; delete it to start over", file=where
@@ -323,7 +328,7 @@ def read_journal(
                 file=where,
             )
         parsed.append(line)
-        restored.whole += len(raw) + 1
+        restored.whole += len(raw) + (0 if number == len(lines) and restored.unterminated else 1)
     restored.run, restored.next_seq = run or "", len(parsed)
     if not parsed or parsed[0].get("kind") != "header" or parsed[0].get("format") != FORMAT:
         raise JournalError("the journal has no header", file=where)
@@ -333,8 +338,7 @@ def read_journal(
     differs = [name for name in identity if not isinstance(theirs, dict) or theirs.get(name) != identity[name]]
     if differs:
         shown = "; ".join(
-            f"{name}: {_short((theirs or {}).get(name) if isinstance(theirs, dict) else None)} "
-            f"then, {_short(identity[name])} now"
+            _difference(name, theirs.get(name) if isinstance(theirs, dict) else None, identity[name])
             for name in differs
         )
         raise UsageError(
@@ -368,6 +372,19 @@ def read_journal(
     return restored
 
 
+def _difference(name: str, then: Any, now: Any) -> str:
+    """One part of the run that differs from the journal's, said so a person sees what changed: for a
+    table of digests (the adapter's files, the registered checks), the names whose digest changed."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        changed = [k for k in now if k in then and then[k] != now[k]]
+        parts = [f"{', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''} changed"] if changed else []
+        added, gone = [k for k in now if k not in then], [k for k in then if k not in now]
+        parts += [f"{', '.join(added[:5])} added"] if added else []
+        parts += [f"{', '.join(gone[:5])} removed"] if gone else []
+        return f"{name}: {'; '.join(parts)} since the journal was written"
+    return f"{name}: {_short(then)} then, {_short(now)} now"
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -375,7 +392,12 @@ def _short(value: Any) -> str:
 
 class JournalWriter:
     """Appends signed lines to a journal, one at a time, from any thread. ``resumed``: the journal read
-    back (``read_journal``), to go on after its last whole line; else a new journal is started."""
+    back (``read_journal``), to go on after its last whole line; else a new journal is started.
+
+    A line is on disk whole or not at all: it is written unbuffered, and a write that fails (a full
+    disk) is cut off again, so the line is lost (``notes`` says how many; a resume asks for them
+    again) and the next line takes its place in the sequence. A journal that cannot even be cut back
+    takes no more lines: what it holds stays readable to its last whole line."""
 
     def __init__(
         self, path: Path, identity: Mapping[str, Any], *, resumed: Restored | None = None, secret: bytes | None = None
@@ -393,29 +415,64 @@ class JournalWriter:
         if resumed is None:
             path.unlink(missing_ok=True)  # a new journal, never written through what was there
         fd = _regular(path, os.O_WRONLY | os.O_CREAT | (0 if resumed is not None else os.O_EXCL), "write")
-        if resumed is not None:
-            os.ftruncate(fd, resumed.whole)  # a last line cut short is cut off, so the next starts whole
-            os.lseek(fd, 0, os.SEEK_END)
+        self._size = resumed.whole if resumed is not None else 0
+        os.ftruncate(fd, self._size)  # a last line cut short is cut off, so the next starts whole
+        os.lseek(fd, self._size, os.SEEK_SET)
         os.set_blocking(fd, True)
-        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        self._file: Any = os.fdopen(fd, "wb", buffering=0)
         self.run = resumed.run if resumed is not None else secrets.token_hex(16)
         self.seq = resumed.next_seq if resumed is not None else 0
+        self.lost: list[str] = []  # why lines were not written
+        self.stopped = False  # a failed write that could not be cut back: no more lines
+        if resumed is not None and resumed.unterminated:
+            with self._lock:
+                self.stopped = not self._append(b"\n")  # the last whole line's newline, before any other
         if resumed is None:
             self._write(dict(kind="header", format=FORMAT, version=VERSION, identity=dict(identity)))
+            if self.seq == 0:  # without its header a journal is no journal
+                self._file.close()
+                raise FileAccessError(path, f"cannot write the journal ({self.lost[0]})")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should say about its journal: lines it could not write."""
+        if not self.lost:
+            return []
+        what = f"{len(self.lost)} journal line(s) could not be written ({self.lost[0]})"
+        if self.stopped:
+            return [f"{what}; the journal took no more after that: a resume asks again for what it lacks"]
+        return [f"{what}; a resume asks again for what they held"]
 
     def _write(self, line: dict[str, Any]) -> None:
         with self._lock:
-            if self._file.closed:
+            if self._file.closed or self.stopped:
                 return
             line.update(run=self.run, seq=self.seq)
             line["mac"] = _mac(self._secret, line)
             text = json.dumps(line, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"  # no separator inside
+            if self._append(text.encode("ascii")):
+                self.seq += 1
+
+    def _append(self, data: bytes) -> bool:
+        """(Holding the lock.) ``data`` at the journal's end, whole, or (False) nothing of it."""
+        try:
+            done = 0
+            while done < len(data):
+                wrote = self._file.write(data[done:])
+                if not wrote:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += wrote
+            self._file.flush()
+        except OSError as exc:
+            self.lost.append(exc.strerror or str(exc))
             try:
-                self._file.write(text)
-                self._file.flush()
-            except OSError as exc:
-                raise FileAccessError(self.path, f"cannot write the journal ({exc.strerror or exc})") from None
-            self.seq += 1
+                self._file.truncate(self._size)
+                self._file.seek(self._size)
+            except OSError:
+                self.stopped = True
+            return False
+        self._size += len(data)
+        return True
 
     def output(self, index: int, row: Mapping[str, Any], trial: int) -> None:
         plain = {k: v for k, v in row.items() if k not in ("case_id", "output_fingerprint")}
@@ -435,9 +492,11 @@ class JournalWriter:
 
 
 def memo_from(restored: Restored, keys: Mapping[int, tuple[Any, ...] | None]) -> dict[tuple[Any, ...], MemoEntry]:
-    """The judge memo a resumed run starts with: the journal's verdict for each restored output's request."""
+    """The judge memo a resumed run starts with: the journal's verdict for each restored output's request,
+    as used already (``score_with_judge`` marks it cached, without tokens: this run spent none on it)."""
     memo = {}
     for key in keys.values():
         if key is not None and (found := restored.verdicts.get(key_digest(key))) is not None:
-            memo[key] = MemoEntry(found)
+            memo[key] = entry = MemoEntry(found)
+            entry.uses = 1
     return memo
