@@ -184,22 +184,8 @@ def evaluate(
     everyone = trial_suite(suite, trials)
     chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
     isolated = isolation if executor is None else f"executor {executor_label or type(executor).__name__}"
-    identity = (  # what the journal is for (reading the adapter's files costs nothing without one)
-        run_identity(
-            suite,
-            label,
-            judge,
-            k,
-            trials,
-            custom,
-            adaptive,
-            isolated,
-            chosen_by if trials > 1 else None,
-            adapter=adapter,
-        )
-        if journal is not None
-        else {}
-    )
+    chosen = chosen_by if trials > 1 else None
+    identity = _identity(journal, suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter)
     collected = Collected()
     restored = _resumed(journal, identity, everyone, keep_errors, adapter, collected) if resume else None
     memo = _restored_memo(suite, everyone, config.prompt_version, restored, collected)
@@ -222,7 +208,7 @@ def evaluate(
         k=k,
         timeout=timeout,
         data=suite.root,
-        adaptive_baseline=chosen_by if trials > 1 else None,
+        adaptive_baseline=chosen,
     )
     plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, bootstrap_seed)
     try:
@@ -235,6 +221,26 @@ def evaluate(
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
     return result
+
+
+def _identity(
+    journal: str | os.PathLike[str] | None,
+    suite: Suite,
+    label: str,
+    judge: JudgeClient,
+    k: int,
+    trials: int,
+    custom: Any,
+    adaptive: bool,
+    isolation: str,
+    chosen_by: str | None,
+    adapter: Any,
+) -> dict[str, Any]:
+    """``run_identity`` when the run keeps a journal, the one thing it is for (the adapter's files are not
+    read without one)."""
+    if journal is None:
+        return {}
+    return run_identity(suite, label, judge, k, trials, custom, adaptive, isolation, chosen_by, adapter=adapter)
 
 
 @dataclass(frozen=True)

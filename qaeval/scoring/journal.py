@@ -31,13 +31,12 @@ import errno
 import hashlib
 import hmac
 import json
-import math
 import os
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +47,12 @@ try:  # POSIX advisory locks; elsewhere two runs with one record path are not ke
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]  # the platform has none
 from qaeval.core.jsonfile import loads_strict
+from qaeval.scoring.journal_lines import response_from_plain, response_to_plain, row_from_plain
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
-from qaeval.scoring.rubric import AxisVerdict
-from qaeval.system.contract import output_row
-from qaeval.system.validate import validate_plain
 
 FORMAT = "qaeval-journal"
 VERSION = 1
 SUFFIX = ".journal"
-JOURNAL_TEXT_LIMIT = 1 << 20  # an error or log text a journal line may carry
 
 
 class JournalError(DatasetError):
@@ -159,92 +155,6 @@ def _secret() -> bytes:
     return load_secret()
 
 
-def response_to_plain(response: Any) -> dict[str, Any] | None:
-    """A judge's response as a journal keeps it; None for anything that is not a ``JudgeResponse`` of plain
-    values (it is asked again on resume)."""
-    if type(response) is not JudgeResponse:
-        return None
-    try:
-        plain = dict(
-            case_id=response.case_id,
-            verdicts=[asdict(v) for v in response.verdicts],
-            error=response.error,
-            prompt_tokens=response.prompt_tokens,
-            completion_tokens=response.completion_tokens,
-            cached=response.cached,
-        )
-        json.dumps(plain, allow_nan=False)
-    except (TypeError, ValueError, AttributeError):
-        return None
-    return plain
-
-
-def _count(value: Any) -> bool:
-    return value is None or (type(value) is int and 0 <= value < 2**63)
-
-
-def response_from_plain(raw: Any) -> JudgeResponse | None:
-    """The response a journal line holds, or None when it is not one qaeval could have written."""
-    if not (
-        isinstance(raw, dict)
-        and isinstance(raw.get("case_id"), str)
-        and isinstance(raw.get("verdicts"), list)
-        and (raw.get("error") is None or isinstance(raw.get("error"), str))
-        and _count(raw.get("prompt_tokens"))
-        and _count(raw.get("completion_tokens"))
-        and isinstance(raw.get("cached"), bool)
-    ):
-        return None
-    verdicts = []
-    for v in raw["verdicts"]:
-        if not (
-            isinstance(v, dict)
-            and isinstance(v.get("axis"), str)
-            and all(isinstance(v.get(k, ""), str) for k in ("quote", "rationale", "target"))
-            and (v.get("score") is None or type(v.get("score")) in (int, float, str))
-        ):
-            return None
-        verdicts.append(
-            AxisVerdict(v["axis"], v.get("score"), v.get("quote", ""), v.get("rationale", ""), v.get("target", ""))
-        )
-    return JudgeResponse(
-        raw["case_id"], verdicts, raw["error"], raw["prompt_tokens"], raw["completion_tokens"], raw["cached"]
-    )
-
-
-def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
-    """An output row as the pool makes it, from a journal line's output, checked as a worker's reply is."""
-    if not isinstance(raw, dict):
-        return None
-    error, latency, logs = raw.get("error"), raw.get("latency_s"), raw.get("logs", "")
-    if not (
-        (error is None or (isinstance(error, str) and len(error) <= JOURNAL_TEXT_LIMIT))
-        and isinstance(latency, (int, float))
-        and not isinstance(latency, bool)
-        and math.isfinite(latency)
-        and latency >= 0
-        and isinstance(logs, str)
-        and len(logs) <= JOURNAL_TEXT_LIMIT
-    ):
-        return None
-    if error is not None:
-        return output_row(case_id, None, error, float(latency), logs)
-    fields = {k: v for k, v in raw.items() if k not in ("case_id", "error", "latency_s", "logs", "output_fingerprint")}
-    lists = [fields.get(name) for name in ("citations", "retrieved_ids", "passages")]
-    if not all(isinstance(v, list) for v in lists):
-        return None
-    citations, retrieved, passages = (v if isinstance(v, list) else [] for v in lists)  # as the worker sends them
-    fields |= dict(
-        citations={"__type__": "list", "items": citations},
-        retrieved_ids={"__type__": "list", "items": retrieved},
-        passages={"__type__": "list", "items": [{"passage": p} for p in passages]},
-    )
-    checked, problems = validate_plain(fields)
-    if problems or checked is None:
-        return None
-    return output_row(case_id, checked, None, float(latency), logs)
-
-
 @dataclass
 class Restored:
     """What a journal gives back: outputs by place in the run, verdicts by request digest, notes, and
@@ -276,24 +186,13 @@ def _regular(path: Path, flags: int, what: str) -> int:
     return fd
 
 
-def read_journal(
-    path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool, secret: bytes | None = None
-) -> Restored:
-    """Read a journal back for ``identity`` (a run of ``case_ids``, trial by trial). A header for another
-    run is a UsageError naming what differs (exit 64); a line not written by this qaeval, or damaged
-    before the last line, is a JournalError (exit 65)."""
-    secret = secret if secret is not None else _secret()
-    where = str(path)
-    fd = _regular(path, os.O_RDONLY, "read")
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise FileAccessError(path, f"cannot read the journal ({exc.strerror or exc})") from None
+def _authenticated(data: bytes, secret: bytes, restored: Restored) -> tuple[list[dict[str, Any]], str | None]:
+    """The journal's lines, each parsed and authenticated (its MAC, its run, its place), and the run's id;
+    a last line cut short is dropped with a note (``restored``: where its length is counted)."""
+    where = restored.path
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    restored = Restored(unterminated=bool(data) and not data.endswith(b"\n"), path=where)
     parsed: list[dict[str, Any]] = []
     run = None
     for number, raw in enumerate(lines, start=1):
@@ -329,6 +228,25 @@ def read_journal(
             )
         parsed.append(line)
         restored.whole += len(raw) + (0 if number == len(lines) and restored.unterminated else 1)
+    return parsed, run
+
+
+def read_journal(
+    path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool, secret: bytes | None = None
+) -> Restored:
+    """Read a journal back for ``identity`` (a run of ``case_ids``, trial by trial). A header for another
+    run is a UsageError naming what differs (exit 64); a line not written by this qaeval, or damaged
+    before the last line, is a JournalError (exit 65)."""
+    secret = secret if secret is not None else _secret()
+    where = str(path)
+    fd = _regular(path, os.O_RDONLY, "read")
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read the journal ({exc.strerror or exc})") from None
+    restored = Restored(unterminated=bool(data) and not data.endswith(b"\n"), path=where)
+    parsed, run = _authenticated(data, secret, restored)
     restored.run, restored.next_seq = run or "", len(parsed)
     if not parsed or parsed[0].get("kind") != "header" or parsed[0].get("format") != FORMAT:
         raise JournalError("the journal has no header", file=where)
@@ -350,7 +268,7 @@ def read_journal(
             index, cid = line.get("index"), line.get("case_id")
             if not (type(index) is int and 0 <= index < len(case_ids) and cid == case_ids[index]):
                 raise JournalError(f"line {number} names a case this run does not have at that place", file=where)
-            row = _row_from_plain(line.get("output"), cid)
+            row = row_from_plain(line.get("output"), cid)
             if row is None:
                 raise JournalError(f"line {number}: the output is not one a system could have returned", file=where)
             restored.outputs[index] = row
