@@ -254,7 +254,8 @@ def baseline(
     A run that is not green (a failing deterministic check or an adapter error) is refused
     (BaselineRefused) unless ``allow_failing``, and then recorded as not green. A refused run keeps its
     journal beside ``out``, so that ``allow_failing`` with ``resume`` keeps it without calling the
-    system again.
+    system again: its failed outputs and judge errors too (``keep_errors``), the failures it was
+    refused for.
 
     Args:
         data: The folder of golden cases (default ``golden``).
@@ -271,6 +272,8 @@ def baseline(
         BaselineRefused: The run is not green and ``allow_failing`` was not given (exit 1).
     """
     p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
+    if p["allow_failing"] and p.get("resume"):
+        p = {**p, "keep_errors": True}
     result = evaluate_params(p)
     if not result.ok and not p["allow_failing"]:
         again = (

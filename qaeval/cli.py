@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import shlex
 import sys
 import threading
 import traceback
@@ -182,11 +183,12 @@ def _emit(text: str, stream: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (never raises, never prints a traceback for a user error)."""
+    args = None
     try:
         args = _parse(build_parser(), argv)
         text, code, notes = _dispatch(args)
     except BaseException as exc:  # noqa: BLE001  (anything raised ends in a message and its exit code, never a traceback)
-        return _failed(exc)
+        return _failed(exc, _resume_hint(args, argv) if isinstance(exc, KeyboardInterrupt) else None)
     try:
         _emit(text, sys.stdout)
         for note in notes:
@@ -201,8 +203,25 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain either
 
 
-def _failed(exc: BaseException) -> int:
-    """The exit code for what a command raised, said in one line (a trace only for qaeval's own bugs)."""
+def _resume_hint(args: argparse.Namespace | None, argv: Sequence[str] | None) -> str | None:
+    """For a command Ctrl-C stopped: the journal it leaves beside its record and the command that picks
+    it up, when there is one."""
+    record = getattr(args, "save", None) or getattr(args, "out", None)
+    if not isinstance(record, str):
+        return None
+    from qaeval.scoring.journal import journal_path
+
+    journal = journal_path(record)
+    if not journal.is_file():
+        return None
+    given = list(sys.argv[1:] if argv is None else argv)
+    again = shlex.join(["qaeval", *given, *([] if "--resume" in given else ["--resume"])])
+    return f"{journal} keeps what the run did; to go on from there, run: {again}"
+
+
+def _failed(exc: BaseException, resume: str | None = None) -> int:
+    """The exit code for what a command raised, said in one line (a trace only for qaeval's own bugs).
+    ``resume``: for Ctrl-C, the journal kept and how to pick it up (``_resume_hint``)."""
     if isinstance(exc, QaevalError):
         _emit(f"qaeval: {exc}", sys.stderr)
         return exit_code_for(exc)
@@ -214,7 +233,7 @@ def _failed(exc: BaseException) -> int:
         _emit(f"qaeval: {exc.strerror or exc}{where}", sys.stderr)
         return 74
     if isinstance(exc, KeyboardInterrupt):
-        _emit("qaeval: interrupted", sys.stderr)
+        _emit("qaeval: interrupted" + (f"; {resume}" if resume else ""), sys.stderr)
         return 130
     if isinstance(exc, SystemExit):  # argparse's --help and --version
         return exc.code if isinstance(exc.code, int) else 0

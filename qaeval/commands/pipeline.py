@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from qaeval.core.frames import frame
 from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
 from qaeval.scoring.evaluate import case_samples, score_outputs
-from qaeval.scoring.journal import JournalWriter, journal_path, memo_from, read_journal
+from qaeval.scoring.journal import JournalWriter, Restored, journal_path, memo_from, read_journal
 from qaeval.scoring.judge import JudgeClient, judge_config_of, request_key
 from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.rubric import Rubric
@@ -28,6 +29,7 @@ from qaeval.scoring.stream_checks import StreamedChecks
 from qaeval.scoring.trials import combine_trials
 from qaeval.system.calls import adapter_label
 from qaeval.system.contract import OUTPUT_SCHEMA
+from qaeval.system.identity import adapter_code
 from qaeval.system.pool import run_suite
 
 # A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
@@ -81,17 +83,22 @@ def run_identity(
     adaptive: bool,
     isolation: str = "process",
     adaptive_baseline: str | None = None,
+    *,
+    adapter: Any = None,
 ) -> dict[str, Any]:
     """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
-    without the boundary (isolation none) are never taken into a run that enforces it, and adaptive
+    without the boundary (isolation none) are never taken into a run that enforces it, adaptive
     trials chosen against one baseline (``adaptive_baseline``, its digest) are not taken into a run
-    choosing them against another."""
+    choosing them against another, and outputs of one version of the adapter's code are not taken into
+    a run of another (``adapter_code``: its module's files, ``qaeval.system.identity``; ``adapter``: the
+    adapter, when it is not the ``label`` given)."""
     registered = getattr(custom, "registered", None)
     chosen_by = {"adaptive_baseline": adaptive_baseline} if adaptive and adaptive_baseline is not None else {}
     return chosen_by | dict(
         data=suite.fingerprint,
         corpus=suite.corpus_fingerprint,
         adapter=label,
+        adapter_code=adapter_code(label if adapter is None else adapter)[0],
         judge=judge_config_of(judge).to_dict(),
         k=k,
         trials=trials,
@@ -198,42 +205,15 @@ def evaluate(
     """
     config = judge_config_of(judge)
     label = adapter_name or adapter_label(adapter)
-    n = len(suite)
     everyone = trial_suite(suite, trials)
     chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
-    identity = run_identity(
-        suite,
-        label,
-        judge,
-        k,
-        trials,
-        custom,
-        adaptive,
-        isolation if executor is None else f"executor {executor_label or type(executor).__name__}",
-        chosen_by if trials > 1 else None,
-    )
+    isolated = isolation if executor is None else f"executor {executor_label or type(executor).__name__}"
+    chosen = chosen_by if trials > 1 else None
+    identity = _identity(journal, suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter)
     collected = Collected()
-    memo: dict[Any, Any] = {}
-    restored = None
-    if journal is not None and resume:
-        path = journal_path(journal)
-        if path.exists():
-            restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
-            collected.rows.update(restored.outputs)
-            collected.notes += restored.notes
-            rubric = Rubric.load(config.prompt_version)
-            keys = {p: request_for(suite, rubric, everyone.cases[p], row) for p, row in restored.outputs.items()}
-            memo = memo_from(restored, {p: request_key(req) for p, req in keys.items() if req is not None})
-            collected.notes.append(
-                f"resumed from {path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
-                f"output(s) reused, {len(memo)} verdict(s)"
-            )
-        else:
-            collected.notes.append(f"nothing to resume: no journal at {path}")
-    writer = None
-    if journal is not None:
-        path = journal_path(journal)
-        writer = JournalWriter(path, identity, resumed=restored)
+    restored = _resumed(journal, identity, everyone, keep_errors, adapter, collected) if resume else None
+    memo = _restored_memo(suite, everyone, config.prompt_version, restored, collected)
+    writer = _journal_writer(journal, identity, restored)
     run_options = dict(
         timeout=timeout,
         concurrency=concurrency,
@@ -252,48 +232,195 @@ def evaluate(
         k=k,
         timeout=timeout,
         data=suite.root,
-        adaptive_baseline=chosen_by if trials > 1 else None,
+        adaptive_baseline=chosen,
     )
-    first_run = None  # adaptive: trial 0, scored once to see what it settles, and kept
-    checks = None
+    plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, bootstrap_seed)
     try:
-        with (
-            fewer_collections(),
-            streaming(
-                judge,
-                suite,
-                memo=memo,
-                show_progress=show_progress,
-                on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
-                checks=custom,
-                sample_of=lambda items, known: case_samples(suite, items, known, k=k, config=config),
-            ) as stream,
-        ):
-            restored_places = sorted(collected.rows)
-            stream.plan(restored_places)  # restored outputs: judged if still without a verdict, checked
-            for place in restored_places:
-                stream.put(place, everyone.cases[place], collected.rows[place])
-            first = [p for p in range(n) if p not in collected.rows]
-            rest = [p for p in range(n, n * trials) if p not in collected.rows]
-            if custom is not None:
-                checks = StreamedChecks(custom, stream.checks, stream)
-            if adaptive and trials > 1:
-                _collect(suite, adapter, first, collected, stream, writer, run_options)
-                first_run = _score_first(suite, collected, judge, stream.drain(), meta, bootstrap_seed, checks)
-                unsettled = {c.id for c in suite} - _settled_by(first_run, settled)
-                skipped = [p for p in rest if everyone.cases[p].id not in unsettled]
-                rest = [p for p in rest if everyone.cases[p].id in unsettled]
-                collected.notes.append(
-                    f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
-                    f"{len(skipped)} system call(s) saved of {n * trials}"
-                )
-                _collect(suite, adapter, rest, collected, stream, writer, run_options)
-            else:
-                _collect(suite, adapter, first + rest, collected, stream, writer, run_options)
-            memo = stream.finish()
+        first_run, checks, memo = _ask(plan, collected, memo, writer, custom, show_progress, k)
     finally:
         if writer is not None:
             writer.close()
+            collected.notes += writer.notes
+    result = _scored(plan, collected, first_run, checks, memo, pass_k)
+    if collected.notes:
+        result = replace(result, notes=result.notes + collected.notes)
+    return result
+
+
+def _identity(
+    journal: str | os.PathLike[str] | None,
+    suite: Suite,
+    label: str,
+    judge: JudgeClient,
+    k: int,
+    trials: int,
+    custom: Any,
+    adaptive: bool,
+    isolation: str,
+    chosen_by: str | None,
+    adapter: Any,
+) -> dict[str, Any]:
+    """``run_identity`` when the run keeps a journal, the one thing it is for (the adapter's files are not
+    read without one)."""
+    if journal is None:
+        return {}
+    return run_identity(suite, label, judge, k, trials, custom, adaptive, isolation, chosen_by, adapter=adapter)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a run asks for and how: the settings ``evaluate`` hands its steps."""
+
+    suite: Suite
+    everyone: Suite
+    adapter: Any
+    judge: JudgeClient
+    trials: int
+    adaptive: bool
+    settled: Callable[[str], bool] | None
+    run_options: dict[str, Any]
+    meta: RunMeta
+    bootstrap_seed: int
+
+
+def _resumed(
+    journal: str | os.PathLike[str] | None,
+    identity: dict[str, Any],
+    everyone: Suite,
+    keep_errors: bool,
+    adapter: Any,
+    collected: Collected,
+) -> Restored | None:
+    """What the journal beside the record holds for this run (None: there is none), its outputs put
+    into ``collected``; a note says how far the adapter's identity goes when it is weaker than its code."""
+    if journal is None:
+        return None
+    path = journal_path(journal)
+    if not path.exists():
+        collected.notes.append(f"nothing to resume: no journal at {path}")
+        return None
+    restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
+    collected.rows.update(restored.outputs)
+    collected.notes += restored.notes
+    weaker = adapter_code(adapter)[1]
+    if weaker is not None:
+        collected.notes.append(f"resumed with a weaker check that the adapter is unchanged: {weaker}")
+    return restored
+
+
+def _restored_memo(
+    suite: Suite, everyone: Suite, prompt_version: str, restored: Restored | None, collected: Collected
+) -> dict[Any, Any]:
+    """The judge's verdicts the journal holds for the restored outputs. They count as cached: this run
+    spent nothing on them (``judge_usage``), and the note says how many there were."""
+    if restored is None:
+        return {}
+    rubric = Rubric.load(prompt_version)
+    keys = {p: request_for(suite, rubric, everyone.cases[p], row) for p, row in restored.outputs.items()}
+    memo = memo_from(restored, {p: request_key(req) for p, req in keys.items() if req is not None})
+    collected.notes.append(
+        f"resumed from {restored.path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
+        f"output(s) reused, {len(memo)} verdict(s) (counted as cached: no judge call or token of this run)"
+    )
+    return memo
+
+
+def _journal_writer(
+    journal: str | os.PathLike[str] | None, identity: dict[str, Any], restored: Restored | None
+) -> JournalWriter | None:
+    """The run's journal: the one resumed, else a new one. An interrupted run's journal that a run
+    without ``--resume`` starts over from is said on stderr at once, with how to keep it next time."""
+    if journal is None:
+        return None
+    path = journal_path(journal)
+    if restored is None and path.is_file() and not path.is_symlink():
+        print(
+            f"qaeval: starting over: {path} held an interrupted run's outputs, which this run replaces "
+            "(to pick such a run up instead, run the same command with --resume)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return JournalWriter(path, identity, resumed=restored)
+
+
+def _ask(
+    plan: _Plan,
+    collected: Collected,
+    memo: dict[Any, Any],
+    writer: JournalWriter | None,
+    custom: Any,
+    show_progress: bool | None,
+    k: int,
+) -> tuple[RunResult | None, Any, dict[Any, Any]]:
+    """Ask the system for every (case, trial) the journal did not give, judging and checking each output as
+    it comes. Returns trial 0 scored (adaptive: to see what it settles, and kept), the checks' runner
+    scoring is to use, and the judge's memo."""
+    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
+    config = judge_config_of(plan.judge)
+    first_run, checks = None, None
+    with (
+        fewer_collections(),
+        streaming(
+            plan.judge,
+            suite,
+            memo=memo,
+            show_progress=show_progress,
+            on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
+            checks=custom,
+            sample_of=lambda items, known: case_samples(suite, items, known, k=k, config=config),
+        ) as stream,
+    ):
+        restored_places = sorted(collected.rows)
+        stream.plan(restored_places)  # restored outputs: judged if still without a verdict, checked
+        for place in restored_places:
+            stream.put(place, everyone.cases[place], collected.rows[place])
+        first = [p for p in range(n) if p not in collected.rows]
+        rest = [p for p in range(n, n * trials) if p not in collected.rows]
+        if custom is not None:
+            checks = StreamedChecks(custom, stream.checks, stream)
+        if plan.adaptive and trials > 1:
+            _collect(suite, plan.adapter, first, collected, stream, writer, plan.run_options)
+            first_run = _score_first(
+                suite, collected, plan.judge, stream.drain(), plan.meta, plan.bootstrap_seed, checks
+            )
+            rest = _adaptive_rest(plan, first_run, rest, collected)
+            _collect(suite, plan.adapter, rest, collected, stream, writer, plan.run_options)
+        else:
+            _collect(suite, plan.adapter, first + rest, collected, stream, writer, plan.run_options)
+        return first_run, checks, stream.finish()
+
+
+def _adaptive_rest(plan: _Plan, first_run: RunResult, rest: list[int], collected: Collected) -> list[int]:
+    """The later trials an adaptive run asks for: those of the cases trial 0 does not settle. Later
+    trials a journal gave for a case trial 0 now settles (its first trial failed then, and passes now
+    that it was asked again) are dropped, so the run holds the trials the rule gives it."""
+    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
+    unsettled = {c.id for c in suite} - _settled_by(first_run, plan.settled)
+    dropped = [p for p in collected.rows if p >= n and everyone.cases[p].id not in unsettled]
+    for p in dropped:
+        del collected.rows[p]
+    collected.notes.append(
+        f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
+        f"{(n - len(unsettled)) * (trials - 1)} system call(s) saved of {n * trials}"
+    )
+    if dropped:
+        collected.notes.append(
+            f"{len(dropped)} later trial(s) from the journal dropped: their case's first trial, asked again, "
+            "settles it (the adaptive rule gives it no more)"
+        )
+    return [p for p in rest if everyone.cases[p].id in unsettled]
+
+
+def _scored(
+    plan: _Plan,
+    collected: Collected,
+    first_run: RunResult | None,
+    checks: Any,
+    memo: dict[Any, Any],
+    pass_k: int | None,
+) -> RunResult:
+    """Every trial scored (trial 0 of an adaptive run already is) and the trials combined."""
+    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
     runs = [] if first_run is None else [first_run]
     for t in range(1 if first_run is not None else 0, trials):
         places = [t * n + i for i in range(n) if t * n + i in collected.rows]
@@ -303,17 +430,20 @@ def evaluate(
         outputs = frame([collected.rows[p] for p in places], OUTPUT_SCHEMA)
         runs.append(
             score_outputs(
-                part, outputs, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=checks, judge_memo=memo
+                part,
+                outputs,
+                plan.judge,
+                meta=plan.meta,
+                bootstrap_seed=plan.bootstrap_seed,
+                custom=checks,
+                judge_memo=memo,
             )
         )
-    result = (
-        runs[0]
-        if trials == 1
-        else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=adaptive)
+    if trials == 1:
+        return runs[0]
+    return combine_trials(
+        runs, bootstrap_seed=plan.bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=plan.adaptive
     )
-    if collected.notes:
-        result = replace(result, notes=result.notes + collected.notes)
-    return result
 
 
 def _score_first(

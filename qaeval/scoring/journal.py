@@ -27,16 +27,16 @@ without it (Windows) there is none.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
-import math
 import os
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +47,12 @@ try:  # POSIX advisory locks; elsewhere two runs with one record path are not ke
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]  # the platform has none
 from qaeval.core.jsonfile import loads_strict
+from qaeval.scoring.journal_lines import response_from_plain, response_to_plain, row_from_plain
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
-from qaeval.scoring.rubric import AxisVerdict
-from qaeval.system.contract import output_row
-from qaeval.system.validate import validate_plain
 
 FORMAT = "qaeval-journal"
 VERSION = 1
 SUFFIX = ".journal"
-JOURNAL_TEXT_LIMIT = 1 << 20  # an error or log text a journal line may carry
 
 
 class JournalError(DatasetError):
@@ -158,96 +155,11 @@ def _secret() -> bytes:
     return load_secret()
 
 
-def response_to_plain(response: Any) -> dict[str, Any] | None:
-    """A judge's response as a journal keeps it; None for anything that is not a ``JudgeResponse`` of plain
-    values (it is asked again on resume)."""
-    if type(response) is not JudgeResponse:
-        return None
-    try:
-        plain = dict(
-            case_id=response.case_id,
-            verdicts=[asdict(v) for v in response.verdicts],
-            error=response.error,
-            prompt_tokens=response.prompt_tokens,
-            completion_tokens=response.completion_tokens,
-            cached=response.cached,
-        )
-        json.dumps(plain, allow_nan=False)
-    except (TypeError, ValueError, AttributeError):
-        return None
-    return plain
-
-
-def _count(value: Any) -> bool:
-    return value is None or (type(value) is int and 0 <= value < 2**63)
-
-
-def response_from_plain(raw: Any) -> JudgeResponse | None:
-    """The response a journal line holds, or None when it is not one qaeval could have written."""
-    if not (
-        isinstance(raw, dict)
-        and isinstance(raw.get("case_id"), str)
-        and isinstance(raw.get("verdicts"), list)
-        and (raw.get("error") is None or isinstance(raw.get("error"), str))
-        and _count(raw.get("prompt_tokens"))
-        and _count(raw.get("completion_tokens"))
-        and isinstance(raw.get("cached"), bool)
-    ):
-        return None
-    verdicts = []
-    for v in raw["verdicts"]:
-        if not (
-            isinstance(v, dict)
-            and isinstance(v.get("axis"), str)
-            and all(isinstance(v.get(k, ""), str) for k in ("quote", "rationale", "target"))
-            and (v.get("score") is None or type(v.get("score")) in (int, float, str))
-        ):
-            return None
-        verdicts.append(
-            AxisVerdict(v["axis"], v.get("score"), v.get("quote", ""), v.get("rationale", ""), v.get("target", ""))
-        )
-    return JudgeResponse(
-        raw["case_id"], verdicts, raw["error"], raw["prompt_tokens"], raw["completion_tokens"], raw["cached"]
-    )
-
-
-def _row_from_plain(raw: Any, case_id: str) -> dict[str, Any] | None:
-    """An output row as the pool makes it, from a journal line's output, checked as a worker's reply is."""
-    if not isinstance(raw, dict):
-        return None
-    error, latency, logs = raw.get("error"), raw.get("latency_s"), raw.get("logs", "")
-    if not (
-        (error is None or (isinstance(error, str) and len(error) <= JOURNAL_TEXT_LIMIT))
-        and isinstance(latency, (int, float))
-        and not isinstance(latency, bool)
-        and math.isfinite(latency)
-        and latency >= 0
-        and isinstance(logs, str)
-        and len(logs) <= JOURNAL_TEXT_LIMIT
-    ):
-        return None
-    if error is not None:
-        return output_row(case_id, None, error, float(latency), logs)
-    fields = {k: v for k, v in raw.items() if k not in ("case_id", "error", "latency_s", "logs", "output_fingerprint")}
-    lists = [fields.get(name) for name in ("citations", "retrieved_ids", "passages")]
-    if not all(isinstance(v, list) for v in lists):
-        return None
-    citations, retrieved, passages = (v if isinstance(v, list) else [] for v in lists)  # as the worker sends them
-    fields |= dict(
-        citations={"__type__": "list", "items": citations},
-        retrieved_ids={"__type__": "list", "items": retrieved},
-        passages={"__type__": "list", "items": [{"passage": p} for p in passages]},
-    )
-    checked, problems = validate_plain(fields)
-    if problems or checked is None:
-        return None
-    return output_row(case_id, checked, None, float(latency), logs)
-
-
 @dataclass
 class Restored:
     """What a journal gives back: outputs by place in the run, verdicts by request digest, notes, and
-    where to go on writing (the run's id, the next line's place, the length of its whole lines)."""
+    where to go on writing (the run's id, the next line's place, the length of its whole lines, and
+    whether the last of them lacks its newline: the run died between its text and its newline)."""
 
     outputs: dict[int, dict[str, Any]] = field(default_factory=dict)
     verdicts: dict[str, JudgeResponse] = field(default_factory=dict)
@@ -255,6 +167,8 @@ class Restored:
     run: str = ""
     next_seq: int = 0
     whole: int = 0
+    unterminated: bool = False
+    path: str = ""
 
 
 def _regular(path: Path, flags: int, what: str) -> int:
@@ -272,24 +186,13 @@ def _regular(path: Path, flags: int, what: str) -> int:
     return fd
 
 
-def read_journal(
-    path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool, secret: bytes | None = None
-) -> Restored:
-    """Read a journal back for ``identity`` (a run of ``case_ids``, trial by trial). A header for another
-    run is a UsageError naming what differs (exit 64); a line not written by this qaeval, or damaged
-    before the last line, is a JournalError (exit 65)."""
-    secret = secret if secret is not None else _secret()
-    where = str(path)
-    fd = _regular(path, os.O_RDONLY, "read")
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise FileAccessError(path, f"cannot read the journal ({exc.strerror or exc})") from None
+def _authenticated(data: bytes, secret: bytes, restored: Restored) -> tuple[list[dict[str, Any]], str | None]:
+    """The journal's lines, each parsed and authenticated (its MAC, its run, its place), and the run's id;
+    a last line cut short is dropped with a note (``restored``: where its length is counted)."""
+    where = restored.path
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    restored = Restored()
     parsed: list[dict[str, Any]] = []
     run = None
     for number, raw in enumerate(lines, start=1):
@@ -300,6 +203,7 @@ def read_journal(
         except (UnicodeDecodeError, ValueError, TypeError):
             if number == len(lines):  # the run ended while writing it
                 restored.notes.append(f"the journal's last line (line {number}) was cut short and is dropped")
+                restored.unterminated = False  # cut off before anything is appended
                 break
             raise JournalError(
                 f"line {number} is not valid JSON: the journal is damaged; delete it to start over", file=where
@@ -323,7 +227,26 @@ def read_journal(
                 file=where,
             )
         parsed.append(line)
-        restored.whole += len(raw) + 1
+        restored.whole += len(raw) + (0 if number == len(lines) and restored.unterminated else 1)
+    return parsed, run
+
+
+def read_journal(
+    path: Path, identity: Mapping[str, Any], case_ids: Sequence[str], *, keep_errors: bool, secret: bytes | None = None
+) -> Restored:
+    """Read a journal back for ``identity`` (a run of ``case_ids``, trial by trial). A header for another
+    run is a UsageError naming what differs (exit 64); a line not written by this qaeval, or damaged
+    before the last line, is a JournalError (exit 65)."""
+    secret = secret if secret is not None else _secret()
+    where = str(path)
+    fd = _regular(path, os.O_RDONLY, "read")
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise FileAccessError(path, f"cannot read the journal ({exc.strerror or exc})") from None
+    restored = Restored(unterminated=bool(data) and not data.endswith(b"\n"), path=where)
+    parsed, run = _authenticated(data, secret, restored)
     restored.run, restored.next_seq = run or "", len(parsed)
     if not parsed or parsed[0].get("kind") != "header" or parsed[0].get("format") != FORMAT:
         raise JournalError("the journal has no header", file=where)
@@ -333,8 +256,7 @@ def read_journal(
     differs = [name for name in identity if not isinstance(theirs, dict) or theirs.get(name) != identity[name]]
     if differs:
         shown = "; ".join(
-            f"{name}: {_short((theirs or {}).get(name) if isinstance(theirs, dict) else None)} "
-            f"then, {_short(identity[name])} now"
+            _difference(name, theirs.get(name) if isinstance(theirs, dict) else None, identity[name])
             for name in differs
         )
         raise UsageError(
@@ -346,7 +268,7 @@ def read_journal(
             index, cid = line.get("index"), line.get("case_id")
             if not (type(index) is int and 0 <= index < len(case_ids) and cid == case_ids[index]):
                 raise JournalError(f"line {number} names a case this run does not have at that place", file=where)
-            row = _row_from_plain(line.get("output"), cid)
+            row = row_from_plain(line.get("output"), cid)
             if row is None:
                 raise JournalError(f"line {number}: the output is not one a system could have returned", file=where)
             restored.outputs[index] = row
@@ -368,6 +290,19 @@ def read_journal(
     return restored
 
 
+def _difference(name: str, then: Any, now: Any) -> str:
+    """One part of the run that differs from the journal's, said so a person sees what changed: for a
+    table of digests (the adapter's files, the registered checks), the names whose digest changed."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        changed = [k for k in now if k in then and then[k] != now[k]]
+        parts = [f"{', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''} changed"] if changed else []
+        added, gone = [k for k in now if k not in then], [k for k in then if k not in now]
+        parts += [f"{', '.join(added[:5])} added"] if added else []
+        parts += [f"{', '.join(gone[:5])} removed"] if gone else []
+        return f"{name}: {'; '.join(parts)} since the journal was written"
+    return f"{name}: {_short(then)} then, {_short(now)} now"
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -375,7 +310,12 @@ def _short(value: Any) -> str:
 
 class JournalWriter:
     """Appends signed lines to a journal, one at a time, from any thread. ``resumed``: the journal read
-    back (``read_journal``), to go on after its last whole line; else a new journal is started."""
+    back (``read_journal``), to go on after its last whole line; else a new journal is started.
+
+    A line is on disk whole or not at all: it is written unbuffered, and a write that fails (a full
+    disk) is cut off again, so the line is lost (``notes`` says how many; a resume asks for them
+    again) and the next line takes its place in the sequence. A journal that cannot even be cut back
+    takes no more lines: what it holds stays readable to its last whole line."""
 
     def __init__(
         self, path: Path, identity: Mapping[str, Any], *, resumed: Restored | None = None, secret: bytes | None = None
@@ -393,29 +333,64 @@ class JournalWriter:
         if resumed is None:
             path.unlink(missing_ok=True)  # a new journal, never written through what was there
         fd = _regular(path, os.O_WRONLY | os.O_CREAT | (0 if resumed is not None else os.O_EXCL), "write")
-        if resumed is not None:
-            os.ftruncate(fd, resumed.whole)  # a last line cut short is cut off, so the next starts whole
-            os.lseek(fd, 0, os.SEEK_END)
+        self._size = resumed.whole if resumed is not None else 0
+        os.ftruncate(fd, self._size)  # a last line cut short is cut off, so the next starts whole
+        os.lseek(fd, self._size, os.SEEK_SET)
         os.set_blocking(fd, True)
-        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        self._file: Any = os.fdopen(fd, "wb", buffering=0)
         self.run = resumed.run if resumed is not None else secrets.token_hex(16)
         self.seq = resumed.next_seq if resumed is not None else 0
+        self.lost: list[str] = []  # why lines were not written
+        self.stopped = False  # a failed write that could not be cut back: no more lines
+        if resumed is not None and resumed.unterminated:
+            with self._lock:
+                self.stopped = not self._append(b"\n")  # the last whole line's newline, before any other
         if resumed is None:
             self._write(dict(kind="header", format=FORMAT, version=VERSION, identity=dict(identity)))
+            if self.seq == 0:  # without its header a journal is no journal
+                self._file.close()
+                raise FileAccessError(path, f"cannot write the journal ({self.lost[0]})")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should say about its journal: lines it could not write."""
+        if not self.lost:
+            return []
+        what = f"{len(self.lost)} journal line(s) could not be written ({self.lost[0]})"
+        if self.stopped:
+            return [f"{what}; the journal took no more after that: a resume asks again for what it lacks"]
+        return [f"{what}; a resume asks again for what they held"]
 
     def _write(self, line: dict[str, Any]) -> None:
         with self._lock:
-            if self._file.closed:
+            if self._file.closed or self.stopped:
                 return
             line.update(run=self.run, seq=self.seq)
             line["mac"] = _mac(self._secret, line)
             text = json.dumps(line, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"  # no separator inside
+            if self._append(text.encode("ascii")):
+                self.seq += 1
+
+    def _append(self, data: bytes) -> bool:
+        """(Holding the lock.) ``data`` at the journal's end, whole, or (False) nothing of it."""
+        try:
+            done = 0
+            while done < len(data):
+                wrote = self._file.write(data[done:])
+                if not wrote:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += wrote
+            self._file.flush()
+        except OSError as exc:
+            self.lost.append(exc.strerror or str(exc))
             try:
-                self._file.write(text)
-                self._file.flush()
-            except OSError as exc:
-                raise FileAccessError(self.path, f"cannot write the journal ({exc.strerror or exc})") from None
-            self.seq += 1
+                self._file.truncate(self._size)
+                self._file.seek(self._size)
+            except OSError:
+                self.stopped = True
+            return False
+        self._size += len(data)
+        return True
 
     def output(self, index: int, row: Mapping[str, Any], trial: int) -> None:
         plain = {k: v for k, v in row.items() if k not in ("case_id", "output_fingerprint")}
@@ -435,9 +410,11 @@ class JournalWriter:
 
 
 def memo_from(restored: Restored, keys: Mapping[int, tuple[Any, ...] | None]) -> dict[tuple[Any, ...], MemoEntry]:
-    """The judge memo a resumed run starts with: the journal's verdict for each restored output's request."""
+    """The judge memo a resumed run starts with: the journal's verdict for each restored output's request,
+    as used already (``score_with_judge`` marks it cached, without tokens: this run spent none on it)."""
     memo = {}
     for key in keys.values():
         if key is not None and (found := restored.verdicts.get(key_digest(key))) is not None:
-            memo[key] = MemoEntry(found)
+            memo[key] = entry = MemoEntry(found)
+            entry.uses = 1
     return memo

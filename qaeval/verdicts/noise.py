@@ -145,6 +145,10 @@ def _case_null(
         if passed.size != n:
             raise ValueError("CaseTrials: a pass label for every trial is needed with an adaptive rule")
     rule = case.rule
+    own = np.zeros((1, n), dtype=bool)
+    own[0, :c] = True
+    if rule is not None and not _allowed(own, np.zeros(1, dtype=int), passed, rule, c).shape[0]:
+        rule = None  # trials the rule could not have given (a record that says otherwise): tested as fixed ones
     if math.comb(n, c) * (c if rule is not None else 1) <= EXACT_SPLITS:
         picks = np.array(list(itertools.combinations(range(n), c)))
         if rule is not None:  # each current set with each of its trials as the first
@@ -163,11 +167,10 @@ def _case_null(
             held += allowed.shape[0]
             if held >= TRIAL_PERMUTATIONS:
                 break
-        else:
-            raise ValueError("trials test: too few arrangements agree with the adaptive rule to sample")
-        v, pr, exact = _statistic(np.concatenate(kept)[:TRIAL_PERMUTATIONS], values, valid), np.empty(0), False
-    own = np.zeros((1, n), dtype=bool)
-    own[0, :c] = True
+        drawn = np.concatenate([*kept, own])  # the observed arrangement is allowed: never none
+        if drawn.shape[0] < TRIAL_PERMUTATIONS:  # few agree with the rule: drawn again from those found
+            drawn = drawn[rng.integers(0, drawn.shape[0], TRIAL_PERMUTATIONS)]
+        v, pr, exact = _statistic(drawn[:TRIAL_PERMUTATIONS], values, valid), np.empty(0), False
     if np.ptp(v) <= _EPS:
         return None
     return v, pr, float(_statistic(own, values, valid)[0]), exact
