@@ -39,6 +39,7 @@ from qaeval.core import params as P
 from qaeval.core.errors import BaselineRefused, UsageError
 from qaeval.core.files import refuse_overwrite, write_atomic
 from qaeval.core.jsonfile import write_jsonl
+from qaeval.core.locks import holding_the_record
 from qaeval.core.results import Result
 from qaeval.core.text import one_line
 from qaeval.data.cases import load_suite
@@ -49,7 +50,6 @@ from qaeval.record.read import load_run as _load_run
 from qaeval.record.read import read_baseline
 from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
 from qaeval.record.write import write_record
-from qaeval.scoring.journal import holding_the_record
 from qaeval.scoring.result import RunResult
 from qaeval.system.labelled import load_labelled_set
 from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
@@ -217,6 +217,7 @@ def _baseline_adapter(p: dict[str, Any], recorded: str | None) -> tuple[dict[str
     )
 
 
+@holding_the_record
 def calibrate_run(
     data: str | None = None,
     *,
@@ -287,6 +288,7 @@ def drift_run(
     return finish(drift(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 
+@holding_the_record
 def score_logs(
     logs: Any = None,
     *,

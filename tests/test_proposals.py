@@ -890,7 +890,7 @@ def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_pa
 def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_path, golden_copy, capsys):
     """From the adversarial review: a FIFO record hung; mixed second precision was exit 70; an answer ending
     in a line break could never be accepted; a ledger that could not be written left the cases written."""
-    import fcntl
+    from qaeval.core.locks import holding_the_folder
 
     fifo = tmp_path / "rec.json"
     os.mkfifo(fifo)
@@ -922,9 +922,9 @@ def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_pa
     assert (golden_copy / "living.jsonl").read_bytes() == living, "nothing written"
     (golden_copy / ".qaeval").unlink()
     (golden_copy / ".qaeval").mkdir()
-    with open(golden_copy / ".qaeval" / "accept.lock", "w") as held:  # another accept is at work
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with holding_the_folder(golden_copy):  # another accept is at work
         assert main(["accept", str(filled), "--data", str(golden_copy)]) == 64
+        assert f"another qaeval command is adding cases to {golden_copy}" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["accept", str(filled), "--data", str(golden_copy)]) == 0, capsys.readouterr().err
 
