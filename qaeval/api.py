@@ -43,7 +43,7 @@ from qaeval.core.locks import holding_the_record
 from qaeval.core.results import Result
 from qaeval.core.text import one_line
 from qaeval.data.cases import load_suite
-from qaeval.data.labels import load_labels
+from qaeval.data.labels import LABELS_HEADER, load_labels
 from qaeval.data.schema import AXES
 from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
 from qaeval.record.read import load_run as _load_run
@@ -396,7 +396,7 @@ def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | P
     run_ = as_run(record)
     refuse_overwrite([("out", out, "labels")], [("sheet", sheet), ("record", record)], data=run_.meta.data)
     labels, blank = import_sheet(sheet, run_)
-    return write_jsonl(out, labels), len(labels), blank
+    return write_jsonl(out, [LABELS_HEADER, *labels]), len(labels), blank
 
 
 def as_run(record: str | Path | Result) -> RunResult:
