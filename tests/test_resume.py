@@ -246,6 +246,37 @@ def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_p
     assert out.is_file() and not (tmp_path / "b.json.journal").exists(), "the record replaced the journal"
 
 
+def test_calibrate_resumes_an_interrupted_run_from_its_journal(tmp_path):
+    """calibrate wrote a journal and left it after Ctrl-C, but had no --resume to use it."""
+    from conftest import LABELS
+
+    env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": "7"}
+    args = ["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS), "--adapter", "plugins:make_interrupter"]
+    args += ["--concurrency", "1", "--save", "r.json"]
+    done = qaeval(*args, cwd=tmp_path, env=env)
+    assert done.returncode == 130, done.stderr[-2000:]
+    kept, before = journal_outputs(tmp_path), calls(tmp_path)
+    assert 0 < kept < CASES
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert calls(tmp_path) - before == CASES - kept, "the system is asked only for the cases the journal lacks"
+    assert not (tmp_path / "r.json.journal").exists(), "the record replaces the journal"
+    resumed = load_run(tmp_path / "r.json")
+    assert f"{kept} of {CASES} (case, trial) output(s) reused" in " ".join(resumed.run.notes)
+    whole = api.calibrate_run(str(GOLDEN), labels=str(LABELS), isolation="none")
+    assert resumed.agreement.equals(whole.agreement) and resumed.ok == whole.ok
+
+
+def test_calibrate_of_a_labelled_set_has_nothing_to_resume(tmp_path, capsys):
+    from qaeval.cli import main
+
+    labelled = tmp_path / "set.jsonl"
+    labelled.write_text("")
+    command = ["calibrate", "--labelled", str(labelled), "--save", str(tmp_path / "c.json"), "--resume"]
+    assert main(command) == 64
+    assert "a labelled set carries its own outputs and no system is asked" in capsys.readouterr().err
+
+
 def test_a_second_run_with_the_same_record_path_is_refused_at_once(tmp_path, capsys):
     """Two runs with one --save wrote one journal and replaced one record; the second is refused now."""
     from qaeval.cli import main
