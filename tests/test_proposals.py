@@ -972,6 +972,29 @@ def test_propose_never_replaces_a_review_sheet_someone_has_started(monitored, tm
     assert sheet.read_bytes() == before and again.candidates
 
 
+def test_a_reviewed_sheet_saved_as_windows_1252_is_never_replaced(monitored, tmp_path, golden_copy, capsys):
+    """Excel's default "CSV" saves Windows-1252: a note with "é" failed the strict read, propose took that
+    as "not a review sheet" and replaced the reviewer's decisions."""
+    _, _, record = monitored
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    rows = sheet_rows(sheet)
+    rows[0].update(accept="n", note="déjà proposé")
+    with open(sheet, "w", encoding="cp1252", newline="") as f:  # as Excel saves it: no BOM, Windows-1252
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    before = sheet.read_bytes()
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "3"]) == 65
+    err = capsys.readouterr().err
+    assert "not valid UTF-8 (byte 0xe9)" in err and "reads as Windows-1252" in err and "CSV UTF-8" in err
+    assert "refusing to replace this review sheet" in err
+    assert sheet.read_bytes() == before, "the reviewer's decisions are kept"
+    assert main(["accept", str(sheet), "--data", str(golden_copy)]) == 65
+    assert "reads as Windows-1252" in capsys.readouterr().err
+
+
 def test_a_sheet_naming_a_column_twice_is_refused_not_half_read(monitored, tmp_path, golden_copy, capsys):
     """csv's DictReader keeps the last of two same-named columns: a second, empty accept column made
     every decision vanish, exit 0."""
