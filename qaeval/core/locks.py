@@ -57,7 +57,9 @@ def hold(target: str | os.PathLike[str] | None, *, busy: str | None = None) -> I
         yield
         return
     path = lock_path(target)
-    fd = _locked(path, busy or f"another qaeval run is writing {target}")
+    fd = _locked(
+        path, busy or f"another qaeval run is writing {target}", "" if busy else ", or give this run another path"
+    )
     try:
         try:
             yield
@@ -70,7 +72,7 @@ def hold(target: str | os.PathLike[str] | None, *, busy: str | None = None) -> I
         os.close(fd)
 
 
-def _locked(path: Path, busy: str) -> int:
+def _locked(path: Path, busy: str, instead: str) -> int:
     """An open descriptor of the lock file ``path``, exclusively locked, that ``path`` still names."""
     while True:  # again only when the command that held the lock finished between this one's open and lock
         fd = _open_lock(path)
@@ -78,7 +80,7 @@ def _locked(path: Path, busy: str) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise UsageError(f"{busy} (it holds {path}): wait for it to finish") from None
+            raise UsageError(f"{busy} (it holds {path}): wait for it to finish{instead}") from None
         try:
             named = os.stat(path, follow_symlinks=False)
         except OSError:
