@@ -40,17 +40,17 @@ from qaeval.core import params as P
 from qaeval.core.errors import BaselineRefused, RecordError, UsageError
 from qaeval.core.files import refuse_overwrite, write_atomic
 from qaeval.core.jsonfile import write_jsonl
+from qaeval.core.locks import holding_the_record
 from qaeval.core.results import Result
 from qaeval.core.text import one_line
 from qaeval.data.cases import Suite, load_suite
-from qaeval.data.labels import load_labels
+from qaeval.data.labels import LABELS_HEADER, load_labels
 from qaeval.data.schema import AXES
 from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
 from qaeval.record.read import load_run as _load_run
 from qaeval.record.read import read_baseline
 from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
 from qaeval.record.write import write_record
-from qaeval.scoring.journal import holding_the_record
 from qaeval.scoring.result import RunResult
 from qaeval.system.answers import answers_by_trial
 from qaeval.system.labelled import load_labelled_set
@@ -183,6 +183,7 @@ def run(
     return finish(labelled_run(p), p)
 
 
+@holding_the_record
 def score(
     suite: Suite | str | Path,
     answers: Any,
@@ -375,6 +376,7 @@ def _baseline_adapter(p: dict[str, Any], recorded: str | None) -> tuple[dict[str
     )
 
 
+@holding_the_record
 def calibrate_run(
     data: str | None = None,
     *,
@@ -474,6 +476,7 @@ def drift_run(
     return finish(drift(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 
+@holding_the_record
 def score_logs(
     logs: Any = None,
     *,
@@ -657,7 +660,7 @@ def label_import(sheet: str | Path, record: str | Path | RunResult, out: str | P
     run_ = as_run(record)
     refuse_overwrite([("out", out, "labels")], [("sheet", sheet), ("record", record)], data=run_.meta.data)
     labels, blank = import_sheet(sheet, run_)
-    return write_jsonl(out, labels), len(labels), blank
+    return write_jsonl(out, [LABELS_HEADER, *labels]), len(labels), blank
 
 
 def as_run(record: str | Path | Result) -> RunResult:

@@ -306,6 +306,37 @@ def test_adding_the_same_miss_twice_is_refused(suite_dir, tmp_path, capsys):
     assert f"{path}: unknown field(s) in the miss: bogus" in capsys.readouterr().err
 
 
+def test_an_add_case_beside_another_writer_of_the_folder_is_refused_and_no_case_is_lost(
+    suite_dir, tmp_path, monkeypatch, capsys
+):
+    """add-case rewrote living.jsonl without accept's folder lock: two beside each other both said "added
+    single-0008" and one case was lost. Here a second add-case starts while the first is writing."""
+    from qaeval.data import misses
+
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(miss()))
+    second.write_text(json.dumps(miss(question="Which floor is the Eastside Branch's archive on?")))
+    write_atomic, beside = misses.write_atomic, []
+
+    def write_while_another_adds(target, data):
+        if not beside:  # the second add-case runs while the first holds what it read
+            beside.append("started")
+            beside.append(main(["add-case", "--data", str(suite_dir), "--from", str(second)]))
+        return write_atomic(target, data)
+
+    monkeypatch.setattr(misses, "write_atomic", write_while_another_adds)
+    assert main(["add-case", "--data", str(suite_dir), "--from", str(first)]) == 0
+    monkeypatch.undo()
+    out, err = capsys.readouterr()
+    assert beside == ["started", 64] and f"another qaeval command is adding cases to {suite_dir}" in err
+    assert out.count("added single-0008") == 1
+    assert main(["add-case", "--data", str(suite_dir), "--from", str(second)]) == 0
+    assert "added single-0009" in capsys.readouterr().out
+    living = [json.loads(line) for line in (suite_dir / "living.jsonl").read_text().splitlines()]
+    assert [c["id"] for c in living] == ["single-0008", "single-0009"], "both cases are kept"
+    assert sorted(p.name for p in (suite_dir / ".qaeval").iterdir()) == [], "the lock goes with the command"
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -335,7 +366,8 @@ def test_a_crash_mid_write_leaves_the_split_loadable(suite_dir, monkeypatch):
     monkeypatch.undo()
     assert (suite_dir / "living.jsonl").read_bytes() == before
     assert len(load_suite(suite_dir)) == 4
-    assert sorted(p.name for p in suite_dir.iterdir()) == ["frozen.jsonl", "living.jsonl"]
+    assert sorted(p.name for p in suite_dir.iterdir()) == [".qaeval", "frozen.jsonl", "living.jsonl"]
+    assert not any((suite_dir / ".qaeval").iterdir()), "no temporary, and the folder's lock let go"
 
 
 def test_interactive_mode_asks_for_what_is_missing(suite_dir, tmp_path):

@@ -240,7 +240,8 @@ def test_a_label_sheet_starts_no_cell_with_a_formula_and_imports_back_unchanged(
         writer.writeheader()
         writer.writerows(rows)
     path, n, blank = api.label_import(sheet, run, tmp_path / "labels.jsonl")
-    labels = [json.loads(line) for line in path.read_text().splitlines()]
+    header, *labels = [json.loads(line) for line in path.read_text().splitlines()]
+    assert header == {"format": "qaeval-labels", "version": 1}
     assert n == len(rows) and blank == 0
     assert {label["case_id"] for label in labels} == set(answers), "every hostile case id came back as it was"
     assert {label["reason"] for label in labels} == {"-5 is right"}

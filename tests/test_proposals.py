@@ -890,7 +890,7 @@ def test_a_record_whose_log_is_a_fifo_is_refused_not_waited_on(monitored, tmp_pa
 def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_path, golden_copy, capsys):
     """From the adversarial review: a FIFO record hung; mixed second precision was exit 70; an answer ending
     in a line break could never be accepted; a ledger that could not be written left the cases written."""
-    import fcntl
+    from qaeval.core.locks import holding_the_folder
 
     fifo = tmp_path / "rec.json"
     os.mkfifo(fifo)
@@ -922,9 +922,9 @@ def test_review_fixes_record_fifo_mixed_times_outer_spaces_and_the_ledger(tmp_pa
     assert (golden_copy / "living.jsonl").read_bytes() == living, "nothing written"
     (golden_copy / ".qaeval").unlink()
     (golden_copy / ".qaeval").mkdir()
-    with open(golden_copy / ".qaeval" / "accept.lock", "w") as held:  # another accept is at work
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with holding_the_folder(golden_copy):  # another accept is at work
         assert main(["accept", str(filled), "--data", str(golden_copy)]) == 64
+        assert f"another qaeval command is adding cases to {golden_copy}" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["accept", str(filled), "--data", str(golden_copy)]) == 0, capsys.readouterr().err
 
@@ -970,6 +970,29 @@ def test_propose_never_replaces_a_review_sheet_someone_has_started(monitored, tm
     assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "3"]) == 64
     assert "1 of its row(s) hold a reviewer's decision" in capsys.readouterr().err
     assert sheet.read_bytes() == before and again.candidates
+
+
+def test_a_reviewed_sheet_saved_as_windows_1252_is_never_replaced(monitored, tmp_path, golden_copy, capsys):
+    """Excel's default "CSV" saves Windows-1252: a note with "é" failed the strict read, propose took that
+    as "not a review sheet" and replaced the reviewer's decisions."""
+    _, _, record = monitored
+    sheet = tmp_path / "s.csv"
+    api.propose(from_monitor=str(record), sheet=str(sheet), n=3)
+    rows = sheet_rows(sheet)
+    rows[0].update(accept="n", note="déjà proposé")
+    with open(sheet, "w", encoding="cp1252", newline="") as f:  # as Excel saves it: no BOM, Windows-1252
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    before = sheet.read_bytes()
+    capsys.readouterr()
+    assert main(["propose", "--from-monitor", str(record), "--out", str(sheet), "--n", "3"]) == 65
+    err = capsys.readouterr().err
+    assert "not valid UTF-8 (byte 0xe9)" in err and "reads as Windows-1252" in err and "CSV UTF-8" in err
+    assert "refusing to replace this review sheet" in err
+    assert sheet.read_bytes() == before, "the reviewer's decisions are kept"
+    assert main(["accept", str(sheet), "--data", str(golden_copy)]) == 65
+    assert "reads as Windows-1252" in capsys.readouterr().err
 
 
 def test_a_sheet_naming_a_column_twice_is_refused_not_half_read(monitored, tmp_path, golden_copy, capsys):

@@ -246,20 +246,66 @@ def test_a_refused_baseline_keeps_its_journal_for_allow_failing_and_resume(tmp_p
     assert out.is_file() and not (tmp_path / "b.json.journal").exists(), "the record replaced the journal"
 
 
-def test_a_second_run_with_the_same_record_path_is_refused_at_once(tmp_path, capsys):
-    """Two runs with one --save wrote one journal and replaced one record; the second is refused now."""
-    import fcntl
+def test_calibrate_resumes_an_interrupted_run_from_its_journal(tmp_path):
+    """calibrate wrote a journal and left it after Ctrl-C, but had no --resume to use it."""
+    from conftest import LABELS
 
+    env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_STOP_AFTER": "7"}
+    args = ["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS), "--adapter", "plugins:make_interrupter"]
+    args += ["--concurrency", "1", "--save", "r.json"]
+    done = qaeval(*args, cwd=tmp_path, env=env)
+    assert done.returncode == 130, done.stderr[-2000:]
+    kept, before = journal_outputs(tmp_path), calls(tmp_path)
+    assert 0 < kept < CASES
+    done = qaeval(*args, "--resume", cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert calls(tmp_path) - before == CASES - kept, "the system is asked only for the cases the journal lacks"
+    assert not (tmp_path / "r.json.journal").exists(), "the record replaces the journal"
+    resumed = load_run(tmp_path / "r.json")
+    assert f"{kept} of {CASES} (case, trial) output(s) reused" in " ".join(resumed.run.notes)
+    whole = api.calibrate_run(str(GOLDEN), labels=str(LABELS), isolation="none")
+    assert resumed.agreement.equals(whole.agreement) and resumed.ok == whole.ok
+
+
+def test_calibrate_of_a_labelled_set_has_nothing_to_resume(tmp_path, capsys):
     from qaeval.cli import main
 
+    labelled = tmp_path / "set.jsonl"
+    labelled.write_text("")
+    command = ["calibrate", "--labelled", str(labelled), "--save", str(tmp_path / "c.json"), "--resume"]
+    assert main(command) == 64
+    assert "a labelled set carries its own outputs and no system is asked" in capsys.readouterr().err
+
+
+def test_a_second_run_with_the_same_record_path_is_refused_at_once(tmp_path, capsys):
+    """Two runs with one --save wrote one journal and replaced one record; the second is refused now."""
+    from qaeval.cli import main
+    from qaeval.core import locks
+
     record = tmp_path / "r.json"
-    with open(str(record) + ".lock", "w") as held:  # another run is writing r.json
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with locks.hold(record):  # another run is writing r.json
         assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 64
         assert f"another qaeval run is writing {record}" in capsys.readouterr().err
         assert not record.exists() and not (tmp_path / "r.json.journal").exists(), "nothing of its own was written"
     assert main(["run", "--data", str(GOLDEN), "--save", str(record), "--quiet"]) == 0
-    assert record.is_file() and not (tmp_path / "r.json.lock").exists(), "the lock goes with the run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"], "the lock goes with the run"
+
+
+def test_calibrate_takes_the_record_lock(tmp_path, capsys):
+    """calibrate took no lock: two `calibrate --save X` both ran, the second restarted the first's journal
+    and the last silently replaced the other's record."""
+    from conftest import LABELS
+
+    from qaeval.cli import main
+    from qaeval.core import locks
+
+    record = tmp_path / "c.json"
+    command = ["calibrate", "--data", str(GOLDEN), "--labels", str(LABELS), "--save", str(record), "--quiet"]
+    with locks.hold(record):  # another calibrate is writing c.json
+        assert main(command) == 64
+        assert f"another qaeval run is writing {record}" in capsys.readouterr().err
+        assert not record.exists() and not (tmp_path / "c.json.journal").exists()
+    assert main(command) == 0 and record.is_file()
 
 
 def test_a_run_that_opened_the_lock_file_as_the_holder_let_go_locks_the_file_the_path_names(tmp_path, monkeypatch):
@@ -268,29 +314,30 @@ def test_a_run_that_opened_the_lock_file_as_the_holder_let_go_locks_the_file_the
     import fcntl
     from types import SimpleNamespace
 
+    from qaeval.core import locks
     from qaeval.core.errors import UsageError
-    from qaeval.scoring import journal
 
     record = tmp_path / "r.json"
-    first = journal.hold(record)
+    lock = tmp_path / ".r.json.qaeval-lock"
+    first = locks.hold(record)
     first.__enter__()
 
     def lock_once_the_first_run_is_done(fd, how):  # between this run's open and its lock, the first run ends
         first.__exit__(None, None, None)
-        monkeypatch.setattr(journal, "fcntl", fcntl)  # and nothing else comes between
+        monkeypatch.setattr(locks, "fcntl", fcntl)  # and nothing else comes between
         return fcntl.flock(fd, how)
 
     monkeypatch.setattr(
-        journal,
+        locks,
         "fcntl",
         SimpleNamespace(flock=lock_once_the_first_run_is_done, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB),
     )
-    with journal.hold(record):
-        assert (tmp_path / "r.json.lock").exists(), "the lock held is the file the path names"
+    with locks.hold(record):
+        assert lock.exists(), "the lock held is the file the path names"
         with pytest.raises(UsageError, match=f"another qaeval run is writing {record}"):
-            with journal.hold(record):
+            with locks.hold(record):
                 pass
-    assert not (tmp_path / "r.json.lock").exists()
+    assert not lock.exists()
 
 
 def test_adaptive_trials_give_more_trials_only_to_cases_one_trial_does_not_settle(tmp_path, monkeypatch):

@@ -43,6 +43,8 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
         raise UsageError("calibrate needs labels (keyed hand labels for a run) or labelled (a labelled set)")
     if command == "calibrate" and not checked.get("labelled") and not checked.get("record") and not checked["data"]:
         raise UsageError("calibrate with labels needs data (the cases the labels are for)")
+    if command == "calibrate" and checked.get("labelled") and checked.get("resume"):
+        raise UsageError("a labelled set carries its own outputs and no system is asked, so there is nothing to resume")
     if checked.get("executor") is not None and checked["isolation"] == "none":
         raise UsageError("an executor runs calls out of process; it cannot be combined with isolation none")
     check_output_paths(checked)
@@ -62,8 +64,8 @@ def check_output_paths(p: Mapping[str, Any], *, html: str | Path | None = None) 
     folder (``qaeval.core.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
     is asked for (``qaeval.core.files.check_writable``)."""
     outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
-    record = record_path(p) if "trials" in p else None
-    if record:  # a scoring command keeps its journal beside its record
+    record = record_path(p) if "resume" in p else None
+    if record:  # a command that asks the system keeps its journal beside its record
         from qaeval.scoring.journal import journal_path
 
         outputs.append(("journal", str(journal_path(record)), "journal"))

@@ -101,14 +101,18 @@ def read_text(path: str | Path, what: str = "file") -> str:
 # --------------------------------------------------------------------------- writing
 
 
-# What qaeval puts near the top of a file it wrote, by kind of output: an existing file inside a data
-# folder may be replaced only by an output of the same kind that finds its own mark in it.
-OUTPUT_MARKS = {
-    "record": (b'"format": "qaeval-record"', b'"format": "qaeval-baseline/1"'),
-    "report": (b'class="qaeval-report"',),
-    "journal": (b'"format": "qaeval-journal"',),
-    "review": (b"candidate_id,origin,source,",),
-    "sheet": (b"case_id,axis,output_fingerprint,",),
+# How each kind of output qaeval writes begins: an existing file may be replaced by an output of its kind
+# only when it begins so. A mark found further in proves nothing (a test file's string literal may quote a
+# record's first line), so each kind is known by its structure at the start of the file:
+# a JSON object (or a JSONL file's first line) whose first key is qaeval's format mark, an HTML page
+# whose body opens with qaeval's report, a CSV sheet whose header row names exactly qaeval's columns.
+OUTPUT_STARTS: dict[str, re.Pattern[bytes]] = {
+    "record": re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{\s*"format"\s*:\s*"qaeval-(?:record|baseline/1)"'),
+    "journal": re.compile(rb'\A\{"format":\s*"qaeval-journal"'),
+    "labels": re.compile(rb'\A\{"format":\s*"qaeval-labels"'),
+    "report": re.compile(
+        rb'\A\s*<!DOCTYPE html>\s*<html[^>]*>\s*<head>.*?</head>\s*<body>\s*<main class="qaeval-report">', re.S
+    ),
 }
 OUTPUT_WORDS = {
     "record": "run record",
@@ -118,6 +122,33 @@ OUTPUT_WORDS = {
     "labels": "labels file",
     "journal": "run's journal",
 }
+HEAD_BYTES = 1 << 16  # what is read of an existing file to tell its kind
+
+
+def sheet_columns(kind: str) -> tuple[str, ...]:
+    """The header row of a CSV sheet qaeval writes: ``sheet`` (label export) or ``review`` (propose)."""
+    if kind == "sheet":
+        from qaeval.verdicts.sheets import SHEET_COLUMNS
+
+        return tuple(SHEET_COLUMNS)
+    from qaeval.proposals.candidates import SHEET_COLUMNS as REVIEW_COLUMNS
+
+    return REVIEW_COLUMNS
+
+
+def is_sheet_header(head: bytes, kind: str) -> bool:
+    """Whether the first row of ``head`` names exactly the columns of qaeval's ``kind`` of sheet (in any
+    order, quoted or not, with or without a BOM: as a spreadsheet may save it again)."""
+    import csv
+
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if first.startswith(b"\xef\xbb\xbf"):
+        first = first[3:]
+    try:
+        row = next(csv.reader([first.decode("ascii")]))  # qaeval's column names are ASCII
+    except (UnicodeDecodeError, csv.Error, StopIteration):
+        return False
+    return sorted(c.strip() for c in row) == sorted(sheet_columns(kind))
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -130,15 +161,18 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _written_as(path: str, kind: str) -> bool:
-    """An existing regular file whose first 64 KiB carry qaeval's mark for ``kind``."""
+    """An existing regular file that begins as qaeval's outputs of ``kind`` begin (``OUTPUT_STARTS``)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
         with open(path, "rb") as f:
-            head = f.read(1 << 16)
+            head = f.read(HEAD_BYTES)
     except OSError:
         return False
-    return any(mark in head for mark in OUTPUT_MARKS.get(kind, ()))
+    if kind in ("sheet", "review"):
+        return is_sheet_header(head, kind)
+    start = OUTPUT_STARTS.get(kind)
+    return start is not None and start.match(head) is not None
 
 
 def _holds_other_data(path: str, kind: str) -> bool:
@@ -184,7 +218,7 @@ def refuse_overwrite(
                 )
         real = os.path.realpath(path)
         if folder is None or os.path.commonpath([real, folder]) != folder:
-            if kind in OUTPUT_MARKS and _holds_other_data(path, kind):
+            if _holds_other_data(path, kind):
                 raise UsageError(
                     f"refusing to write the {OUTPUT_WORDS[kind]} ({name}) to {path}: a file that is not a "
                     f"{OUTPUT_WORDS[kind]} qaeval wrote is there (your code, a document, another tool's "

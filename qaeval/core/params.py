@@ -62,9 +62,9 @@ PARAMS: tuple[Param, ...] = (
           "cases it does not settle (it failed, or the gate's baseline had the case flaky or failing)",
           ("run", "baseline", "gate", "drift")),
     Param("resume", "bool", False, "reuse what the journal beside the record (--save, or baseline's --out) holds "
-          "from an interrupted run, and ask the system only for the rest", ("run", "baseline", "gate", "drift")),
+          "from an interrupted run, and ask the system only for the rest", SCORING),
     Param("keep_errors", "bool", False, "with --resume, keep the outputs that failed instead of asking again",
-          ("run", "baseline", "gate", "drift")),
+          SCORING),
     Param("timeout", "float", 60.0, "seconds one case may take before its worker is replaced", SCORING,
           minimum=0.001, maximum=MAX_TIMEOUT, metavar="SECONDS"),
     Param("startup_timeout", "float", 120.0, "seconds a worker may take to build the adapter; past it the worker "

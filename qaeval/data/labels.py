@@ -7,7 +7,9 @@ Keyed labels (JSONL, one per line), for outputs of a run::
 ``axis`` is faithfulness, answer_correctness or citation_correctness (a case's weakest citation);
 ``score`` is 0, 1 or 2; ``reason`` and ``output_fingerprint`` are optional. With a fingerprint (the
 ``output_fingerprint`` column of ``result.per_case``) a label whose output has changed since is stale and
-left out. One label per case and axis.
+left out. One label per case and axis. The labels ``label import`` writes begin with the line
+``LABELS_HEADER`` (``{"format": "qaeval-labels", "version": 1}``), by which qaeval knows a labels file it
+wrote and may replace; a file of hand labels needs none.
 
 Labelled sets (JSONL), which carry their own case and output, so public human-labelled data can
 calibrate a judge with no adapter at all::
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
 SET_FIELDS = {"id", "question", "sources", "gold_answer", "output", "labels"}
 OUTPUT_FIELDS = {"answer", "citations", "retrieved_ids", "abstained"}
+LABELS_HEADER = {"format": "qaeval-labels", "version": 1}  # the first line of the labels qaeval writes
 
 
 def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.DataFrame:
@@ -58,8 +61,10 @@ def load_labels(path: str | Path, known_cases: set[str] | None = None) -> pd.Dat
     problems: list[Problem] = []
     rows = []
     seen: dict[tuple[str, str], int] = {}
-    for number, raw in iter_jsonl(path, problems):
+    for index, (number, raw) in enumerate(iter_jsonl(path, problems)):
         where = partial(Problem, str(path), number)
+        if index == 0 and raw == LABELS_HEADER:
+            continue
         if not isinstance(raw, dict):
             problems.append(where("each line must be one JSON object"))
             continue

@@ -131,13 +131,23 @@ def build_case(miss: dict[str, Any], suite: Suite, where: str = "the miss") -> d
 def add_case(
     data_dir: str | Path, miss: dict[str, Any] | str | Path, *, ask: Callable[[str], str] | None = None
 ) -> tuple[str, Path]:
-    """Append one production miss to ``DIR/living.jsonl``; returns (its new id, the file)."""
+    """Append one production miss to ``DIR/living.jsonl``; returns (its new id, the file). The folder's
+    lock (``accept`` takes it too) is held from reading the suite to writing the file, so two writers
+    never number the same case nor lose one; the questions of ``--interactive`` are asked before."""
+    from qaeval.core.locks import holding_the_folder
+
     root = Path(data_dir)
-    suite = load_suite(root)
+    load_suite(root)  # a folder that does not load stops here, before anything is asked
     raw = read_miss(miss) if isinstance(miss, (str, Path)) else dict(miss)
     where = str(miss) if isinstance(miss, (str, Path)) else "the miss"
     if ask is not None:
         raw = ask_missing(raw, ask)
+    with holding_the_folder(root):
+        return _add_case(root, raw, where)
+
+
+def _add_case(root: Path, raw: dict[str, Any], where: str) -> tuple[str, Path]:
+    suite = load_suite(root)  # again, under the lock: what another writer added is counted
     case = build_case(raw, suite, where)
     sources = case.get("sources")
     if isinstance(case.get("question"), str) and isinstance(sources, list):

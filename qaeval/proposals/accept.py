@@ -36,7 +36,7 @@ from qaeval.data.cases import load_suite
 from qaeval.data.misses import LIVING, case_prefix, find_duplicate
 from qaeval.data.schema import DIFFICULTIES, Source
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint, ids_of_cell
-from qaeval.proposals.ledger import FOLDER, question_key, read_ledger, traffic_key
+from qaeval.proposals.ledger import question_key, read_ledger, traffic_key
 from qaeval.verdicts.sheets import sheet_rows
 
 YES, NO = ("y", "yes"), ("n", "no")
@@ -136,10 +136,10 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
 def accept(sheet: str | Path, data: str | Path) -> Accepted:
     """Add the accepted rows of ``sheet`` to the living split of the golden folder ``data`` (see the module)."""
 
-    from qaeval.scoring.journal import hold
+    from qaeval.core.locks import holding_the_folder
 
     root = Path(data)
-    with hold(root / FOLDER / "accept"):  # two accepts into one folder would number and write the same cases
+    with holding_the_folder(root):  # two accepts (or an add-case) would number and write the same cases
         return _accept(sheet, root)
 
 

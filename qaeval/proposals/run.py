@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.core.errors import UsageError
+from qaeval.core.errors import Problem, UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.core.text import one_line
 from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
@@ -144,19 +144,32 @@ def _data(data: str | os.PathLike[str] | None) -> tuple[Any, Ledger | None]:
 
 def _refuse_a_reviewed_sheet(path: str) -> None:
     """A review sheet someone has started deciding is never replaced: a UsageError naming how many of its
-    rows carry an ``accept`` or a ``note`` (accept it first, or write to another path)."""
+    rows carry an ``accept`` or a ``note`` (accept it first, or write to another path). One that cannot be
+    read (saved in another encoding, a broken row) is not replaced either: a DatasetError (65) says why,
+    for its decisions cannot be counted. (``refuse_overwrite`` has refused any file that is not a review
+    sheet.)"""
     from qaeval.core.errors import DatasetError
     from qaeval.proposals.candidates import SHEET_COLUMNS
     from qaeval.verdicts.sheets import sheet_rows
 
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
     try:
         decided = sum(
             1 for _, _, row in sheet_rows(path, "review sheet", SHEET_COLUMNS) if row["accept"] or row["note"]
         )
-    except DatasetError:  # not a review sheet qaeval reads: refuse_overwrite has judged the file already
-        return
+    except DatasetError as exc:
+        raise DatasetError(
+            [
+                *exc.problems,
+                Problem(
+                    path,
+                    None,
+                    "refusing to replace this review sheet: its rows cannot be read, "
+                    "so the reviewer's decisions in it cannot be told apart; fix it, or give another --out",
+                ),
+            ]
+        ) from None
     if decided:
         raise UsageError(
             f"refusing to replace the review sheet {path}: {decided} of its row(s) hold a reviewer's decision "

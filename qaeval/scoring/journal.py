@@ -19,10 +19,9 @@ suite at that place), reuses every output (and every verdict for one), and asks 
 rest: the errored ones too unless ``--keep-errors``. A last line cut short (the run died while writing
 it) is dropped with a note; any other line that does not parse or authenticate refuses the journal.
 
-Two runs with the same record path would write one journal and replace one record: ``hold(PATH)`` takes
-an exclusive lock on ``PATH.lock`` for the whole command, and a second run asking for it is refused at
-once (a usage error, 64, naming the path) instead of waiting. The lock is ``fcntl.flock``: on a platform
-without it (Windows) there is none.
+Two runs with the same record path would write one journal and replace one record: the command holds the
+record's lock for its whole run (``qaeval.core.locks.holding_the_record``), and a second run asking for it
+is refused at once (64).
 """
 
 from __future__ import annotations
@@ -34,18 +33,12 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import DatasetError, FileAccessError, UsageError
-
-try:  # POSIX advisory locks; elsewhere two runs with one record path are not kept apart
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]  # the platform has none
 from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.journal_lines import response_from_plain, response_to_plain, row_from_plain
 from qaeval.scoring.judge import JudgeResponse, MemoEntry
@@ -61,73 +54,6 @@ class JournalError(DatasetError):
 
 def journal_path(record: str | os.PathLike[str]) -> Path:
     return Path(str(record) + SUFFIX)
-
-
-LOCK_SUFFIX = ".lock"
-
-
-@contextmanager
-def hold(record: str | os.PathLike[str] | None) -> Iterator[None]:
-    """An exclusive lock on the record path's ``.lock`` while the command runs; a UsageError at once when
-    another run holds it. The lock file is removed before it is let go, so a lock is only taken on the
-    file the path names once it is held: a run that opened the file just before the run holding it
-    removed it and let go would otherwise hold a lock on a file no later run can see, beside a later run
-    locking a new one (it opens the new one instead)."""
-    if record is None or fcntl is None:
-        yield
-        return
-    path = Path(str(record) + LOCK_SUFFIX)
-    fd = _locked(path, record)
-    try:
-        try:
-            yield
-        finally:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-
-
-def _locked(path: Path, record: str | os.PathLike[str]) -> int:
-    """An open descriptor of ``path``, exclusively locked, that ``path`` still names."""
-    while True:  # again only when the run that held the lock finished between this run's open and lock
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except OSError as exc:
-            raise FileAccessError(path, f"cannot lock the record's path ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise UsageError(
-                f"another qaeval run is writing {record} (it holds {path}): wait for it to finish, or "
-                "give this run another record path"
-            ) from None
-        try:
-            named = os.stat(path, follow_symlinks=False)
-        except OSError:
-            named = None
-        held = os.fstat(fd)
-        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
-            return fd
-        os.close(fd)
-
-
-def holding_the_record(verb: Callable[..., Any]) -> Callable[..., Any]:
-    """``verb`` run under the lock of the record it writes (``save``, or baseline's ``out``), so two runs
-    with one record path never share a journal (``qaeval.scoring.journal.hold``)."""
-    import functools
-
-    @functools.wraps(verb)
-    def held(*args: Any, **kwargs: Any) -> Any:
-        path = None if kwargs.get("record") else kwargs.get("out") or kwargs.get("save")
-        with hold(path if isinstance(path, (str, os.PathLike)) else None):
-            return verb(*args, **kwargs)
-
-    return held
 
 
 def key_digest(key: tuple[Any, ...]) -> str:

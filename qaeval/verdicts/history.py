@@ -16,6 +16,7 @@ from qaeval.core.frames import clean
 from qaeval.core.jsonfile import dumps_canonical
 from qaeval.scoring.metrics import BY_NAME
 
+NOT_A_HISTORY = "not a history line (a history holds one JSON object a line): is this the history you meant?"
 EARLIEST_YEAR, LATEST_YEAR = 1970, 2999  # a run's time outside these is a typo (and no chart can draw it)
 
 
@@ -86,9 +87,10 @@ def history_problems(record: Any) -> list[str]:
 
 
 def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(records, notes). A torn line (JSON cut short: a writer killed mid-line) is skipped and named in
-    the notes; anything else that is wrong (JSON only a lenient parser accepts, a line that is not a
-    history record, a file that is not a regular file) is a DatasetError naming every line."""
+    """(records, notes). A torn line (JSON cut short: a writer killed mid-line, so it begins as a JSON
+    object does) is skipped and named in the notes; anything else that is wrong (a line that is not JSON
+    at all, so the file is no history and is never appended to; JSON only a lenient parser accepts; a line
+    that is not a history record; a file that is not a regular file) is a DatasetError naming every line."""
     import json
 
     from qaeval.core.files import NotRegularFile, read_bytes
@@ -116,7 +118,10 @@ def read_history(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
             bad.append(Problem(str(path), number, str(exc)))
             continue
         except json.JSONDecodeError:
-            notes.append(f"skipped torn line {number} of {path}")
+            if not line.lstrip().startswith("{"):  # not even the start of a history line: not a history
+                bad.append(Problem(str(path), number, NOT_A_HISTORY))
+            else:
+                notes.append(f"skipped torn line {number} of {path}")
             continue
         found = history_problems(value)
         if found:

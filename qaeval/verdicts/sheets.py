@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import DatasetError, Problem
-from qaeval.core.files import read_text
+from qaeval.core.files import NotRegularFile, read_bytes, read_text
 from qaeval.core.frames import RowsByKey
 from qaeval.data.schema import AXES, CITATION_CORRECTNESS
 from qaeval.scoring.evaluate import judged_fixture
@@ -57,10 +57,29 @@ def sheet_value(cell: str) -> str:
     return cell
 
 
+def _sheet_text(path: str | Path, what: str) -> str:
+    """The sheet's text (UTF-8). A sheet a spreadsheet saved in its own encoding (Excel's "CSV (Comma
+    delimited)" is Windows-1252) is bad data naming that encoding, never guessed at."""
+    try:
+        return read_text(path, what)
+    except DatasetError as exc:
+        if not any(p.message.startswith("not valid UTF-8") for p in exc.problems):
+            raise
+        try:
+            read_bytes(path).decode("cp1252")
+        except (UnicodeDecodeError, OSError, NotRegularFile):
+            raise exc from None
+        hint = (
+            ': the sheet reads as Windows-1252, the encoding of Excel\'s "CSV (Comma delimited)"; save it as '
+            '"CSV UTF-8 (Comma delimited)" and try again'
+        )
+        raise DatasetError([Problem(p.file, p.line, p.message + hint) for p in exc.problems]) from None
+
+
 def sheet_rows(path: str | Path, what: str, required: tuple[str, ...]) -> Iterator[tuple[int, int, dict[str, str]]]:
     """(line the row starts on, its row number in a spreadsheet, its cells with ``sheet_value`` undone and
     outer spaces stripped) for each row of a CSV sheet; a DatasetError when a required column is missing."""
-    text = read_text(path, what)
+    text = _sheet_text(path, what)
     limit = csv.field_size_limit(len(text) + 1)  # a cell may be as long as the file (the csv module stops at 128 KiB)
     try:
         reader = csv.DictReader(io.StringIO(text))
