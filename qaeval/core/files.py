@@ -125,15 +125,42 @@ OUTPUT_WORDS = {
 HEAD_BYTES = 1 << 16  # what is read of an existing file to tell its kind
 
 
+# The header rows of the CSV sheets qaeval writes, declared here, where the guard that knows them by their
+# first row lives: a label sheet (``label export``, qaeval.verdicts.sheets) and a review sheet (``propose``,
+# qaeval.proposals.candidates).
+LABEL_SHEET_COLUMNS = (
+    "case_id",
+    "axis",
+    "output_fingerprint",
+    "question",
+    "answer",
+    "cited",
+    "gold_answer",
+    "score",
+    "reason",
+)
+REVIEW_SHEET_COLUMNS = (
+    "candidate_id",
+    "origin",
+    "source",
+    "why",
+    "checks",
+    "question",
+    "passages",
+    "answer",
+    "accept",
+    "expected_behavior",
+    "gold_answer",
+    "gold_source_ids",
+    "difficulty",
+    "note",
+    "fingerprint",
+)
+
+
 def sheet_columns(kind: str) -> tuple[str, ...]:
     """The header row of a CSV sheet qaeval writes: ``sheet`` (label export) or ``review`` (propose)."""
-    if kind == "sheet":
-        from qaeval.verdicts.sheets import SHEET_COLUMNS
-
-        return tuple(SHEET_COLUMNS)
-    from qaeval.proposals.candidates import SHEET_COLUMNS as REVIEW_COLUMNS
-
-    return REVIEW_COLUMNS
+    return LABEL_SHEET_COLUMNS if kind == "sheet" else REVIEW_SHEET_COLUMNS
 
 
 def is_sheet_header(head: bytes, kind: str) -> bool:

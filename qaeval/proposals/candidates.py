@@ -44,28 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qaeval.core.files import write_atomic
+from qaeval.core.files import REVIEW_SHEET_COLUMNS, write_atomic
 from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.schema import Source
 from qaeval.verdicts.sheets import sheet_cell
 
-SHEET_COLUMNS = (
-    "candidate_id",
-    "origin",
-    "source",
-    "why",
-    "checks",
-    "question",
-    "passages",
-    "answer",
-    "accept",
-    "expected_behavior",
-    "gold_answer",
-    "gold_source_ids",
-    "difficulty",
-    "note",
-    "fingerprint",
-)
+SHEET_COLUMNS = REVIEW_SHEET_COLUMNS  # the review sheet's header row (qaeval.core.files)
 REVIEW_COLUMNS = ("accept", "expected_behavior", "gold_answer", "gold_source_ids", "difficulty", "note")
 ANSWER, ABSTAIN = "answer", "unanswerable_must_abstain"
 ORIGINS = ("traffic", "corpus")

@@ -20,23 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import DatasetError, Problem
-from qaeval.core.files import NotRegularFile, read_bytes, read_text
+from qaeval.core.files import LABEL_SHEET_COLUMNS, NotRegularFile, read_bytes, read_text
 from qaeval.core.frames import RowsByKey
 from qaeval.data.schema import AXES, CITATION_CORRECTNESS
 from qaeval.scoring.evaluate import judged_fixture
 from qaeval.scoring.result import RunResult
 
-SHEET_COLUMNS = [
-    "case_id",
-    "axis",
-    "output_fingerprint",
-    "question",
-    "answer",
-    "cited",
-    "gold_answer",
-    "score",
-    "reason",
-]
+SHEET_COLUMNS = list(LABEL_SHEET_COLUMNS)  # the label sheet's header row (qaeval.core.files)
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula (OWASP)
 
