@@ -83,7 +83,7 @@ def main() -> None:
                 for name in ("make_adapter", "make_regressed"):
                     count = 0
                     for _ in range(args.runs):
-                        result = api.gate_run(
+                        result = api.gate(
                             str(data),
                             baseline=base,
                             adapter=f"qaeval.system.flaky:{name}",

@@ -105,7 +105,7 @@ def compare(paths: dict[str, Path]) -> None:
     import qaeval.api as qa
     from qaeval.scoring.metrics import format_interval, format_number
 
-    result = qa.score_logs(str(paths["logs"]), by=["system"], labels=str(paths["some"]), judge_cache=False)
+    result = qa.monitor(str(paths["logs"]), by=["system"], labels=str(paths["some"]), judge_cache=False)
     truth: dict[str, list[int]] = {}
     systems = dict(zip(result.rows["row_id"], result.rows["system"].astype(str)))
     for line in paths["all"].read_text().splitlines():

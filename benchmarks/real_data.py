@@ -83,7 +83,7 @@ def main() -> None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             report = api.import_cases(fmt, path, tmp, labelled=True, prefix=path.stem)
-            result = api.calibrate_run(labelled=str(next(Path(tmp).glob("*-labelled.jsonl"))), min_labels=5)
+            result = api.calibrate(labelled=str(next(Path(tmp).glob("*-labelled.jsonl"))), min_labels=5)
         r = result.agreement.set_index("axis").loc["faithfulness"]
         refused = sum(report.refused.values())
         print(

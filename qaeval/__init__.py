@@ -69,8 +69,14 @@ _EXPORTS = {
     "Metric": "qaeval.scoring.metrics",
     "CaseFacts": "qaeval.scoring.metrics",
     "FailReason": "qaeval.scoring.outcomes",
-    "score_logs": "qaeval.api",
+    "run": "qaeval.api",
+    "baseline": "qaeval.api",
+    "gate": "qaeval.api",
+    "calibrate": "qaeval.api",
+    "drift": "qaeval.api",
+    "monitor": "qaeval.api",
     "score": "qaeval.api",
+    "compare": "qaeval.api",
     "MonitorResult": "qaeval.verdicts.monitor",
 }
 

@@ -4,7 +4,7 @@ result object (``qaeval.core.results``); none of them prints or exits.
 
     import qaeval.api as qa
     run = qa.run("golden", concurrency=8)
-    verdict = qa.gate_run("golden", baseline="golden/ci-baseline.json")
+    verdict = qa.gate("golden", baseline="golden/ci-baseline.json")
     verdict.raise_for_status()
 
 ``adapter`` may be a ``module:factory`` name, a zero-argument factory or an adapter object (shipped to
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qaeval.boundary import clients
 from qaeval.boundary.custom import installed
@@ -48,6 +48,7 @@ from qaeval.commands.tracking import TrackingWarning, track  # noqa: F401 (qa.Tr
 from qaeval.core import params as P
 from qaeval.core.errors import BaselineRefused
 from qaeval.core.locks import holding_the_record
+from qaeval.core.options import BaselineOptions, CalibrateOptions, DriftOptions, GateOptions, MonitorOptions, RunOptions
 from qaeval.core.text import one_line
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
@@ -60,9 +61,12 @@ from qaeval.scoring.result import RunResult
 from qaeval.system.answers import answers_by_trial
 from qaeval.system.labelled import load_labelled_set
 from qaeval.verdicts.baseline import check_shares_cases
-from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess, calibrate
-from qaeval.verdicts.drift import DriftResult, drift
-from qaeval.verdicts.gate import GateResult, gate
+from qaeval.verdicts.calibration import CalibrationResult, axes_to_assess
+from qaeval.verdicts.calibration import calibrate as calibrate_verdict
+from qaeval.verdicts.drift import DriftResult
+from qaeval.verdicts.drift import drift as drift_verdict
+from qaeval.verdicts.gate import GateResult
+from qaeval.verdicts.gate import gate as gate_verdict
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.verdicts.tolerances import gated, load_tolerances
 
@@ -104,54 +108,24 @@ def validate(data: str) -> str:
     return "\n".join(lines)
 
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from 3.11; under TYPE_CHECKING only, as no annotation runs
+
 # --------------------------------------------------------------------------- the verbs
 
 
 @holding_the_record
-def run(
-    data: str | None = None,
-    *,
-    adapter: Any = None,
-    judge: Any = None,
-    k: int | None = None,
-    timeout: float | None = None,
-    concurrency: int | None = None,
-    isolation: str | None = None,
-    executor: Any = None,
-    labels: str | None = None,
-    save: str | None = None,
-    judge_model: str | None = None,
-    judge_base_url: str | None = None,
-    judge_concurrency: int | None = None,
-    judge_cache: bool | None = None,
-    record: str | None = None,
-    trials: int | None = None,
-    pass_k: int | None = None,
-    **unknown: Any,
-) -> RunResult:
+def run(data: str | None = None, **options: Unpack[RunOptions]) -> RunResult:
     """Run the system over the golden cases and score every layer.
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        adapter: The system: a ``module:factory`` name, a zero-argument factory or an adapter
-            object (default: the bundled reference system).
-        judge: The judge: a name, a factory or a judge object (default: the offline judge).
-        k: How many retrieved passages the retrieval metrics look at (default 5).
-        timeout: Seconds one case may take (default 60).
-        concurrency: Worker processes, each on one case at a time (default 4).
-        isolation: ``process`` (default) or ``none`` (in this process, for a debugger).
-        executor: A ``dask://HOST:PORT`` address or a ``concurrent.futures.Executor``.
-        labels: Human labels (JSONL): PPI estimates use them beside the judge's scores.
-        save: Where to save the run record.
-        judge_model: The HTTP judge's model (``QAEVAL_JUDGE_MODEL``).
-        judge_base_url: The HTTP judge's endpoint (``OPENAI_BASE_URL``).
-        judge_concurrency: The HTTP judge's requests in flight.
-        judge_cache: Whether the judge's verdicts are cached on disk.
-        record: A saved run record to load instead of running anything.
-        trials: Run each case that many times (``qaeval.scoring.trials``).
-        pass_k: The k of pass_hat_k and pass_at_k (default: ``trials``).
-        **unknown: Any other parameter of ``qaeval run`` by its flag's name (``resume``, ``check``,
-            ``metric``, ...); an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``RunOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            The system is ``adapter``: a ``module:factory`` name, a zero-argument factory or an
+            adapter object (default: the bundled reference system); ``judge`` a name, a factory or
+            a judge object (default: the offline judge); ``record`` loads a saved run instead.
 
     Returns:
         The scored run; ``raise_for_status()`` raises TierOneFailed when it is RED.
@@ -160,26 +134,7 @@ def run(
         UsageError: A bad parameter or an adapter that cannot be built (exit 64).
         DatasetError: Cases that do not load (exit 65).
     """
-    given = dict(
-        data=data,
-        adapter=adapter,
-        judge=judge,
-        k=k,
-        timeout=timeout,
-        concurrency=concurrency,
-        isolation=isolation,
-        executor=executor,
-        labels=labels,
-        save=save,
-        judge_model=judge_model,
-        judge_base_url=judge_base_url,
-        judge_concurrency=judge_concurrency,
-        judge_cache=judge_cache,
-        record=record,
-        trials=trials,
-        pass_k=pass_k,
-    )
-    p = check_parameters("run", **given, **unknown)
+    p = check_parameters("run", data=data, **options)
     if p["record"]:
         return recorded("run", p, RunResult)
     return finish(labelled_run(p), p)
@@ -249,9 +204,7 @@ def score(
 
 
 @holding_the_record
-def baseline(
-    data: str | None = None, *, out: str | None = None, allow_failing: bool | None = None, **options: Any
-) -> RunResult:
+def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> RunResult:
     """Run, then write the run record a gate compares against.
 
     A run that is not green (a failing deterministic check or an adapter error) is refused
@@ -262,11 +215,11 @@ def baseline(
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        out: Where to write the baseline record.
-        allow_failing: Keep a run that is not green (recorded as such).
-        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
-            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
-            An unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``BaselineOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            ``out`` is where the baseline record goes; ``allow_failing`` keeps a run that is not
+            green (recorded as such).
 
     Returns:
         The run the baseline records.
@@ -274,7 +227,7 @@ def baseline(
     Raises:
         BaselineRefused: The run is not green and ``allow_failing`` was not given (exit 1).
     """
-    p = check_parameters("baseline", data=data, out=out, allow_failing=allow_failing, **options)
+    p = check_parameters("baseline", data=data, **options)
     if p["allow_failing"] and p.get("resume"):
         p = {**p, "keep_errors": True}
     result = evaluate_params(p)
@@ -293,35 +246,21 @@ def baseline(
 
 
 @holding_the_record
-def gate_run(
-    data: str | None = None,
-    *,
-    baseline: str | None = None,
-    tolerances: str | None = None,
-    tolerance: list[str] | str | None = None,
-    labels: str | None = None,
-    min_agreement: float | None = None,
-    min_labels: int | None = None,
-    min_kappa: float | None = None,
-    **options: Any,
-) -> GateResult:
+def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
     """Gate a fresh run against a baseline record.
 
     With ``labels`` the judge is calibrated first and a judge it does not trust blocks (exit 2).
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        baseline: The baseline record (``qaeval baseline``). Without ``adapter``, the gate runs the
-            adapter the baseline names.
-        tolerances: A tolerances file (JSON) of ``{metric: how far it may move the wrong way}``.
-        tolerance: ``METRIC=X`` overrides, one or a list.
-        labels: Human labels (JSONL) to calibrate the judge against first.
-        min_agreement: The least agreement an axis needs for the judge to be trusted.
-        min_labels: The fewest labels an axis needs.
-        min_kappa: The least Cohen's kappa an axis needs.
-        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
-            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
-            An unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``GateOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            ``baseline`` is the baseline record (``qaeval baseline``); without ``adapter`` the gate
+            runs the adapter it names. ``tolerances`` (a JSON file) and ``tolerance`` (``METRIC=X``,
+            one or a list) set how far each gated metric may move the wrong way;
+            ``tolerance=["answer_correctness=0.05"]`` gates answer correctness. ``labels`` calibrates
+            the judge first, against ``min_agreement``, ``min_labels`` and ``min_kappa``.
 
     Returns:
         The gate's verdict; ``raise_for_status()`` raises GateBlocked when it blocks.
@@ -329,18 +268,7 @@ def gate_run(
     Raises:
         BaselineError: The baseline is missing or unreadable (exit 65).
     """
-    p = check_parameters(
-        "gate",
-        data=data,
-        baseline=baseline,
-        tolerances=tolerances,
-        tolerance=tolerance,
-        labels=labels,
-        min_agreement=min_agreement,
-        min_labels=min_labels,
-        min_kappa=min_kappa,
-        **options,
-    )
+    p = check_parameters("gate", data=data, **options)
     if p["record"]:
         return recorded("gate", p, GateResult)
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
@@ -354,7 +282,7 @@ def gate_run(
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:
-        calibration = calibrate(
+        calibration = calibrate_verdict(
             current,
             current.labels,
             min_agreement=p["min_agreement"],
@@ -362,7 +290,7 @@ def gate_run(
             min_kappa=p["min_kappa"],
             source=p["labels"],
         )
-    result = gate(current, base, limits, calibration=calibration, alpha=p["alpha"])
+    result = gate_verdict(current, base, limits, calibration=calibration, alpha=p["alpha"])
     result.notes[:0] = notes
     return finish(result, p)
 
@@ -379,47 +307,23 @@ def _baseline_adapter(p: dict[str, Any], recorded: str | None) -> tuple[dict[str
 
 
 @holding_the_record
-def calibrate_run(
-    data: str | None = None,
-    *,
-    labels: str | None = None,
-    labelled: str | None = None,
-    min_agreement: float | None = None,
-    min_labels: int | None = None,
-    min_kappa: float | None = None,
-    axes: list[str] | str | None = None,
-    **options: Any,
-) -> CalibrationResult:
+def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> CalibrationResult:
     """Compare the judge with human labels: keyed labels on a fresh run of ``data``, or a labelled set
     that carries its own outputs (no adapter is called).
 
     Args:
         data: The folder of golden cases the labels are keyed to.
-        labels: Keyed human labels (JSONL: case, axis, score, output fingerprint).
-        labelled: A labelled set instead: cases with their outputs and labels (no adapter is called).
-        min_agreement: The least agreement an axis needs for the judge to be trusted.
-        min_labels: The fewest labels an axis needs.
-        min_kappa: The least Cohen's kappa an axis needs.
-        axes: The axes the verdict is on (default: the axes a labelled set labels; all three for
-            keyed labels).
-        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
-            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
-            An unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``CalibrateOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            ``labels`` are keyed human labels (JSONL: case, axis, score, output fingerprint), or
+            ``labelled`` a labelled set that carries its outputs (no adapter is called); ``axes`` the
+            axes the verdict is on; ``min_agreement``, ``min_labels`` and ``min_kappa`` the bars.
 
     Returns:
         The calibration; ``raise_for_status()`` raises JudgeNotTrusted when an axis misses a bar.
     """
-    p = check_parameters(
-        "calibrate",
-        data=data,
-        labels=labels,
-        labelled=labelled,
-        min_agreement=min_agreement,
-        min_labels=min_labels,
-        min_kappa=min_kappa,
-        axes=axes,
-        **options,
-    )
+    p = check_parameters("calibrate", data=data, **options)
     if p["record"]:
         return recorded("calibrate", p, CalibrationResult)
     if p["labelled"]:
@@ -434,7 +338,7 @@ def calibrate_run(
             label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
             current = evaluate_params(p, suite)
         source = p["labels"]
-    result = calibrate(
+    result = calibrate_verdict(
         current,
         label_frame,
         min_agreement=p["min_agreement"],
@@ -448,83 +352,56 @@ def calibrate_run(
 
 
 @holding_the_record
-def drift_run(
-    data: str | None = None,
-    *,
-    timeseries: str | None = None,
-    window: int | None = None,
-    notify: Any = None,
-    **options: Any,
-) -> DriftResult:
+def drift(data: str | None = None, **options: Unpack[DriftOptions]) -> DriftResult:
     """Re-run the frozen split, compare with the series' bands, append the run, alarm.
 
     Args:
         data: The folder of golden cases (its frozen split is run).
-        timeseries: The history file (JSONL) the run is compared with and appended to.
-        window: How many earlier runs a band is drawn from.
-        notify: A ``module:callable`` (or callable) called with each alarm.
-        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
-            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
-            An unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``DriftOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            ``timeseries`` is the history file (JSONL) the run is compared with and appended to,
+            ``window`` how many earlier runs a band is drawn from, ``notify`` a ``module:callable``
+            (or callable) called with each alarm.
 
     Returns:
         The drift verdict; ``raise_for_status()`` raises DriftAlarm when a metric left its band.
     """
-    p = check_parameters("drift", data=data, timeseries=timeseries, window=window, notify=notify, **options)
+    p = check_parameters("drift", data=data, **options)
     if p["record"]:
         return recorded("drift", p, DriftResult)
     frozen = load_suite(p["data"]).select(split="frozen")
     hook = notify_hook_of(p, p["data"])  # before the run: a typo is a usage error before anything runs
-    return finish(drift(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
+    return finish(drift_verdict(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
 
 
 @holding_the_record
-def score_logs(
-    logs: Any = None,
-    *,
-    judge: Any = None,
-    by: list[str] | str | None = None,
-    window: str | None = None,
-    sample: int | None = None,
-    labels: str | None = None,
-    **options: Any,
-) -> MonitorResult:
+def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResult:
     """Score logged traffic without gold (``qaeval.commands.monitoring``).
 
     Args:
         logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer.
-        judge: The judge: a name, a factory or a judge object (default: the offline judge).
-        by: The columns to slice by.
-        window: A time span such as ``"1D"``: the metrics per window.
-        sample: How many rows to judge (default: all).
-        labels: Human labels for the logged rows (PPI estimates use them).
-        **options: Any other parameter of the command, by its flag's name with ``_`` for ``-``
-            (``adapter``, ``judge``, ``trials``, ``save``, ...): see the command-line reference.
-            An unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
+            (``MonitorOptions``: an editor lists them; the command-line reference says what each means). None
+            means the default; an unknown one is a usage error that lists the known ones.
+            ``by`` are the columns to slice by, ``time_window`` a time span such as ``"1D"`` (the
+            metrics per window), ``sample`` how many rows to judge (default: all), ``labels`` human
+            labels for the logged rows (PPI estimates use them).
 
     Returns:
         The monitor's result; ``raise_for_status()`` raises DriftAlarm when a window alarmed.
     """
-    from qaeval.commands.monitoring import monitor
+    from qaeval.commands.monitoring import monitor as monitor_logs
 
     table = logs if logs is not None and not isinstance(logs, (str, Path)) else None
-    options.setdefault("time_window", window)
-    p = check_parameters(
-        "monitor",
-        logs="<DataFrame>" if table is not None else logs,
-        judge=judge,
-        by=by,
-        sample=sample,
-        labels=labels,
-        **options,
-    )
+    p = check_parameters("monitor", logs="<DataFrame>" if table is not None else logs, **options)
     if p["record"]:
         return recorded("monitor", p, MonitorResult)
     hook = notify_hook_of(p, None)
     with ExitStack() as stack:
         client = make_judge(p)
         stack.callback(clients.close_judge, client)
-        result = monitor(
+        result = monitor_logs(
             table if table is not None else p["logs"],
             client,
             by=p["by"],

@@ -76,10 +76,10 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
         verb = {
             "run": api.run,
             "baseline": api.baseline,
-            "gate": api.gate_run,
-            "calibrate": api.calibrate_run,
-            "drift": api.drift_run,
-            "monitor": api.score_logs,
+            "gate": api.gate,
+            "calibrate": api.calibrate,
+            "drift": api.drift,
+            "monitor": api.monitor,
         }[args.command]
         _common().check_output_paths(
             params | tracker, html=args.html

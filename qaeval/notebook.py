@@ -91,10 +91,10 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
     """
     verbs: dict[str, Callable[..., Result]] = {
         "run": api.run,
-        "gate": api.gate_run,
-        "calibrate": api.calibrate_run,
-        "drift": api.drift_run,
-        "monitor": api.score_logs,
+        "gate": api.gate,
+        "calibrate": api.calibrate,
+        "drift": api.drift,
+        "monitor": api.monitor,
     }
     with scoped_environ({"QAEVAL_PROGRESS": "0"}):  # a bar drawn into a report is noise, not progress
         return verbs[command](**dict(p))

@@ -126,7 +126,7 @@ class _Runs:
             from qaeval.verdicts.gate import gate
 
             return gate(self._full, read_baseline(self.config.getoption("qaeval_baseline")))
-        return api.gate_run(
+        return api.gate(
             self.config.getoption("qaeval_data"), baseline=self.config.getoption("qaeval_baseline"), **self._params()
         )
 

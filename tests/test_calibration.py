@@ -229,7 +229,7 @@ def test_a_labelled_set_calibrates_with_no_adapter(tmp_path, capsys):
     code = main(["calibrate", "--labelled", str(path), "--axes", "faithfulness,answer_correctness"])
     out = capsys.readouterr().out
     assert code == 2 and "no usable label on answer_correctness" in out, "an axis asked for needs labels"
-    result = api.calibrate_run(labelled=str(path), min_labels=10)
+    result = api.calibrate(labelled=str(path), min_labels=10)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert row["n"] == 12 and row["exact"] == 1.0, "the offline judge sees the unsupported claims"
     assert result.run.outputs["error"].isna().all(), "no adapter was called (the raising one would have failed)"

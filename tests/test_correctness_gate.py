@@ -106,10 +106,10 @@ def test_a_tolerance_gates_correctness_and_a_case_answered_wrongly_regresses(cap
 def test_the_same_from_a_tolerances_file_and_the_api(tmp_path):
     tolerances = tmp_path / "t.json"
     tolerances.write_text(json.dumps({"answer_correctness": 0.05}))
-    by_file = api.gate_run(
+    by_file = api.gate(
         str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), adapter=WRONG, tolerances=str(tolerances)
     )
-    by_keyword = api.gate_run(
+    by_keyword = api.gate(
         str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), adapter=WRONG, tolerance=["answer_correctness=0.05"]
     )
     for result in (by_file, by_keyword):
@@ -198,9 +198,7 @@ def test_with_trials_a_case_right_in_every_baseline_trial_and_wrong_in_every_tri
         "--tolerance", "answer_correctness=0.05",
     )  # fmt: skip
     assert code == 1 and "[FAIL] tier 2: no passing case regresses" in out
-    result = api.gate_run(
-        str(data), baseline=str(baseline), trials=5, adapter=WRONG, tolerance=["answer_correctness=0.05"]
-    )
+    result = api.gate(str(data), baseline=str(baseline), trials=5, adapter=WRONG, tolerance=["answer_correctness=0.05"])
     broken = result.case_trials[result.case_trials["verdict"] == "broken"]
     assert len(broken) >= 5 and set(broken["passes"]) == {0} and set(broken["baseline_passes"]) == {5}
     assert set(result.regressed["why"]) == {"answer judged wrong (answer_correctness: 5 of 5 trials)"}

@@ -322,7 +322,7 @@ def test_a_hand_edited_record_of_registered_outcomes_is_caught(email_run, tmp_pa
 def test_drift_bands_registered_metrics(tmp_path):
     series = tmp_path / "history.jsonl"
     for _ in range(4):
-        result = api.drift_run(str(GOLDEN), timeseries=str(series), metric=[LENGTH])
+        result = api.drift(str(GOLDEN), timeseries=str(series), metric=[LENGTH])
     bands = result.bands.set_index("metric")
     assert bands.at["answer_length_ok", "window_n"] == 3 and not result.alarms
     assert "answer_length_ok" in json.loads(series.read_text().splitlines()[-1])["metrics"]

@@ -205,12 +205,12 @@ def test_a_line_separator_inside_a_history_line_does_not_tear_it(tmp_path):
 
     series = tmp_path / "series.jsonl"
     for _ in range(2):
-        api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+        api.drift(str(GOLDEN), timeseries=str(series), isolation="none")
     lines = series.read_text(encoding="utf-8").splitlines(keepends=True)
     record = json.loads(lines[0])
     record["adapter"] = "my\u2028adapter\u2029with\x85separators"
     lines[0] = json.dumps(record, ensure_ascii=False) + "\n"
     series.write_text("".join(lines), encoding="utf-8")
-    result = api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+    result = api.drift(str(GOLDEN), timeseries=str(series), isolation="none")
     assert result.history["run"].nunique() == 3 and not any("torn" in n for n in result.notes), result.notes
     assert any("2 earlier runs" in n for n in result.notes), result.notes

@@ -158,7 +158,7 @@ def test_zero_tolerance_metrics_block_on_any_drop(golden_run):
 
 
 def test_over_refusal_may_not_rise(golden_run, baseline_file):
-    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
+    result = api.gate(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
     deltas = result.metric_deltas.set_index("metric")
     assert not deltas.at["over_refusal_rate", "passed"] and deltas.at["over_refusal_rate", "delta"] > 0
     assert list(result.regressed["case_id"]) == ["single-0001"]
@@ -204,7 +204,7 @@ def test_monte_carlo_beyond_the_exact_limit_never_reports_zero():
 
 
 def test_saboteur_on_golden_reports_honest_noise_notes(baseline_file):
-    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter=BUGGY)
+    result = api.gate(str(GOLDEN), baseline=baseline_file, adapter=BUGGY)
     notes = result.metric_deltas.set_index("metric")["note"]
     assert notes["abstention_recall"].startswith("too few paired cases to tell (3 of 3 moved")
     assert "p=0.000" not in " ".join(notes)
@@ -324,14 +324,14 @@ def test_gate_with_labels_refuses_an_untrusted_judge_with_exit_2(baseline_file, 
     out = capsys.readouterr().out
     assert code == 2, "the tiers pass, but the judge that scored them is not trusted"
     assert "GATE: BLOCK" in out and "judge calibration: RETUNE JUDGE" in out and "answer_correctness" in out
-    result = api.gate_run(str(GOLDEN), baseline=baseline_file, labels=str(strict_labels))
+    result = api.gate(str(GOLDEN), baseline=baseline_file, labels=str(strict_labels))
     assert result.tiers["passed"].all() and not result.ok
     with pytest.raises(JudgeNotTrusted):
         result.raise_for_status()
 
 
 def test_regressed_case_keeps_its_baseline_answer(baseline_file):
-    result = api.gate_run(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
+    result = api.gate(str(GOLDEN), baseline=baseline_file, adapter="plugins:make_abstain_on_dvd")
     before = result.baseline.cases["single-0001"]
     assert isinstance(before, BaselineCase) and before.passed and "Digital loans expire" in before.answer
     assert result.run.per_case.set_index("case_id").at["single-0001", "abstained"]
@@ -375,7 +375,7 @@ def test_a_gate_without_an_adapter_gates_the_system_its_baseline_records_and_say
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "note: no adapter given: gating plugins:make_abstain_on_dvd, the adapter the baseline records"
     assert not any("adapter differs" in line for line in lines)
-    result = api.gate_run(str(GOLDEN), baseline=dvd_baseline)
+    result = api.gate(str(GOLDEN), baseline=dvd_baseline)
     assert result.run.meta.adapter == "plugins:make_abstain_on_dvd" and result.adapter_match
 
 
@@ -433,7 +433,7 @@ def test_a_gate_without_labels_says_its_judge_was_not_calibrated_in_this_run(cap
         "note: the judge (offline:token-overlap t=0 seed=0 rubric=v2) was not calibrated against human labels "
         "in this run (no labels given): faithfulness_rate, citation_precision gate on its word alone"
     ) in out
-    labelled = api.gate_run(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels))
+    labelled = api.gate(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels))
     assert not any("not calibrated" in n for n in labelled.all_notes())
 
 

@@ -102,18 +102,18 @@ def test_a_constant_judge_is_refused_on_kappa_where_people_disagree(tmp_path):
     """Nine of twelve claims supported: a judge that always answers 2 agrees exactly on 0.75 of them (over
     the 0.70 bar) and cannot tell a supported claim from an unsupported one (kappa 0)."""
     path = labelled_set(tmp_path, [2] * 9 + [0] * 3)
-    result = api.calibrate_run(labelled=str(path), judge=CONSTANT)
+    result = api.calibrate(labelled=str(path), judge=CONSTANT)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert row["exact"] == pytest.approx(0.75) and row["kappa"] == pytest.approx(0.0) and row["spread"]
     assert result.verdict == "RETUNE JUDGE" and result.weak_axes == ["faithfulness"]
     assert row["failed"] == "kappa" and row["status"] == "cannot tell answers apart: quadratic kappa 0.00 < 0.40"
     assert result.reason.startswith("faithfulness: cannot tell answers apart: quadratic kappa 0.00 < 0.40")
-    assert api.calibrate_run(labelled=str(path), judge=CONSTANT, min_kappa=0.0).ok, "the floor is --min-kappa"
+    assert api.calibrate(labelled=str(path), judge=CONSTANT, min_kappa=0.0).ok, "the floor is --min-kappa"
 
 
 def test_every_bar_an_axis_misses_is_named(tmp_path):
     path = labelled_set(tmp_path, [2] * 3 + [0] * 3)
-    row = api.calibrate_run(labelled=str(path), judge=CONSTANT).agreement.set_index("axis").loc["faithfulness"]
+    row = api.calibrate(labelled=str(path), judge=CONSTANT).agreement.set_index("axis").loc["faithfulness"]
     assert row["failed"] == "labels,exact,kappa"
     assert row["status"] == (
         "too few labels to certify (6 < 10); weak: exact agreement 0.50 < 0.70; "
@@ -123,7 +123,7 @@ def test_every_bar_an_axis_misses_is_named(tmp_path):
 
 def test_where_people_gave_one_score_only_the_axis_is_judged_on_exact_agreement_alone(tmp_path):
     path = labelled_set(tmp_path, [2] * 10)
-    result = api.calibrate_run(labelled=str(path), judge=CONSTANT)
+    result = api.calibrate(labelled=str(path), judge=CONSTANT)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert result.ok and row["passed"] and not row["spread"] and row["failed"] == ""
     assert row["status"] == (
@@ -138,7 +138,7 @@ def test_strict_labels_refuse_the_judge_on_answer_correctness_alone(capsys, stri
     correctness has spread and a kappa of 0.35: with the kappa floor at 0.30 only its exact agreement fails."""
     assert main(["calibrate", "--data", str(GOLDEN), "--labels", str(strict_labels), "--min-kappa", "0.3"]) == 2
     out = capsys.readouterr().out
-    result = api.calibrate_run(str(GOLDEN), labels=str(strict_labels), min_kappa=0.3)
+    result = api.calibrate(str(GOLDEN), labels=str(strict_labels), min_kappa=0.3)
     assert result.reason == "answer_correctness: weak: exact agreement 0.17 < 0.70"
     rows = result.agreement.set_index("axis")
     assert rows.at["answer_correctness", "kappa"] == pytest.approx(0.35, abs=0.005)
@@ -147,9 +147,7 @@ def test_strict_labels_refuse_the_judge_on_answer_correctness_alone(capsys, stri
 
 
 def test_gate_with_labels_refuses_the_judge_by_the_same_bars(tmp_path, strict_labels):
-    result = api.gate_run(
-        str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels), min_kappa=0.5
-    )
+    result = api.gate(str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), labels=str(strict_labels), min_kappa=0.5)
     assert result.verdict == "BLOCK" and result.calibration.min_kappa == 0.5
     assert result.calibration.agreement.set_index("axis").at["answer_correctness", "failed"] == "exact,kappa"
     assert "quadratic kappa 0.35 < 0.50" in result.reason
@@ -160,7 +158,7 @@ def test_a_constant_judge_is_refused_on_expertqa_faithfulness(tmp_path):
     """ExpertQA's experts call 715 of 969 judged claims fully supported: always answering 2 agrees exactly
     on 0.74 of them, with a kappa of 0.00."""
     assert main(["import", "expertqa", str(EXPERTQA), "--out", str(tmp_path), "--labelled"]) == 0
-    result = api.calibrate_run(labelled=str(tmp_path / "expertqa-labelled.jsonl"), judge=CONSTANT)
+    result = api.calibrate(labelled=str(tmp_path / "expertqa-labelled.jsonl"), judge=CONSTANT)
     row = result.agreement.set_index("axis").loc["faithfulness"]
     assert row["n"] == 969 and row["exact"] == pytest.approx(715 / 969) and row["exact"] >= 0.70
     assert row["kappa"] == pytest.approx(0.0) and row["failed"] == "kappa" and not result.ok
@@ -172,7 +170,7 @@ def test_a_constant_judge_is_refused_on_expertqa_faithfulness(tmp_path):
 def test_the_readme_labelled_set_gets_a_verdict_on_faithfulness(capsys):
     assert main(["calibrate", "--labelled", str(EXAMPLE), "--min-labels", "5"]) == 2
     out = capsys.readouterr().out
-    result = api.calibrate_run(labelled=str(EXAMPLE), min_labels=5)
+    result = api.calibrate(labelled=str(EXAMPLE), min_labels=5)
     assert result.axes == ("faithfulness",) and result.not_assessed == ["answer_correctness", "citation_correctness"]
     assert result.reason == (
         "faithfulness: weak: exact agreement 0.50 < 0.70; not assessed: answer_correctness, citation_correctness"
@@ -186,7 +184,7 @@ def test_the_readme_labelled_set_gets_a_verdict_on_faithfulness(capsys):
 
 def test_axes_asked_for_are_the_ones_decided_and_an_unknown_one_is_a_usage_error(tmp_path, capsys):
     path = labelled_set(tmp_path, [2] * 10)
-    asked = api.calibrate_run(labelled=str(path), judge=CONSTANT, axes=["faithfulness", "answer_correctness"])
+    asked = api.calibrate(labelled=str(path), judge=CONSTANT, axes=["faithfulness", "answer_correctness"])
     assert asked.weak_axes == ["answer_correctness"] and "no usable label" in asked.reason
     assert main(["calibrate", "--labelled", str(path), "--axes", "faithfulness", "--axes", "tone"]) == 64
     assert (
@@ -196,9 +194,9 @@ def test_axes_asked_for_are_the_ones_decided_and_an_unknown_one_is_a_usage_error
 
 
 def test_keyed_labels_are_decided_on_every_axis_by_default(golden_run, strict_labels):
-    result = api.calibrate_run(str(GOLDEN), labels=str(strict_labels), axes=["answer_correctness"])
+    result = api.calibrate(str(GOLDEN), labels=str(strict_labels), axes=["answer_correctness"])
     assert result.ok is False and result.not_assessed == ["faithfulness", "citation_correctness"]
-    assert api.calibrate_run(str(GOLDEN), labels=str(LABELS)).axes == AXES
+    assert api.calibrate(str(GOLDEN), labels=str(LABELS)).axes == AXES
 
 
 # --------------------------------------------------------------------------- the record of a labelled calibration
@@ -213,7 +211,7 @@ def test_a_labelled_calibration_renders_its_report(tmp_path):
 
 def test_a_labelled_calibration_record_loads_as_what_it_is(tmp_path):
     record = tmp_path / "cal.json"
-    saved = api.calibrate_run(labelled=str(EXAMPLE), min_labels=5, save=str(record))
+    saved = api.calibrate(labelled=str(EXAMPLE), min_labels=5, save=str(record))
     loaded = api.load_run(record)
     assert isinstance(loaded, CalibrationResult) and loaded.labelled and loaded.reason == saved.reason
     assert [c.question for c in loaded.run.suite] == [""] * 6 and loaded.run.suite.cases[0].gold_answer is None
@@ -223,7 +221,7 @@ def test_a_labelled_calibration_record_loads_as_what_it_is(tmp_path):
 
 def test_a_labelled_record_with_a_case_that_is_not_a_labelled_case_is_refused(tmp_path):
     record = tmp_path / "cal.json"
-    api.calibrate_run(labelled=str(EXAMPLE), min_labels=5, save=str(record))
+    api.calibrate(labelled=str(EXAMPLE), min_labels=5, save=str(record))
     data = json.loads(record.read_text())
     data["cases"][1]["case"]["expected_behavior"] = "unanswerable_must_abstain"
     forged = tmp_path / "forged.json"
@@ -237,7 +235,7 @@ def test_a_labelled_record_with_a_case_that_is_not_a_labelled_case_is_refused(tm
 
 def test_a_calibration_record_with_its_axes_emptied_is_refused(tmp_path):
     record = tmp_path / "cal.json"
-    api.calibrate_run(labelled=str(EXAMPLE), min_labels=5, save=str(record))
+    api.calibrate(labelled=str(EXAMPLE), min_labels=5, save=str(record))
     data = json.loads(record.read_text())
     data["calibration"]["axes"] = []
     forged = tmp_path / "forged.json"

@@ -144,3 +144,27 @@ def test_a_module_is_at_most_600_lines():
     """Modules are split by topic; one that outgrows 600 lines (docstrings included) holds two."""
     long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_each_verbs_typed_keywords_are_its_parameters_in_the_table():
+    """qaeval.gate(data, **options) types its keywords (GateOptions) for an editor; the parameter table is
+    where each is defined, so the two name the same ones (less the positional data, or monitor's logs)."""
+    from typing import get_type_hints
+
+    from qaeval.core import params as P
+    from qaeval.core.options import OPTIONS
+
+    for command, options in OPTIONS.items():
+        typed = set(get_type_hints(options))
+        table = set(P.names_for(command)) - {"data", "logs"}
+        assert typed == table, (command, "typed only:", typed - table, "in the table only:", table - typed)
+
+
+def test_the_verbs_are_at_the_top_level_under_their_commands_names():
+    import qaeval
+    from qaeval import api
+
+    for name in ("run", "baseline", "gate", "calibrate", "drift", "monitor", "score", "compare"):
+        assert getattr(qaeval, name) is getattr(api, name), name
+    for old in ("gate_run", "calibrate_run", "drift_run", "score_logs"):
+        assert not hasattr(api, old), f"{old} is gone (the CHANGELOG says what it became)"

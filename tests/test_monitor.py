@@ -95,7 +95,7 @@ def test_every_malformed_row_kind_is_named_with_its_line_and_nothing_is_scored(t
     ]
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DatasetError) as info:
-        api.score_logs(str(path))
+        api.monitor(str(path))
     found = [str(p) for p in info.value.problems]
     assert found == [
         f"{path}:2: passage 1 ('hours') has no text",
@@ -144,7 +144,7 @@ def test_no_prompt_logged_means_the_prompt_check_is_not_assessed(tmp_path):
 
 def test_slices_and_windows(tmp_path):
     path = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=40, bad_day=3))
-    result = api.score_logs(str(path), by=["system"], window="1D", isolation="none")
+    result = api.monitor(str(path), by=["system"], time_window="1D", isolation="none")
     slices = result.slices.set_index(["group", "metric"])
     assert slices.loc[("a", "citation_resolvability"), "n"] == 60 and set(result.slices["group"]) == {"a", "b"}
     day = result.windows[(result.windows["slice"] == "(all)") & (result.windows["metric"] == "citation_resolvability")]
@@ -159,15 +159,15 @@ def test_slices_and_windows(tmp_path):
 def test_by_a_column_the_log_lacks_is_a_usage_error_naming_its_columns(tmp_path):
     path = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=4))
     with pytest.raises(UsageError, match="by model: not a slice column of the log; its slice columns are: system"):
-        api.score_logs(str(path), by=["model"])
+        api.monitor(str(path), by=["model"])
 
 
 def test_the_sample_is_uniform_stratified_reproducible_and_checks_still_cover_every_row(tmp_path):
     rows = traffic(days=1, per_day=90) + [log_row(1000 + k, system="c") for k in range(30)]
     path = write_jsonl(tmp_path / "logs.jsonl", rows)
-    one = api.score_logs(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=5, isolation="none")
-    again = api.score_logs(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=5, isolation="none")
-    other = api.score_logs(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=6, isolation="none")
+    one = api.monitor(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=5, isolation="none")
+    again = api.monitor(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=5, isolation="none")
+    other = api.monitor(str(path), judge=ParityJudge(), by=["system"], sample=24, seed=6, isolation="none")
     judged = one.rows[one.rows["sampled"]]
     assert judged.groupby("system", observed=True).size().to_dict() == {"a": 9, "b": 9, "c": 6}, (
         "proportional: 45/45/30"
@@ -199,7 +199,7 @@ def test_a_judge_metric_weights_each_stratum_by_its_share_of_the_rows():
 
 def test_a_metric_with_nothing_to_average_is_nan_with_n_zero(tmp_path):
     path = write_jsonl(tmp_path / "logs.jsonl", [log_row(0, prompt=None, model_was_called=None)])
-    board = api.score_logs(str(path)).scoreboard.set_index("metric")
+    board = api.monitor(str(path)).scoreboard.set_index("metric")
     assert board.loc["prompt_grounding", "n"] == 0 and np.isnan(board.loc["prompt_grounding", "value"])
 
 
@@ -209,8 +209,8 @@ def test_a_dataframe_read_the_obvious_way_scores_as_its_file_does():
     path = Path(__file__).resolve().parents[1] / "examples" / "traffic.jsonl"
     df = pd.read_json(path, lines=True)
     assert str(df["timestamp"].dtype).startswith("datetime64") and df["abstained"].dtype == float
-    from_frame = api.score_logs(df, by=["tenant"], window="1D", sample=20, seed=4, isolation="none")
-    from_file = api.score_logs(str(path), by=["tenant"], window="1D", sample=20, seed=4, isolation="none")
+    from_frame = api.monitor(df, by=["tenant"], time_window="1D", sample=20, seed=4, isolation="none")
+    from_file = api.monitor(str(path), by=["tenant"], time_window="1D", sample=20, seed=4, isolation="none")
     assert from_frame.rows["timestamp"].tolist() == from_file.rows["timestamp"].tolist()
     assert from_frame.rows["abstained"].tolist() == from_file.rows["abstained"].tolist()
     pd.testing.assert_frame_equal(from_frame.scoreboard, from_file.scoreboard)

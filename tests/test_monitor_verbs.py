@@ -137,8 +137,8 @@ def test_a_window_with_too_few_rows_says_so_instead_of_alarming(tmp_path, capsys
 def test_notify_is_called_with_the_alarms(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=4, per_day=40, bad_day=4))
     seen = []
-    result = api.score_logs(
-        str(logs), window="1D", timeseries=str(tmp_path / "h.jsonl"), notify=seen.extend, isolation="none"
+    result = api.monitor(
+        str(logs), time_window="1D", timeseries=str(tmp_path / "h.jsonl"), notify=seen.extend, isolation="none"
     )
     assert result.exit_code == 3 and {a["metric"] for a in seen} >= {
         "citation_resolvability",
@@ -150,7 +150,7 @@ def test_notify_is_called_with_the_alarms(tmp_path):
 def test_the_record_round_trips_is_checked_and_its_sheet_lists_the_judged_rows(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30))
     record = tmp_path / "monitor.json"
-    result = api.score_logs(str(logs), judge=PARITY, by=["system"], window="1D", sample=10, seed=3, save=str(record))
+    result = api.monitor(str(logs), judge=PARITY, by=["system"], time_window="1D", sample=10, seed=3, save=str(record))
     again = api.load_run(record)
     assert (
         again.kind == "monitor"
@@ -219,9 +219,9 @@ def _labels(tmp_path, result, every=2):
 def test_ppi_per_slice_matches_ppi_python(tmp_path):
     ppi_py = pytest.importorskip("ppi_py", reason="ppi-python (the reference implementation) is not installed")
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=60))
-    first = api.score_logs(str(logs), judge=PARITY, by=["system"], sample=80, seed=2)
+    first = api.monitor(str(logs), judge=PARITY, by=["system"], sample=80, seed=2)
     labels = _labels(tmp_path, first)
-    result = api.score_logs(str(logs), judge=PARITY, by=["system"], sample=80, seed=2, labels=str(labels))
+    result = api.monitor(str(logs), judge=PARITY, by=["system"], sample=80, seed=2, labels=str(labels))
     human = {json.loads(line)["case_id"]: json.loads(line)["score"] for line in labels.read_text().splitlines()}
     for system in ("a", "b"):
         judged = result.rows[result.rows["sampled"] & (result.rows["system"] == system)]
@@ -255,11 +255,11 @@ def test_ppi_per_slice_matches_ppi_python(tmp_path):
 
 def test_labels_on_rows_that_were_not_judged_are_left_out_and_counted(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=20))
-    first = api.score_logs(str(logs), sample=5, seed=1)
+    first = api.monitor(str(logs), sample=5, seed=1)
     unjudged = first.rows.loc[~first.rows["sampled"], "row_id"].tolist()[:3]
     labels = tmp_path / "labels.jsonl"
     labels.write_text("".join(json.dumps({"case_id": r, "axis": "faithfulness", "score": 2}) + "\n" for r in unjudged))
-    result = api.score_logs(str(logs), sample=5, seed=1, labels=str(labels))
+    result = api.monitor(str(logs), sample=5, seed=1, labels=str(labels))
     assert "0 of 3 label(s) are on judged rows" in " ".join(result.notes)
     assert result.scoreboard.set_index("metric").loc["faithfulness_rate", "n_labelled"] == 0
 
@@ -296,7 +296,7 @@ def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_an
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=2, per_day=30))
     folder = tmp_path / "records"
     folder.mkdir()
-    result = api.score_logs(str(logs), window="1D", sample=10, seed=3, save=str(folder / "monitor.json"))
+    result = api.monitor(str(logs), time_window="1D", sample=10, seed=3, save=str(folder / "monitor.json"))
     assert main(["run", "--data", str(ROOT / "golden"), "--save", str(folder / "run.json"), "--quiet"]) == 0
     table = api.runs(folder).set_index("kind")
     board = result.scoreboard.set_index("metric")
@@ -315,7 +315,7 @@ def test_a_monitor_record_speaks_through_its_own_scoreboard_in_the_runs_table_an
 
 def test_the_summary_prints_every_metric_per_window(tmp_path):
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=3, per_day=30))
-    text = api.score_logs(str(logs), window="1D").summary_text()
+    text = api.monitor(str(logs), time_window="1D").summary_text()
     head = "per 1D window (all rows; a judge metric is NaN where no row was judged):"
     assert head in text
     block = text.split(head, 1)[1]
@@ -372,7 +372,7 @@ def test_a_row_without_a_time_is_in_no_window_and_the_run_goes_on(tmp_path, caps
     assert "1 row(s) have no timestamp: they are in no window" in capsys.readouterr().out
     frame = pd.read_json(ROOT / "examples" / "traffic.jsonl", lines=True)
     frame.loc[5, "timestamp"] = pd.NaT
-    result = api.score_logs(frame, window="1D", isolation="none")
+    result = api.monitor(frame, time_window="1D", isolation="none")
     assert result.exit_code == 0 and "1 row(s) have no timestamp: they are in no window" in result.notes
 
 
@@ -480,7 +480,7 @@ def test_the_labels_note_counts_only_the_labels_a_monitor_metric_uses(tmp_path):
     """Issue 40: "2 of 2 label(s) ... the PPI columns use those", where one was on answer correctness,
     which no monitor metric uses."""
     logs = write_jsonl(tmp_path / "logs.jsonl", traffic(days=1, per_day=10))
-    first = api.score_logs(str(logs))
+    first = api.monitor(str(logs))
     row = first.rows["row_id"].tolist()[0]
     labels = tmp_path / "labels.jsonl"
     labels.write_text(
@@ -489,7 +489,7 @@ def test_the_labels_note_counts_only_the_labels_a_monitor_metric_uses(tmp_path):
             for axis in ("faithfulness", "answer_correctness")
         )
     )
-    note = " ".join(api.score_logs(str(logs), labels=str(labels)).notes)
+    note = " ".join(api.monitor(str(logs), labels=str(labels)).notes)
     assert "2 of 2 label(s) are on judged rows" in note and "the PPI columns use the 1 on" in note
     assert "no monitor metric uses answer_correctness" in note, note
 
@@ -510,7 +510,7 @@ def test_the_monitor_report_draws_no_gold_says_what_no_alarm_means_and_keeps_its
     assert "Gold answer" not in rows and "must abstain" not in rows and "answer correctness" not in rows
     assert "cited hours" in rows
 
-    figure = metrics_over_time(api.score_logs(str(log), window="1D")).figure
+    figure = metrics_over_time(api.monitor(str(log), time_window="1D")).figure
     figure.canvas.draw()
     for ax in figure.axes:
         boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
@@ -533,7 +533,7 @@ def test_a_history_line_qaeval_could_not_read_back_is_never_appended(tmp_path, m
 
     monkeypatch.setattr(verdicts_monitor, "metric_values", out_of_range)
     with pytest.raises(DatasetError, match="qaeval would append a history line it could not read back"):
-        api.score_logs(str(logs), window="1D", timeseries=str(history))
+        api.monitor(str(logs), time_window="1D", timeseries=str(history))
     assert not history.exists(), "nothing appended"
 
 

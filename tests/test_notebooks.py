@@ -136,7 +136,7 @@ def test_a_tolerance_given_as_one_string_is_one_item(tmp_path, baseline):
     assert "PASS" in outputs_text(nb), "read as one tolerance, not one character at a time"
     from qaeval import api
 
-    result = api.gate_run(str(GOLDEN), baseline=baseline, tolerance="faithfulness_rate=0.5")
+    result = api.gate(str(GOLDEN), baseline=baseline, tolerance="faithfulness_rate=0.5")
     assert result.metric_deltas.set_index("metric").at["faithfulness_rate", "tolerance"] == 0.5
 
 
@@ -144,7 +144,7 @@ def test_a_misspelt_api_keyword_is_a_usage_error():
     from qaeval import UsageError, api
 
     with pytest.raises(UsageError, match="no parameter 'adaptr'.*adapter"):
-        api.gate_run(str(GOLDEN), baseline="x.json", adaptr="qaeval.system.saboteur:make_adapter")
+        api.gate(str(GOLDEN), baseline="x.json", adaptr="qaeval.system.saboteur:make_adapter")
     with pytest.raises(UsageError, match="no parameter 'concurency'"):
         api.run(str(GOLDEN), concurency=4)
 

@@ -96,7 +96,7 @@ def test_the_same_snoop_in_the_harness_process_finds_the_labels(monkeypatch, gol
 
 
 def test_an_adapter_cannot_tamper_with_the_harness(baseline):
-    result = api.gate_run(str(GOLDEN), baseline=baseline, adapter="plugins:make_tamperer")
+    result = api.gate(str(GOLDEN), baseline=baseline, adapter="plugins:make_tamperer")
     assert not result.ok, "an always-abstaining system must not pass by rewriting the cases"
     assert result.run.metric("over_refusal_rate") == 1.0
     assert len(result.regressed) == 7, "every answerable case that passed before regresses"
@@ -156,7 +156,7 @@ def test_a_hang_that_swallows_every_exception_is_stopped_from_outside(golden):
 
 def test_one_failing_case_fails_exactly_one_case(baseline):
     """With pandas 3, None in the error column once became a truthy NaN and failed every case."""
-    result = api.gate_run(str(GOLDEN), baseline=baseline, adapter="plugins:make_raises_on_one")
+    result = api.gate(str(GOLDEN), baseline=baseline, adapter="plugins:make_raises_on_one")
     pc = result.run.per_case.set_index("case_id")
     assert pc["error"].notna().sum() == 1 and pc.at["single-0002", "error"].startswith("adapter raised RuntimeError")
     assert (~pc["case_passed"]).sum() == 6, "the known five multi-step failures and the one that raised"

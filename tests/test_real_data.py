@@ -61,7 +61,7 @@ def test_musique_imports_hops_and_supporting_paragraphs(tmp_path):
 def calibrate_on(tmp_path, fmt: str, name: str):
     report = api.import_cases(fmt, DATA / name, tmp_path, labelled=True)
     path = next(tmp_path.glob("*-labelled.jsonl"))
-    return report, api.calibrate_run(labelled=str(path), min_labels=5)
+    return report, api.calibrate(labelled=str(path), min_labels=5)
 
 
 @present("wice-claim-dev.jsonl")

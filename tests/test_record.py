@@ -79,14 +79,14 @@ def test_the_record_holds_everything_a_run_knew(golden_run, tmp_path):
 def test_gate_calibrate_and_drift_results_round_trip(tmp_path):
     baseline = tmp_path / "b.json"
     assert main(["baseline", "--data", str(GOLDEN), "--out", str(baseline)]) == 0
-    gate = api.gate_run(
+    gate = api.gate(
         str(GOLDEN),
         baseline=str(baseline),
         adapter="qaeval.system.saboteur:make_adapter",
         save=str(tmp_path / "gate.json"),
     )
-    calibration = api.calibrate_run(str(GOLDEN), labels=str(LABELS), save=str(tmp_path / "cal.json"))
-    drift = api.drift_run(str(GOLDEN), timeseries=str(tmp_path / "h.jsonl"), save=str(tmp_path / "drift.json"))
+    calibration = api.calibrate(str(GOLDEN), labels=str(LABELS), save=str(tmp_path / "cal.json"))
+    drift = api.drift(str(GOLDEN), timeseries=str(tmp_path / "h.jsonl"), save=str(tmp_path / "drift.json"))
     for result, path, kind in (
         (gate, "gate.json", GateResult),
         (calibration, "cal.json", CalibrationResult),
@@ -284,7 +284,7 @@ def test_a_record_older_than_a_metric_still_loads_and_gates(golden_run, tmp_path
     again = load_run(path)
     assert again.metric("rerank_mrr") == golden_run.metric("rerank_mrr"), "recomputed from the stored layers"
     assert any("predates rerank_mrr" in n for n in again.notes)
-    assert api.gate_run(str(GOLDEN), baseline=str(path)).ok
+    assert api.gate(str(GOLDEN), baseline=str(path)).ok
 
 
 def test_compare_report_says_a_passing_baseline_case_was_not_judged_correct(tmp_path):

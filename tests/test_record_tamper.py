@@ -85,7 +85,7 @@ def test_a_gate_record_whose_tiers_all_say_passed_draws_no_pass_page(records, tm
 def test_gate_run_with_a_forged_record_raises(records, tmp_path):
     forged = edited(records["gate"], tmp_path / "forged.json", every_tier_passed)
     with pytest.raises(RecordError, match=r"gate\.tiers\[1\]\.passed says true but its cases give false"):
-        api.gate_run(record=str(forged))
+        api.gate(record=str(forged))
 
 
 def test_a_record_from_another_version_that_disagrees_says_so(records, tmp_path):
@@ -164,7 +164,7 @@ def test_an_edited_baseline_is_refused_before_the_gate_runs(tmp_path, capsys):
     assert main(["gate", "--data", str(GOLDEN), "--baseline", str(forged), "--quiet"]) == 65
     assert "scoreboard[1].value (faithfulness_rate) says 0.0 but its cases give 1.0" in capsys.readouterr().err
     with pytest.raises(BaselineError):
-        api.gate_run(str(GOLDEN), baseline=str(forged))
+        api.gate(str(GOLDEN), baseline=str(forged))
 
 
 # --------------------------------------------------------------------------- compare and the run layers
@@ -307,7 +307,7 @@ def test_a_baseline_record_keeps_prompts_as_hashes_and_its_grounding_is_taken_as
 @pytest.fixture(scope="module")
 def calibration_record(tmp_path_factory, strict_labels) -> Path:
     path = tmp_path_factory.mktemp("cal") / "cal.json"
-    api.calibrate_run(str(GOLDEN), labels=str(strict_labels), save=str(path))
+    api.calibrate(str(GOLDEN), labels=str(strict_labels), save=str(path))
     return path
 
 
@@ -336,7 +336,7 @@ def test_a_calibration_record_with_an_axis_edited_to_pass_is_caught(calibration_
     with pytest.raises(
         RecordError, match=r"calibration\.agreement\[\d\]\.passed \(\w+\) says true but its cases give false"
     ):
-        api.calibrate_run(record=str(forged))
+        api.calibrate(record=str(forged))
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +354,7 @@ def drift_record(tmp_path_factory, golden_run) -> Path:
         "time": "2026-01-01T00:00:00+00:00",
     }
     series.write_text("".join(json.dumps(line) + "\n" for _ in range(3)))
-    result = api.drift_run(str(GOLDEN), timeseries=str(series), adapter=SABOTEUR, save=str(tmp / "drift.json"))
+    result = api.drift(str(GOLDEN), timeseries=str(series), adapter=SABOTEUR, save=str(tmp / "drift.json"))
     assert not result.ok
     return tmp / "drift.json"
 
@@ -367,7 +367,7 @@ def test_a_drift_record_whose_alarms_were_removed_is_caught(drift_record, tmp_pa
 
     forged = edited(drift_record, tmp_path / "drift.json", forge)
     with pytest.raises(RecordError) as caught:
-        api.drift_run(record=str(forged))
+        api.drift(record=str(forged))
     message = str(caught.value)
     assert "drift.line.alarms says [] but its cases give [" in message
     assert "drift.bands[3].alarm (citation_precision) says false but its cases give true" in message
@@ -501,7 +501,7 @@ def monitor_record(tmp_path_factory) -> Path:
 
     tmp = tmp_path_factory.mktemp("monitor")
     logs = write_jsonl(tmp / "logs.jsonl", traffic(days=2, per_day=30))
-    api.score_logs(str(logs), by=["system"], window="1D", sample=10, seed=3, save=str(tmp / "monitor.json"))
+    api.monitor(str(logs), by=["system"], time_window="1D", sample=10, seed=3, save=str(tmp / "monitor.json"))
     return tmp / "monitor.json"
 
 
@@ -670,7 +670,7 @@ def test_a_monitor_record_whose_log_times_differ_in_precision_loads(tmp_path):
     rows = traffic(days=1, per_day=6)
     rows[3]["timestamp"] = "2026-02-01T03:00:00.250000+00:00"
     logs = write_jsonl(tmp_path / "logs.jsonl", rows)
-    result = api.score_logs(str(logs), window="1D", save=str(tmp_path / "monitor.json"))
+    result = api.monitor(str(logs), time_window="1D", save=str(tmp_path / "monitor.json"))
     again = load_run(tmp_path / "monitor.json")
     assert again.rows["timestamp"].tolist() == result.rows["timestamp"].tolist()
     assert str(again.rows["timestamp"].iloc[3]) == "2026-02-01 03:00:00.250000+00:00"

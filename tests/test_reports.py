@@ -96,7 +96,7 @@ def test_rows_are_marked_bad_from_their_data():
 def test_axes_a_labelled_set_does_not_label_are_not_assessed_rather_than_not_trusted():
     from conftest import ROOT
 
-    result = api.calibrate_run(labelled=str(ROOT / "examples" / "labelled-set.jsonl"))
+    result = api.calibrate(labelled=str(ROOT / "examples" / "labelled-set.jsonl"))
     assert result.axes == ("faithfulness",)
     markup = report.agreement_table(result).markup
     rows = {axis: bad for bad, axis in re.findall(r'<tr( class="bad")?><td class="id"><code>([^<]+)</code>', markup)}
@@ -164,7 +164,7 @@ def test_blocking_cases_are_tagged_with_the_rules_they_trip(tmp_path):
 
     from qaeval.reports.gate import blocking_cases
 
-    result = api.gate_run(
+    result = api.gate(
         str(GOLDEN), baseline=str(GOLDEN / "ci-baseline.json"), adapter="qaeval.system.saboteur:make_adapter"
     )
     tiers = result.tiers.set_index("rule")

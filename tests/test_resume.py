@@ -263,7 +263,7 @@ def test_calibrate_resumes_an_interrupted_run_from_its_journal(tmp_path):
     assert not (tmp_path / "r.json.journal").exists(), "the record replaces the journal"
     resumed = load_run(tmp_path / "r.json")
     assert f"{kept} of {CASES} (case, trial) output(s) reused" in " ".join(resumed.run.notes)
-    whole = api.calibrate_run(str(GOLDEN), labels=str(LABELS), isolation="none")
+    whole = api.calibrate(str(GOLDEN), labels=str(LABELS), isolation="none")
     assert resumed.agreement.equals(whole.agreement) and resumed.ok == whole.ok
 
 
@@ -385,7 +385,7 @@ def test_adaptive_in_a_gate_gives_every_trial_to_a_case_the_baseline_had_flaky(t
         concurrency=1,
         allow_failing=True,
     )
-    result = api.gate_run(
+    result = api.gate(
         str(GOLDEN),
         baseline=str(base),
         trials=4,
@@ -555,7 +555,7 @@ def test_an_adaptive_gate_tests_every_trial_it_ran_against_the_baseline_that_cho
         str(GOLDEN), out=str(base), adapter="plugins:make_abstain_every_other", trials=4, allow_failing=True, **common
     )
     saved = tmp_path / "g.json"
-    result = api.gate_run(
+    result = api.gate(
         str(GOLDEN),
         baseline=str(base),
         trials=4,

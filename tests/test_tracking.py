@@ -210,7 +210,7 @@ def test_with_the_server_stopped_a_gate_keeps_its_own_exit_code_and_record(
 def test_the_api_logs_to_a_local_sqlite_store_and_its_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow keeps a local store's artifacts under the working directory
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="judges")
+    result = qa.calibrate(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="judges")
     logged = only_run(MlflowClient(uri), "judges")
     assert (logged.data.tags["kind"], logged.data.tags["verdict"]) == ("calibrate", result.verdict)
     faith = result.agreement.set_index("axis").loc["faithfulness"]
@@ -238,7 +238,7 @@ def test_a_refused_write_is_a_warning_and_the_result_stands(tmp_path, monkeypatc
     client = MlflowClient(uri)
     client.delete_experiment(client.create_experiment("closed"))  # MLflow refuses runs in a deleted experiment
     with pytest.warns(TrackingWarning, match="could not log to MLflow") as caught:
-        result = qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="closed")
+        result = qa.calibrate(labelled=LABELLED, min_labels=5, mlflow=uri, mlflow_experiment="closed")
     message = tracking_warning(caught)  # not MLflow's own deprecation warnings, which come first in a fresh worker
     assert "deleted" in message or "active" in message, message
     assert result.verdict == "RETUNE JUDGE" and result.exit_code == 2
@@ -247,7 +247,7 @@ def test_a_refused_write_is_a_warning_and_the_result_stands(tmp_path, monkeypatc
 
 def test_a_tracker_that_is_down_warns_through_the_api(tmp_path):
     with pytest.warns(TrackingWarning, match=r"http://\*\*\*@127\.0\.0\.1"):
-        result = qa.calibrate_run(
+        result = qa.calibrate(
             labelled=LABELLED, min_labels=5, mlflow=f"http://u:p@127.0.0.1:{free_port()}", save=str(tmp_path / "c.json")
         )
     assert result.exit_code == 2 and qa.load_run(tmp_path / "c.json").verdict == "RETUNE JUDGE"
@@ -303,7 +303,7 @@ def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path,
     citation_resolvability and holds a meaningless answer correctness), and its table is per row."""
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = qa.score_logs(
+    result = qa.monitor(
         str(ROOT / "examples" / "traffic.jsonl"),
         by=["model_version"],
         sample=20,
@@ -333,7 +333,7 @@ def test_a_tracker_message_that_breaks_into_lines_is_warned_whole(tmp_path, monk
 
     monkeypatch.setattr(tracking, "_log", refuse)
     with pytest.warns(TrackingWarning) as caught:
-        qa.calibrate_run(labelled=LABELLED, min_labels=5, mlflow=f"sqlite:///{tmp_path / 'm.db'}")
+        qa.calibrate(labelled=LABELLED, min_labels=5, mlflow=f"sqlite:///{tmp_path / 'm.db'}")
     assert "must be http: - set MLFLOW_TRACKING_URI - call set_tracking_uri" in tracking_warning(caught)
 
 

@@ -137,7 +137,7 @@ def test_a_multi_step_case_whose_trajectory_fails_in_one_trial_has_not_succeeded
 def test_the_gates_tier_one_breakdown_counts_every_trial(monkeypatch):
     """A check that failed in trial 2 only was missing from the breakdown ("1 case(s) not green: ")."""
     monkeypatch.syspath_prepend(TESTS)
-    result = api.gate_run(
+    result = api.gate(
         str(GOLDEN),
         baseline=str(GOLDEN / "ci-baseline.json"),
         trials=2,
@@ -291,7 +291,7 @@ def test_one_trial_each_side_decides_as_before(tmp_path, monkeypatch):
     without any noise test, as before trials."""
     monkeypatch.syspath_prepend(TESTS)
     api.baseline(str(GOLDEN), out=str(tmp_path / "b.json"), isolation="none")
-    result = api.gate_run(
+    result = api.gate(
         str(GOLDEN), baseline=str(tmp_path / "b.json"), adapter="plugins:make_abstain_on_dvd", isolation="none"
     )
     deltas = result.metric_deltas.set_index("metric")
@@ -466,11 +466,11 @@ def test_compare_tells_a_flaky_case_from_a_regressed_one(tmp_path, monkeypatch):
 
 def test_drift_bands_use_trial_averaged_figures_and_each_history_line_records_k(tmp_path):
     series = tmp_path / "series.jsonl"
-    api.drift_run(str(GOLDEN), timeseries=str(series), trials=3, isolation="none")
-    api.drift_run(str(GOLDEN), timeseries=str(series), isolation="none")
+    api.drift(str(GOLDEN), timeseries=str(series), trials=3, isolation="none")
+    api.drift(str(GOLDEN), timeseries=str(series), isolation="none")
     first, second = (json.loads(line) for line in series.read_text().splitlines())
     assert (first["trials"], second["trials"]) == (3, 1)
-    result = api.drift_run(str(GOLDEN), timeseries=str(series), trials=2, isolation="none")
+    result = api.drift(str(GOLDEN), timeseries=str(series), trials=2, isolation="none")
     assert any("the series mixes trial counts" in n for n in result.notes)
 
 

@@ -206,7 +206,7 @@ def test_what_a_hook_prints_is_a_note_not_output(tmp_path):
 def test_an_unknown_hook_is_a_usage_error_before_anything_runs(tmp_path):
     series = tmp_path / "s.jsonl"
     with pytest.raises(UsageError, match="has no attribute 'nope'"):
-        api.drift_run(str(GOLDEN), timeseries=str(series), notify="hostile_plugins:nope")
+        api.drift(str(GOLDEN), timeseries=str(series), notify="hostile_plugins:nope")
     assert not series.exists()
 
 
@@ -230,7 +230,7 @@ def test_a_hook_function_from_the_api_is_shipped_to_its_own_process(tmp_path):
     def hook(alarms):
         seen.write_text(f"{os.getpid()} {len(alarms)}")
 
-    result = api.drift_run(str(GOLDEN), timeseries=str(alarming_series(tmp_path)), notify=hook)
+    result = api.drift(str(GOLDEN), timeseries=str(alarming_series(tmp_path)), notify=hook)
     pid, count = seen.read_text().split()
     assert not result.ok and int(count) == len(result.alarms) and int(pid) != os.getpid()
 

@@ -1,4 +1,4 @@
-"""``qaeval monitor`` and ``qa.score_logs``: score logged traffic without gold, end to end.
+"""``qaeval monitor`` and ``qa.monitor``: score logged traffic without gold, end to end.
 
 1. Scan the log in chunks (``qaeval.data.logs``), running the gold-free checks on each chunk as it is
    read (``qaeval.scoring.monitor.check_rows``) and keeping one small row of results per log row; the
