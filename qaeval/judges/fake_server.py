@@ -212,7 +212,8 @@ class FakeJudgeServer:
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
                 if outer.drip:
-                    return self._drip(status, data)
+                    self._drip(status, data)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
