@@ -561,3 +561,33 @@ def test_a_gate_record_whose_trials_test_was_edited_to_pass_is_refused(tmp_path,
     (tmp_path / "older.json").write_text(json.dumps(honest))
     with pytest.raises(RecordError, match=r"lacks 1 baseline case\(s\) it names \(single-0003\), so its trials tests"):
         load_run(tmp_path / "older.json")
+
+
+def test_adaptive_pass_at_k_is_estimated_over_every_case_and_pass_hat_k_is_not_estimable(tmp_path):
+    """Issue 49, item 17: with --adaptive, pass^k and pass@k were averaged over the cases that got more
+    trials, those whose first trial failed: the deterministic reference system showed pass^k 0.000 (n 5)
+    where fixed K gives 0.667. Now pass@k is estimated over every case under the adaptive rule, and pass^k,
+    which a single passing trial cannot estimate, is NaN with n 0, shown as such and saying why."""
+    fixed = api.run(str(GOLDEN), trials=3, isolation="none").scoreboard.set_index("metric")
+    adaptive = api.run(str(GOLDEN), trials=3, adaptive=True, isolation="none", save=str(tmp_path / "a.json"))
+    board = adaptive.scoreboard.set_index("metric")
+    cases = len(adaptive.per_case)
+    assert fixed.at["pass_hat_k", "n"] == fixed.at["pass_at_k", "n"] == cases
+    assert (board.at["pass_at_k", "value"], board.at["pass_at_k", "n"]) == (fixed.at["pass_at_k", "value"], cases)
+    assert board.at["pass_at_k", "value"] == pytest.approx(10 / 15)  # the reference system: 10 of 15 cases pass
+    assert math.isnan(board.at["pass_hat_k", "value"]) and board.at["pass_hat_k", "n"] == 0
+    meaning = next(m.meaning for m in adaptive.metrics if m.name == "pass_hat_k")
+    assert meaning == "chance that all 3 trials of a case pass (pass^3) (not estimable with adaptive trials: NaN)"
+    assert any("pass_hat_k is not estimable (NaN): a case whose first trial passed" in n for n in adaptive.notes)
+    back = load_run(tmp_path / "a.json").scoreboard.set_index("metric")  # the record says the same, and checks
+    assert back.at["pass_at_k", "value"] == pytest.approx(10 / 15) and back.at["pass_hat_k", "n"] == 0
+
+
+def test_adaptive_pass_at_k_uses_the_draws_that_hold_the_first_trial():
+    from qaeval.scoring.trials import adaptive_pass_at_k
+
+    assert adaptive_pass_at_k(True, 1, 1, 3) == 1.0  # its first passed: any draw holding it passes
+    assert adaptive_pass_at_k(False, 0, 3, 3) == 0.0
+    assert adaptive_pass_at_k(False, 1, 3, 3) == 1.0  # one of the later two passed; every draw holds all three
+    assert adaptive_pass_at_k(False, 1, 5, 2) == pytest.approx(1 - 3 / 4)  # 1 - C(3, 1) / C(4, 1)
+    assert math.isnan(adaptive_pass_at_k(False, 0, 2, 3))

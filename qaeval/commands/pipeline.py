@@ -261,7 +261,8 @@ def evaluate(
                 rest = [p for p in rest if everyone.cases[p].id in unsettled]
                 collected.notes.append(
                     f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
-                    f"{len(skipped)} system call(s) saved of {n * trials}"
+                    f"{len(skipped)} system call(s) saved of {n * trials}; pass_at_k is estimated over every "
+                    "case, pass_hat_k is not estimable (NaN): a case whose first trial passed had no more"
                 )
                 _collect(suite, adapter, rest, collected, stream, writer, run_options)
             else:
