@@ -1033,3 +1033,22 @@ def make_second_best():
 
 def make_second_best_half_the_time():
     return SecondBest(half_the_time=True)
+
+
+class AbstainFirstTimeAsked(WrapsHub):
+    """The reference hub, except that it abstains the first time it is asked each question: every case
+    fails one of its trials (too few for any case to regress), and over-refusal moves with all of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def answer(self, case):
+        if case.question not in self.seen:
+            self.seen.add(case.question)
+            return SUTOutput(abstained=True)
+        return self.hub.answer(case)
+
+
+def make_abstain_first_time_asked():
+    return AbstainFirstTimeAsked()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import sys
 
 import pandas as pd
@@ -190,13 +191,36 @@ def test_server_without_structured_output_falls_back_to_tolerant_parsing(env):
         assert s.calls == 13, "one rejected request, then twelve without the schema"
 
 
+DEADLINE = "the judge did not answer within its deadline of {} s (QAEVAL_JUDGE_TIMEOUT, retries included)"
+
+
 def test_timeouts_are_judge_errors(env):
     env.setenv("QAEVAL_JUDGE_TIMEOUT", "0.1")
     env.setenv("QAEVAL_JUDGE_MAX_RETRIES", "0")
     with FakeJudgeServer(latency=0.6) as slow:
         env.setenv("OPENAI_BASE_URL", slow.url)
         run = judged()
-    assert run.verdicts["error"].eq("the judge timed out after retries").all()
+    assert run.verdicts["error"].eq(DEADLINE.format("0.1")).all()
+
+
+def test_a_judge_that_drips_its_reply_ends_at_the_deadline_not_never(env, tmp_path):
+    """Issue 49, item 15: QAEVAL_JUDGE_TIMEOUT was a per-read timeout, so a server sending one byte every
+    half second held `qaeval run` for as long as it dripped. Now it is the whole call's deadline, retries
+    included: every judged case gets the judge error naming it, and the run ends."""
+    env.setenv("QAEVAL_JUDGE_TIMEOUT", "2")
+    with FakeJudgeServer(drip=0.5, drip_bytes=400) as dripping:  # at most 200 s a reply, ended with the server
+        env.setenv("OPENAI_BASE_URL", dripping.url)
+        done = subprocess.run(
+            [sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--judge", JUDGE, "--save", "run.json"],
+            capture_output=True,
+            text=True,
+            timeout=100,  # generous: the run takes some seconds; before the fix it never ended
+        )
+        assert dripping.calls >= 1
+    assert done.returncode == 0 and "judge calls: 12 (0 from cache, 12 errors)" in done.stdout, done.stderr
+    record = json.loads((tmp_path / "run.json").read_text())
+    errors = {v["error"] for line in record["cases"] for v in line["verdicts"]}
+    assert errors == {DEADLINE.format("2")}, errors
 
 
 def test_api_key_never_reaches_cache_baseline_report_or_output(env, tmp_path, capsys):

@@ -578,7 +578,7 @@ def test_a_hanging_generator_call_costs_that_candidate(tmp_path, generator_env, 
     generator_env(generation_faults={"hang": 3}, hang_seconds=10)
     corpus = write_corpus(tmp_path / "corpus")
     proposal = api.propose(from_corpus=str(corpus), sheet=str(tmp_path / "s.csv"), n=6, generator_cache=False)
-    why = "the generator failed: the generator timed out after retries"  # the reason is kept, not just "failed"
+    why = "the generator failed: the generator did not answer within its deadline of 0.3 s (QAEVAL_JUDGE_TIMEOUT, retries included)"
     assert set(proposal.dropped) == {why} and proposal.dropped[why] >= 2
     assert len(proposal.candidates) == 6
 
@@ -1160,3 +1160,37 @@ def test_a_record_read_whole_names_its_rows_by_place_and_never_parses_a_string_r
     assert main(["propose", "--from-monitor", str(whole), "--out", str(tmp_path / "s.csv"), "--n", "1"]) == 65
     err = capsys.readouterr().err
     assert "monitor.rows[1]: a row must be a JSON object" in err and f"{whole}:2:" not in err, err
+
+
+def test_a_generator_that_drips_its_reply_ends_at_the_deadline_not_never(tmp_path, generator_env):
+    """Issue 49, item 16: the generator's QAEVAL_JUDGE_TIMEOUT was a per-read timeout, so a server sending
+    one byte every half second held `propose --from-corpus` for as long as it dripped. Now each call
+    has a whole-call deadline: it costs its candidate, for that reason, and the proposal ends."""
+    import subprocess
+    import sys
+
+    generator_env(drip=0.5, drip_bytes=400)  # at most 200 s a reply, ended with the server
+    corpus = write_corpus(tmp_path / "corpus")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qaeval",
+            "propose",
+            "--from-corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--n",
+            "2",
+            "--max-calls",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "QAEVAL_JUDGE_TIMEOUT": "2"},
+        timeout=100,  # generous: the proposal takes some seconds; before the fix it never ended
+    )
+    why = "the generator did not answer within its deadline of 2 s (QAEVAL_JUDGE_TIMEOUT, retries included)"
+    assert done.returncode == 0 and "PROPOSED: no candidate" in done.stdout, done.stderr
+    assert why in done.stdout, done.stdout

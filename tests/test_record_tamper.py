@@ -730,3 +730,40 @@ def test_a_bad_field_in_a_run_is_exit_65_naming_it_not_an_internal_error(records
     assert main(["report", str(bad), "--html", str(tmp_path / "bad.html")]) == 65
     err = capsys.readouterr().err
     assert named in err and "internal error" not in err
+
+
+def _pass_hat_k_row(data: dict[str, Any]) -> None:
+    data["scoreboard"].append({**data["scoreboard"][0], "metric": "pass_hat_k", "value": 1.0})
+
+
+def _unknown_row(data: dict[str, Any]) -> None:
+    data["scoreboard"].append({**data["scoreboard"][0], "metric": "vibes", "value": 1.0})
+
+
+def _unknown_slice(data: dict[str, Any]) -> None:
+    data["slices"].append({**data["slices"][0], "metric": "vibes", "value": 1.0})
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            _pass_hat_k_row,
+            "scoreboard[10] (pass_hat_k) is a row for a metric of several trials, and the record has one trial",
+        ),
+        (_unknown_row, "scoreboard[10] (vibes) is a row for a metric its run does not compute"),
+        (_unknown_slice, "slices[90] (difficulty, aggregation, vibes) is a row for a metric its run does not compute"),
+    ],
+)
+def test_an_extra_scoreboard_row_is_refused_naming_it_not_a_crash_in_the_report(
+    records, tmp_path, capsys, edit, message
+):
+    """Issue 49, item 14: a row for a metric the run does not compute was skipped by the check, and the
+    report's notebook died on it with a KeyError (exit 70)."""
+    forged = edited(records["good"], tmp_path / "extra.json", edit)
+    capsys.readouterr()
+    assert main(["report", str(forged), "--html", str(tmp_path / "extra.html")]) == 65
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    with pytest.raises(RecordError, match="does not compute|several trials"):
+        load_run(forged)

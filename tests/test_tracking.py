@@ -351,3 +351,73 @@ def test_a_password_holding_an_at_sign_is_redacted_whole():
 
     assert redact("http://alice:Tr0ub@dor-x9@host:5000/x") == "http://***@host:5000/x"
     assert redact("see http://u:p@a and https://v:q@b/c") == "see http://***@a and https://***@b/c"
+
+
+class Dripping:
+    """A server on 127.0.0.1 that answers every request one byte each half second: at most ``limit``
+    bytes a connection, and none once it is stopped. A per-read timeout never fires on it."""
+
+    def __init__(self, limit: int = 400) -> None:
+        import threading
+
+        self.limit, self.stop, self.connections = limit, threading.Event(), 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # the accept timeout: look at the stop flag again
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        reply = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 300\r\n\r\n{"experiment": '
+        with conn:
+            for byte in reply[: self.limit]:
+                conn.sendall(bytes([byte]))
+                if self.stop.wait(0.5):  # the pace of the drip; a stopped server ends it
+                    return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_tracker_that_drips_its_replies_ends_at_the_deadline_and_the_run_stands(tmp_path):
+    """Issue 49, item 15: MLflow's timeout is per read, so a tracking server sending a byte every half second
+    held the command for ever. The whole logging now has a deadline (QAEVAL_MLFLOW_DEADLINE); past it the
+    command warns, and its verdict, exit code and record stand."""
+    server = Dripping()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "qaeval", "run", "--data", str(GOLDEN), "--quiet", "--save", "run.json"]
+            + ["--mlflow", server.url],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "QAEVAL_MLFLOW_DEADLINE": "3", "QAEVAL_PROGRESS": "0"},
+            timeout=100,  # generous: the run takes some seconds; before the fix it never ended
+        )
+    finally:
+        server.close()
+    assert server.connections >= 1
+    assert done.returncode == 0, done.stderr
+    assert "could not log to MLflow" in done.stderr and "did not finish within 3 s (QAEVAL_MLFLOW_DEADLINE)" in (
+        done.stderr
+    ), done.stderr
+    assert qa.load_run(tmp_path / "run.json").verdict == "GREEN"
+
+
+def test_a_tracking_deadline_that_is_not_a_number_is_a_usage_error_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setenv("QAEVAL_MLFLOW_DEADLINE", "soon")
+    assert main(["run", "--data", str(GOLDEN), "--mlflow", "http://127.0.0.1:9"]) == 64
+    assert "QAEVAL_MLFLOW_DEADLINE='soon' is not a number of seconds" in capsys.readouterr().err

@@ -266,15 +266,6 @@ def test_a_gated_metric_whose_test_cannot_reach_the_level_costs_the_others_nothi
     assert metric_level([0.001] * 2 + [0.2] * 5, 0.025) == pytest.approx(0.025 / 2)
 
 
-def test_a_gate_record_keeps_each_metric_tests_smallest_p_and_an_older_one_is_read_by_its_own_rule():
-    from qaeval.verdicts.gate_record import recorded_metric_level
-
-    rows = [{"metric": m, "min_p": f} for m, f in (("a", 1.0), ("b", None), ("c", 0.001))]
-    assert recorded_metric_level(rows, 0.025, 3) == 0.025  # Tarone: only c could reach the level
-    assert recorded_metric_level([{"metric": r["metric"]} for r in rows], 0.025, 3) == pytest.approx(0.025 / 3)
-    assert recorded_metric_level(rows, None, 3) is None  # one trial a side: the tolerances alone
-
-
 def test_a_case_that_fails_every_trial_after_passing_every_baseline_trial_blocks(baseline_k4, monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
     run = api.run(str(GOLDEN), adapter="plugins:make_abstain_on_dvd", trials=3, isolation="none")
@@ -530,3 +521,73 @@ def test_a_gate_record_whose_trial_verdicts_are_forged_is_refused(tmp_path, monk
 def test_options_that_mean_nothing_together_are_usage_errors(flags, says, capsys):
     assert main(["run", "--data", str(GOLDEN), *flags]) == 64
     assert says in capsys.readouterr().err
+
+
+def test_a_gate_record_whose_trials_test_was_edited_to_pass_is_refused(tmp_path, monkeypatch, capsys):
+    """Issue 49, item 12: with trials the noise test decides a metric, and the record check decided again
+    from the p-value the record itself stored. Edited p_value, passed and tier made `report` and
+    load_run().exit_code say PASS / 0 for a gate that blocked; the p-values are now computed again from
+    the trials."""
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.chdir(tmp_path)
+    common = ["--data", str(GOLDEN), "--trials", "3", "--isolation", "none", "--quiet"]
+    assert main(["baseline", *common, "--out", "b.json"]) == 0
+    adapter = ["--adapter", "plugins:make_abstain_first_time_asked", "--concurrency", "1"]
+    assert main(["gate", *common, *adapter, "--baseline", "b.json", "--save", "g.json"]) == 1
+    data = json.loads((tmp_path / "g.json").read_text())
+    tiers = {t["rule"]: t["passed"] for t in data["gate"]["tiers"]}
+    assert tiers == {
+        "deterministic checks": True,
+        "metrics vs baseline": False,  # the trials test alone blocks: every case failed one trial of three
+        "no passing case regresses": True,
+        "new cases pass": True,
+    }
+    for row in data["gate"]["metric_deltas"]:
+        if not row["passed"]:
+            row["p_value"], row["passed"] = 0.9, True
+    tier = next(t for t in data["gate"]["tiers"] if t["rule"] == "metrics vs baseline")
+    tier["passed"], tier["case_ids"] = True, []
+    (tmp_path / "forged.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["report", "forged.json", "--html", "forged.html"]) == 65
+    err = capsys.readouterr().err
+    assert "record gate.metric_deltas[3].p_value (over_refusal_rate) says 0.9 but its cases give 0.000244" in err
+    assert not (tmp_path / "forged.html").exists()
+    with pytest.raises(RecordError, match=r"gate.metric_deltas\[3\].passed \(over_refusal_rate\) says true"):
+        load_run(tmp_path / "forged.json")
+    assert load_run(tmp_path / "g.json").exit_code == 1  # the honest record loads, and blocks
+    honest = json.loads((tmp_path / "g.json").read_text())
+    del honest["gate"]["baseline_cases"]["single-0003"]  # as a record written before every case was kept
+    (tmp_path / "older.json").write_text(json.dumps(honest))
+    with pytest.raises(RecordError, match=r"lacks 1 baseline case\(s\) it names \(single-0003\), so its trials tests"):
+        load_run(tmp_path / "older.json")
+
+
+def test_adaptive_pass_at_k_is_estimated_over_every_case_and_pass_hat_k_is_not_estimable(tmp_path):
+    """Issue 49, item 17: with --adaptive, pass^k and pass@k were averaged over the cases that got more
+    trials, those whose first trial failed: the deterministic reference system showed pass^k 0.000 (n 5)
+    where fixed K gives 0.667. Now pass@k is estimated over every case under the adaptive rule, and pass^k,
+    which a single passing trial cannot estimate, is NaN with n 0, shown as such and saying why."""
+    fixed = api.run(str(GOLDEN), trials=3, isolation="none").scoreboard.set_index("metric")
+    adaptive = api.run(str(GOLDEN), trials=3, adaptive=True, isolation="none", save=str(tmp_path / "a.json"))
+    board = adaptive.scoreboard.set_index("metric")
+    cases = len(adaptive.per_case)
+    assert fixed.at["pass_hat_k", "n"] == fixed.at["pass_at_k", "n"] == cases
+    assert (board.at["pass_at_k", "value"], board.at["pass_at_k", "n"]) == (fixed.at["pass_at_k", "value"], cases)
+    assert board.at["pass_at_k", "value"] == pytest.approx(10 / 15)  # the reference system: 10 of 15 cases pass
+    assert math.isnan(board.at["pass_hat_k", "value"]) and board.at["pass_hat_k", "n"] == 0
+    meaning = next(m.meaning for m in adaptive.metrics if m.name == "pass_hat_k")
+    assert meaning == "chance that all 3 trials of a case pass (pass^3) (not estimable with adaptive trials: NaN)"
+    assert any("pass_hat_k is not estimable (NaN): a case whose first trial passed" in n for n in adaptive.notes)
+    back = load_run(tmp_path / "a.json").scoreboard.set_index("metric")  # the record says the same, and checks
+    assert back.at["pass_at_k", "value"] == pytest.approx(10 / 15) and back.at["pass_hat_k", "n"] == 0
+
+
+def test_adaptive_pass_at_k_uses_the_draws_that_hold_the_first_trial():
+    from qaeval.scoring.trials import adaptive_pass_at_k
+
+    assert adaptive_pass_at_k(True, 1, 1, 3) == 1.0  # its first passed: any draw holding it passes
+    assert adaptive_pass_at_k(False, 0, 3, 3) == 0.0
+    assert adaptive_pass_at_k(False, 1, 3, 3) == 1.0  # one of the later two passed; every draw holds all three
+    assert adaptive_pass_at_k(False, 1, 5, 2) == pytest.approx(1 - 3 / 4)  # 1 - C(3, 1) / C(4, 1)
+    assert math.isnan(adaptive_pass_at_k(False, 0, 2, 3))

@@ -401,7 +401,8 @@ def _adaptive_rest(plan: _Plan, first_run: RunResult, rest: list[int], collected
         del collected.rows[p]
     collected.notes.append(
         f"adaptive trials: {len(unsettled)} of {n} case(s) got all {trials} trials; "
-        f"{(n - len(unsettled)) * (trials - 1)} system call(s) saved of {n * trials}"
+        f"{(n - len(unsettled)) * (trials - 1)} system call(s) saved of {n * trials}; pass_at_k is estimated "
+        "over every case, pass_hat_k is not estimable (NaN): a case whose first trial passed had no more"
     )
     if dropped:
         collected.notes.append(

@@ -19,7 +19,9 @@ The tracking URI is the one given, else MLflow's own choice (``MLFLOW_TRACKING_U
 default); the experiment is the one given, else ``MLFLOW_EXPERIMENT_NAME``, else MLflow's ``Default``.
 Nothing here can change a verdict or an exit code: a tracker that is down, refuses the write or is
 misconfigured makes ``track`` return a ``Tracked`` whose ``error`` says so. HTTP retries and timeouts are
-bounded (``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes.
+bounded (``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes,
+and the whole logging has a deadline (``QAEVAL_MLFLOW_DEADLINE``, ``DEADLINE`` seconds by default): MLflow's
+timeout is per read, so a server that drips its replies would otherwise hold the command for ever.
 Credentials in a tracking URI never reach a message; only the environment and MLflow's own
 configuration carry them.
 """
@@ -42,6 +44,7 @@ from typing import Any
 import pandas as pd
 
 from qaeval.boundary.plugins import scoped_environ
+from qaeval.core.deadline import DeadlineExceeded, within
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.core.results import Result
 from qaeval.record.write import write_record
@@ -53,6 +56,7 @@ HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
 }
+DEADLINE = 120.0  # seconds the whole logging may take (QAEVAL_MLFLOW_DEADLINE): every call, every artifact
 PARAM_LIMIT = 500  # characters MLflow keeps in a parameter's value on every store it supports
 PPI = (
     ("ppi_value", "_ppi"),
@@ -254,13 +258,31 @@ def track(
     name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
     where = _where(target)
     limits = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+    seconds = deadline()
     with scoped_environ(limits), tempfile.TemporaryDirectory(prefix="qaeval-mlflow-") as tmp:
         try:
             files = _artifacts(result, Path(tmp), record, html)
-            run_id = _log(MlflowClient(tracking_uri=target), name, result, files)
+            client = MlflowClient(tracking_uri=target)
+            run_id = within(seconds, lambda: _log(client, name, result, files), name="qaeval-mlflow")
+        except DeadlineExceeded:
+            return Tracked(
+                where, name, error=f"the tracker did not finish within {seconds:g} s (QAEVAL_MLFLOW_DEADLINE)"
+            )
         except Exception as exc:  # noqa: BLE001  (whatever the tracker does, the verdict stands)
             return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_one_line(exc)}"))
     return Tracked(where, name, run_id=run_id)
+
+
+def deadline() -> float:
+    """Seconds the whole logging may take: ``QAEVAL_MLFLOW_DEADLINE``, else ``DEADLINE``."""
+    raw = os.environ.get("QAEVAL_MLFLOW_DEADLINE", "").strip()
+    try:
+        seconds = float(raw) if raw else DEADLINE
+    except ValueError:
+        raise UsageError(f"QAEVAL_MLFLOW_DEADLINE={raw!r} is not a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"QAEVAL_MLFLOW_DEADLINE={raw!r} must be a positive number of seconds")
+    return seconds
 
 
 def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
@@ -296,3 +318,4 @@ def check_options(p: Mapping[str, Any]) -> None:
                 f"give http://{uri.strip()} for a tracking server"
             )
         require()
+        deadline()

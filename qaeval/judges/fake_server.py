@@ -131,13 +131,19 @@ class FakeJudgeServer:
         no_choices: bool = False,
         generation_faults: dict[str, int] | None = None,
         hang_seconds: float = 5.0,
+        drip: float = 0.0,
+        drip_bytes: int = 240,
     ) -> None:
         """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
-        ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module."""
+        ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module;
+        ``drip``: every reply, from its status line on, is sent one byte each ``drip`` seconds, for at most
+        ``drip_bytes`` bytes (then the connection closes) or until the server stops: a server no per-read
+        timeout ever catches."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
         self.reject_response_format, self.garbage = reject_response_format, garbage
         self.reply, self.no_choices = reply, no_choices
         self.generation_faults, self.hang_seconds = dict(generation_faults or {}), hang_seconds
+        self.drip, self.drip_bytes = drip, drip_bytes
         self.generations = 0
         self._fault_counts: dict[str, int] = {}
         self._last_question: str | None = None
@@ -205,6 +211,9 @@ class FakeJudgeServer:
 
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
+                if outer.drip:
+                    self._drip(status, data)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -212,6 +221,15 @@ class FakeJudgeServer:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _drip(self, status: int, data: bytes) -> None:
+                head = f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                self.close_connection = True
+                for byte in (head.encode() + data)[: outer.drip_bytes]:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if outer._stop.wait(outer.drip):  # the pace of the drip; a stopped server ends it
+                        return
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")

@@ -12,15 +12,17 @@ QAEVAL_JUDGE_MODEL           the model id (``--judge-model``)                   
 QAEVAL_JUDGE_TEMPERATURE     sampling temperature                                        0
 QAEVAL_JUDGE_SEED            seed sent with every call                                   0
 QAEVAL_JUDGE_CONCURRENCY     calls in flight at once (``--judge-concurrency``)            8
-QAEVAL_JUDGE_MAX_RETRIES     retries on 408/409/429/5xx and timeouts                     4
-QAEVAL_JUDGE_TIMEOUT         seconds per call                                            60
+QAEVAL_JUDGE_MAX_RETRIES     retries on 408/409/429/5xx and dropped connections          4
+QAEVAL_JUDGE_TIMEOUT         seconds a call may take in all, retries included            60
 QAEVAL_JUDGE_CACHE           ``off`` bypasses the verdict cache (``--no-judge-cache``)    on
 QAEVAL_CACHE_DIR             where the SQLite verdict cache lives                        .qaeval-cache
 ===========================  =========================================================  ==========
 
 Cost: one call per answered case, grading all three axes at once (abstained and failed cases cost
 nothing; a rerun with nothing changed costs nothing, from the cache). Retries use the SDK's exponential
-backoff with jitter and honour ``Retry-After``. Structured output is requested with a JSON schema; a
+backoff with jitter and honour ``Retry-After``, within the call's deadline: ``QAEVAL_JUDGE_TIMEOUT`` is
+the whole call's (``qaeval.core.deadline``), not a per-read timeout, so a server that drips its reply
+a byte at a time costs that case a judge error at the deadline, not the run. Structured output is requested with a JSON schema; a
 server that rejects ``response_format`` is asked again without it and its reply parsed tolerantly.
 A call that never succeeds, or a reply that never parses (truncated JSON, ``{}``, ``choices: null``),
 is a judge error for that case: recorded, never cached, and never a pass. A cached reply that no longer
@@ -39,6 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from qaeval.boundary.plugins import progress_bar
+from qaeval.core.deadline import DeadlineExceeded, within
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.judges.cache import VerdictCache, cache_key
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
@@ -103,6 +106,7 @@ class OpenAIJudge:
             base_url=public_url(str(self._client.base_url)),
         )
         self.concurrency = concurrency
+        self.timeout = timeout  # the whole call's deadline, retries included
         self.cache = cache
         self.show_progress = show_progress
         self._structured = True
@@ -172,11 +176,11 @@ class OpenAIJudge:
 
     def _call(self, req: JudgeRequest) -> JudgeResponse:
         try:
-            completion = self._create(req)
+            completion = within(self.timeout, lambda: self._create(req), name="qaeval-judge-call")
         except self._openai.APIStatusError as exc:
             return JudgeResponse(req.case_id, error=f"HTTP {exc.status_code} from the judge after retries")
-        except self._openai.APITimeoutError:
-            return JudgeResponse(req.case_id, error="the judge timed out after retries")
+        except (self._openai.APITimeoutError, DeadlineExceeded):
+            return JudgeResponse(req.case_id, error=deadline_message("judge", self.timeout))
         except self._openai.APIConnectionError as exc:
             return JudgeResponse(req.case_id, error=f"cannot reach the judge: {type(exc).__name__}")
         except self._openai.OpenAIError as exc:
@@ -194,6 +198,11 @@ class OpenAIJudge:
         if self.cache is not None:
             self.cache.put(self._key(req), reply, pt, ct, self.config.model)
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=pt, completion_tokens=ct)
+
+
+def deadline_message(what: str, seconds: float) -> str:
+    """What a call that ran past its whole-call deadline (or whose SDK timed out, which takes as long) is."""
+    return f"the {what} did not answer within its deadline of {seconds:g} s (QAEVAL_JUDGE_TIMEOUT, retries included)"
 
 
 def create_completion(owner: Any, messages: Sequence[Any], response_format: dict[str, Any]) -> Any:

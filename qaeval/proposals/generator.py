@@ -5,7 +5,7 @@ A generator is any object with a ``config`` (a ``GeneratorConfig``) and ``genera
 ``qaeval.proposals.generator:make_generator``: an OpenAI-compatible chat-completions model behind the
 official ``openai`` SDK (the ``openai`` extra), set up exactly like the HTTP judge (the same
 ``--judge-*`` settings and environment variables, ``QAEVAL_GENERATOR_MODEL`` naming the model when it
-differs from the judge's, the same retries with backoff, the same per-call timeout) and caching its
+differs from the judge's, the same retries with backoff, the same whole-call deadline) and caching its
 replies in the judge's signed cache (``qaeval.judges.cache``) under keys of their own. Any other
 generator is the user's code and runs in its own process, as a custom judge does
 (``qaeval.boundary.clients.GeneratorProcess``).
@@ -217,6 +217,7 @@ class OpenAIGenerator:
             base_url=public_url(str(self._client.base_url)),
         )
         self.concurrency = settings.concurrency
+        self.timeout = settings.timeout  # the whole call's deadline, retries included
         self.cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
         self._structured = True
         self._lock = threading.Lock()
@@ -251,15 +252,20 @@ class OpenAIGenerator:
                 return reply
             assert self.cache is not None
             self.cache.forget(key)
-        from qaeval.judges.openai import create_completion
+        from qaeval.core.deadline import DeadlineExceeded, within
+        from qaeval.judges.openai import create_completion, deadline_message
 
         try:
-            completion = create_completion(self, request.messages, RESPONSE_FORMAT)
+            completion = within(
+                self.timeout,
+                lambda: create_completion(self, request.messages, RESPONSE_FORMAT),
+                name="qaeval-generator-call",
+            )
             text = completion.choices[0].message.content or ""
         except self._openai.APIStatusError as exc:
             return GenerationReply(request.request_id, error=f"HTTP {exc.status_code} from the generator after retries")
-        except self._openai.APITimeoutError:
-            return GenerationReply(request.request_id, error="the generator timed out after retries")
+        except (self._openai.APITimeoutError, DeadlineExceeded):
+            return GenerationReply(request.request_id, error=deadline_message("generator", self.timeout))
         except self._openai.OpenAIError as exc:
             return GenerationReply(request.request_id, error=f"generator call failed: {type(exc).__name__}")
         except (IndexError, AttributeError, TypeError):

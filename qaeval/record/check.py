@@ -26,7 +26,7 @@ from qaeval.record.audit import Audit, same
 from qaeval.scoring.checks import case_bodies, check_outputs
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, registered_from_plain, valid_unit, worst
 from qaeval.scoring.judge import AxisVerdict
-from qaeval.scoring.metrics import METRIC_NAMES, scoreboard_and_slices
+from qaeval.scoring.metrics import scoreboard_and_slices
 from qaeval.scoring.ppi import apply_ppi
 from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.result import RunResult
@@ -206,9 +206,14 @@ def audit_board(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: p
     board, slices = scoreboard_and_slices(run.units, run.per_case, resamples=0, metrics=run.metrics)
     if labels is not None:
         board, _ = apply_ppi(board, run.units, run.per_case, labels)
-    # a metric the record predates is recomputed, not compared; one this qaeval does not know is left alone
-    known = set(METRIC_NAMES) | {m.name for m in run.metrics[len(METRIC_NAMES) + len(run.registered.names) :]}
-    named = {row.get("metric") for row in data["scoreboard"]} & known | set(run.registered.names)
+    # a metric the record predates is recomputed, not compared; a row for a metric its run does not compute
+    # (pass^k on one trial, a name no metric has) is refused: the report would read it as a figure
+    computes = set(board["metric"])
+    for name in ("scoreboard", "slices"):
+        for j, row in enumerate(data[name]):
+            if row.get("metric") not in computes:
+                audit.problem(f"{name}[{j}] ({_row_label(row)}) is a row for a metric {_not_computed(row, run)}")
+    named = {row.get("metric") for row in data["scoreboard"]} & computes | set(run.registered.names)
     _audit_rows(
         audit,
         "scoreboard",
@@ -225,6 +230,16 @@ def audit_board(audit: Audit, data: Mapping[str, Any], run: RunResult, labels: p
         ("slice", "group", "metric"),
         ("value", "n"),
     )
+
+
+def _row_label(row: Mapping[str, Any]) -> str:
+    return ", ".join(str(row.get(k)) for k in ("slice", "group", "metric") if k in row)
+
+
+def _not_computed(row: Mapping[str, Any], run: RunResult) -> str:
+    if row.get("metric") in ("pass_hat_k", "pass_at_k") and run.trials == 1:
+        return "of several trials, and the record has one trial per case"
+    return "its run does not compute"
 
 
 def _audit_rows(

@@ -142,7 +142,7 @@ class RunResult(Result):
         registered metrics."""
         from qaeval.scoring.trials import trial_metrics
 
-        extra = trial_metrics(self.meta.pass_k or self.trials) if self.trials > 1 else ()
+        extra = trial_metrics(self.meta.pass_k or self.trials, adaptive=self.meta.adaptive) if self.trials > 1 else ()
         return METRICS + self.registered.all_metrics() + extra
 
     @property

@@ -16,7 +16,10 @@ the only run, and returns the run that holds them all:
   (a case that passed once would count as always passing); the first trial is an unbiased draw of
   every case, and the later ones tell a flaky case from a broken one.
 * ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``),
-  over the cases that had at least k trials (with adaptive trials, the ones a first trial did not settle).
+  over the cases that had at least k trials. With adaptive trials they are estimated under the rule
+  that chose which cases got more (``adaptive_pass_at_k``): pass@k over every case, from the k-trial
+  draws that hold its first trial (a case whose first trial passed has passed any of them); pass^k is
+  not estimable (a case whose first trial passed had no more trials to tell p^k by) and is NaN, n = 0.
 
 Pure: no I/O, no judge.
 """
@@ -54,14 +57,30 @@ def pass_at_k(passes: int, trials: int, k: int) -> float:
     return 1.0 - math.comb(trials - passes, k) / math.comb(trials, k)
 
 
-def trial_metrics(k: int) -> tuple[Metric, ...]:
+def adaptive_pass_at_k(first_passed: bool, passes: int, trials: int, k: int) -> float:
+    """pass@k of one case under adaptive trials, whose later trials ran because its first failed (or
+    regardless of it): the mean over the k-trial draws that hold the first trial of "one of them passes",
+    1 when the first passed, else 1 - C(trials - 1 - passes, k - 1) / C(trials - 1, k - 1). Each draw is an
+    unbiased estimate of 1 - (1 - p)^k whatever the first trial showed, since it needs the later trials
+    only when the first failed, which is when they ran. NaN when k > trials and the first failed."""
+    if k < 1:
+        return math.nan
+    if first_passed:
+        return 1.0
+    if k > trials:
+        return math.nan
+    return 1.0 - math.comb(trials - 1 - passes, k - 1) / math.comb(trials - 1, k - 1)
+
+
+def trial_metrics(k: int, *, adaptive: bool = False) -> tuple[Metric, ...]:
     """The two scoreboard rows a run of several trials adds (over cases, not gated, no drift band)."""
+    unknown = " (not estimable with adaptive trials: NaN)" if adaptive else ""
     return (
         Metric(
             "pass_hat_k",
             True,
             "cases",
-            f"chance that all {k} trials of a case pass (pass^{k})",
+            f"chance that all {k} trials of a case pass (pass^{k}){unknown}",
             lambda f: (math.nan, 0.0),
         ),
         Metric(
@@ -156,12 +175,16 @@ def combine_trials(
             mean_units[column] = [sum(float(u[column]) for u in units[cid]) / len(units[cid]) for cid in ids]
     metrics = first.metrics
     if k_trials > 1:
-        hat = [pass_hat_k(c, n, k) for c, n in zip(passes, counts)]
+        hat = [math.nan if adaptive else pass_hat_k(c, n, k) for c, n in zip(passes, counts)]
         at = [pass_at_k(c, n, k) for c, n in zip(passes, counts)]
+        if adaptive:  # under the rule that chose which cases got more trials (see the module's docstring)
+            firsts = [bool(rows[cid][0]["case_passed"]) for cid in ids]
+            at = [adaptive_pass_at_k(f, c, n, k) for f, c, n in zip(firsts, passes, counts)]
         mean_units["pass_hat_k__num"] = [0.0 if math.isnan(v) else v for v in hat]
         mean_units["pass_at_k__num"] = [0.0 if math.isnan(v) else v for v in at]
-        mean_units["pass_hat_k__den"] = mean_units["pass_at_k__den"] = [0.0 if math.isnan(v) else 1.0 for v in hat]
-        metrics = metrics + trial_metrics(k)
+        mean_units["pass_hat_k__den"] = [0.0 if math.isnan(v) else 1.0 for v in hat]
+        mean_units["pass_at_k__den"] = [0.0 if math.isnan(v) else 1.0 for v in at]
+        metrics = metrics + trial_metrics(k, adaptive=adaptive)
     combined = replace(
         first,
         per_case=per_case,

@@ -29,7 +29,6 @@ from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import CORRECTNESS, Baseline, BaselineCase
 from qaeval.verdicts.calibration import SECTION as CALIBRATION_SECTION
 from qaeval.verdicts.calibration import CalibrationResult
-from qaeval.verdicts.noise import metric_level
 from qaeval.verdicts.tiers import (
     CASE_TRIALS_SCHEMA,
     DELTA_SCHEMA,
@@ -44,7 +43,8 @@ from qaeval.verdicts.tiers import (
     decide,
     levels,
     match_cases,
-    movement,
+    metric_movements,
+    one_trial_each,
 )
 from qaeval.verdicts.tolerances import gated, opt_in
 
@@ -62,9 +62,23 @@ BASELINE_CASE = Fields(
         passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
         trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
         right_passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
+        # with trials, what the trials test permutes: each trial's [num, den] per metric, and its pass
+        trial_units=Keyed(Each(Fixed(("number", "number")))),
+        trial_passed=Each("bool"),
     ),
-    optional=("answer", "abstained", "citations", "output_fingerprint", "passes", "trials", "right_passes"),
+    optional=(
+        "answer",
+        "abstained",
+        "citations",
+        "output_fingerprint",
+        "passes",
+        "trials",
+        "right_passes",
+        "trial_units",
+        "trial_passed",
+    ),
 )
+SHOWN = ("answer", "abstained", "citations", "output_fingerprint")  # what a reader of a kept case sees
 
 
 SECTION = Fields(
@@ -117,17 +131,39 @@ SECTION = Fields(
 )
 
 
-def recorded_metric_level(rows: list[Any], alpha: float | None, gated_metrics: int) -> float | None:
-    """The level a gate record's metric tests were held to: Tarone's over the ``min_p`` each row stores,
-    or, for a record written before ``min_p`` was kept, Bonferroni's alpha / G it was decided with then."""
-    if alpha is None:
-        return None
-    if rows and all(isinstance(row, dict) and "min_p" in row for row in rows):
-        floors = [row["min_p"] for row in rows]  # null: a metric with nothing to test (NaN when written)
-        return metric_level(
-            [float(f) for f in floors if isinstance(f, (int, float)) and not isinstance(f, bool)], alpha
-        )
-    return alpha / max(1, gated_metrics)
+def _case_entry(case: BaselineCase, *, shown: bool) -> dict[str, Any]:
+    """A baseline case as a gate record keeps it: in full when a reader may look at it (``shown``), else
+    what deciding the gate again needs (its fingerprint, outcome, units and, with trials, each trial's)."""
+    entry: dict[str, Any] = dict(
+        fingerprint=case.fingerprint,
+        passed=case.passed,
+        fail_reasons=[r.to_dict() for r in case.fail_reasons],
+        units={m: list(v) for m, v in case.units.items()},
+        passes=case.pass_count,
+        trials=case.trials,
+    )
+    if case.right_passes is not None:
+        entry["right_passes"] = case.right_passes
+    if shown:
+        entry |= {name: getattr(case, name) for name in SHOWN}
+    if case.trial_units is not None:
+        entry["trial_units"] = {m: [list(u) for u in units] for m, units in case.trial_units.items()}
+        entry["trial_passed"] = list(case.trial_passed or [])
+    return entry
+
+
+def _trial_problems(cases: Mapping[str, Any], prefix: str) -> list[str]:
+    """Baseline cases whose counts disagree: more passes than trials, or per-trial lists of other lengths."""
+    problems = []
+    for cid, c in cases.items():
+        trials, passed = c.get("trials", 1), c.get("trial_passed")
+        if c.get("passes", 0) > trials:
+            problems.append(f"{prefix}.baseline_cases.{cid}.passes is {c['passes']}, more than its {trials} trial(s)")
+        if passed is not None and (len(passed) > trials or sum(passed) > c.get("passes", len(passed))):
+            problems.append(f"{prefix}.baseline_cases.{cid}.trial_passed disagrees with its passes and trials")
+        if any(len(units) != len(passed or ()) for units in (c.get("trial_units") or {}).values()):
+            problems.append(f"{prefix}.baseline_cases.{cid}.trial_units has not one unit for each trial_passed")
+    return problems
 
 
 def _recorded_tolerances(
@@ -149,6 +185,23 @@ def _recorded_tolerances(
     if missing:
         audit.problem(f"{prefix}.metric_deltas has no row for {', '.join(missing)}")
     return None if len(audit.problems) > found else tolerances
+
+
+TRIALS_TEST = ("n_paired", "n_moved", "p_value", "distinguishable", "min_p")  # with trials: what decides a metric
+
+
+def _keeps_every_case(audit: Audit, s: Mapping[str, Any], prefix: str) -> bool:
+    """Whether a gate section decided by the trials test keeps every baseline case it names (a record
+    written before they were kept does not: its tests cannot be computed again)."""
+    missing = [cid for name in ("matched", "changed", "removed") for cid in s["match"][name]]
+    missing = [cid for cid in missing if cid not in s["baseline_cases"]]
+    if missing:
+        audit.problem(
+            f"{prefix}.baseline_cases lacks {len(missing)} baseline case(s) it names ({', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''}), so its trials tests cannot be computed again "
+            "(written by a qaeval that did not keep them: gate again)"
+        )
+    return not missing
 
 
 class GateRecord:
@@ -192,22 +245,10 @@ class GateRecord:
         passes = self.passes
         if passes.correctness:  # a case answered wrongly fails too: the audit needs its baseline in full
             keep |= {c for c in self.run.per_case["case_id"] if not passes.passing(c)}
+        # with trials, the tests that decide are computed again on load from every baseline case's trials
+        every = not one_trial_each(self.run, self.baseline, self.match.matched)
         cases = {
-            cid: dict(
-                fingerprint=c.fingerprint,
-                passed=c.passed,
-                fail_reasons=[r.to_dict() for r in c.fail_reasons],
-                answer=c.answer,
-                abstained=c.abstained,
-                citations=c.citations,
-                output_fingerprint=c.output_fingerprint,
-                units={m: list(v) for m, v in c.units.items()},
-                passes=c.pass_count,
-                trials=c.trials,
-            )
-            | ({"right_passes": c.right_passes} if c.right_passes is not None else {})
-            for cid, c in self.baseline.cases.items()
-            if cid in keep
+            cid: _case_entry(c, shown=cid in keep) for cid, c in self.baseline.cases.items() if every or cid in keep
         }
         trials = self.case_trials[self.case_trials["verdict"] != "steady"]
         return dict(
@@ -233,13 +274,7 @@ class GateRecord:
         """Every field of a saved section that is missing or of the wrong type (``SECTION``), named by its
         place; ``from_section`` and ``audit_section`` trust the types of a section without any."""
         problems = shape_problems(s, SECTION, prefix)
-        if not problems:
-            problems += [
-                f"{prefix}.baseline_cases.{cid}.passes is {c['passes']}, more than its {c.get('trials', 1)} trial(s)"
-                for cid, c in s["baseline_cases"].items()
-                if c.get("passes", 0) > c.get("trials", 1)
-            ]
-        return problems
+        return problems or _trial_problems(s["baseline_cases"], prefix)
 
     @classmethod
     def from_section(cls: type[Any], run: RunResult, s: Mapping[str, Any]) -> Any:
@@ -257,6 +292,10 @@ class GateRecord:
                 c.get("output_fingerprint"),
                 c.get("passes"),
                 c.get("trials", 1),
+                {m: [(float(n), float(d)) for n, d in u] for m, u in c["trial_units"].items()}
+                if "trial_units" in c
+                else None,
+                [bool(p) for p in c["trial_passed"]] if "trial_passed" in c else None,
                 right_passes=c.get("right_passes"),
             )
             for cid, c in s["baseline_cases"].items()
@@ -318,10 +357,14 @@ class GateRecord:
         metric_deltas name, and note where the section disagrees: the match, every metric movement and
         its pass, the regressed and new failing cases, and every tier's pass and cases.
 
-        Not decided again: the noise test columns (the record keeps baseline units only for the cases
-        that matter, so the pairs behind the test are not all there; the test informs, it does not
-        decide), the cases ``removed`` since the baseline (listed by the baseline alone), and whether
-        the embedded baseline is the baseline file it names."""
+        With trials the trials test decides a metric, so it is computed again too, from every baseline
+        case's trials the record keeps (``p_value``, ``min_p``, ``n_paired``, ``n_moved``, and the level
+        they give); a record without them cannot be decided again, and says so.
+
+        Not decided again: with one trial a side, the noise test columns (the record keeps baseline units
+        only for the cases that matter, so the pairs behind the test are not all there; that test informs,
+        it does not decide), the cases ``removed`` since the baseline (listed by the baseline alone), and
+        whether the embedded baseline is the baseline file it names."""
         if self.calibration is not None:
             self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
         tolerances = _recorded_tolerances(
@@ -335,23 +378,18 @@ class GateRecord:
         still_there = [c for c in self.match.removed if c in self.run.suite]
         if still_there:
             audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
-        board = self.run.scoreboard.set_index("metric")
-        by_name = {m.name: m for m in self.run.metrics}
         case_level, metric_alpha = levels(self.run, self.baseline, match, tolerances, self.alpha)
-        metric_level = recorded_metric_level(s["metric_deltas"], metric_alpha, len(tolerances))
-        stored_p = [row.get("p_value") if metric_level is not None else None for row in s["metric_deltas"]]
-        moves = [
-            movement(by_name[name], tol, self.baseline, board, p_worse=p, level=metric_level)
-            for (name, tol), p in zip(tolerances.items(), stored_p)
-        ]
+        if metric_alpha is not None and not _keeps_every_case(audit, s, prefix):
+            return
+        deltas = metric_movements(self.run, self.baseline, tolerances, match.matched, alpha=metric_alpha)
+        moves = frame_rows(deltas)
+        decided = MOVEMENT[1:] + (TRIALS_TEST if metric_alpha is not None else ())
         for j, (row, move) in enumerate(zip(s["metric_deltas"], moves)):
-            for column in MOVEMENT[1:]:
+            for column in decided:
                 audit.same(f"{prefix}.metric_deltas[{j}].{column} ({move['metric']})", row.get(column), move[column])
         passes = CasePasses.of(self.run, CORRECTNESS in tolerances)
         trials = case_trials(self.run, self.baseline, match.matched, case_level, passes)
-        tiers, regressed, new_failing = decide(
-            self.run, self.baseline, match, frame(moves, {k: DELTA_SCHEMA[k] for k in MOVEMENT}), trials, passes
-        )
+        tiers, regressed, new_failing = decide(self.run, self.baseline, match, deltas, trials, passes)
         if "case_trials" in s:  # the flaky, broken and regressed cases, decided again from the trial counts
             shown = ("case_id", "baseline_passes", "baseline_trials", "passes", "trials", "verdict")
             kept = trials[trials["verdict"] != "steady"]
