@@ -57,6 +57,7 @@ from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.a
 from qaeval.record.read import read_baseline
 from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
 from qaeval.record.write import write_record
+from qaeval.scoring.metrics import METRICS
 from qaeval.scoring.result import RunResult
 from qaeval.system.answers import answers_by_trial
 from qaeval.system.labelled import load_labelled_set
@@ -68,7 +69,7 @@ from qaeval.verdicts.drift import drift as drift_verdict
 from qaeval.verdicts.gate import GateResult
 from qaeval.verdicts.gate import gate as gate_verdict
 from qaeval.verdicts.monitor import MonitorResult
-from qaeval.verdicts.tolerances import gated, load_tolerances
+from qaeval.verdicts.tolerances import gated, load_tolerances, refuse_adaptive
 
 
 def version() -> str:
@@ -278,6 +279,8 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
         notes.append(note)
     registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
+    if limits is not None:
+        refuse_adaptive(limits, METRICS, bool(p.get("adaptive")))
     current = labelled_run(p, base.settled(), check=lambda suite: check_shares_cases(base, [c.id for c in suite]))
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None

@@ -90,3 +90,32 @@ def test_a_scored_record_reads_back(answers, tmp_path):
     again = api.load_run(record)
     assert again.meta.adapter == "(answers given)"
     pd.testing.assert_frame_equal(again.scoreboard, scored.scoreboard)
+
+
+@pytest.mark.parametrize(
+    "trial, shown",
+    [("x", "'x'"), ("1", "'1'"), ([0], "[0]"), (1e300, "1e+300"), (2.5, "2.5")],
+)
+def test_a_trial_that_is_no_number_is_refused_with_its_row_not_a_traceback(answers, trial, shown):
+    bad = answers.astype({"case_id": object}).assign(trial=[trial] + [0] * (len(answers) - 1))
+    with pytest.raises(DatasetError) as info:
+        qaeval.score(str(GOLDEN), bad)
+    assert f"row 0 (single-0001): trial is {shown}, not 0, 1, 2, ... up to 100" in str(info.value)
+
+
+def test_a_case_id_that_is_no_text_and_an_output_key_are_refused(answers):
+    rows = answers.to_dict("records")
+    rows[0]["case_id"] = ["single-0001"]
+    rows[1] = {"case_id": rows[1]["case_id"], "output": {"answer": "Paris"}}
+    with pytest.raises(DatasetError) as info:
+        qaeval.score(str(GOLDEN), rows)
+    text = str(info.value)
+    assert "[0]: case_id is ['single-0001'], not a case's id" in text
+    assert "[1] (single-0002): unknown field(s) 'output'" in text
+
+
+def test_a_dict_by_case_id_whose_row_names_another_case_is_refused(answers):
+    rows = {r["case_id"]: r for r in answers.to_dict("records")}
+    rows["single-0001"] = {**rows["single-0001"], "case_id": "single-0002"}
+    with pytest.raises(DatasetError, match=r"\['single-0001'\] \(single-0002\): is a dict under 'single-0001' whose"):
+        qaeval.score(str(GOLDEN), rows)

@@ -53,7 +53,7 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
 
     def labelled(x: Any) -> tuple[RunResult, str]:
         run_ = _golden_run(
-            _only_a_run(x, "compare") if isinstance(x, (str, Path)) else x,
+            _only_a_run(x, "compare") if isinstance(x, (str, Path)) else _a_run_result(x, "compare"),
             "compare takes two runs over golden cases (watch traffic over time with monitor "
             "--timeseries, or list records with qaeval runs)",
         )
@@ -87,6 +87,15 @@ def _only_a_run(path: str | Path, verb: str) -> Result:
             "qaeval baseline --out FILE)",
             file=str(path),
         )
+    return result
+
+
+def _a_run_result(result: Any, verb: str) -> Any:
+    """A run's result; another kind (a gate, calibration, drift or monitor result) is a UsageError naming
+    it, as its record would be refused (the run inside a verdict is its ``.run``)."""
+    kind = getattr(result, "kind", None)
+    if isinstance(result, Result) and kind != "run":
+        raise UsageError(f"a {kind} result, not a run's: {verb} takes two runs (a verdict's run is its .run)")
     return result
 
 

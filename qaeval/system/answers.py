@@ -22,6 +22,7 @@ import pandas as pd
 
 from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.frames import frame
+from qaeval.core.text import bounded_text
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
 from qaeval.system.contract import OUTPUT_SCHEMA, Citation, SUTOutput, output_row, output_to_plain
@@ -29,6 +30,8 @@ from qaeval.system.validate import validate_plain
 
 FIELDS = tuple(f.name for f in dataclasses.fields(SUTOutput))
 KEYS = ("case_id", "trial")
+MAX_TRIALS = 100  # as --trials allows
+OUTPUT = object()  # where a SUTOutput given by case id is kept in its row: no key a user's row can hold
 WHERE = "<answers>"
 
 
@@ -71,7 +74,7 @@ def _output(row: Mapping[str, Any]) -> SUTOutput:
     return SUTOutput(**given)
 
 
-def _rows(answers: Any) -> list[tuple[str, dict[str, Any]]]:
+def _rows(answers: Any) -> list[tuple[str, dict[Any, Any]]]:
     """(place, row) for every answer, the row a mapping of field names."""
     if isinstance(answers, pd.DataFrame):
         unknown = [str(c) for c in answers.columns if c not in FIELDS and c not in KEYS]
@@ -83,15 +86,7 @@ def _rows(answers: Any) -> list[tuple[str, dict[str, Any]]]:
             )
         return [(f"row {i}", dict(r)) for i, r in enumerate(answers.to_dict("records"))]
     if isinstance(answers, Mapping):
-        return [
-            (
-                f"[{key!r}]",
-                {"case_id": key, "output": value} if isinstance(value, SUTOutput) else {"case_id": key, **value},
-            )
-            if isinstance(value, (SUTOutput, Mapping))
-            else (f"[{key!r}]", {"case_id": key, "not_an_answer": type(value).__name__})
-            for key, value in answers.items()
-        ]
+        return [(f"[{bounded_text(repr(key), 80)}]", _keyed(key, value)) for key, value in answers.items()]
     if isinstance(answers, Sequence) and not isinstance(answers, (str, bytes)):
         return [
             (f"[{i}]", dict(r) if isinstance(r, Mapping) else {"not_an_answer": type(r).__name__})
@@ -103,31 +98,50 @@ def _rows(answers: Any) -> list[tuple[str, dict[str, Any]]]:
     )
 
 
+def _keyed(key: Any, value: Any) -> dict[Any, Any]:
+    """The row of ``{case_id: answer}``: a SUTOutput, or a dict of its fields, keyed by the mapping's key
+    (a ``case_id`` inside the dict must be that key)."""
+    if isinstance(value, SUTOutput):
+        return {"case_id": key, OUTPUT: value}
+    if not isinstance(value, Mapping):
+        return {"case_id": key, "not_an_answer": type(value).__name__}
+    row = {"case_id": key, **value}
+    if "case_id" in value and value["case_id"] != key:
+        row["not_an_answer"] = f"dict under {bounded_text(repr(key), 80)} whose case_id differs"
+    return row
+
+
 def _trial(value: Any) -> int | None:
+    """A trial number (0, 1, ...; missing is 0), or None when ``value`` is none."""
     if _missing(value):
         return 0
-    if isinstance(value, bool) or not float(value).is_integer() or value < 0:
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) or type(value).__module__ == "numpy"):
         return None
-    return int(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() and 0 <= number <= MAX_TRIALS else None
 
 
-def _checked(place: str, row: dict[str, Any], problems: list[Problem]) -> tuple[str, int, dict[str, Any]] | None:
+def _checked(place: str, row: dict[Any, Any], problems: list[Problem]) -> tuple[str, int, dict[str, Any]] | None:
     """(case id, trial, the output's checked fields), or None with the row's problems added."""
     bad = []
     if "not_an_answer" in row:
         bad.append(f"is a {row['not_an_answer']}, not an answer (a dict of SUTOutput's fields, or a SUTOutput)")
-    unknown = sorted(str(k) for k in row if k not in FIELDS and k not in KEYS and k != "output")
+    unknown = sorted(bounded_text(str(k), 80) for k in row if k not in FIELDS and k not in KEYS and k is not OUTPUT)
     if unknown:
         bad.append(f"unknown field(s) {', '.join(repr(u) for u in unknown)}: an answer has {', '.join(FIELDS)}")
     cid = row.get("case_id")
     if not isinstance(cid, str) or not cid:
-        bad.append(f"case_id is {cid!r}, not a case's id")
+        bad.append(f"case_id is {bounded_text(repr(cid), 80)}, not a case's id")
+        cid = None
     trial = _trial(row.get("trial"))
     if trial is None:
-        bad.append(f"trial is {row.get('trial')!r}, not 0, 1, 2, ...")
+        bad.append(f"trial is {bounded_text(repr(row.get('trial')), 80)}, not 0, 1, 2, ... up to {MAX_TRIALS}")
     fields: dict[str, Any] | None = None
     if not bad:
-        output = row["output"] if isinstance(row.get("output"), SUTOutput) else _output(row)
+        output = row[OUTPUT] if OUTPUT in row else _output(row)
         fields, found = validate_plain(json.loads(json.dumps(output_to_plain(output))))
         bad += found
     if bad or fields is None:
@@ -143,7 +157,8 @@ def answers_by_trial(suite: Suite, answers: Any) -> list[pd.DataFrame]:
     problems: list[Problem] = []
     rows = _rows(answers)
     checked = [c for place, row in rows if (c := _checked(place, row, problems)) is not None]
-    refused = {row.get("case_id") for _, row in rows} - {cid for cid, _, _ in checked}  # named already
+    named = {row.get("case_id") for _, row in rows if isinstance(row.get("case_id"), str)}
+    refused = named - {cid for cid, _, _ in checked}  # named already
     if not checked and not problems:
         problems.append(Problem(WHERE, None, "no answers given"))
     ids = [case.id for case in suite]

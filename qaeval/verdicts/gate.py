@@ -79,7 +79,7 @@ from qaeval.verdicts.tiers import (
     metric_movements,
     metric_outcome,
 )
-from qaeval.verdicts.tolerances import gated, opt_in, trusted_axes
+from qaeval.verdicts.tolerances import ADAPTIVE_WHY, gated, opt_in, refuse_adaptive, trusted_axes
 
 JUDGE_METRICS = ("faithfulness_rate", "answer_correctness", "citation_precision")  # read from the judge's verdicts
 
@@ -353,7 +353,7 @@ def judge_axes_notes(
 ) -> list[str]:
     """What the verdict says of the metrics a gate leans on the judge for only when asked (answer
     correctness): gated, at what tolerance and why, or not gated, why, and how to gate it (said once)."""
-    notes = []
+    notes, adaptive = [], run.meta.adaptive
     for name in opt_in(run.metrics):
         if name in asked:
             notes.append(f"{name} is gated (tolerance {asked[name]:g}, as asked): a case answered wrongly fails")
@@ -362,6 +362,8 @@ def judge_axes_notes(
                 f"{name} is gated (tolerance {gated_now[name]:g}): the calibration trusts the judge on its axis, "
                 "so a case answered wrongly fails"
             )
+        elif calibration is not None and calibration.ok and adaptive:
+            notes.append(f"{name} is not gated although the calibration trusts the judge on its axis: {ADAPTIVE_WHY}")
         elif calibration is not None and calibration.ok:
             notes.append(
                 f"{name} is not gated: the calibration did not assess the judge on its axis (add labels there, "
@@ -397,7 +399,8 @@ def gate(
     """
     check_shares_cases(baseline, run.per_case["case_id"].tolist())
     asked = dict(gated(run.metrics) if tolerances is None else tolerances)
-    tolerances = trusted_axes(asked, run.metrics, calibration)
+    refuse_adaptive(asked, run.metrics, run.meta.adaptive)
+    tolerances = trusted_axes(asked, run.metrics, calibration, adaptive=run.meta.adaptive)
     passes = CasePasses.of(run, CORRECTNESS in tolerances)
     match = match_cases(run, baseline)
     case_level, metric_alpha = levels(run, baseline, match, tolerances, alpha)

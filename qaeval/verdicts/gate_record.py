@@ -46,7 +46,7 @@ from qaeval.verdicts.tiers import (
     metric_movements,
     one_trial_each,
 )
-from qaeval.verdicts.tolerances import gated, opt_in
+from qaeval.verdicts.tolerances import gated, opt_in, trusted_axes
 
 DEFAULT_ALPHA = 0.05
 BASELINE_CASE = Fields(
@@ -159,6 +159,8 @@ def _trial_problems(cases: Mapping[str, Any], prefix: str) -> list[str]:
         trials, passed = c.get("trials", 1), c.get("trial_passed")
         if c.get("passes", 0) > trials:
             problems.append(f"{prefix}.baseline_cases.{cid}.passes is {c['passes']}, more than its {trials} trial(s)")
+        if c.get("right_passes", 0) > c.get("passes", trials):
+            problems.append(f"{prefix}.baseline_cases.{cid}.right_passes is {c['right_passes']}, more than its passes")
         if passed is not None and (len(passed) > trials or sum(passed) > c.get("passes", len(passed))):
             problems.append(f"{prefix}.baseline_cases.{cid}.trial_passed disagrees with its passes and trials")
         if any(len(units) != len(passed or ()) for units in (c.get("trial_units") or {}).values()):
@@ -269,6 +271,24 @@ class GateRecord:
             alpha=self.alpha,
         )
 
+    def _audit_opt_in(self, audit: Audit, tolerances: Mapping[str, float], prefix: str) -> None:
+        """A metric gated only when asked (answer correctness) has its metric_deltas row exactly when the
+        verdict's notes say it is gated, and has it whenever the calibration the record holds trusts the
+        judge on its axis: a row taken out of a gate that gated it is not a gate that did not."""
+        trusted = trusted_axes(tolerances, self.run.metrics, self.calibration, adaptive=self.run.meta.adaptive)
+        for name in opt_in(self.run.metrics):
+            if name in trusted and name not in tolerances:
+                audit.problem(
+                    f"{prefix}.metric_deltas has no row for {name}, which the calibration it holds trusts the "
+                    "judge on, so the gate gated it"
+                )
+            said = any(n.startswith(f"{name} is gated") for n in self.notes)
+            if said != (name in tolerances):
+                audit.problem(
+                    f"{prefix}.notes say {name} is {'' if said else 'not '}gated, and its metric_deltas "
+                    f"{'have no' if said else 'have a'} row for it"
+                )
+
     @classmethod
     def section_problems(cls, s: Mapping[str, Any], prefix: str = "gate") -> list[str]:
         """Every field of a saved section that is missing or of the wrong type (``SECTION``), named by its
@@ -372,6 +392,7 @@ class GateRecord:
         )
         if tolerances is None:
             return
+        self._audit_opt_in(audit, tolerances, prefix)
         match = match_cases(self.run, self.baseline)
         for name in ("matched", "changed", "new"):
             audit.same(f"{prefix}.match.{name}", s["match"][name], getattr(match, name))

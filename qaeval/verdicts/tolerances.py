@@ -31,11 +31,13 @@ def opt_in(metrics: Sequence[Metric]) -> dict[str, float]:
     return {m.name: m.opt_in_tolerance for m in metrics if m.tolerance is None and m.opt_in_tolerance is not None}
 
 
-def trusted_axes(tolerances: Mapping[str, float], metrics: Sequence[Metric], calibration: Any) -> dict[str, float]:
+def trusted_axes(
+    tolerances: Mapping[str, float], metrics: Sequence[Metric], calibration: Any, *, adaptive: bool = False
+) -> dict[str, float]:
     """``tolerances`` with every opt-in metric whose label axis the calibration trusts added at its
     opt-in tolerance (a tolerance the user gave is kept). A calibration that refused the judge adds none:
-    that gate blocks on the refusal."""
-    if calibration is None or not calibration.ok:
+    that gate blocks on the refusal; nor does an ``adaptive`` run (``refuse_adaptive``)."""
+    if calibration is None or not calibration.ok or adaptive:
         return dict(tolerances)
     trusted = set(calibration.axes)
     added = {
@@ -44,6 +46,20 @@ def trusted_axes(tolerances: Mapping[str, float], metrics: Sequence[Metric], cal
         if m.tolerance is None and m.opt_in_tolerance is not None and m.label_axis in trusted
     }
     return {**tolerances, **{k: v for k, v in added.items() if k not in tolerances}}
+
+
+ADAPTIVE_WHY = (
+    "adaptive trials chose which cases to ask again by each case's pass, which does not count a right "
+    "answer: a case answered wrongly in its first trial got no more"
+)
+
+
+def refuse_adaptive(tolerances: Mapping[str, float], metrics: Sequence[Metric], adaptive: bool) -> None:
+    """An opt-in metric (answer correctness) asked for in a gate of adaptive trials is a UsageError: its
+    per-case rule would judge a case on the one trial the adaptive rule gave it (``ADAPTIVE_WHY``)."""
+    asked = [name for name in opt_in(metrics) if name in tolerances]
+    if adaptive and asked:
+        raise UsageError(f"{', '.join(asked)} cannot be gated with --adaptive: {ADAPTIVE_WHY}; use fixed --trials")
 
 
 def load_tolerances(
