@@ -5,6 +5,7 @@ did, at K = 1, 3, 5 and 10 trials per case.
     python benchmarks/bench_trials.py                      # 100 cases, 40 gate runs per K and system
     python benchmarks/bench_trials.py --trials 5 --runs 60
     python benchmarks/bench_trials.py --table              # the README's table: computed, nothing is run
+    python benchmarks/bench_trials.py --trials 5 --runs 48 --adaptive-baseline   # fixed-K gates, adaptive baseline
 
 The system is ``qaeval.system.flaky``: the reference system with 3% wrongful refusals and 10% of answers
 quoting the second-ranked passage, varying per call (``make_adapter``), and the same with 15% wrongful
@@ -56,6 +57,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, nargs="*", default=[1, 3, 5, 10])
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--adaptive", action="store_true", help="also gate with --adaptive against the same baseline")
+    parser.add_argument(
+        "--adaptive-baseline", action="store_true", help="write each baseline with --adaptive (the gates: fixed K)"
+    )
     args = parser.parse_args()
     if args.table:
         table()
@@ -75,7 +79,13 @@ def main() -> None:
         for k in args.trials:
             base = str(Path(tmp) / f"baseline-{k}.json")
             api.baseline(
-                str(data), out=base, adapter="qaeval.system.flaky:make_adapter", trials=k, allow_failing=True, **common
+                str(data),
+                out=base,
+                adapter="qaeval.system.flaky:make_adapter",
+                trials=k,
+                allow_failing=True,
+                adaptive=args.adaptive_baseline and k > 1,
+                **common,
             )
             for adaptive in [False, True] if args.adaptive and k > 1 else [False]:
                 blocked, calls = {}, {}
@@ -96,7 +106,9 @@ def main() -> None:
                     blocked[name] = count
                 spent = (time.perf_counter() - start) / (2 * args.runs)
                 usage = result.run.judge_usage
-                label = f"K={k}{' adaptive' if adaptive else ''}"
+                label = (
+                    f"K={k}{' adaptive' if adaptive else ''}{' (adaptive baseline)' if args.adaptive_baseline else ''}"
+                )
                 print(
                     f"{label:<13} unchanged blocked {blocked['make_adapter']:>3}/{args.runs} "
                     f"({blocked['make_adapter'] / args.runs:6.1%})   regressed blocked {blocked['make_regressed']:>3}/"

@@ -591,3 +591,18 @@ def test_adaptive_pass_at_k_uses_the_draws_that_hold_the_first_trial():
     assert adaptive_pass_at_k(False, 1, 3, 3) == 1.0  # one of the later two passed; every draw holds all three
     assert adaptive_pass_at_k(False, 1, 5, 2) == pytest.approx(1 - 3 / 4)  # 1 - C(3, 1) / C(4, 1)
     assert math.isnan(adaptive_pass_at_k(False, 0, 2, 3))
+
+
+@pytest.mark.parametrize("command", ["run", "baseline", "gate"])
+def test_adaptive_trials_are_refused_while_the_boundary_is_enforced_saying_why(command, tmp_path, capsys):
+    """Issue 49 (design): with --adaptive, being asked a case again told the system that its first answer
+    failed, a verdict drawn from the gold labels the boundary keeps from it. Under the enforced boundary
+    (--isolation process, the default) adaptive trials are refused before the system is called; with
+    --isolation none (the boundary given up, and said so) they run."""
+    out = ["--out", str(tmp_path / "b.json")] if command == "baseline" else []
+    base = ["--baseline", str(GOLDEN / "ci-baseline.json")] if command == "gate" else []
+    assert main([command, "--data", str(GOLDEN), "--trials", "3", "--adaptive", *out, *base]) == 64
+    err = capsys.readouterr().err
+    assert "--adaptive is refused while the boundary is enforced (--isolation process, the default)" in err
+    assert "would tell the system that its first answer failed" in err and "Traceback" not in err
+    assert not (tmp_path / "b.json").exists()

@@ -109,6 +109,14 @@ def executor_of(p: Mapping[str, Any], stack: ExitStack) -> tuple[Any, str | None
     return value, type(value).__name__
 
 
+ADAPTIVE_REFUSED = (
+    "--adaptive is refused while the boundary is enforced (--isolation process, the default): being asked "
+    "a case again would tell the system that its first answer failed, a verdict drawn from the gold labels "
+    "the boundary keeps from it; use fixed --trials K, or --isolation none, which gives the boundary up and "
+    "says so"
+)
+
+
 def evaluate_params(
     p: Mapping[str, Any], suite: Suite | None = None, settled: Callable[[str], bool] | None = None
 ) -> RunResult:
@@ -124,6 +132,8 @@ def evaluate_params(
         )
     if p.get("adaptive") and (p.get("trials") or 1) < 2:
         raise UsageError("--adaptive spreads --trials K over the cases that need them: give --trials 2 or more")
+    if p.get("adaptive") and p.get("isolation", "process") != "none":
+        raise UsageError(ADAPTIVE_REFUSED)
     if p.get("pass_k") is not None and p["pass_k"] > (p.get("trials") or 1):
         raise UsageError(
             f"--pass-k {p['pass_k']} needs at least that many --trials (pass^k and pass@k draw k of a case's trials)"

@@ -59,7 +59,8 @@ PARAMS: tuple[Param, ...] = (
     Param("pass_k", "int", None, "the k of pass_hat_k and pass_at_k (default: --trials)", ("run", "baseline", "gate",
           "drift"), minimum=1, maximum=100, metavar="K"),
     Param("adaptive", "bool", False, "with --trials K: every case gets one trial, and the other K - 1 go only to the "
-          "cases it does not settle (it failed, or the gate's baseline had the case flaky or failing)",
+          "cases it does not settle (it failed, or the gate's baseline had the case flaky or failing); only with "
+          "--isolation none, as being asked again tells the system its answer failed",
           ("run", "baseline", "gate", "drift")),
     Param("resume", "bool", False, "reuse what the journal beside the record (--save, or baseline's --out) holds "
           "from an interrupted run, and ask the system only for the rest", SCORING),
