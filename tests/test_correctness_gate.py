@@ -229,3 +229,57 @@ def test_the_demo_gate_is_unchanged_without_labels(capsys, tmp_path):
     assert (
         code == 0 and "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated" in out
     )
+
+
+def _gated_record(tmp_path, capsys) -> tuple[dict, object]:
+    record = tmp_path / "gate.json"
+    code, _ = gate_out(
+        capsys,
+        "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
+        "--tolerance", "answer_correctness=0.05", "--save", str(record),
+    )  # fmt: skip
+    assert code == 1
+    return json.loads(record.read_text()), record
+
+
+def test_a_record_whose_correctness_row_and_block_were_taken_out_is_refused(tmp_path, capsys):
+    """From the review: deleting the answer_correctness row, the regressed case and the failed tier made
+    `report` say PASS; the notes still say it was gated, and the audit holds the two together."""
+    data, _ = _gated_record(tmp_path, capsys)
+    gate = data["gate"]
+    gate["metric_deltas"] = [r for r in gate["metric_deltas"] if r["metric"] != "answer_correctness"]
+    gate["regressed"], gate["case_trials"] = [], []
+    for tier in gate["tiers"]:
+        tier["passed"], tier["case_ids"] = True, []
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    assert main(["report", str(edited), "--html", str(tmp_path / "r.html")]) == 65
+    err = capsys.readouterr().err
+    assert "gate.notes say answer_correctness is gated, and its metric_deltas have no row for it" in err
+
+
+def test_a_right_answer_count_above_the_passes_is_bad_data_not_an_internal_error(tmp_path, capsys):
+    data, _ = _gated_record(tmp_path, capsys)
+    data["gate"]["baseline_cases"]["single-0004"]["right_passes"] = 7
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    assert main(["report", str(edited), "--html", str(tmp_path / "r.html")]) == 65
+    assert "gate.baseline_cases.single-0004.right_passes is 7, more than its passes" in capsys.readouterr().err
+
+
+def test_correctness_is_not_gated_with_adaptive_trials(capsys, tmp_path):
+    """Adaptive trials choose which cases to ask again by a pass that does not count a right answer: a
+    case answered wrongly once would be judged on that one trial. Asked for, it is refused before the run."""
+    code, out = gate_out(
+        capsys, "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
+        "--trials", "3", "--adaptive", "--isolation", "none", "--tolerance", "answer_correctness=0.05",
+    )  # fmt: skip
+    assert code == 64 and "answer_correctness cannot be gated with --adaptive" in out
+
+
+def test_compare_refuses_a_loaded_verdict_as_it_refuses_its_record(tmp_path, capsys):
+    from qaeval import UsageError
+
+    _, record = _gated_record(tmp_path, capsys)
+    with pytest.raises(UsageError, match="a gate result, not a run's: compare takes two runs"):
+        api.compare(api.load_run(record), api.load_run(GOLDEN / "ci-baseline.json"))
