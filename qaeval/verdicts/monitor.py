@@ -28,7 +28,7 @@ from qaeval.core.results import Result
 from qaeval.data.logs import parse_timestamp
 from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
-from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
+from qaeval.scoring.monitor import ROW_COLUMNS, TRACE_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (
     ALL,
     METRIC_NAMES,
@@ -54,7 +54,7 @@ WINDOWS = Valid(
 )
 SECTION = Fields(
     dict(  # the monitor section of a record; each row also has a text value per slice column
-        rows=rows_of(ROW_COLUMNS, ("digest",), timestamp=TIME, row_id="str"),
+        rows=rows_of(ROW_COLUMNS, ("digest", *TRACE_COLUMNS), timestamp=TIME, row_id="str"),
         slice_columns=Each(
             Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")
         ),
@@ -227,6 +227,8 @@ class MonitorResult(Result):
         stored = s["rows"]
         if stored and any("digest" not in r for r in stored):  # written before rows kept their digest
             stored = [{"digest": None, **r} for r in stored]
+        if stored and any("hidden" not in r for r in stored):  # written before rows were read from traces
+            stored = [{**dict.fromkeys(TRACE_COLUMNS), **r} for r in stored]
         rows = frame(stored, schema)
         rows["timestamp"] = pd.to_datetime(
             [None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]], utc=True
