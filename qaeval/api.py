@@ -492,7 +492,8 @@ def score_logs(
     """Score logged traffic without gold (``qaeval.commands.monitoring``).
 
     Args:
-        logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer.
+        logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer; or OpenTelemetry
+            traces as OTLP/JSON (``log_format="otlp"``, or found by the file's content).
         judge: The judge: a name, a factory or a judge object (default: the offline judge).
         by: The columns to slice by.
         window: A time span such as ``"1D"``: the metrics per window.
@@ -536,5 +537,7 @@ def score_logs(
             band_window=p["band_window"],
             min_rows=p["min_rows"],
             notify=hook,
+            log_format=None if p["log_format"] == "auto" else p["log_format"],
+            annotations=p["annotations"],
         )
     return finish(result, p)

@@ -121,6 +121,7 @@ OUTPUT_WORDS = {
     "review": "review sheet",
     "labels": "labels file",
     "journal": "run's journal",
+    "annotations": "span annotations",
 }
 HEAD_BYTES = 1 << 16  # what is read of an existing file to tell its kind
 
@@ -198,6 +199,10 @@ def _written_as(path: str, kind: str) -> bool:
         return False
     if kind in ("sheet", "review"):
         return is_sheet_header(head, kind)
+    if kind == "annotations":
+        from qaeval.reports.annotations import written_annotations
+
+        return written_annotations(path, head)
     start = OUTPUT_STARTS.get(kind)
     return start is not None and start.match(head) is not None
 

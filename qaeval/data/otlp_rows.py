@@ -403,5 +403,8 @@ def _row(
         convention=convention(answering),
         tokens=tokens[0] or None,
         latency_ms=max(0, root.end - root.start) / 1e6,
+        span=dict(
+            name=answering.name, parent=answering.parent, start=answering.start, end=answering.end
+        ),  # what the OTLP annotations repeat of the answering span
     )
     return raw
