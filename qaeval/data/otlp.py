@@ -227,9 +227,6 @@ def tree(spans: list[Span]) -> Span:
         if s.span_id in by_id:
             raise BadTrace(f"span {s.span_id} appears twice in trace {s.trace_id}")
         by_id[s.span_id] = s
-    roots = [s for s in spans if not s.parent]
-    if len(roots) != 1:
-        raise BadTrace(f"trace {spans[0].trace_id} has {len(roots)} root spans (spans without a parent), not one")
     for s in spans:
         s.children = []
     for s in spans:
@@ -238,6 +235,11 @@ def tree(spans: list[Span]) -> Span:
             if parent is None:
                 raise BadTrace(f"span {s.span_id}'s parent {s.parent} is not in trace {s.trace_id}")
             parent.children.append(s)
+    roots = [s for s in spans if not s.parent]
+    if len(roots) > 1:
+        raise BadTrace(f"trace {spans[0].trace_id} has {len(roots)} root spans (spans without a parent), not one")
+    if not roots:
+        raise BadTrace(f"trace {spans[0].trace_id}: its {len(spans)} span(s) are in a parent cycle")
     seen = 0
     stack = [roots[0]]
     while stack:

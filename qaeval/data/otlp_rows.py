@@ -289,7 +289,7 @@ def rows_of_trace(root: Span) -> list[TraceRaw]:
     for i, (llm, fed) in enumerate(answering):
         _, llm_text = messages(llm)
         last = i == len(answering) - 1
-        text = root_text if last and recorded and root_text is not None else llm_text
+        text = root_text if last and root_text is not None and root is not llm else llm_text
         rows.append(_row(root, llm, llm, fed, text, spans))
     return rows
 
