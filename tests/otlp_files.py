@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Any
 
 T0 = 1767225600_000_000_000  # 2026-01-01T00:00:00Z
-PASSAGES = [
-    ("library-hours", "The library opens at 9 am on weekdays."),
-    ("parking", "Parking is free after 6 pm."),
-]
+PASSAGES = [("library-hours", "The library opens at 9 am on weekdays."), ("parking", "Parking is free after 6 pm.")]
 QUESTION = "When does the library open?"
 ANSWER = "The library opens at 9 am on weekdays [1]."
 
@@ -72,7 +69,9 @@ def rag_trace(n: int, *, answer: str = ANSWER, prompt_passages: int = 2, hide: t
 
 
 def request(spans: list[dict]) -> dict[str, Any]:
-    return {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]}
+    return {
+        "resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]
+    }
 
 
 def write(path: Path, lines: list[Any]) -> Path:

@@ -48,8 +48,12 @@ def test_one_traces_spans_spread_over_lines_make_one_row(tmp_path):
 
 def test_base64_ids_are_bad_data(tmp_path, capsys):
     spans = _with(rag_trace(0), 0, spanId="I+16KA57GNk=")
-    _bad(tmp_path, capsys, [request(spans)], "spanId 'I+16KA57GNk=' is not 16 hex digits, as OTLP/JSON writes ids "
-         "(it looks like base64")
+    _bad(
+        tmp_path,
+        capsys,
+        [request(spans)],
+        "spanId 'I+16KA57GNk=' is not 16 hex digits, as OTLP/JSON writes ids (it looks like base64",
+    )
 
 
 def test_an_integer_that_is_not_a_decimal_string_is_bad_data(tmp_path, capsys):
@@ -162,8 +166,9 @@ def test_a_citation_to_a_retrieved_document_the_prompt_never_held_is_its_own_fai
     rows = api.score_logs(str(write(tmp_path / "traces.jsonl", [request(trace)]))).rows
     assert rows["cited_unprompted"].tolist() == [False]
     assert rows["cited_hops"].tolist() == ["parking: hop 1, not in the prompt"]
-    assert "cited_unprompted: cited document(s) parking were retrieved but never reached the prompt" in (
-        rows["fail_reasons"][0]
+    assert (
+        "cited_unprompted: cited document(s) parking were retrieved but never reached the prompt"
+        in (rows["fail_reasons"][0])
     )
 
 

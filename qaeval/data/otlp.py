@@ -267,8 +267,12 @@ def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
         for s in spans:
             if s.trace_id in closed:
                 problems.append(
-                    Problem(where, line, f"span {s.span_id} of trace {s.trace_id} comes after the line holding the "
-                            "trace's root: qaeval reads a trace as complete once its root's line is read")
+                    Problem(
+                        where,
+                        line,
+                        f"span {s.span_id} of trace {s.trace_id} comes after the line holding the "
+                        "trace's root: qaeval reads a trace as complete once its root's line is read",
+                    )
                 )
                 continue
             held = open_.setdefault(s.trace_id, [])
@@ -288,7 +292,7 @@ def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
                 yield line, tree(open_.pop(trace_id))
             except BadTrace as exc:
                 problems.append(Problem(where, line, str(exc)))
-    for trace_id, spans in open_.items():
+    for spans in open_.values():
         first = min(s.line for s in spans)
         try:
             tree(spans)

@@ -106,7 +106,7 @@ def _parts_text(message: Any) -> str | None:
         return _text(message["content"])
     parts = message.get("parts")
     if isinstance(parts, list):
-        texts = [p.get("content") for p in parts if isinstance(p, dict) and isinstance(p.get("content"), str)]
+        texts = [str(p["content"]) for p in parts if isinstance(p, dict) and isinstance(p.get("content"), str)]
         return "\n".join(texts) if texts else None
     return None
 
@@ -160,9 +160,23 @@ def messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
     return prompt, answer
 
 
+METADATA_IDS = ("id", "doc_id", "document_id", "source")  # where a document without an id keeps one
+
+
+def _doc_id(d: dict[str, Any], prefix: str) -> str | None:
+    """The document's id, else one its metadata names (LangChain's instrumentation records no id)."""
+    found = _text(d.get(prefix + "id"))
+    if found:
+        return found
+    meta = _json(d.get(prefix + "metadata"))
+    if isinstance(meta, dict):
+        return next((str(meta[k]) for k in METADATA_IDS if isinstance(meta.get(k), (str, int))), None)
+    return None
+
+
 def _docs(items: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     return [
-        {"id": _text(d.get(prefix + "id")), "text": _text(d.get(prefix + "content")), "score": d.get(prefix + "score")}
+        {"id": _doc_id(d, prefix), "text": _text(d.get(prefix + "content")), "score": d.get(prefix + "score")}
         for d in items
     ]
 
@@ -219,7 +233,7 @@ def walk(root: Span) -> list[Span]:
 
 
 def _hops(spans: list[Span]) -> list[tuple[Span, dict[str, Any]]]:
-    hops = []
+    hops: list[tuple[Span, dict[str, Any]]] = []
     for span in sorted(spans, key=lambda s: (s.start, s.span_id)):
         kind = role(span)
         if kind in ("retriever", "reranker"):

@@ -60,7 +60,7 @@ def written_annotations(path: str, head: bytes) -> bool:
             import pyarrow.parquet as pq
 
             return tuple(pq.read_schema(path).names) == COLUMNS
-        except Exception:  # not a Parquet file pyarrow reads: not ours
+        except (ImportError, OSError, ValueError):  # no pyarrow, or not a Parquet file it reads: not ours
             return False
     return False
 
@@ -75,7 +75,7 @@ def _hidden_text(hidden: Any) -> str:
     return f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
 
 
-def annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
+def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
     """One dict per (trace row, metric): the ``COLUMNS``."""
     for r in rows.to_dict("records"):
         if not isinstance(r.get("span_id"), str):
@@ -118,7 +118,7 @@ def _attr(key: str, value: Any) -> dict[str, Any]:
 
 def _otlp_lines(rows: pd.DataFrame, spans: dict[str, dict[str, Any]]) -> Iterator[str]:
     by_span: dict[str, list[dict[str, Any]]] = {}
-    for a in annotations(rows):
+    for a in span_annotations(rows):
         by_span.setdefault(a["context.span_id"], []).append(a)
     for span_id, items in by_span.items():
         facts = spans[span_id]
@@ -158,14 +158,19 @@ def _otlp_lines(rows: pd.DataFrame, spans: dict[str, dict[str, Any]]) -> Iterato
 def _span_facts(source: Any, fmt: str | None) -> dict[str, dict[str, Any]]:
     """The answering spans' names, parents and times, read again from the traces."""
     from qaeval.data.log_formats import raw_rows
+    from qaeval.data.otlp_rows import TraceRaw
 
     problems: list[Any] = []
-    return {raw.facts["span_id"]: raw.facts["span"] for _, raw in raw_rows(source, problems, fmt=fmt)}
+    return {
+        raw.facts["span_id"]: raw.facts["span"]
+        for _, raw in raw_rows(source, problems, fmt=fmt)
+        if isinstance(raw, TraceRaw)
+    }
 
 
 def write_annotations(rows: pd.DataFrame, path: str, source: Any, fmt: str | None = None) -> str:
     """Write the annotations; the note that says where and how many."""
-    items = list(annotations(rows))
+    items = list(span_annotations(rows))
     if annotation_kind(path) == "otlp":
         lines = list(_otlp_lines(rows, _span_facts(source, fmt)))
         if path.lower().endswith(".json"):

@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 
 from qaeval.core.frames import frame
+from qaeval.core.text import normalize
 from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
 from qaeval.data.labels import LABELLED_CASE
 from qaeval.data.logs import NONE_GROUP, LogRow, content_digest
-from qaeval.core.text import normalize
 from qaeval.scoring.checks import check_citation_resolvability, check_fail_closed, check_grounding_isolation
 from qaeval.scoring.coverage import check_citation_coverage, coverage_counts
 from qaeval.scoring.evaluate import score_outputs
