@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -333,3 +334,104 @@ def test_openinference_langchain_traces_read_back_as_what_the_chain_did(provider
     assert all(t in output["prompt_to_model"] for _, t, _ in docs) and QUESTION in output["prompt_to_model"]
     assert [c["source_id"] for c in output["citations"]] == ["library-hours"]
     assert row["passed"] and row["hops"] == 1
+
+
+def _traffic(openinference_openai, server, tmp_path, n: int = 4) -> Path:
+    """n traced requests over two sessions, then one whose answer cites a document it retrieved but did
+    not put in the prompt; a span a line, as a batching exporter may spread a trace."""
+    from openinference.instrumentation import using_session
+
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    for i in range(n):
+        with using_session(f"session-{i % 2}"):
+            _openinference_rag(tp, client, QUESTION)
+    with FakeJudgeServer(reply="On Saturdays the library opens at 10 am [library-weekend].") as other:
+        tracer = tp.get_tracer("rag")
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+            root.set_attribute("input.value", QUESTION)
+            root.set_attribute("session.id", "session-0")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute("openinference.span.kind", "RETRIEVER")
+                docs = retrieve(QUESTION)
+                for i, (doc_id, text, _) in enumerate(docs):
+                    span.set_attribute(f"retrieval.documents.{i}.document.id", doc_id)
+                    span.set_attribute(f"retrieval.documents.{i}.document.content", text)
+            reply = openai.OpenAI(base_url=other.url, api_key="test").chat.completions.create(
+                model="gpt-test", messages=prompt_messages(QUESTION, docs[:1])
+            )
+            root.set_attribute("output.value", reply.choices[0].message.content)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(to_otlp_json([s]) + "\n" for s in exporter.get_finished_spans()))
+    return path
+
+
+def test_a_cited_document_that_never_reached_the_prompt_is_its_own_failure(openinference_openai, server, tmp_path):
+    rows = api.score_logs(str(_traffic(openinference_openai, server, tmp_path, n=1))).rows
+    bad = rows[~rows["passed"]].to_dict("records")
+    assert len(bad) == 1 and bad[0]["cited_unprompted"] is False
+    assert bad[0]["cited_hops"] == "library-weekend: hop 1, not in the prompt"
+    assert (
+        "cited_unprompted: cited document(s) library-weekend were retrieved but never reached the prompt"
+        in bad[0]["fail_reasons"]
+    )
+    assert rows["cited_unprompted"].tolist().count(True) == 1
+
+
+def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_openai, server, tmp_path):
+    from qaeval.reports import hop_facts
+
+    history = tmp_path / "history.jsonl"
+    path = _traffic(openinference_openai, server, tmp_path)
+    result = api.score_logs(str(path), by=["session"], window="1D", timeseries=str(history), min_rows=1)
+    assert set(result.slices["group"]) == {"session-0", "session-1"}
+    assert len(result.windows[result.windows["slice"] == "(all)"]) == len(result.scoreboard)
+    assert len(history.read_text().splitlines()) == 1
+    hops = result.hops
+    overall = hops[hops["window"].isna() & (hops["slice"] == "(all)")].to_dict("records")
+    assert overall == [
+        dict(
+            window=None,
+            slice="(all)",
+            group="(all)",
+            hop=1,
+            kind="retriever",
+            rows=5,
+            documents=10,
+            cited=5,
+            prompted=9,
+            prompt_rows=5,
+        )
+    ]
+    by_session = hops[hops["window"].isna() & (hops["slice"] == "session")].set_index("group")
+    assert by_session.loc["session-0", "rows"] == 3 and by_session.loc["session-0", "prompted"] == 5
+    assert set(hops["window"].dropna()) == set(result.windows["window"])
+    assert "hop 1 retriever: 5 row(s), 10 document(s), 5 cited, 9 in the prompt" in result.summary_text()
+    html = str(hop_facts(result))
+    assert "Retrieval hops" in html and "retriever" in html
+
+
+def test_propose_from_monitor_reads_the_span_back_from_the_trace_file(openinference_openai, server, tmp_path):
+    record = tmp_path / "monitor.json"
+    path = _traffic(openinference_openai, server, tmp_path, n=2)
+    result = api.score_logs(str(path), save=str(record))
+    assert (~result.rows["passed"]).sum() == 1
+    proposal = api.propose(from_monitor=str(record), sheet=str(tmp_path / "r.csv"), n=3)
+    (failed,) = [c for c in proposal.candidates if c.kind == "check_failed"]
+    assert failed.question == QUESTION and "cited_unprompted" in failed.why
+    assert [p.id for p in failed.passages] == ["library-hours", "library-weekend"]
+    assert failed.answer == "On Saturdays the library opens at 10 am [library-weekend]."
+
+
+def test_a_json_file_and_log_format_otlp(openinference_openai, server, tmp_path, capsys):
+    tp, exporter = openinference_openai
+    _openinference_rag(tp, openai.OpenAI(base_url=server.url, api_key="test"), QUESTION)
+    single = tmp_path / "traces.json"
+    single.write_text(json.dumps(json.loads(to_otlp_json(exporter.get_finished_spans())), indent=2))
+    assert len(api.score_logs(str(single)).rows) == 1
+    odd = tmp_path / "spans.txt"
+    odd.write_text(to_otlp_json(exporter.get_finished_spans()) + "\n")
+    assert main(["monitor", "--logs", str(odd), "--log-format", "otlp"]) == 0
+    assert main(["monitor", "--logs", str(odd)]) == 64
+    assert "or give --log-format" in capsys.readouterr().err

@@ -199,9 +199,9 @@ def raw_rows(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
     problems go to ``problems``. For OTLP traces the number is the row's 1-based place among the file's
-    rows (``qaeval.data.otlp.trace_rows``), as for Parquet."""
+    rows (``qaeval.data.otlp_rows.trace_rows``), as for Parquet."""
     if log_format(source, fmt) == "otlp":
-        from qaeval.data.otlp import trace_rows
+        from qaeval.data.otlp_rows import trace_rows
 
         yield from trace_rows(Path(source), problems, only)
         return

@@ -20,7 +20,7 @@ a parent that is missing, parent cycles, a trace with no answering span; caps on
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,25 +298,3 @@ def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
             tree(spans)
         except BadTrace as exc:
             problems.append(Problem(where, first, str(exc)))
-
-
-def trace_rows(
-    path: Path, problems: list[Problem], only: Container[int] | None = None
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number, raw row) for every answered request in the traces (``qaeval.data.otlp_rows``): the
-    row number is the row's 1-based place in the file's rows, which a monitor record keeps."""
-    from qaeval.data.otlp_rows import rows_of_trace
-
-    number = 0
-    where = str(path)
-    for line, root in traces(path, problems):
-        try:
-            rows = rows_of_trace(root)
-        except BadTrace as exc:
-            problems.append(Problem(where, line, str(exc)))
-            continue
-        for raw in rows:
-            number += 1
-            if only is None or number in only:
-                raw.line = line
-                yield number, raw

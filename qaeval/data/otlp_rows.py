@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Container, Iterator
+from pathlib import Path
 from typing import Any
 
-from qaeval.data.otlp import BadTrace, Span
+from qaeval.core.errors import Problem
+from qaeval.data.otlp import BadTrace, Span, traces
 
 REDACTED = "__REDACTED__"
 HIDDEN_TEXT = "(hidden by the instrumentation)"
@@ -422,3 +425,23 @@ def _row(
         ),  # what the OTLP annotations repeat of the answering span
     )
     return raw
+
+
+def trace_rows(
+    path: Path, problems: list[Problem], only: Container[int] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number, raw row) for every answered request in the traces (``rows_of_trace``): the
+    row number is the row's 1-based place in the file's rows, which a monitor record keeps."""
+    number = 0
+    where = str(path)
+    for line, root in traces(path, problems):
+        try:
+            rows = rows_of_trace(root)
+        except BadTrace as exc:
+            problems.append(Problem(where, line, str(exc)))
+            continue
+        for raw in rows:
+            number += 1
+            if only is None or number in only:
+                raw.line = line
+                yield number, raw

@@ -27,9 +27,9 @@ from typing import Any
 import pandas as pd
 
 from qaeval.core.errors import UsageError
-from qaeval.core.files import write_atomic
+from qaeval.core.files import ANNOTATION_COLUMNS, write_atomic
 
-COLUMNS = ("context.span_id", "trace_id", "name", "score", "label", "explanation")
+COLUMNS = ANNOTATION_COLUMNS
 CHECKS = ("prompt_grounding", "citation_resolvability", "citation_coverage", "fail_closed", "cited_unprompted")
 JUDGED = ("faithfulness", "citation_correctness")
 EVENT = "gen_ai.evaluation.result"
@@ -47,22 +47,6 @@ def annotation_kind(path: str) -> str:
         f"annotations {path}: the name must end in .jsonl, .csv or .parquet (a table of span annotations) "
         "or .json or .otlp.jsonl (OTLP/JSON with gen_ai.evaluation.result events)"
     )
-
-
-def written_annotations(path: str, head: bytes) -> bool:
-    """Whether an existing file begins as qaeval's annotations do (the overwrite guard's test)."""
-    if head.startswith(b'{"context.span_id"') or head.startswith(b"context.span_id,"):
-        return True
-    if head.startswith(b'{"resourceSpans"') and b'"qaeval.annotations"' in head[:400]:
-        return True
-    if head.startswith(b"PAR1"):
-        try:
-            import pyarrow.parquet as pq
-
-            return tuple(pq.read_schema(path).names) == COLUMNS
-        except (ImportError, OSError, ValueError):  # no pyarrow, or not a Parquet file it reads: not ours
-            return False
-    return False
 
 
 def _reason(reasons: Any, check: str) -> str:

@@ -75,8 +75,9 @@ ROW_COLUMNS = {
     "hops": "Int64",
     "cited_hops": "text",  # each cited passage's hop, and whether it reached the prompt
     "cited_unprompted": "boolean",
+    "hop_counts": "text",  # per hop "number:kind:documents:cited:prompted" (prompted empty when hidden), ";"-joined
 }
-TRACE_COLUMNS = ("trace_id", "span_id", "hidden", "hops", "cited_hops", "cited_unprompted")
+TRACE_COLUMNS = ("trace_id", "span_id", "hidden", "hops", "cited_hops", "cited_unprompted", "hop_counts")
 NEEDS = {  # the content each check reads: hidden, the check is not assessed on the row
     "prompt_grounding": ("question", "prompt", "passages"),
     "citation_resolvability": ("answer",),
@@ -123,6 +124,13 @@ def hop_facts(row: LogRow) -> dict[str, Any]:
         unprompted += [] if reached else [sid]
         parts.append(f"{sid}: hop {hop_of[sid]}, " + ("in the prompt" if reached else "not in the prompt"))
     assessed = not any(h in hidden for h in NEEDS["cited_unprompted"]) and (row.prompt is not None)
+    cited = {c["source_id"] for c in row.citations}
+    counts = []
+    for hop in row.trace.hops:
+        ids = [d["id"] for d in hop["documents"]]
+        shown = prompt is not None and "passages" not in hidden
+        prompted = sum(normalize(bodies[i]) in prompt for i in ids if i in bodies) if shown and prompt else ""
+        counts.append(f"{hop['hop']}:{hop['kind']}:{len(ids)}:{sum(i in cited for i in ids)}:{prompted}")
     return dict(
         trace_id=facts["trace_id"],
         span_id=facts["span_id"],
@@ -130,6 +138,7 @@ def hop_facts(row: LogRow) -> dict[str, Any]:
         hops=len(row.trace.hops),
         cited_hops="; ".join(parts) or None,
         cited_unprompted=(not unprompted) if assessed else None,
+        hop_counts=";".join(counts) or None,
         unprompted=unprompted,
     )
 

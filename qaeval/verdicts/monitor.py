@@ -154,8 +154,29 @@ class MonitorResult(Result):
     def slice_columns(self) -> list[str]:
         return [c for c in self.rows.columns if c not in ROW_COLUMNS]
 
+    @property
+    def hops(self) -> pd.DataFrame:
+        """Per-hop facts of a log read from traces (``qaeval.scoring.monitor_hops``): empty for rows."""
+        from qaeval.scoring.monitor_hops import hop_frame
+
+        return hop_frame(self.rows, self.by, self.every)
+
+    def _hop_lines(self) -> list[str]:
+        hops = self.hops
+        if hops.empty:
+            return []
+        lines = ["per hop (documents returned, cited by the answers, reached the prompt):"]
+        for r in hops[hops["window"].isna()].itertuples(index=False):
+            where = "" if r.slice == ALL else f"{r.slice}={r.group} "
+            lines.append(
+                f"  {where}hop {r.hop} {r.kind}: {r.rows} row(s), {r.documents} document(s), {r.cited} cited, "
+                f"{r.prompted} in the prompt (of {r.prompt_rows} row(s) showing it)"
+            )
+        return lines
+
     def summary_text(self) -> str:
         lines = [f"MONITOR: {self.verdict}   ({self.reason})", format_scoreboard(self.scoreboard)]
+        lines += self._hop_lines()
         for column in self.by:
             lines.append(f"by {column}:")
             part = self.slices[self.slices["slice"] == column]
