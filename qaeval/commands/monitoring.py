@@ -146,7 +146,13 @@ def monitor(
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
     picked = rows[rows["sampled"]]
-    judged = rows_at(source, dict(zip(picked["line"].tolist(), picked["row_id"].tolist())), scan.where, log_format)
+    judged = rows_at(
+        source,
+        dict(zip(picked["line"].tolist(), picked["row_id"].tolist())),
+        scan.where,
+        log_format,
+        scan.trace_index or None,
+    )
     meta = RunMeta.now(
         adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=DEFAULT_K, data=scan.where
     )

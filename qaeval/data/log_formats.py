@@ -195,7 +195,11 @@ def _jsonl_lines(path: Path, only: Container[int], problems: list[Problem]) -> I
 
 
 def raw_rows(
-    source: Any, problems: list[Problem], only: Container[int] | None = None, fmt: str | None = None
+    source: Any,
+    problems: list[Problem],
+    only: Container[int] | None = None,
+    fmt: str | None = None,
+    locate: dict[int, Any] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
     problems go to ``problems``. For OTLP traces the number is the row's 1-based place among the file's
@@ -203,7 +207,7 @@ def raw_rows(
     if log_format(source, fmt) == "otlp":
         from qaeval.data.otlp_rows import trace_rows
 
-        yield from trace_rows(Path(source), problems, only)
+        yield from trace_rows(Path(source), problems, only, locate)
         return
     if only is not None:
         if log_format(source, fmt) == "jsonl":

@@ -93,6 +93,8 @@ class LogScan:
     has_citations: bool = False
     has_model_flag: bool = False
     hidden: dict[str, int] = field(default_factory=dict)  # rows whose trace hid each kind of content
+    # a row read from traces: row number -> (trace id, first line, root line, place among its trace's rows)
+    trace_index: dict[int, tuple[str, int, int, int]] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         out = [
@@ -370,6 +372,8 @@ def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK, fmt: str | None
             continue
         seen[row.id] = line
         _note_row(scan, row, raw)
+        if isinstance(raw, TraceRaw):
+            scan.trace_index[line] = (raw.facts["trace_id"], raw.first_line, raw.line, raw.index)
         batch.append(row)
         if len(batch) >= chunk:
             yield batch
@@ -384,12 +388,14 @@ def _with_id(row: LogRow, rid: str) -> LogRow:
     return replace(row, id=rid)
 
 
-def rows_at(source: Any, ids: dict[int, str], where: str, fmt: str | None = None) -> list[LogRow]:
+def rows_at(
+    source: Any, ids: dict[int, str], where: str, fmt: str | None = None, locate: dict[int, Any] | None = None
+) -> list[LogRow]:
     """The rows at these lines (row numbers for Parquet and DataFrames), with the ids a full scan gave them;
     only those lines are parsed. The log was clean when scanned: a problem now means it changed."""
     problems: list[Problem] = []
     out = []
-    for line, raw in raw_rows(source, problems, only=ids, fmt=fmt):
+    for line, raw in raw_rows(source, problems, only=ids, fmt=fmt, locate=locate):
         row, _, found = parse_row(raw, 0, line)
         if row is None:
             problems += [Problem(where, line, p) for p in found]

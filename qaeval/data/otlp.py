@@ -19,14 +19,15 @@ a parent that is missing, parent cycles, a trace with no answering span; caps on
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import Problem
-from qaeval.core.jsonfile import iter_jsonl, loads_strict
+from qaeval.core.jsonfile import json_error_text, loads_strict
 
 MAX_DEPTH = 32  # nested arrayValue/kvlistValue: deeper, a request passes protobuf's recursion limit (100)
 MAX_SPANS = 10_000  # spans in one trace
@@ -57,6 +58,8 @@ class Span:
     line: int
     resource: dict[str, Any] = field(default_factory=dict)
     children: list[Span] = field(default_factory=list)
+    first_line: int = 0  # a root's: the first line holding a span of its trace
+    memo: dict[str, Any] = field(default_factory=dict)  # what the conventions read of it, read once
 
 
 # --------------------------------------------------------------------------- values
@@ -131,7 +134,12 @@ def attributes(items: Any, what: str, depth: int = 0) -> dict[str, Any]:
         key = item["key"]
         if key in out:
             raise BadTrace(f"{what}: attribute {key!r} appears twice")
-        out[key] = any_value(item.get("value", {}), f"{what} attribute {key!r}", depth)
+        value = item.get("value", {})
+        text = value.get("stringValue") if type(value) is dict and len(value) == 1 else None
+        if type(text) is str and len(text) <= MAX_CHARS:  # the common value, checked quickly
+            out[key] = text
+        else:
+            out[key] = any_value(value, f"{what} attribute {key!r}", depth)
     return out
 
 
@@ -203,12 +211,41 @@ def is_otlp(text: str) -> bool:
 # --------------------------------------------------------------------------- traces
 
 
-def _requests(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
-    if path.suffix.lower() != ".json":
-        yield from iter_jsonl(path, problems)
-        return
-    if not path.is_file():
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+FAST = json.JSONDecoder(parse_constant=_no_constant)  # objects built in C: a trace file's keys are the protocol's
+
+
+def _jsonl(path: Path, problems: list[Problem], lines: Container[int] | None) -> Iterator[tuple[int, Any]]:
+    """(line, parsed value) of each non-blank line (or only ``lines``: the others are not parsed)."""
+    where = str(path)
+    with open(path, "rb", buffering=1 << 16) as handle:
+        for number, raw in enumerate(handle, start=1):
+            if lines is not None and number not in lines:
+                continue
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(Problem(where, number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})"))
+                continue
+            if not text.strip():
+                continue
+            try:
+                yield number, FAST.decode(text)
+            except RecursionError:
+                problems.append(Problem(where, number, "nested too deeply to be data"))
+            except ValueError as exc:
+                problems.append(Problem(where, number, json_error_text(exc)))
+
+
+def _requests(path: Path, problems: list[Problem], lines: Container[int] | None = None) -> Iterator[tuple[int, Any]]:
+    if not path.is_file():  # a FIFO or a folder is named, never opened
         problems.append(Problem(str(path), None, "not found, or not a regular file"))
+        return
+    if path.suffix.lower() != ".json":
+        yield from _jsonl(path, problems, lines)
         return
     if path.stat().st_size > MAX_JSON_BYTES:
         problems.append(Problem(str(path), None, f"a .json file over {MAX_JSON_BYTES:,} bytes: write JSONL"))
@@ -252,12 +289,15 @@ def tree(spans: list[Span]) -> Span:
     return roots[0]
 
 
-def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
-    """(the line of its root, the root) of each complete trace, in the order their roots were read."""
+def traces(
+    path: Path, problems: list[Problem], lines: Container[int] | None = None, wanted: Container[str] | None = None
+) -> Iterator[tuple[int, Span]]:
+    """(the line of its root, the root) of each complete trace, in the order their roots were read; or
+    only the ``wanted`` traces, from only those ``lines`` (a clean file read again)."""
     open_: dict[str, list[Span]] = {}
     closed: set[str] = set()  # ids only: a late span of a finished trace is named, not merged
     where = str(path)
-    for line, request in _requests(path, problems):
+    for line, request in _requests(path, problems, lines):
         try:
             spans = request_spans(request, line)
         except BadTrace as exc:
@@ -265,6 +305,8 @@ def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
             continue
         rooted = []
         for s in spans:
+            if wanted is not None and s.trace_id not in wanted:
+                continue
             if s.trace_id in closed:
                 problems.append(
                     Problem(
@@ -289,7 +331,10 @@ def traces(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Span]]:
                 continue
             closed.add(trace_id)
             try:
-                yield line, tree(open_.pop(trace_id))
+                held = open_.pop(trace_id)
+                root = tree(held)
+                root.first_line = min(s.line for s in held)
+                yield line, root
             except BadTrace as exc:
                 problems.append(Problem(where, line, str(exc)))
     for spans in open_.values():

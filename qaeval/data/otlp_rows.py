@@ -47,6 +47,8 @@ class TraceRaw(dict):  # type: ignore[type-arg]
     what the instrumentation hid, and the trace's facts (trace and span ids, model, tokens, latency)."""
 
     line: int = 0
+    first_line: int = 0
+    index: int = 0  # its place among its trace's rows
     hidden: tuple[str, ...] = ()
     hops: tuple[dict[str, Any], ...] = ()
     facts: dict[str, Any]
@@ -119,6 +121,12 @@ def _parts_text(message: Any) -> str | None:
 
 def role(span: Span) -> str:
     """llm, retriever, reranker, or other, by whichever convention the span follows."""
+    if "role" not in span.memo:
+        span.memo["role"] = _role(span)
+    return str(span.memo["role"])
+
+
+def _role(span: Span) -> str:
     a = span.attrs
     kind = a.get("openinference.span.kind")
     if isinstance(kind, str) and kind.upper() in ("LLM", "RETRIEVER", "RERANKER"):
@@ -133,6 +141,12 @@ def role(span: Span) -> str:
 
 def messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
     """(the prompt's (role, text) messages or None when hidden, the output text or None when hidden)."""
+    if "messages" not in span.memo:
+        span.memo["messages"] = _messages(span)
+    return span.memo["messages"]  # type: ignore[no-any-return]
+
+
+def _messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
     a = span.attrs
     prompt: list[tuple[str, str]] | None = None
     found = indexed(a, "llm.input_messages.") or indexed(a, "gen_ai.prompt.")
@@ -428,10 +442,18 @@ def _row(
 
 
 def trace_rows(
-    path: Path, problems: list[Problem], only: Container[int] | None = None
+    path: Path,
+    problems: list[Problem],
+    only: Container[int] | None = None,
+    locate: dict[int, tuple[str, int, int, int]] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(row number, raw row) for every answered request in the traces (``rows_of_trace``): the
-    row number is the row's 1-based place in the file's rows, which a monitor record keeps."""
+    row number is the row's 1-based place in the file's rows, which a monitor record keeps. With
+    ``locate`` (a scan's ``trace_index``: row number -> trace id, first line, root line, place among the
+    trace's rows), only the lines of the ``only`` rows' traces are read again."""
+    if locate is not None and only is not None:
+        yield from _located(path, problems, {n: locate[n] for n in locate if n in only})
+        return
     number = 0
     where = str(path)
     for line, root in traces(path, problems):
@@ -440,8 +462,26 @@ def trace_rows(
         except BadTrace as exc:
             problems.append(Problem(where, line, str(exc)))
             continue
-        for raw in rows:
+        for index, raw in enumerate(rows):
             number += 1
             if only is None or number in only:
-                raw.line = line
+                raw.line, raw.first_line, raw.index = line, root.first_line, index
+                yield number, raw
+
+
+def _located(
+    path: Path, problems: list[Problem], rows: dict[int, tuple[str, int, int, int]]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    lines = {n for _, first, last, _ in rows.values() for n in range(first, last + 1)}
+    number_of = {(trace_id, index): number for number, (trace_id, _, _, index) in rows.items()}
+    for line, root in traces(path, problems, lines, {trace_id for trace_id, *_ in rows.values()}):
+        try:
+            found = rows_of_trace(root)
+        except BadTrace as exc:
+            problems.append(Problem(str(path), line, str(exc)))
+            continue
+        for index, raw in enumerate(found):
+            number = number_of.get((root.trace_id, index))
+            if number is not None:
+                raw.line, raw.first_line, raw.index = line, root.first_line, index
                 yield number, raw
