@@ -131,12 +131,15 @@ class FakeJudgeServer:
         no_choices: bool = False,
         generation_faults: dict[str, int] | None = None,
         hang_seconds: float = 5.0,
+        echo_reply: bool = False,
     ) -> None:
         """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
-        ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module."""
+        ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module;
+        ``echo_reply``: a request's own ``reply`` field (the openai client's ``extra_body``) is the content,
+        so a traced example system decides what its model answers."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
         self.reject_response_format, self.garbage = reject_response_format, garbage
-        self.reply, self.no_choices = reply, no_choices
+        self.reply, self.no_choices, self.echo_reply = reply, no_choices, echo_reply
         self.generation_faults, self.hang_seconds = dict(generation_faults or {}), hang_seconds
         self.generations = 0
         self._fault_counts: dict[str, int] = {}
@@ -243,6 +246,8 @@ class FakeJudgeServer:
                         content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
                     if outer.reply is not None:
                         content = outer.reply
+                    if outer.echo_reply and isinstance(body.get("reply"), str):
+                        content = body["reply"]
                     choices = (
                         None
                         if outer.no_choices
