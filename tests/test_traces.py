@@ -141,6 +141,10 @@ def test_openinference_openai_traces_read_back_as_what_the_system_did(openinfere
     assert row["passed"] and row["model_called"] and row["hops"] == 1
     assert row["cited_hops"] == "library-hours: hop 1, in the prompt"
     assert row["session"] == "session-1"
+    llm = next(s for s in exporter.get_finished_spans() if s.attributes.get("openinference.span.kind") == "LLM")
+    assert row["tokens"] == llm.attributes["llm.token_count.total"] > 0
+    root = next(s for s in exporter.get_finished_spans() if s.parent is None)
+    assert row["latency_ms"] == (root.end_time - root.start_time) / 1e6
     assert "OpenTelemetry traces (openinference)" in result.notes[0]
 
 

@@ -76,8 +76,20 @@ ROW_COLUMNS = {
     "cited_hops": "text",  # each cited passage's hop, and whether it reached the prompt
     "cited_unprompted": "boolean",
     "hop_counts": "text",  # per hop "number:kind:documents:cited:prompted" (prompted empty when hidden), ";"-joined
+    "tokens": "Int64",  # the answering LLM span's tokens, where it counts them
+    "latency_ms": "float",  # the trace's root span, start to end
 }
-TRACE_COLUMNS = ("trace_id", "span_id", "hidden", "hops", "cited_hops", "cited_unprompted", "hop_counts")
+TRACE_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "hidden",
+    "hops",
+    "cited_hops",
+    "cited_unprompted",
+    "hop_counts",
+    "tokens",
+    "latency_ms",
+)
 NEEDS = {  # the content each check reads: hidden, the check is not assessed on the row
     "prompt_grounding": ("question", "prompt", "passages"),
     "citation_resolvability": ("answer",),
@@ -139,6 +151,8 @@ def hop_facts(row: LogRow) -> dict[str, Any]:
         cited_hops="; ".join(parts) or None,
         cited_unprompted=(not unprompted) if assessed else None,
         hop_counts=";".join(counts) or None,
+        tokens=facts.get("tokens"),
+        latency_ms=facts.get("latency_ms"),
         unprompted=unprompted,
     )
 
