@@ -159,3 +159,11 @@ def pd_na():
     import pandas as pd
 
     return pd.NA
+
+
+def test_spans_waiting_for_roots_that_never_come_are_capped(tmp_path, capsys, monkeypatch):
+    from qaeval.data import otlp
+
+    monkeypatch.setattr(otlp, "MAX_HELD", 5)
+    lines = [request(rag_trace(n)[:2]) for n in range(4)]  # no root: each trace waits
+    _bad(tmp_path, capsys, lines, "over 5 spans wait for their traces' roots", line=3)

@@ -1,7 +1,8 @@
 """Production traffic logs: one answered request per row, read strictly and in chunks.
 
 A log is JSONL, CSV (list columns JSON-encoded in their cells), Parquet (needs the ``parquet`` extra:
-pyarrow) or a pandas DataFrame. Each row:
+pyarrow) or a pandas DataFrame; or OpenTelemetry traces as OTLP/JSON, whose rows ``qaeval.data.otlp_rows``
+makes in this shape (a ``TraceRaw``, carrying what only a trace has: ``LogRow.trace``). Each row:
 
 ==================  =========================================================================================
 ``id``              unique text; when the column is absent or the cell empty, ``row-`` and the first 12 hex

@@ -14,7 +14,8 @@ file. A span arriving after its trace's root line, or a trace whose root never c
 Every problem names the file and line: ids that are not hex (base64, protobuf's default for bytes),
 integers that are not decimal, attribute values of the wrong type or nested deeper than ``MAX_DEPTH``,
 a parent that is missing, parent cycles, a trace with no answering span; caps on sizes and counts
-(``MAX_SPANS`` per trace, ``MAX_ATTRIBUTES`` per span, texts of ``MAX_CHARS``) as the row loader has.
+(``MAX_SPANS`` per trace, ``MAX_HELD`` waiting for their roots, ``MAX_ATTRIBUTES`` per span, texts of
+``MAX_CHARS``) as the row loader has.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from qaeval.core.jsonfile import json_error_text, loads_strict
 
 MAX_DEPTH = 32  # nested arrayValue/kvlistValue: deeper, a request passes protobuf's recursion limit (100)
 MAX_SPANS = 10_000  # spans in one trace
+MAX_HELD = 200_000  # spans held at once, of traces whose root has not come yet
 MAX_ATTRIBUTES = 1_000  # attributes (and events) on one span
 MAX_CHARS = 1_000_000  # one text value, as a log row's texts
 MAX_JSON_BYTES = 1 << 30  # a .json file holding one request is read whole
@@ -297,6 +299,7 @@ def traces(
     open_: dict[str, list[Span]] = {}
     closed: set[str] = set()  # ids only: a late span of a finished trace is named, not merged
     where = str(path)
+    held = 0  # spans in open_ (at most: a span dropped on the way is not subtracted)
     for line, request in _requests(path, problems, lines):
         try:
             spans = request_spans(request, line)
@@ -304,6 +307,17 @@ def traces(
             problems.append(Problem(where, line, str(exc)))
             continue
         rooted = []
+        held += len(spans)
+        if held > MAX_HELD:
+            problems.append(
+                Problem(
+                    where,
+                    line,
+                    f"over {MAX_HELD:,} spans wait for their traces' roots: a trace is read "
+                    "as complete once its root's line is read, and these roots do not come",
+                )
+            )
+            return
         for s in spans:
             if wanted is not None and s.trace_id not in wanted:
                 continue
@@ -317,12 +331,12 @@ def traces(
                     )
                 )
                 continue
-            held = open_.setdefault(s.trace_id, [])
-            held.append(s)
-            if len(held) > MAX_SPANS:
+            trace = open_.setdefault(s.trace_id, [])
+            trace.append(s)
+            if len(trace) > MAX_SPANS:
                 problems.append(Problem(where, line, f"trace {s.trace_id} holds over {MAX_SPANS} spans"))
                 closed.add(s.trace_id)
-                del open_[s.trace_id]
+                held -= len(open_.pop(s.trace_id))
                 continue
             if not s.parent:
                 rooted.append(s.trace_id)
@@ -331,9 +345,10 @@ def traces(
                 continue
             closed.add(trace_id)
             try:
-                held = open_.pop(trace_id)
-                root = tree(held)
-                root.first_line = min(s.line for s in held)
+                done = open_.pop(trace_id)
+                held -= len(done)
+                root = tree(done)
+                root.first_line = min(s.line for s in done)
                 yield line, root
             except BadTrace as exc:
                 problems.append(Problem(where, line, str(exc)))
