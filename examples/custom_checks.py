@@ -37,5 +37,6 @@ def _within_length(sample: Sample) -> tuple[float, float]:
     return float(len(sample.output.answer.split()) <= MAX_WORDS), 1.0
 
 
-answer_length = Metric("answer_length_ok", True, "answered cases", f"answered cases of at most {MAX_WORDS} words",
-                       unit=_within_length)
+answer_length = Metric(
+    "answer_length_ok", True, "answered cases", f"answered cases of at most {MAX_WORDS} words", unit=_within_length
+)

@@ -42,8 +42,10 @@ class KeywordJudge:
             AxisVerdict("faithfulness", 2 if first_cited else 0, first_cited, "quoted the cited source"),
             AxisVerdict("answer_correctness", 2 if quote else 0, quote, "the gold answer is in this sentence"),
         ]
-        verdicts += [AxisVerdict("citation_correctness", 2, split_sentences(c.text)[0], "cited text present",
-                                 target=c.source_id) for c in req.citations]
+        verdicts += [
+            AxisVerdict("citation_correctness", 2, split_sentences(c.text)[0], "cited text present", target=c.source_id)
+            for c in req.citations
+        ]
         return JudgeResponse(req.case_id, verdicts)
 
 

@@ -32,8 +32,9 @@ class HttpRagAdapter:
             "question": case.question,
             "documents": [{"id": s.id, "title": s.title, "text": s.text} for s in case.sources],
         }
-        request = urllib.request.Request(self.url, data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+        request = urllib.request.Request(
+            self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
         with urllib.request.urlopen(request, timeout=self.timeout) as reply:  # raises on HTTP errors
             return self.to_output(json.loads(reply.read()))
 

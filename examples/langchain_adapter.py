@@ -33,9 +33,11 @@ def quote(question: str, prompt: str) -> str:
     """The answer the stand-in model gives: of every sentence of every passage in the prompt, the one that
     shares the most words with the question (the earlier one on a tie), cited by its id."""
     asked = set(content_terms(question))
-    candidates = [(len(asked & set(content_terms(sentence))), -rank, -i, sentence, found["id"])
-                  for rank, found in enumerate(PASSAGE.finditer(prompt.split("Passages:", 1)[-1].strip()))
-                  for i, sentence in enumerate(split_sentences(found["text"]))]
+    candidates = [
+        (len(asked & set(content_terms(sentence))), -rank, -i, sentence, found["id"])
+        for rank, found in enumerate(PASSAGE.finditer(prompt.split("Passages:", 1)[-1].strip()))
+        for i, sentence in enumerate(split_sentences(found["text"]))
+    ]
     shared, _, _, sentence, source_id = max(candidates, default=(0, 0, 0, "", ""))
     if not shared:
         return "I cannot answer."

@@ -20,8 +20,10 @@ from typing import Any
 
 from qaeval import CaseView, Citation, Corpus, Passage, SUTOutput
 
-STOP = frozenset("a an and are as at be by did does for from has have how in is it of on or that the this "
-                 "to was were what when where which who why with".split())
+STOP = frozenset(
+    "a an and are as at be by did does for from has have how in is it of on or that the this "
+    "to was were what when where which who why with".split()
+)
 MIN_SHARE = 0.5  # of the question's words a passage must hold, else the system abstains
 
 
@@ -69,14 +71,18 @@ class OwnIndexAdapter:
         if not found:
             return SUTOutput(abstained=True, model_was_called=False)  # nothing grounds an answer
         best = found[0]
-        prompt = "\n\n".join([f"Question: {case.question}",
-                              *(f"[{p.id}] {p.title or ''}\n{p.text}" for p in found)])
+        prompt = "\n\n".join([f"Question: {case.question}", *(f"[{p.id}] {p.title or ''}\n{p.text}" for p in found)])
         # Corpus passages go back with their text (qaeval checks it against the frozen corpus); a case's
         # own are named by id, as qaeval already holds them.
         passages = [p for p in found if isinstance(p, Passage)]
-        return SUTOutput(answer=best.text, citations=[Citation(best.id, best.text)], passages=passages,
-                         retrieved_ids=[] if passages else [p.id for p in found], model_was_called=True,
-                         prompt_to_model=prompt)
+        return SUTOutput(
+            answer=best.text,
+            citations=[Citation(best.id, best.text)],
+            passages=passages,
+            retrieved_ids=[] if passages else [p.id for p in found],
+            model_was_called=True,
+            prompt_to_model=prompt,
+        )
 
 
 def make_adapter(corpus: Corpus | None = None) -> OwnIndexAdapter:

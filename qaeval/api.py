@@ -383,7 +383,8 @@ def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResul
     """Score logged traffic without gold (``qaeval.commands.monitoring``).
 
     Args:
-        logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer.
+        logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer; or OpenTelemetry
+            traces as OTLP/JSON (``log_format="otlp"``, or found by the file's content).
         **options: The command's other parameters, by their flags' names with ``_`` for ``-``
             (``MonitorOptions``: an editor lists them; the command-line reference says what each means). None
             means the default; an unknown one is a usage error that lists the known ones.
@@ -416,5 +417,7 @@ def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResul
             band_window=p["band_window"],
             min_rows=p["min_rows"],
             notify=hook,
+            log_format=None if p["log_format"] == "auto" else p["log_format"],
+            annotations=p["annotations"],
         )
     return finish(result, p)

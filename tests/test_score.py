@@ -92,10 +92,7 @@ def test_a_scored_record_reads_back(answers, tmp_path):
     pd.testing.assert_frame_equal(again.scoreboard, scored.scoreboard)
 
 
-@pytest.mark.parametrize(
-    "trial, shown",
-    [("x", "'x'"), ("1", "'1'"), ([0], "[0]"), (1e300, "1e+300"), (2.5, "2.5")],
-)
+@pytest.mark.parametrize("trial, shown", [("x", "'x'"), ("1", "'1'"), ([0], "[0]"), (1e300, "1e+300"), (2.5, "2.5")])
 def test_a_trial_that_is_no_number_is_refused_with_its_row_not_a_traceback(answers, trial, shown):
     bad = answers.astype({"case_id": object}).assign(trial=[trial] + [0] * (len(answers) - 1))
     with pytest.raises(DatasetError) as info:

@@ -52,7 +52,7 @@ def check_parameters(command: str, **params: Any) -> dict[str, Any]:
     return checked
 
 
-OUTPUT_PARAMS = {"save": "record", "out": "record", "sheet": "review"}
+OUTPUT_PARAMS = {"save": "record", "out": "record", "sheet": "review", "annotations": "annotations"}
 
 
 INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after", "logs")

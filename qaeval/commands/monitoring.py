@@ -62,12 +62,12 @@ def check_window(every: str | None) -> None:
         raise UsageError(f"window {every!r} is empty or negative; give {works}")
 
 
-def check_log(source: Any, chunk: int | None = None) -> tuple[pd.DataFrame, LogScan]:
+def check_log(source: Any, chunk: int | None = None, fmt: str | None = None) -> tuple[pd.DataFrame, LogScan]:
     """(one row of check results per log row, the scan) or a DatasetError naming every problem."""
     scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
     parts = [
         check_rows(rows, sorted({k for r in rows for k in r.slices}))
-        for rows in (scan_logs(source, scan, chunk=chunk) if chunk else scan_logs(source, scan))
+        for rows in (scan_logs(source, scan, chunk=chunk, fmt=fmt) if chunk else scan_logs(source, scan, fmt=fmt))
     ]
     clash = [c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL]
     if clash:
@@ -124,12 +124,18 @@ def monitor(
     band_window: int = 10,
     min_rows: int = 30,
     notify: Callable[..., Any] | None = None,
+    log_format: str | None = None,
+    annotations: str | None = None,
 ) -> MonitorResult:
     """Score a log (path or DataFrame) with ``judge`` (a JudgeClient); see the module's steps."""
     check_window(every)
     if timeseries and every is None:
         raise UsageError("timeseries needs window: the history gets one line per time window")
-    rows, scan = check_log(source)
+    if annotations:
+        from qaeval.reports.annotations import check_annotations_path
+
+        check_annotations_path(annotations, source, log_format)
+    rows, scan = check_log(source, fmt=log_format)
     unknown = [c for c in by if c not in scan.slice_columns]
     if unknown:
         raise UsageError(
@@ -140,7 +146,13 @@ def monitor(
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
     picked = rows[rows["sampled"]]
-    judged = rows_at(source, dict(zip(picked["line"].tolist(), picked["row_id"].tolist())), scan.where)
+    judged = rows_at(
+        source,
+        dict(zip(picked["line"].tolist(), picked["row_id"].tolist())),
+        scan.where,
+        log_format,
+        scan.trace_index or None,
+    )
     meta = RunMeta.now(
         adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=DEFAULT_K, data=scan.where
     )
@@ -182,6 +194,10 @@ def monitor(
             windows, timeseries, about=about, band_window=band_window, min_rows=min_rows
         )
         result.notes += more + notify_alarms(notify, result.alarms)
+    if annotations:
+        from qaeval.reports.annotations import write_annotations
+
+        result.notes.append(write_annotations(result.rows, annotations, source, log_format))
     return result
 
 

@@ -121,6 +121,7 @@ OUTPUT_WORDS = {
     "review": "review sheet",
     "labels": "labels file",
     "journal": "run's journal",
+    "annotations": "span annotations",
 }
 HEAD_BYTES = 1 << 16  # what is read of an existing file to tell its kind
 
@@ -198,8 +199,31 @@ def _written_as(path: str, kind: str) -> bool:
         return False
     if kind in ("sheet", "review"):
         return is_sheet_header(head, kind)
+    if kind == "annotations":
+        return _written_annotations(path, head)
     start = OUTPUT_STARTS.get(kind)
     return start is not None and start.match(head) is not None
+
+
+# The columns of the span annotations ``monitor --annotations`` writes (qaeval.reports.annotations).
+ANNOTATION_COLUMNS = ("context.span_id", "trace_id", "name", "score", "label", "explanation")
+
+
+def _written_annotations(path: str, head: bytes) -> bool:
+    """Whether a file begins as qaeval's span annotations do: a table's first row or object names
+    ``context.span_id`` first, OTLP/JSON names qaeval's scope, a Parquet file has exactly their columns."""
+    if head.startswith((b'{"context.span_id"', b"context.span_id,")):
+        return True
+    if head.startswith(b'{"resourceSpans"') and b'"qaeval.annotations"' in head[:400]:
+        return True
+    if head.startswith(b"PAR1"):
+        try:
+            import pyarrow.parquet as pq
+
+            return tuple(pq.read_schema(path).names) == ANNOTATION_COLUMNS
+        except (ImportError, OSError, ValueError):  # no pyarrow, or not a Parquet file it reads: not ours
+            return False
+    return False
 
 
 def _holds_other_data(path: str, kind: str) -> bool:

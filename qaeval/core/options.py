@@ -124,6 +124,8 @@ class MonitorOptions(JudgeOptions, TrackedOptions, total=False):
     seed: int | None
     band_window: int | None
     min_rows: int | None
+    log_format: Literal["auto", "jsonl", "csv", "parquet", "otlp"] | None
+    annotations: str | None
 
 
 OPTIONS: dict[str, type] = {

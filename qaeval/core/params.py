@@ -145,9 +145,15 @@ PARAMS: tuple[Param, ...] = (
 MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save", "judge_model", "judge_base_url",
                   "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")
 PARAMS = tuple(replace(p, commands=p.commands + ("monitor",)) if p.name in MONITOR_SHARED else p for p in PARAMS) + (
-    Param("logs", "str", None, "the logged traffic: JSONL, CSV (list columns JSON-encoded) or Parquet, one answered "
-          "request per row (propose: the log a monitor record was made from, when it is no longer where the record "
+    Param("logs", "str", None, "the logged traffic: JSONL, CSV (list columns JSON-encoded), Parquet, one answered "
+          "request per row, or OpenTelemetry traces as OTLP/JSON (propose: the log a monitor record was made from, when it is no longer where the record "
           "says)", ("monitor",), metavar="FILE", required=("monitor",)),
+    Param("log_format", "choice", "auto", "the log's format: auto (by its name, and OTLP/JSON by its content), "
+          "jsonl, csv, parquet or otlp", ("monitor",), choices=("auto", "jsonl", "csv", "parquet", "otlp")),
+    Param("annotations", "str", None, "write each row's check results back as span annotations, one row per (span, "
+          "metric): JSONL, CSV or Parquet (Phoenix's SpanEvaluations shape) or, for a name ending in .otlp.jsonl "
+          "or .otlp.json, OTLP/JSON with a gen_ai.evaluation.result event per metric (logs read from traces)",
+          ("monitor",), metavar="PATH"),
     Param("by", "list", (), "a slice column to break every metric down by (repeatable); the judged sample is "
           "stratified by it", ("monitor",), metavar="COLUMN"),
     Param("time_window", "str", None, "a time span (1D, 1W, 6h, 30min, ...): every metric per window of the timestamp column",

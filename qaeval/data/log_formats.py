@@ -23,23 +23,46 @@ from qaeval.core.jsonfile import iter_jsonl, loads_strict
 LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
 FLAG_COLUMNS = ("abstained", "model_was_called")  # a table column with a gap holds them as 1.0, 0.0 and NaN
 BOOL_COLUMNS = ("abstained", "model_was_called")
-FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "otlp"}
+LOG_FORMATS = ("jsonl", "csv", "parquet", "otlp")  # what --log-format may name
 CHUNK = 5000
 BAD = object()  # a cell already reported as a problem
 
 
-def log_format(source: Any) -> str:
-    """``frame`` for a DataFrame, else the format a path's suffix names (a UsageError otherwise)."""
+def log_format(source: Any, forced: str | None = None) -> str:
+    """``frame`` for a DataFrame, else ``forced`` (``--log-format``) or the format a path's suffix names;
+    a JSONL file whose first line is an OTLP/JSON request (``resourceSpans``) is ``otlp``. A UsageError
+    otherwise."""
     if not isinstance(source, (str, Path)):
         import pandas as pd
 
         if isinstance(source, pd.DataFrame):
             return "frame"
         raise UsageError(f"logs must be a path or a pandas DataFrame, got {type(source).__name__}")
+    if forced is not None:
+        if forced not in LOG_FORMATS:
+            raise UsageError(f"log format {forced!r}: give one of {', '.join(LOG_FORMATS)}")
+        return forced
     kind = FORMATS.get(Path(source).suffix.lower())
     if kind is None:
-        raise UsageError(f"logs {source}: the name must end in {', '.join(FORMATS)} (JSONL, CSV or Parquet)")
+        raise UsageError(
+            f"logs {source}: the name must end in {', '.join(FORMATS)} (JSONL, CSV, Parquet or OTLP/JSON), "
+            "or give --log-format"
+        )
+    if kind == "jsonl" and _starts_otlp(Path(source)):
+        return "otlp"
     return kind
+
+
+def _starts_otlp(path: Path) -> bool:
+    """Whether a regular file's first bytes open an OTLP/JSON request (the collector's file exporter)."""
+    from qaeval.data.otlp import is_otlp
+
+    if not path.is_file():  # a FIFO is never opened here; the reader names what it is
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    return is_otlp(head.decode("utf-8", "replace"))
 
 
 # --------------------------------------------------------------------------- raw rows, by format
@@ -172,17 +195,27 @@ def _jsonl_lines(path: Path, only: Container[int], problems: list[Problem]) -> I
 
 
 def raw_rows(
-    source: Any, problems: list[Problem], only: Container[int] | None = None
+    source: Any,
+    problems: list[Problem],
+    only: Container[int] | None = None,
+    fmt: str | None = None,
+    locate: dict[int, Any] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
-    problems go to ``problems``."""
+    problems go to ``problems``. For OTLP traces the number is the row's 1-based place among the file's
+    rows (``qaeval.data.otlp_rows.trace_rows``), as for Parquet."""
+    if log_format(source, fmt) == "otlp":
+        from qaeval.data.otlp_rows import trace_rows
+
+        yield from trace_rows(Path(source), problems, only, locate)
+        return
     if only is not None:
-        if log_format(source) == "jsonl":
+        if log_format(source, fmt) == "jsonl":
             yield from ((n, v) for n, v in _jsonl_lines(Path(source), only, problems) if isinstance(v, dict))
         else:
-            yield from ((n, v) for n, v in raw_rows(source, problems) if n in only)
+            yield from ((n, v) for n, v in raw_rows(source, problems, fmt=fmt) if n in only)
         return
-    kind = log_format(source)
+    kind = log_format(source, fmt)
     if kind == "frame":
         yield from _table_rows(_frame_batches(source), "<DataFrame>", problems)
         return

@@ -1,7 +1,8 @@
 """Production traffic logs: one answered request per row, read strictly and in chunks.
 
 A log is JSONL, CSV (list columns JSON-encoded in their cells), Parquet (needs the ``parquet`` extra:
-pyarrow) or a pandas DataFrame. Each row:
+pyarrow) or a pandas DataFrame; or OpenTelemetry traces as OTLP/JSON, whose rows ``qaeval.data.otlp_rows``
+makes in this shape (a ``TraceRaw``, carrying what only a trace has: ``LogRow.trace``). Each row:
 
 ==================  =========================================================================================
 ``id``              unique text; when the column is absent or the cell empty, ``row-`` and the first 12 hex
@@ -39,6 +40,7 @@ from typing import Any
 from qaeval.core.errors import Problem
 from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.log_formats import BAD, CHUNK, raw_rows
+from qaeval.data.otlp_rows import TraceRaw
 from qaeval.data.schema import Source
 
 FIELDS = ("id", "question", "passages", "answer", "citations", "abstained", "model_was_called", "prompt", "timestamp")
@@ -63,6 +65,18 @@ class LogRow:
     timestamp: datetime | None
     slices: dict[str, str]
     generated_id: bool = False
+    trace: TraceFacts | None = None  # a row read from OpenTelemetry traces (qaeval.data.otlp)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFacts:
+    """What only a row read from a trace has: the content the instrumentation hid (question, prompt,
+    passages, answer), the hops that fed the answer (``qaeval.data.otlp_rows``) and the trace's ids,
+    model, tokens and latency."""
+
+    hidden: tuple[str, ...]
+    hops: tuple[dict[str, Any], ...]
+    facts: dict[str, Any]
 
 
 @dataclass
@@ -79,6 +93,9 @@ class LogScan:
     has_timestamp: bool = False
     has_citations: bool = False
     has_model_flag: bool = False
+    hidden: dict[str, int] = field(default_factory=dict)  # rows whose trace hid each kind of content
+    # a row read from traces: row number -> (trace id, first line, root line, place among its trace's rows)
+    trace_index: dict[int, tuple[str, int, int, int]] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         out = [
@@ -93,6 +110,11 @@ class LogScan:
             out.append("no row logged model_was_called: model calls on empty context are not assessed")
         if not self.has_citations:
             out.append("no row logged citations: every answer sentence is uncited")
+        out += [
+            f"{n} row(s) have their {what} hidden by the instrumentation: the checks that need it are not "
+            "assessed on them (NaN, n = 0 where no row shows it), neither passed nor failed"
+            for what, n in self.hidden.items()
+        ]
         return out
 
 
@@ -101,6 +123,8 @@ class LogScan:
 
 def _mapping(raw: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     """(mapping name, the row in qaeval's names, problems): RAGAS names are renamed."""
+    if isinstance(raw, TraceRaw):
+        return f"OpenTelemetry traces ({raw.facts['convention']})", raw, []
     ragas = [k for k in RAGAS if k in raw and k != RAGAS[k]]
     if not ragas:
         return "qaeval", raw, []
@@ -287,6 +311,7 @@ def parse_row(raw: dict[str, Any], position: int, line: int) -> tuple[LogRow | N
             when,
             slices,
             generated_id=rid is None,
+            trace=TraceFacts(raw.hidden, raw.hops, raw.facts) if isinstance(raw, TraceRaw) else None,
         ),
         mapping,
         [],
@@ -316,21 +341,24 @@ def _note_row(scan: LogScan, row: LogRow, raw: dict[str, Any]) -> None:
     scan.has_timestamp |= row.timestamp is not None
     scan.has_citations |= "citations" in raw
     scan.has_model_flag |= row.model_was_called is not None
+    for what in row.trace.hidden if row.trace else ():
+        scan.hidden[what] = scan.hidden.get(what, 0) + 1
     for key in row.slices:
         scan.slice_columns.setdefault(key, None)
 
 
-def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK) -> Iterator[list[LogRow]]:
+def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK, fmt: str | None = None) -> Iterator[list[LogRow]]:
     """Chunks of valid rows, in order. Every problem (a row's, a duplicate id's, the file's) goes to
     ``scan.problems`` with its file and line; the caller refuses the log when there are any."""
     seen: dict[str, int] = {}
     batch: list[LogRow] = []
-    for position, (line, raw) in enumerate(raw_rows(source, scan.problems)):
+    for position, (line, raw) in enumerate(raw_rows(source, scan.problems, fmt=fmt)):
         scan.rows += 1
         row, mapping, problems = parse_row(raw, position, line)
         scan.mappings[mapping] = scan.mappings.get(mapping, 0) + 1
         if row is None:
-            scan.problems.extend(Problem(scan.where, line, p) for p in problems)
+            where = raw.line if isinstance(raw, TraceRaw) else line
+            scan.problems.extend(Problem(scan.where, where, p) for p in problems)
             continue
         if row.generated_id:
             base = rid = row_hash(raw)
@@ -345,6 +373,8 @@ def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK) -> Iterator[lis
             continue
         seen[row.id] = line
         _note_row(scan, row, raw)
+        if isinstance(raw, TraceRaw):
+            scan.trace_index[line] = (raw.facts["trace_id"], raw.first_line, raw.line, raw.index)
         batch.append(row)
         if len(batch) >= chunk:
             yield batch
@@ -359,12 +389,14 @@ def _with_id(row: LogRow, rid: str) -> LogRow:
     return replace(row, id=rid)
 
 
-def rows_at(source: Any, ids: dict[int, str], where: str) -> list[LogRow]:
+def rows_at(
+    source: Any, ids: dict[int, str], where: str, fmt: str | None = None, locate: dict[int, Any] | None = None
+) -> list[LogRow]:
     """The rows at these lines (row numbers for Parquet and DataFrames), with the ids a full scan gave them;
     only those lines are parsed. The log was clean when scanned: a problem now means it changed."""
     problems: list[Problem] = []
     out = []
-    for line, raw in raw_rows(source, problems, only=ids):
+    for line, raw in raw_rows(source, problems, only=ids, fmt=fmt, locate=locate):
         row, _, found = parse_row(raw, 0, line)
         if row is None:
             problems += [Problem(where, line, p) for p in found]

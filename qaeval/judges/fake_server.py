@@ -133,15 +133,17 @@ class FakeJudgeServer:
         hang_seconds: float = 5.0,
         drip: float = 0.0,
         drip_bytes: int = 240,
+        echo_reply: bool = False,
     ) -> None:
         """``garbage``: prose instead of JSON; ``reply``: this exact content for every call;
         ``no_choices``: a completion whose ``choices`` is null; ``generation_faults``: see the module;
         ``drip``: every reply, from its status line on, is sent one byte each ``drip`` seconds, for at most
         ``drip_bytes`` bytes (then the connection closes) or until the server stops: a server no per-read
-        timeout ever catches."""
+        timeout ever catches; ``echo_reply``: a request's own ``reply`` field (the openai client's
+        ``extra_body``) is the content, so a traced example system decides what its model answers."""
         self.latency, self.fail_every, self.fail_always = latency, fail_every, fail_always
         self.reject_response_format, self.garbage = reject_response_format, garbage
-        self.reply, self.no_choices = reply, no_choices
+        self.reply, self.no_choices, self.echo_reply = reply, no_choices, echo_reply
         self.generation_faults, self.hang_seconds = dict(generation_faults or {}), hang_seconds
         self.drip, self.drip_bytes = drip, drip_bytes
         self.generations = 0
@@ -261,6 +263,8 @@ class FakeJudgeServer:
                         content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
                     if outer.reply is not None:
                         content = outer.reply
+                    if outer.echo_reply and isinstance(body.get("reply"), str):
+                        content = body["reply"]
                     choices = (
                         None
                         if outer.no_choices

@@ -34,6 +34,7 @@ from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, n
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.monitor import (
     failing_rows,
+    hop_facts,
     labelled_agreement,
     metrics_over_time,
     monitor_slices,
@@ -69,6 +70,7 @@ __all__ = [
     "not_blocking",
     "scoreboard_chart",
     "failing_rows",
+    "hop_facts",
     "labelled_agreement",
     "metrics_over_time",
     "monitor_slices",

@@ -142,6 +142,30 @@ def timeline_table(result: MonitorResult) -> Html:
     )
 
 
+def hop_facts(result: MonitorResult) -> Html:
+    """Per retrieval hop of a log read from traces: rows, documents returned, cited, reached the prompt;
+    over every row, per slice group and per window."""
+    hops = result.hops
+    if hops.empty:
+        return empty_note("No hop: the log was not read from traces, or no trace retrieved anything.")
+    shown = [
+        dict(r, window=r["window"] or "(all)", where=f"{r['slice']}={r['group']}" if r["slice"] != ALL else ALL)
+        for r in hops.to_dict("records")
+    ]
+    columns = [
+        Col("window", "window"),
+        Col("where", "rows of"),
+        Col("hop", "hop", "int"),
+        Col("kind", "kind"),
+        Col("rows", "rows", "int"),
+        Col("documents", "documents", "int"),
+        Col("cited", "cited", "int"),
+        Col("prompted", "in the prompt", "int"),
+        Col("prompt_rows", "rows showing the prompt", "int"),
+    ]
+    return Html(html_table(shown, columns, caption="Retrieval hops: what each returned, what was cited and prompted"))
+
+
 def failing_rows(result: MonitorResult) -> Html:
     """Rows failing a check, by line (the first ``WORST_ROWS``), with why."""
     bad = result.rows[~result.rows["passed"]]

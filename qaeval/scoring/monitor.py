@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from qaeval.core.frames import frame
+from qaeval.core.text import normalize
 from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
 from qaeval.data.labels import LABELLED_CASE
 from qaeval.data.logs import NONE_GROUP, LogRow, content_digest
@@ -58,15 +59,43 @@ ROW_COLUMNS = {
     "sentences": "int",
     "covered": "int",
     "prompt_grounding": "boolean",
-    "citation_resolvability": "bool",
-    "citation_coverage": "bool",
-    "fail_closed": "bool",
+    "citation_resolvability": "boolean",
+    "citation_coverage": "boolean",
+    "fail_closed": "boolean",
     "passed": "bool",
     "fail_reasons": "text",
     "sampled": "bool",
     "stratum": "text",
     "faithfulness": "Int64",
     "citation_correctness": "Int64",
+    # rows read from traces (qaeval.data.otlp): absent from other records
+    "trace_id": "text",
+    "span_id": "text",
+    "hidden": "text",  # the content the instrumentation hid: question, prompt, passages, answer
+    "hops": "Int64",
+    "cited_hops": "text",  # each cited passage's hop, and whether it reached the prompt
+    "cited_unprompted": "boolean",
+    "hop_counts": "text",  # per hop "number:kind:documents:cited:prompted" (prompted empty when hidden), ";"-joined
+    "tokens": "Int64",  # the answering LLM span's tokens, where it counts them
+    "latency_ms": "float",  # the trace's root span, start to end
+}
+TRACE_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "hidden",
+    "hops",
+    "cited_hops",
+    "cited_unprompted",
+    "hop_counts",
+    "tokens",
+    "latency_ms",
+)
+NEEDS = {  # the content each check reads: hidden, the check is not assessed on the row
+    "prompt_grounding": ("question", "prompt", "passages"),
+    "citation_resolvability": ("answer",),
+    "citation_coverage": ("answer", "passages"),
+    "fail_closed": ("answer",),
+    "cited_unprompted": ("prompt", "passages", "answer"),
 }
 NOT_JUDGED = {"sampled": False, "stratum": None, "faithfulness": None, "citation_correctness": None}
 
@@ -86,8 +115,50 @@ def _output(row: LogRow) -> dict[str, Any]:
     )
 
 
+def hop_facts(row: LogRow) -> dict[str, Any]:
+    """A trace row's hop columns: for each cited passage the hop that retrieved it and whether its text
+    reached the prompt; ``cited_unprompted`` fails when a retrieved, cited document never did."""
+    if row.trace is None:
+        return dict.fromkeys(TRACE_COLUMNS)
+    facts, hidden = row.trace.facts, row.trace.hidden
+    hop_of: dict[str, int] = {}
+    for hop in row.trace.hops:
+        for d in hop["documents"]:
+            hop_of.setdefault(d["id"], hop["hop"])
+    bodies = {p.id: p.text for p in row.passages}
+    prompt = normalize(row.prompt) if row.prompt is not None else None
+    parts, unprompted = [], []
+    for sid in dict.fromkeys(c["source_id"] for c in row.citations):
+        if sid not in hop_of:
+            parts.append(f"{sid}: retrieved by no hop")
+            continue
+        reached = prompt is not None and normalize(bodies[sid]) in prompt
+        unprompted += [] if reached else [sid]
+        parts.append(f"{sid}: hop {hop_of[sid]}, " + ("in the prompt" if reached else "not in the prompt"))
+    assessed = not any(h in hidden for h in NEEDS["cited_unprompted"]) and (row.prompt is not None)
+    cited = {c["source_id"] for c in row.citations}
+    counts = []
+    for hop in row.trace.hops:
+        ids = [d["id"] for d in hop["documents"]]
+        shown = prompt is not None and "passages" not in hidden
+        prompted = sum(normalize(bodies[i]) in prompt for i in ids if i in bodies) if shown and prompt else ""
+        counts.append(f"{hop['hop']}:{hop['kind']}:{len(ids)}:{sum(i in cited for i in ids)}:{prompted}")
+    return dict(
+        trace_id=facts["trace_id"],
+        span_id=facts["span_id"],
+        hidden=", ".join(hidden) or None,
+        hops=len(row.trace.hops),
+        cited_hops="; ".join(parts) or None,
+        cited_unprompted=(not unprompted) if assessed else None,
+        hop_counts=";".join(counts) or None,
+        tokens=facts.get("tokens"),
+        latency_ms=facts.get("latency_ms"),
+        unprompted=unprompted,
+    )
+
+
 def check_row(row: LogRow) -> dict[str, Any]:
-    """The four checks and the counts the metrics read, for one row."""
+    """The four checks and the counts the metrics read, for one row (and a trace row's hop facts)."""
     out = _output(row)
     bodies = {p.id: p.text for p in row.passages}
     titles = {p.id: p.title for p in row.passages}
@@ -102,14 +173,25 @@ def check_row(row: LogRow) -> dict[str, Any]:
         "citation_coverage": check_citation_coverage(out, bodies, counts=counts),
         "fail_closed": check_fail_closed(case, out),
     }
+    hidden = row.trace.hidden if row.trace else ()
+    results = {k: None if any(h in hidden for h in NEEDS[k]) else r for k, r in results.items()}
+    if "answer" in hidden or "passages" in hidden:
+        counts = (0, 0, [])
+    hops = hop_facts(row)
+    unprompted = hops.pop("unprompted", [])
     reasons = [f"{name}: {why}" for name, r in results.items() if r is not None and not r[0] for why in [r[1]]]
+    if hops["cited_unprompted"] is False:
+        reasons.append(
+            f"cited_unprompted: cited document(s) {', '.join(unprompted)} were retrieved but never reached the prompt"
+        )
+    answered = not row.abstained and "answer" not in hidden
     return dict(
         row_id=row.id,
         line=row.line,
         digest=content_digest(row),
         timestamp=row.timestamp,
-        answered=not row.abstained,
-        abstained=row.abstained,
+        answered=answered,
+        abstained=row.abstained and "answer" not in hidden,
         model_called=row.model_was_called
         if row.model_was_called is not None
         else (True if row.prompt is not None else None),
@@ -120,6 +202,7 @@ def check_row(row: LogRow) -> dict[str, Any]:
         passed=not reasons,
         fail_reasons=sys.intern("; ".join(reasons)) if reasons else None,
         **NOT_JUDGED,
+        **hops,
     )
 
 

@@ -89,6 +89,13 @@ class MonitorMetric:
     label_axis: str | None = None
 
 
+def _shown(r: pd.DataFrame, what: str) -> np.ndarray:
+    """Rows whose ``what`` (answer, prompt, ...) was not hidden by a trace's instrumentation."""
+    if "hidden" not in r.columns:
+        return np.ones(len(r), dtype=bool)
+    return ~r["hidden"].fillna("").astype(str).str.contains(what, regex=False).to_numpy(bool)
+
+
 def _answered(r: pd.DataFrame) -> np.ndarray:
     return r["answered"].to_numpy(bool)
 
@@ -110,7 +117,10 @@ METRICS: tuple[MonitorMetric, ...] = (
         "higher",
         "answered rows",
         "answered rows whose every citation names a passage the row holds",
-        lambda r: (_flag(r, "citation_resolvability") & _answered(r), _answered(r)),
+        lambda r: (
+            _flag(r, "citation_resolvability") & _answered(r),
+            _answered(r) & _known(r, "citation_resolvability"),
+        ),
     ),
     MonitorMetric(
         "citation_coverage",
@@ -132,14 +142,14 @@ METRICS: tuple[MonitorMetric, ...] = (
         "rows",
         "rows with nothing retrieved that neither answered nor "
         "called the model, and every row that retrieved something",
-        lambda r: (r["fail_closed"].to_numpy(float), np.ones(len(r))),
+        lambda r: (_flag(r, "fail_closed"), _known(r, "fail_closed")),
     ),
     MonitorMetric(
         "abstention_rate",
         "neither",
         "rows",
-        "rows abstained on",
-        lambda r: (r["abstained"].to_numpy(float), np.ones(len(r))),
+        "rows abstained on (a row whose trace hid the answer is not counted)",
+        lambda r: (r["abstained"].to_numpy(float), _shown(r, "answer")),
         drift="both",
     ),
     MonitorMetric(

@@ -28,7 +28,7 @@ from qaeval.core.results import Result
 from qaeval.data.logs import parse_timestamp
 from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
-from qaeval.scoring.monitor import ROW_COLUMNS, judge_columns
+from qaeval.scoring.monitor import ROW_COLUMNS, TRACE_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (
     ALL,
     METRIC_NAMES,
@@ -54,7 +54,7 @@ WINDOWS = Valid(
 )
 SECTION = Fields(
     dict(  # the monitor section of a record; each row also has a text value per slice column
-        rows=rows_of(ROW_COLUMNS, ("digest",), timestamp=TIME, row_id="str"),
+        rows=rows_of(ROW_COLUMNS, ("digest", *TRACE_COLUMNS), timestamp=TIME, row_id="str"),
         slice_columns=Each(
             Valid("str", lambda c: c not in ROW_COLUMNS, "a column of its own (not one of the checks')")
         ),
@@ -154,8 +154,29 @@ class MonitorResult(Result):
     def slice_columns(self) -> list[str]:
         return [c for c in self.rows.columns if c not in ROW_COLUMNS]
 
+    @property
+    def hops(self) -> pd.DataFrame:
+        """Per-hop facts of a log read from traces (``qaeval.scoring.monitor_hops``): empty for rows."""
+        from qaeval.scoring.monitor_hops import hop_frame
+
+        return hop_frame(self.rows, self.by, self.every)
+
+    def _hop_lines(self) -> list[str]:
+        hops = self.hops
+        if hops.empty:
+            return []
+        lines = ["per hop (documents returned, cited by the answers, reached the prompt):"]
+        for r in hops[hops["window"].isna()].itertuples(index=False):
+            where = "" if r.slice == ALL else f"{r.slice}={r.group} "
+            lines.append(
+                f"  {where}hop {r.hop} {r.kind}: {r.rows} row(s), {r.documents} document(s), {r.cited} cited, "
+                f"{r.prompted} in the prompt (of {r.prompt_rows} row(s) showing it)"
+            )
+        return lines
+
     def summary_text(self) -> str:
         lines = [f"MONITOR: {self.verdict}   ({self.reason})", format_scoreboard(self.scoreboard)]
+        lines += self._hop_lines()
         for column in self.by:
             lines.append(f"by {column}:")
             part = self.slices[self.slices["slice"] == column]
@@ -227,6 +248,8 @@ class MonitorResult(Result):
         stored = s["rows"]
         if stored and any("digest" not in r for r in stored):  # written before rows kept their digest
             stored = [{"digest": None, **r} for r in stored]
+        if stored and any("hidden" not in r for r in stored):  # written before rows were read from traces
+            stored = [{**dict.fromkeys(TRACE_COLUMNS), **r} for r in stored]
         rows = frame(stored, schema)
         rows["timestamp"] = pd.to_datetime(
             [None if t is None else parse_timestamp(t)[0] for t in rows["timestamp"]], utc=True
