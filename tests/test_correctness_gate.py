@@ -283,3 +283,14 @@ def test_compare_refuses_a_loaded_verdict_as_it_refuses_its_record(tmp_path, cap
     _, record = _gated_record(tmp_path, capsys)
     with pytest.raises(UsageError, match="a gate result, not a run's: compare takes two runs"):
         api.compare(api.load_run(record), api.load_run(GOLDEN / "ci-baseline.json"))
+
+
+def test_labels_all_stale_say_so_instead_of_blaming_the_judge(capsys):
+    """From the new-user pass: every label was given for outputs this system no longer gives, and the gate
+    said only 'no usable label', RETUNE JUDGE, of a judge calibrate had just trusted."""
+    code, out = gate_out(
+        capsys, "--data", str(GOLDEN), "--adapter", "qaeval.system.saboteur:make_adapter",
+        "--baseline", str(GOLDEN / "ci-baseline.json"), "--labels", str(LABELS),
+    )  # fmt: skip
+    assert code == 2
+    assert "faithfulness: no usable label: all 12 are stale (the outputs changed since they were labelled" in out

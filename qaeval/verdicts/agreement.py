@@ -103,11 +103,29 @@ def _failures(
 
 
 def _decide(
-    n: int, exact: float, kappa: float, spread: bool, *, assessed: bool, bar: float, min_labels: int, min_kappa: float
+    n: int,
+    exact: float,
+    kappa: float,
+    spread: bool,
+    *,
+    assessed: bool,
+    bar: float,
+    min_labels: int,
+    min_kappa: float,
+    stale: int = 0,
 ) -> tuple[bool, str, str]:
-    """(passed, failed bars, status) of one axis."""
+    """(passed, failed bars, status) of one axis (``stale``: its labels whose output has changed since)."""
     if not assessed:
         return False, "", "not assessed: not among the axes calibrated"
+    if n == 0 and stale:
+        return (
+            False,
+            "labels",
+            (
+                f"no usable label: all {stale} are stale (the outputs changed since they were labelled; label "
+                "this run's outputs, or calibrate on the run they were given for)"
+            ),
+        )
     if n == 0:
         return False, "labels", "no usable label"
     failed = _failures(n, exact, kappa, spread, bar=bar, min_labels=min_labels, min_kappa=min_kappa)
@@ -118,7 +136,7 @@ def _decide(
 
 
 def agreement_row(
-    name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int, min_kappa: float, assessed: bool
+    name: str, pairs: pd.DataFrame, *, bar: float, min_labels: int, min_kappa: float, assessed: bool, stale: int = 0
 ) -> dict[str, Any]:
     """One row of the agreement frame. ``assessed`` rows decide the verdict; the overall row and axes
     not assessed show their figures without deciding anything."""
@@ -132,7 +150,7 @@ def agreement_row(
         passed, failed, status = True, "", "not gated: every axis must pass on its own"
     else:
         passed, failed, status = _decide(
-            n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels, min_kappa=min_kappa
+            n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels, min_kappa=min_kappa, stale=stale
         )
     return dict(
         axis=name,

@@ -435,8 +435,12 @@ def calibrate(
     pairs = frame(_pair_rows(run, labels), PAIR_SCHEMA)
     compared = pairs[pairs["status"] == "compared"]
     bars: dict[str, Any] = dict(bar=min_agreement, min_labels=min_labels, min_kappa=min_kappa)
+    stale = pairs[pairs["status"] == "stale"]["axis"].value_counts()
     agreement = [
-        agreement_row(axis, compared[compared["axis"] == axis], assessed=axis in axes, **bars) for axis in AXES
+        agreement_row(
+            axis, compared[compared["axis"] == axis], assessed=axis in axes, stale=int(stale.get(axis, 0)), **bars
+        )
+        for axis in AXES
     ]
     agreement.append(agreement_row("overall", compared[compared["axis"].isin(axes)], assessed=False, **bars))
     confusion: dict[str, pd.DataFrame] = {}
