@@ -65,6 +65,17 @@ def gate_out(capsys, *argv: str) -> tuple[int, str]:
     return code, out.out + out.err
 
 
+def _gated_record(tmp_path, capsys) -> tuple[dict, object]:
+    record = tmp_path / "gate.json"
+    code, _ = gate_out(
+        capsys,
+        "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
+        "--tolerance", "answer_correctness=0.05", "--save", str(record),
+    )  # fmt: skip
+    assert code == 1
+    return json.loads(record.read_text()), record
+
+
 def test_wrong_answers_pass_a_gate_that_does_not_gate_correctness_and_it_says_how_to_once(capsys):
     code, out = gate_out(
         capsys, "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json")
@@ -119,14 +130,7 @@ def test_the_same_from_a_tolerances_file_and_the_api(tmp_path):
 def test_a_gate_record_that_gated_correctness_is_audited_by_it(tmp_path, capsys):
     """The record keeps each kept baseline case's right-answer count; the audit decides again with it, so
     a record edited to let a wrong answer through disagrees with itself (65)."""
-    record = tmp_path / "gate.json"
-    code, _ = gate_out(
-        capsys,
-        "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
-        "--tolerance", "answer_correctness=0.05", "--save", str(record),
-    )  # fmt: skip
-    assert code == 1
-    data = json.loads(record.read_text())
+    data, _ = _gated_record(tmp_path, capsys)
     kept = data["gate"]["baseline_cases"]["single-0004"]
     assert kept["right_passes"] == 1 and kept["passes"] == 1
     kept["right_passes"] = 0  # as if the baseline had answered it wrongly too: then it would not regress
@@ -229,17 +233,6 @@ def test_the_demo_gate_is_unchanged_without_labels(capsys, tmp_path):
     assert (
         code == 0 and "10 of 15 cases pass (5 fail as they did in the baseline); answer correctness is not gated" in out
     )
-
-
-def _gated_record(tmp_path, capsys) -> tuple[dict, object]:
-    record = tmp_path / "gate.json"
-    code, _ = gate_out(
-        capsys,
-        "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
-        "--tolerance", "answer_correctness=0.05", "--save", str(record),
-    )  # fmt: skip
-    assert code == 1
-    return json.loads(record.read_text()), record
 
 
 def test_a_record_whose_correctness_row_and_block_were_taken_out_is_refused(tmp_path, capsys):

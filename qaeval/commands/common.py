@@ -217,28 +217,16 @@ def recorded(command: str, p: Mapping[str, Any], kind: type) -> Any:
 
 def score_labelled_set(p: Mapping[str, Any], suite: Suite, outputs: Any) -> RunResult:
     """A labelled set's own outputs scored with the command's judge and registered checks (no adapter is
-    called); the judge's and the checks' processes are stopped whatever scoring raises."""
-    from qaeval.scoring.result import RunMeta
-
-    with ExitStack() as stack:
-        judge = make_judge(p)
-        stack.callback(clients.close_judge, judge)
-        custom = make_custom(p)
-        stack.callback(close_custom, custom)
-        meta = RunMeta.now(
-            adapter=f"(outputs carried by {p['labelled']})",
-            judge=judge_config_of(judge),
-            isolation="process",
-            k=p["k"],
-            data=p["labelled"],
-        )
-        return score_outputs(suite, outputs, judge, meta=meta, custom=custom)
+    called)."""
+    return score_answers(p, suite, [outputs], adapter=f"(outputs carried by {p['labelled']})", data=p["labelled"])
 
 
-def score_answers(p: Mapping[str, Any], suite: Suite, trials: list[Any]) -> RunResult:
-    """Answers a user already has (``trials``: each trial's outputs frame, ``qaeval.system.answers``)
-    scored with the command's judge and registered checks, trial by trial, as a run scores what it
-    collected; the judge's and the checks' processes are stopped whatever scoring raises."""
+def score_answers(
+    p: Mapping[str, Any], suite: Suite, trials: list[Any], *, adapter: str = "(answers given)", data: str | None = None
+) -> RunResult:
+    """Outputs a user already has (``trials``: each trial's outputs frame, ``qaeval.system.answers``, or a
+    labelled set's) scored with the command's judge and registered checks, trial by trial, as a run
+    scores what it collected; the judge's and the checks' processes are stopped whatever scoring raises."""
     from qaeval.scoring.result import RunMeta
     from qaeval.scoring.trials import combine_trials
 
@@ -248,7 +236,11 @@ def score_answers(p: Mapping[str, Any], suite: Suite, trials: list[Any]) -> RunR
         custom = make_custom(p)
         stack.callback(close_custom, custom)
         meta = RunMeta.now(
-            adapter="(answers given)", judge=judge_config_of(judge), isolation="none", k=p["k"], data=str(suite.root)
+            adapter=adapter,
+            judge=judge_config_of(judge),
+            isolation="none" if data is None else "process",
+            k=p["k"],
+            data=data or str(suite.root),
         )  # each trial is scored as a run of one; combine_trials sets the trials
         memo: dict[Any, Any] = {}  # an answer seen in an earlier trial is not judged again
         runs = [score_outputs(suite, outputs, judge, meta=meta, custom=custom, judge_memo=memo) for outputs in trials]
