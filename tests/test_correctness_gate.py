@@ -219,6 +219,7 @@ def test_a_metric_past_its_tolerance_that_the_trials_test_holds_is_marked_as_wha
         "--adapter", WRONG_HALF, "--tolerance", "answer_correctness=0.05", "--html", str(page),
     )  # fmt: skip
     assert code == 0
+    assert "6 of 15 cases pass with a right answer (6 fail as they did in the baseline, 3 flaky, not blocking)" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("answer_correctness"))
     assert "-0.067" in row and "0.050" in row and "within noise (p=0.15" in row
     assert row.endswith("(past tolerance, within noise)")

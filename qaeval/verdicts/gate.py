@@ -157,8 +157,11 @@ class GateResult(GateRecord, Result):
         if not self.judge_trusted:
             return f"the judge is not trusted ({self.calibration.reason}); its numbers cannot gate"
         if self.ok:
-            already = len(self.already_failing)
-            head = self._passing_line(f" ({already} fail as they did in the baseline)" if already else "")
+            already = self.already_failing
+            flaky = [c for c in self.flaky["case_id"] if c not in already]
+            asides = [f"{len(already)} fail as they did in the baseline"] if already else []
+            asides += [f"{len(flaky)} flaky, not blocking"] if flaky else []
+            head = self._passing_line(f" ({', '.join(asides)})" if asides else "")
             return f"deterministic checks green and every tier-2 rule held against the baseline; {head}"
         head = self._passing_line()
         return (
