@@ -1,0 +1,74 @@
+"""The case explorer's page parts without a browser: the JSON is escaped so no case can end its element,
+the script the page allows by hash is the script it carries, every report with a case list carries one
+explorer, and the notebooks draw it (the browser tests are tests/test_explorer_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import GOLDEN, ROOT
+
+from qaeval import api
+from qaeval.core.errors import ReportError
+from qaeval.reports import case_explorer
+from qaeval.reports.explorer import SCRIPT, SCRIPT_HASH, TEMPLATE, case_records, script_json
+from qaeval.verdicts.compare import compare
+
+
+def embedded(markup: str) -> dict:
+    found = re.findall(r'<script type="application/json" class="qx-data">(.*?)</script>', markup, flags=re.S)
+    assert len(found) == 1, "the cases are embedded once"
+    return json.loads(found[0])
+
+
+def test_script_json_escapes_everything_that_could_end_or_change_the_element():
+    text = '</script><script>alert(1)</script> <!-- & \u2028 \u2029 "'
+    out = script_json({"q": text})
+    for raw in ("<", ">", "&", "\u2028", "\u2029"):
+        assert raw not in out
+    assert json.loads(out) == {"q": text}
+
+
+def test_the_page_allows_the_explorer_script_by_its_hash_and_nothing_else():
+    assert (TEMPLATE / "explorer.sha256").read_text("utf-8") == SCRIPT_HASH, (
+        "explorer.js changed: write its hash to explorer.sha256 (the page's Content-Security-Policy)"
+    )
+    page = (TEMPLATE / "index.html.j2").read_text("utf-8")
+    assert "script-src {% include 'explorer.sha256' %}\"" in page
+    assert "innerHTML" not in SCRIPT and "fetch(" not in SCRIPT and "XMLHttpRequest" not in SCRIPT
+
+
+def test_every_result_with_a_case_list_draws_one_explorer(golden_run):
+    gate = api.gate_run(
+        str(GOLDEN), adapter="qaeval.system.saboteur:make_adapter", baseline=str(GOLDEN / "ci-baseline.json")
+    )
+    data = embedded(case_explorer(gate).markup)
+    assert [t["key"] for t in data["tabs"]] == ["all", "regressed", "new", "flaky", "fixed"]
+    assert set(data["tabs"][1]["ids"]) == set(gate.regressed["case_id"])
+    regressed = next(c for c in data["cases"] if c["id"] == data["tabs"][1]["ids"][0])
+    assert regressed["b"]["p"] == 1 and regressed["r"] == "fail", "the baseline's trials beside the run's"
+    assert "--baseline" in data["command"] and data["command"].startswith("qaeval gate --data")
+    run = embedded(case_explorer(golden_run).markup)
+    assert len(run["cases"]) == len(golden_run.suite) and run["command"].startswith("qaeval run --data")
+    changed = embedded(case_explorer(compare(golden_run, gate.run)).markup)
+    assert {c["id"] for c in changed["cases"]} == set(golden_run.per_case["case_id"])
+    with pytest.raises(ReportError, match="case_explorer takes a run, gate, comparison"):
+        case_explorer(object())
+
+
+def test_case_records_put_failing_cases_first_and_say_what_failed(golden_run):
+    records = case_records(golden_run)
+    results = [r["r"] for r in records]
+    assert results == sorted(results, key=lambda r: r == "pass")
+    failing = [r for r in records if r["r"] == "fail"]
+    assert failing and all(r["f"] and r["k"] == r["f"][0] and r["w"] == r["why"][0] for r in failing)
+
+
+@pytest.mark.parametrize("name", ["run", "gate", "drift", "monitor"])
+def test_the_notebooks_draw_the_explorer(name):
+    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    assert "report.case_explorer(result)" in sources
+    assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code"), "committed without outputs"
