@@ -171,14 +171,11 @@ def rerun_command(verb: str, run: RunResult, **options: str | None) -> str:
 # --------------------------------------------------------------------------- each result
 
 
-def _run_explorer(run: RunResult, verb: str = "run", **options: str | None) -> Explorer:
+def _run_explorer(run: RunResult) -> Explorer:
     from qaeval.reports.run import cases_table
 
     return Explorer(
-        case_records(run),
-        ["split", "behavior"],
-        command=rerun_command(verb, run, **options),
-        static=cases_table(run).markup,
+        case_records(run), ["split", "behavior"], command=rerun_command("run", run), static=cases_table(run).markup
     )
 
 
@@ -245,7 +242,7 @@ def case_explorer(result: Any) -> Html:
     if isinstance(result, MonitorResult):
         return _monitor_explorer(result).html()
     if isinstance(result, DriftResult):
-        return _run_explorer(result.run, "drift", timeseries=result.timeseries).html()
+        return _run_explorer(result.run).html()  # rerun with run: a drift would append to the history
     if isinstance(result, RunResult):
         return _run_explorer(result).html()
     raise ReportError(
