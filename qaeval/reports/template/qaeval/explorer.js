@@ -21,8 +21,8 @@
   function init(root) {
     if (root.getAttribute("data-ready")) return;
     root.setAttribute("data-ready", "1");
-    var data = JSON.parse(root.querySelector("script.qx-data").textContent);
-    var cases = data.cases, byId = {};
+    var model = JSON.parse(root.querySelector("script.qx-data").textContent);
+    var cases = model.cases, byId = {};
     cases.forEach(function (c) { byId[c.id] = c; });
     var filters = [
       { key: "r", label: "result", get: function (c) { return [c.r]; } },
@@ -31,7 +31,7 @@
       { key: "t", label: "tag", get: function (c) { return [c.t || "(none)"]; } },
       { key: "o", label: "trials", get: function (c) { return [trialWord(c)]; } }
     ];
-    (data.slices || []).forEach(function (s) {
+    (model.slices || []).forEach(function (s) {
       filters.push({ key: "s:" + s, label: s, get: function (c) { return [c.s[s] === undefined ? "" : c.s[s]]; } });
     });
     var columns = [
@@ -42,15 +42,15 @@
       { label: "difficulty", get: function (c) { return c.d; } },
       { label: "tag", get: function (c) { return c.t; } }
     ];
-    (data.slices || []).forEach(function (s) { columns.push({ label: s, get: function (c) { return c.s[s]; } }); });
-    if (data.baseline) {
+    (model.slices || []).forEach(function (s) { columns.push({ label: s, get: function (c) { return c.s[s]; } }); });
+    if (model.baseline) {
       columns.push({ label: "baseline", get: function (c) { return c.b ? c.b.p + "/" + c.b.n : ""; } });
     }
     columns.push({ label: "what failed", get: function (c) { return c.f.join(", "); } });
     columns.push({ label: "first reason", get: function (c) { return c.w; } });
-    var state = { tab: data.tabs ? data.tabs[0].key : null, q: "", f: {}, sort: -1, dir: 1, group: false, limit: PAGE };
+    var state = { tab: model.tabs ? model.tabs[0].key : null, q: "", f: {}, sort: -1, dir: 1, group: false, limit: PAGE };
     var tabIds = {};
-    (data.tabs || []).forEach(function (t) {
+    (model.tabs || []).forEach(function (t) {
       if (t.ids) { tabIds[t.key] = {}; t.ids.forEach(function (i) { tabIds[t.key][i] = true; }); }
     });
 
@@ -120,7 +120,7 @@
     }
     function drawTabs() {
       tabsBar.textContent = "";
-      (data.tabs || []).forEach(function (t) {
+      (model.tabs || []).forEach(function (t) {
         var n = cases.filter(function (c) { return (!tabIds[t.key] || tabIds[t.key][c.id]); }).length;
         var b = el("button", "qx-tab" + (state.tab === t.key ? " qx-on" : ""), t.label + " (" + n + ")");
         b.type = "button";
@@ -178,11 +178,11 @@
     }
     function drawCommand(rows) {
       cmd.textContent = "";
-      if (!data.command) return;
+      if (!model.command) return;
       var ids = rows.map(function (c) { return c.id; });
       var line = ids.length <= 50
-        ? data.command + ids.map(function (i) { return " --case '" + i.replace(/'/g, "'\\''") + "'"; }).join("")
-        : data.command + " --cases-from cases.txt";
+        ? model.command + ids.map(function (i) { return " --case '" + i.replace(/'/g, "'\\''") + "'"; }).join("")
+        : model.command + " --cases-from cases.txt";
       var box = el("textarea", "qx-command-line");
       box.readOnly = true;
       box.rows = 2;
@@ -255,7 +255,7 @@
       detail.hidden = false;
       detail.appendChild(el("h3", null, c.id + " \u00b7 " + c.r));
       var dl = el("dl");
-      [["Question", c.q], ["Gold answer", data.gold ? (c.g === null ? "(must abstain)" : c.g) : null]].forEach(function (p) {
+      [["Question", c.q], ["Gold answer", model.gold ? (c.g === null ? "(must abstain)" : c.g) : null]].forEach(function (p) {
         if (p[1] === null || p[1] === undefined) return;
         dl.appendChild(el("dt", null, p[0]));
         dl.appendChild(el("dd", null, p[1]));
