@@ -101,6 +101,13 @@ def _result_word(passed: bool, error: bool, trials: Sequence[bool]) -> str:
     return "pass" if passed else "fail"
 
 
+CASE_SLICES = ("split", "behavior")
+
+
+def _case_slices(case: Any) -> dict[str, str]:
+    return {"split": case.split, "behavior": case.expected_behavior}
+
+
 def _baseline_data(b: Any) -> dict[str, Any]:
     trials = list(b.trial_passed) if b.trial_passed else None
     answer = "(abstained)" if b.abstained else b.answer
@@ -112,10 +119,14 @@ def case_records(
     case_ids: Sequence[str] | None = None,
     *,
     baseline: Baseline | None = None,
+    columns: Sequence[str] = CASE_SLICES,
     slices: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each case as the explorer's JSON reads it: id, question, answer, result, what failed, why,
-    difficulty, tag, slice values, each trial's outcome (and answers, when they differ), the baseline's."""
+    difficulty, tag, the values of the slice ``columns`` (a case's split and behavior, else ``slices``:
+    by case id, a logged row's columns), each trial's outcome (and answers, when they differ), the
+    baseline's."""
+    logged = slices or {}
     idx = CaseIndex(run)
     trial_idx = [CaseIndex(r) for r in run.trial_runs]
     ids = list(case_ids) if case_ids is not None else list(run.per_case["case_id"])
@@ -136,11 +147,10 @@ def case_records(
             "r": _result_word(bool(rows.outcome["case_passed"]), not is_missing(rows.output["error"]), trials),
             "f": list(dict.fromkeys(_reason_key(r) for r in reasons)),
             "k": _reason_key(reasons[0]) if reasons else "",
-            "w": str(reasons[0]) if reasons else "",
             "why": [str(r) for r in reasons],
             "d": case.difficulty,
             "t": case.adversarial or "",
-            "s": {"split": case.split, "behavior": case.expected_behavior, **(slices or {}).get(cid, {})},
+            "s": [{**_case_slices(case), **logged.get(cid, {})}.get(col, "") for col in columns],
             "tr": trials,
         }
         if len(set(answers)) > 1:
@@ -175,7 +185,7 @@ def _run_explorer(run: RunResult) -> Explorer:
     from qaeval.reports.run import cases_table
 
     return Explorer(
-        case_records(run), ["split", "behavior"], command=rerun_command("run", run), static=cases_table(run).markup
+        case_records(run), list(CASE_SLICES), command=rerun_command("run", run), static=cases_table(run).markup
     )
 
 
@@ -197,7 +207,7 @@ def _gate_explorer(result: GateResult) -> Explorer:
     run = result.run
     return Explorer(
         case_records(run, baseline=result.baseline),
-        ["split", "behavior"],
+        list(CASE_SLICES),
         baseline=True,
         tabs=gate_tabs(result),
         command=rerun_command("gate", run, baseline=result.baseline.path),
@@ -213,7 +223,7 @@ def _compare_explorer(c: Comparison) -> Explorer:
     ]
     return Explorer(
         case_records(c.after, present, baseline=baseline_from_run(c.before, "before")),
-        ["split", "behavior"],
+        list(CASE_SLICES),
         baseline=True,
         tabs=tabs,
         command=rerun_command("run", c.after),
@@ -227,7 +237,7 @@ def _monitor_explorer(result: MonitorResult) -> Explorer:
         for r in judged.to_dict("records")
     }
     ids = [cid for cid in result.run.per_case["case_id"]]
-    return Explorer(case_records(result.run, ids, slices=slices), list(result.by), gold=False)
+    return Explorer(case_records(result.run, ids, columns=result.by, slices=slices), list(result.by), gold=False)
 
 
 def case_explorer(result: Any) -> Html:

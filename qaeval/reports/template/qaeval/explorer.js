@@ -31,8 +31,8 @@
       { key: "t", label: "tag", get: function (c) { return [c.t || "(none)"]; } },
       { key: "o", label: "trials", get: function (c) { return [trialWord(c)]; } }
     ];
-    (model.slices || []).forEach(function (s) {
-      filters.push({ key: "s:" + s, label: s, get: function (c) { return [c.s[s] === undefined ? "" : c.s[s]]; } });
+    (model.slices || []).forEach(function (s, i) {
+      filters.push({ key: "s:" + s, label: s, get: function (c) { return [c.s[i] === undefined ? "" : c.s[i]]; } });
     });
     var columns = [
       { label: "case", get: function (c) { return c.id; } },
@@ -42,12 +42,12 @@
       { label: "difficulty", get: function (c) { return c.d; } },
       { label: "tag", get: function (c) { return c.t; } }
     ];
-    (model.slices || []).forEach(function (s) { columns.push({ label: s, get: function (c) { return c.s[s]; } }); });
+    (model.slices || []).forEach(function (s, i) { columns.push({ label: s, get: function (c) { return c.s[i]; } }); });
     if (model.baseline) {
       columns.push({ label: "baseline", get: function (c) { return c.b ? c.b.p + "/" + c.b.n : ""; } });
     }
     columns.push({ label: "what failed", get: function (c) { return c.f.join(", "); } });
-    columns.push({ label: "first reason", get: function (c) { return c.w; } });
+    columns.push({ label: "first reason", get: function (c) { return c.why[0] || ""; } });
     var state = { tab: model.tabs ? model.tabs[0].key : null, q: "", f: {}, sort: -1, dir: 1, group: false, limit: PAGE };
     var tabIds = {};
     (model.tabs || []).forEach(function (t) {
@@ -137,6 +137,7 @@
         if (i === 0) {
           var a = el("a", null, c.id);
           a.href = "#case-" + encodeURIComponent(c.id);
+          a.addEventListener("click", function () { showCase(c.id); });  // now; the fragment follows
           td.appendChild(a);
         } else {
           var v = col.get(c);
