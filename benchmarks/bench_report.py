@@ -3,6 +3,7 @@
 
     python benchmarks/bench_report.py                     # 2,000 and 10,000 cases, 3 trials each
     python benchmarks/bench_report.py --sizes 500 --trials 1
+    python benchmarks/bench_report.py --direct              # the notebook's cells drawn in-process (faster)
 
 For each size: bench_run.py's synthetic suite (a fifth must be abstained on, a tenth are multi-hop) is
 run with the bundled hub and the offline judge in this process (``--isolation none``, saved as a
@@ -67,14 +68,32 @@ def first_render(page: Path, repeat: int) -> float:
         driver.quit()
 
 
-def measure(n: int, trials: int, repeat: int, tmp: Path) -> dict[str, float]:
+def direct_page(record: Path, page: Path) -> None:
+    """The run notebook's cells drawn in this process into one page (``render.page``), without papermill
+    and nbconvert: the same markup, in a fraction of the time on a busy machine."""
+    from qaeval import api
+    from qaeval.reports import banner, case_explorer, drilldown, facts, scoreboard_table, slice_table
+    from qaeval.reports.render import page as whole_page
+
+    run = api.load_run(str(record))
+    cells = [banner(run) + facts(run), scoreboard_table(run), case_explorer(run), drilldown(run, open_failing=True)]
+    body = "".join(f'<div class="qaeval-output">{c.markup}</div>' for c in [*cells, slice_table(run)])
+    page.write_text(whole_page("qaeval run report", body), "utf-8")
+
+
+def measure(n: int, trials: int, repeat: int, tmp: Path, direct: bool = False) -> dict[str, float]:
     folder, record, page = tmp / f"suite-{n}", tmp / f"run-{n}.json", tmp / f"run-{n}.html"
     folder.mkdir()
     write_suite(folder, n)
     ran = qaeval(
         "run", "--data", str(folder), "--trials", str(trials), "--isolation", "none", "--save", str(record), "--quiet"
     )
-    rendered = qaeval("report", str(record), "--html", str(page))
+    if direct:
+        start = time.perf_counter()
+        direct_page(record, page)
+        rendered = time.perf_counter() - start
+    else:
+        rendered = qaeval("report", str(record), "--html", str(page))
     text = page.read_text("utf-8")
     data = sum(len(m) for m in re.findall(r"<script[^>]*qx-data[^>]*>(.*?)</script>", text, flags=re.S))
     return dict(
@@ -91,12 +110,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[2000, 10000])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3, help="page loads per size (the median is printed)")
+    parser.add_argument(
+        "--direct", action="store_true", help="draw the run notebook's cells in this process, not through papermill"
+    )
     args = parser.parse_args()
     print(f"{'cases':>7} {'page MB':>8} {'data MB':>8} {'run s':>7} {'render s':>9} {'first draw s':>13}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="qaeval-bench-report-") as tmp:
         for n in args.sizes:
-            r = results[n] = measure(n, args.trials, args.repeat, Path(tmp))
+            r = results[n] = measure(n, args.trials, args.repeat, Path(tmp), args.direct)
             print(
                 f"{n:>7} {r['mb']:>8.2f} {r['data_mb']:>8.2f} {r['run_s']:>7.1f} {r['render_s']:>9.1f} "
                 f"{r['first_render_s']:>13.2f}",

@@ -68,11 +68,11 @@ class Explorer:
             "tabs": self.tabs or None,
             "command": self.command,
         }
-        return Html(
-            '<div class="qaeval-explorer">'
-            f'<div class="qx-static">{self.static}</div><div class="qx-live" hidden></div>'
+        return Html(  # the static markup after the script, so the list is drawn before it is parsed
+            '<div class="qaeval-explorer"><style>.qaeval-explorer[data-ready]>.qx-static{display:none}</style>'
+            '<div class="qx-live" hidden></div>'
             f'<script type="application/json" class="qx-data">{script_json(data)}</script>'
-            f"<script>{SCRIPT}</script></div>"
+            f'<script>{SCRIPT}</script><div class="qx-static">{self.static}</div></div>'
         )
 
 

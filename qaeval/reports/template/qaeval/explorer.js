@@ -300,6 +300,7 @@
     if (stat) stat.hidden = true;
     draw();
     fromHash();
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", fromHash);  // the drill-downs below
     root.setAttribute("data-drawn-ms", String(Math.round(performance.now())));
   }
   var roots = document.querySelectorAll(".qaeval-explorer");
