@@ -202,6 +202,8 @@ def test_gate_tabs_show_regressed_cases_with_their_trials_beside_the_baseline(br
     must_abstain = {c["id"] for c in golden_cases() if c["expected_behavior"] == "unanswerable_must_abstain"}
     choose(browser, "s:behavior", "unanswerable_must_abstain")
     assert set(shown(browser)) == set(regressed) & must_abstain, "the must-abstain cases that regressed"
+    tab = browser.find_element(By.CSS_SELECTOR, '.qx-tabs button[data-tab="regressed"]')
+    assert tab.text == f"regressed ({len(set(regressed) & must_abstain)})", "the tabs count what the filters leave"
     browser.find_element(By.CSS_SELECTOR, ".qx-group-toggle").click()
     group = browser.find_element(By.CSS_SELECTOR, ".qx-group")
     group.find_element(By.TAG_NAME, "summary").click()

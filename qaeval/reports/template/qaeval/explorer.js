@@ -87,8 +87,8 @@
       if (c._s === undefined) c._s = [c.id, c.q, c.a].concat(c.ta || []).join("\n").toLowerCase();
       return c._s;
     }
-    function passes(c, skip) {
-      if (state.tab && tabIds[state.tab] && !tabIds[state.tab][c.id]) return false;
+    function passes(c, skip) {  // skip: a filter's key, or "tab", left out
+      if (skip !== "tab" && state.tab && tabIds[state.tab] && !tabIds[state.tab][c.id]) return false;
       if (state.q && searchable(c).indexOf(state.q) < 0) return false;
       for (var i = 0; i < filters.length; i++) {
         var f = filters[i], want = state.f[f.key];
@@ -121,7 +121,7 @@
     function drawTabs() {
       tabsBar.textContent = "";
       (model.tabs || []).forEach(function (t) {
-        var n = cases.filter(function (c) { return (!tabIds[t.key] || tabIds[t.key][c.id]); }).length;
+        var n = cases.filter(function (c) { return (!tabIds[t.key] || tabIds[t.key][c.id]) && passes(c, "tab"); }).length;
         var b = el("button", "qx-tab" + (state.tab === t.key ? " qx-on" : ""), t.label + " (" + n + ")");
         b.type = "button";
         b.setAttribute("data-tab", t.key);
