@@ -253,3 +253,49 @@ def test_with_javascript_off_the_static_table_shows(tmp_path, run_report):
         assert table.is_displayed() and len(table.find_elements(By.CSS_SELECTOR, "tbody tr")) == len(golden_cases())
     finally:
         driver.quit()
+
+
+FIELDS = ("answer", "citations", "retrieved_ids", "passages", "abstained", "model_was_called", "prompt_to_model")
+
+
+@pytest.fixture(scope="module")
+def trials_report(tmp_path_factory, golden_run):
+    """Three trials of the golden run's own answers, single-0001 refusing in its second: flaky."""
+    tmp = tmp_path_factory.mktemp("explorer-trials")
+    rows = []
+    for trial in range(3):
+        for r in golden_run.outputs.to_dict("records"):
+            row = {"case_id": r["case_id"], "trial": trial, **{f: r[f] for f in FIELDS}}
+            if r["case_id"] == "single-0001" and trial == 1:
+                row.update(answer="", citations=[], abstained=True)
+            rows.append(row)
+    record, report = tmp / "trials.json", tmp / "trials.html"
+    api.score(str(GOLDEN), rows, save=str(record))
+    assert main(["report", str(record), "--html", str(report)]) == 0
+    return report
+
+
+def test_trials_filter_and_a_flaky_case_with_each_trial_answer(browser, trials_report):
+    open_page(browser, trials_report)
+    choose(browser, "r", "flaky")
+    assert shown(browser) == ["single-0001"]
+    choose(browser, "r", "")
+    choose(browser, "o", "some failed")
+    assert shown(browser) == ["single-0001"]
+    browser.find_element(By.CSS_SELECTOR, '.qx-list tr[data-case="single-0001"] a').click()
+    now = browser.find_elements(By.CSS_SELECTOR, ".qx-detail .qx-trials > div")[-1]
+    assert "2 of 3 trials passed" in now.text and now.find_element(By.CSS_SELECTOR, ".qx-marks").text == "✓✗✓"
+    answers = [p.text for p in now.find_elements(By.CSS_SELECTOR, ".qx-answer")]
+    assert answers[1] == "trial 2: (abstained)" and answers[0].startswith("trial 1: ") and len(answers) == 3
+    assert not browser.find_elements(By.CSS_SELECTOR, ".qx-copy"), (
+        "answers given to qaeval.score: no command reruns them"
+    )
+
+
+def test_the_copy_button_selects_the_command(browser, run_report):
+    open_page(browser, run_report)
+    choose(browser, "d", "aggregation")
+    browser.find_element(By.CSS_SELECTOR, ".qx-copy").click()
+    line = browser.find_element(By.CSS_SELECTOR, ".qx-command-line")
+    assert browser.switch_to.active_element == line, "the command is selected, ready to copy"
+    assert line.get_attribute("value").endswith(" --case 'agg-0001' --case 'agg-0002'")

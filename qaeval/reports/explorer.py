@@ -25,6 +25,7 @@ from typing import Any
 
 from qaeval.core.errors import ReportError
 from qaeval.core.frames import is_missing
+from qaeval.core.params import DEFAULT_ADAPTER, is_plugin_name
 from qaeval.reports.html import Html
 from qaeval.scoring.index import CaseIndex
 from qaeval.scoring.result import RunResult
@@ -165,10 +166,13 @@ def case_records(
 
 
 def rerun_command(verb: str, run: RunResult, **options: str | None) -> str:
-    """The command that reruns a result's cases (the explorer adds ``--case ID`` or ``--cases-from``)."""
+    """The command that reruns a result's cases (the explorer adds ``--case ID`` or ``--cases-from``);
+    "" when no command can: answers given to ``qaeval.score``, or an adapter object rather than a name."""
     parts = ["qaeval", verb, "--data", run.suite.root]
     adapter = run.meta.adapter
-    if adapter and "qaeval.system.reference" not in adapter:
+    if not is_plugin_name(adapter):
+        return ""
+    if adapter != DEFAULT_ADAPTER:
         parts += ["--adapter", adapter]
     if run.trials > 1:
         parts += ["--trials", str(run.trials)]
