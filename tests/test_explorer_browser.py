@@ -299,3 +299,19 @@ def test_the_copy_button_selects_the_command(browser, run_report):
     line = browser.find_element(By.CSS_SELECTOR, ".qx-command-line")
     assert browser.switch_to.active_element == line, "the command is selected, ready to copy"
     assert line.get_attribute("value").endswith(" --case 'agg-0001' --case 'agg-0002'")
+
+
+def test_a_long_list_is_drawn_a_page_at_a_time(browser, tmp_path):
+    from qaeval.reports import case_explorer
+    from qaeval.reports.render import page
+
+    data = write_cases(tmp_path / "data", [make_case(id=f"case-{i:04d}") for i in range(450)])
+    run = api.run(str(data), isolation="none")
+    report = tmp_path / "long.html"
+    report.write_text(page("qaeval run report", case_explorer(run).markup), "utf-8")
+    open_page(browser, report)
+    assert len(shown(browser)) == 200 and count(browser) == "450 of 450 cases shown"
+    more = browser.find_element(By.CSS_SELECTOR, ".qx-more")
+    assert more.text == "show 250 more"
+    more.click()
+    assert len(shown(browser)) == 450 and not browser.find_elements(By.CSS_SELECTOR, ".qx-more")
