@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from qaeval.boundary import clients
 from qaeval.boundary.custom import installed
 from qaeval.commands.common import (
+    baseline_for_cases,
     check_parameters,
     drop_journal,
     evaluate_params,
@@ -292,6 +293,12 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
             min_labels=p["min_labels"],
             min_kappa=p["min_kappa"],
             source=p["labels"],
+        )
+    if p["case"] or p["cases_from"]:  # some cases: against the baseline's figures over those cases
+        base = baseline_for_cases(base, list(current.per_case["case_id"]))
+        notes.append(
+            f"only the {len(current.per_case)} case(s) --case and --cases-from name were run, and gated against "
+            "the baseline's figures over those cases"
         )
     result = gate_verdict(current, base, limits, calibration=calibration, alpha=p["alpha"])
     result.notes[:0] = notes

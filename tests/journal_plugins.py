@@ -12,7 +12,8 @@ class Outage(WrapsHub):
     """The reference system, except that one case raises the first time it is asked while the file
     QAEVAL_TEST_DOWN names exists (a backend outage that ends). Every call adds a line to
     QAEVAL_TEST_CALLS; once that case has been asked QAEVAL_TEST_INTERRUPT_AT times (0: never), Ctrl-C
-    (SIGINT) goes to the harness that started it. Counted in the calls file, across workers and runs."""
+    (SIGINT) goes to the harness that started it (this very process when QAEVAL_TEST_IN_PROCESS is set:
+    isolation none). Counted in the calls file, across workers and runs."""
 
     question = RaisesOnThird.question
 
@@ -23,8 +24,8 @@ class Outage(WrapsHub):
             return self.hub.answer(case)
         with open(os.environ["QAEVAL_TEST_CALLS"]) as f:
             asked = f.read().splitlines().count(self.question)
-        if asked == int(os.environ.get("QAEVAL_TEST_INTERRUPT_AT", "0")):
-            os.kill(os.getppid(), signal.SIGINT)
+        if asked == int(os.environ.get("QAEVAL_TEST_INTERRUPT_AT", "0")):  # the harness: this process with
+            os.kill(os.getpid() if os.environ.get("QAEVAL_TEST_IN_PROCESS") else os.getppid(), signal.SIGINT)
         if asked == 1 and os.path.exists(os.environ.get("QAEVAL_TEST_DOWN", "")):
             raise RuntimeError("backend down for this one")
         return self.hub.answer(case)

@@ -241,8 +241,9 @@ def test_an_adaptive_gate_whose_errored_first_trial_passes_on_resume_finishes(tm
     assert done.returncode == 0, done.stderr[-1000:]
     (tmp_path / "down").touch()
     env = {"QAEVAL_TEST_CALLS": str(tmp_path / "calls"), "QAEVAL_TEST_DOWN": str(tmp_path / "down")}
+    env["QAEVAL_TEST_IN_PROCESS"] = "1"  # adaptive trials run with the boundary given up (isolation none)
     gate = ["gate", "--data", str(GOLDEN), "--baseline", "b.json", "--trials", "3", "--adaptive", "--save", "g.json"]
-    gate += ["--adapter", "journal_plugins:make_outage", "--concurrency", "1"]
+    gate += ["--adapter", "journal_plugins:make_outage", "--concurrency", "1", "--isolation", "none"]
     done = qaeval(*gate, cwd=tmp_path, env={**env, "QAEVAL_TEST_INTERRUPT_AT": "3"})  # during its third trial
     assert done.returncode == 130, done.stderr[-2000:]
     question = "What does a non-resident pay for an annual library card?"

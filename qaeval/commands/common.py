@@ -5,6 +5,7 @@ record and journal when done."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,7 +17,7 @@ from qaeval.boundary.hardening import harness_guard
 from qaeval.commands.pipeline import evaluate, fewer_collections
 from qaeval.commands.tracking import check_options, log_command
 from qaeval.core import params as P
-from qaeval.core.errors import UsageError
+from qaeval.core.errors import FileAccessError, UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
@@ -125,6 +126,7 @@ def evaluate_params(
     baseline passed every trial)."""
     if suite is None:
         return evaluate_params(p, load_suite(p["data"]), settled)
+    suite = chosen_cases(suite, p)
     if p.get("resume") and not record_path(p):
         raise UsageError(
             "--resume reads the journal kept beside the run's record: give the record's path "
@@ -169,6 +171,53 @@ def evaluate_params(
             adaptive=bool(p.get("adaptive")),
             settled=settled,
         )
+
+
+def chosen_cases(suite: Suite, p: Mapping[str, Any]) -> Suite:
+    """The cases ``--case ID`` and ``--cases-from FILE`` name (every case when neither is given), in
+    the suite's order; an id the suite does not hold is a usage error that names it."""
+    wanted = list(p.get("case") or [])
+    if p.get("cases_from"):
+        wanted += case_ids_from(p["cases_from"])
+    if not p.get("case") and not p.get("cases_from"):
+        return suite
+    known = {c.id for c in suite}
+    unknown = [c for c in dict.fromkeys(wanted) if c not in known]
+    if unknown:
+        shown = ", ".join(repr(c) for c in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise UsageError(f"no case {shown} in {suite.root} ({len(known)} cases): --case and --cases-from name case ids")
+    if not wanted:
+        raise UsageError(f"{p['cases_from']} names no case: give one case id a line")
+    chosen = set(wanted)
+    return Suite(tuple(c for c in suite if c.id in chosen), suite.root, suite.corpus)
+
+
+def baseline_for_cases(base: Any, ids: list[str]) -> Any:
+    """The baseline over the chosen cases only (a gate of ``--case`` or ``--cases-from``): its cases, and
+    each metric drawn again from those cases' units (a metric is its numerators' sum over its
+    denominators'), so the cases left out neither count as gone nor move a metric."""
+    from dataclasses import replace
+
+    kept = {cid: case for cid, case in base.cases.items() if cid in set(ids)}
+    metrics = {}
+    for name, (value, n) in base.metrics.items():
+        units = [case.units[name] for case in kept.values() if name in case.units]
+        if not units:  # the record keeps no unit of this metric: its figure stands
+            metrics[name] = (value, n)
+            continue
+        den = sum(d for _, d in units)
+        metrics[name] = (sum(num for num, _ in units) / den, int(den)) if den else (math.nan, 0)
+    return replace(base, cases=kept, metrics=metrics)
+
+
+def case_ids_from(path: str) -> list[str]:
+    """The case ids a file lists, one a line; blank lines and lines starting with ``#`` are skipped."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc.__class__.__name__
+        raise FileAccessError(path, f"--cases-from: cannot read the list of case ids ({why})") from None
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
 def record_path(p: Mapping[str, Any]) -> str | None:

@@ -57,6 +57,13 @@ class TrackedOptions(TypedDict, total=False):
     mlflow_experiment: str | None
 
 
+class CaseOptions(TypedDict, total=False):
+    """Only some of the cases."""
+
+    case: list[str] | str | None
+    cases_from: str | None
+
+
 class LabelBars(TypedDict, total=False):
     """What a judge must reach against human labels to be trusted."""
 
@@ -65,14 +72,14 @@ class LabelBars(TypedDict, total=False):
     min_kappa: float | None
 
 
-class RunOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, total=False):
+class RunOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, total=False):
     """The keywords of ``qaeval.run``."""
 
     labels: str | None
     save: str | None
 
 
-class BaselineOptions(SystemOptions, JudgeOptions, TrialOptions, total=False):
+class BaselineOptions(SystemOptions, JudgeOptions, TrialOptions, CaseOptions, total=False):
     """The keywords of ``qaeval.baseline``."""
 
     out: str | None
@@ -98,7 +105,7 @@ class CalibrateOptions(SystemOptions, JudgeOptions, TrackedOptions, LabelBars, t
     save: str | None
 
 
-class DriftOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, total=False):
+class DriftOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, total=False):
     """The keywords of ``qaeval.drift``."""
 
     timeseries: str | None

@@ -62,6 +62,11 @@ PARAMS: tuple[Param, ...] = (
           "cases it does not settle (it failed, or the gate's baseline had the case flaky or failing); only with "
           "--isolation none, as being asked again tells the system its answer failed",
           ("run", "baseline", "gate", "drift")),
+    Param("case", "list", (), "run only the case with this id (repeatable); the others are not run", ("run",
+          "baseline", "gate", "drift"), metavar="ID"),
+    Param("cases_from", "str", None, "run only the cases whose ids FILE lists, one a line (blank lines and lines "
+          "starting with # are skipped); with --case, the cases of both", ("run", "baseline", "gate", "drift"),
+          metavar="FILE"),
     Param("resume", "bool", False, "reuse what the journal beside the record (--save, or baseline's --out) holds "
           "from an interrupted run, and ask the system only for the rest", SCORING),
     Param("keep_errors", "bool", False, "with --resume, keep the outputs that failed instead of asking again",

@@ -8,6 +8,7 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 ``charts``          the matplotlib figures (scoreboard, gate movements, confusion, drift series)
 ``cases``           one case's drill-down, built from named sections
 ``case_list``       every case of a run, failing first, in full or short form (``drilldown``)
+``explorer``        the explorable case list (``case_explorer``): filters, search, groups, sorting
 ``run``             the run's facts, scoreboard, slices and one line per case
 ``gate``            tiers, metric movements, blocking and non-blocking cases
 ``calibration``     agreement with people per axis, disagreements, agreeing labels
@@ -20,7 +21,8 @@ that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdi
 
 Everything that came from a case or a system's answer is escaped with ``html.escape`` before it
 reaches markup, and has its ``$`` escaped before it reaches a matplotlib label (so mathtext never
-interprets it). The page's template carries its own small stylesheet and runs no script.
+interprets it). The page's template carries its own small stylesheet and runs one script, the case
+explorer's, which sets every text from a case with ``textContent``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from qaeval.reports.case_list import drilldown
 from qaeval.reports.charts import confusion_chart, delta_chart, drift_chart, scoreboard_chart
 from qaeval.reports.compare import compare_cases, compare_metrics
 from qaeval.reports.drift import alarms_list, bands_table
+from qaeval.reports.explorer import case_explorer
 from qaeval.reports.gate import blocking_cases, delta_table, gate_calibration, not_blocking, tier_table
 from qaeval.reports.html import Chart, Html, banner, esc, facts_html
 from qaeval.reports.monitor import (
@@ -54,6 +57,7 @@ __all__ = [
     "bands_table",
     "banner",
     "blocking_cases",
+    "case_explorer",
     "cases_table",
     "compare_cases",
     "compare_metrics",

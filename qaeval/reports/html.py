@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +36,11 @@ def trial_marks(outcomes: Any) -> str:
     outcomes = list(outcomes)
     if len(outcomes) < 2:
         return ""
-    marks = "".join(
-        f'<span style="color:{PASS_COLOR}">✓</span>'
+    marks = "".join(  # a run of the same outcome in one span: a page of thousands of cases stays light
+        f'<span style="color:{PASS_COLOR}">{"✓" * len(list(run))}</span>'
         if ok
-        else f'<span style="color:{FAIL_COLOR};font-weight:600">✗</span>'
-        for ok in outcomes
+        else f'<span style="color:{FAIL_COLOR};font-weight:600">{"✗" * len(list(run))}</span>'
+        for ok, run in itertools.groupby(bool(o) for o in outcomes)
     )
     passed = sum(bool(ok) for ok in outcomes)
     return (

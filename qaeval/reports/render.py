@@ -131,7 +131,8 @@ def exporter(*, show_code: bool = False) -> Any:
 def export_html(
     notebook: str | Path, html_path: str | Path, *, show_code: bool = False, title: str | None = None
 ) -> Path:
-    """Render an executed notebook to one self-contained HTML file (figures embedded, no scripts)."""
+    """Render an executed notebook to one self-contained HTML file (figures embedded, no script but the
+    case explorer's)."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
@@ -171,6 +172,7 @@ def _kernel_error(error: Any, report: Path) -> QaevalError:
 def page(title: str, body: str) -> str:
     """A whole report page around already-escaped markup, with the template's stylesheet (for reports
     drawn without a notebook, such as ``qaeval compare``)."""
+    from qaeval.reports.explorer import SCRIPT_HASH
     from qaeval.reports.html import esc
 
     css = (TEMPLATES / "qaeval" / "report.css").read_text("utf-8")
@@ -178,7 +180,7 @@ def page(title: str, body: str) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
-        "style-src 'unsafe-inline'; script-src 'none'\">"
+        f"style-src 'unsafe-inline'; script-src {SCRIPT_HASH}\">"
         f'<title>{esc(title)}</title><style>{css}</style></head><body><main class="qaeval-report">'
         f"{body}</main></body></html>\n"
     )
@@ -186,6 +188,7 @@ def page(title: str, body: str) -> str:
 
 def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
     from qaeval.reports.compare import compare_cases, compare_metrics
+    from qaeval.reports.explorer import case_explorer
     from qaeval.reports.html import banner, facts_html
 
     body = (
@@ -200,6 +203,8 @@ def render_comparison(comparison: Comparison, html_path: str | Path) -> Path:
         )
         + "<h2>Metrics</h2>"
         + compare_metrics(comparison).markup
+        + "<h2>Every case</h2>"
+        + case_explorer(comparison).markup
         + "<h2>What changed, case by case</h2>"
         + compare_cases(comparison).markup
     )
