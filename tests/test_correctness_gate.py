@@ -288,3 +288,16 @@ def test_labels_all_stale_say_so_instead_of_blaming_the_judge(capsys):
     )  # fmt: skip
     assert code == 2
     assert "faithfulness: no usable label: all 12 are stale (the outputs changed since they were labelled" in out
+
+
+def test_the_gate_report_says_which_blocking_cases_were_answered_wrongly(tmp_path, capsys):
+    """From the new-user pass: a case blocking on its wrong answer showed only its own pass, a green mark."""
+    page = tmp_path / "gate.html"
+    code, _ = gate_out(
+        capsys, "--data", str(GOLDEN), "--adapter", WRONG, "--baseline", str(GOLDEN / "ci-baseline.json"),
+        "--tolerance", "answer_correctness=0.05", "--html", str(page),
+    )  # fmt: skip
+    assert code == 1
+    html = page.read_text()
+    drawn = html.split('id="case-single-0004"', 1)[1].split("</summary>", 1)[0]
+    assert "answer judged wrong in 1 of 1 trial(s)" in drawn

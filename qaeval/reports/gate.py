@@ -97,6 +97,11 @@ def blocking_cases(result: GateResult) -> Html:
     for r in result.failed_tiers.to_dict("records"):
         for cid in r["case_ids"]:
             tripped.setdefault(cid, []).append((r["rule"], "fail"))
+    if result.correctness_gated:  # its own pass (the mark) may hold while the gate counts a wrong answer
+        for cid, wrong in result.passes.wrong.items():
+            if cid in tripped:
+                trials = result.passes.current[cid][1]
+                tripped[cid].append((f"answer judged wrong in {wrong} of {trials} trial(s)", "fail"))
     return drilldown(result.run, ids, baseline=result.baseline, tags=tripped, open_failing=True)
 
 
