@@ -16,12 +16,12 @@ import nbformat
 import papermill
 import pytest
 from conftest import GOLDEN, ROOT
+from helpers import without_explorer
 from papermill.exceptions import PapermillExecutionError
 
 from qaeval import api
 from qaeval.cli import main
 from qaeval.core import params as P
-from qaeval.reports.explorer import SCRIPT
 from qaeval.reports.render import NOTEBOOKS, notebook_path, run_papermill
 
 TESTS = str(ROOT / "tests")
@@ -208,16 +208,6 @@ def test_gate_html_report_blocks_with_embedded_figures_and_same_exit_code(tmp_pa
     shown = tmp_path / "shown.html"
     main(["run", "--data", str(GOLDEN), "--html", str(shown), "--show-code"])
     assert 'class="qaeval-code"' in shown.read_text() and "nb.parameters" in shown.read_text()
-
-
-def without_explorer(page: str) -> str:
-    """The page less the case explorer's two scripts: its JSON data and its own script, which must be
-    exactly qaeval's (the page's Content-Security-Policy allows that text by its hash, and no other)."""
-    page, data = re.subn(
-        r'<script (?=[^>]*class="qx-data")(?=[^>]*type="application/json")[^>]*>[^<]*</script>', "", page
-    )
-    assert data >= 1, "the page carries the explorer's data"
-    return page.replace(f"<script>{SCRIPT}</script>", "")
 
 
 def test_html_of_a_missing_baseline_is_exit_65_before_any_kernel(tmp_path):
