@@ -244,7 +244,9 @@ def test_an_adaptive_gate_whose_errored_first_trial_passes_on_resume_finishes(tm
     env["QAEVAL_TEST_IN_PROCESS"] = "1"  # adaptive trials run with the boundary given up (isolation none)
     gate = ["gate", "--data", str(GOLDEN), "--baseline", "b.json", "--trials", "3", "--adaptive", "--save", "g.json"]
     gate += ["--adapter", "journal_plugins:make_outage", "--concurrency", "1", "--isolation", "none"]
-    done = qaeval(*gate, cwd=tmp_path, env={**env, "QAEVAL_TEST_INTERRUPT_AT": "3"})  # during its third trial
+    # the run asks 27 times (15 first trials, then 2 more for each of the 6 that did not pass), this case at
+    # its 2nd, 16th and 22nd call: Ctrl-C at the 26th, once its later trials are in the journal
+    done = qaeval(*gate, cwd=tmp_path, env={**env, "QAEVAL_TEST_INTERRUPT_AT_CALL": "26"})
     assert done.returncode == 130, done.stderr[-2000:]
     question = "What does a non-resident pay for an annual library card?"
     assert (tmp_path / "calls").read_text().splitlines().count(question) == 3, "the errored case got more trials"
