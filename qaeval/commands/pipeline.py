@@ -209,7 +209,11 @@ def evaluate(
     chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
     isolated = isolation if executor is None else f"executor {executor_label or type(executor).__name__}"
     chosen = chosen_by if trials > 1 else None
-    identity = _identity(journal, suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter)
+    identity = (  # the adapter's files are read only for a journal, the one thing the identity is for
+        {}
+        if journal is None
+        else run_identity(suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter=adapter)
+    )
     collected = Collected()
     restored = _resumed(journal, identity, everyone, keep_errors, adapter, collected) if resume else None
     memo = _restored_memo(suite, everyone, config.prompt_version, restored, collected)
@@ -245,26 +249,6 @@ def evaluate(
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
     return result
-
-
-def _identity(
-    journal: str | os.PathLike[str] | None,
-    suite: Suite,
-    label: str,
-    judge: JudgeClient,
-    k: int,
-    trials: int,
-    custom: Any,
-    adaptive: bool,
-    isolation: str,
-    chosen_by: str | None,
-    adapter: Any,
-) -> dict[str, Any]:
-    """``run_identity`` when the run keeps a journal, the one thing it is for (the adapter's files are not
-    read without one)."""
-    if journal is None:
-        return {}
-    return run_identity(suite, label, judge, k, trials, custom, adaptive, isolation, chosen_by, adapter=adapter)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -179,7 +180,7 @@ class GateResult(GateRecord, Result):
         case's failure (``tiers.CasePasses``)."""
         return CORRECTNESS in set(self.metric_deltas["metric"])
 
-    @property
+    @cached_property
     def passes(self) -> CasePasses:
         """How this gate counted each case's passing trials."""
         return CasePasses.of(self.run, self.correctness_gated)
