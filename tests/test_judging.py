@@ -14,9 +14,7 @@ from qaeval.scoring.judge import (
     AxisVerdict,
     JudgeConfig,
     JudgeResponse,
-    build_requests,
     hardest_decoy,
-    score_with_judge,
 )
 from qaeval.scoring.rubric import Rubric, parse_verdict_json
 
@@ -41,8 +39,8 @@ GOOD = [
 
 
 def verdicts(tmp_path, judge, **fields):
-    _, cases, outs, sources = frames(tmp_path, outputs=[output(**fields)])
-    return score_with_judge(judge, cases, outs, sources).set_index(["axis", "target"])
+    suite, _, outs, _ = frames(tmp_path, outputs=[output(**fields)])
+    return score_outputs(suite, outs, judge).verdicts.set_index(["axis", "target"])
 
 
 def test_valid_verdicts_get_credit_and_carry_the_config(tmp_path):
@@ -98,17 +96,19 @@ def test_weakest_citation_sets_citation_correctness(tmp_path):
 
 def test_abstained_and_failed_cases_cost_no_judge_call(tmp_path):
     judge = Scripted(GOOD)
-    _, cases, outs, sources = frames(
+    suite, _, outs, _ = frames(
         tmp_path,
         [make_case(id="a"), make_case(id="b")],
         [output("a", abstained=True, answer="", citations=[]), output("b", error="boom")],
     )
-    assert score_with_judge(judge, cases, outs, sources).empty and judge.requests == []
+    assert score_outputs(suite, outs, judge).verdicts.empty and judge.requests == []
 
 
 def test_one_request_per_answered_case_with_hardest_decoy(tmp_path):
-    _, cases, outs, sources = frames(tmp_path)
-    [req] = build_requests(cases, outs, sources)
+    judge = Scripted(GOOD)
+    suite, _, outs, _ = frames(tmp_path)
+    score_outputs(suite, outs, judge)
+    [req] = judge.requests
     assert req.citations[0].decoy_id == "s2", "the Northgate snippet is the most similar uncited one"
     assert req.messages[0]["role"] == "system" and "quote" in req.messages[0]["content"]
     assert req.question in req.messages[1]["content"] and "1964" in req.messages[1]["content"]

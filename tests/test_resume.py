@@ -407,13 +407,11 @@ def test_adaptive_needs_trials(capsys):
 
 
 @pytest.mark.parametrize("data", ["golden", "corpus"])
-def test_the_streamed_request_is_the_request_scoring_builds(data, tmp_path, monkeypatch):
-    """``stream.request_for`` (one output, no frames) makes the request ``build_requests`` makes for it, so
-    what the stream judged is found again at scoring, for cases with their own passages and from a corpus."""
-    from qaeval.scoring.evaluate import used_sources
-    from qaeval.scoring.judge import build_requests, request_key
-    from qaeval.scoring.rubric import Rubric
-    from qaeval.scoring.stream import request_for
+def test_the_judge_weighs_each_citation_against_the_text_the_checks_read(data, tmp_path, monkeypatch):
+    """The one request built for an output (``stream.request_for``, per output, no frames) carries, for each
+    citation, the text the deterministic checks resolve that id to: the case's own passages, the system's,
+    else the corpus's; for cases with their own passages and from a corpus."""
+    from qaeval.scoring.checks import case_bodies
 
     if data == "corpus":
         from test_corpus_pipeline import corpus_folder
@@ -422,20 +420,18 @@ def test_the_streamed_request_is_the_request_scoring_builds(data, tmp_path, monk
     else:
         folder = GOLDEN
     suite = load_suite(folder)
-    run = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), isolation="none")
-    rubric = Rubric.load()
-    batch = {
-        r.case_id: request_key(r)
-        for r in build_requests(
-            suite.to_frame(), run.outputs, used_sources(suite, run.outputs, suite.sources_frame()), rubric
-        )
-    }
-    streamed = {}
-    for row in run.outputs.to_dict("records"):
-        req = request_for(suite, rubric, suite[row["case_id"]], row)
-        if req is not None:
-            streamed[req.case_id] = request_key(req)
-    assert streamed == batch and batch
+    judge = OfflineJudge()
+    asked = []
+    real = judge.judge
+    monkeypatch.setattr(judge, "judge", lambda requests: asked.extend(requests) or real(requests))
+    run = evaluate(suite, "qaeval.system.reference:make_adapter", judge, isolation="none")
+    outs = {row["case_id"]: row for row in run.outputs.to_dict("records")}
+    answered = [cid for cid, row in outs.items() if isinstance(row["error"], str) is False and not row["abstained"]]
+    assert sorted(r.case_id for r in asked) == sorted(answered) and asked, "one request per answered output"
+    for req in asked:
+        bodies = case_bodies(suite[req.case_id], outs[req.case_id], suite.corpus)
+        for c in req.citations:
+            assert c.text == bodies[c.source_id], (req.case_id, c.source_id)
 
 
 class CountingStreamJudge(OfflineJudge):

@@ -1,6 +1,7 @@
 """Every scorer that waits on something runs while the system still answers: a custom judge in its own
 process (asked in the plan's order, in chunks), and the registered checks and metrics (one output at a
-time, once its verdict is in). What scoring reads afterwards is what they gave then."""
+time, once its verdict is in). Each output is scored once, as it arrives; the run is built from those
+scores, and nothing is scored again afterwards."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from qaeval.commands import pipeline
 from qaeval.data.cases import load_suite
 from qaeval.record.read import load_run
 from qaeval.record.write import run_record
-from qaeval.scoring import stream, stream_checks
+from qaeval.scoring import lane, stream
 from qaeval.scoring.evaluate import score_outputs
 
 TESTS = str(ROOT / "tests")
@@ -69,43 +70,100 @@ def test_registered_checks_run_while_the_system_still_answers(files, monkeypatch
     assert len(lines(files["QAEVAL_TEST_CHECK_CALLS"])) == 3 * CASES, "once per (case, trial), as scoring would"
 
 
-class Counted(stream_checks.StreamedChecks):
-    made: list[stream_checks.StreamedChecks] = []
+@pytest.fixture
+def counted(monkeypatch):
+    """How often each place was scored by the lane and how many requests were built, in this process."""
+    seen = {"scored": [], "requests": 0}
+    real_batch, real_request = lane.ScoringLane.score_batch, stream.request_for
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        Counted.made.append(self)
+    def score_batch(self, batch):
+        seen["scored"] += [place for place, _, _ in batch]
+        return real_batch(self, batch)
+
+    def request_for(*args):
+        req = real_request(*args)
+        seen["requests"] += req is not None
+        return req
+
+    monkeypatch.setattr(lane.ScoringLane, "score_batch", score_batch)
+    monkeypatch.setattr(stream, "request_for", request_for)
+    return seen
 
 
-def test_scoring_finds_every_check_result_the_stream_computed_and_asks_for_none(files, monkeypatch):
-    """The reason the checks overlap the system, asserted: scoring reads each (case, trial)'s rows from
-    the stream by its sample's digest; none is asked for again (each trial's checks ran once)."""
-    Counted.made = []
-    monkeypatch.setattr(pipeline, "StreamedChecks", Counted)
-    run = api.run(str(GOLDEN), check=["streaming_plugins:marks"], trials=2, adaptive=False)
-    (checks,) = Counted.made
-    assert (checks.found, checks.asked) == (2 * CASES, 0)
-    assert len(lines(files["QAEVAL_TEST_CHECK_CALLS"])) == 2 * CASES
+def answered(run) -> int:
+    trials = run.trial_runs or (run,)
+    return sum(int((~r.per_case["abstained"] & r.per_case["error"].isna()).sum()) for r in trials)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(check=["streaming_plugins:marks"], judge="streaming_plugins:make_judge", trials=2),
+        dict(check=["streaming_plugins:marks"], trials=3, adapter="plugins:make_varying", adaptive=True),
+    ],
+    ids=["custom judge, checks, trials", "adaptive trials"],
+)
+def test_each_output_is_scored_once_and_each_request_built_once(files, counted, options):
+    """The reason the scorers overlap the system, asserted: every (case, trial) place goes through the
+    layers once, each judged output's request is built once, and the registered checks are asked once per
+    output; nothing is scored again when the run is put together."""
+    isolation = "none" if options.get("adaptive") else "process"
+    run = api.run(str(GOLDEN), isolation=isolation, **options)
+    places = counted["scored"]
+    trials = run.trial_runs or (run,)
+    assert sorted(places) == sorted(set(places)), "a place scored twice"
+    assert len(places) == sum(len(r.per_case) for r in trials)
+    assert counted["requests"] == answered(run)
+    assert len(lines(files["QAEVAL_TEST_CHECK_CALLS"])) == len(places)
     assert run.per_case["marks"].all()
+    if options.get("adaptive"):
+        assert 0 < sum(len(r.per_case) for r in trials[1:]) < (len(trials) - 1) * CASES, "some cases settled"
 
 
-def test_an_output_replaced_after_it_was_checked_is_checked_again_at_scoring(files, monkeypatch):
-    """A lane can only save time: a sample scoring builds that the stream never saw is asked for then."""
-    Counted.made = []
-    monkeypatch.setattr(pipeline, "StreamedChecks", Counted)
-    real = stream_checks.sample_digest
-    seen: list[str] = []
+def test_a_resumed_run_scores_each_output_once(tmp_path, files, counted, monkeypatch):
+    """Outputs a journal gives back are scored once with the new ones; their verdicts are not asked again."""
+    from test_resume import interrupted, qaeval
 
-    def differs_at_scoring(sample):  # the stream's digests never match what scoring builds
-        seen.append("x")
-        return real(sample) + str(len(seen))
+    env, args = interrupted(tmp_path, "--check", "streaming_plugins:marks", "--trials", "2", stop_after=CASES + 3)
+    env = {**env, **{k: str(v) for k, v in files.items()}, "QAEVAL_TEST_STOP_AFTER": "0"}
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    from qaeval.cli import main
 
-    monkeypatch.setattr(stream_checks, "sample_digest", differs_at_scoring)
-    run = api.run(str(GOLDEN), check=["streaming_plugins:marks"])
-    (checks,) = Counted.made
-    assert (checks.found, checks.asked) == (0, CASES)
-    assert len(lines(files["QAEVAL_TEST_CHECK_CALLS"])) == 2 * CASES  # streamed, then again at scoring
-    assert run.per_case["marks"].all()
+    assert main([*args[args.index("run") :], "--resume"]) == 0
+    resumed = load_run(tmp_path / "r.json")
+    places = counted["scored"]
+    assert sorted(places) == list(range(2 * CASES)), "every place of both trials, once"
+    assert counted["requests"] == answered(resumed)
+    assert resumed.per_case["marks"].all()
+
+
+def test_an_output_replaced_after_it_was_scored_is_scored_again_and_its_first_score_dropped(files):
+    """A worker's second reply for a case replaces its output with a failure after the lane scored it: the
+    lane scores the replacement once more, and the trial holds the failure, not the first answer."""
+    from qaeval.judges.offline import OfflineJudge
+    from qaeval.system.contract import output_row
+
+    suite = load_suite(GOLDEN)
+    first = api.run(str(GOLDEN))
+    rows = {r["case_id"]: r for r in first.outputs.to_dict("records")}
+    with stream.streaming(OfflineJudge(), suite, k=5) as s:
+        s.declare(0, range(CASES))
+        s.plan(range(CASES))
+        for i, case in enumerate(suite.cases):
+            s.put(i, case, rows[case.id])
+        s.drain()
+        replaced = output_row(suite.cases[0].id, None, "its worker sent a second reply for it (it was stopped)", 0.0)
+        s.put(0, suite.cases[0], replaced)
+        s.finish()
+    run = s.result(0, first.meta, 0)
+    assert s.lane.scores.scored == CASES + 1
+    row = run.per_case.set_index("case_id").loc[suite.cases[0].id]
+    assert not row["case_passed"] and "second reply" in str(row["error"])
+    checks = run.checks[run.checks["case_id"] == suite.cases[0].id]
+    assert len(checks) == 5 and not checks["passed"].any(), "the failure's rows only, not the first answer's too"
+    assert run.per_case["case_passed"].tolist()[1:] == first.per_case["case_passed"].tolist()[1:]
 
 
 def test_a_streamed_run_with_a_custom_judge_and_checks_is_the_run_its_outputs_score_to(files):
@@ -284,7 +342,7 @@ def test_a_runner_stopped_by_an_interrupt_starts_no_process_again(files):
     to start another process (one started then outlived the command)."""
     from qaeval.commands.common import check_parameters, make_judge
     from qaeval.scoring.judge import JudgeRequest
-    from qaeval.scoring.stream_checks import keep_open
+    from qaeval.scoring.stream import keep_open
 
     p = check_parameters(
         "run", data=str(GOLDEN), judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"]

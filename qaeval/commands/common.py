@@ -23,7 +23,7 @@ from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
 from qaeval.record.read import load_run as _load_run
 from qaeval.record.write import write_record
-from qaeval.scoring.evaluate import RunResult, score_outputs
+from qaeval.scoring.evaluate import RunResult, score_trials
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
 
 
@@ -291,8 +291,7 @@ def score_answers(
             k=p["k"],
             data=data or str(suite.root),
         )  # each trial is scored as a run of one; combine_trials sets the trials
-        memo: dict[Any, Any] = {}  # an answer seen in an earlier trial is not judged again
-        runs = [score_outputs(suite, outputs, judge, meta=meta, custom=custom, judge_memo=memo) for outputs in trials]
+        runs = score_trials(suite, trials, judge, meta=meta, custom=custom)
     if len(runs) == 1:
         return runs[0]
     return combine_trials(runs, pass_k=p.get("pass_k"), trials=len(runs))

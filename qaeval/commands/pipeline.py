@@ -16,19 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from qaeval.core.frames import frame
 from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
-from qaeval.scoring.evaluate import case_samples, score_outputs
-from qaeval.scoring.journal import JournalWriter, Restored, journal_path, memo_from, read_journal
-from qaeval.scoring.judge import JudgeClient, judge_config_of, request_key
+from qaeval.scoring.journal import JournalWriter, Restored, journal_path, read_journal
+from qaeval.scoring.judge import JudgeClient, judge_config_of
 from qaeval.scoring.result import RunMeta, RunResult
-from qaeval.scoring.rubric import Rubric
-from qaeval.scoring.stream import Stream, request_for, streaming
-from qaeval.scoring.stream_checks import StreamedChecks
+from qaeval.scoring.stream import Stream, streaming
 from qaeval.scoring.trials import combine_trials
 from qaeval.system.calls import adapter_label
-from qaeval.system.contract import OUTPUT_SCHEMA
 from qaeval.system.identity import adapter_code
 from qaeval.system.pool import run_suite
 
@@ -170,9 +165,8 @@ def evaluate(
 ) -> RunResult:
     """Run the adapter over the suite ``trials`` times and score every layer of every trial.
 
-    The judge and the registered checks run beside the system: each output is judged, then checked, as it
-    arrives (``qaeval.scoring.stream``), and scoring afterwards finds every verdict and every check's
-    rows already there.
+    Each output is scored once, as it arrives, beside the system (``qaeval.scoring.stream``): judged, then
+    through every layer and the registered checks; the trials are then built from those scores.
 
     Args:
         suite: The golden cases (``load_suite``).
@@ -216,7 +210,6 @@ def evaluate(
     )
     collected = Collected()
     restored = _resumed(journal, identity, everyone, keep_errors, adapter, collected) if resume else None
-    memo = _restored_memo(suite, everyone, config.prompt_version, restored, collected)
     writer = _journal_writer(journal, identity, restored)
     run_options = dict(
         timeout=timeout,
@@ -240,12 +233,16 @@ def evaluate(
     )
     plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, bootstrap_seed)
     try:
-        first_run, checks, memo = _ask(plan, collected, memo, writer, custom, show_progress, k)
+        runs = _ask(plan, collected, restored, writer, custom, show_progress, k)
     finally:
         if writer is not None:
             writer.close()
             collected.notes += writer.notes
-    result = _scored(plan, collected, first_run, checks, memo, pass_k)
+    result = (
+        runs[0]
+        if trials == 1
+        else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=adaptive)
+    )
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
     return result
@@ -292,23 +289,6 @@ def _resumed(
     return restored
 
 
-def _restored_memo(
-    suite: Suite, everyone: Suite, prompt_version: str, restored: Restored | None, collected: Collected
-) -> dict[Any, Any]:
-    """The judge's verdicts the journal holds for the restored outputs. They count as cached: this run
-    spent nothing on them (``judge_usage``), and the note says how many there were."""
-    if restored is None:
-        return {}
-    rubric = Rubric.load(prompt_version)
-    keys = {p: request_for(suite, rubric, everyone.cases[p], row) for p, row in restored.outputs.items()}
-    memo = memo_from(restored, {p: request_key(req) for p, req in keys.items() if req is not None})
-    collected.notes.append(
-        f"resumed from {restored.path}: {len(restored.outputs)} of {len(everyone)} (case, trial) "
-        f"output(s) reused, {len(memo)} verdict(s) (counted as cached: no judge call or token of this run)"
-    )
-    return memo
-
-
 def _journal_writer(
     journal: str | os.PathLike[str] | None, identity: dict[str, Any], restored: Restored | None
 ) -> JournalWriter | None:
@@ -330,52 +310,69 @@ def _journal_writer(
 def _ask(
     plan: _Plan,
     collected: Collected,
-    memo: dict[Any, Any],
+    restored: Restored | None,
     writer: JournalWriter | None,
     custom: Any,
     show_progress: bool | None,
     k: int,
-) -> tuple[RunResult | None, Any, dict[Any, Any]]:
-    """Ask the system for every (case, trial) the journal did not give, judging and checking each output as
-    it comes. Returns trial 0 scored (adaptive: to see what it settles, and kept), the checks' runner
-    scoring is to use, and the judge's memo."""
-    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
-    config = judge_config_of(plan.judge)
-    first_run, checks = None, None
+) -> list[RunResult]:
+    """Ask the system for every (case, trial) the journal did not give, each output scored once as it
+    comes; returns each trial that has outputs, scored (trial 0 first)."""
+    n, trials = len(plan.suite), plan.trials
+    resumed_at = len(collected.notes)  # where the resumed note goes once the reused verdicts are counted
     with (
         fewer_collections(),
         streaming(
             plan.judge,
-            suite,
-            memo=memo,
+            plan.suite,
+            k=k,
+            restored=restored.verdicts if restored is not None else None,
             show_progress=show_progress,
             on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
             checks=custom,
-            sample_of=lambda items, known: case_samples(suite, items, known, k=k, config=config),
         ) as stream,
     ):
-        restored_places = sorted(collected.rows)
-        stream.plan(restored_places)  # restored outputs: judged if still without a verdict, checked
-        for place in restored_places:
-            stream.put(place, everyone.cases[place], collected.rows[place])
+        for t in range(1 if plan.adaptive else trials):  # adaptive: later trials' cases are known after trial 0
+            stream.declare(t, range(n))
+        later = plan.adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay
+        _restore(stream, plan, collected, [p for p in sorted(collected.rows) if not (later and p >= n)])
         first = [p for p in range(n) if p not in collected.rows]
         rest = [p for p in range(n, n * trials) if p not in collected.rows]
-        if custom is not None:
-            checks = StreamedChecks(custom, stream.checks, stream)
-        if plan.adaptive and trials > 1:
-            _collect(suite, plan.adapter, first, collected, stream, writer, plan.run_options)
-            first_run = _score_first(
-                suite, collected, plan.judge, stream.drain(), plan.meta, plan.bootstrap_seed, checks
-            )
-            rest = _adaptive_rest(plan, first_run, rest, collected)
-            _collect(suite, plan.adapter, rest, collected, stream, writer, plan.run_options)
+        first_run = None
+        if later:
+            _collect(plan.suite, plan.adapter, first, collected, stream, writer, plan.run_options)
+            stream.drain()
+            first_run = stream.result(0, plan.meta, plan.bootstrap_seed)
+            rest, unsettled = _adaptive_rest(plan, first_run, rest, collected)
+            for t in range(1, trials):
+                stream.declare(t, unsettled)
+            _restore(stream, plan, collected, sorted(p for p in collected.rows if p >= n))
+            _collect(plan.suite, plan.adapter, rest, collected, stream, writer, plan.run_options)
         else:
-            _collect(suite, plan.adapter, first + rest, collected, stream, writer, plan.run_options)
-        return first_run, checks, stream.finish()
+            _collect(plan.suite, plan.adapter, first + rest, collected, stream, writer, plan.run_options)
+        stream.finish()
+    if restored is not None:
+        collected.notes.insert(
+            resumed_at,
+            f"resumed from {restored.path}: {len(restored.outputs)} of {len(plan.everyone)} (case, trial) output(s) "
+            f"reused, {stream.reused} verdict(s) (counted as cached: no judge call or token of this run)",
+        )
+    later_runs = (stream.result(t, plan.meta, plan.bootstrap_seed) for t in range(1 if first_run else 0, trials))
+    return [run for run in ([first_run] if first_run else []) + list(later_runs) if run is not None]
 
 
-def _adaptive_rest(plan: _Plan, first_run: RunResult, rest: list[int], collected: Collected) -> list[int]:
-    """The later trials an adaptive run asks for: those of the cases trial 0 does not settle. Later
+def _restore(stream: Stream, plan: _Plan, collected: Collected, places: list[int]) -> None:
+    """Hand the stream outputs a journal gave back: judged if still without a verdict, and scored."""
+    stream.plan(places)
+    for place in places:
+        stream.put(place, plan.everyone.cases[place], collected.rows[place])
+
+
+def _adaptive_rest(
+    plan: _Plan, first_run: RunResult, rest: list[int], collected: Collected
+) -> tuple[list[int], list[int]]:
+    """The later trials an adaptive run asks for, and the suite's indices of the cases they are of: those
+    trial 0 does not settle. Later
     trials a journal gave for a case trial 0 now settles (its first trial failed then, and passes now
     that it was asked again) are dropped, so the run holds the trials the rule gives it."""
     suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
@@ -393,57 +390,8 @@ def _adaptive_rest(plan: _Plan, first_run: RunResult, rest: list[int], collected
             f"{len(dropped)} later trial(s) from the journal dropped: their case's first trial, asked again, "
             "settles it (the adaptive rule gives it no more)"
         )
-    return [p for p in rest if everyone.cases[p].id in unsettled]
-
-
-def _scored(
-    plan: _Plan,
-    collected: Collected,
-    first_run: RunResult | None,
-    checks: Any,
-    memo: dict[Any, Any],
-    pass_k: int | None,
-) -> RunResult:
-    """Every trial scored (trial 0 of an adaptive run already is) and the trials combined."""
-    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
-    runs = [] if first_run is None else [first_run]
-    for t in range(1 if first_run is not None else 0, trials):
-        places = [t * n + i for i in range(n) if t * n + i in collected.rows]
-        if not places:
-            continue
-        part = Suite(tuple(everyone.cases[p] for p in places), suite.root, suite.corpus)
-        outputs = frame([collected.rows[p] for p in places], OUTPUT_SCHEMA)
-        runs.append(
-            score_outputs(
-                part,
-                outputs,
-                plan.judge,
-                meta=plan.meta,
-                bootstrap_seed=plan.bootstrap_seed,
-                custom=checks,
-                judge_memo=memo,
-            )
-        )
-    if trials == 1:
-        return runs[0]
-    return combine_trials(
-        runs, bootstrap_seed=plan.bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=plan.adaptive
-    )
-
-
-def _score_first(
-    suite: Suite,
-    collected: Collected,
-    judge: JudgeClient,
-    memo: dict[Any, Any],
-    meta: RunMeta,
-    bootstrap_seed: int,
-    custom: Any,
-) -> RunResult:
-    """Trial 0 scored now (its verdicts all in: the judge is waited for), as the run will keep it: its
-    registered checks run once, here."""
-    first = frame([collected.rows[i] for i in range(len(suite))], OUTPUT_SCHEMA)
-    return score_outputs(suite, first, judge, meta=meta, bootstrap_seed=bootstrap_seed, custom=custom, judge_memo=memo)
+    indices = [i for i, case in enumerate(suite.cases) if case.id in unsettled]
+    return [p for p in rest if everyone.cases[p].id in unsettled], indices
 
 
 def _settled_by(first: RunResult, settled: Callable[[str], bool] | None) -> set[str]:

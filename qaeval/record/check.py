@@ -128,7 +128,7 @@ def _audit_trajectory(audit: Audit, lines: list[Any], computed: pd.DataFrame) ->
 def judged_texts(case: GoldenCase, out: Mapping[str, Any], corpus: Any = None) -> list[tuple[str, str, str]]:
     """(axis, target, the text its quote must come from) for every verdict an output gets: none when it
     failed or abstained; faithfulness against the cited sources, answer correctness against the answer,
-    and one citation verdict per citation against its source (as ``judge.build_requests`` sends them)."""
+    and one citation verdict per citation against its source (as ``qaeval.scoring.stream.request_for`` builds them)."""
     if out.get("error") is not None or out["abstained"]:
         return []
     bodies = case_bodies(case, {**out, "passages": out.get("passages") or []}, corpus)

@@ -74,13 +74,16 @@ def _contains(haystack: str, needle: str) -> bool:
     return _within(f" {haystack} ", needle)
 
 
-TEMPLATE_SAMPLE = 500
+# A trial's prompt template is learnt from its first prompted outputs in suite order, this many: the one
+# step of scoring that reads more than one case. Scoring a trial waits for them (``qaeval.scoring.lane``),
+# then checks each output as it arrives; reading a record back learns it from the same outputs.
+TEMPLATE_SAMPLE = 32
 
 
 def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
     """Word 4-grams shared by more than half of the prompts' remainders (what is left of each prompt
-    once its question and sources are cut out), learnt from at least three prompts (a run passes at
-    most ``TEMPLATE_SAMPLE`` of them, evenly spaced): the prompt template, not a leak."""
+    once its question and sources are cut out), learnt from at least three prompts (a trial passes its
+    first ``TEMPLATE_SAMPLE``): the prompt template, not a leak."""
     if len(remainders) < TEMPLATE_MIN_PROMPTS:
         return frozenset()
     sample = remainders
@@ -319,19 +322,16 @@ def used_passages(
 
 
 def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]:
-    """The cases whose prompts the run's template is learnt from: at most ``TEMPLATE_SAMPLE`` of those with
-    a prompt (no adapter error, a model called), evenly spaced in ``case_ids``' order."""
-    prompted = dict(
-        zip(
-            outputs["case_id"].tolist(),
-            (
-                is_missing(e) and bool(m)
-                for e, m in zip(outputs["error"].tolist(), outputs["model_was_called"].tolist())
-            ),
+    """The cases whose prompts a trial's template is learnt from: the first ``TEMPLATE_SAMPLE`` of those
+    with a prompt (no adapter error, a model called), in ``case_ids``' order."""
+    prompted = {
+        cid
+        for cid, e, m in zip(
+            outputs["case_id"].tolist(), outputs["error"].tolist(), outputs["model_was_called"].tolist()
         )
-    )
-    ids = [cid for cid in case_ids if prompted[cid]]
-    return ids[:: max(1, len(ids) // TEMPLATE_SAMPLE)]
+        if is_missing(e) and bool(m)
+    }
+    return [cid for cid in case_ids if cid in prompted][:TEMPLATE_SAMPLE]
 
 
 def prompt_template(
@@ -351,15 +351,21 @@ def prompt_template(
 
 
 def check_outputs(
-    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None
+    cases: pd.DataFrame,
+    outputs: pd.DataFrame,
+    sources: pd.DataFrame,
+    corpus: Any = None,
+    template: frozenset[tuple[str, ...]] | None = None,
 ) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
-    ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None). Returns one row per
-    (case, check): case_id, check, passed (bool), reason (str).
+    ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None), ``template`` the trial's
+    prompt template when these are some of its cases (default: ``prompt_template`` of these frames, a
+    whole trial). Returns one row per (case, check): case_id, check, passed (bool), reason (str).
     """
-    template = prompt_template(cases, outputs, sources, corpus)
+    if template is None:
+        template = prompt_template(cases, outputs, sources, corpus)
     by_id = RowsByKey(outputs)
     frozen = frozen_passages(sources, outputs, corpus)
     rows = Rows(CHECK_SCHEMA)
@@ -382,3 +388,24 @@ def check_outputs(
         for check, (ok, why) in zip(CHECKS, results):
             rows.add(case_id=case.case_id, check=check, passed=ok, reason=sys.intern(why) if len(why) < 120 else why)
     return rows.frame()
+
+
+def passages_beyond(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, tuple[str | None, str]]:
+    """{id: (title, text)} of the passages an output used that its case's sources do not hold: its own
+    ``passages``, else the corpus's, by id."""
+    if not (out["passages"] or (corpus is not None and out["retrieved_ids"])):
+        return {}
+    own = {s.id for s in case.sources}
+    held: dict[str, tuple[str, str | None, str]] = {}
+    if corpus is not None:
+        add_from_corpus(held, out, corpus)
+    bodies, titles = used_passages(held, out)
+    return {pid: (titles.get(pid), text) for pid, text in bodies.items() if pid not in own}
+
+
+def judged_fixture(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, str]:
+    """{id: text} the judge weighs one output's citations against: ``used_sources``'s rows of its case."""
+    return {
+        **{s.id: s.text for s in case.sources},
+        **{pid: text for pid, (_, text) in passages_beyond(case, out, corpus).items()},
+    }

@@ -1,8 +1,10 @@
 """From outputs to a scored run: every scoring layer, the per-case outcome rules, then the scoreboard.
 
 ``score_outputs(suite, outputs, judge)`` returns a ``RunResult`` holding one DataFrame per layer, the
-per-case frame that joins them, the per-case metric units, the scoreboard and the per-slice frame.
-Calling the system is ``qaeval.commands.pipeline``'s business; this module is pure apart from the judge call.
+per-case frame that joins them, the per-case metric units, the scoreboard and the per-slice frame. It
+goes through a run's own path (``qaeval.scoring.stream``: each output scored once, as it is handed in);
+calling the system is ``qaeval.commands.pipeline``'s business. ``assemble`` is the last step of both:
+a trial's layer frames to its per-case rows, units and scoreboard.
 
 How one case's row is put together, step by step:
 
@@ -19,40 +21,24 @@ How one case's row is put together, step by step:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from qaeval.core.errors import UsageError
-from qaeval.core.frames import RowsByKey, frame
+from qaeval.core.frames import RowsByKey
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
-from qaeval.scoring import checks as layer1
 from qaeval.scoring.custom import NONE_REGISTERED, Registered
-from qaeval.scoring.judge import (
-    JudgeClient,
-    JudgeConfig,
-    build_requests,
-    judge_config_of,
-    request_key,
-    score_with_judge,
-    verdict_frame,
-)
+from qaeval.scoring.judge import JudgeClient, JudgeMemo, judge_config_of
 from qaeval.scoring.metrics import scoreboard_and_slices
-from qaeval.scoring.outcomes import case_outcomes, check_samples
+from qaeval.scoring.outcomes import case_outcomes
 from qaeval.scoring.result import RunMeta, RunResult
-from qaeval.scoring.retrieval import score_retrieval
-from qaeval.scoring.rubric import Rubric
-from qaeval.scoring.trajectory import score_trajectories
+from qaeval.scoring.stream import streaming
 from qaeval.scoring.trials import add_trial_columns
 from qaeval.system.contract import OUTPUT_SCHEMA
-
-# --------------------------------------------------------------------------- the result
-
-
-# --------------------------------------------------------------------------- entry points
 
 
 def corpus_excerpt(suite: Suite, outputs: pd.DataFrame) -> dict[str, Passage]:
@@ -79,79 +65,6 @@ def corpus_excerpt(suite: Suite, outputs: pd.DataFrame) -> dict[str, Passage]:
     return kept
 
 
-def passages_beyond(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, tuple[str | None, str]]:
-    """{id: (title, text)} of the passages an output used that its case's sources do not hold: its own
-    ``passages``, else the corpus's, by id."""
-    if not (out["passages"] or (corpus is not None and out["retrieved_ids"])):
-        return {}
-    own = {s.id for s in case.sources}
-    held: dict[str, tuple[str, str | None, str]] = {}
-    if corpus is not None:
-        layer1.add_from_corpus(held, out, corpus)
-    bodies, titles = layer1.used_passages(held, out)
-    return {pid: (titles.get(pid), text) for pid, text in bodies.items() if pid not in own}
-
-
-def judged_fixture(case: Any, out: Mapping[str, Any], corpus: Any) -> dict[str, str]:
-    """{id: text} the judge weighs one output's citations against: ``used_sources``'s rows of its case."""
-    return {
-        **{s.id: s.text for s in case.sources},
-        **{pid: text for pid, (_, text) in passages_beyond(case, out, corpus).items()},
-    }
-
-
-def used_sources(suite: Suite, outputs: pd.DataFrame, sources: pd.DataFrame) -> pd.DataFrame:
-    """``sources`` (``Suite.sources_frame()``) plus, per case, the passages its output used that its
-    sources do not hold (from the system's ``passages``, else the corpus): what the judge grades against."""
-    outs = RowsByKey(outputs)
-    rows = []
-    for case in suite:
-        out = outs[case.id] if case.id in outs else None
-        if out is not None:
-            rows += [
-                (case.id, pid, title, text, pid in case.gold_source_ids)
-                for pid, (title, text) in passages_beyond(case, out, suite.corpus).items()
-            ]
-    if not rows:
-        return sources
-    extra = pd.DataFrame(rows, columns=["case_id", "source_id", "title", "text", "is_gold"], dtype=object)
-    extra["is_gold"] = extra["is_gold"].astype(bool)
-    return pd.concat([sources, extra], ignore_index=True)
-
-
-def case_samples(
-    suite: Suite,
-    items: Sequence[tuple[Any, Mapping[str, Any]]],
-    memo: Mapping[Any, Any],
-    *,
-    k: int,
-    config: JudgeConfig,
-) -> list[Any] | None:
-    """What scoring will send the registered checks for each of some outputs (``items``: (case, output)
-    pairs of distinct cases), computed through the same layers for those cases alone (each case's sample
-    depends on its own rows only), their verdicts read from ``memo`` (the judge is never asked here and
-    nothing in the memo changes). None when an output is judged and the memo lacks its response."""
-    part = Suite(tuple(case for case, _ in items), suite.root, suite.corpus)
-    outputs = frame([dict(row) for _, row in items], OUTPUT_SCHEMA)
-    cases, sources = part.to_frame(), part.sources_frame()
-    requests = build_requests(cases, outputs, used_sources(part, outputs, sources), Rubric.load(config.prompt_version))
-    responses = []
-    for req in requests:
-        entry = memo.get(request_key(req))
-        if entry is None:
-            return None
-        responses.append(entry.response)
-    samples = check_samples(
-        part,
-        outputs,
-        layer1.check_outputs(cases, outputs, sources, suite.corpus),
-        score_retrieval(cases, outputs, k=k),
-        verdict_frame(requests, responses, config),
-        score_trajectories(cases, outputs),
-    )
-    return [sample for _, sample in samples]
-
-
 def score_outputs(
     suite: Suite,
     outputs: pd.DataFrame,
@@ -161,10 +74,10 @@ def score_outputs(
     k: int | None = None,
     bootstrap_seed: int = 0,
     custom: Any = None,
-    judge_memo: dict[Any, Any] | None = None,
+    judge_memo: JudgeMemo | None = None,
 ) -> RunResult:
     """Score outputs that were already collected (pure apart from the judge call and the registered
-    checks and metrics).
+    checks and metrics): ``score_trials`` for one trial.
 
     Args:
         suite: The golden cases the outputs answer.
@@ -174,25 +87,46 @@ def score_outputs(
         k: How many retrieved passages the retrieval metrics look at (default: the meta's, else 5).
         bootstrap_seed: The seed of the metrics' bootstrap intervals.
         custom: The registered checks and metrics' runner (``qaeval.boundary.custom.make_custom``).
-        judge_memo: Shared by the trials of one run, so an output seen in an earlier trial is not
-            judged again (``score_with_judge``).
+        judge_memo: A judge memo to share with other scorings (an equal request is judged once).
 
     Returns:
         The scored run.
     """
+    return score_trials(
+        suite, [outputs], judge, meta=meta, k=k, bootstrap_seed=bootstrap_seed, custom=custom, judge_memo=judge_memo
+    )[0]
+
+
+def score_trials(
+    suite: Suite,
+    trials: Sequence[pd.DataFrame],
+    judge: JudgeClient,
+    *,
+    meta: RunMeta | None = None,
+    k: int | None = None,
+    bootstrap_seed: int = 0,
+    custom: Any = None,
+    judge_memo: JudgeMemo | None = None,
+) -> list[RunResult]:
+    """Score each trial's outputs (one frame a trial, each naming every case of the suite once) through the
+    run's own path: the judge's and the scoring lane of a ``Stream`` (``qaeval.scoring.stream``), fed
+    every output in suite order, trial by trial. An equal request is judged once across the trials."""
     config = judge_config_of(judge)
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:
         meta = replace(meta, k=k)
-    _one_output_per_case(suite, outputs)
-    cases, sources = suite.to_frame(), suite.sources_frame()
-    checks = layer1.check_outputs(cases, outputs, sources, suite.corpus)
-    retrieval = score_retrieval(cases, outputs, k=meta.k)
-    verdicts = score_with_judge(judge, cases, outputs, used_sources(suite, outputs, sources), memo=judge_memo)
-    trajectory = score_trajectories(cases, outputs)
-    return assemble(
-        suite, meta, outputs, checks, retrieval, verdicts, trajectory, bootstrap_seed=bootstrap_seed, runner=custom
-    )
+    for outputs in trials:
+        _one_output_per_case(suite, outputs)
+    n = len(suite)
+    with streaming(judge, suite, k=meta.k, memo=judge_memo, checks=custom, show_progress=False) as stream:
+        stream.plan(range(n * len(trials)))
+        for t, outputs in enumerate(trials):
+            stream.declare(t, range(n))
+            rows = {row["case_id"]: row for row in outputs[list(OUTPUT_SCHEMA)].to_dict("records")}
+            for i, case in enumerate(suite.cases):
+                stream.put(t * n + i, case, rows[case.id])
+        stream.finish()
+    return [stream.result(t, meta, bootstrap_seed) for t in range(len(trials))]
 
 
 def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 from qaeval.core.errors import DatasetError, FileAccessError, UsageError
 from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.journal_lines import response_from_plain, response_to_plain, row_from_plain
-from qaeval.scoring.judge import JudgeResponse, MemoEntry
+from qaeval.scoring.judge import JudgeResponse
 
 FORMAT = "qaeval-journal"
 VERSION = 1
@@ -333,14 +333,3 @@ class JournalWriter:
     def close(self) -> None:
         with self._lock:
             self._file.close()
-
-
-def memo_from(restored: Restored, keys: Mapping[int, tuple[Any, ...] | None]) -> dict[tuple[Any, ...], MemoEntry]:
-    """The judge memo a resumed run starts with: the journal's verdict for each restored output's request,
-    as used already (``score_with_judge`` marks it cached, without tokens: this run spent none on it)."""
-    memo = {}
-    for key in keys.values():
-        if key is not None and (found := restored.verdicts.get(key_digest(key))) is not None:
-            memo[key] = entry = MemoEntry(found)
-            entry.uses = 1
-    return memo

@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
 from qaeval.boundary.plugins import contained
 from qaeval.core.errors import UsageError
-from qaeval.core.frames import Rows, RowsByKey, is_missing
+from qaeval.core.frames import Rows, is_missing
 from qaeval.core.text import distinct_terms, not_unicode, term_set
-from qaeval.data.cases import source_bodies
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
@@ -275,30 +274,11 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     return best[1], best[2]
 
 
-def _judged(outputs: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    """The output rows the judge grades (``is_judged``)."""
-    return (out for out in RowsByKey(outputs) if is_judged(out))  # a generator: an Iterator
-
-
 def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
     """(id, text) of the hardest decoy of each of an output's citations, in order."""
     cited_ids = {c["source_id"] for c in out["citations"]}
     others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
     return [hardest_decoy(c["claim"], others) for c in out["citations"]]
-
-
-def build_requests(
-    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, rubric: Rubric | None = None
-) -> list[JudgeRequest]:
-    """One request per answered case (no adapter error, not abstained)."""
-    rubric = rubric or Rubric.load()
-    bodies = source_bodies(sources)
-    gold = dict(zip(cases["case_id"].tolist(), cases["gold_answer"].tolist()))
-    questions = dict(zip(cases["case_id"].tolist(), cases["question"].tolist()))
-    return [
-        judge_request(out, questions[out["case_id"]], gold[out["case_id"]], bodies.get(out["case_id"], {}), rubric)
-        for out in _judged(outputs)
-    ]
 
 
 def is_judged(out: Mapping[str, Any]) -> bool:
@@ -459,34 +439,6 @@ JudgeMemo = dict[tuple[Any, ...], MemoEntry]  # a request's content -> the respo
 def request_key(req: JudgeRequest) -> tuple[Any, ...]:
     """Everything a request's prompt is made of (the rubric is the run's): equal keys, equal prompts."""
     return (req.case_id, req.question, req.answer, req.gold_answer, req.citations)
-
-
-def score_with_judge(
-    judge: JudgeClient, cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, memo: JudgeMemo | None = None
-) -> pd.DataFrame:
-    """Build requests, call the judge once per answered case, validate. Returns the verdict frame.
-
-    ``memo`` (one dict for a run: its trials, and what ``qaeval.scoring.stream`` judged while the system
-    answered): a request whose content the run already has a response for is not sent again. The
-    response's first use is as it came; every later one is marked ``cached`` and without tokens (none
-    were spent), so the judge is asked once per distinct output however many trials there are."""
-    config = judge_config_of(judge)
-    requests = build_requests(cases, outputs, sources, Rubric.load(config.prompt_version))
-    if memo is None:
-        return verdict_frame(requests, call_judge(judge, requests), config)
-    keys = [request_key(r) for r in requests]
-    fresh = {key: r for key, r in zip(keys, requests) if key not in memo}  # one of each distinct request
-    for key, response in zip(fresh, call_judge(judge, list(fresh.values()))):
-        memo[key] = MemoEntry(response)
-    responses = []
-    for key in keys:
-        entry = memo[key]
-        response = entry.response
-        if entry.uses and isinstance(response, JudgeResponse):
-            response = replace(response, cached=True, prompt_tokens=None, completion_tokens=None)
-        entry.uses += 1
-        responses.append(response)
-    return verdict_frame(requests, responses, config)
 
 
 def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:

@@ -1,26 +1,25 @@
-"""The judge and the registered checks overlapped with the system: each output is scored as it arrives.
+"""A run's outputs scored as they arrive: the judge's lanes and the scoring lane, overlapped with the system.
 
 A run tells its ``Stream`` which (case, trial) places it is about to ask the system for (``plan``), in the
-order it will read them, and hands it every output as the pool collects it (``put``, from the pool's
-thread). Lanes of its own then do the slow parts while the system answers the next cases:
+order it will read them, which cases each trial holds (``declare``), and hands it every output as the
+pool collects it (``put``, from the pool's thread). Lanes of its own do the slow parts while the system
+answers the next cases:
 
-* **the judge** (``JudgeLanes``). A judge whose class says ``thread_safe = True`` (the OpenAI-compatible
-  judge) takes one request per call on as many threads as its concurrency (``--judge-concurrency``), in
-  the order outputs arrive: each request stands alone, so nothing about it depends on timing. Any other
-  judge (a custom judge in its process, the offline judge, a judge object given to the API) is asked on
-  one thread, in the plan's order, ``CHUNK`` judged requests a call and a trial's never with another's,
-  as scoring asks: which requests share a call, and so what a judge that hangs or fails on a call
-  costs, is fixed by the plan, not by which output came first. Responses go into the run's judge memo,
-  keyed by the request's whole content, and each place's key into ``JudgeLanes.keys``.
-* **the registered checks and metrics** (``ChecksLane``), when there are any: one thread, in the plan's
-  order, one output at a time, once its verdict is in. It computes what scoring will send the checks for
-  that output (``sample_of``: the layers of those cases alone, reading the memo; several outputs ready
-  at once are computed together) and asks the runner; the rows are kept under a digest of that sample.
+* **the judge** (``JudgeLanes``). The request for each output is built once, here (``request_for``).
+  A judge whose class says ``thread_safe = True`` (the OpenAI-compatible judge) takes one request per
+  call on as many threads as its concurrency (``--judge-concurrency``), in the order outputs arrive:
+  each request stands alone, so nothing about it depends on timing. Any other judge (a custom judge in
+  its process, the offline judge, a judge object given to the API) is asked on one thread, in the
+  plan's order, ``CHUNK`` judged requests a call and a trial's never with another's: which requests
+  share a call, and so what a judge that hangs or fails on a call costs, is fixed by the plan, not by
+  which output came first. Responses go into the run's judge memo, keyed by the request's whole
+  content: an equal request (the same output in another trial, or one a journal gave back) is not sent.
+* **the scoring lane** (``qaeval.scoring.lane``): every output once, in the plan's order, once its
+  verdict is in, through every layer and the registered checks and metrics; the trials' frames are
+  built from what it kept (``result``).
 
-Scoring the run afterwards goes through the one scoring path (``qaeval.scoring.evaluate.score_outputs``):
-it finds every verdict in the memo and every check's rows under its sample's digest (``StreamedChecks``),
-and asks for nothing again. What it does not find (an output replaced after it was scored, a lane that
-failed) it asks for then, so a lane can only save time, never change a result.
+Nothing is scored twice: the run's result is read from the lane (``qaeval.commands.pipeline``), and
+scoring answers a user already has goes through the same lanes (``qaeval.scoring.evaluate.score_outputs``).
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ from typing import Any
 
 from qaeval.boundary.plugins import progress_bar
 from qaeval.data.cases import GoldenCase, Suite
+from qaeval.scoring.checks import judged_fixture
+from qaeval.scoring.journal import key_digest
 from qaeval.scoring.judge import (
     JudgeClient,
     JudgeMemo,
@@ -45,11 +46,23 @@ from qaeval.scoring.judge import (
     judge_request,
     request_key,
 )
+from qaeval.scoring.lane import ScoringLane
 from qaeval.scoring.rubric import Rubric
-from qaeval.scoring.stream_checks import ChecksLane, keep_open
 
 CHUNK = 16  # plan places per call of a judge that is asked on one thread
 _STOP = object()
+
+
+def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
+    """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
+    the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
+    interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
+    if user is not None and type(user).__module__.startswith("qaeval.boundary.") and hasattr(type(user), "keep_open"):
+        user.keep_open = on
+        if stopped:
+            user.stopped = True
+        if not on:
+            user.close()
 
 
 def judge_lanes(judge: Any) -> int:
@@ -66,10 +79,8 @@ def judge_lanes(judge: Any) -> int:
 
 
 def request_for(suite: Suite, rubric: Rubric, case: GoldenCase, row: dict[str, Any]) -> JudgeRequest | None:
-    """The request scoring will build for one output of ``case`` (``build_requests``, without its frames),
-    or None when it is not judged (abstained, failed)."""
-    from qaeval.scoring.evaluate import judged_fixture
-
+    """The judge's request for one output of ``case``, or None when it is not judged (abstained, failed):
+    the one place a request is built."""
     if not is_judged(row):
         return None
     return judge_request(row, case.question, case.gold_answer, judged_fixture(case, row, suite.corpus), rubric)
@@ -83,11 +94,12 @@ class Stream:
         judge: JudgeClient,
         suite: Suite,
         *,
+        k: int,
         memo: JudgeMemo | None = None,
+        restored: dict[str, Any] | None = None,
         on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None = None,
         show_progress: bool | None = None,
         checks: Any = None,
-        sample_of: Callable[[list[tuple[GoldenCase, dict[str, Any]]], JudgeMemo], Any] | None = None,
     ) -> None:
         self.suite = suite
         self.cond = threading.Condition()
@@ -96,10 +108,17 @@ class Stream:
         self.items: dict[int, tuple[GoldenCase, dict[str, Any]]] = {}
         self.closed = self.stopped = False
         self.memo: JudgeMemo = memo if memo is not None else {}
-        self.judge = JudgeLanes(self, judge, on_judged=on_judged, show_progress=show_progress)
-        self.checks = ChecksLane(self, checks, sample_of) if checks is not None and sample_of is not None else None
+        self.judge = JudgeLanes(self, judge, on_judged=on_judged, show_progress=show_progress, restored=restored)
+        config = judge_config_of(judge)
+        self.lane = ScoringLane(self, config=config, k=k, runner=checks, keep_open=keep_open)
 
     # ------------------------------------------------------------------ fed by the run
+
+    def declare(self, trial: int, indices: Sequence[int]) -> None:
+        """Trial ``trial`` holds the suite's cases at ``indices`` (its template is learnt from them)."""
+        with self.cond:
+            self.lane.declare(trial, indices)
+            self.cond.notify_all()
 
     def plan(self, places: Sequence[int]) -> None:
         """The places the run is about to ask for (or restored), in the order it will read them."""
@@ -110,11 +129,17 @@ class Stream:
             self.cond.notify_all()
 
     def put(self, place: int, case: GoldenCase, row: dict[str, Any]) -> None:
-        """One output (a later one for the same place replaces it: a failure found after the answer)."""
+        """One output. A later one for the same place replaces it: a failure found after the answer."""
         with self.cond:
+            again = place in self.items
             self.items[place] = (case, row)
+            if again:
+                self.lane.arrived_again(place)
             self.cond.notify_all()
-        self.judge.arrived(place, case, row)
+        if again:
+            self.judge.replaced(place, case, row)
+        else:
+            self.judge.arrived(place, case, row)
 
     # ------------------------------------------------------------------ read by the lanes
 
@@ -150,26 +175,29 @@ class Stream:
 
     # ------------------------------------------------------------------ the run's side
 
-    def drain(self) -> JudgeMemo:
-        """Wait until everything planned so far is judged and checked (the lanes keep running)."""
+    def drain(self) -> None:
+        """Wait until everything planned so far is judged and scored (the lanes keep running)."""
         with self.cond:
             self.cond.wait_for(
-                lambda: (
-                    self.stopped
-                    or (self.judge.caught_up(len(self.plan_order)) and (self.checks is None or self.checks.caught_up()))
-                )
+                lambda: self.stopped or (self.judge.caught_up(len(self.plan_order)) and self.lane.caught_up())
             )
-        return self.memo
+        self._raise_broken()
 
-    def finish(self) -> JudgeMemo:
+    def finish(self) -> None:
         """Nothing more will be planned: wait for the lanes to score everything, and stop them."""
         with self.cond:
             self.closed = True
             self.cond.notify_all()
         self.judge.join()
-        if self.checks is not None:
-            self.checks.join()
-        return self.memo
+        self.lane.join()
+        self._raise_broken()
+        self.lane.rescore(self.judge.judge_now)
+
+    def _raise_broken(self) -> None:
+        """A lane that failed is qaeval's bug: it is raised on the run's thread, never hidden."""
+        for lane in (self.judge, self.lane):
+            if lane.broken is not None:
+                raise RuntimeError(f"qaeval's {type(lane).__name__} failed: {lane.broken!r}") from lane.broken
 
     def abandon(self) -> None:
         """Stop without waiting (Ctrl-C): nothing more is sent; a call in flight ends on its own thread."""
@@ -177,8 +205,16 @@ class Stream:
             self.stopped = True
             self.cond.notify_all()
         self.judge.abandon()
-        if self.checks is not None:
-            self.checks.abandon()
+        self.lane.abandon()
+
+    def result(self, trial: int, meta: Any, bootstrap_seed: int) -> Any:
+        """Trial ``trial`` scored (a ``RunResult``), from what the scoring lane kept; None when it has no place."""
+        return self.lane.trial_result(trial, meta, bootstrap_seed)
+
+    @property
+    def reused(self) -> int:
+        """Verdicts a journal gave back that this run used instead of asking the judge."""
+        return self.judge.reused
 
 
 class JudgeLanes:
@@ -192,16 +228,20 @@ class JudgeLanes:
         *,
         on_judged: Callable[[tuple[Any, ...], JudgeRequest, Any], None] | None,
         show_progress: bool | None,
+        restored: dict[str, Any] | None = None,
     ) -> None:
         self.stream, self.judge, self.on_judged = stream, judge, on_judged
+        self.restored = restored or {}  # a journal's verdicts by their request's digest
+        self.reused = 0
         self.rubric = Rubric.load(judge_config_of(judge).prompt_version)
         self.asked: set[tuple[Any, ...]] = set(stream.memo)
         self.pending = 0  # threaded lanes: queued, not yet answered
         self.position = 0  # the ordered lane: plan positions done
-        self.broken: BaseException | None = None  # a lane that failed: scoring asks for what it left
+        self.broken: BaseException | None = None  # a lane that failed: raised on the run's thread
         self.threads = judge_lanes(judge)
         self.ordered = self.threads == 0
-        self.keys: dict[int, tuple[Any, ...] | None] = {}  # place -> its request's key (None: not judged)
+        Pair = tuple[tuple[Any, ...], JudgeRequest]
+        self.requests: dict[int, Pair | None] = {}  # place -> (its request's key, the request); None: not judged
         self._defers = callable(getattr(type(judge), "report_rejected", None))
         if self._defers:  # one warning for the run, not one per call (qaeval.judges.openai)
             judge.defer_warnings = True  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked above
@@ -219,20 +259,27 @@ class JudgeLanes:
             w.start()
 
     def request(self, place: int, case: GoldenCase, row: dict[str, Any]) -> tuple[tuple[Any, ...], JudgeRequest] | None:
-        """The request for the output at ``place`` (None: not judged); its key is kept in ``keys``."""
+        """The request for the output at ``place`` (None: not judged), built once and kept in ``requests``."""
         req = request_for(self.stream.suite, self.rubric, case, row)
         pair = None if req is None else (request_key(req), req)
         with self.stream.cond:
-            self.keys[place] = None if pair is None else pair[0]
+            self.requests[place] = pair
             self.stream.cond.notify_all()
         return pair
 
     def _claim(self, key: tuple[Any, ...]) -> bool:
         """Whether this request is to be sent (the run has no response for its content, nor asked for one)."""
+        found = self.restored.get(key_digest(key)) if self.restored else None
         with self.stream.cond:
             if key in self.asked:
                 return False
             self.asked.add(key)
+            if found is not None:  # the journal has it: used as already counted (this run spent nothing)
+                self.stream.memo[key] = entry = MemoEntry(found)
+                entry.uses = 1
+                self.reused += 1
+                self.stream.cond.notify_all()
+                return False
             self.sent += 1
             if hasattr(self._bar, "total"):  # the judge's share grows as outputs arrive
                 self._bar.total = self.sent
@@ -260,6 +307,19 @@ class JudgeLanes:
         with self.stream.cond:
             self.pending += 1
         self._queue.put(pair)
+
+    def replaced(self, place: int, case: GoldenCase, row: dict[str, Any]) -> None:
+        """A later output for a place (a failure found after the answer, never judged): its request, if
+        it has one after all, is judged now, on the caller's thread."""
+        pair = self.request(place, case, row)
+        if pair is not None and self._claim(pair[0]):
+            self._answered([pair], call_judge(self.judge, [pair[1]]))
+
+    def judge_now(self, places: Sequence[int]) -> None:
+        """(After the lanes stopped.) Judge the current outputs of ``places`` that still lack a verdict."""
+        for place in places:
+            case, row = self.stream.items[place]
+            self.replaced(place, case, row)
 
     def _threaded(self) -> None:
         while True:
@@ -323,13 +383,13 @@ class JudgeLanes:
 
     def judged(self, place: int) -> bool:
         """(Holding the stream's condition.) Whether the output at ``place`` has its verdict in the memo, or
-        needs none, or will get none from a lane."""
+        needs none, or will get none (the lane failed: ``Stream.drain`` and ``finish`` raise it)."""
         if self.broken is not None:
             return True
-        if place not in self.keys:
+        if place not in self.requests:
             return False
-        key = self.keys[place]
-        return key is None or key in self.stream.memo
+        pair = self.requests[place]
+        return pair is None or pair[0] in self.stream.memo
 
     def join(self) -> None:
         if not self.ordered:

@@ -23,7 +23,7 @@ from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.files import LABEL_SHEET_COLUMNS, NotRegularFile, read_bytes, read_text
 from qaeval.core.frames import RowsByKey
 from qaeval.data.schema import AXES, CITATION_CORRECTNESS
-from qaeval.scoring.evaluate import judged_fixture
+from qaeval.scoring.checks import judged_fixture
 from qaeval.scoring.result import RunResult
 
 SHEET_COLUMNS = list(LABEL_SHEET_COLUMNS)  # the label sheet's header row (qaeval.core.files)
