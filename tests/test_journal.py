@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
@@ -302,3 +303,51 @@ def test_ctrl_c_names_the_journal_and_the_command_that_resumes_it(tmp_path):
     ), done.stderr[-1000:]
     done = qaeval(*resume.split()[1:], cwd=tmp_path, env={**env, "QAEVAL_TEST_STOP_AFTER": "0"})
     assert done.returncode == 0, done.stderr[-1000:]
+
+
+def test_ctrl_c_hands_on_every_answer_the_adapters_threads_finished_before_it(monkeypatch):
+    """Isolation none: the adapter's threads can answer ahead of the loop that hands outputs on (and so to
+    the journal). Ctrl-C arriving while finished answers still waited in the queue lost them: the adaptive
+    resume test's journal twice held none of the later trials under load. Failed before."""
+    import queue
+    import threading
+
+    from qaeval.system import inprocess
+    from qaeval.system.calls import adapter_spec
+
+    suite = load_suite(GOLDEN)
+    finished = threading.Semaphore(0)
+
+    class Held:
+        """The replies queue, except that the loop's first wait finds every answer finished, then Ctrl-C."""
+
+        def __init__(self):
+            self.real, self.first = queue.SimpleQueue(), True
+
+        def put(self, item):
+            self.real.put(item)
+            finished.release()
+
+        def get(self, timeout):
+            if self.first:
+                self.first = False
+                for _ in range(len(suite)):
+                    assert finished.acquire(timeout=60), "the adapter's threads did not answer"
+                raise KeyboardInterrupt
+            return self.real.get(timeout=timeout)
+
+        def get_nowait(self):
+            return self.real.get_nowait()
+
+    real_init = inprocess._ThreadRun.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.results = Held()
+
+    monkeypatch.setattr(inprocess._ThreadRun, "__init__", init)
+    handed: list[int] = []
+    spec = adapter_spec("qaeval.system.reference:make_adapter", ship=False)
+    with pytest.raises(KeyboardInterrupt):
+        inprocess.run_in_process(spec, suite, concurrency=2, timeout=60, done=lambda i, row: handed.append(i))
+    assert sorted(handed) == list(range(len(suite))), "every finished answer was handed on before the interrupt"

@@ -114,17 +114,30 @@ class _ThreadRun:
             self.jobs.put((index, case.id, make_payload(case)))
         for _ in range(min(concurrency, self.remaining)):
             self.spawn()
-        while self.remaining:
-            try:
-                index, reply, logs = self.results.get(timeout=0.05)
-            except queue.Empty:
-                self.expire()
-                continue
-            if index not in self.recorded:
-                case_id, t0 = self.started[index]
-                # The reply is plain data already (output_to_plain makes fresh containers of exact types),
-                # checked like a worker's reply.
-                self.record(index, reply_row(case_id, reply, time.perf_counter() - t0) | {"logs": logs})
+        try:
+            while self.remaining:
+                try:
+                    got = self.results.get(timeout=0.05)
+                except queue.Empty:
+                    self.expire()
+                    continue
+                self.take(*got)
+        except KeyboardInterrupt:
+            # Ctrl-C: the adapter's threads may have answered ahead of this loop; what they finished is
+            # handed on (and so journaled) before the interrupt goes up, however far behind the loop was.
+            while True:
+                try:
+                    got = self.results.get_nowait()
+                except queue.Empty:
+                    raise KeyboardInterrupt from None
+                self.take(*got)
+
+    def take(self, index: int, reply: Any, logs: str) -> None:
+        if index not in self.recorded:
+            case_id, t0 = self.started[index]
+            # The reply is plain data already (output_to_plain makes fresh containers of exact types),
+            # checked like a worker's reply.
+            self.record(index, reply_row(case_id, reply, time.perf_counter() - t0) | {"logs": logs})
 
     def stop(self, concurrency: int) -> None:
         for _ in range(concurrency + len(self.suite)):
