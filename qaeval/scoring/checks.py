@@ -14,9 +14,9 @@ grounding_isolation
     The leak detector removes from the prompt the question, every retrieved passage (its body, headed
     by its id and title where they head it: a title is context only there, so a gold answer that
     equals a title and appears a second time elsewhere in the prompt is a leak) and the
-    prompt's *template* (text it shares with most other prompts of the run: any run of four words that
-    more than half of the run's prompts still contain once their own question and sources are cut out,
-    learnt only when the run has at least three prompts),
+    prompt's *template* (text it shares with most other prompts of its trial: any run of four words
+    that more than half of the trial's first ``TEMPLATE_SAMPLE`` prompts still contain once their own
+    question and sources are cut out, learnt only from at least three prompts),
     then looks for the gold answer, word-bounded, in what is left. It is a leak detector for the oracle
     string and exactly that: a paraphrased leak gets through, and a gold answer that is a very common
     word can trip it.
