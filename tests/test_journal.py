@@ -251,13 +251,17 @@ def test_an_adaptive_gate_whose_errored_first_trial_passes_on_resume_finishes(tm
     assert done.returncode == 130, done.stderr[-2000:]
     question = "What does a non-resident pay for an annual library card?"
     assert (tmp_path / "calls").read_text().splitlines().count(question) == 3, "the errored case got more trials"
+    journaled = [
+        (line["kind"], line.get("trial"), line.get("case_id"))
+        for line in map(json.loads, (tmp_path / "g.json.journal").read_text().splitlines())
+    ], done.stderr[-2000:]
     (tmp_path / "down").unlink()
     done = qaeval(*gate, "--resume", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = load_run(tmp_path / "g.json").run
     case = next(c.id for c in load_suite(GOLDEN) if c.question == question)
     assert run.per_case.set_index("case_id").at[case, "trials"] == 1, "the trials the rule gives a passing first"
-    assert any("their case's first trial, asked again, settles it" in n for n in run.notes), run.notes
+    assert any("their case's first trial, asked again, settles it" in n for n in run.notes), (run.notes, journaled)
 
 
 def test_the_trials_test_of_trials_the_rule_could_not_give_tests_them_as_fixed_trials():

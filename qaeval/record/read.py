@@ -24,8 +24,8 @@ from qaeval.record.check import audit_board, audit_custom, audit_layers, audit_o
 from qaeval.record.shape import read_meta, refuse_malformed, shape_problems
 from qaeval.record.write import FORMAT, KINDS, LEGACY_BASELINE, VERSION, StoredCorpus
 from qaeval.scoring.checks import CHECK_SCHEMA
-from qaeval.scoring.evaluate import assemble
 from qaeval.scoring.judge import VERDICT_SCHEMA
+from qaeval.scoring.lane import assemble
 from qaeval.scoring.metrics import METRIC_NAMES, SCOREBOARD_SCHEMA, SLICE_SCHEMA, scoreboard_and_slices
 from qaeval.scoring.result import RunResult
 from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA

@@ -31,13 +31,9 @@ from qaeval.core.errors import UsageError
 from qaeval.core.frames import RowsByKey
 from qaeval.data.cases import Suite
 from qaeval.data.corpus import Passage
-from qaeval.scoring.custom import NONE_REGISTERED, Registered
 from qaeval.scoring.judge import JudgeClient, JudgeMemo, judge_config_of
-from qaeval.scoring.metrics import scoreboard_and_slices
-from qaeval.scoring.outcomes import case_outcomes
 from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.stream import streaming
-from qaeval.scoring.trials import add_trial_columns
 from qaeval.system.contract import OUTPUT_SCHEMA
 
 
@@ -126,7 +122,7 @@ def score_trials(
             for i, case in enumerate(suite.cases):
                 stream.put(t * n + i, case, rows[case.id])
         stream.finish()
-    return [stream.result(t, meta, bootstrap_seed) for t in range(len(trials))]
+    return [stream.result(t, meta, bootstrap_seed, empty=True) for t in range(len(trials))]
 
 
 def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
@@ -143,45 +139,3 @@ def _one_output_per_case(suite: Suite, outputs: pd.DataFrame) -> None:
     )
     problems = [f"{len(which)} {what} (first: {which[0]!r})" for what, which in found if which]
     raise UsageError("the outputs do not match the suite: " + "; ".join(problems or ["no case_id column"]))
-
-
-def assemble(
-    suite: Suite,
-    meta: RunMeta,
-    outputs: pd.DataFrame,
-    checks: pd.DataFrame,
-    retrieval: pd.DataFrame,
-    verdicts: pd.DataFrame,
-    trajectory: pd.DataFrame,
-    *,
-    bootstrap_seed: int = 0,
-    skip_scoreboard: bool = False,
-    custom: pd.DataFrame | None = None,
-    registered: Registered = NONE_REGISTERED,
-    runner: Any = None,
-) -> RunResult:
-    """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
-    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
-    per_case, units, custom, registered = case_outcomes(
-        suite, outputs, checks, retrieval, verdicts, trajectory, custom, registered, runner
-    )
-    per_case = add_trial_columns(per_case)
-    run = RunResult(
-        suite=suite,
-        meta=meta,
-        outputs=outputs,
-        checks=checks,
-        retrieval=retrieval,
-        verdicts=verdicts,
-        trajectory=trajectory,
-        per_case=per_case,
-        units=units,
-        scoreboard=pd.DataFrame(),
-        slices=pd.DataFrame(),
-        custom=custom,
-        registered=registered,
-    )
-    if skip_scoreboard:
-        return run
-    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=run.metrics)
-    return replace(run, scoreboard=board, slices=slices)

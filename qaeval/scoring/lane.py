@@ -33,14 +33,22 @@ import pandas as pd
 from qaeval.core.frames import frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.scoring.checks import TEMPLATE_SAMPLE, check_outputs, prompt_template
-from qaeval.scoring.custom import CUSTOM_SCHEMA, NONE_REGISTERED
+from qaeval.scoring.custom import CUSTOM_SCHEMA, NONE_REGISTERED, Registered
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, MemoEntry, verdict_frame
-from qaeval.scoring.outcomes import check_samples
+from qaeval.scoring.metrics import scoreboard_and_slices
+from qaeval.scoring.outcomes import case_outcomes, check_samples
+from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
+from qaeval.scoring.trials import add_trial_columns
 from qaeval.system.contract import OUTPUT_SCHEMA
 
 BATCH = 2048  # places scored together at most (the layers' frames cost about the same for one or many)
+# When outputs come fast, the lane lingers a moment for more before it scores: a batch of 30 costs about
+# four times as much a place as one of 300. It waits at most LINGER seconds, and never once MIN_BATCH
+# more outputs have arrived, so a slow system's outputs are scored a moment after they come.
+MIN_BATCH = 256
+LINGER = 0.05
 LAYERS = ("checks", "retrieval", "verdicts", "trajectory", "custom")
 
 Item = tuple[int, GoldenCase, dict[str, Any]]  # (place, case, output)
@@ -204,6 +212,12 @@ class ScoringLane:
             return None
         batch: list[Item] = []
         with stream.cond:
+            arrived = len(stream.items)
+            ahead = stream.plan_order[position : min(end, position + MIN_BATCH)]
+            if not all(p in stream.items for p in ahead):  # outputs still coming: linger for more
+                stream.cond.wait_for(
+                    lambda: stream.stopped or stream.closed or len(stream.items) - arrived >= MIN_BATCH, timeout=LINGER
+                )
             while position + len(batch) < end and len(batch) < BATCH:
                 place = stream.plan_order[position + len(batch)]
                 if place // n != first // n or not self._ready(place):
@@ -301,13 +315,12 @@ class ScoringLane:
         if self.runner is not None and self.keep_open is not None:
             self.keep_open(self.runner, False, stopped=True)
 
-    def trial_result(self, trial: int, meta: Any, bootstrap_seed: int) -> Any:
-        """Trial ``trial`` as a ``RunResult`` (None when it has no place): its frames from the kept rows."""
-        from qaeval.scoring.evaluate import assemble
-
+    def trial_result(self, trial: int, meta: Any, bootstrap_seed: int, *, empty: bool = False) -> Any:
+        """Trial ``trial`` as a ``RunResult``, its frames from the kept rows; when it has no place, None (or,
+        with ``empty``, the run of no case)."""
         n = len(self.stream.suite)
         places = sorted(p for p in self.scores.version if p // n == trial)
-        if not places:
+        if not places and not empty:
             return None
         layers = {name: self.scores.layer(name, trial) for name in LAYERS}
         suite = self.stream.suite
@@ -343,3 +356,45 @@ class ScoringLane:
 
 def _or(df: pd.DataFrame | None, empty: pd.DataFrame) -> pd.DataFrame:
     return empty if df is None else df
+
+
+def assemble(
+    suite: Suite,
+    meta: RunMeta,
+    outputs: pd.DataFrame,
+    checks: pd.DataFrame,
+    retrieval: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    trajectory: pd.DataFrame,
+    *,
+    bootstrap_seed: int = 0,
+    skip_scoreboard: bool = False,
+    custom: pd.DataFrame | None = None,
+    registered: Registered = NONE_REGISTERED,
+    runner: Any = None,
+) -> RunResult:
+    """A RunResult from its layer frames (scoring, or reading a record back, which brings its own
+    scoreboard: ``skip_scoreboard``, and its registered outcomes: ``custom``)."""
+    per_case, units, custom, registered = case_outcomes(
+        suite, outputs, checks, retrieval, verdicts, trajectory, custom, registered, runner
+    )
+    per_case = add_trial_columns(per_case)
+    run = RunResult(
+        suite=suite,
+        meta=meta,
+        outputs=outputs,
+        checks=checks,
+        retrieval=retrieval,
+        verdicts=verdicts,
+        trajectory=trajectory,
+        per_case=per_case,
+        units=units,
+        scoreboard=pd.DataFrame(),
+        slices=pd.DataFrame(),
+        custom=custom,
+        registered=registered,
+    )
+    if skip_scoreboard:
+        return run
+    board, slices = scoreboard_and_slices(units, per_case, seed=bootstrap_seed, metrics=run.metrics)
+    return replace(run, scoreboard=board, slices=slices)

@@ -207,9 +207,10 @@ class Stream:
         self.judge.abandon()
         self.lane.abandon()
 
-    def result(self, trial: int, meta: Any, bootstrap_seed: int) -> Any:
-        """Trial ``trial`` scored (a ``RunResult``), from what the scoring lane kept; None when it has no place."""
-        return self.lane.trial_result(trial, meta, bootstrap_seed)
+    def result(self, trial: int, meta: Any, bootstrap_seed: int, *, empty: bool = False) -> Any:
+        """Trial ``trial`` scored (a ``RunResult``), from what the scoring lane kept; when it has no place,
+        None (with ``empty``: the run of no case)."""
+        return self.lane.trial_result(trial, meta, bootstrap_seed, empty=empty)
 
     @property
     def reused(self) -> int:
