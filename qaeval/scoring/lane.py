@@ -322,22 +322,21 @@ class ScoringLane:
         places = sorted(p for p in self.scores.version if p // n == trial)
         if not places and not empty:
             return None
-        layers = {name: self.scores.layer(name, trial) for name in LAYERS}
+        blank = self._empty()
+        layers = {name: _or(self.scores.layer(name, trial), blank[name]) for name in LAYERS}
         suite = self.stream.suite
         part = Suite(tuple(self.scores.outputs[p][0] for p in places), suite.root, suite.corpus)
         outputs = frame([self.scores.outputs[p][1] for p in places], OUTPUT_SCHEMA)
-        empty = self._empty()
-        custom = None if self.runner is None else _or(layers["custom"], empty["custom"])
         return assemble(
             part,
             meta,
             outputs,
-            _or(layers["checks"], empty["checks"]),
-            _or(layers["retrieval"], empty["retrieval"]),
-            _or(layers["verdicts"], empty["verdicts"]),
-            _or(layers["trajectory"], empty["trajectory"]),
+            layers["checks"],
+            layers["retrieval"],
+            layers["verdicts"],
+            layers["trajectory"],
             bootstrap_seed=bootstrap_seed,
-            custom=custom,
+            custom=None if self.runner is None else layers["custom"],
             registered=self.runner.registered if self.runner is not None else NONE_REGISTERED,
         )
 
