@@ -606,3 +606,35 @@ def test_adaptive_trials_are_refused_while_the_boundary_is_enforced_saying_why(c
     assert "--adaptive is refused while the boundary is enforced (--isolation process, the default)" in err
     assert "would tell the system that its first answer failed" in err and "Traceback" not in err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_each_later_trial_asks_for_the_cases_in_an_order_of_its_own_and_reads_back(tmp_path):
+    """Trials went trial after trial in the suite's order, so where a question came told the system which
+    trial it was in. Trial 1 keeps the suite's order; each later one has its own, fixed by the trial and
+    the case ids; the record's audit learns each trial's prompt template in the same order. Failed before."""
+    from qaeval import api
+    from qaeval.data.cases import load_suite
+    from qaeval.record.read import load_run
+    from qaeval.system.reference import ReferenceHub
+
+    asked: list[str] = []
+
+    class Recording:
+        def __init__(self):
+            self.hub = ReferenceHub()
+
+        def answer(self, case):
+            asked.append(case.question)
+            return self.hub.answer(case)
+
+    suite = load_suite(GOLDEN)
+    run = api.run(str(GOLDEN), adapter=Recording(), trials=3, isolation="none", concurrency=1)
+    n = len(suite)
+    questions = [c.question for c in suite.cases]
+    first, second, third = asked[:n], asked[n : 2 * n], asked[2 * n :]
+    assert first == questions
+    assert sorted(second) == sorted(third) == sorted(questions)
+    assert second != questions and third != questions and second != third
+    run.save(tmp_path / "r.json")
+    back = load_run(tmp_path / "r.json")  # the audit derives every check again, each trial's template too
+    assert back.per_case["case_passed"].tolist() == run.per_case["case_passed"].tolist()

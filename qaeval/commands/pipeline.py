@@ -18,6 +18,7 @@ from typing import Any
 
 from qaeval.core.params import DEFAULT_K
 from qaeval.data.cases import Suite
+from qaeval.scoring.checks import trial_order
 from qaeval.scoring.journal import JournalWriter, Restored, journal_path, read_journal
 from qaeval.scoring.judge import JudgeClient, judge_config_of
 from qaeval.scoring.result import RunMeta, RunResult
@@ -62,9 +63,9 @@ def fewer_collections() -> Iterator[None]:
 
 
 def trial_suite(suite: Suite, trials: int) -> Suite:
-    """The suite's cases ``trials`` times over, trial by trial: what the pool is asked for. Each entry is
-    an independent call (a fresh opaque id, the same view of the case), so the trials of one case may
-    run on different workers at once."""
+    """The suite's cases ``trials`` times over, trial by trial: the (case, trial) places. Each is an
+    independent call (a fresh opaque id, the same view of the case), so the trials of one case may run on
+    different workers at once; a later trial asks for its cases in an order of its own (``trial_order``)."""
     return Suite(suite.cases * trials, suite.root, suite.corpus)
 
 
@@ -337,7 +338,8 @@ def _ask(
         later = plan.adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay
         _restore(stream, plan, collected, [p for p in sorted(collected.rows) if not (later and p >= n)])
         first = [p for p in range(n) if p not in collected.rows]
-        rest = [p for p in range(n, n * trials) if p not in collected.rows]
+        ids = [case.id for case in plan.suite.cases]
+        rest = [t * n + i for t in range(1, trials) for i in trial_order(ids, t) if t * n + i not in collected.rows]
         first_run = None
         if later:
             _collect(plan.suite, plan.adapter, first, collected, stream, writer, plan.run_options)

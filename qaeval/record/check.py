@@ -34,7 +34,9 @@ from qaeval.scoring.retrieval import score_retrieval
 from qaeval.scoring.trajectory import score_trajectories
 
 
-def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: pd.DataFrame, k: int) -> None:
+def audit_layers(
+    audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: pd.DataFrame, k: int, trial: int = 0
+) -> None:
     lines = data["cases"]
     if not isinstance(data.get("baseline"), bool):
         audit.problem(f"baseline is {data.get('baseline')!r}, not true or false")
@@ -53,7 +55,7 @@ def audit_layers(audit: Audit, data: Mapping[str, Any], suite: Suite, outputs: p
     if audit.problems:
         return
     cases, sources = suite.to_frame(), suite.sources_frame()
-    _audit_checks(audit, lines, check_outputs(cases, outputs, sources, suite.corpus), hashed)
+    _audit_checks(audit, lines, check_outputs(cases, outputs, sources, suite.corpus, trial=trial), hashed)
     _audit_retrieval(audit, lines, score_retrieval(cases, outputs, k=k))
     _audit_trajectory(audit, lines, score_trajectories(cases, outputs))
     _audit_verdicts(audit, lines, suite)

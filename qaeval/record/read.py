@@ -112,7 +112,7 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
         return _trial_from_record(data, where, meta, whole=True)
     one = replace(meta, trials=1, pass_k=None, adaptive=False)
     runs = [
-        _trial_from_record(_trial_data(data, t), where, one, whole=False)
+        _trial_from_record(_trial_data(data, t), where, one, whole=False, trial=t)
         for t in range(meta.trials)
         if t == 0 or any(len(line.get("trials", ())) >= t for line in data["cases"])
     ]
@@ -120,9 +120,9 @@ def _run_from_record(data: Mapping[str, Any], where: str) -> RunResult:
     return _with_stored_board(data, where, run)
 
 
-def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole: bool) -> RunResult:
+def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole: bool, trial: int = 0) -> RunResult:
     """One trial's run from the record (``whole``: the record has one trial, so its scoreboard, slices
-    and labels are this run's, and are checked here)."""
+    and labels are this run's, and are checked here; ``trial``: which, for its prompt template)."""
     lines = data["cases"]
     section = data.get("calibration")
     labelled = data["kind"] == "calibrate" and isinstance(section, dict) and section.get("labelled") is True
@@ -156,7 +156,7 @@ def _trial_from_record(data: Mapping[str, Any], where: str, meta: Any, *, whole:
         trajectory += [{"case_id": cid, **t} for t in line["trajectory"]]
     outputs_frame = frame(outputs, OUTPUT_SCHEMA)
     audit = Audit(where, meta.qaeval_version)
-    audit_layers(audit, data, suite, outputs_frame, meta.k)
+    audit_layers(audit, data, suite, outputs_frame, meta.k, trial)
     registered, custom = audit_custom(audit, data)
     audit.done()  # before anything is added up from the layers
     run = assemble(

@@ -42,6 +42,7 @@ An adapter error fails every check of its case, with the error as the reason.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import unicodedata
 from collections import Counter
@@ -74,7 +75,7 @@ def _contains(haystack: str, needle: str) -> bool:
     return _within(f" {haystack} ", needle)
 
 
-# A trial's prompt template is learnt from its first prompted outputs in suite order, this many: the one
+# A trial's prompt template is learnt from its first prompted outputs in its order (``trial_order``), this many: the one
 # step of scoring that reads more than one case. Scoring a trial waits for them (``qaeval.scoring.lane``),
 # then checks each output as it arrives; reading a record back learns it from the same outputs.
 TEMPLATE_SAMPLE = 32
@@ -321,9 +322,20 @@ def used_passages(
     return bodies, titles
 
 
-def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]:
+def trial_order(case_ids: Sequence[str], trial: int) -> list[int]:
+    """The order in which a trial asks for its cases (indices into ``case_ids``): the suite's for trial 0;
+    for a later one, the cases sorted by a digest of the trial and their id, a different order each
+    trial, so a system that sees a question again cannot tell which trial it is in from where it comes.
+    A subset of the cases keeps the whole set's order (each case's place depends on its id alone)."""
+    if trial == 0:
+        return list(range(len(case_ids)))
+    keys = [hashlib.sha256(f"{trial}\0{cid}".encode("utf-8", "surrogatepass")).digest() for cid in case_ids]
+    return sorted(range(len(case_ids)), key=keys.__getitem__)
+
+
+def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame, trial: int = 0) -> list[str]:
     """The cases whose prompts a trial's template is learnt from: the first ``TEMPLATE_SAMPLE`` of those
-    with a prompt (no adapter error, a model called), in ``case_ids``' order."""
+    with a prompt (no adapter error, a model called), in the order the trial asks for them."""
     prompted = {
         cid
         for cid, e, m in zip(
@@ -331,15 +343,16 @@ def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame) -> list[str]
         )
         if is_missing(e) and bool(m)
     }
-    return [cid for cid in case_ids if cid in prompted][:TEMPLATE_SAMPLE]
+    ordered = [case_ids[i] for i in trial_order(case_ids, trial)]
+    return [cid for cid in ordered if cid in prompted][:TEMPLATE_SAMPLE]
 
 
 def prompt_template(
-    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None
+    cases: pd.DataFrame, outputs: pd.DataFrame, sources: pd.DataFrame, corpus: Any = None, trial: int = 0
 ) -> frozenset[tuple[str, ...]]:
-    """The run's prompt template: ``learn_template`` over ``template_sample``'s prompts. The frames are
-    the whole run's, as ``check_outputs`` takes them."""
-    sample = frozenset(template_sample(cases["case_id"].tolist(), outputs))
+    """Trial ``trial``'s prompt template: ``learn_template`` over ``template_sample``'s prompts. The frames
+    are the whole trial's, as ``check_outputs`` takes them."""
+    sample = frozenset(template_sample(cases["case_id"].tolist(), outputs, trial))
     chosen = cases[cases["case_id"].isin(sample)]
     by_id = RowsByKey(outputs)
     frozen = frozen_passages(sources, outputs, corpus, frozenset(chosen["case_id"].tolist()))
@@ -356,16 +369,17 @@ def check_outputs(
     sources: pd.DataFrame,
     corpus: Any = None,
     template: frozenset[tuple[str, ...]] | None = None,
+    trial: int = 0,
 ) -> pd.DataFrame:
     """Run the five deterministic checks.
 
     ``cases`` is ``Suite.to_frame()``, ``outputs`` the runner's frame, ``sources`` is
     ``Suite.sources_frame()``, ``corpus`` the suite's ``Corpus`` (or None), ``template`` the trial's
-    prompt template when these are some of its cases (default: ``prompt_template`` of these frames, a
-    whole trial). Returns one row per (case, check): case_id, check, passed (bool), reason (str).
+    prompt template when these are some of its cases (default: ``prompt_template`` of these frames, the
+    whole of trial ``trial``). Returns one row per (case, check): case_id, check, passed (bool), reason (str).
     """
     if template is None:
-        template = prompt_template(cases, outputs, sources, corpus)
+        template = prompt_template(cases, outputs, sources, corpus, trial)
     by_id = RowsByKey(outputs)
     frozen = frozen_passages(sources, outputs, corpus)
     rows = Rows(CHECK_SCHEMA)

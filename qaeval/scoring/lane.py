@@ -9,12 +9,12 @@ at a time, in the plan's order). The rows are kept by place; nothing is scored a
 
 **The one step that reads more than one case** is the prompt template the grounding check strips before
 it looks for a leaked gold answer (``qaeval.scoring.checks``): it is learnt per trial from the trial's
-first ``TEMPLATE_SAMPLE`` prompted outputs in suite order, so a trial's places wait until those have
+first ``TEMPLATE_SAMPLE`` prompted outputs in its order (``trial_order``), so a trial's places wait until those have
 arrived. Which cases are in a trial (all of them; with adaptive trials, a later trial's unsettled cases)
 is declared by the run (``Stream.declare``) before its template can be learnt. Reading a record back
 learns each trial's template from the same outputs (``check_outputs``), so the two agree.
 
-``Scores.trial(t)`` builds trial ``t``'s layer frames from the kept rows, in suite order, and the
+``trial_result(t)`` builds trial ``t``'s layer frames from the kept rows, in suite order, and the
 per-case rows, units and scoreboard from those (``assemble``); ``qaeval.scoring.trials`` combines the
 trials. An output replaced after it was scored (a worker's second reply: a failure found after the
 answer) is scored again and its first score dropped (``rescore``).
@@ -32,7 +32,7 @@ import pandas as pd
 
 from qaeval.core.frames import frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.scoring.checks import TEMPLATE_SAMPLE, check_outputs, prompt_template
+from qaeval.scoring.checks import TEMPLATE_SAMPLE, check_outputs, prompt_template, trial_order
 from qaeval.scoring.custom import CUSTOM_SCHEMA, NONE_REGISTERED, Registered
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, MemoEntry, verdict_frame
 from qaeval.scoring.metrics import scoreboard_and_slices
@@ -71,12 +71,14 @@ def used_responses(memo: dict[Any, MemoEntry], keys: Sequence[tuple[Any, ...]]) 
 
 
 def trial_template(suite: Suite, items: Sequence[Item]) -> Template:
-    """A trial's prompt template, learnt from ``items`` (its first prompted outputs in suite order)."""
+    """A trial's prompt template, learnt from ``items`` (its first prompted outputs in its order)."""
     if not items:
         return frozenset()
     part = Suite(tuple(case for _, case, _ in items), suite.root, suite.corpus)
     outputs = frame([row for *_, row in items], OUTPUT_SCHEMA)
-    return prompt_template(part.to_frame(), outputs, part.sources_frame(), suite.corpus)
+    return prompt_template(
+        part.to_frame(), outputs, part.sources_frame(), suite.corpus, trial=items[0][0] // len(suite)
+    )
 
 
 @dataclass
@@ -163,9 +165,12 @@ class ScoringLane:
     # ------------------------------------------------------------------ what the run tells it
 
     def declare(self, trial: int, indices: Sequence[int]) -> None:
-        """(Holding the stream's condition.) Trial ``trial`` holds the suite's cases ``indices``."""
-        n = len(self.stream.suite)
-        self.members[trial] = TrialMembers([trial * n + i for i in sorted(indices)])
+        """(Holding the stream's condition.) Trial ``trial`` holds the suite's cases ``indices``, its template
+        sample taken in the trial's order (``trial_order``)."""
+        n, cases = len(self.stream.suite), self.stream.suite.cases
+        chosen = sorted(indices)
+        order = trial_order([cases[i].id for i in chosen], trial)
+        self.members[trial] = TrialMembers([trial * n + chosen[j] for j in order])
 
     def arrived_again(self, place: int) -> None:
         """(Holding the stream's condition.) A place's output came again: if it was scored, score it again."""
