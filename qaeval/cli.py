@@ -18,11 +18,11 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.commands.parser import build_parser, command_parser, did_you_mean
 from qaeval.core import params as P
 from qaeval.core.errors import QaevalError, UsageError, exit_code_for
 from qaeval.core.text import printable
+from qaeval.worker.plugins import scoped_environ
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from qaeval import api
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.commands.common import check_parameters
 from qaeval.core import params as P
 from qaeval.core.errors import UsageError
@@ -25,6 +24,7 @@ from qaeval.record.read import load_run
 from qaeval.record.runs import runs_table
 from qaeval.record.write import write_record
 from qaeval.verdicts.compare import Comparison
+from qaeval.worker.plugins import scoped_environ
 
 
 def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:

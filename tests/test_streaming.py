@@ -11,9 +11,9 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
-from qaeval.boundary.custom import make_custom
 from qaeval.commands import pipeline
 from qaeval.data.cases import load_suite
+from qaeval.host.custom import make_custom
 from qaeval.record.read import load_run
 from qaeval.record.write import run_record
 from qaeval.scoring import stream, stream_checks

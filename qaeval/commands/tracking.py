@@ -43,12 +43,12 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.core.deadline import DeadlineExceeded, within
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.core.results import Result
 from qaeval.record.write import write_record
 from qaeval.scoring.outcomes import reasons_text
+from qaeval.worker.plugins import scoped_environ
 
 EXTRA = install_extra("mlflow")
 HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins

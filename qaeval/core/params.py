@@ -180,7 +180,7 @@ PARAMS = tuple(replace(p, commands=p.commands + ("propose",)) if p.name in PROPO
     Param("sheet", "str", None, "where to write the review sheet (CSV)", ("propose",), metavar="SHEET.csv",
           required=("propose",), cli_flag="--out"),
     Param("n", "int", 50, "how many candidates", ("propose",), minimum=1, maximum=100_000, metavar="N"),
-    Param("generator", "plugin", "qaeval.proposals.generator:make_generator", "(--from-corpus) the generator, as "
+    Param("generator", "plugin", "qaeval.judges.generator:make_generator", "(--from-corpus) the generator, as "
           "module:factory (default: an OpenAI-compatible model); any other runs in its own process", ("propose",),
           metavar="MODULE:FACTORY"),
     Param("generator_model", "str", None, "(--from-corpus) the generator's model (else QAEVAL_GENERATOR_MODEL, else "

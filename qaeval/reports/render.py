@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.core.errors import QaevalError, ReportError
 from qaeval.core.files import write_atomic
+from qaeval.worker.plugins import scoped_environ
 
 if TYPE_CHECKING:
     from qaeval.verdicts.compare import Comparison

@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from qaeval.boundary.plugins import progress_bar
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.scoring.judge import (
     JudgeClient,
@@ -47,6 +46,7 @@ from qaeval.scoring.judge import (
 )
 from qaeval.scoring.rubric import Rubric
 from qaeval.scoring.stream_checks import ChecksLane, keep_open
+from qaeval.worker.plugins import progress_bar
 
 CHUNK = 16  # plan places per call of a judge that is asked on one thread
 _STOP = object()
@@ -351,7 +351,7 @@ class JudgeLanes:
         self._bar_cm.__exit__(None, None, None)
         keep_open(self.judge, False, stopped=self.stream.stopped)
         if self._defers:
-            from qaeval.boundary.plugins import contained
+            from qaeval.worker.plugins import contained
 
             self.judge.defer_warnings = False  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
             contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set

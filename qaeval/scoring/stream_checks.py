@@ -23,7 +23,7 @@ def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
     """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
     the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
     interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
-    if user is not None and type(user).__module__.startswith("qaeval.boundary.") and hasattr(type(user), "keep_open"):
+    if user is not None and type(user).__module__.startswith("qaeval.host.") and hasattr(type(user), "keep_open"):
         user.keep_open = on
         if stopped:
             user.stopped = True

@@ -12,11 +12,11 @@ import threading
 import time
 from typing import Any
 
-from qaeval.boundary.worker import Caller, answer_one, with_traceback
 from qaeval.core.errors import UsageError, describe
 from qaeval.data.cases import Suite
 from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
+from qaeval.worker.serve import Caller, answer_one, with_traceback
 
 
 class _ThreadOutput(io.TextIOBase):

@@ -4,7 +4,7 @@ progress bars.
 Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
 raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
 verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.boundary.clients``); the proxies that call them raise
+hooks run in their own processes (``qaeval.host.clients``); the proxies that call them raise
 ``UserCodeFailed`` with a finished description when the user's code failed over there.
 """
 
@@ -54,7 +54,7 @@ def _search_hint(module_name: str, exc: ImportError) -> str:
     missing = getattr(exc, "name", None)
     if not isinstance(exc, ModuleNotFoundError) or not missing or not f"{module_name}.".startswith(f"{missing}."):
         return ""
-    from qaeval.boundary.process import LAUNCHED_FROM
+    from qaeval.worker.process import LAUNCHED_FROM
 
     here = os.environ.get(LAUNCHED_FROM, os.getcwd())
     where = (
