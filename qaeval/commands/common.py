@@ -81,6 +81,7 @@ def judge_settings(p: Mapping[str, Any]) -> JudgeSettings:
         base_url=p.get("judge_base_url"),
         concurrency=p.get("judge_concurrency"),
         cache=p.get("judge_cache"),
+        show_progress=p.get("progress"),
     )
 
 
@@ -170,6 +171,7 @@ def evaluate_params(
             keep_errors=bool(p.get("keep_errors")),
             adaptive=bool(p.get("adaptive")),
             settled=settled,
+            show_progress=p.get("progress"),
         )
 
 

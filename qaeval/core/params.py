@@ -146,6 +146,8 @@ PARAMS: tuple[Param, ...] = (
           metavar="TRACKING_URI"),
     Param("mlflow_experiment", "str", None, "the MLflow experiment to log to (else MLFLOW_EXPERIMENT_NAME, else "
           "Default)", TRACKED, metavar="NAME"),
+    Param("progress", "bool", None, "no progress bar (else one is drawn in a terminal or a notebook for 50 cases "
+          "or more, unless QAEVAL_PROGRESS=0); in the API progress=False", SCORING + ("monitor",), cli_flag="--quiet"),
 )
 MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save", "judge_model", "judge_base_url",
                   "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")

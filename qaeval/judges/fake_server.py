@@ -16,8 +16,7 @@ that copies the passage), ``duplicate`` (the same question as the last one), ``a
 must-abstain question the corpus does answer), ``hang`` (no reply for ``hang_seconds``).
 
     with FakeJudgeServer(latency=0.05, fail_every=5) as server:
-        os.environ["OPENAI_BASE_URL"] = server.url
-        ...
+        qaeval.run("golden", judge="qaeval.judges.openai:make_judge", judge_base_url=server.url)
 
 ``python -m qaeval.judges.fake_server --port 8765`` serves until interrupted.
 """
