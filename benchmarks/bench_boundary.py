@@ -89,7 +89,7 @@ def wire(rounds: int = 7, cases: int = 2000) -> None:
 
     from bench_run import make_case
 
-    from qaeval.boundary.messages import HEADER, encode, encode_case
+    from qaeval.worker.messages import HEADER, encode, encode_case
     from qaeval.data.cases import build_suite
     from qaeval.system.contract import make_payload
 

@@ -2,12 +2,13 @@
 
 The package is laid out along the path data takes (``tests/test_layers.py`` holds it to that order):
 
-    qaeval.core        errors, files, text, parameters, the result shape, typed DataFrames
-    qaeval.boundary    everything that runs the user's code, and the wire to it
+    qaeval.core        errors, files, text, parameters, the result shape, a record's self-audit, DataFrames
     qaeval.data        the golden cases: schema and strict loader, importers, labels, logs, corpus
     qaeval.system      how the system is called: the contract, the worker pool, the reference system
+    qaeval.worker      the adapter's worker process, and the process plumbing all user code runs behind
     qaeval.scoring     the four layers (checks, retrieval, judge, trajectory), trials and the metrics
-    qaeval.judges      judges: the offline mechanical one and an OpenAI-compatible HTTP one
+    qaeval.judges      judges: the offline mechanical one, an OpenAI-compatible HTTP one, the generator
+    qaeval.host        the process custom judges, generators, checks and hooks run in, and its clients
     qaeval.verdicts    gate, calibration, drift, compare and monitor
     qaeval.proposals   proposed cases from traffic and documents, and accepting them
     qaeval.record      the run record: save, load, check, the runs table

@@ -18,8 +18,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qaeval.boundary import clients
-from qaeval.boundary.custom import installed
 from qaeval.commands.common import (
     baseline_for_cases,
     check_parameters,
@@ -54,6 +52,8 @@ from qaeval.core.text import one_line
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
 from qaeval.data.schema import AXES
+from qaeval.host import clients
+from qaeval.host.custom import installed
 from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
 from qaeval.record.read import read_baseline
 from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))

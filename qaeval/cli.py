@@ -18,7 +18,6 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.commands.parser import build_parser, command_parser, did_you_mean
 from qaeval.core import params as P
 from qaeval.core.errors import QaevalError, UsageError, exit_code_for
@@ -68,25 +67,23 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
-    params = _scoring_params(args)
-    env = {"QAEVAL_PROGRESS": "0"} if args.quiet else {}
+    params = _scoring_params(args)  # --quiet is progress=False, passed to the verb like every other setting
     tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
-    with scoped_environ(env):
-        api = _api()
-        verb = {
-            "run": api.run,
-            "baseline": api.baseline,
-            "gate": api.gate,
-            "calibrate": api.calibrate,
-            "drift": api.drift,
-            "monitor": api.monitor,
-        }[args.command]
-        _common().check_output_paths(
-            params | tracker, html=args.html
-        )  # before anything runs: no output may overwrite an input
-        if tracker:  # logged below, once the report exists to be attached
-            _common().check_parameters(args.command, **params, **tracker)
-        result = verb(**params)
+    api = _api()
+    verb = {
+        "run": api.run,
+        "baseline": api.baseline,
+        "gate": api.gate,
+        "calibrate": api.calibrate,
+        "drift": api.drift,
+        "monitor": api.monitor,
+    }[args.command]
+    _common().check_output_paths(
+        params | tracker, html=args.html
+    )  # before anything runs: no output may overwrite an input
+    if tracker:  # logged below, once the report exists to be attached
+        _common().check_parameters(args.command, **params, **tracker)
+    result = verb(**params)
     notes = []
     if args.command == "baseline":
         default = "" if params.get("adapter") else " (no --adapter given: the bundled reference system)"
@@ -246,7 +243,12 @@ def _failed(exc: BaseException, resume: str | None = None) -> int:
 
 def entry() -> NoReturn:
     """The ``qaeval`` console script: ``main``, then exit at once, so a thread that user code left
-    running (an adapter under isolation none, a judge) cannot keep the process alive."""
+    running (an adapter under isolation none, a judge) cannot keep the process alive. The process is the
+    command's own: the working directory is importable for all of it, as ``python -m qaeval`` has it, so
+    user code named ``module:factory`` run in it (isolation none) finds its neighbours when it is called."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     code = main()
     _flush()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from qaeval import api
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.commands.common import check_parameters
 from qaeval.core import params as P
 from qaeval.core.errors import UsageError
@@ -84,7 +83,7 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
 
     Args:
         command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``).
-        p: Its checked parameters (``parameters``).
+        p: Its checked parameters (``parameters``). No progress bar is drawn unless ``progress`` is True.
 
     Returns:
         The command's result.
@@ -96,8 +95,10 @@ def result(command: str, p: Mapping[str, Any]) -> Result:
         "drift": api.drift,
         "monitor": api.monitor,
     }
-    with scoped_environ({"QAEVAL_PROGRESS": "0"}):  # a bar drawn into a report is noise, not progress
-        return verbs[command](**dict(p))
+    options = dict(p)
+    if options.get("progress") is None:  # a bar drawn into a report is noise, not progress
+        options["progress"] = False
+    return verbs[command](**options)
 
 
 def propose(p: Mapping[str, Any]) -> Any:
@@ -109,8 +110,7 @@ def propose(p: Mapping[str, Any]) -> Any:
     Returns:
         The proposal.
     """
-    with scoped_environ({"QAEVAL_PROGRESS": "0"}):
-        return api.propose(**dict(p))
+    return api.propose(**dict(p))  # it draws no progress bar
 
 
 def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:

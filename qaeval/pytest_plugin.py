@@ -89,10 +89,10 @@ class _Runs:
 
     def _run_once(self) -> Any:
         if self._run is None:
-            from qaeval.boundary.custom import close_custom, make_custom
             from qaeval.commands.common import check_parameters, make_judge
             from qaeval.commands.pipeline import evaluate
             from qaeval.data.cases import Suite, load_suite
+            from qaeval.host.custom import close_custom, make_custom
 
             suite = load_suite(self.config.getoption("qaeval_data"))
             if self.selected is not None and len(self.selected) < len(suite):

@@ -877,7 +877,7 @@ class PidGenerator:
     """A custom case generator: answers each request from its passages and says which process it ran in."""
 
     def __init__(self) -> None:
-        from qaeval.proposals.generator import GeneratorConfig
+        from qaeval.judges.generator import GeneratorConfig
 
         self.config = GeneratorConfig(name="pid", model="test")
 
@@ -886,7 +886,7 @@ class PidGenerator:
         import os
         import re
 
-        from qaeval.proposals.generator import GenerationReply
+        from qaeval.judges.generator import GenerationReply
 
         out = []
         for r in requests:
@@ -958,7 +958,7 @@ class LiarGenerator(PidGenerator):
     """Says, in its own error text, what qaeval's proxy says when it gives up on a process."""
 
     def generate(self, requests):
-        from qaeval.proposals.generator import GenerationReply
+        from qaeval.judges.generator import GenerationReply
 
         return [GenerationReply(r.request_id, error="not asked: made up") for r in requests]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from qaeval.boundary.wire import config_from_plain
 from qaeval.core.errors import UsageError
+from qaeval.host.wire import config_from_plain
 from qaeval.scoring.custom import valid_unit
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse, verdict_frame
 from qaeval.scoring.rubric import CitedSource

@@ -16,10 +16,10 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api, load_suite, run_suite
-from qaeval.boundary.messages import MAX_CONTAINERS, encode, encode_case, read_message
-from qaeval.boundary.process import confined_env, hidden_folders
 from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.data.cases import Suite
+from qaeval.worker.messages import MAX_CONTAINERS, encode, encode_case, read_message
+from qaeval.worker.process import confined_env, hidden_folders
 
 TESTS = str(ROOT / "tests")
 QAEVAL = [sys.executable, "-m", "qaeval.cli"]
@@ -166,7 +166,7 @@ def test_a_worker_reads_frames_whole_however_they_arrive():
     is EOFError."""
     import socket
 
-    from qaeval.boundary.messages import MessageReader
+    from qaeval.worker.messages import MessageReader
 
     big = ("0123456789abcdef", "Why?", (("s1", "y" * 100_000, None),))
     first = encode_case(("0123456789abcdef", "Why?", (("s1", "Because.", None),)))
@@ -448,7 +448,7 @@ def test_a_reply_that_arrives_as_its_process_ends_is_not_dropped():
     reply, not lost (it was read and dropped, and the case failed as "exited")."""
     import socket
 
-    from qaeval.boundary.messages import Channel, encode
+    from qaeval.worker.messages import Channel, encode
 
     ours, theirs = socket.socketpair()
     sent = []

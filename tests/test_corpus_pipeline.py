@@ -214,7 +214,7 @@ def test_a_corpus_case_view_carries_the_question_and_no_passages(tmp_path):
 
 
 def test_a_factory_without_a_corpus_parameter_is_called_as_before(tmp_path):
-    from qaeval.boundary.worker import call_factory
+    from qaeval.worker.serve import call_factory
 
     assert call_factory(lambda: "plain", corpus=object()) == "plain"
     assert call_factory(lambda corpus: corpus, corpus="c") == "c"

@@ -251,10 +251,13 @@ def test_an_adaptive_gate_whose_errored_first_trial_passes_on_resume_finishes(tm
     assert done.returncode == 130, done.stderr[-2000:]
     question = "What does a non-resident pay for an annual library card?"
     assert (tmp_path / "calls").read_text().splitlines().count(question) == 3, "the errored case got more trials"
-    journaled = [
-        (line["kind"], line.get("trial"), line.get("case_id"))
-        for line in map(json.loads, (tmp_path / "g.json.journal").read_text().splitlines())
-    ], done.stderr[-2000:]
+    journaled = (
+        [
+            (line["kind"], line.get("trial"), line.get("case_id"))
+            for line in map(json.loads, (tmp_path / "g.json.journal").read_text().splitlines())
+        ],
+        done.stderr[-2000:],
+    )
     (tmp_path / "down").unlink()
     done = qaeval(*gate, "--resume", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

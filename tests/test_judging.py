@@ -10,12 +10,7 @@ from qaeval import UsageError
 from qaeval.data.schema import AXES
 from qaeval.judges.offline import OfflineJudge, contains_gold
 from qaeval.scoring.evaluate import score_outputs
-from qaeval.scoring.judge import (
-    AxisVerdict,
-    JudgeConfig,
-    JudgeResponse,
-    hardest_decoy,
-)
+from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeResponse, hardest_decoy
 from qaeval.scoring.rubric import Rubric, parse_verdict_json
 
 

@@ -1,6 +1,7 @@
 """The package reads the way data flows: data -> system -> scoring -> verdicts -> proposals -> record ->
-reports -> the verbs. A module may import from its own layer or the ones below it, never above (lazy imports inside
-functions included), and no import cycle is left anywhere."""
+reports -> the verbs. Each package sits in one layer, whole. A module may import from its own layer or the ones
+below it, never above (lazy imports inside functions included; the results' save and _repr_html_ are the one
+documented exception, CALLED_UP), and no import cycle is left anywhere."""
 
 from __future__ import annotations
 
@@ -12,33 +13,21 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "qaeval"
+# Each package (and each entry point at the top) sits in exactly one layer, whole: where a module belongs
+# is where its folder is.
 LAYERS = (
-    ("base", ("qaeval.core", "qaeval.boundary", "qaeval.record.audit")),
-    ("data", ("qaeval.data",)),
-    ("system", ("qaeval.system", "qaeval.boundary.worker")),
-    ("integrations", ("qaeval.integrations",)),
-    # user code's host runs judges, generators, checks and hooks; a generator is run as a judge is
-    (
-        "scoring",
-        (
-            "qaeval.scoring",
-            "qaeval.judges",
-            "qaeval.proposals.generator",
-            "qaeval.boundary.host",
-            "qaeval.boundary.clients",
-            "qaeval.boundary.custom",
-            "qaeval.boundary.hooks",
-            "qaeval.boundary.wire",
-        ),
-    ),
-    ("verdicts", ("qaeval.verdicts",)),
-    ("proposals", ("qaeval.proposals",)),
-    ("record", ("qaeval.record",)),
-    ("reports", ("qaeval.reports",)),
-    (
-        "verbs",
-        ("qaeval.commands", "qaeval.api", "qaeval.notebook", "qaeval.cli", "qaeval.pytest_plugin", "qaeval.__main__"),
-    ),
+    ("base", ("core",)),
+    ("data", ("data",)),
+    # the system is called through the adapter's worker process, built from the plumbing all user code runs behind
+    ("system", ("system", "worker")),
+    ("integrations", ("integrations",)),
+    # the judges (and the generator, run as a judge is) and the host custom judges, checks and hooks run in
+    ("scoring", ("scoring", "judges", "host")),
+    ("verdicts", ("verdicts",)),
+    ("proposals", ("proposals",)),
+    ("record", ("record",)),
+    ("reports", ("reports",)),
+    ("verbs", ("commands", "api", "notebook", "cli", "pytest_plugin", "__main__")),
 )
 # The two calls a result makes upwards, when called and never at import: ``save`` writes the record
 # (``qaeval.record.write``) and ``_repr_html_`` draws the report view (``qaeval.reports.views``). A result
@@ -46,19 +35,20 @@ LAYERS = (
 CALLED_UP = {("qaeval.core.results", "qaeval.record.write"), ("qaeval.core.results", "qaeval.reports.views")}
 # What may sit at the top of the package: the public entry points. Everything else is in a package.
 TOP_LEVEL = {"__init__", "__main__", "api", "cli", "notebook", "pytest_plugin"}
+RANK = {package: rank for rank, (_, packages) in enumerate(LAYERS) for package in packages}
+
+
+def package_of(module: str) -> str:
+    """The package (or top-level entry point) a module is in: ``qaeval.worker.serve`` is in ``worker``."""
+    return module.split(".")[1]
 
 
 def layer_of(module: str) -> int:
-    """The layer of the longest prefix that names the module (``qaeval.boundary.worker`` is the
-    system's, the rest of ``qaeval.boundary`` the base's)."""
-    best: tuple[int, int] | None = None
-    for rank, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[0]):
-                best = (len(p), rank)
-    if best is None:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS")
-    return best[1]
+    """The layer of the module's package."""
+    package = package_of(module)
+    if package not in RANK:
+        raise AssertionError(f"qaeval.{package} is in no layer: add it to LAYERS")
+    return RANK[package]
 
 
 def modules() -> dict[str, Path]:
@@ -83,7 +73,24 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
                 out += [(f"qaeval.{n}", node.lineno) for n in names if n != "__version__"]
             else:
                 out.append((node.module, node.lineno))
+                # ``from qaeval.judges import generator`` imports the module qaeval.judges.generator
+                folder = ROOT.joinpath(*node.module.split("."))
+                out += [
+                    (f"{node.module}.{a.name}", node.lineno)
+                    for a in node.names
+                    if (folder / f"{a.name}.py").exists() or (folder / a.name / "__init__.py").exists()
+                ]
     return out
+
+
+def test_each_package_is_in_exactly_one_layer_and_every_one_is_listed():
+    """A newcomer learns where a file belongs from its folder: LAYERS names packages, each once, and
+    every package and entry point of qaeval is one of them."""
+    listed = [package for _, packages in LAYERS for package in packages]
+    assert len(listed) == len(set(listed)), "a package listed in two layers"
+    present = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    present |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert present == set(listed), ("in no layer:", present - set(listed), "listed but absent:", set(listed) - present)
 
 
 def test_no_module_imports_from_a_layer_above_it():
@@ -126,7 +133,7 @@ def test_no_import_cycle():
 
 def test_the_data_and_system_layers_import_neither_pandas_nor_scoring():
     code = (
-        "import sys, qaeval.data, qaeval.system, qaeval.data.cases, qaeval.system.contract, qaeval.boundary.worker; "
+        "import sys, qaeval.data, qaeval.system, qaeval.data.cases, qaeval.system.contract, qaeval.worker.serve; "
         "print(sorted(m for m in sys.modules if m == 'pandas' or m.startswith(('qaeval.scoring', "
         "'qaeval.verdicts', 'qaeval.record', 'qaeval.reports'))))"
     )
@@ -137,7 +144,7 @@ def test_the_data_and_system_layers_import_neither_pandas_nor_scoring():
 def test_the_top_level_holds_only_the_entry_points_and_packages():
     loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in TOP_LEVEL)
     assert not loose, f"modules outside a package: {loose}"
-    assert all((PACKAGE / d / "__init__.py").exists() for d in ("core", "boundary", "record", "commands"))
+    assert all((PACKAGE / d / "__init__.py").exists() for d in ("core", "worker", "host", "record", "commands"))
 
 
 def test_a_module_is_at_most_600_lines():

@@ -23,9 +23,9 @@ from qaeval.data.cases import load_suite
 from qaeval.data.corpus import Corpus
 from qaeval.data.schema import Source
 from qaeval.judges.fake_server import FakeJudgeServer
+from qaeval.judges.generator import GenerationReply, parse_reply, request_for
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import SHEET_COLUMNS
-from qaeval.proposals.generator import GenerationReply, parse_reply, request_for
 from qaeval.proposals.pool import Pool
 from qaeval.reports.render import run_papermill
 

@@ -154,7 +154,7 @@ def test_progress_falls_back_to_a_text_bar_without_ipywidgets(monkeypatch):
     import tqdm
     import tqdm.notebook
 
-    from qaeval.boundary.plugins import _tqdm_class
+    from qaeval.worker.plugins import _tqdm_class
 
     monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
     monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))

@@ -12,9 +12,8 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
-from qaeval.boundary.custom import make_custom
-from qaeval.commands import pipeline
 from qaeval.data.cases import load_suite
+from qaeval.host.custom import make_custom
 from qaeval.record.read import load_run
 from qaeval.record.write import run_record
 from qaeval.scoring import lane, stream
@@ -122,7 +121,7 @@ def test_each_output_is_scored_once_and_each_request_built_once(files, counted, 
 
 def test_a_resumed_run_scores_each_output_once(tmp_path, files, counted, monkeypatch):
     """Outputs a journal gives back are scored once with the new ones; their verdicts are not asked again."""
-    from test_resume import interrupted, qaeval
+    from test_resume import interrupted
 
     env, args = interrupted(tmp_path, "--check", "streaming_plugins:marks", "--trials", "2", stop_after=CASES + 3)
     env = {**env, **{k: str(v) for k, v in files.items()}, "QAEVAL_TEST_STOP_AFTER": "0"}

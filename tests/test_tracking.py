@@ -282,20 +282,29 @@ def test_a_server_address_without_its_scheme_is_a_usage_error_naming_the_fix(uri
 
 
 def test_http_retries_and_timeouts_are_bounded_unless_the_environment_says_otherwise(monkeypatch):
+    """MLflow reads its HTTP limits from the environment only. They are given to MLflow's own process, in
+    its environment; the caller's is never written (it was, for the length of the logging), and against a
+    port nothing listens on that process says why and the result stands."""
+    import qaeval.commands.tracking as tracking
+
     seen = {}
+    popen = subprocess.Popen
 
-    class Client:  # stands in for MlflowClient: records what MLflow's HTTP layer would read, then fails
-        def __init__(self, tracking_uri=None):
-            seen.update({k: os.environ.get(k) for k in HTTP_LIMITS})
-            raise ConnectionError("tracker unreachable")
+    def recording(argv, **kwargs):  # MLflow's process, started for real: what it is given
+        seen.update(argv=argv, env={k: kwargs["env"].get(k) for k in HTTP_LIMITS})
+        return popen(argv, **kwargs)
 
-    monkeypatch.setattr(mlflow, "MlflowClient", Client)
+    monkeypatch.setattr(tracking.subprocess, "Popen", recording)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    tracked = track(qa.load_run(BASELINE), "http://127.0.0.1:9")
-    assert tracked.error == "ConnectionError: tracker unreachable"
-    assert seen == {**HTTP_LIMITS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}, "bounded, and the user's own setting wins"
-    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ, "put back after logging"
+    before = dict(os.environ)
+    tracked = track(qa.load_run(BASELINE), f"http://127.0.0.1:{free_port()}")
+    assert not tracked.ok and "127.0.0.1" in tracked.error, tracked.message
+    assert seen["argv"][1:] == ["-m", "qaeval.commands.mlflow_log"]
+    assert seen["env"] == {**HTTP_LIMITS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}, (
+        "bounded, and the user's own setting wins"
+    )
+    assert dict(os.environ) == before, "never in this process's environment"
 
 
 def test_a_monitor_logs_its_own_scoreboard_over_every_row_and_its_rows(tmp_path, monkeypatch):

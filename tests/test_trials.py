@@ -227,8 +227,7 @@ def test_a_record_of_version_2_is_refused_by_name(tmp_path):
 @pytest.fixture(scope="module")
 def baseline_k4(tmp_path_factory):
     path = tmp_path_factory.mktemp("base") / "baseline.json"
-    os.environ["QAEVAL_PROGRESS"] = "0"
-    api.baseline(str(GOLDEN), out=str(path), trials=4, isolation="none")
+    api.baseline(str(GOLDEN), out=str(path), trials=4, isolation="none", progress=False)
     return read_baseline(path)
 
 

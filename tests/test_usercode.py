@@ -14,9 +14,9 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
-from qaeval.boundary import clients
 from qaeval.commands.common import check_parameters, make_judge
 from qaeval.core.errors import UsageError
+from qaeval.host import clients
 from qaeval.scoring.judge import JudgeSettings
 
 SABOTEUR = "qaeval.system.saboteur:make_adapter"

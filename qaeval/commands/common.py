@@ -11,9 +11,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from qaeval.boundary import clients, hooks
-from qaeval.boundary.custom import close_custom, make_custom
-from qaeval.boundary.hardening import harness_guard
 from qaeval.commands.pipeline import evaluate, fewer_collections
 from qaeval.commands.tracking import check_options, log_command
 from qaeval.core import params as P
@@ -21,10 +18,13 @@ from qaeval.core.errors import FileAccessError, UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
+from qaeval.host import clients, hooks
+from qaeval.host.custom import close_custom, make_custom
 from qaeval.record.read import load_run as _load_run
 from qaeval.record.write import write_record
 from qaeval.scoring.evaluate import RunResult, score_trials
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
+from qaeval.worker.hardening import harness_guard
 
 
 def check_parameters(command: str, **params: Any) -> dict[str, Any]:
@@ -81,12 +81,13 @@ def judge_settings(p: Mapping[str, Any]) -> JudgeSettings:
         base_url=p.get("judge_base_url"),
         concurrency=p.get("judge_concurrency"),
         cache=p.get("judge_cache"),
+        show_progress=p.get("progress"),
     )
 
 
 def make_judge(p: Mapping[str, Any]) -> Any:
     """The command's judge: a built-in one in this process, any other in its own process
-    (``qaeval.boundary.clients``). Close it with ``close_judge``."""
+    (``qaeval.host.clients``). Close it with ``close_judge``."""
     return clients.make_judge(
         p["judge"],
         settings=judge_settings(p),
@@ -170,6 +171,7 @@ def evaluate_params(
             keep_errors=bool(p.get("keep_errors")),
             adaptive=bool(p.get("adaptive")),
             settled=settled,
+            show_progress=p.get("progress"),
         )
 
 

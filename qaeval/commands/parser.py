@@ -92,6 +92,11 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
                 help="bypass the signed cache of replies",
             )
             continue
+        if param.name == "progress":  # the command line only turns the bar off
+            p.add_argument(
+                param.flag, dest=param.name, action="store_const", const=False, default=None, help=param.help
+            )
+            continue
         if param.kind == "bool":
             target.add_argument(param.flag, action="store_const", const=True, **kwargs)
             continue
@@ -139,7 +144,6 @@ def _scoring_commands(sub: Any) -> None:
     ):
         p = sub.add_parser(command, help=text)
         _add_params(p, command)
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
         _report_flags(p)
 
 

@@ -184,7 +184,7 @@ def evaluate(
             terminal or a notebook).
         bootstrap_seed: The seed of the metrics' bootstrap intervals.
         adapter_name: How the record names the adapter (default: derived from it).
-        custom: The registered checks and metrics' runner (``qaeval.boundary.custom.make_custom``).
+        custom: The registered checks and metrics' runner (``qaeval.host.custom.make_custom``).
         trials: How many times each case is run.
         pass_k: The k of pass_hat_k and pass_at_k (default: ``trials``).
         journal: The journal's path (``qaeval.scoring.journal``), or None to keep none.

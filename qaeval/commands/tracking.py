@@ -18,10 +18,12 @@ artifacts   the run record (``record.json``), the HTML report when there is one 
 The tracking URI is the one given, else MLflow's own choice (``MLFLOW_TRACKING_URI``, else its local
 default); the experiment is the one given, else ``MLFLOW_EXPERIMENT_NAME``, else MLflow's ``Default``.
 Nothing here can change a verdict or an exit code: a tracker that is down, refuses the write or is
-misconfigured makes ``track`` return a ``Tracked`` whose ``error`` says so. HTTP retries and timeouts are
-bounded (``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes,
-and the whole logging has a deadline (``QAEVAL_MLFLOW_DEADLINE``, ``DEADLINE`` seconds by default): MLflow's
-timeout is per read, so a server that drips its replies would otherwise hold the command for ever.
+misconfigured makes ``track`` return a ``Tracked`` whose ``error`` says so. MLflow runs in a process of its
+own (``qaeval.commands.mlflow_log``): its HTTP retries and timeouts are bounded in that process's environment
+(``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes, and this
+process's environment is never written; the whole logging has a deadline (``QAEVAL_MLFLOW_DEADLINE``,
+``DEADLINE`` seconds by default), past which that process is killed: MLflow's timeout is per read, so a
+server that drips its replies would otherwise hold the command for ever.
 Credentials in a tracking URI never reach a message; only the environment and MLflow's own
 configuration carry them.
 """
@@ -29,12 +31,15 @@ configuration carry them.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
+import select
 import shutil
+import subprocess
+import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,12 +48,12 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.boundary.plugins import scoped_environ
-from qaeval.core.deadline import DeadlineExceeded, within
+from qaeval.core.deadline import DeadlineExceeded
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.core.results import Result
 from qaeval.record.write import write_record
 from qaeval.scoring.outcomes import reasons_text
+from qaeval.worker.process import environ_now
 
 EXTRA = install_extra("mlflow")
 HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
@@ -57,6 +62,7 @@ HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
 }
 DEADLINE = 120.0  # seconds the whole logging may take (QAEVAL_MLFLOW_DEADLINE): every call, every artifact
+IMPORT_TIMEOUT = 120.0  # seconds MLflow's process may take to import MLflow, before the deadline starts
 PARAM_LIMIT = 500  # characters MLflow keeps in a parameter's value on every store it supports
 PPI = (
     ("ppi_value", "_ppi"),
@@ -213,30 +219,66 @@ def _artifacts(result: Result, folder: Path, record: str | Path | None, html: st
 # --------------------------------------------------------------------------- logging
 
 
-def _experiment_id(client: Any, name: str) -> str:
-    found = client.get_experiment_by_name(name)
-    return found.experiment_id if found is not None else client.create_experiment(name)
+class _NotLogged(Exception):
+    """What MLflow's process said when it did not log the run (``Type: message``)."""
 
 
-def _log(client: Any, experiment: str, result: Result, files: list[Path]) -> str:
-    from mlflow.entities import Metric, Param
+def child_environment() -> dict[str, str]:
+    """The environment MLflow's process gets: this one's, with ``HTTP_LIMITS`` where it sets none (what
+    the environment sets wins). Only that process's: this one's is not written."""
+    env = environ_now()
+    env.update({k: v for k, v in HTTP_LIMITS.items() if k not in env})
+    package_root = str(Path(__file__).resolve().parents[2])  # qaeval importable there, however it is here
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
 
-    run_id = client.create_run(_experiment_id(client, experiment), tags=tags_of(result)).info.run_id
-    try:
-        stamp = int(time.time() * 1000)
-        client.log_batch(
-            run_id,
-            metrics=[Metric(k, v, stamp, 0) for k, v in metrics_of(result).items()],
-            params=[Param(k, v) for k, v in params_of(result).items()],
+
+def _log(job: dict[str, Any], seconds: float) -> str:
+    """Log ``job`` from MLflow's own process (``qaeval.commands.mlflow_log``). The run id, or
+    ``_NotLogged`` saying why not; ``DeadlineExceeded`` when the logging took longer than ``seconds``
+    (and the process is killed)."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qaeval.commands.mlflow_log"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=child_environment(),
         )
-        for path in files:
-            client.log_artifact(run_id, str(path))
-    except BaseException:
-        with contextlib.suppress(Exception):  # the error worth reporting is the one that stopped the logging
-            client.set_terminated(run_id, "FAILED")
-        raise
-    client.set_terminated(run_id, "FINISHED")
-    return run_id
+        try:
+            out = _reply(proc, job, seconds)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):  # a pipe the child left broken
+                        stream.close()
+        err.seek(0)
+        last = (err.read().strip().splitlines() or ["nothing on stderr"])[-1]
+    try:
+        reply = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise _NotLogged(f"MLflow's process ended with exit code {proc.returncode} before it said: {last}") from None
+    if "error" in reply:
+        raise _NotLogged(reply["error"])
+    return str(reply["run_id"])
+
+
+def _reply(proc: subprocess.Popen[str], job: dict[str, Any], seconds: float) -> str:
+    """What MLflow's process prints once it is given ``job``. The deadline starts when it has imported
+    MLflow (its ``ready`` line, within ``IMPORT_TIMEOUT``), as it did when MLflow was imported here."""
+    assert proc.stdout is not None
+    if not select.select([proc.stdout], [], [], IMPORT_TIMEOUT)[0]:
+        raise _NotLogged(f"MLflow's process did not import MLflow within {IMPORT_TIMEOUT:g} s")
+    if proc.stdout.readline() != "ready\n":  # it ended before: what it printed says why
+        return proc.communicate()[0]
+    try:
+        return proc.communicate(json.dumps(job), timeout=seconds)[0]
+    except subprocess.TimeoutExpired:
+        raise DeadlineExceeded(seconds) from None
 
 
 def track(
@@ -250,26 +292,32 @@ def track(
     """Log ``result`` as one MLflow run at ``uri`` (True or None: MLflow's own choice) in ``experiment``.
 
     ``record`` is the saved run record to attach (else one is written for it), ``html`` its report.
-    Never raises for the tracker's sake: a failure is the returned ``Tracked.error``."""
+    MLflow runs in a process of its own (``qaeval.commands.mlflow_log``), given the HTTP limits in its
+    environment. Never raises for the tracker's sake: a failure is the returned ``Tracked.error``."""
     require()
-    from mlflow import MlflowClient
-
     target = uri if isinstance(uri, str) else None
     name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
     where = _where(target)
-    limits = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
     seconds = deadline()
-    with scoped_environ(limits), tempfile.TemporaryDirectory(prefix="qaeval-mlflow-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qaeval-mlflow-") as tmp:
         try:
             files = _artifacts(result, Path(tmp), record, html)
-            client = MlflowClient(tracking_uri=target)
-            run_id = within(seconds, lambda: _log(client, name, result, files), name="qaeval-mlflow")
+            job = dict(
+                uri=target,
+                experiment=name,
+                tags=tags_of(result),
+                metrics=metrics_of(result),
+                params=params_of(result),
+                files=[str(f) for f in files],
+            )
+            run_id = _log(job, seconds)
         except DeadlineExceeded:
             return Tracked(
                 where, name, error=f"the tracker did not finish within {seconds:g} s (QAEVAL_MLFLOW_DEADLINE)"
             )
         except Exception as exc:  # noqa: BLE001  (whatever the tracker does, the verdict stands)
-            return Tracked(where, name, error=redact(f"{type(exc).__name__}: {_one_line(exc)}"))
+            said = str(exc) if isinstance(exc, _NotLogged) else f"{type(exc).__name__}: {exc}"
+            return Tracked(where, name, error=redact(_one_line(said)))
     return Tracked(where, name, run_id=run_id)
 
 
@@ -296,10 +344,10 @@ def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
     return tracked
 
 
-def _one_line(exc: BaseException, limit: int = 500) -> str:
-    """The exception's message on one line (a message that breaks into lines, such as MLflow's "use either of
-    the following methods:", keeps what follows), cut at ``limit`` characters."""
-    line = " ".join(str(exc).split())
+def _one_line(text: str, limit: int = 500) -> str:
+    """A message on one line (a message that breaks into lines, such as MLflow's "use either of the
+    following methods:", keeps what follows), cut at ``limit`` characters."""
+    line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

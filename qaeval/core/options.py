@@ -57,6 +57,12 @@ class TrackedOptions(TypedDict, total=False):
     mlflow_experiment: str | None
 
 
+class ProgressOptions(TypedDict, total=False):
+    """What is drawn while it runs."""
+
+    progress: bool | None  # False: no progress bar (the CLI's --quiet); None: in a terminal or a notebook
+
+
 class CaseOptions(TypedDict, total=False):
     """Only some of the cases."""
 
@@ -72,14 +78,14 @@ class LabelBars(TypedDict, total=False):
     min_kappa: float | None
 
 
-class RunOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, total=False):
+class RunOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, ProgressOptions, total=False):
     """The keywords of ``qaeval.run``."""
 
     labels: str | None
     save: str | None
 
 
-class BaselineOptions(SystemOptions, JudgeOptions, TrialOptions, CaseOptions, total=False):
+class BaselineOptions(SystemOptions, JudgeOptions, TrialOptions, CaseOptions, ProgressOptions, total=False):
     """The keywords of ``qaeval.baseline``."""
 
     out: str | None
@@ -96,7 +102,7 @@ class GateOptions(RunOptions, LabelBars, total=False):
     alpha: float | None
 
 
-class CalibrateOptions(SystemOptions, JudgeOptions, TrackedOptions, LabelBars, total=False):
+class CalibrateOptions(SystemOptions, JudgeOptions, TrackedOptions, LabelBars, ProgressOptions, total=False):
     """The keywords of ``qaeval.calibrate``."""
 
     labels: str | None
@@ -105,7 +111,9 @@ class CalibrateOptions(SystemOptions, JudgeOptions, TrackedOptions, LabelBars, t
     save: str | None
 
 
-class DriftOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, total=False):
+class DriftOptions(
+    SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, CaseOptions, ProgressOptions, total=False
+):
     """The keywords of ``qaeval.drift``."""
 
     timeseries: str | None
@@ -115,7 +123,7 @@ class DriftOptions(SystemOptions, JudgeOptions, TrialOptions, TrackedOptions, Ca
     save: str | None
 
 
-class MonitorOptions(JudgeOptions, TrackedOptions, total=False):
+class MonitorOptions(JudgeOptions, TrackedOptions, ProgressOptions, total=False):
     """The keywords of ``qaeval.monitor``."""
 
     startup_timeout: float | None

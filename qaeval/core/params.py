@@ -146,6 +146,8 @@ PARAMS: tuple[Param, ...] = (
           metavar="TRACKING_URI"),
     Param("mlflow_experiment", "str", None, "the MLflow experiment to log to (else MLFLOW_EXPERIMENT_NAME, else "
           "Default)", TRACKED, metavar="NAME"),
+    Param("progress", "bool", None, "no progress bar (else one is drawn in a terminal or a notebook for 50 cases "
+          "or more, unless QAEVAL_PROGRESS=0); in the API progress=False", SCORING + ("monitor",), cli_flag="--quiet"),
 )
 MONITOR_SHARED = ("judge", "isolation", "labels", "timeseries", "notify", "save", "judge_model", "judge_base_url",
                   "judge_concurrency", "judge_cache", "record", "judge_timeout", "startup_timeout", "hook_timeout")
@@ -180,7 +182,7 @@ PARAMS = tuple(replace(p, commands=p.commands + ("propose",)) if p.name in PROPO
     Param("sheet", "str", None, "where to write the review sheet (CSV)", ("propose",), metavar="SHEET.csv",
           required=("propose",), cli_flag="--out"),
     Param("n", "int", 50, "how many candidates", ("propose",), minimum=1, maximum=100_000, metavar="N"),
-    Param("generator", "plugin", "qaeval.proposals.generator:make_generator", "(--from-corpus) the generator, as "
+    Param("generator", "plugin", "qaeval.judges.generator:make_generator", "(--from-corpus) the generator, as "
           "module:factory (default: an OpenAI-compatible model); any other runs in its own process", ("propose",),
           metavar="MODULE:FACTORY"),
     Param("generator_model", "str", None, "(--from-corpus) the generator's model (else QAEVAL_GENERATOR_MODEL, else "

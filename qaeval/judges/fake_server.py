@@ -4,7 +4,7 @@ For tests, benchmarks and trying ``qaeval.judges.openai`` without a model: it bi
 answers ``POST /v1/chat/completions`` with a rubric-shaped JSON verdict whose quotes are copied from the
 prompt (so they validate), and can add latency and inject failures.
 
-It also answers qaeval's generation prompt (``qaeval.proposals.generator``: a user message that starts
+It also answers qaeval's generation prompt (``qaeval.judges.generator``: a user message that starts
 with ``REQUEST:``) deterministically, from the passages it was sent: a single-passage question whose
 answer is a span of the first passage, a two-passage one, or a must-abstain question made of invented
 words. That is plumbing for tests and benchmarks, not question quality. ``generation_faults`` maps a
@@ -16,8 +16,7 @@ that copies the passage), ``duplicate`` (the same question as the last one), ``a
 must-abstain question the corpus does answer), ``hang`` (no reply for ``hang_seconds``).
 
     with FakeJudgeServer(latency=0.05, fail_every=5) as server:
-        os.environ["OPENAI_BASE_URL"] = server.url
-        ...
+        qaeval.run("golden", judge="qaeval.judges.openai:make_judge", judge_base_url=server.url)
 
 ``python -m qaeval.judges.fake_server --port 8765`` serves until interrupted.
 """

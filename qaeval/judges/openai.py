@@ -40,12 +40,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from qaeval.boundary.plugins import progress_bar
 from qaeval.core.deadline import DeadlineExceeded, within
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.judges.cache import VerdictCache, cache_key
 from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, JudgeSettings
 from qaeval.scoring.rubric import RUBRIC_VERSION, parse_verdict_json, verdict_json_schema
+from qaeval.worker.plugins import progress_bar
 
 VERDICT_SCHEMA = verdict_json_schema()
 RESPONSE_FORMAT = {

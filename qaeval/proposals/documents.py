@@ -4,7 +4,7 @@
 
 1. Draws passages at random (seeded) from ``corpus.jsonl``, skipping those with fewer than
    ``MIN_TERMS`` content terms (a short chunk gives a shallow question), and asks for three kinds of
-   candidate (``qaeval.proposals.generator``): ``single`` over one passage, ``multi`` over a passage and
+   candidate (``qaeval.judges.generator``): ``single`` over one passage, ``multi`` over a passage and
    the passage the corpus retriever ranks nearest to it, ``abstain`` over a passage and its neighbours.
    By default 60% single, 20% multi, 20% must-abstain.
 2. Keeps ``concurrency`` requests in flight (the built-in generator is called from that many threads;
@@ -26,16 +26,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from qaeval.boundary.plugins import contained
 from qaeval.core.errors import UsageError
 from qaeval.core.text import content_terms
 from qaeval.data.corpus import Corpus, Passage
 from qaeval.data.schema import Source
+from qaeval.judges.generator import GenerationReply, GenerationRequest, load_prompt, parse_reply, request_for
 from qaeval.proposals import verify
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, Candidate
-from qaeval.proposals.generator import GenerationReply, GenerationRequest, load_prompt, parse_reply, request_for
 from qaeval.proposals.ledger import Ledger, question_key
 from qaeval.system.retriever import CorpusRetriever
+from qaeval.worker.plugins import contained
 
 MIX = {"single": 0.6, "multi": 0.2, "abstain": 0.2}
 MIN_TERMS = 12

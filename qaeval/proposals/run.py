@@ -21,7 +21,7 @@ from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
 from qaeval.proposals.candidates import Candidate, write_sheet
 from qaeval.proposals.ledger import Ledger, read_ledger
 
-DEFAULT_GENERATOR = "qaeval.proposals.generator:make_generator"
+DEFAULT_GENERATOR = "qaeval.judges.generator:make_generator"
 CANDIDATE_COLUMNS = [
     "candidate_id",
     "origin",
@@ -109,9 +109,9 @@ def _generator_settings(model: str | None, base_url: str | None, concurrency: in
 
 def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, startup: float, stack: ExitStack) -> Any:
     """The built-in generator in this process; any other in its own (``GeneratorProcess``)."""
-    from qaeval.boundary.clients import GeneratorProcess, spec_of
-    from qaeval.boundary.plugins import build
-    from qaeval.proposals import generator as gen
+    from qaeval.host.clients import GeneratorProcess, spec_of
+    from qaeval.judges import generator as gen
+    from qaeval.worker.plugins import build
 
     if spec in (None, DEFAULT_GENERATOR, gen.make_generator) or isolation == "none":
         built = build(spec or DEFAULT_GENERATOR, what="generator", settings=settings)
@@ -128,7 +128,7 @@ def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, star
 def _label_of(made: Any) -> str:
     """How the generator names itself (its config's label); its type's name when asking it fails (a
     generator in this process is the user's code: its config may raise)."""
-    from qaeval.boundary.plugins import contained
+    from qaeval.worker.plugins import contained
 
     ok, label = contained(lambda: made.config.label(), what="the generator's config")
     return one_line(label) if ok and isinstance(label, str) else type(made).__name__
@@ -294,7 +294,7 @@ def _from_corpus(
         if data is not None and Path(data) == path
         else []
     )
-    from qaeval.proposals import generator as gen
+    from qaeval.judges import generator as gen
 
     custom = generator not in (None, DEFAULT_GENERATOR, gen.make_generator)
     boundary = (

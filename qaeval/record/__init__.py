@@ -4,10 +4,9 @@
 ``write``   saving a result and loading it back (``load_run``), baselines read for the gate
 ``shape``   the record's fields and their types, checked field by field when read
 ``check``   the record checked against itself: its verdicts recomputed from its own frames
-``audit``   the list of what a recomputation found, shared with the verdicts that record one
 ``runs``    the table of many records (``qaeval runs``)
 ==========  ==================================================================================
 
-This ``__init__`` imports nothing: ``audit`` sits in the base layer and the verdicts use it without
-pulling in the writer.
+What a recomputation found is listed by ``qaeval.core.audit``, which the verdicts that record one share.
+This ``__init__`` imports nothing.
 """

@@ -4,7 +4,7 @@ with what it says.
 Every layer that is a pure function of the stored case and output (the deterministic checks, retrieval,
 the trajectory, and whether each judge verdict counts) is derived again and must agree with what the
 record stores; then what the layers add up to (per-case pass/fail and units, green, the scoreboard's
-values, n and PPI columns, the slices) must agree too. ``qaeval.record.audit`` collects the disagreements.
+values, n and PPI columns, the slices) must agree too. ``qaeval.core.audit`` collects the disagreements.
 
 The outcomes of registered checks and metrics (``qaeval.scoring.custom``) cannot be derived again: their
 code is the user's, and is never run in the process that reads a record. They are taken as stored,
@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.core.audit import Audit, same
 from qaeval.core.frames import frame, frame_rows
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
-from qaeval.record.audit import Audit, same
 from qaeval.scoring.checks import case_bodies, check_outputs
 from qaeval.scoring.custom import CUSTOM_SCHEMA, Registered, registered_from_plain, valid_unit, worst
 from qaeval.scoring.judge import AxisVerdict
@@ -274,7 +274,7 @@ def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.
     Checked: the declaration (names, tiers, rules, code hashes); every case lists each of them once, in
     order, with passed true or false and a reason; a check's unit is 1 or 0 of 1 as it passed; a
     metric's unit is a rate, and its worst value when it failed on the case."""
-    from qaeval.boundary.custom import reserved_names
+    from qaeval.host.custom import reserved_names
 
     lines = data["cases"]
     if "custom" not in data:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from qaeval.core.audit import Audit
 from qaeval.core.errors import BaselineError, DatasetError, RecordError
 from qaeval.core.files import read_text
 from qaeval.core.frames import frame
@@ -19,7 +20,6 @@ from qaeval.data.cases import suite_from_raw
 from qaeval.data.labels import labelled_suite_from_raw
 from qaeval.data.logs import sample_suite_from_raw
 from qaeval.data.schema import LABEL_SCHEMA
-from qaeval.record.audit import Audit
 from qaeval.record.check import audit_board, audit_custom, audit_layers, audit_outcomes
 from qaeval.record.shape import read_meta, refuse_malformed, shape_problems
 from qaeval.record.write import FORMAT, KINDS, LEGACY_BASELINE, VERSION, StoredCorpus

@@ -37,7 +37,7 @@ monitor         (kind monitor) every logged row's checks (``rows``, one row a li
 Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
 version and names what is wrong (exit 65); ``load_run`` gives back the result object, whose frames
 equal the ones that were saved, once the record has been checked against itself: what its per-case
-layers determine is derived again and compared with what it says (``qaeval.record.audit``; a disagreement is
+layers determine is derived again and compared with what it says (``qaeval.core.audit``; a disagreement is
 a RecordError naming the field). Every path that reads a record (report, compare, gate's baseline, the
 verbs' ``record=``, label export, the notebooks) goes through ``run_from_record``, and so through the
 check (``qaeval.record.check``). A baseline written by qaeval 0.1 (``qaeval-baseline/1``) is refused by

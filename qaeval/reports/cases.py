@@ -360,7 +360,7 @@ def logs_section(view: CaseDetail) -> str:
         return ""
     if is_missing(view.rows.output["error"]):
         return f'<details class="more"><summary>What the adapter printed</summary><pre>{esc(logs)}</pre></details>'
-    # an adapter error: its traceback is at the end of the logs (qaeval.boundary.worker.with_traceback)
+    # an adapter error: its traceback is at the end of the logs (qaeval.worker.serve.with_traceback)
     return (
         f'<details class="more" open><summary>What the adapter printed, and the traceback of what it raised'
         f"</summary><pre>{esc(logs)}</pre></details>"

@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qaeval.boundary.plugins import scoped_environ
 from qaeval.core.errors import QaevalError, ReportError
 from qaeval.core.files import write_atomic
 
@@ -47,10 +46,19 @@ def notebook_path(name: str) -> Path:
     raise ReportError(f"notebook {name}.ipynb is not installed (looked in {package / 'notebooks'})")
 
 
+# The report kernel's own environment (it is a child process; this one's is left alone): no progress bars
+# in the log, and no debugger warning about frozen modules.
+KERNEL_ENV = {"QAEVAL_PROGRESS": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
 @contextmanager
-def _kernel_environment() -> Iterator[None]:
-    """Run notebooks on this very interpreter, whatever kernels the machine has registered, with no
-    progress bars in the log."""
+def _this_interpreter() -> Iterator[type]:
+    """A kernel manager class whose only kernelspec, ``python3``, is this very interpreter, whatever
+    kernels the machine has registered: handed to papermill as an argument, so the kernels this process
+    finds (``JUPYTER_PATH``) are not changed for anyone else."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
     with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
         spec = Path(tmp) / "kernels" / "python3"
         spec.mkdir(parents=True)
@@ -67,14 +75,17 @@ def _kernel_environment() -> Iterator[None]:
                     ],
                     "display_name": "Python 3 (qaeval)",
                     "language": "python",
+                    "env": KERNEL_ENV,
                 }
             )
         )
-        jupyter_path = os.pathsep.join(p for p in (tmp, os.environ.get("JUPYTER_PATH")) if p)
-        with scoped_environ(
-            {"JUPYTER_PATH": jupyter_path, "QAEVAL_PROGRESS": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-        ):
-            yield
+        kernels = str(spec.parent)
+
+        class ThisInterpreter(AsyncKernelManager):
+            def __init__(self, **kwargs: Any) -> None:
+                super().__init__(kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels]), **kwargs)
+
+        yield ThisInterpreter
 
 
 KERNEL_STARTS = 3  # attempts to start a kernel that dies before it answers
@@ -102,14 +113,17 @@ def execute_notebook(
     raising, because a failed notebook is still a report worth rendering."""
     from papermill.exceptions import PapermillExecutionError
 
-    with _kernel_environment():
+    with _this_interpreter() as manager:
         try:
             run_papermill(
                 notebook_path(name),
                 output,
                 parameters=parameters,
                 kernel_name="python3",
-                cwd=str(cwd or os.getcwd()),
+                kernel_manager_class=manager,
+                # the kernel's working directory, given to the kernel: papermill's own cwd= would change
+                # this process's for the length of the run
+                resources={"metadata": {"path": str(cwd or os.getcwd())}},
                 progress_bar=False,
                 log_output=False,
             )

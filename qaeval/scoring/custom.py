@@ -10,7 +10,7 @@ denominator counts, gate tolerance, drift rule), whose ``unit`` is given a ``Sam
 output, the passages and ``facts``, what the built-in layers found: ``CaseFacts``) and returns this
 case's ``(numerator, denominator)``, with 0 <= numerator <= denominator (every metric is a rate).
 
-Both are user code: they run in a process of their own (``qaeval.boundary.custom``), and only plain JSON
+Both are user code: they run in a process of their own (``qaeval.host.custom``), and only plain JSON
 crosses. Whatever a check or metric does wrong for a case (raises, exits, returns something else,
 runs past its deadline) is a *failure for that case*, with the reason: a check fails; a metric counts
 its worst value for the case (0 of 1 for higher-is-better, 1 of 1 otherwise) and the case fails,

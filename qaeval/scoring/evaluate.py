@@ -82,7 +82,7 @@ def score_outputs(
         meta: What the run records about itself (default: made here, adapter ``(outputs given)``).
         k: How many retrieved passages the retrieval metrics look at (default: the meta's, else 5).
         bootstrap_seed: The seed of the metrics' bootstrap intervals.
-        custom: The registered checks and metrics' runner (``qaeval.boundary.custom.make_custom``).
+        custom: The registered checks and metrics' runner (``qaeval.host.custom.make_custom``).
         judge_memo: A judge memo to share with other scorings (an equal request is judged once).
 
     Returns:

@@ -14,7 +14,7 @@ check: fewer than three content words, unless it is the whole of a text that is 
 A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
 of responses, a response for another case, or text that is not valid Unicode, every affected case
 records a judge error (distinct from a score of 0, and never a pass) and the run goes on. The commands
-run every judge but the two built-in ones in its own process (``qaeval.boundary.clients``), so a judge
+run every judge but the two built-in ones in its own process (``qaeval.host.clients``), so a judge
 that ends its process, hangs or patches the harness's classes costs only its cases.
 
 Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
@@ -32,13 +32,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
-from qaeval.boundary.plugins import contained
 from qaeval.core.errors import UsageError
 from qaeval.core.frames import Rows, is_missing
 from qaeval.core.text import distinct_terms, not_unicode, term_set
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
+from qaeval.worker.plugins import contained
 
 VERDICT_SCHEMA = {
     "case_id": "text",

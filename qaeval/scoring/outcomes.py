@@ -326,7 +326,7 @@ def case_outcomes(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Registered]:
     """(per_case, units, custom, registered): one row per case joining every layer, its share of every
     metric, and the outcomes of the registered checks and metrics (``custom``, as stored, or run now by
-    ``runner``: ``qaeval.boundary.custom``) with what ran. Each case's outcome depends on its own rows of the
+    ``runner``: ``qaeval.host.custom``) with what ran. Each case's outcome depends on its own rows of the
     layers and nothing else, so a suite of some of the cases gives their rows alone.
 
     per_case columns: the case's labels (case_id, split, difficulty, expected_behavior, adversarial,

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from qaeval.boundary.plugins import progress_bar
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.scoring.checks import judged_fixture
 from qaeval.scoring.journal import key_digest
@@ -48,6 +47,7 @@ from qaeval.scoring.judge import (
 )
 from qaeval.scoring.lane import ScoringLane
 from qaeval.scoring.rubric import Rubric
+from qaeval.worker.plugins import progress_bar
 
 CHUNK = 16  # plan places per call of a judge that is asked on one thread
 _STOP = object()
@@ -57,7 +57,7 @@ def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
     """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
     the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
     interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
-    if user is not None and type(user).__module__.startswith("qaeval.boundary.") and hasattr(type(user), "keep_open"):
+    if user is not None and type(user).__module__.startswith("qaeval.host.") and hasattr(type(user), "keep_open"):
         user.keep_open = on
         if stopped:
             user.stopped = True
@@ -412,7 +412,7 @@ class JudgeLanes:
         self._bar_cm.__exit__(None, None, None)
         keep_open(self.judge, False, stopped=self.stream.stopped)
         if self._defers:
-            from qaeval.boundary.plugins import contained
+            from qaeval.worker.plugins import contained
 
             self.judge.defer_warnings = False  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set
             contained(self.judge.report_rejected, what="the judge")  # type: ignore[attr-defined]  # only the OpenAI judge has it: checked when set

@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError
-from qaeval.boundary.process import UserProcess, child_launch
-from qaeval.boundary.worker import build_adapter, call_factory, is_adapter_object, is_factory
 from qaeval.core.errors import UsageError, describe
 from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.system.contract import output_row
 from qaeval.system.validate import validate_plain
+from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, MessageError
+from qaeval.worker.process import UserProcess, child_launch
+from qaeval.worker.serve import build_adapter, call_factory, is_adapter_object, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
@@ -140,7 +140,7 @@ def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
 def spawn_worker(env: Mapping[str, str], message_limit: int) -> UserProcess:
     """A worker interpreter that has started and waits for its setup (no user code runs before it)."""
     try:
-        return UserProcess("qaeval.boundary.worker", env=env, limit=message_limit, what="the adapter's worker")
+        return UserProcess("qaeval.worker.serve", env=env, limit=message_limit, what="the adapter's worker")
     except OSError as exc:
         raise UsageError(str(exc)) from None
 

@@ -10,17 +10,19 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from qaeval.boundary.worker import Caller, answer_one, with_traceback
 from qaeval.core.errors import UsageError, describe
 from qaeval.data.cases import Suite
 from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
+from qaeval.worker.serve import Caller, answer_one, with_traceback
 
 
 class _ThreadOutput(io.TextIOBase):
-    """Stands in for sys.stdout/sys.stderr during an in-process run: writes from an adapter's thread go
+    """Stands in for sys.stdout/sys.stderr while in-process runs go: writes from an adapter's thread go
     to that thread's buffer, everything else to the real stream."""
 
     def __init__(self, real: Any, buffers: dict[int, io.StringIO]) -> None:
@@ -42,6 +44,33 @@ class _ThreadOutput(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]  # a read-only property over the real stream's
         return getattr(self.real, "encoding", "utf-8")
+
+
+# The adapter threads of every in-process run now going, by thread id, each with the buffer its prints go to.
+_buffers: dict[int, io.StringIO] = {}
+_lock = threading.Lock()
+_runs = 0  # in-process runs now going (threads of a notebook may overlap)
+_saved: tuple[Any, Any] = (None, None)
+
+
+@contextmanager
+def _adapter_output_captured() -> Iterator[None]:
+    """sys.stdout and sys.stderr routed (``_ThreadOutput``) while any in-process run is going; the last
+    run to end puts back the streams there were before the first began, whichever ends first."""
+    global _runs, _saved
+    with _lock:
+        if _runs == 0:
+            _saved = (sys.stdout, sys.stderr)
+            sys.stdout, sys.stderr = _ThreadOutput(sys.stdout, _buffers), _ThreadOutput(sys.stderr, _buffers)
+        _runs += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _runs -= 1
+            if _runs == 0:
+                sys.stdout, sys.stderr = _saved
+                _saved = (None, None)
 
 
 def _build(spec: AdapterSpec) -> Any:
@@ -67,16 +96,17 @@ class _ThreadRun:
         self.jobs: queue.SimpleQueue[tuple[int, str, Payload] | None] = queue.SimpleQueue()
         self.results: queue.SimpleQueue[tuple[int, dict[str, Any], str]] = queue.SimpleQueue()
         self.started: dict[int, tuple[str, float]] = {}
-        self.buffers: dict[int, io.StringIO] = {}
         self.recorded: set[int] = set()
         self.remaining = len(suite)
 
     def loop(self) -> None:
         call = Caller(self.adapter)
-        buffer = self.buffers[threading.get_ident()] = io.StringIO()
+        me = threading.get_ident()
+        buffer = _buffers[me] = io.StringIO()
         while True:
             job = self.jobs.get()
             if job is None:
+                _buffers.pop(me, None)
                 return
             index, case_id, payload = job
             self.started[index] = (case_id, time.perf_counter())
@@ -146,10 +176,8 @@ class _ThreadRun:
 
 def run_in_process(spec: AdapterSpec, suite: Suite, *, concurrency: int, timeout: float, done: Done) -> None:
     run = _ThreadRun(_build(spec), suite, timeout=timeout, done=done)
-    real_out, real_err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _ThreadOutput(real_out, run.buffers), _ThreadOutput(real_err, run.buffers)
     try:
-        run.go(concurrency)
+        with _adapter_output_captured():
+            run.go(concurrency)
     finally:
-        sys.stdout, sys.stderr = real_out, real_err
         run.stop(concurrency)

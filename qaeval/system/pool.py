@@ -4,11 +4,11 @@
 order, whatever order they finished in. Three ways to carry the calls:
 
 isolation="process" (the default), here
-    ``concurrency`` worker processes, each a fresh interpreter (``qaeval.boundary.worker``) that builds
+    ``concurrency`` worker processes, each a fresh interpreter (``qaeval.worker.serve``) that builds
     the adapter once and answers the cases it is handed. A worker is sent only what the system may
     see (an opaque id, the question, the sources); every label stays in this process. Its argv names
     no data, its environment loses every variable that names the data folder as a path, its working
-    directory is a private scratch folder (``qaeval.boundary.process``). Replies come back as
+    directory is a private scratch folder (``qaeval.worker.process``). Replies come back as
     length-prefixed JSON messages, read without blocking, each under its case's deadline, each naming
     the case it answers, and are validated here; nothing from a worker is ever unpickled. A worker
     that does not build the adapter within ``startup_timeout`` is stopped; a case past ``timeout`` has
@@ -43,10 +43,6 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.boundary.hardening import harness_guard
-from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, MessageError, encode_case, parse
-from qaeval.boundary.plugins import progress_bar
-from qaeval.boundary.process import UserProcess, stopped_because
 from qaeval.core.errors import UsageError
 from qaeval.core.frames import frame
 from qaeval.data.cases import GoldenCase, Suite
@@ -64,6 +60,10 @@ from qaeval.system.calls import (
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.remote import run_on_executor
+from qaeval.worker.hardening import harness_guard
+from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, MessageError, encode_case, parse
+from qaeval.worker.plugins import progress_bar
+from qaeval.worker.process import UserProcess, stopped_because
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from qaeval.boundary.messages import MessageError, encode_case, parse
-from qaeval.boundary.process import UserProcess, stopped_because
 from qaeval.core.errors import UsageError, describe, install_extra
 from qaeval.data.cases import Suite
 from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
+from qaeval.worker.messages import MessageError, encode_case, parse
+from qaeval.worker.process import UserProcess, stopped_because
 
 
 class RemoteWorkers:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from qaeval.core.audit import Audit
 from qaeval.core.errors import JudgeNotTrusted, UsageError
 from qaeval.core.frames import (
     Each,
@@ -54,7 +55,6 @@ from qaeval.core.frames import (
 )
 from qaeval.core.results import Result
 from qaeval.data.schema import AXES
-from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import format_interval, format_number
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.agreement import (

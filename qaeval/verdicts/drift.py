@@ -18,7 +18,7 @@ alarm, and the result says so.
 
 The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
 ``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code,
-run by the commands in its own process (``qaeval.boundary.clients``): if it raises, exits (even with
+run by the commands in its own process (``qaeval.host.clients``): if it raises, exits (even with
 ``os._exit``) or runs past ``--hook-timeout``, that is noted and the verdict (and exit code 3) stands.
 """
 
@@ -32,15 +32,15 @@ from typing import Any
 
 import pandas as pd
 
-from qaeval.boundary.plugins import contained
+from qaeval.core.audit import Audit
 from qaeval.core.errors import DriftAlarm
 from qaeval.core.files import append_line
 from qaeval.core.frames import Each, Fields, Maybe, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.core.results import Result
-from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import METRIC_NAMES, METRICS, format_number
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.history import history_line, read_history, time_problem
+from qaeval.worker.plugins import contained
 
 DEFAULT_WINDOW = 10
 MIN_HISTORY = 3

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.core.audit import Audit
 from qaeval.core.frames import (
     Each,
     Fields,
@@ -23,7 +24,6 @@ from qaeval.core.frames import (
     rows_of,
     shape_problems,
 )
-from qaeval.record.audit import Audit
 from qaeval.scoring.outcomes import REASON, FailReason
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import CORRECTNESS, Baseline, BaselineCase

@@ -21,12 +21,12 @@ from typing import Any
 
 import pandas as pd
 
+from qaeval.core.audit import Audit
 from qaeval.core.errors import DriftAlarm
 from qaeval.core.files import append_line
 from qaeval.core.frames import Each, Fields, Valid, clean, frame, frame_rows, rows_of, shape_problems
 from qaeval.core.results import Result
 from qaeval.data.logs import parse_timestamp
-from qaeval.record.audit import Audit
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
 from qaeval.scoring.monitor import ROW_COLUMNS, TRACE_COLUMNS, judge_columns
 from qaeval.scoring.monitor_metrics import (

@@ -2,13 +2,13 @@
 
 A generator is any object with a ``config`` (a ``GeneratorConfig``) and ``generate(requests)``, taking
 ``GenerationRequest`` objects and returning one ``GenerationReply`` per request. qaeval ships one,
-``qaeval.proposals.generator:make_generator``: an OpenAI-compatible chat-completions model behind the
+``qaeval.judges.generator:make_generator``: an OpenAI-compatible chat-completions model behind the
 official ``openai`` SDK (the ``openai`` extra), set up exactly like the HTTP judge (the same
 ``--judge-*`` settings and environment variables, ``QAEVAL_GENERATOR_MODEL`` naming the model when it
 differs from the judge's, the same retries with backoff, the same whole-call deadline) and caching its
 replies in the judge's signed cache (``qaeval.judges.cache``) under keys of their own. Any other
 generator is the user's code and runs in its own process, as a custom judge does
-(``qaeval.boundary.clients.GeneratorProcess``).
+(``qaeval.host.clients.GeneratorProcess``).
 
 The prompt is versioned beside the judge's rubric, in ``qaeval/rubric/generate-v1/`` (``system.txt``,
 ``user.txt``); its version is part of every cache key. A request asks for one of three kinds:
@@ -78,7 +78,7 @@ class GeneratorConfig(JudgeConfig):
     @classmethod
     def from_plain(cls, data: Any) -> GeneratorConfig:
         """A config as a generator's process sent it, checked as a custom judge's is, or a UsageError."""
-        from qaeval.boundary.wire import config_from_plain
+        from qaeval.host.wire import config_from_plain
 
         plain = {"prompt_version": PROMPT_VERSION, **data} if isinstance(data, Mapping) else data
         return cls(**asdict(config_from_plain(plain, what="generator")))
@@ -284,7 +284,7 @@ class OpenAIGenerator:
 
 
 def make_generator(settings: JudgeSettings | None = None) -> OpenAIGenerator:
-    """Factory for ``--generator qaeval.proposals.generator:make_generator`` (the default)."""
+    """Factory for ``--generator qaeval.judges.generator:make_generator`` (the default)."""
     import os
 
     settings = settings or JudgeSettings.from_env()

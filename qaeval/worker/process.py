@@ -1,7 +1,7 @@
 """A process that runs user code, and the one way the harness talks to it.
 
 Adapters, custom judges and notify hooks are the user's code. Each runs in a fresh interpreter started
-here, and talks to the harness in messages (``qaeval.boundary.messages``: bounded reads, bounded
+here, and talks to the harness in messages (``qaeval.worker.messages``: bounded reads, bounded
 parsing, bounded writes). This module owns the rest of the rules every such process gets:
 
 - **What the process is given.** Its environment loses every variable whose value names the data
@@ -10,7 +10,7 @@ parsing, bounded writes). This module owns the rest of the rules every such proc
   root it cannot read the harness's memory once the harness is non-dumpable.
 - **What the harness does meanwhile** (Linux): it is non-dumpable and a child subreaper, so a
   descendant that escapes its process group is killed when the run ends. Both Linux parts live in
-  ``qaeval.boundary.hardening``.
+  ``qaeval.worker.hardening``.
 
 Nothing here imports pandas: the worker side imports this module too.
 """
@@ -28,8 +28,8 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from qaeval.boundary.hardening import managed
-from qaeval.boundary.messages import DEFAULT_MESSAGE_LIMIT, Channel, MessageError
+from qaeval.worker.hardening import managed
+from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, Channel, MessageError
 
 # --------------------------------------------------------------------------- the child's side
 

@@ -1,5 +1,5 @@
 """A judge's requests and responses as plain JSON, both ways: what crosses between the harness and a custom
-judge's process (``qaeval.boundary.clients``, ``qaeval.boundary.host``). Decoding is strict: a response that
+judge's process (``qaeval.host.clients``, ``qaeval.host.serve``). Decoding is strict: a response that
 is not what it says it is becomes a judge error for its case, never a verdict."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ progress bars.
 Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
 raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
 verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.boundary.clients``); the proxies that call them raise
+hooks run in their own processes (``qaeval.host.clients``); the proxies that call them raise
 ``UserCodeFailed`` with a finished description when the user's code failed over there.
 """
 
@@ -15,7 +15,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from qaeval.core.errors import QaevalError, UsageError, describe
@@ -25,12 +25,21 @@ class UserCodeFailed(QaevalError):
     """User code run in another process failed; the message says how (raised, exited, hung)."""
 
 
-def _import_path() -> None:
-    """Make the working directory importable, as ``python -m`` does, so ``--adapter my_rag:make`` works
-    from a project folder without installing it."""
+@contextmanager
+def _importable_here() -> Iterator[None]:
+    """The working directory importable while a named module is imported, as ``python -m`` has it, so
+    ``--adapter my_rag:make`` works from a project folder without installing it; then off ``sys.path``
+    again, so the caller's path is what it was (the ``qaeval`` command keeps it on for the whole command)."""
     here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
+    if here in sys.path or "" in sys.path:
+        yield
+        return
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):
+            sys.path.remove(here)
 
 
 def _file_hint(module_name: str, attr: str) -> str:
@@ -54,7 +63,7 @@ def _search_hint(module_name: str, exc: ImportError) -> str:
     missing = getattr(exc, "name", None)
     if not isinstance(exc, ModuleNotFoundError) or not missing or not f"{module_name}.".startswith(f"{missing}."):
         return ""
-    from qaeval.boundary.process import LAUNCHED_FROM
+    from qaeval.worker.process import LAUNCHED_FROM
 
     here = os.environ.get(LAUNCHED_FROM, os.getcwd())
     where = (
@@ -75,9 +84,9 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     if not isinstance(name, str) or name.count(":") != 1 or not all(name.split(":")):
         raise UsageError(f"{what} must be named as module:callable, got {name!r}")
     module_name, attr = name.split(":")
-    _import_path()
     try:
-        module = importlib.import_module(module_name)
+        with _importable_here():
+            module = importlib.import_module(module_name)
     except QaevalError:
         raise
     except ImportError as exc:
@@ -206,18 +215,3 @@ def progress_bar(total: int, *, desc: str, enabled: bool | None = None) -> Itera
         yield bar
     finally:
         bar.close()
-
-
-@contextmanager
-def scoped_environ(settings: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration of a block, then put back what was there."""
-    saved = {var: os.environ.get(var) for var in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value

@@ -1,7 +1,7 @@
 """The process a custom judge, a notify hook or the registered checks and metrics run in:
-``python -m qaeval.boundary.host FD``.
+``python -m qaeval.host.serve FD``.
 
-Started by ``qaeval.boundary.clients`` (which describes the messages it speaks over socket FD). It gives
+Started by ``qaeval.host.clients`` (which describes the messages it speaks over socket FD). It gives
 up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
 file (nothing the user's code prints reaches the harness's terminal), builds the judge or hook, and
 answers until told to stop or until the harness goes away. Every way the user's code can fail in a
@@ -19,25 +19,25 @@ import sys
 import threading
 from typing import Any
 
-from qaeval.boundary.hardening import drop_ptrace, not_dumpable
-from qaeval.boundary.messages import read_message, write_message
-from qaeval.boundary.process import watch_parent
 from qaeval.core.text import USER_TEXT_LIMIT
+from qaeval.worker.hardening import drop_ptrace, not_dumpable
+from qaeval.worker.messages import read_message, write_message
+from qaeval.worker.process import watch_parent
 
 
 def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
     """The judge or hook from its spec; UsageError (or whatever the user's code raised) if it cannot be."""
-    from qaeval.boundary.clients import settings_from_plain
-    from qaeval.boundary.plugins import build as build_plugin
-    from qaeval.boundary.plugins import resolve
     from qaeval.core.errors import UsageError
+    from qaeval.host.clients import settings_from_plain
     from qaeval.scoring.judge import judge_config_of
+    from qaeval.worker.plugins import build as build_plugin
+    from qaeval.worker.plugins import resolve
 
     what = {"judge": "judge", "generator": "generator"}.get(role, "notify hook")
     if role == "generator":
         return build_generator(spec, settings)
     if role == "custom":
-        from qaeval.boundary.custom import build as build_custom
+        from qaeval.host.custom import build as build_custom
 
         return build_custom(spec)
     if "name" in spec:
@@ -57,9 +57,9 @@ def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> A
 
 
 def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
-    from qaeval.boundary.clients import settings_from_plain
-    from qaeval.boundary.plugins import build as build_plugin
     from qaeval.core.errors import UsageError
+    from qaeval.host.clients import settings_from_plain
+    from qaeval.worker.plugins import build as build_plugin
 
     if "name" in spec:
         target: Any = spec["name"]
@@ -73,16 +73,16 @@ def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> An
         raise UsageError(f"the generator is a {type(target).__name__}, with no generate(requests) method")
     config: Any = getattr(target, "config", None)
     plain = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
-    from qaeval.proposals.generator import GeneratorConfig
+    from qaeval.judges.generator import GeneratorConfig
 
     GeneratorConfig.from_plain(plain)  # checked here too, so a bad one is the factory's error
     return target
 
 
 def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
-    from qaeval.boundary.plugins import contained
     from qaeval.data.schema import Source
-    from qaeval.proposals.generator import GenerationReply, GenerationRequest
+    from qaeval.judges.generator import GenerationReply, GenerationRequest
+    from qaeval.worker.plugins import contained
 
     requests = [
         GenerationRequest(
@@ -106,9 +106,9 @@ def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
-    from qaeval.boundary.plugins import contained
-    from qaeval.boundary.wire import request_from_plain, response_to_plain
     from qaeval.core.errors import describe
+    from qaeval.host.wire import request_from_plain, response_to_plain
+    from qaeval.worker.plugins import contained
 
     requests = [request_from_plain(r) for r in plain_requests]
     ok, value = contained(obj.judge, requests, what="the judge")
@@ -127,15 +127,15 @@ def judge(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def notify(hook: Any, alarms: list[dict[str, Any]]) -> dict[str, Any]:
-    from qaeval.boundary.plugins import contained
+    from qaeval.worker.plugins import contained
 
     ok, why = contained(hook, alarms, what="the notify hook")
     return {"done": True} if ok else {"error": why}
 
 
 def score(obj: Any, sample: dict[str, Any]) -> dict[str, Any]:
-    from qaeval.boundary.custom import score as score_sample
-    from qaeval.boundary.plugins import contained
+    from qaeval.host.custom import score as score_sample
+    from qaeval.worker.plugins import contained
 
     ok, reply = contained(score_sample, *obj, sample, what="the checks")
     return reply if ok else {"error": reply}
@@ -159,7 +159,7 @@ def main(fd: int) -> None:
     sys.argv = ["qaeval-host"]
     sys.path[:] = list(setup["sys_path"]) + [p for p in sys.path if p not in setup["sys_path"]]
     threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True, name="qaeval-parent-watch").start()
-    from qaeval.boundary.worker import FdCapture
+    from qaeval.worker.serve import FdCapture
 
     capture = FdCapture(USER_TEXT_LIMIT)
     role = setup["role"]

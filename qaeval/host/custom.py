@@ -4,7 +4,7 @@
 the API (names, or the functions and ``Metric`` objects themselves, shipped with cloudpickle), and every
 entry point of the ``qaeval.checks`` and ``qaeval.metrics`` groups of the installed distributions (read
 from their metadata; nothing of theirs is imported here) are run together by one ``CustomProcess``: a
-fresh interpreter (``python -m qaeval.boundary.host``, role ``custom``) started like a custom judge's (its
+fresh interpreter (``python -m qaeval.host.serve``, role ``custom``) started like a custom judge's (its
 own process group, a scratch folder, no data folder in its environment, no ``CAP_SYS_PTRACE``), so
 no check or metric runs, or is even imported, in the harness's process: none can patch what decides a
 verdict. The messages:
@@ -31,10 +31,6 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from qaeval.boundary.hardening import harness_guard
-from qaeval.boundary.messages import MessageError
-from qaeval.boundary.plugins import UserCodeFailed, contained
-from qaeval.boundary.process import UserProcess
 from qaeval.core.errors import UsageError
 from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.scoring.custom import (
@@ -47,6 +43,10 @@ from qaeval.scoring.custom import (
     valid_unit,
 )
 from qaeval.scoring.metrics import Metric
+from qaeval.worker.hardening import harness_guard
+from qaeval.worker.messages import MessageError
+from qaeval.worker.plugins import UserCodeFailed, contained
+from qaeval.worker.process import UserProcess
 
 GROUPS = {"checks": "qaeval.checks", "metrics": "qaeval.metrics"}
 MAX_LOST = 3
@@ -60,7 +60,7 @@ def installed(kind: str) -> list[str]:
 
 def specs(checks: Sequence[Any], metrics: Sequence[Any]) -> dict[str, list[dict[str, str]]]:
     """The specs a host builds from: those given, then the installed entry points (each once)."""
-    from qaeval.boundary.clients import spec_of
+    from qaeval.host.clients import spec_of
 
     out: dict[str, list[dict[str, str]]] = {}
     for kind, given in (("checks", checks), ("metrics", metrics)):
@@ -98,7 +98,7 @@ def declared(plain: Any) -> Registered:
 
 def _target(spec: Mapping[str, str], what: str) -> tuple[Any, str]:
     if "name" in spec:
-        from qaeval.boundary.plugins import resolve
+        from qaeval.worker.plugins import resolve
 
         return resolve(spec["name"], what=what, want_callable=what == "check"), spec["name"]
     import base64
@@ -227,7 +227,7 @@ class CustomProcess:
         startup: float,
         data_dir: str | os.PathLike[str] | None,
     ) -> None:
-        from qaeval.boundary.clients import Launch
+        from qaeval.host.clients import Launch
 
         self.spec, self.timeout, self.startup = dict(spec), timeout, startup
         self.launch = Launch(data_dir)
@@ -279,7 +279,7 @@ class CustomProcess:
 
     def _ask(self, plain: dict[str, Any]) -> tuple[Any, str]:
         """(the reply, "") or (None, why the case and its process were lost)."""
-        from qaeval.boundary.clients import lost
+        from qaeval.host.clients import lost
 
         deadline = time.monotonic() + self.timeout
         try:

@@ -1,11 +1,11 @@
-"""The worker side of the process boundary: ``python -m qaeval.boundary.worker FD``.
+"""The worker side of the process boundary: ``python -m qaeval.worker.serve FD``.
 
 A worker is a fresh interpreter started by the harness (``qaeval.system.pool``, through
-``qaeval.boundary.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
+``qaeval.worker.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
 data, its environment has had every variable that names the data folder removed, its working directory
 is a private scratch folder, and before any user code is imported it gives up ``CAP_SYS_PTRACE``
 (Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
-descriptor FD) in length-prefixed messages (``qaeval.boundary.messages``), and nothing else:
+descriptor FD) in length-prefixed messages (``qaeval.worker.messages``), and nothing else:
 
     harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits and,
                                                     for a suite with a corpus, the path of its copy in
@@ -65,8 +65,8 @@ def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
     """The adapter object from a spec: {"name": "module:factory"} or {"pickle": base64 cloudpickle of an
     adapter object or a factory}. A factory with a ``corpus`` parameter gets ``corpus`` (a read-only
     ``qaeval.Corpus``, or None when the suite has none)."""
-    from qaeval.boundary.plugins import resolve
     from qaeval.core.errors import UsageError
+    from qaeval.worker.plugins import resolve
 
     if "name" in spec:
         obj = call_factory(resolve(spec["name"], what="adapter"), corpus)
@@ -210,7 +210,7 @@ class FdCapture:
 
 
 def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
-    from qaeval.boundary.messages import HEADER, encode
+    from qaeval.worker.messages import HEADER, encode
 
     data = encode(message)
     if len(data) - HEADER.size > limit:
@@ -235,9 +235,9 @@ def _open_corpus(path: str | None) -> Any:
 def main(fd: int) -> None:
     import socket
 
-    from qaeval.boundary.hardening import drop_ptrace
-    from qaeval.boundary.messages import MessageReader, read_message
-    from qaeval.boundary.process import watch_parent
+    from qaeval.worker.hardening import drop_ptrace
+    from qaeval.worker.messages import MessageReader, read_message
+    from qaeval.worker.process import watch_parent
 
     drop_ptrace()  # before any user code: a root worker must not be able to read the harness's memory
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle

@@ -2,8 +2,8 @@
 
 A judge other than the two built-in ones (``qaeval.judges.offline:make_judge``, the mechanical default,
 and ``qaeval.judges.openai:make_judge``), and every notify hook, is the user's code. Like an adapter it
-runs in a fresh interpreter (``python -m qaeval.boundary.host FD``, started by
-``qaeval.boundary.process.UserProcess``): its own process group, a private scratch working directory, an
+runs in a fresh interpreter (``python -m qaeval.host.serve FD``, started by
+``qaeval.worker.process.UserProcess``): its own process group, a private scratch working directory, an
 environment without the data folder, and (Linux) no ``CAP_SYS_PTRACE``, while the harness is
 non-dumpable (``harness_guard``). Only plain JSON crosses, in messages, and every read has a deadline:
 
@@ -29,8 +29,8 @@ requests are judge errors too, so a judge that never answers costs at most ``MAX
 validates the rest as it does for any judge. Nothing the judge does can reach a verdict except its
 responses.
 
-**Hooks** run the same way, one process per call (``qaeval.boundary.hooks``); requests and responses cross
-as ``qaeval.boundary.wire`` encodes them.
+**Hooks** run the same way, one process per call (``qaeval.host.hooks``); requests and responses cross
+as ``qaeval.host.wire`` encodes them.
 
 With ``isolation="none"`` judges and hooks run in this process, as adapters do.
 """
@@ -45,17 +45,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from qaeval.boundary.hardening import harness_guard
-from qaeval.boundary.messages import MessageError, parse
-from qaeval.boundary.plugins import UserCodeFailed, build
-from qaeval.boundary.process import UserProcess, child_launch, exit_reason
-from qaeval.boundary.wire import config_from_plain, request_to_plain, response_from_plain
 from qaeval.core.errors import UsageError, describe
 from qaeval.core.text import bounded_text
+from qaeval.host.wire import config_from_plain, request_to_plain, response_from_plain
 from qaeval.scoring.judge import JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of
+from qaeval.worker.hardening import harness_guard
+from qaeval.worker.messages import MessageError, parse
+from qaeval.worker.plugins import UserCodeFailed, build
+from qaeval.worker.process import UserProcess, child_launch, exit_reason
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
-HOST = "qaeval.boundary.host"
+HOST = "qaeval.host.serve"
 CHUNK = 16
 MAX_LOST = 2
 
@@ -360,7 +360,7 @@ class GeneratorProcess(HostClient):
         startup: float,
         data_dir: str | os.PathLike[str] | None,
     ) -> None:
-        from qaeval.proposals.generator import GeneratorConfig
+        from qaeval.judges.generator import GeneratorConfig
 
         super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
         try:
@@ -376,17 +376,17 @@ class GeneratorProcess(HostClient):
         return {"generate": [r.to_plain() for r in chunk]}
 
     def errors(self, chunk: Sequence[Any], why: str) -> list[Any]:
-        from qaeval.proposals.generator import GenerationReply
+        from qaeval.judges.generator import GenerationReply
 
         return [GenerationReply(r.request_id, error=why) for r in chunk]
 
     def not_asked(self, chunk: Sequence[Any], why: str) -> list[Any]:
-        from qaeval.proposals.generator import GenerationReply
+        from qaeval.judges.generator import GenerationReply
 
         return [GenerationReply(r.request_id, error=why, given_up=True) for r in chunk]
 
     def decode(self, reply: Any, chunk: Sequence[Any]) -> list[Any]:
-        from qaeval.proposals.generator import GenerationReply
+        from qaeval.judges.generator import GenerationReply
 
         replies = reply.get("replies") if isinstance(reply, dict) else None
         if not isinstance(replies, list) or len(replies) != len(chunk):

@@ -1,5 +1,5 @@
 """Notify hooks, run out of process: ``HookProcess`` is called with the alarms, in a fresh process per
-call (``python -m qaeval.boundary.host FD``, as a custom judge is), which must start within ``startup``
+call (``python -m qaeval.host.serve FD``, as a custom judge is), which must start within ``startup``
 seconds and finish within ``timeout`` seconds (``--hook-timeout``). If it raises, exits, hangs or breaks
 the protocol it raises ``UserCodeFailed`` saying so, which ``contained`` turns into a note; the alarm
 (exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from qaeval.boundary.clients import Launch, lost, spec_of
-from qaeval.boundary.hardening import harness_guard
-from qaeval.boundary.messages import MessageError
-from qaeval.boundary.plugins import UserCodeFailed, resolve
-from qaeval.boundary.process import UserProcess
 from qaeval.core.errors import UsageError
 from qaeval.core.text import bounded_text
+from qaeval.host.clients import Launch, lost, spec_of
+from qaeval.worker.hardening import harness_guard
+from qaeval.worker.messages import MessageError
+from qaeval.worker.plugins import UserCodeFailed, resolve
+from qaeval.worker.process import UserProcess
 
 
 def _plain_alarm(alarm: Mapping[str, Any]) -> dict[str, Any]:
