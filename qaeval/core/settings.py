@@ -103,7 +103,15 @@ class RunSettings:
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> RunSettings:
-        """From a command's checked parameters (a command without one of them takes its default)."""
+        """The run's settings from a command's checked parameters.
+
+        Args:
+            p: The checked parameters (``qaeval.core.params.check``); one the command does not take is
+                the table's default.
+
+        Returns:
+            The settings, their rules checked.
+        """
         return cls(
             k=_given(p, "k"),
             trials=_given(p, "trials"),
