@@ -73,10 +73,11 @@ def suite_of(n: int, folder: Path):
 
 
 def timed(suite, adapter: str, **options) -> float:
+    from qaeval.core.settings import RunSettings
     from qaeval.system.pool import run_suite
 
     start = time.perf_counter()
-    frame = run_suite(suite, adapter, show_progress=False, **options)
+    frame = run_suite(suite, adapter, RunSettings(show_progress=False, **options))
     elapsed = time.perf_counter() - start
     assert frame["error"].isna().all(), frame["error"].dropna().head()
     return elapsed

@@ -64,6 +64,7 @@ _EXPORTS = {
     "JudgeSettings": "qaeval.scoring.judge",
     "OfflineJudge": "qaeval.judges.offline",
     "run_suite": "qaeval.system.pool",
+    "RunSettings": "qaeval.core.settings",
     "load_run": "qaeval.record.read",
     "check": "qaeval.scoring.custom",
     "Sample": "qaeval.scoring.custom",

@@ -15,6 +15,7 @@ the worker processes with cloudpickle); ``judge`` a name, a factory or a judge o
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,11 @@ from qaeval.commands.common import (
     labelled_run,
     make_judge,
     notify_hook_of,
-    record_path,
     recorded,
     score_answers,
     score_labelled_set,
+    suite_of,
 )
-from qaeval.commands.pipeline import fewer_collections
 from qaeval.commands.records import (  # noqa: F401 (the verbs on records: qa.load_run, qa.compare...)
     add_case,
     as_run,
@@ -46,8 +46,9 @@ from qaeval.commands.records import (  # noqa: F401 (the verbs on records: qa.lo
 from qaeval.commands.tracking import TrackingWarning, track  # noqa: F401 (qa.TrackingWarning, qa.track)
 from qaeval.core import params as P
 from qaeval.core.errors import BaselineRefused
-from qaeval.core.locks import holding_the_record
+from qaeval.core.locks import hold
 from qaeval.core.options import BaselineOptions, CalibrateOptions, DriftOptions, GateOptions, MonitorOptions, RunOptions
+from qaeval.core.settings import RunSettings, Settings
 from qaeval.core.text import one_line
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
@@ -116,7 +117,28 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- the verbs
 
 
-@holding_the_record
+def perform(s: Settings, *, log: bool = True, logs: Any = None) -> Any:
+    """Do the command its settings were checked for (``check_parameters``): what each verb below does once
+    its parameters are checked, and what the command line and the notebooks call with the settings they
+    checked, so nothing is checked twice. The command holds the lock of the record it writes
+    (``qaeval.core.locks``) while it runs; a saved record (``record``) is drawn instead of running.
+
+    Args:
+        s: The command's settings.
+        log: Log the command to MLflow when its settings ask for it (the command line logs it itself,
+            once its report exists to be attached).
+        logs: monitor's logs when they are a DataFrame (its settings name them ``<DataFrame>``).
+
+    Returns:
+        The command's result.
+    """
+    if s.record:
+        return recorded(s.record, s.command, _KINDS[s.command])
+    with hold(s.writes):
+        result = _monitor(s, logs) if s.command == "monitor" else _VERBS[s.command](s)
+        return finish(result, s, track=log)
+
+
 def run(data: str | None = None, **options: Unpack[RunOptions]) -> RunResult:
     """Run the system over the golden cases and score every layer.
 
@@ -136,13 +158,9 @@ def run(data: str | None = None, **options: Unpack[RunOptions]) -> RunResult:
         UsageError: A bad parameter or an adapter that cannot be built (exit 64).
         DatasetError: Cases that do not load (exit 65).
     """
-    p = check_parameters("run", data=data, **options)
-    if p["record"]:
-        return recorded("run", p, RunResult)
-    return finish(labelled_run(p), p)
+    return perform(check_parameters("run", data=data, **options))
 
 
-@holding_the_record
 def score(
     suite: Suite | str | Path,
     answers: Any,
@@ -184,7 +202,7 @@ def score(
             an answer for no case of the suite, or a case left without one (exit 65).
     """
     loaded = suite if isinstance(suite, Suite) else load_suite(suite)
-    p = check_parameters(
+    s = check_parameters(
         "run",
         data=str(loaded.root),
         judge=judge,
@@ -196,16 +214,17 @@ def score(
         judge_concurrency=judge_concurrency,
         judge_cache=judge_cache,
         judge_timeout=judge_timeout,
-        pass_k=pass_k,
         isolation="none",
     )
-    trials = answers_by_trial(loaded, answers)  # a bad answer costs no judge call
-    label_frame = load_labels(p["labels"], known_cases={c.id for c in loaded}) if p["labels"] else None
-    result = score_answers(p, loaded, trials).with_labels(label_frame)
-    return finish(result, p)
+    pass_k = P.check_value("pass_k", pass_k)
+    with hold(s.writes):
+        trials = answers_by_trial(loaded, answers)  # a bad answer costs no judge call
+        s = replace(s, run=RunSettings(k=s.run.k, trials=len(trials), pass_k=pass_k, isolation="none"))
+        label_frame = load_labels(s.labels, known_cases={c.id for c in loaded}) if s.labels else None
+        result = score_answers(s, loaded, trials).with_labels(label_frame)
+        return finish(result, s)
 
 
-@holding_the_record
 def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> RunResult:
     """Run, then write the run record a gate compares against.
 
@@ -229,25 +248,26 @@ def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> Run
     Raises:
         BaselineRefused: The run is not green and ``allow_failing`` was not given (exit 1).
     """
-    p = check_parameters("baseline", data=data, **options)
-    if p["allow_failing"] and p.get("resume"):
-        p = {**p, "keep_errors": True}
-    result = evaluate_params(p)
-    if not result.ok and not p["allow_failing"]:
+    return perform(check_parameters("baseline", data=data, **options))
+
+
+def _baseline(s: Settings) -> RunResult:
+    allow_failing = s.params["allow_failing"]  # with resume, it keeps the refused run's errors (ResumeSettings)
+    result = evaluate_params(s)
+    if not result.ok and not allow_failing:
         again = (
-            "; add --resume as well to keep this very run (its outputs wait in the journal)" if record_path(p) else ""
+            "; add --resume as well to keep this very run (its outputs wait in the journal)" if s.resume.journal else ""
         )
         raise BaselineRefused(
             f"not a green run, so not a baseline: {result.reason}. Fix it, or keep it anyway with "
             f"--allow-failing (the baseline then says it was not green){again}",
             result,
         )
-    write_record(result, p["out"], baseline=True, allowed_failing=not result.ok)
-    drop_journal(p)
-    return finish(result, p)
+    write_record(result, s.params["out"], baseline=True, allowed_failing=not result.ok)
+    drop_journal(s)
+    return result
 
 
-@holding_the_record
 def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
     """Gate a fresh run against a baseline record.
 
@@ -270,19 +290,21 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
     Raises:
         BaselineError: The baseline is missing or unreadable (exit 65).
     """
-    p = check_parameters("gate", data=data, **options)
-    if p["record"]:
-        return recorded("gate", p, GateResult)
+    return perform(check_parameters("gate", data=data, **options))
+
+
+def _gate(s: Settings) -> GateResult:
+    p = s.params  # the gate's own parameters
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
     notes = []
-    if options.get("adapter") is None:  # no adapter named: gate the system the baseline was recorded from
-        p, note = _baseline_adapter(p, base.adapter)
+    if "adapter" not in s.given:  # no adapter named: gate the system the baseline was recorded from
+        s, note = _baseline_adapter(s, base.adapter)
         notes.append(note)
-    registers = bool(p["metric"]) or bool(installed("metrics"))  # their tolerances are known once they are built
+    registers = bool(s.metric) or bool(installed("metrics"))  # their tolerances are known once they are built
     limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
     if limits is not None:
-        refuse_adaptive(limits, METRICS, bool(p.get("adaptive")))
-    current = labelled_run(p, base.settled(), check=lambda suite: check_shares_cases(base, [c.id for c in suite]))
+        refuse_adaptive(limits, METRICS, s.run.adaptive)
+    current = labelled_run(s, base.settled(), check=lambda suite: check_shares_cases(base, [c.id for c in suite]))
     limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
     calibration = None
     if current.labels is not None:
@@ -292,9 +314,9 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
             min_agreement=p["min_agreement"],
             min_labels=p["min_labels"],
             min_kappa=p["min_kappa"],
-            source=p["labels"],
+            source=str(s.labels),  # the run carries labels: it was given them
         )
-    if p["case"] or p["cases_from"]:  # some cases: against the baseline's figures over those cases
+    if s.case or s.cases_from:  # some cases: against the baseline's figures over those cases
         base = baseline_for_cases(base, list(current.per_case["case_id"]))
         notes.append(
             f"only the {len(current.per_case)} case(s) --case and --cases-from name were run, and gated against "
@@ -302,21 +324,20 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
         )
     result = gate_verdict(current, base, limits, calibration=calibration, alpha=p["alpha"])
     result.notes[:0] = notes
-    return finish(result, p)
+    return result
 
 
-def _baseline_adapter(p: dict[str, Any], recorded: str | None) -> tuple[dict[str, Any], str]:
-    """The parameters with the adapter a baseline records, when it records one by name, and a note
+def _baseline_adapter(s: Settings, recorded: str | None) -> tuple[Settings, str]:
+    """The settings with the adapter a baseline records, when it records one by name, and a note
     saying which adapter is gated and why."""
     if recorded and P.is_plugin_name(recorded) and recorded.isprintable():
-        return {**p, "adapter": recorded}, f"no adapter given: gating {recorded}, the adapter the baseline records"
-    return p, (
+        return replace(s, adapter=recorded), f"no adapter given: gating {recorded}, the adapter the baseline records"
+    return s, (
         f"no adapter given and the baseline names none by module:factory ({one_line(recorded or 'not recorded')}): "
-        f"gating the default, {p['adapter']}"
+        f"gating the default, {s.adapter}"
     )
 
 
-@holding_the_record
 def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> CalibrationResult:
     """Compare the judge with human labels: keyed labels on a fresh run of ``data``, or a labelled set
     that carries its own outputs (no adapter is called).
@@ -333,22 +354,24 @@ def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> C
     Returns:
         The calibration; ``raise_for_status()`` raises JudgeNotTrusted when an axis misses a bar.
     """
-    p = check_parameters("calibrate", data=data, **options)
-    if p["record"]:
-        return recorded("calibrate", p, CalibrationResult)
-    if p["labelled"]:
-        suite, outputs, label_frame = load_labelled_set(p["labelled"])
+    return perform(check_parameters("calibrate", data=data, **options))
+
+
+def _calibrate(s: Settings) -> CalibrationResult:
+    p = s.params  # calibrate's own parameters
+    if s.labelled:
+        suite, outputs, label_frame = load_labelled_set(s.labelled)
         chosen = axes_to_assess(p["axes"], label_frame["axis"].unique().tolist())  # a bad axis costs no judge call
-        current = score_labelled_set(p, suite, outputs)
-        source = p["labelled"]
+        current = score_labelled_set(s, suite, outputs)
+        source = s.labelled
     else:
+        assert s.labels is not None  # calibrate needs labels or labelled (Settings)
         chosen = axes_to_assess(p["axes"], AXES)
-        with fewer_collections():
-            suite = load_suite(p["data"])
-            label_frame = load_labels(p["labels"], known_cases={c.id for c in suite})
-            current = evaluate_params(p, suite)
-        source = p["labels"]
-    result = calibrate_verdict(
+        suite = suite_of(s)
+        label_frame = load_labels(s.labels, known_cases={c.id for c in suite})
+        current = evaluate_params(s, suite)
+        source = s.labels
+    return calibrate_verdict(
         current,
         label_frame,
         min_agreement=p["min_agreement"],
@@ -356,12 +379,10 @@ def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> C
         min_kappa=p["min_kappa"],
         axes=chosen,
         source=source,
-        labelled=bool(p["labelled"]),
+        labelled=bool(s.labelled),
     )
-    return finish(result, p)
 
 
-@holding_the_record
 def drift(data: str | None = None, **options: Unpack[DriftOptions]) -> DriftResult:
     """Re-run the frozen split, compare with the series' bands, append the run, alarm.
 
@@ -377,15 +398,15 @@ def drift(data: str | None = None, **options: Unpack[DriftOptions]) -> DriftResu
     Returns:
         The drift verdict; ``raise_for_status()`` raises DriftAlarm when a metric left its band.
     """
-    p = check_parameters("drift", data=data, **options)
-    if p["record"]:
-        return recorded("drift", p, DriftResult)
-    frozen = load_suite(p["data"]).select(split="frozen")
-    hook = notify_hook_of(p, p["data"])  # before the run: a typo is a usage error before anything runs
-    return finish(drift_verdict(evaluate_params(p, frozen), p["timeseries"], window=p["window"], notify=hook), p)
+    return perform(check_parameters("drift", data=data, **options))
 
 
-@holding_the_record
+def _drift(s: Settings) -> DriftResult:
+    frozen = suite_of(s).select(split="frozen")
+    hook = notify_hook_of(s, s.data)  # before the run: a typo is a usage error before anything runs
+    return drift_verdict(evaluate_params(s, frozen), s.params["timeseries"], window=s.params["window"], notify=hook)
+
+
 def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResult:
     """Score logged traffic without gold (``qaeval.commands.monitoring``).
 
@@ -402,24 +423,27 @@ def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResul
     Returns:
         The monitor's result; ``raise_for_status()`` raises DriftAlarm when a window alarmed.
     """
+    table = logs if logs is not None and not isinstance(logs, (str, Path)) else None
+    s = check_parameters("monitor", logs="<DataFrame>" if table is not None else logs, **options)
+    return perform(s, logs=table)
+
+
+def _monitor(s: Settings, table: Any = None) -> MonitorResult:
     from qaeval.commands.monitoring import monitor as monitor_logs
 
-    table = logs if logs is not None and not isinstance(logs, (str, Path)) else None
-    p = check_parameters("monitor", logs="<DataFrame>" if table is not None else logs, **options)
-    if p["record"]:
-        return recorded("monitor", p, MonitorResult)
-    hook = notify_hook_of(p, None)
+    p = s.params  # monitor's own parameters
+    hook = notify_hook_of(s, None)
     with ExitStack() as stack:
-        client = make_judge(p)
+        client = make_judge(s)
         stack.callback(clients.close_judge, client)
-        result = monitor_logs(
+        return monitor_logs(
             table if table is not None else p["logs"],
             client,
             by=p["by"],
             every=p["time_window"],
             sample=p["sample"],
             seed=p["seed"],
-            labels=p["labels"],
+            labels=s.labels,
             timeseries=p["timeseries"],
             band_window=p["band_window"],
             min_rows=p["min_rows"],
@@ -427,4 +451,17 @@ def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResul
             log_format=None if p["log_format"] == "auto" else p["log_format"],
             annotations=p["annotations"],
         )
-    return finish(result, p)
+
+
+def _run(s: Settings) -> RunResult:
+    return labelled_run(s)
+
+
+_VERBS: dict[str, Any] = {"run": _run, "baseline": _baseline, "gate": _gate, "calibrate": _calibrate, "drift": _drift}
+_KINDS: dict[str, type] = {
+    "run": RunResult,
+    "gate": GateResult,
+    "calibrate": CalibrationResult,
+    "drift": DriftResult,
+    "monitor": MonitorResult,
+}  # what a saved record drawn by each command must be

@@ -67,23 +67,11 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
-    params = _scoring_params(args)  # --quiet is progress=False, passed to the verb like every other setting
-    tracker = {name: params.pop(name) for name in ("mlflow", "mlflow_experiment") if name in params}
+    params = _scoring_params(args)  # --quiet is progress=False, passed down like every other setting
     api = _api()
-    verb = {
-        "run": api.run,
-        "baseline": api.baseline,
-        "gate": api.gate,
-        "calibrate": api.calibrate,
-        "drift": api.drift,
-        "monitor": api.monitor,
-    }[args.command]
-    _common().check_output_paths(
-        params | tracker, html=args.html
-    )  # before anything runs: no output may overwrite an input
-    if tracker:  # logged below, once the report exists to be attached
-        _common().check_parameters(args.command, **params, **tracker)
-    result = verb(**params)
+    # checked once, the report this command adds included (no output may overwrite an input)
+    settings = _common().check_parameters(args.command, html=args.html, **params)
+    result = api.perform(settings, log=False)  # logged below, once the report exists to be attached
     notes = []
     if args.command == "baseline":
         default = "" if params.get("adapter") else " (no --adapter given: the bundled reference system)"
@@ -93,10 +81,8 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.html:
         _notebook().render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
-    if tracker.get("mlflow"):
-        tracked = api.track(
-            result, tracker["mlflow"], tracker.get("mlflow_experiment"), record=params.get("save"), html=args.html
-        )
+    if settings.mlflow:
+        tracked = api.track(result, settings.mlflow, settings.mlflow_experiment, record=settings.save, html=args.html)
         notes.append(tracked.message if tracked.ok else f"qaeval: warning: {tracked.message}")
     return result.summary_text(), result.exit_code, notes
 

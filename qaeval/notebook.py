@@ -10,7 +10,8 @@ a saved record or a folder of runs as a page.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,14 @@ from qaeval.core import params as P
 from qaeval.core.errors import UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
 from qaeval.core.results import Result
+from qaeval.core.settings import Settings
 from qaeval.record.read import load_run
 from qaeval.record.runs import runs_table
 from qaeval.record.write import write_record
 from qaeval.verdicts.compare import Comparison
 
 
-def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+def parameters(command: str, namespace: Mapping[str, Any]) -> Settings:
     """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
     overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
     itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter.
@@ -36,7 +38,8 @@ def parameters(command: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
         namespace: The notebook's globals after its parameters cell.
 
     Returns:
-        The checked parameters, every one of the command's with its default filled in.
+        The command's checked settings (``qaeval.core.settings.Settings``; ``params`` holds every one of
+        its parameters, with its default filled in), for ``result`` or ``propose``.
 
     Raises:
         UsageError: An injected name the notebook does not know, or a bad value (exit 64).
@@ -78,39 +81,36 @@ def _injected_names() -> list[str]:
     return []
 
 
-def result(command: str, p: Mapping[str, Any]) -> Result:
+def result(command: str, p: Settings | Mapping[str, Any]) -> Result:
     """What a report notebook draws: the saved record it was given, or a fresh run of the command.
 
     Args:
         command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``).
-        p: Its checked parameters (``parameters``). No progress bar is drawn unless ``progress`` is True.
+        p: Its checked settings (``parameters``), which are not checked again; or its parameters by name,
+            checked here. No progress bar is drawn
+            unless ``progress`` is True.
 
     Returns:
         The command's result.
     """
-    verbs: dict[str, Callable[..., Result]] = {
-        "run": api.run,
-        "gate": api.gate,
-        "calibrate": api.calibrate,
-        "drift": api.drift,
-        "monitor": api.monitor,
-    }
-    options = dict(p)
-    if options.get("progress") is None:  # a bar drawn into a report is noise, not progress
-        options["progress"] = False
-    return verbs[command](**options)
+    settings = p if isinstance(p, Settings) else check_parameters(command, **dict(p))
+    if settings.command != command:
+        raise UsageError(f"these are the {settings.command} notebook's settings, not the {command} notebook's")
+    if settings.run.show_progress is None:  # a bar drawn into a report is noise, not progress
+        settings = replace(settings, run=replace(settings.run, show_progress=False))
+    return api.perform(settings)
 
 
-def propose(p: Mapping[str, Any]) -> Any:
+def propose(p: Settings | Mapping[str, Any]) -> Any:
     """The propose notebook's proposal (``qaeval.proposals.run.propose``), its sheet written.
 
     Args:
-        p: The propose notebook's checked parameters.
+        p: The propose notebook's checked settings (``parameters``), or its parameters by name.
 
     Returns:
         The proposal.
     """
-    return api.propose(**dict(p))  # it draws no progress bar
+    return api.propose(**dict(p.params if isinstance(p, Settings) else p))  # it draws no progress bar
 
 
 def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:

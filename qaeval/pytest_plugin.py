@@ -98,20 +98,10 @@ class _Runs:
             if self.selected is not None and len(self.selected) < len(suite):
                 wanted = set(self.selected)
                 suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
-            p = check_parameters("run", data=str(suite.root), **self._params())
-            custom = make_custom(p)
+            settings = check_parameters("run", data=str(suite.root), **self._params())
+            custom = make_custom(settings)
             try:
-                self._run = evaluate(
-                    suite,
-                    p["adapter"],
-                    make_judge(p),
-                    k=p["k"],
-                    timeout=p["timeout"],
-                    concurrency=p["concurrency"],
-                    isolation=p["isolation"],
-                    custom=custom,
-                    trials=p["trials"],
-                )
+                self._run = evaluate(suite, settings.adapter, make_judge(settings), settings.run, custom=custom)
             finally:
                 close_custom(custom)
             if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):

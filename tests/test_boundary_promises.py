@@ -16,6 +16,7 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api, load_suite, run_suite
+from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.data.cases import Suite
 from qaeval.worker.messages import MAX_CONTAINERS, encode, encode_case, read_message
@@ -65,7 +66,7 @@ def test_an_adapter_factory_that_never_returns_is_a_usage_error_within_the_start
 @pytest.mark.parametrize("adapter", ["make_half_header", "make_half_body"])
 def test_a_half_sent_frame_times_out_its_case(living, adapter):
     start = time.monotonic()
-    frame = run_suite(living, f"hostile_adapters:{adapter}", timeout=1.0, concurrency=2)
+    frame = run_suite(living, f"hostile_adapters:{adapter}", RunSettings(timeout=1.0, concurrency=2))
     elapsed = time.monotonic() - start
     assert frame["error"].str.startswith("timed out after 1 s").all(), frame["error"].tolist()
     assert elapsed < 30, f"{len(living)} cases with a 1 s deadline took {elapsed:.1f} s"
@@ -75,14 +76,14 @@ def test_a_half_sent_frame_times_out_its_case(living, adapter):
 
 
 def test_logs_past_the_limit_are_cut_by_the_harness(living):
-    frame = run_suite(first(living), "hostile_adapters:make_huge_logs", timeout=5)
+    frame = run_suite(first(living), "hostile_adapters:make_huge_logs", RunSettings(timeout=5))
     logs = frame["logs"][0]
     assert frame["error"].isna().all(), frame["error"].tolist()
     assert len(logs) <= LOG_LIMIT + 80 and "dropped by the harness" in logs
 
 
 def test_a_frame_over_the_limit_stops_its_worker(living):
-    frame = run_suite(first(living), "hostile_adapters:make_huge_frame", timeout=30)
+    frame = run_suite(first(living), "hostile_adapters:make_huge_frame", RunSettings(timeout=30))
     assert frame["error"][0] == (
         "the adapter's worker announced a message of 16777216 bytes; the limit is 8388608 (it was stopped)"
     ), frame["error"][0]
@@ -104,7 +105,7 @@ def test_a_frame_over_the_limit_is_named_even_when_the_worker_exits_at_once(livi
         return ready
 
     monkeypatch.setattr(pool._PoolRun, "readable", after_the_exit)
-    frame = run_suite(first(living), "hostile_adapters:make_huge_frame_then_exit", timeout=30)
+    frame = run_suite(first(living), "hostile_adapters:make_huge_frame_then_exit", RunSettings(timeout=30))
     assert frame["error"][0] == (
         "the adapter's worker announced a message of 16777216 bytes; the limit is 8388608 (it was stopped)"
     ), frame["error"][0]
@@ -114,7 +115,7 @@ def test_a_worker_that_hangs_up_and_keeps_running_is_said_to_have_hung_up(living
     """Its connection closed while its process lived on: qaeval stopped it, so "killed by SIGKILL" (what the
     case said) blamed a signal nobody but qaeval sent."""
     start = time.monotonic()
-    frame = run_suite(first(living), "hostile_adapters:make_hangs_up", timeout=60)
+    frame = run_suite(first(living), "hostile_adapters:make_hangs_up", RunSettings(timeout=60))
     assert frame["error"][0] == ("adapter process closed its connection and kept running (it was stopped)"), frame[
         "error"
     ][0]
@@ -122,7 +123,7 @@ def test_a_worker_that_hangs_up_and_keeps_running_is_said_to_have_hung_up(living
 
 
 def test_a_frame_of_too_many_containers_is_not_parsed(living):
-    frame = run_suite(first(living), "hostile_adapters:make_many_dicts", timeout=30)
+    frame = run_suite(first(living), "hostile_adapters:make_many_dicts", RunSettings(timeout=30))
     assert f"the limit is {MAX_CONTAINERS}" in frame["error"][0], frame["error"][0]
 
 
@@ -152,7 +153,7 @@ def test_a_default_socket_timeout_in_the_harness_leaves_the_workers_socket_block
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(10)
     try:
-        frame = run_suite(living, "plugins:make_socket_reporter", timeout=30)
+        frame = run_suite(living, "plugins:make_socket_reporter", RunSettings(timeout=30))
     finally:
         socket.setdefaulttimeout(previous)
     assert frame["error"].isna().all(), frame["error"].tolist()
@@ -205,7 +206,9 @@ def test_a_case_built_from_str_subclasses_reaches_the_system_as_plain_text(livin
         question=np.str_(case.question),
         sources=(Source(Label("s-odd"), np.str_("Numpy text."), Label("A title")), *case.sources[1:]),
     )
-    frame = run_suite(Suite([odd], living.root), "plugins:make_type_reporter", isolation=isolation, timeout=30)
+    frame = run_suite(
+        Suite([odd], living.root), "plugins:make_type_reporter", RunSettings(isolation=isolation, timeout=30)
+    )
     assert frame["error"].isna().all(), frame["error"][0]
     seen = json.loads(frame["answer"][0])
     assert [value for value, _ in seen[:4]] == [case.question, "s-odd", "Numpy text.", "A title"]
@@ -216,25 +219,25 @@ def test_a_case_built_from_str_subclasses_reaches_the_system_as_plain_text(livin
 def test_a_reply_in_marshal_form_is_refused_not_unmarshalled(living):
     """Only the harness writes marshal: a worker's reply is strict JSON, and one in marshal's format fails
     its case as not JSON (the harness never unmarshals what user code wrote)."""
-    frame = run_suite(first(living), "hostile_adapters:make_marshal_reply", timeout=30)
+    frame = run_suite(first(living), "hostile_adapters:make_marshal_reply", RunSettings(timeout=30))
     error = frame["error"][0]
     assert error and "JSON" in error and frame["answer"][0] == "", error
 
 
 def test_a_reply_for_another_case_fails_the_case(living):
-    frame = run_suite(living, "hostile_adapters:make_other_id", timeout=30, concurrency=2)
+    frame = run_suite(living, "hostile_adapters:make_other_id", RunSettings(timeout=30, concurrency=2))
     assert frame["error"].str.contains("a reply for a case it was not asked").all(), frame["error"].tolist()
 
 
 def test_a_second_reply_fails_the_case_it_answered(living):
-    frame = run_suite(living, "hostile_adapters:make_twice", timeout=30, concurrency=1)
+    frame = run_suite(living, "hostile_adapters:make_twice", RunSettings(timeout=30, concurrency=1))
     errors = frame["error"].tolist()
     # every case but the last is followed by another, so its extra frame is always seen
     assert all(e and ("second reply" in e or "not asked" in e) for e in errors[:-1]), errors
 
 
 def test_a_reply_over_the_configured_limit_fails_on_the_worker_side(living):
-    frame = run_suite(first(living), "qaeval.system.reference:make_adapter", max_reply_bytes=200)
+    frame = run_suite(first(living), "qaeval.system.reference:make_adapter", RunSettings(max_reply_mb=200 / 2**20))
     assert "the limit is 200" in frame["error"][0]
 
 
@@ -267,7 +270,7 @@ def test_a_worker_that_exits_while_a_descendant_holds_its_socket_fails_its_case_
     """No end-of-file ever comes (an escaped descendant keeps the socket open), so the pool notices the
     exit itself (EXIT_CHECK), well before the case's 60 s deadline."""
     start = time.monotonic()
-    frame = run_suite(first(living), "hostile_adapters:make_exits_leaving_socket_open", timeout=60)
+    frame = run_suite(first(living), "hostile_adapters:make_exits_leaving_socket_open", RunSettings(timeout=60))
     assert frame["error"][0] == "adapter process exited with code 5", frame["error"][0]
     assert time.monotonic() - start < 30
 
@@ -367,7 +370,7 @@ def test_a_data_folder_named_bin_keeps_path():
 
 
 def test_error_text_is_cut_by_the_harness_and_a_huge_answer_is_malformed(living):
-    error = run_suite(first(living), "hostile_adapters:make_huge_error", timeout=30)["error"][0]
+    error = run_suite(first(living), "hostile_adapters:make_huge_error", RunSettings(timeout=30))["error"][0]
     assert error.startswith("eeee") and error.endswith("[... 98000 more characters]")
     answer = run_suite(first(living), "hostile_adapters:make_long")["error"][0]
     assert answer == "malformed output: answer is 1250000 characters long (limit 1000000)"

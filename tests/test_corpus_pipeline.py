@@ -188,10 +188,11 @@ def make_altering(corpus=None):
 @pytest.mark.parametrize("isolation", ["process", "none"])
 def test_a_factory_with_a_corpus_parameter_gets_the_corpus_and_never_the_data_folder(tmp_path, isolation):
     from qaeval import run_suite
+    from qaeval.core.settings import RunSettings
 
     folder = corpus_folder(tmp_path)
     suite = load_suite(folder)
-    outputs = run_suite(suite, make_own_index, isolation=isolation, concurrency=1, show_progress=False)
+    outputs = run_suite(suite, make_own_index, RunSettings(isolation=isolation, concurrency=1, show_progress=False))
     row = outputs.iloc[0]
     assert row["error"] is None, row["error"]
     assert row["retrieved_ids"] == ["p-eastside", "p-northgate", "own-note"]

@@ -10,6 +10,7 @@ from conftest import GOLDEN
 
 from qaeval import UsageError, api, load_suite, run_suite
 from qaeval.cli import main
+from qaeval.core.settings import RunSettings
 from qaeval.data.cases import Suite
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
@@ -70,7 +71,7 @@ def test_nothing_an_adapter_returns_is_unpickled_by_the_harness(cluster, tmp_pat
     with distributed.Client(cluster) as client:
         worker_pids = set(client.run(os.getpid).values())
         suite = load_suite(GOLDEN).select(split="living")
-        frame = run_suite(suite, "hostile_adapters:make_pickler", executor=client.get_executor())
+        frame = run_suite(suite, "hostile_adapters:make_pickler", RunSettings(executor=client.get_executor()))
     assert frame["error"].isna().all(), frame["error"].tolist()
     adapter_pids = {int(a) for a in frame["answer"]}
     assert not adapter_pids & worker_pids, "the adapter ran inside a Dask worker's own process"
@@ -80,7 +81,7 @@ def test_nothing_an_adapter_returns_is_unpickled_by_the_harness(cluster, tmp_pat
 def test_a_hang_on_dask_is_stopped_by_the_executor_side(cluster):
     with distributed.Client(cluster) as client:
         suite = load_suite(GOLDEN).select(split="living")
-        frame = run_suite(suite, "plugins:make_hanging", executor=client.get_executor(), timeout=1.0)
+        frame = run_suite(suite, "plugins:make_hanging", RunSettings(executor=client.get_executor(), timeout=1.0))
     assert frame["error"].str.startswith("timed out after 1 s (its worker was stopped)").all(), frame["error"].tolist()
 
 
@@ -93,8 +94,7 @@ def test_an_exit_on_dask_while_a_descendant_holds_the_socket_fails_the_case_at_o
         frame = run_suite(
             Suite(suite.cases[:1], suite.root),
             "hostile_adapters:make_exits_leaving_socket_open",
-            executor=client.get_executor(),
-            timeout=60,
+            RunSettings(executor=client.get_executor(), timeout=60),
         )
     assert frame["error"].tolist() == ["adapter process exited with code 5"]
     assert frame["latency_s"][0] < 30
@@ -111,7 +111,9 @@ def test_the_workers_an_executor_started_leave_no_scratch_folder(tmp_path, monke
         distributed.Client(cluster) as client,
     ):
         frame = run_suite(
-            load_suite(GOLDEN), "qaeval.system.reference:make_adapter", executor=client.get_executor(), concurrency=2
+            load_suite(GOLDEN),
+            "qaeval.system.reference:make_adapter",
+            RunSettings(executor=client.get_executor(), concurrency=2),
         )
         assert frame["error"].isna().all()
         assert list(tmp_path.glob("qaeval-scratch-*")), "the adapter ran in worker processes started there"
@@ -137,7 +139,7 @@ def test_an_adapter_that_starts_on_dask_and_then_fails_cases_still_runs(cluster)
     """Only an adapter that never started is refused: one that answered a case and then fails others keeps
     its run (each failure is its case's)."""
     with distributed.Client(cluster) as client:
-        frame = run_suite(load_suite(GOLDEN), "plugins:make_raises_on_one", executor=client.get_executor())
+        frame = run_suite(load_suite(GOLDEN), "plugins:make_raises_on_one", RunSettings(executor=client.get_executor()))
     assert frame["error"].isna().sum() == len(frame) - 1
     assert frame["error"].str.contains("backend down for this one").sum() == 1
 
@@ -150,8 +152,10 @@ def test_a_worker_on_dask_ends_and_hangs_up_in_the_words_it_does_locally(cluster
     one = Suite(suite.cases[:1], suite.root)
     with distributed.Client(cluster) as client:
         with pytest.raises(UsageError) as refused:
-            run_suite(one, "plugins:make_process_ending_factory", executor=client.get_executor())
-        frame = run_suite(one, "hostile_adapters:make_hangs_up", executor=client.get_executor(), timeout=60)
+            run_suite(one, "plugins:make_process_ending_factory", RunSettings(executor=client.get_executor()))
+        frame = run_suite(
+            one, "hostile_adapters:make_hangs_up", RunSettings(executor=client.get_executor(), timeout=60)
+        )
     assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)
     assert frame["error"].tolist() == ["adapter process closed its connection and kept running (it was stopped)"]
 
@@ -167,7 +171,6 @@ def test_a_factory_that_ends_while_a_descendant_holds_the_socket_is_refused_at_o
             run_suite(
                 Suite(suite.cases[:1], suite.root),
                 "plugins:make_factory_ending_behind_a_descendant",
-                executor=client.get_executor(),
-                startup_timeout=60,
+                RunSettings(executor=client.get_executor(), startup_timeout=60),
             )
     assert "worker exited with code 3 before the adapter was built" in str(refused.value), str(refused.value)

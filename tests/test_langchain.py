@@ -196,9 +196,10 @@ def test_a_fixed_chain_in_the_legacy_shape_and_one_that_never_calls_a_model():
 
 def test_a_chain_that_returns_the_wrong_shape_fails_its_case_with_the_keys_it_gave():
     from qaeval import load_suite, run_suite
+    from qaeval.core.settings import RunSettings
 
     make = adapter_factory(chain=RunnableLambda(lambda x: {"text": "7 days"}))
-    frame = run_suite(load_suite(GOLDEN), make, isolation="none")
+    frame = run_suite(load_suite(GOLDEN), make, RunSettings(isolation="none"))
     assert (
         frame["error"]
         .str.contains(

@@ -16,6 +16,7 @@ import pytest
 from conftest import GOLDEN, ROOT, make_case, write_cases
 
 from qaeval import UsageError, api, load_suite, run_suite
+from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.record.write import write_record
 
@@ -52,7 +53,7 @@ def secrets_of(suite) -> list[str]:
 def snoop(monkeypatch, suite, **options):
     hashes = [hashlib.sha256(s.encode()).hexdigest() for s in secrets_of(suite)]
     monkeypatch.setenv("QAEVAL_TEST_SECRETS", ",".join(hashes))
-    frame = run_suite(suite, "plugins:make_snooper", **options)
+    frame = run_suite(suite, "plugins:make_snooper", RunSettings(**options))
     found = [
         int(line.split()[1]) for logs in frame["logs"] for line in logs.splitlines() if line.startswith("snooper:")
     ]
@@ -133,7 +134,7 @@ def test_a_worker_sees_opaque_ids_only(golden):
     ],
 )
 def test_raising_and_exiting_adapters_fail_their_cases_with_the_reason(golden, factory, reason):
-    frame = run_suite(golden.select(split="living"), factory, concurrency=2)
+    frame = run_suite(golden.select(split="living"), factory, RunSettings(concurrency=2))
     where = " (at plugins.py:" if "raised" in reason else ""  # an exception names where it was raised
     assert [e.split(where)[0] if where else e for e in frame["error"]] == [reason] * 5
     assert all(where in e for e in frame["error"])
@@ -142,7 +143,7 @@ def test_raising_and_exiting_adapters_fail_their_cases_with_the_reason(golden, f
 def test_the_worker_that_replaces_one_that_exited_is_heard(golden):
     """One worker: the one started in place of the worker that exited takes its socket's number, and the
     pool waits on the new socket, so every other case is answered (none waits for a timeout)."""
-    frame = run_suite(golden, "plugins:make_exits_on_one", concurrency=1, timeout=20)
+    frame = run_suite(golden, "plugins:make_exits_on_one", RunSettings(concurrency=1, timeout=20))
     errors = frame.set_index("case_id")["error"]
     assert errors.notna().sum() == 1 and errors.dropna().iloc[0] == "adapter process exited with code 3"
     assert frame["abstained"].sum() + (frame["answer"] != "").sum() == len(golden) - 1
@@ -150,7 +151,7 @@ def test_the_worker_that_replaces_one_that_exited_is_heard(golden):
 
 def test_a_hang_that_swallows_every_exception_is_stopped_from_outside(golden):
     living = golden.select(split="living")
-    frame = run_suite(living, "plugins:make_hanging", timeout=0.5, concurrency=5)
+    frame = run_suite(living, "plugins:make_hanging", RunSettings(timeout=0.5, concurrency=5))
     assert list(frame["error"]) == ["timed out after 0.5 s (its worker was stopped and replaced)"] * 5
 
 
@@ -213,12 +214,12 @@ def test_a_class_is_a_factory_in_every_isolation_and_is_recorded_by_its_name():
 
 def test_async_adapters_are_awaited(golden):
     for isolation in ("process", "none"):
-        frame = run_suite(golden, "plugins:make_async_hub", isolation=isolation)
+        frame = run_suite(golden, "plugins:make_async_hub", RunSettings(isolation=isolation))
         assert frame["error"].isna().all() and frame["answer"].str.len().gt(0).sum() == 12
 
 
 def test_concurrency_keeps_suite_order_and_uses_several_workers(golden):
-    frame = run_suite(golden, "plugins:make_slow", concurrency=4)
+    frame = run_suite(golden, "plugins:make_slow", RunSettings(concurrency=4))
     assert list(frame["case_id"]) == [c.id for c in golden]
     assert all(a == c.sources[0].text for a, c in zip(frame["answer"], golden))
     pids = {line for logs in frame["logs"] for line in logs.splitlines() if line.startswith("pid ")}
@@ -359,8 +360,8 @@ class SubclassingAdapter:
 def test_str_and_float_subclasses_come_back_as_plain_values(golden, isolation):
     """In process or not, the outputs hold exact str and float values with the same text, so nothing an
     adapter's subclass overrides runs in scoring; and the cases score as the plain output would."""
-    outputs = run_suite(golden, SubclassingAdapter(), isolation=isolation, concurrency=2)
-    plain = run_suite(golden, "qaeval.system.reference:make_adapter", isolation="none", concurrency=2)
+    outputs = run_suite(golden, SubclassingAdapter(), RunSettings(isolation=isolation, concurrency=2))
+    plain = run_suite(golden, "qaeval.system.reference:make_adapter", RunSettings(isolation="none", concurrency=2))
     assert outputs["error"].isna().all(), outputs["error"].dropna().tolist()
     for column in ("answer", "prompt_to_model"):
         assert {type(v) for v in outputs[column] if v is not None} == {str}
@@ -416,7 +417,7 @@ def test_the_case_queued_behind_a_stopped_worker_is_answered_by_its_replacement(
     real = pool.make_payload
     monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
     living = golden.select(split="living")
-    frame = run_suite(living, factory, timeout=1, concurrency=1).set_index("case_id")
+    frame = run_suite(living, factory, RunSettings(timeout=1, concurrency=1)).set_index("case_id")
     stopped, behind = "single-0006", "single-0007"
     assert frame.at[stopped, "error"] == reason
     assert frame.drop(index=stopped)["error"].isna().all(), frame["error"].tolist()
@@ -447,7 +448,7 @@ def test_a_queued_case_is_timed_from_when_its_worker_turns_to_it(golden):
     """The case queued behind a 1.5 s case takes 1.2 s itself: timed from when it was sent (2.7 s) it
     would pass the 2 s timeout; timed from when its worker turned to it, it does not."""
     living = golden.select(split="living")
-    frame = run_suite(living, "plugins:make_takes_its_time", timeout=2, concurrency=1).set_index("case_id")
+    frame = run_suite(living, "plugins:make_takes_its_time", RunSettings(timeout=2, concurrency=1)).set_index("case_id")
     assert frame["error"].isna().all(), frame["error"].tolist()  # timed from when it was sent, it would time out
     # Its clock starts when the harness reads the reply before it, a little after the worker turned to it,
     # so under load its latency can read a few milliseconds short of the 1.2 s it took (CI saw 1.1985).
@@ -462,9 +463,9 @@ def test_a_second_reply_fails_the_case_it_repeats_and_hands_back_the_case_behind
     sent: list[str] = []
     real = pool.make_payload
     monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
-    frame = run_suite(golden.select(split="living"), "plugins:make_answers_twice", timeout=30, concurrency=1).set_index(
-        "case_id"
-    )
+    frame = run_suite(
+        golden.select(split="living"), "plugins:make_answers_twice", RunSettings(timeout=30, concurrency=1)
+    ).set_index("case_id")
     assert frame.at["single-0006", "error"] == "its worker sent a second reply for it (it was stopped)"
     assert frame.drop(index="single-0006")["error"].isna().all(), frame["error"].tolist()
     assert sent.count("single-0007") == 2, sent  # queued behind it, then handed to the replacement
@@ -489,9 +490,9 @@ def test_a_frame_too_big_to_wait_in_the_socket_is_not_queued_so_deadlines_hold(t
     sent: list[str] = []
     real = pool.make_payload
     monkeypatch.setattr(pool, "make_payload", lambda case: sent.append(case.id) or real(case))
-    frame = run_suite(load_suite(str(folder)), "plugins:make_slow_on_the_first", timeout=1.5, concurrency=1).set_index(
-        "case_id"
-    )
+    frame = run_suite(
+        load_suite(str(folder)), "plugins:make_slow_on_the_first", RunSettings(timeout=1.5, concurrency=1)
+    ).set_index("case_id")
     assert frame.at["c1", "error"] == "timed out after 1.5 s (its worker was stopped and replaced)"
     assert frame.at["c2", "error"] is None or pd.isna(frame.at["c2", "error"])
     assert sent == ["c1", "c2"]  # c2 was made ready once and sent once, to the replacement
@@ -522,7 +523,7 @@ def test_overlapping_runs_and_a_collector_turned_off_keep_the_callers_settings()
         gc.set_threshold(*before)
 
 
-class _ScriptedExecutor:
+class _ScriptedExecutor(cf.Executor):
     """An executor whose first call comes back first, saying the adapter could not start there; the second
     comes back answered once the first has been read, and any later one answered at once: an adapter that
     failed to start on one of the executor's workers while it started on another. Nothing runs; the order
@@ -574,7 +575,9 @@ def test_an_adapter_that_fails_to_start_on_one_executor_worker_but_starts_on_ano
     """A review: the first reply said "could not start" and the run was refused, while another worker had
     started it. The calls in flight are waited for first; only when none of them started is it refused."""
     suite = load_suite(GOLDEN)
-    frame = run_suite(suite, "qaeval.system.reference:make_adapter", executor=_ScriptedExecutor(), concurrency=2)
+    frame = run_suite(
+        suite, "qaeval.system.reference:make_adapter", RunSettings(executor=_ScriptedExecutor(), concurrency=2)
+    )
     errors = frame["error"].tolist()
     assert errors[0] == "adapter could not start: RuntimeError: no GPU here"
     assert all(e is None for e in errors[1:]) and frame["abstained"].tolist()[1:] == [True] * (len(suite) - 1)

@@ -15,6 +15,7 @@ from conftest import GOLDEN, ROOT
 
 from qaeval import api
 from qaeval.commands.pipeline import evaluate
+from qaeval.core.settings import RunSettings
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
 from qaeval.record.read import load_run
@@ -196,7 +197,7 @@ def test_the_judge_is_asked_while_the_system_still_answers():
     suite = load_suite(GOLDEN)
     first_judged = next(c for c in suite if not c.must_abstain)  # so the first output is judged
     ordered = type(suite)((first_judged, *[c for c in suite if c.id != first_judged.id]), suite.root, suite.corpus)
-    run = evaluate(ordered, WaitsForTheJudge(judge), judge, isolation="none", concurrency=1)
+    run = evaluate(ordered, WaitsForTheJudge(judge), judge, RunSettings(isolation="none", concurrency=1))
     assert run.outputs["error"].isna().all(), run.outputs["error"].dropna().tolist()
 
 
@@ -204,7 +205,7 @@ def test_a_streamed_run_is_the_run_its_outputs_score_to(tmp_path):
     """Field by field, times aside: the record of a streamed run equals the record of scoring the same
     outputs in one pass afterwards (``score_outputs``)."""
     suite = load_suite(GOLDEN)
-    streamed = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), isolation="none")
+    streamed = evaluate(suite, "qaeval.system.reference:make_adapter", OfflineJudge(), RunSettings(isolation="none"))
     phased = score_outputs(suite, streamed.outputs, OfflineJudge(), meta=streamed.meta)
     assert timeless(run_record(streamed)) == timeless(run_record(phased))
 
@@ -424,7 +425,7 @@ def test_the_judge_weighs_each_citation_against_the_text_the_checks_read(data, t
     asked = []
     real = judge.judge
     monkeypatch.setattr(judge, "judge", lambda requests: asked.extend(requests) or real(requests))
-    run = evaluate(suite, "qaeval.system.reference:make_adapter", judge, isolation="none")
+    run = evaluate(suite, "qaeval.system.reference:make_adapter", judge, RunSettings(isolation="none"))
     outs = {row["case_id"]: row for row in run.outputs.to_dict("records")}
     answered = [cid for cid, row in outs.items() if isinstance(row["error"], str) is False and not row["abstained"]]
     assert sorted(r.case_id for r in asked) == sorted(answered) and asked, "one request per answered output"
@@ -451,7 +452,9 @@ class CountingStreamJudge(OfflineJudge):
 
 def test_a_streaming_judge_is_asked_once_per_output_and_never_again_at_scoring():
     judge = CountingStreamJudge()
-    run = evaluate(load_suite(GOLDEN), "qaeval.system.reference:make_adapter", judge, isolation="none", trials=2)
+    run = evaluate(
+        load_suite(GOLDEN), "qaeval.system.reference:make_adapter", judge, RunSettings(isolation="none", trials=2)
+    )
     answered = int((~run.runs[0].per_case["abstained"]).sum())
     assert judge.asked == answered, "one call per distinct output, all of them while the system answered"
     assert run.judge_usage["cached"] == answered  # the second trial's identical outputs

@@ -12,6 +12,7 @@ import pytest
 from conftest import GOLDEN, ROOT
 
 from qaeval import api
+from qaeval.core.settings import RunSettings, Settings
 from qaeval.data.cases import load_suite
 from qaeval.host.custom import make_custom
 from qaeval.record.read import load_run
@@ -173,7 +174,7 @@ def test_a_streamed_run_with_a_custom_judge_and_checks_is_the_run_its_outputs_sc
 
     suite = load_suite(GOLDEN)
     streamed = api.run(str(GOLDEN), judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"])
-    runner = make_custom(dict(check=["streaming_plugins:marks"], metric=[], isolation="none"))
+    runner = make_custom(Settings(check=("streaming_plugins:marks",), run=RunSettings(isolation="none")))
     phased = score_outputs(suite, streamed.outputs, MarkingJudge(), meta=streamed.meta, custom=runner)
     assert timeless(run_record(streamed)) == timeless(run_record(phased))
 

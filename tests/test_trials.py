@@ -17,6 +17,7 @@ from qaeval import api
 from qaeval.cli import main
 from qaeval.commands.pipeline import evaluate
 from qaeval.core.errors import RecordError
+from qaeval.core.settings import RunSettings
 from qaeval.data.cases import load_suite
 from qaeval.judges.offline import OfflineJudge
 from qaeval.record.read import load_run, read_baseline
@@ -86,8 +87,8 @@ class CountingJudge(OfflineJudge):
 def test_a_deterministic_system_costs_one_judge_call_per_answered_case_whatever_k():
     suite = load_suite(GOLDEN)
     once, thrice = CountingJudge(), CountingJudge()
-    one = evaluate(suite, "qaeval.system.reference:make_adapter", once, isolation="none")
-    three = evaluate(suite, "qaeval.system.reference:make_adapter", thrice, isolation="none", trials=3)
+    one = evaluate(suite, "qaeval.system.reference:make_adapter", once, RunSettings(isolation="none"))
+    three = evaluate(suite, "qaeval.system.reference:make_adapter", thrice, RunSettings(isolation="none", trials=3))
     answered = int((~one.per_case["abstained"]).sum())
     assert once.asked == thrice.asked == answered > 0
     usage = three.judge_usage

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from qaeval.core.params import DEFAULT_K
+from qaeval.core.settings import ResumeSettings, RunSettings
 from qaeval.data.cases import Suite
 from qaeval.scoring.checks import trial_order
 from qaeval.scoring.journal import JournalWriter, Restored, journal_path, read_journal
@@ -144,65 +144,62 @@ def evaluate(
     suite: Suite,
     adapter: Any,
     judge: JudgeClient,
+    settings: RunSettings | None = None,
     *,
-    k: int = DEFAULT_K,
-    timeout: float = 60.0,
-    concurrency: int = 4,
-    isolation: str = "process",
-    executor: Any = None,
-    executor_label: str | None = None,
-    show_progress: bool | None = None,
-    bootstrap_seed: int = 0,
-    adapter_name: str | None = None,
+    resume: ResumeSettings | None = None,
     custom: Any = None,
-    trials: int = 1,
-    pass_k: int | None = None,
-    journal: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    keep_errors: bool = False,
-    adaptive: bool = False,
     settled: Callable[[str], bool] | None = None,
-    **limits: Any,
 ) -> RunResult:
-    """Run the adapter over the suite ``trials`` times and score every layer of every trial.
+    """Run the adapter over the suite ``settings.trials`` times and score every layer of every trial.
 
     Each output is scored once, as it arrives, beside the system (``qaeval.scoring.stream``): judged, then
-    through every layer and the registered checks; the trials are then built from those scores.
+    through every layer and the registered checks; the trials are then built from those scores. The garbage collector's thresholds are raised for the whole run
+    (``fewer_collections``).
 
     Args:
         suite: The golden cases (``load_suite``).
         adapter: The system: a ``module:factory`` name, a factory, or an adapter object.
         judge: The judge (``JudgeClient``), such as ``OfflineJudge()``.
-        k: How many retrieved passages the retrieval metrics look at.
-        timeout: Seconds one case may take.
-        concurrency: Worker processes, each on one case at a time.
-        isolation: ``process`` (the default: the system runs in workers that never see the labels)
-            or ``none`` (in this process, for a debugger; nothing is enforced).
-        executor: A ``concurrent.futures.Executor`` (a Dask client's) to run the calls on instead.
-        executor_label: How the record names that executor.
-        show_progress: Whether to draw a progress bar (None: ``QAEVAL_PROGRESS``, else for 50 cases or more in a
-            terminal or a notebook).
-        bootstrap_seed: The seed of the metrics' bootstrap intervals.
-        adapter_name: How the record names the adapter (default: derived from it).
+        settings: How the system is asked and the run scored (``qaeval.core.settings.RunSettings``: ``k``,
+            ``trials``, ``pass_k``, ``adaptive``, ``timeout``, ``startup_timeout``, ``max_reply_mb``,
+            ``concurrency``, ``isolation``, ``executor``, ``bootstrap_seed``, ``show_progress``); default:
+            the parameter table's defaults.
+        resume: The journal kept beside the run's record, and whether to reuse what it holds
+            (``ResumeSettings``); default: no journal.
         custom: The registered checks and metrics' runner (``qaeval.host.custom.make_custom``).
-        trials: How many times each case is run.
-        pass_k: The k of pass_hat_k and pass_at_k (default: ``trials``).
-        journal: The journal's path (``qaeval.scoring.journal``), or None to keep none.
-        resume: Reuse what the journal holds.
-        keep_errors: On resume, reuse the failed outputs too.
-        adaptive: Every case gets one trial, and the other ``trials - 1`` go only to the cases that
-            one trial does not settle: it failed, or ``settled(case_id)`` is false.
-        settled: Which cases one trial settles (the gate: those the baseline had passing every trial).
-        **limits: ``startup_timeout`` and ``max_reply_bytes`` for ``run_suite``.
+        settled: With ``adaptive``, which cases one trial settles (the gate: those the baseline had passing
+            every trial); the others get every trial.
 
     Returns:
         The scored run: its frames, scoreboard and meta.
     """
+    with fewer_collections():
+        return _evaluate(
+            suite,
+            adapter,
+            judge,
+            settings if settings is not None else RunSettings(),
+            resume if resume is not None else ResumeSettings(),
+            custom,
+            settled,
+        )
+
+
+def _evaluate(
+    suite: Suite,
+    adapter: Any,
+    judge: JudgeClient,
+    settings: RunSettings,
+    resume: ResumeSettings,
+    custom: Any,
+    settled: Callable[[str], bool] | None,
+) -> RunResult:
     config = judge_config_of(judge)
-    label = adapter_name or adapter_label(adapter)
+    label = adapter_label(adapter)
+    k, trials, adaptive, journal = settings.k, settings.trials, settings.adaptive, resume.journal
     everyone = trial_suite(suite, trials)
     chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
-    isolated = isolation if executor is None else f"executor {executor_label or type(executor).__name__}"
+    isolated = settings.isolation if settings.executor is None else f"executor {settings.executor_name}"
     chosen = chosen_by if trials > 1 else None
     identity = (  # the adapter's files are read only for a journal, the one thing the identity is for
         {}
@@ -210,31 +207,23 @@ def evaluate(
         else run_identity(suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter=adapter)
     )
     collected = Collected()
-    restored = _resumed(journal, identity, everyone, keep_errors, adapter, collected) if resume else None
+    restored = _resumed(journal, identity, everyone, resume.keep_errors, adapter, collected) if resume.resume else None
     writer = _journal_writer(journal, identity, restored)
-    run_options = dict(
-        timeout=timeout,
-        concurrency=concurrency,
-        isolation=isolation,
-        executor=executor,
-        show_progress=show_progress,
-        data_dir=suite.root,
-        **limits,
-    )
+    run_options = dict(settings=settings, data_dir=suite.root)  # run_suite's: the run's settings, as they came
     meta = RunMeta.now(
         adapter=label,
         judge=config,
-        isolation=isolation,
-        concurrency=concurrency,
-        executor=executor_label or (type(executor).__name__ if executor is not None else None),
+        isolation=settings.isolation,
+        concurrency=settings.concurrency,
+        executor=settings.executor_name,
         k=k,
-        timeout=timeout,
+        timeout=settings.timeout,
         data=suite.root,
         adaptive_baseline=chosen,
     )
-    plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, bootstrap_seed)
+    plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, settings.bootstrap_seed)
     try:
-        runs = _ask(plan, collected, restored, writer, custom, show_progress, k)
+        runs = _ask(plan, collected, restored, writer, custom, settings.show_progress, k)
     finally:
         if writer is not None:
             writer.close()
@@ -242,7 +231,9 @@ def evaluate(
     result = (
         runs[0]
         if trials == 1
-        else combine_trials(runs, bootstrap_seed=bootstrap_seed, pass_k=pass_k, trials=trials, adaptive=adaptive)
+        else combine_trials(
+            runs, bootstrap_seed=settings.bootstrap_seed, pass_k=settings.pass_k, trials=trials, adaptive=adaptive
+        )
     )
     if collected.notes:
         result = replace(result, notes=result.notes + collected.notes)
@@ -321,18 +312,15 @@ def _ask(
     comes; returns each trial that has outputs, scored (trial 0 first)."""
     n, trials = len(plan.suite), plan.trials
     resumed_at = len(collected.notes)  # where the resumed note goes once the reused verdicts are counted
-    with (
-        fewer_collections(),
-        streaming(
-            plan.judge,
-            plan.suite,
-            k=k,
-            restored=restored.verdicts if restored is not None else None,
-            show_progress=show_progress,
-            on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
-            checks=custom,
-        ) as stream,
-    ):
+    with streaming(
+        plan.judge,
+        plan.suite,
+        k=k,
+        restored=restored.verdicts if restored is not None else None,
+        show_progress=show_progress,
+        on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
+        checks=custom,
+    ) as stream:
         for t in range(1 if plan.adaptive else trials):  # adaptive: later trials' cases are known after trial 0
             stream.declare(t, range(n))
         later = plan.adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay

@@ -41,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ import pandas as pd
 from qaeval.core.deadline import DeadlineExceeded
 from qaeval.core.errors import UsageError, install_extra
 from qaeval.core.results import Result
+from qaeval.core.settings import Settings
 from qaeval.record.write import write_record
 from qaeval.scoring.outcomes import reasons_text
 from qaeval.worker.process import environ_now
@@ -333,12 +333,12 @@ def deadline() -> float:
     return seconds
 
 
-def log_command(result: Result, p: Mapping[str, Any]) -> Tracked | None:
-    """A verb's last step: with ``mlflow`` in its parameters ``p``, log ``result`` (and the record it saved);
+def log_command(result: Result, s: Settings) -> Tracked | None:
+    """A verb's last step: with ``mlflow`` in its settings ``s``, log ``result`` (and the record it saved);
     a failure is a ``TrackingWarning``, never an exception."""
-    if not p.get("mlflow"):
+    if not s.mlflow:
         return None
-    tracked = track(result, p["mlflow"], p.get("mlflow_experiment"), record=p.get("save"))
+    tracked = track(result, s.mlflow, s.mlflow_experiment, record=s.save)
     if not tracked.ok:
         warnings.warn(tracked.message, TrackingWarning, stacklevel=4)
     return tracked
@@ -351,15 +351,12 @@ def _one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def check_options(p: Mapping[str, Any]) -> None:
-    """Before anything runs: the extra is installed when tracking is asked for, and an experiment is only
-    named together with tracking."""
-    if p.get("mlflow_experiment") and not p.get("mlflow"):
-        raise UsageError("mlflow_experiment names the MLflow experiment to log to; it needs mlflow as well")
-    if p.get("mlflow"):
-        if p.get("record"):
-            raise UsageError("mlflow logs a fresh run; a saved record (record) is only drawn")
-        uri = p["mlflow"]
+def check_options(s: Settings) -> None:
+    """Before anything runs: the extra is installed when tracking is asked for, and the tracking URI has a
+    scheme. (That an experiment is only named together with tracking, and a saved record is never logged,
+    ``Settings`` says.)"""
+    if s.mlflow:
+        uri = s.mlflow
         if isinstance(uri, str) and re.fullmatch(r"[\w.-]+:\d+/?", uri.strip()):
             raise UsageError(
                 f"mlflow {uri!r} has no scheme, so MLflow would take it for a folder: "

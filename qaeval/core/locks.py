@@ -15,18 +15,17 @@ instead). On a platform without ``fcntl`` (Windows) there is no lock.
 
 Who takes which lock:
 
-* a command that writes a run record (``--save``, baseline's ``--out``) locks the record's path
-  (``holding_the_record``), so two runs never share a journal nor replace each other's record;
+* a command that writes a run record (``--save``, baseline's ``--out``) locks the record's path while it
+  runs (``qaeval.api.perform``), so two runs never share a journal nor replace each other's record;
 * a command that writes the golden folder's shared files (``living.jsonl``, the ledger of decisions
   in ``DIR/.qaeval``: ``add-case`` and ``accept``) locks the folder (``holding_the_folder``).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -129,19 +128,6 @@ def _make_lock(path: Path) -> None:
             os.close(made)
     finally:
         os.unlink(tmp)
-
-
-def holding_the_record(verb: Callable[..., Any]) -> Callable[..., Any]:
-    """``verb`` run under the lock of the record it writes (``save``, or baseline's ``out``), so two runs
-    with one record path never share a journal nor replace each other's record."""
-
-    @functools.wraps(verb)
-    def held(*args: Any, **kwargs: Any) -> Any:
-        path = None if kwargs.get("record") else kwargs.get("out") or kwargs.get("save")
-        with hold(path if isinstance(path, (str, os.PathLike)) and os.fspath(path) else None):
-            return verb(*args, **kwargs)
-
-    return held
 
 
 def holding_the_folder(root: str | os.PathLike[str]) -> Any:

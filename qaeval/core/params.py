@@ -274,6 +274,11 @@ def _check_value(p: Param, value: Any) -> Any:
     return value
 
 
+def check_value(name: str, value: Any) -> Any:
+    """One parameter's value checked as ``check`` checks it (None: its default)."""
+    return default(name) if value is None else _check_value(BY_NAME[name], value)
+
+
 def check(command: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a command's parameters; returns every known parameter with defaults filled in.
 

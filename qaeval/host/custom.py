@@ -32,6 +32,7 @@ from importlib import metadata
 from typing import Any
 
 from qaeval.core.errors import UsageError
+from qaeval.core.settings import Settings
 from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.scoring.custom import (
     ATTRIBUTE,
@@ -310,15 +311,15 @@ class CustomProcess:
         self.lost_in_a_row, self.last_loss = 0, ""
 
 
-def make_custom(p: Mapping[str, Any]) -> CustomProcess | InProcess | None:
-    """The runner of a command's checks and metrics (its checked parameters ``p``: check, metric,
-    isolation, check_timeout, startup_timeout, data), or None when none is given or installed."""
-    spec = specs(p["check"], p["metric"])
+def make_custom(s: Settings) -> CustomProcess | InProcess | None:
+    """The runner of a command's checks and metrics (its settings ``s``: check, metric, check_timeout,
+    the run's isolation and startup_timeout, data), or None when none is given or installed."""
+    spec = specs(s.check, s.metric)
     if not spec["checks"] and not spec["metrics"]:
         return None
-    if p["isolation"] == "none":
+    if s.run.isolation == "none":
         return InProcess(spec)
-    return CustomProcess(spec, timeout=p["check_timeout"], startup=p["startup_timeout"], data_dir=p.get("data"))
+    return CustomProcess(spec, timeout=s.check_timeout, startup=s.run.startup_timeout, data_dir=s.data)
 
 
 def close_custom(runner: Any) -> None:

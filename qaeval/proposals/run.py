@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +200,7 @@ def propose(
     holding ``corpus.jsonl``, or the file), written to the review sheet ``sheet``. ``data``: the golden
     folder they are for (its cases are not proposed again, nor what its ledger holds)."""
     from qaeval.core import params as P
+    from qaeval.core.settings import ProposeSettings
 
     given = dict(
         from_monitor=from_monitor,
@@ -220,42 +221,38 @@ def propose(
         max_calls=max_calls,
     )
     p = P.check("propose", {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()})
-    if (p["from_monitor"] is None) == (p["from_corpus"] is None):
-        raise UsageError("propose needs exactly one of --from-monitor RECORD and --from-corpus DIR")
-    if not str(p["sheet"]).lower().endswith(".csv"):
-        raise UsageError(f"the review sheet is a CSV file: give a path ending in .csv, not {p['sheet']!r}")
-    if p["from_corpus"] is not None and p["data"] is None:
-        p["data"] = _cases_beside(Path(p["from_corpus"]))
-    inputs = [("from_monitor", p["from_monitor"]), ("from_corpus", p["from_corpus"]), ("logs", p["logs"])]
-    outputs = [("out", p["sheet"], "review")]
-    refuse_overwrite(outputs, inputs, data=p["data"])
+    s = ProposeSettings.from_params(p)
+    if s.from_corpus is not None and s.data is None:
+        s = replace(s, data=_cases_beside(Path(s.from_corpus)))
+    inputs = [("from_monitor", s.from_monitor), ("from_corpus", s.from_corpus), ("logs", s.logs)]
+    outputs = [("out", s.sheet, "review")]
+    refuse_overwrite(outputs, inputs, data=s.data)
     check_writable(outputs)
-    _refuse_a_reviewed_sheet(p["sheet"])
-    if p["from_monitor"] is not None:
+    _refuse_a_reviewed_sheet(s.sheet)
+    if s.from_monitor is not None:
         from qaeval.proposals.traffic import propose_from_monitor
 
-        suite, ledger = _data(p["data"])
-        found = propose_from_monitor(
-            p["from_monitor"], p["n"], seed=p["seed"], logs=p["logs"], suite=suite, ledger=ledger
-        )
+        suite, ledger = _data(s.data)
+        found = propose_from_monitor(s.from_monitor, s.n, seed=s.seed, logs=s.logs, suite=suite, ledger=ledger)
         result = Proposal("traffic", found.candidates, found.dropped, found.notes, pool=found.pool)
     else:
+        assert s.from_corpus is not None  # one of the two sources (ProposeSettings)
         settings = _generator_settings(
-            p["generator_model"], p["generator_base_url"], p["generator_concurrency"], p["generator_cache"]
+            s.generator_model, s.generator_base_url, s.generator_concurrency, s.generator_cache
         )
         result = _from_corpus(
-            Path(p["from_corpus"]),
-            p["n"],
-            seed=p["seed"],
-            data=p["data"],
-            generator=p["generator"],
+            Path(s.from_corpus),
+            s.n,
+            seed=s.seed,
+            data=s.data,
+            generator=s.generator,
             settings=settings,
-            isolation=p["isolation"],
-            timeout=p["generator_timeout"],
-            startup=p["startup_timeout"],
-            max_calls=p["max_calls"],
+            isolation=s.isolation,
+            timeout=s.generator_timeout,
+            startup=s.startup_timeout,
+            max_calls=s.max_calls,
         )
-    result.sheet = write_sheet(result.candidates, p["sheet"])
+    result.sheet = write_sheet(result.candidates, s.sheet)
     return result
 
 

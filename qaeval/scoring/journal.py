@@ -20,7 +20,7 @@ rest: the errored ones too unless ``--keep-errors``. A last line cut short (the 
 it) is dropped with a note; any other line that does not parse or authenticate refuses the journal.
 
 Two runs with the same record path would write one journal and replace one record: the command holds the
-record's lock for its whole run (``qaeval.core.locks.holding_the_record``), and a second run asking for it
+record's lock for its whole run (``qaeval.api.perform``), and a second run asking for it
 is refused at once (64).
 """
 

@@ -1,5 +1,6 @@
-"""What every way of calling an adapter shares: naming it, the limits a case is held to, starting a
-worker process, and reading a reply (untrusted plain data) into an outputs row.
+"""What every way of calling an adapter shares: naming it, starting a worker process under the run's
+limits (``RunSettings``: ``timeout``, ``startup_timeout``, ``max_reply_mb``), and reading a reply
+(untrusted plain data) into an outputs row.
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qaeval.core.errors import UsageError, describe
+from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.system.contract import output_row
 from qaeval.system.validate import validate_plain
-from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, MessageError
+from qaeval.worker.messages import MessageError
 from qaeval.worker.process import UserProcess, child_launch
 from qaeval.worker.serve import build_adapter, call_factory, is_adapter_object, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
-
-DEFAULT_STARTUP_TIMEOUT = 120.0
 
 # --------------------------------------------------------------------------- naming the adapter
 
@@ -118,18 +118,7 @@ def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = USER_TE
     return output_row(case_id, fields, None, latency, logs)
 
 
-# --------------------------------------------------------------------------- limits and workers
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one case may take and send back. ``timeout``: seconds per case; ``startup``: seconds for a
-    worker to build the adapter; ``message``: bytes in one reply; ``logs``: characters of output kept."""
-
-    timeout: float = 60.0
-    startup: float = DEFAULT_STARTUP_TIMEOUT
-    message: int = DEFAULT_MESSAGE_LIMIT
-    logs: int = USER_TEXT_LIMIT
+# --------------------------------------------------------------------------- workers
 
 
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:
@@ -145,14 +134,20 @@ def spawn_worker(env: Mapping[str, str], message_limit: int) -> UserProcess:
         raise UsageError(str(exc)) from None
 
 
-def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], limits: Limits) -> UserProcess:
-    """A new worker building the adapter."""
-    proc = spawn_worker(env, limits.message)
-    setup = {"adapter": spec.wire, "sys_path": sys_path, "log_limit": limits.logs, "message_limit": limits.message}
+def start_worker(spec: AdapterSpec, env: Mapping[str, str], sys_path: list[str], settings: RunSettings) -> UserProcess:
+    """A new worker building the adapter, held to the run's reply limit (``max_reply_mb``) and, while it
+    builds the adapter, to its ``startup_timeout``."""
+    proc = spawn_worker(env, settings.max_reply_bytes)
+    setup = {
+        "adapter": spec.wire,
+        "sys_path": sys_path,
+        "log_limit": USER_TEXT_LIMIT,
+        "message_limit": settings.max_reply_bytes,
+    }
     if spec.corpus is not None:  # a link (or copy) in the worker's own scratch folder: no data folder path
         setup["corpus"] = str(spec.corpus.export(proc.scratch))
     try:
-        proc.channel.send({"setup": setup}, time.monotonic() + limits.startup)
+        proc.channel.send({"setup": setup}, time.monotonic() + settings.startup_timeout)
     except MessageError:
         pass  # it died already, or does not read: its start-up deadline or its closed socket says so
     return proc

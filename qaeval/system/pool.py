@@ -1,7 +1,8 @@
 """Driving a system adapter over a suite: isolated, concurrent, and every fault contained.
 
-``run_suite(suite, adapter)`` asks the adapter for every case and returns one row per case, in suite
-order, whatever order they finished in. Three ways to carry the calls:
+``run_suite(suite, adapter, settings)`` asks the adapter for every case and returns one row per case, in
+suite order, whatever order they finished in. ``settings`` is a ``RunSettings`` (``qaeval.core.settings``),
+its fields named as the parameter table names them. Three ways to carry the calls:
 
 isolation="process" (the default), here
     ``concurrency`` worker processes, each a fresh interpreter (``qaeval.worker.serve``) that builds
@@ -32,7 +33,6 @@ status 0 until its timeout (pebble). The boundary is the product's promise, so i
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
 import contextlib
 import math
 import select
@@ -45,23 +45,14 @@ import pandas as pd
 
 from qaeval.core.errors import UsageError
 from qaeval.core.frames import frame
+from qaeval.core.settings import RunSettings
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.system.calls import (
-    DEFAULT_STARTUP_TIMEOUT,
-    USER_TEXT_LIMIT,
-    AdapterSpec,
-    Done,
-    Limits,
-    adapter_spec,
-    reply_row,
-    start_worker,
-    worker_env,
-)
+from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, adapter_spec, reply_row, start_worker, worker_env
 from qaeval.system.contract import OUTPUT_SCHEMA, Payload, make_payload, output_row
 from qaeval.system.inprocess import run_in_process
 from qaeval.system.remote import run_on_executor
 from qaeval.worker.hardening import harness_guard
-from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, MessageError, encode_case, parse
+from qaeval.worker.messages import MessageError, encode_case, parse
 from qaeval.worker.plugins import progress_bar
 from qaeval.worker.process import UserProcess, stopped_because
 
@@ -75,7 +66,6 @@ PREFETCH_BYTES = 65_536
 # How often the loop asks whether a worker's process has ended (a waitpid per worker). A worker that
 # exits closes its socket, which wakes the wait at once; this catches one whose socket a descendant holds.
 EXIT_CHECK = 0.05
-ISOLATIONS = ("process", "none")
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -101,13 +91,12 @@ class _Worker:
 class ProcessPool:
     """Worker processes for one run (see the module docstring)."""
 
-    def __init__(self, spec: AdapterSpec, *, size: int, limits: Limits, data_dir: str | None) -> None:
-        self.spec, self.size, self.limits = spec, size, limits
+    def __init__(self, spec: AdapterSpec, settings: RunSettings, *, data_dir: str | None) -> None:
+        self.spec, self.size, self.settings = spec, settings.concurrency, settings
         self.env, self.sys_path = worker_env(data_dir)
 
     def run(self, suite: Suite, done: Done) -> None:
-        with harness_guard():
-            _PoolRun(self, suite, done).go()
+        _PoolRun(self, suite, done).go()  # under the harness guard ``run_suite`` holds
 
 
 class _PoolRun:
@@ -115,7 +104,7 @@ class _PoolRun:
     every deadline, replace what failed."""
 
     def __init__(self, pool: ProcessPool, suite: Suite, done: Done) -> None:
-        self.pool, self.limits, self.done = pool, pool.limits, done
+        self.pool, self.settings, self.done = pool, pool.settings, done
         self.cases = collections.deque(enumerate(suite.cases))
         self.prepared: tuple[int, str, bytes] | None = None  # (index, opaque id, frame) of the next case
         self.undispatched = self.remaining = len(suite)
@@ -149,8 +138,8 @@ class _PoolRun:
     # ---- workers coming and going
 
     def start(self) -> None:
-        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.limits)
-        self.workers.append(_Worker(proc, self.limits.startup))
+        proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.settings)
+        self.workers.append(_Worker(proc, self.settings.startup_timeout))
 
     def retire(self, w: _Worker, reason: str, *, hand_back: bool = False) -> None:
         """Stop a worker for good; its case (if it held one) fails with ``reason`` (or, ``hand_back``, is
@@ -243,7 +232,7 @@ class _PoolRun:
         process read the reply before it, the worker having turned to it when it sent that reply)."""
         w.index, w.case, w.case_id, w.opaque = index, case, case.id, opaque
         w.state, w.sent_at = "busy", time.perf_counter()
-        w.deadline = time.monotonic() + self.limits.timeout
+        w.deadline = time.monotonic() + self.settings.timeout
 
     def finish(self, w: _Worker, row: dict[str, Any]) -> None:
         self.done(w.index, row)
@@ -305,7 +294,7 @@ class _PoolRun:
             return
         answers = message.get("id") if isinstance(message, dict) else None
         if w.state == "busy" and answers == w.opaque:
-            self.finish(w, reply_row(w.case_id, message, time.perf_counter() - w.sent_at, self.limits.logs))
+            self.finish(w, reply_row(w.case_id, message, time.perf_counter() - w.sent_at, USER_TEXT_LIMIT))
             return
         if w.answered is not None and answers == w.answered[2]:  # a second reply to a case it already answered
             index, case_id, _ = w.answered
@@ -334,14 +323,14 @@ class _PoolRun:
         now = time.monotonic()
         for w in [w for w in self.workers if w.state in ("starting", "busy") and now >= w.deadline]:
             if w.state == "busy":
-                self.retire(w, f"timed out after {self.limits.timeout:g} s (its worker was stopped and replaced)")
+                self.retire(w, f"timed out after {self.settings.timeout:g} s (its worker was stopped and replaced)")
             elif not self.ever_ready:
                 raise UsageError(
                     f"adapter {self.pool.spec.label} did not start: its factory had not returned "
-                    f"after {self.limits.startup:g} s (--startup-timeout), so its worker was stopped"
+                    f"after {self.settings.startup_timeout:g} s (--startup-timeout), so its worker was stopped"
                 )
             else:
-                self.retire(w, f"a replacement worker did not start within {self.limits.startup:g} s")
+                self.retire(w, f"a replacement worker did not start within {self.settings.startup_timeout:g} s")
         if now < self.next_exit_check:  # a worker that exits closes its socket, which wakes the wait anyway
             return
         self.next_exit_check = now + EXIT_CHECK
@@ -357,23 +346,20 @@ class _PoolRun:
 def run_suite(
     suite: Suite,
     adapter: Any,
+    settings: RunSettings | None = None,
     *,
-    timeout: float = 60.0,
-    concurrency: int = 4,
-    isolation: str = "process",
-    executor: cf.Executor | None = None,
-    show_progress: bool | None = None,
     data_dir: str | None = None,
-    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
-    max_reply_bytes: int = DEFAULT_MESSAGE_LIMIT,
     on_output: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> pd.DataFrame:
     """Ask the adapter for every case of the suite.
 
-    ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. A worker that
-    has not built the adapter within ``startup_timeout`` seconds is stopped (a usage error when none
-    ever started); a reply over ``max_reply_bytes`` stops its worker and fails its case. The frame it
-    returns has one row per case, in suite order:
+    ``adapter`` is a ``module:factory`` name, a zero-argument factory or an adapter object. ``settings``
+    says how (``qaeval.core.settings.RunSettings``, under the parameter table's names): a worker that has
+    not built the adapter within ``startup_timeout`` seconds is stopped (a usage error when none ever
+    started); a case past ``timeout`` fails; a reply over ``max_reply_mb`` stops its worker and fails its
+    case. With ``isolation`` process the harness guard (``qaeval.worker.hardening.harness_guard``) is
+    held for the call, this being where user code runs out of process. The frame it returns has one row
+    per case, in suite order:
 
     | column | what it holds |
     | --- | --- |
@@ -394,15 +380,11 @@ def run_suite(
     Args:
         suite: The golden cases.
         adapter: A ``module:factory`` name, a zero-argument factory or an adapter object.
-        timeout: Seconds one case may take.
-        concurrency: Workers, each on one case at a time.
-        isolation: ``process`` (workers that never see the labels) or ``none`` (this process).
-        executor: A ``concurrent.futures.Executor`` to run the calls on instead of local workers.
-        show_progress: Whether to draw a progress bar (None: ``QAEVAL_PROGRESS``, else for 50 cases or more in a
-            terminal or a notebook).
+        settings: How the system is asked: ``timeout``, ``startup_timeout``, ``max_reply_mb``,
+            ``concurrency``, ``isolation`` (``process``: workers that never see the labels; ``none``: this
+            process), ``executor`` (a ``concurrent.futures.Executor`` to run the calls on instead of local
+            workers) and ``show_progress`` (default: ``RunSettings()``, the table's defaults).
         data_dir: The data folder, hidden from the workers (default: the suite's root).
-        startup_timeout: Seconds a worker may take to build the adapter.
-        max_reply_bytes: Bytes one reply may hold.
         on_output: Called as ``on_output(index, row)`` with each row as it arrives (the index is the
             case's place in the suite), on the thread that called ``run_suite``; again with a later
             row for the same case (a failure found after it answered), which replaces the first.
@@ -411,16 +393,20 @@ def run_suite(
         The outputs frame, one row per case (columns above).
 
     Raises:
-        UsageError: A bad option, or an adapter that cannot be imported or built (exit 64).
+        UsageError: An adapter that cannot be imported or built, or an executor given by its address
+            (the verbs connect to it; give ``run_suite`` the executor) (exit 64).
     """
-    if isolation not in ISOLATIONS:
-        raise UsageError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
-    if executor is not None and isolation == "none":
-        raise UsageError("an executor runs calls out of process; it cannot be combined with isolation='none'")
-    spec = adapter_spec(adapter, ship=isolation == "process", corpus=suite.corpus)
-    limits = Limits(timeout=timeout, startup=startup_timeout, message=max_reply_bytes)
+    settings = settings if settings is not None else RunSettings()
+    executor = settings.executor
+    if isinstance(executor, str):
+        raise UsageError(
+            f"run_suite takes the executor itself, not its address {executor!r}: connect to it first "
+            "(qaeval.system.remote.executor_from_url)"
+        )
+    spec = adapter_spec(adapter, ship=settings.isolation == "process", corpus=suite.corpus)
     rows: list[dict[str, Any] | None] = [None] * len(suite)
-    with progress_bar(len(suite), desc="cases", enabled=show_progress) as bar:
+    guard = harness_guard() if settings.isolation == "process" else contextlib.nullcontext()
+    with guard, progress_bar(len(suite), desc="cases", enabled=settings.show_progress) as bar:
 
         def done(index: int, row: dict[str, Any]) -> None:
             if rows[index] is None:
@@ -430,13 +416,11 @@ def run_suite(
                 on_output(index, row)
 
         if executor is not None:
-            run_on_executor(executor, spec, suite, concurrency=concurrency, limits=limits, done=done)
-        elif isolation == "process":
-            ProcessPool(
-                spec, size=concurrency, limits=limits, data_dir=data_dir if data_dir is not None else suite.root
-            ).run(suite, done)
+            run_on_executor(executor, spec, suite, settings, done=done)
+        elif settings.isolation == "process":
+            ProcessPool(spec, settings, data_dir=data_dir if data_dir is not None else suite.root).run(suite, done)
         else:
-            run_in_process(spec, suite, concurrency=concurrency, timeout=timeout, done=done)
+            run_in_process(spec, suite, concurrency=settings.concurrency, timeout=settings.timeout, done=done)
     missing = [c.id for c, r in zip(suite.cases, rows) if r is None]
     if missing:  # pragma: no cover  (every path above answers every case)
         raise RuntimeError(f"no result for {len(missing)} case(s), first {missing[0]}")

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from qaeval.core.errors import UsageError, describe, install_extra
+from qaeval.core.settings import RunSettings
 from qaeval.data.cases import Suite
-from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, Limits, reply_row, start_worker, worker_env
+from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, reply_row, start_worker, worker_env
 from qaeval.system.contract import make_payload, output_row
 from qaeval.worker.messages import MessageError, encode_case, parse
 from qaeval.worker.process import UserProcess, stopped_because
@@ -57,7 +58,7 @@ class RemoteWorkers:
         for proc in idle:
             proc.stop(0.2)
 
-    def _take(self, spec_json: str, limits: Limits) -> UserProcess | tuple[str, bool]:
+    def _take(self, spec_json: str, settings: RunSettings) -> UserProcess | tuple[str, bool]:
         """A started worker for the adapter, or why it could not start and whether that is a usage error
         (a factory that does not resolve: the message names the adapter)."""
         with self._lock:
@@ -66,15 +67,17 @@ class RemoteWorkers:
                 return pool.pop()
         env, sys_path = worker_env(None)
         spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
-        proc = start_worker(spec, env, sys_path, limits)
+        proc = start_worker(spec, env, sys_path, settings)
         try:
             ready = parse(
-                proc.channel.receive(time.monotonic() + limits.startup, ended=lambda: proc.popen.poll() is not None),
+                proc.channel.receive(
+                    time.monotonic() + settings.startup_timeout, ended=lambda: proc.popen.poll() is not None
+                ),
                 what="the worker",
             )
         except MessageError as exc:
             why = (
-                f"did not start within {limits.startup:g} s (--startup-timeout)"
+                f"did not start within {settings.startup_timeout:g} s (--startup-timeout)"
                 if exc.timed_out
                 else stopped_because(proc, str(exc), closed=exc.closed, starting=True)
             )
@@ -90,11 +93,8 @@ class RemoteWorkers:
         proc.started()
         return proc
 
-    def ask(
-        self, spec_json: str, payload: list[Any], *, timeout: float, startup_timeout: float, message_limit: int
-    ) -> str:
-        limits = Limits(timeout=timeout, startup=startup_timeout, message=message_limit)
-        proc = self._take(spec_json, limits)
+    def ask(self, spec_json: str, payload: list[Any], settings: RunSettings) -> str:
+        proc = self._take(spec_json, settings)
         if isinstance(proc, tuple):  # said apart, so the harness can refuse an adapter that never starts
             why, usage = proc
             return json.dumps(
@@ -104,7 +104,7 @@ class RemoteWorkers:
                     "not_started": {"why": why, "usage": usage},
                 }
             )
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + settings.timeout
         try:
             proc.channel.send_message(encode_case(_as_payload(payload)), deadline)
             reply = parse(
@@ -114,7 +114,7 @@ class RemoteWorkers:
                 raise MessageError("the worker sent a reply for another case")
         except MessageError as exc:
             why = (
-                f"timed out after {timeout:g} s (its worker was stopped)"
+                f"timed out after {settings.timeout:g} s (its worker was stopped)"
                 if exc.timed_out
                 else stopped_because(proc, str(exc), closed=exc.closed, starting=False)
             )
@@ -134,24 +134,24 @@ def _as_payload(sent: list[Any]) -> Any:
 
 
 def answer_remote(
-    spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, message_limit: int
+    spec_json: str, payload: list[Any], timeout: float, startup_timeout: float, max_reply_mb: float
 ) -> str:
     """One case on an executor's worker (a Dask worker): the adapter runs in a worker process of its own
     started from there (``RemoteWorkers``), never in the executor's process, so it cannot touch what the
-    executor sends back. Returns the reply as JSON text."""
-    return RemoteWorkers.shared().ask(
-        spec_json, payload, timeout=timeout, startup_timeout=startup_timeout, message_limit=message_limit
-    )
+    executor sends back. The run's limits travel as plain numbers, under their settings' names. Returns
+    the reply as JSON text."""
+    settings = RunSettings(timeout=timeout, startup_timeout=startup_timeout, max_reply_mb=max_reply_mb)
+    return RemoteWorkers.shared().ask(spec_json, payload, settings)
 
 
 def run_on_executor(
-    executor: cf.Executor, spec: AdapterSpec, suite: Suite, *, concurrency: int, limits: Limits, done: Done
+    executor: cf.Executor, spec: AdapterSpec, suite: Suite, settings: RunSettings, *, done: Done
 ) -> None:
     spec_json = json.dumps(spec.wire)
     pending: Iterator[tuple[int, Any]] = iter(enumerate(suite.cases))
     in_flight: dict[cf.Future[Any], tuple[int, str, str, float]] = {}
     # The executor side stops a case at its own deadline; this one only catches a lost executor worker.
-    backstop = limits.timeout + limits.startup + 5.0
+    backstop = settings.timeout + settings.startup_timeout + 5.0
     exhausted = False
     started = False  # whether the adapter has answered a case yet (in any of the executor's workers)
     # An adapter that could not start, before any has answered: nothing more is handed out until the calls
@@ -159,7 +159,7 @@ def run_on_executor(
     # case); none doing so refuses the run, as local workers do when none ever starts.
     doubt: tuple[str, bool] | None = None
     while True:
-        while not exhausted and doubt is None and len(in_flight) < concurrency:
+        while not exhausted and doubt is None and len(in_flight) < settings.concurrency:
             item = next(pending, None)
             if item is None:
                 exhausted = True
@@ -168,7 +168,12 @@ def run_on_executor(
             payload = make_payload(case)
             try:
                 future = executor.submit(
-                    answer_remote, spec_json, list(payload), limits.timeout, limits.startup, limits.message
+                    answer_remote,
+                    spec_json,
+                    list(payload),
+                    settings.timeout,
+                    settings.startup_timeout,
+                    settings.max_reply_mb,
                 )
             except Exception as exc:  # noqa: BLE001  (a shut-down or broken executor)
                 done(index, output_row(case.id, None, f"the executor refused the call: {describe(exc)}", 0.0))
@@ -188,7 +193,7 @@ def run_on_executor(
         finished, _ = cf.wait(list(in_flight), timeout=max(0.0, first_deadline - now), return_when=cf.FIRST_COMPLETED)
         for future in finished:
             index, case_id, opaque, sent = in_flight.pop(future)
-            row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, limits)
+            row, not_started = _executor_row(future, case_id, opaque, time.perf_counter() - sent, settings)
             if isinstance(not_started, tuple) and not started:
                 doubt = doubt or not_started
             elif not_started is False:
@@ -211,7 +216,7 @@ def run_on_executor(
 
 
 def _executor_row(
-    future: cf.Future[Any], case_id: str, opaque: str, latency: float, limits: Limits
+    future: cf.Future[Any], case_id: str, opaque: str, latency: float, settings: RunSettings
 ) -> tuple[dict[str, Any], tuple[str, bool] | bool | None]:
     """The reply an executor returned (JSON text written by qaeval on the executor's side, checked like a
     socket reply) as an outputs row, and (why, whether a usage error) when it says the adapter could not
@@ -222,7 +227,7 @@ def _executor_row(
         if isinstance(exc, KeyboardInterrupt):
             raise
         return output_row(case_id, None, f"the executor failed the call: {describe(exc)}", latency), None
-    if not isinstance(text, str) or len(text) > limits.message:
+    if not isinstance(text, str) or len(text) > settings.max_reply_bytes:
         return output_row(
             case_id, None, "the executor returned something that is not a reply within the limits", latency
         ), None
@@ -238,7 +243,7 @@ def _executor_row(
         if (isinstance(found, dict) and isinstance(found.get("why"), str) and isinstance(found.get("usage"), bool))
         else False
     )
-    return reply_row(case_id, reply, latency, limits.logs), not_started
+    return reply_row(case_id, reply, latency, USER_TEXT_LIMIT), not_started
 
 
 def executor_from_url(url: str) -> tuple[cf.Executor, Callable[[], None]]:
