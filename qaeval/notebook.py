@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,15 @@ def parameters(command: str, namespace: Mapping[str, Any]) -> Settings:
             f"the {command} notebook has no parameter {', '.join(repr(u) for u in unknown)}; "
             f"its parameters are: {', '.join(known)}"
         )
-    return check_parameters(command, **{n: namespace[n] for n in known if n in namespace})
+    given = {n: namespace[n] for n in known if n in namespace}
+    return check_parameters(command, **_quiet_unless_asked(command, given))
+
+
+def _quiet_unless_asked(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A report draws no progress bar unless ``progress`` is True: a bar drawn into a report is noise."""
+    if "progress" in P.names_for(command) and given.get("progress") is None:
+        return {**given, "progress": False}
+    return dict(given)
 
 
 def _injected_names() -> list[str]:
@@ -93,11 +100,9 @@ def result(command: str, p: Settings | Mapping[str, Any]) -> Result:
     Returns:
         The command's result.
     """
-    settings = p if isinstance(p, Settings) else check_parameters(command, **dict(p))
+    settings = p if isinstance(p, Settings) else check_parameters(command, **_quiet_unless_asked(command, p))
     if settings.command != command:
         raise UsageError(f"these are the {settings.command} notebook's settings, not the {command} notebook's")
-    if settings.run.show_progress is None:  # a bar drawn into a report is noise, not progress
-        settings = replace(settings, run=replace(settings.run, show_progress=False))
     return api.perform(settings)
 
 
