@@ -224,6 +224,46 @@ def test_openinference_hidden_inputs_are_not_assessed(provider, server, tmp_path
     assert any("1 row(s) have their prompt hidden" in n for n in result.notes)
 
 
+def test_citations_the_system_records_win_over_the_answers_markers(openinference_openai, server, tmp_path):
+    """A system that knows what it cited records it on its own span (``qaeval.citations``); the LLM span is
+    the instrumentation's. Here the answer's marker [1] names library-hours, but the system says it cited
+    library-weekend for the claim: the row takes the system's record, and says so."""
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    claim = "The library opens at 9 am on weekdays."
+    recorded = [{"source_id": "library-weekend", "claim": claim}]
+    tracer = tp.get_tracer("rag")
+    with tracer.start_as_current_span("answer") as span:
+        span.set_attribute("openinference.span.kind", "CHAIN")
+        did = _openinference_rag(tp, client, QUESTION)
+        span.set_attribute("qaeval.citations", json.dumps(recorded))
+    _openinference_rag(tp, client, QUESTION)  # records nothing: its markers are read
+    with tracer.start_as_current_span("answer") as span:
+        span.set_attribute("openinference.span.kind", "CHAIN")
+        _openinference_rag(tp, client, QUESTION)
+        span.set_attribute("qaeval.citations", ["library-hours", "library-weekend"])  # ids: an OTLP array
+    path = tmp_path / "traces.jsonl"
+    path.write_text(to_otlp_json(exporter.get_finished_spans()) + "\n")
+    result = api.monitor(str(path))
+    first, plain, ids = result.rows.to_dict("records")
+    outputs = result.run.outputs.set_index("case_id")
+    assert did["answer"] == REPLY and "[1]" in REPLY  # the marker names library-hours, the record does not
+    assert outputs.loc[first["row_id"], "citations"] == recorded
+    assert first["citations_from"] == "qaeval.citations"
+    assert first["cited_hops"] == "library-weekend: hop 1, in the prompt"
+    assert [c["source_id"] for c in outputs.loc[plain["row_id"], "citations"]] == ["library-hours"]
+    assert plain["citations_from"] == "markers"
+    # an id alone cites its document for the whole answer
+    assert outputs.loc[ids["row_id"], "citations"] == [
+        {"source_id": "library-hours", "claim": REPLY},
+        {"source_id": "library-weekend", "claim": REPLY},
+    ]
+    assert ids["citations_from"] == "qaeval.citations" and ids["citation_coverage"]
+    hops = result.hops
+    overall = hops[hops["window"].isna() & (hops["slice"] == "(all)")].iloc[0]
+    assert overall["cited"] == 1 + 1 + 2  # per hop, the documents the answers cited, from either source
+
+
 def _genai_rag(tp: TracerProvider, client: Any, question: str) -> dict[str, Any]:
     tracer = tp.get_tracer("rag")
     with tracer.start_as_current_span("invoke_agent rag") as root:

@@ -167,3 +167,36 @@ def test_spans_waiting_for_roots_that_never_come_are_capped(tmp_path, capsys, mo
     monkeypatch.setattr(otlp, "MAX_HELD", 5)
     lines = [request(rag_trace(n)[:2]) for n in range(4)]  # no root: each trace waits
     _bad(tmp_path, capsys, lines, "over 5 spans wait for their traces' roots", line=3)
+
+
+def _citing(value: object) -> list[dict]:
+    spans = rag_trace(0)
+    spans[2]["attributes"].append({"key": "qaeval.citations", "value": value})
+    return spans
+
+
+def test_recorded_citations_that_are_not_a_list_of_ids_or_citations_are_bad_data(tmp_path, capsys):
+    """qaeval.citations is the system's own record: one it cannot be read as is named, never guessed at."""
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": "library-hours"}))], "qaeval.citations is not JSON")
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": '{"a": 1}'}))], "must be a list of document ids")
+    shape = json.dumps([{"source_id": "library-hours", "quote": "x"}])
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": shape}))], "citation 1 must be a document id or")
+    _bad(tmp_path, capsys, [request(_citing({"arrayValue": {"values": [{"boolValue": True}]}}))], "citation 1 must")
+
+
+def test_recorded_citations_that_name_no_passage_fail_resolvability_as_a_log_rows_would(tmp_path):
+    path = write(tmp_path / "traces.jsonl", [request(_citing({"stringValue": '["handbook-7"]'}))])
+    (row,) = api.monitor(str(path)).rows.to_dict("records")
+    assert row["citations_from"] == "qaeval.citations" and row["citation_resolvability"] is False
+    assert row["cited_hops"] == "handbook-7: retrieved by no hop"
+
+
+def test_a_monitor_record_written_before_rows_said_where_their_citations_came_from_loads(tmp_path):
+    record = tmp_path / "monitor.json"
+    api.monitor(str(write(tmp_path / "traces.jsonl", [request(rag_trace(0))])), save=str(record))
+    data = json.loads(record.read_text())
+    for row in data["monitor"]["rows"]:
+        del row["citations_from"]
+    record.write_text(json.dumps(data))
+    (row,) = api.load_run(record).rows.to_dict("records")
+    assert row["citations_from"] is None and row["hops"] == 1

@@ -19,9 +19,16 @@ A hop is a retriever or reranker span, in start order. Each LLM span that starte
 whose prompt carries a retrieved document's text (or whose prompt is hidden) gives a row; when none
 does, the trace's last LLM span does, and a trace with no LLM span gives one row for its root (no model
 call). The row's passages are the last reranker's output, else every hop's documents, in hop and
-rank order (an id seen twice is kept once); citations are the answer's markers (``[1]`` for the row's
-n-th passage, ``[doc-id]`` for a document id). Content an instrumentation hid (absent, or
+rank order (an id seen twice is kept once). Content an instrumentation hid (absent, or
 OpenInference's ``__REDACTED__``) is named in ``hidden`` and never taken for a blank.
+
+Citations: no OpenInference, GenAI or OpenLLMetry attribute records them, so a system that knows what it
+cited records ``qaeval.citations`` (``CITATIONS``): a JSON list (as text, or an OTLP array) of document
+ids, or of ``{source_id, claim}`` as a log row's citations; an id alone cites its document for the whole
+answer. It is read from the answering span or its nearest ancestor that records it (the root only for the
+trace's last row, whose answer is the root's); where no span records it, citations are the answer's
+markers (``[1]`` for the row's n-th passage, ``[doc-id]`` for a document id). The row says which
+(``facts["citations_from"]``: ``qaeval.citations`` or ``markers``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ HIDDEN_TEXT = "(hidden by the instrumentation)"
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
 INPUT_KEYS = ("question", "query", "input", "user_input", "text", "message", "content", "prompt")
 OUTPUT_KEYS = ("answer", "output", "response", "text", "content", "result")
+MAX_CITATIONS = 1000  # as a log row's (qaeval.data.logs.MAX_ITEMS)
 
 
 class TraceRaw(dict):  # type: ignore[type-arg]
@@ -315,14 +323,56 @@ def rows_of_trace(root: Span) -> list[TraceRaw]:
                 f"trace {root.trace_id} has no answering span: no LLM span (OpenInference, GenAI or "
                 "OpenLLMetry) and no output on its root"
             )
-        return [_row(root, root, None, [h for _, h in hops], root_text, spans)]
+        return [_row(root, root, None, [h for _, h in hops], root_text, spans, _cited_by(root, root, {}, True))]
+    by_id = {s.span_id: s for s in spans}
     rows = []
     for i, (llm, fed) in enumerate(answering):
         _, llm_text = messages(llm)
         last = i == len(answering) - 1
         text = root_text if last and root_text is not None and root is not llm else llm_text
-        rows.append(_row(root, llm, llm, fed, text, spans))
+        rows.append(_row(root, llm, llm, fed, text, spans, _cited_by(llm, root, by_id, last)))
     return rows
+
+
+CITATIONS = "qaeval.citations"  # what the system cited: see the module's docstring
+
+
+def _cited_by(span: Span, root: Span, by_id: dict[str, Span], last: bool) -> Span | None:
+    """The span whose ``qaeval.citations`` the row takes: the answering span or its nearest ancestor that
+    records it, the root only for the trace's last row; None when none does."""
+    here: Span | None = span
+    while here is not None:
+        if (here is not root or last) and here.attrs.get(CITATIONS) not in (None, REDACTED):
+            return here
+        here = by_id.get(here.parent) if here.parent else None
+    return None
+
+
+def recorded_citations(span: Span, answer: str | None) -> list[dict[str, str]]:
+    """The span's ``qaeval.citations`` as ``{source_id, claim}`` (an id alone claims the whole answer);
+    a BadTrace naming the span when it is not such a list."""
+    value = span.attrs[CITATIONS]
+    items = _json(value)
+    where = f"span {span.span_id}'s {CITATIONS}"
+    if isinstance(value, str) and items is value:
+        raise BadTrace(f"{where} is not JSON: record a JSON list of document ids or of {{source_id, claim}}")
+    if not isinstance(items, list):
+        raise BadTrace(f"{where} must be a list of document ids or of {{source_id, claim}}, got {type(items).__name__}")
+    if len(items) > MAX_CITATIONS:
+        raise BadTrace(f"{where} holds {len(items)} citations (limit {MAX_CITATIONS}, as for a log row)")
+    out = []
+    for i, item in enumerate(items, 1):
+        if isinstance(item, dict) and set(item) <= {"source_id", "claim"}:
+            source, claim = item.get("source_id"), item.get("claim", answer or "")
+        else:
+            source, claim = item, answer or ""
+        if isinstance(source, bool) or not isinstance(source, (str, int)) or source == "" or not isinstance(claim, str):
+            raise BadTrace(
+                f"{where}: citation {i} must be a document id or {{source_id, claim}} (both text), "
+                f"got {json.dumps(item)[:80]}"
+            )
+        out.append({"source_id": str(source), "claim": claim})
+    return out
 
 
 MARKER = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")  # [1], [2, 3], [doc-id]; not a Markdown link's [text](url)
@@ -380,7 +430,13 @@ def _first(spans: list[Span], *keys: str) -> Any:
 
 
 def _row(
-    root: Span, answering: Span, llm: Span | None, fed: list[dict[str, Any]], answer: str | None, spans: list[Span]
+    root: Span,
+    answering: Span,
+    llm: Span | None,
+    fed: list[dict[str, Any]],
+    answer: str | None,
+    spans: list[Span],
+    cited_by: Span | None,
 ) -> TraceRaw:
     prompt_messages = messages(llm)[0] if llm is not None else None
     passages = _passages(fed)
@@ -394,12 +450,16 @@ def _row(
         hidden.append("passages")
     if answer is None:
         hidden.append("answer")
+    if cited_by is not None:  # the system's record of what it cited wins over the answer's markers
+        cited = recorded_citations(cited_by, answer)
+    else:
+        cited = citations(answer, passages) if answer else []
     raw = TraceRaw(
         id=f"{root.trace_id}-{answering.span_id}",
         question=question or HIDDEN_TEXT,
         passages=[{"id": d["id"], "text": d["text"] or HIDDEN_TEXT} for d in passages],
         answer=answer,
-        citations=citations(answer, passages) if answer else [],
+        citations=cited,
         model_was_called=llm is not None,
         abstained=False if answer is None else not answer.strip(),
     )
@@ -432,6 +492,7 @@ def _row(
         trace_id=root.trace_id,
         span_id=answering.span_id,
         convention=convention(answering),
+        citations_from=CITATIONS if cited_by else "markers" if answer else None,
         tokens=tokens[0] or None,
         latency_ms=max(0, root.end - root.start) / 1e6,
         span=dict(

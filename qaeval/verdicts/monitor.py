@@ -248,7 +248,8 @@ class MonitorResult(Result):
         stored = s["rows"]
         if stored and any("digest" not in r for r in stored):  # written before rows kept their digest
             stored = [{"digest": None, **r} for r in stored]
-        if stored and any("hidden" not in r for r in stored):  # written before rows were read from traces
+        trace_columns = set(TRACE_COLUMNS)  # absent from records written before rows were read from traces,
+        if stored and any(not r.keys() >= trace_columns for r in stored):  # or before they said citations_from
             stored = [{**dict.fromkeys(TRACE_COLUMNS), **r} for r in stored]
         rows = frame(stored, schema)
         rows["timestamp"] = pd.to_datetime(
