@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -378,6 +381,54 @@ def test_openinference_langchain_traces_read_back_as_what_the_chain_did(provider
     assert all(t in output["prompt_to_model"] for _, t, _ in docs) and QUESTION in output["prompt_to_model"]
     assert [c["source_id"] for c in output["citations"]] == ["library-hours"]
     assert row["passed"] and row["hops"] == 1
+
+
+def _openllmetry(server: Any, tmp_path: Path, content: str = "true") -> tuple[Path, dict[str, Any]]:
+    """The chain of tests/openllmetry_rag.py, run in its own process (see there why), against the fake
+    server: (its trace file, what it printed: the answer and each span's attributes by name)."""
+    pytest.importorskip("opentelemetry.instrumentation.langchain", reason="the traces extra")
+    pytest.importorskip("opentelemetry.instrumentation.openai", reason="the traces extra")
+    pytest.importorskip("langchain_core", reason="the dev extra")
+    path = tmp_path / "traces.jsonl"
+    env = {**os.environ, "TRACELOOP_TRACE_CONTENT": content}
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "openllmetry_rag.py"), str(path), server.url, QUESTION],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return path, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_openllmetry_traces_read_back_as_what_the_system_did(server, tmp_path):
+    path, did = _openllmetry(server, tmp_path)
+    spans = did["spans"]
+    assert spans["vector_db_retrieve Toy"]["traceloop.span.kind"] == "task"  # OpenLLMetry's, not OpenInference's
+    result = api.monitor(str(path))
+    (row,) = result.rows.to_dict("records")
+    case, output = result.run.suite.cases[0], result.run.outputs.iloc[0]
+    sent = server.requests[0]["messages"]
+    assert case.question == QUESTION
+    assert [(p.id, p.text) for p in case.sources] == [(d, t) for d, t, _ in retrieve(QUESTION)]
+    assert output["prompt_to_model"] == "\n\n".join(m["content"] for m in sent)
+    assert output["answer"] == did["answer"] == REPLY
+    assert [c["source_id"] for c in output["citations"]] == ["library-hours"]
+    assert row["passed"] and row["hops"] == 1 and row["model"] == "gpt-test"
+    assert row["cited_hops"] == "library-hours: hop 1, in the prompt"
+    assert row["tokens"] == spans["openai.chat"]["gen_ai.usage.total_tokens"] > 0
+
+
+def test_openllmetry_without_content_tracing_hides_what_it_left_out(server, tmp_path):
+    """TRACELOOP_TRACE_CONTENT=false leaves out the retriever's documents too: the row has no passages
+    because they are hidden, not because nothing was retrieved, so fail-closed is not failed."""
+    path, did = _openllmetry(server, tmp_path, content="false")
+    assert "traceloop.entity.output" not in did["spans"]["vector_db_retrieve Toy"]
+    (row,) = api.monitor(str(path)).rows.to_dict("records")
+    assert row["hidden"] == "question, prompt, passages, answer" and row["hops"] == 1
+    for check in ("prompt_grounding", "citation_resolvability", "citation_coverage", "fail_closed"):
+        assert row[check] is None, check
 
 
 def _traffic(openinference_openai, server, tmp_path, n: int = 4) -> Path:

@@ -10,8 +10,11 @@ GenAI         ``gen_ai.operation.name`` (chat, text_completion, generate_content
               (JSON text or arrays of ``{role, parts: [{type, content}]}``); ``gen_ai.retrieval.documents``,
               ``gen_ai.retrieval.query.text``; ``gen_ai.request.model``, ``gen_ai.usage.*``;
               ``gen_ai.conversation.id``
-OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output``; ``gen_ai.prompt.{i}.*`` /
-              ``gen_ai.completion.{i}.*``; vector-store hits as ``db.query.result`` events
+OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output`` (JSON, its text under
+              ``inputs`` / ``outputs``); a LangChain retriever's ``vector_db_retrieve`` span, its documents in
+              the entity output (``documents: [{page_content, metadata}]``, absent when content tracing
+              is off: hidden); ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` (before 0.50, after
+              it GenAI's messages); vector-store hits as ``db.query.result`` events
               (``db.query.result.{id,document,score}``)
 ============  =====================================================================================
 
@@ -45,6 +48,7 @@ from qaeval.data.otlp import BadTrace, Span, traces
 REDACTED = "__REDACTED__"
 HIDDEN_TEXT = "(hidden by the instrumentation)"
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
+RETRIEVAL_OPERATIONS = {"retrieval", "vector_db_retrieve"}  # GenAI's; OpenLLMetry's LangChain retriever
 INPUT_KEYS = ("question", "query", "input", "user_input", "text", "message", "content", "prompt")
 OUTPUT_KEYS = ("answer", "output", "response", "text", "content", "result")
 MAX_CITATIONS = 1000  # as a log row's (qaeval.data.logs.MAX_ITEMS)
@@ -94,15 +98,19 @@ def _json(value: Any) -> Any:
     return value
 
 
+WRAPPERS = ("kwargs", "args", "inputs", "outputs")  # OpenLLMetry's {"args": [...], "kwargs": {...}}, {"inputs": ...}
+
+
 def _pick(value: Any, keys: tuple[str, ...]) -> str | None:
     """The text a JSON input or output stands for: itself, or its first text field of ``keys``."""
     value = _json(value)
     if isinstance(value, str):
         return None if value == REDACTED else value
     if isinstance(value, dict):
-        for key in ("kwargs", "args"):  # OpenLLMetry's entity input: {"args": [...], "kwargs": {...}}
+        for key in WRAPPERS:
             if key in value:
-                inner = _pick(value[key][0] if key == "args" and value[key] else value[key], keys)
+                held = value[key]
+                inner = _pick(held[0] if key == "args" and isinstance(held, list) and held else held, keys)
                 if inner:
                     return inner
         for key in keys:
@@ -142,7 +150,7 @@ def _role(span: Span) -> str:
     operation = a.get("gen_ai.operation.name")
     if operation in LLM_OPERATIONS or a.get("llm.request.type") in ("chat", "completion"):
         return "llm"
-    if operation == "retrieval" or any(name == "db.query.result" for name, _, _ in span.events):
+    if operation in RETRIEVAL_OPERATIONS or any(name == "db.query.result" for name, _, _ in span.events):
         return "retriever"
     return "other"
 
@@ -206,11 +214,32 @@ def _docs(items: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(the hop's query, its documents as {id, text, score} in rank order)."""
+def _entity_documents(output: Any) -> list[dict[str, Any]]:
+    """OpenLLMetry's retriever output, ``{"documents": [{page_content, metadata}], "count": n}``."""
+    listed = _json(output)
+    items = listed.get("documents") if isinstance(listed, dict) else None
+    out = []
+    for d in items if isinstance(items, list) else []:
+        d = d if isinstance(d, dict) else {"page_content": d}
+        meta = d.get("metadata")
+        ids = [meta[k] for k in METADATA_IDS if isinstance(meta, dict) and isinstance(meta.get(k), (str, int))]
+        text = d.get("page_content")
+        out.append({"id": str(ids[0]) if ids else None, "text": _text(text) if isinstance(text, str) else None})
+    return [{**d, "score": None} for d in out]
+
+
+def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """(the hop's query, its documents as {id, text, score} in rank order, or None when the instrumentation
+    left them out: OpenLLMetry with content tracing off)."""
     a = span.attrs
     if kind == "reranker":
         return _text(a.get("reranker.query")), _docs(indexed(a, "reranker.output_documents."), "document.")
+    query = _pick(a.get("input.value", a.get("traceloop.entity.input")), INPUT_KEYS) or _text(
+        a.get("gen_ai.retrieval.query.text", a.get("db.query.text"))
+    )
+    if a.get("gen_ai.operation.name") == "vector_db_retrieve":  # OpenLLMetry's LangChain retriever
+        output = a.get("traceloop.entity.output")
+        return query, None if output in (None, REDACTED) else _entity_documents(output)
     docs = _docs(indexed(a, "retrieval.documents."), "document.")
     if not docs and "gen_ai.retrieval.documents" in a:
         listed = _json(a["gen_ai.retrieval.documents"])
@@ -229,9 +258,6 @@ def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any
             for name, e, _ in span.events
             if name == "db.query.result"
         ]
-    query = _pick(a.get("input.value"), INPUT_KEYS) or _text(
-        a.get("gen_ai.retrieval.query.text", a.get("db.query.text"))
-    )
     return query, docs
 
 
@@ -264,10 +290,12 @@ def _hops(spans: list[Span]) -> list[tuple[Span, dict[str, Any]]]:
         if kind in ("retriever", "reranker"):
             query, docs = hop_documents(span, kind)
             number = len(hops) + 1
-            for rank, d in enumerate(docs, 1):
+            for rank, d in enumerate(docs or [], 1):
                 d["rank"] = rank
                 d["id"] = d["id"] or f"hop{number}-{rank}"
-            hop = dict(hop=number, kind=kind, span_id=span.span_id, query=query, documents=docs)
+            hop = dict(hop=number, kind=kind, span_id=span.span_id, query=query, documents=docs or [])
+            if docs is None:
+                hop["hidden"] = True
             hops.append((span, hop))
     return hops
 
@@ -446,7 +474,7 @@ def _row(
         hidden.append("question")
     if llm is not None and prompt_messages is None:
         hidden.append("prompt")
-    if any(d["text"] is None or not d["text"].strip() for d in passages):
+    if any(d["text"] is None or not d["text"].strip() for d in passages) or any(h.get("hidden") for h in fed):
         hidden.append("passages")
     if answer is None:
         hidden.append("answer")
