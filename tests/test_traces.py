@@ -482,7 +482,14 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
     result = api.monitor(str(path), by=["session"], time_window="1D", timeseries=str(history), min_rows=1)
     assert set(result.slices["group"]) == {"session-0", "session-1"}
     assert len(result.windows[result.windows["slice"] == "(all)"]) == len(result.scoreboard)
-    assert len(history.read_text().splitlines()) == 1
+    (line,) = [json.loads(x) for x in history.read_text().splitlines()]
+    assert line["hops"] == [
+        dict(hop=1, kind="retriever", rows=5, documents=10, cited=5, prompted=9, prompt_rows=5, prompt_documents=10)
+    ]
+    assert (
+        line["metrics"]["hop1_retriever_prompted_share"] == 9 / 10 and line["n"]["hop1_retriever_prompted_share"] == 10
+    )
+    assert line["metrics"]["hop1_retriever_cited_share"] == 5 / 10 and line["metrics"]["hop1_retriever_row_share"] == 1
     hops = result.hops
     overall = hops[hops["window"].isna() & (hops["slice"] == "(all)")].to_dict("records")
     assert overall == [
@@ -497,6 +504,7 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
             cited=5,
             prompted=9,
             prompt_rows=5,
+            prompt_documents=10,
         )
     ]
     by_session = hops[hops["window"].isna() & (hops["slice"] == "session")].set_index("group")
@@ -505,6 +513,88 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
     assert "hop 1 retriever: 5 row(s), 10 document(s), 5 cited, 9 in the prompt" in result.summary_text()
     html = str(hop_facts(result))
     assert "Retrieval hops" in html and "retriever" in html
+
+
+DAY = 86_400 * 10**9
+
+
+def _rag_on(tp: TracerProvider, client: Any, day: int, *, prompted: int = 2, rerank: bool = True) -> None:
+    """One request of the docs' system on ``day`` (the root's start time), the openai call traced by
+    OpenInference's instrumentation: a retriever, a reranker keeping both documents (or none), and a
+    prompt holding the first ``prompted`` of them."""
+    from openinference.semconv.trace import SpanAttributes
+
+    tracer = tp.get_tracer("rag")
+    with tracer.start_as_current_span("rag", start_time=1_767_225_600 * 10**9 + day * DAY) as root:
+        root.set_attribute(SpanAttributes.OPENINFERENCE_SPAN_KIND, "CHAIN")
+        root.set_attribute(SpanAttributes.INPUT_VALUE, QUESTION)
+        docs = retrieve(QUESTION)
+        hops = [("retrieve", "RETRIEVER", "retrieval.documents")]
+        hops += [("rerank", "RERANKER", "reranker.output_documents")] if rerank else []
+        for name, kind, key in hops:
+            with tracer.start_as_current_span(name) as span:
+                span.set_attribute(SpanAttributes.OPENINFERENCE_SPAN_KIND, kind)
+                for i, (doc_id, text, _) in enumerate(docs):
+                    span.set_attribute(f"{key}.{i}.document.id", doc_id)
+                    span.set_attribute(f"{key}.{i}.document.content", text)
+        client.chat.completions.create(model="gpt-test", messages=prompt_messages(QUESTION, docs[:prompted]))
+
+
+def test_hop_rates_go_into_the_history_and_alarm_when_a_hop_changes(openinference_openai, server, tmp_path):
+    """Three days on which every retrieved document reached the prompt through a reranker, then a day on
+    which the reranker is gone and the prompt holds one document of two: the day's line has the hops'
+    rates, and the retriever's prompted share and the reranker's row share (a hop the history knows, no
+    row had) leave their bands. The record's alarms are checked again from its rows when it is loaded."""
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    for day in range(3):
+        for _ in range(2):
+            _rag_on(tp, client, day)
+    for _ in range(2):
+        _rag_on(tp, client, 3, prompted=1, rerank=False)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(to_otlp_json([s]) + "\n" for s in exporter.get_finished_spans()))
+    history, record = tmp_path / "history.jsonl", tmp_path / "monitor.json"
+    result = api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1, save=str(record))
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert [x["metrics"]["hop1_retriever_prompted_share"] for x in lines] == [1, 1, 1, 0.5]
+    assert [x["metrics"]["hop2_reranker_row_share"] for x in lines] == [1, 1, 1, 0]
+    assert lines[3]["metrics"]["hop2_reranker_prompted_share"] is None  # no document to be a share of
+    assert [h["kind"] for h in lines[3]["hops"]] == ["retriever"]
+    alarmed = {a["metric"] for a in result.alarms}
+    assert alarmed == {"hop1_retriever_prompted_share", "hop2_reranker_row_share"}, result.alarms
+    assert result.rows["passed"].all()  # no check failed: only the hops say the pipeline changed
+    text = result.summary_text()  # per window too, where the change shows
+    assert "2026-01-04T00:00:00 hop 1 retriever: 2 row(s), 4 document(s), 2 cited, 2 in the prompt" in text
+    assert "2026-01-03T00:00:00 hop 2 reranker: 2 row(s)" in text and "ALARM" in text
+    assert api.load_run(record).verdict == "ALARM"
+
+
+def test_a_history_written_before_hops_were_kept_is_read_and_bands_hops_from_the_lines_that_have_them(
+    openinference_openai, server, tmp_path
+):
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    for day in range(4):
+        _rag_on(tp, client, day, prompted=1 if day == 3 else 2)
+    path = tmp_path / "traces.jsonl"
+    path.write_text(to_otlp_json(exporter.get_finished_spans()) + "\n")
+    history = tmp_path / "history.jsonl"
+    api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1)
+    old = []
+    for text in history.read_text().splitlines()[:3]:  # the first three days, as an older qaeval wrote them
+        line = json.loads(text)
+        del line["hops"]
+        line["metrics"] = {k: v for k, v in line["metrics"].items() if not k.startswith("hop")}
+        line["n"] = {k: v for k, v in line["n"].items() if not k.startswith("hop")}
+        old.append(json.dumps(line))
+    history.write_text("".join(x + "\n" for x in old))
+    result = api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1)
+    assert result.alarms == []  # the metrics held; no earlier line holds a hop's rate to band it with
+    (day4,) = result.timeline
+    bands = {b["metric"]: b for b in day4["bands"]}
+    assert bands["hop1_retriever_prompted_share"]["window_n"] == 0
+    assert bands["deterministic_pass_rate"]["window_n"] == 3
 
 
 def test_propose_from_monitor_reads_the_span_back_from_the_trace_file(openinference_openai, server, tmp_path):

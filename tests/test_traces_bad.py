@@ -200,3 +200,19 @@ def test_a_monitor_record_written_before_rows_said_where_their_citations_came_fr
     record.write_text(json.dumps(data))
     (row,) = api.load_run(record).rows.to_dict("records")
     assert row["citations_from"] is None and row["hops"] == 1
+
+
+def test_a_history_line_whose_hop_rate_is_not_a_rate_is_named(tmp_path, capsys):
+    """A hop's rates in a history line are rates, held to [0, 1] as the metrics are: an edited line is
+    named with its file and line, not banded."""
+    traces = write(tmp_path / "traces.jsonl", [request(rag_trace(0))])
+    history = tmp_path / "history.jsonl"
+    api.monitor(str(traces), time_window="1D", timeseries=str(history), min_rows=1)
+    line = json.loads(history.read_text())
+    line["metrics"]["hop1_retriever_prompted_share"] = 2.0
+    line["window"] = line["time"] = "2025-12-31T00:00:00+00:00"
+    history.write_text(json.dumps(line) + "\n")
+    code = main(["monitor", "--logs", str(traces), "--window", "1D", "--timeseries", str(history)])
+    err = capsys.readouterr().err
+    assert code == 65 and "history.jsonl:1: " in err
+    assert "metric 'hop1_retriever_prompted_share' is 2.0, outside [0, 1]" in err
