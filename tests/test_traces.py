@@ -620,3 +620,32 @@ def test_a_json_file_and_log_format_otlp(openinference_openai, server, tmp_path,
     assert main(["monitor", "--logs", str(odd), "--log-format", "otlp"]) == 0
     assert main(["monitor", "--logs", str(odd)]) == 64
     assert "or give --log-format" in capsys.readouterr().err
+
+
+def test_the_docs_traced_example_walks_through_as_the_traces_page_says(tmp_path, capsys):
+    """The traces page's commands, as a new user runs them: the example system writes its traces, monitor
+    reads them, and the report shows the hops; the request in four that cites a passage its prompt never
+    held fails as cited_unprompted, its citations read from what the system recorded."""
+    root = Path(__file__).resolve().parent.parent
+    traces = tmp_path / "traces.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "traced_rag.py"), str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "36 spans of 12 requests written" in done.stdout
+    record, html, history = tmp_path / "m.json", tmp_path / "m.html", tmp_path / "h.jsonl"
+    args = ["monitor", "--logs", str(traces), "--by", "session", "--annotations", str(tmp_path / "s.parquet")]
+    args += ["--window", "1D", "--timeseries", str(history), "--save", str(record), "--html", str(html)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "hop 1 retriever: 12 row(s), 24 document(s), 12 cited, 21 in the prompt (of 12 row(s) showing it)" in out
+    rows = api.load_run(record).rows
+    assert (rows["citations_from"] == "qaeval.citations").all()
+    assert rows["cited_unprompted"].tolist().count(False) == 3
+    page = html.read_text()
+    assert "Retrieval hops: what each returned, what was cited and prompted" in page
+    assert "session=session-0" in page and "rows showing the prompt" in page
+    assert json.loads(history.read_text())["metrics"]["hop1_retriever_prompted_share"] == 21 / 24
