@@ -13,8 +13,8 @@ GenAI         ``gen_ai.operation.name`` (chat, text_completion, generate_content
 OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output`` (JSON, its text under
               ``inputs`` / ``outputs``); a LangChain retriever's ``vector_db_retrieve`` span, its documents in
               the entity output (``documents: [{page_content, metadata}]``, absent when content tracing
-              is off: hidden); ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` (before 0.50, after
-              it GenAI's messages); vector-store hits as ``db.query.result`` events
+              is off: hidden); older releases' ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` (current
+              ones write GenAI's messages); vector-store hits as ``db.query.result`` events
               (``db.query.result.{id,document,score}``)
 ============  =====================================================================================
 
@@ -225,7 +225,8 @@ def _entity_documents(output: Any) -> list[dict[str, Any]]:
         ids = [meta[k] for k in METADATA_IDS if isinstance(meta, dict) and isinstance(meta.get(k), (str, int))]
         text = d.get("page_content")
         out.append({"id": str(ids[0]) if ids else None, "text": _text(text) if isinstance(text, str) else None})
-    return [{**d, "score": None} for d in out]
+        out[-1]["score"] = None  # OpenLLMetry records none
+    return out
 
 
 def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any]] | None]:
@@ -478,10 +479,11 @@ def _row(
         hidden.append("passages")
     if answer is None:
         hidden.append("answer")
-    if cited_by is not None:  # the system's record of what it cited wins over the answer's markers
+    cited_from: str | None = CITATIONS  # the system's record of what it cited wins over the answer's markers
+    if cited_by is not None:
         cited = recorded_citations(cited_by, answer)
     else:
-        cited = citations(answer, passages) if answer else []
+        cited, cited_from = (citations(answer, passages), "markers") if answer else ([], None)
     raw = TraceRaw(
         id=f"{root.trace_id}-{answering.span_id}",
         question=question or HIDDEN_TEXT,
@@ -520,7 +522,7 @@ def _row(
         trace_id=root.trace_id,
         span_id=answering.span_id,
         convention=convention(answering),
-        citations_from=CITATIONS if cited_by else "markers" if answer else None,
+        citations_from=cited_from,
         tokens=tokens[0] or None,
         latency_ms=max(0, root.end - root.start) / 1e6,
         span=dict(
