@@ -71,6 +71,22 @@ def test_an_attribute_value_of_the_wrong_type_is_bad_data(tmp_path, capsys):
     _bad(tmp_path, capsys, [request(spans)], "holds intValue, stringValue: one of")
 
 
+def test_an_attribute_that_is_not_a_key_and_a_value_is_bad_data(tmp_path, capsys):
+    """As protobuf's parser refuses a field KeyValue does not have (checked here by count, not by set)."""
+    for item in ({"key": "x", "value": {"stringValue": "a"}, "typo": 1}, {"key": "x", "valeu": {}}, {"value": {}}):
+        spans = rag_trace(0)
+        spans[1]["attributes"].append(item)
+        _bad(tmp_path, capsys, [request(spans)], "an attribute must be {key: text, value: AnyValue}")
+    spans = rag_trace(0)
+    spans[1]["attributes"].append({"key": "x"})  # a value left out is an empty AnyValue
+    path = write(tmp_path / "traces.jsonl", [request(spans)])
+    assert main(["monitor", "--logs", str(path)]) == 0
+
+
+def test_an_all_zero_id_is_bad_data(tmp_path, capsys):
+    _bad(tmp_path, capsys, [request(_with(rag_trace(0), 0, spanId="0" * 16))], "spanId is all zeros")
+
+
 def test_nesting_deeper_than_the_protocol_allows_is_bad_data(tmp_path, capsys):
     deep: dict = {"stringValue": "leaf"}
     for _ in range(40):

@@ -90,7 +90,9 @@ def indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
 
 
 def _json(value: Any) -> Any:
-    if isinstance(value, str):
+    """A text attribute that holds a JSON object or array, parsed; any other value as it is (an input
+    that is a question is not tried as JSON)."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         try:
             return json.loads(value)
         except ValueError:
