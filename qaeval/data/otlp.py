@@ -145,6 +145,20 @@ def attributes(items: Any, what: str, depth: int = 0) -> dict[str, Any]:
     return out
 
 
+REDACTED = "__REDACTED__"  # what OpenInference writes in place of content it was told to hide
+
+
+def json_value(value: Any) -> Any:
+    """A text attribute that holds a JSON object or array (conventions write lists and maps so), parsed;
+    any other value as it is: a question is not tried as JSON."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _id(value: Any, pattern: re.Pattern[str], what: str, *, empty: bool = False) -> str:
     if value in (None, "") and empty:
         return ""

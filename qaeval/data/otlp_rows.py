@@ -25,33 +25,27 @@ call). The row's passages are the last reranker's output, else every hop's docum
 rank order (an id seen twice is kept once). Content an instrumentation hid (absent, or
 OpenInference's ``__REDACTED__``) is named in ``hidden`` and never taken for a blank.
 
-Citations: no OpenInference, GenAI or OpenLLMetry attribute records them, so a system that knows what it
-cited records ``qaeval.citations`` (``CITATIONS``): a JSON list (as text, or an OTLP array) of document
-ids, or of ``{source_id, claim}`` as a log row's citations; an id alone cites its document for the whole
-answer. It is read from the answering span or its nearest ancestor that records it (the root only for the
-trace's last row, whose answer is the root's); where no span records it, citations are the answer's
-markers (``[1]`` for the row's n-th passage, ``[doc-id]`` for a document id). The row says which
-(``facts["citations_from"]``: ``qaeval.citations`` or ``markers``).
+Citations are what the system recorded in ``qaeval.citations``, else the answer's markers
+(``qaeval.data.otlp_citations``); the row says which (``facts["citations_from"]``: ``qaeval.citations``
+or ``markers``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import Problem
-from qaeval.data.otlp import BadTrace, Span, traces
+from qaeval.data.otlp import REDACTED, BadTrace, Span, json_value, traces
+from qaeval.data.otlp_citations import CITATIONS, citations, cited_by, recorded_citations
 
-REDACTED = "__REDACTED__"
 HIDDEN_TEXT = "(hidden by the instrumentation)"
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
 RETRIEVAL_OPERATIONS = {"retrieval", "vector_db_retrieve"}  # GenAI's; OpenLLMetry's LangChain retriever
 INPUT_KEYS = ("question", "query", "input", "user_input", "text", "message", "content", "prompt")
 OUTPUT_KEYS = ("answer", "output", "response", "text", "content", "result")
-MAX_CITATIONS = 1000  # as a log row's (qaeval.data.logs.MAX_ITEMS)
 
 
 class TraceRaw(dict):  # type: ignore[type-arg]
@@ -89,23 +83,12 @@ def indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     return [found[i] for i in sorted(found)]
 
 
-def _json(value: Any) -> Any:
-    """A text attribute that holds a JSON object or array, parsed; any other value as it is (an input
-    that is a question is not tried as JSON)."""
-    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 WRAPPERS = ("kwargs", "args", "inputs", "outputs")  # OpenLLMetry's {"args": [...], "kwargs": {...}}, {"inputs": ...}
 
 
 def _pick(value: Any, keys: tuple[str, ...]) -> str | None:
     """The text a JSON input or output stands for: itself, or its first text field of ``keys``."""
-    value = _json(value)
+    value = json_value(value)
     if isinstance(value, str):
         return None if value == REDACTED else value
     if isinstance(value, dict):
@@ -176,8 +159,8 @@ def _messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
             if t is not None
         ] or None
     elif "gen_ai.input.messages" in a:
-        listed = _json(a["gen_ai.input.messages"])
-        system = _json(a.get("gen_ai.system_instructions"))
+        listed = json_value(a["gen_ai.input.messages"])
+        system = json_value(a.get("gen_ai.system_instructions"))
         items = ([{"role": "system", "parts": system}] if isinstance(system, list) else []) + (
             listed if isinstance(listed, list) else []
         )
@@ -189,7 +172,7 @@ def _messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
         texts = [t for m in out for t in [_text(m.get("message.content", m.get("content")))] if t is not None]
         answer = "\n".join(texts) if texts else None
     elif "gen_ai.output.messages" in a:
-        listed = _json(a["gen_ai.output.messages"])
+        listed = json_value(a["gen_ai.output.messages"])
         texts = [t for m in (listed if isinstance(listed, list) else []) for t in [_parts_text(m)] if t]
         answer = "\n".join(texts) if texts else None
     return prompt, answer
@@ -203,7 +186,7 @@ def _doc_id(d: dict[str, Any], prefix: str) -> str | None:
     found = _text(d.get(prefix + "id"))
     if found:
         return found
-    meta = _json(d.get(prefix + "metadata"))
+    meta = json_value(d.get(prefix + "metadata"))
     if isinstance(meta, dict):
         return next((str(meta[k]) for k in METADATA_IDS if isinstance(meta.get(k), (str, int))), None)
     return None
@@ -218,7 +201,7 @@ def _docs(items: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
 
 def _entity_documents(output: Any) -> list[dict[str, Any]]:
     """OpenLLMetry's retriever output, ``{"documents": [{page_content, metadata}], "count": n}``."""
-    listed = _json(output)
+    listed = json_value(output)
     items = listed.get("documents") if isinstance(listed, dict) else None
     out = []
     for d in items if isinstance(items, list) else []:
@@ -245,7 +228,7 @@ def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any
         return query, None if output in (None, REDACTED) else _entity_documents(output)
     docs = _docs(indexed(a, "retrieval.documents."), "document.")
     if not docs and "gen_ai.retrieval.documents" in a:
-        listed = _json(a["gen_ai.retrieval.documents"])
+        listed = json_value(a["gen_ai.retrieval.documents"])
         docs = [
             {"id": _text(d.get("id")), "text": _text(d.get("content", d.get("text"))), "score": d.get("score")}
             for d in (listed if isinstance(listed, list) else [])
@@ -354,85 +337,15 @@ def rows_of_trace(root: Span) -> list[TraceRaw]:
                 f"trace {root.trace_id} has no answering span: no LLM span (OpenInference, GenAI or "
                 "OpenLLMetry) and no output on its root"
             )
-        return [_row(root, root, None, [h for _, h in hops], root_text, spans, _cited_by(root, root, {}, True))]
+        return [_row(root, root, None, [h for _, h in hops], root_text, spans, cited_by(root, root, {}, True))]
     by_id = {s.span_id: s for s in spans}
     rows = []
     for i, (llm, fed) in enumerate(answering):
         _, llm_text = messages(llm)
         last = i == len(answering) - 1
         text = root_text if last and root_text is not None and root is not llm else llm_text
-        rows.append(_row(root, llm, llm, fed, text, spans, _cited_by(llm, root, by_id, last)))
+        rows.append(_row(root, llm, llm, fed, text, spans, cited_by(llm, root, by_id, last)))
     return rows
-
-
-CITATIONS = "qaeval.citations"  # what the system cited: see the module's docstring
-
-
-def _cited_by(span: Span, root: Span, by_id: dict[str, Span], last: bool) -> Span | None:
-    """The span whose ``qaeval.citations`` the row takes: the answering span or its nearest ancestor that
-    records it, the root only for the trace's last row; None when none does."""
-    here: Span | None = span
-    while here is not None:
-        if (here is not root or last) and here.attrs.get(CITATIONS) not in (None, REDACTED):
-            return here
-        here = by_id.get(here.parent) if here.parent else None
-    return None
-
-
-def recorded_citations(span: Span, answer: str | None) -> list[dict[str, str]]:
-    """The span's ``qaeval.citations`` as ``{source_id, claim}`` (an id alone claims the whole answer);
-    a BadTrace naming the span when it is not such a list."""
-    value = span.attrs[CITATIONS]
-    items = _json(value)
-    where = f"span {span.span_id}'s {CITATIONS}"
-    if isinstance(value, str) and items is value:
-        raise BadTrace(f"{where} is not JSON: record a JSON list of document ids or of {{source_id, claim}}")
-    if not isinstance(items, list):
-        raise BadTrace(f"{where} must be a list of document ids or of {{source_id, claim}}, got {type(items).__name__}")
-    if len(items) > MAX_CITATIONS:
-        raise BadTrace(f"{where} holds {len(items)} citations (limit {MAX_CITATIONS}, as for a log row)")
-    out = []
-    for i, item in enumerate(items, 1):
-        if isinstance(item, dict) and set(item) <= {"source_id", "claim"}:
-            source, claim = item.get("source_id"), item.get("claim", answer or "")
-        else:
-            source, claim = item, answer or ""
-        if isinstance(source, bool) or not isinstance(source, (str, int)) or source == "" or not isinstance(claim, str):
-            raise BadTrace(
-                f"{where}: citation {i} must be a document id or {{source_id, claim}} (both text), "
-                f"got {json.dumps(item)[:80]}"
-            )
-        out.append({"source_id": str(source), "claim": claim})
-    return out
-
-
-MARKER = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")  # [1], [2, 3], [doc-id]; not a Markdown link's [text](url)
-SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-
-def citations(answer: str, passages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The answer's markers as ``{source_id, claim}``: ``[n]`` names the row's n-th passage, ``[id]`` a
-    document id; the claim is the marker's sentence without markers (the sentence before, when the
-    marker stands after the full stop). A number past the passages names ``[n]``: that citation does not
-    resolve."""
-    ids = [p["id"] for p in passages]
-    known = set(ids)
-    out: list[dict[str, str]] = []
-    previous = ""
-    for sentence in SENTENCE.split(answer):
-        claim = MARKER.sub("", sentence).strip() or previous
-        for match in MARKER.finditer(sentence):
-            for token in (t.strip() for t in match.group(1).split(",")):
-                if token.isdigit():
-                    n = int(token)
-                    source = ids[n - 1] if 1 <= n <= len(ids) else f"[{n}]"
-                elif token in known or (token and " " not in token and re.fullmatch(r"[\w.:/#-]+", token)):
-                    source = token
-                else:
-                    continue
-                out.append({"source_id": source, "claim": claim})
-        previous = claim
-    return out
 
 
 def _passages(fed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -467,7 +380,7 @@ def _row(
     fed: list[dict[str, Any]],
     answer: str | None,
     spans: list[Span],
-    cited_by: Span | None,
+    citing: Span | None,
 ) -> TraceRaw:
     prompt_messages = messages(llm)[0] if llm is not None else None
     passages = _passages(fed)
@@ -482,8 +395,8 @@ def _row(
     if answer is None:
         hidden.append("answer")
     cited_from: str | None = CITATIONS  # the system's record of what it cited wins over the answer's markers
-    if cited_by is not None:
-        cited = recorded_citations(cited_by, answer)
+    if citing is not None:
+        cited = recorded_citations(citing, answer)
     else:
         cited, cited_from = (citations(answer, passages), "markers") if answer else ([], None)
     raw = TraceRaw(
