@@ -155,13 +155,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qaeval-bench-traces-") as tmp:
         path = write_traces(Path(tmp) / "traces.jsonl", args.traces)
         size = path.stat().st_size / 2**20
+        before = os.getloadavg()[0]
         wall, cpu, peak, first = whole_run(path, args.sample)
         spans = args.traces * 10
         print(
             f"qaeval monitor, {args.traces:,} traces ({spans:,} spans, {size:,.0f} MiB of OTLP/JSON), judge on "
             f"{args.sample:,}: {wall:,.1f} s wall ({spans / wall:,.0f} spans/s; target under 180 s), {cpu:,.1f} "
-            f"CPU s, peak RSS {peak:,.0f} MiB (target: under 1,024 MiB); load average "
-            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+            f"CPU s, peak RSS {peak:,.0f} MiB (target: under 1,024 MiB); load average {before:.1f} at the "
+            f"start and {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} cores (other jobs' load "
+            "stretches the wall time, not the CPU time)"
         )
         print(f"  {first}")
 

@@ -5,8 +5,10 @@ collector's file exporter writes them (OTLP/JSON, one request a line): what `qae
 
 A retriever over a small corpus (a RETRIEVER span with OpenInference's attributes), a prompt with the
 numbered passages, and the openai client (traced by openinference-instrumentation-openai) against qaeval's
-local fake chat server (127.0.0.1), which answers with a citation. One request in four gets an answer
-that cites a passage the prompt never held, so the monitor has a failure to show.
+local fake chat server (127.0.0.1). The system records what its answer cited on its own span, as
+``qaeval.citations`` (no tracing convention has an attribute for citations; without it, qaeval reads the
+answer's markers, ``[1]`` or ``[doc-id]``). One request in four cites a passage the prompt never held, so
+the monitor has a failure to show.
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ def answer(tracer: Any, client: Any, question: str, session: str, sloppy: bool) 
             {"role": "system", "content": f"Answer from the passages, citing them as [n].\n{context}"},
             {"role": "user", "content": question},
         ]
-        cite = f"[{docs[-1][0]}]" if sloppy else "[1]"
-        reply = client.chat.completions.create(
-            model="toy-model", messages=messages, extra_body={"reply": f"{docs[0][1]} {cite}"}
-        )
-        root.set_attribute(SpanAttributes.OUTPUT_VALUE, reply.choices[0].message.content)
+        reply = client.chat.completions.create(model="toy-model", messages=messages, extra_body={"reply": docs[0][1]})
+        text = reply.choices[0].message.content
+        root.set_attribute(SpanAttributes.OUTPUT_VALUE, text)
+        cited = docs[-1][0] if sloppy else docs[0][0]
+        root.set_attribute("qaeval.citations", json.dumps([{"source_id": cited, "claim": text}]))
 
 
 def otlp_json(spans: Any) -> str:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +227,46 @@ def test_openinference_hidden_inputs_are_not_assessed(provider, server, tmp_path
     assert any("1 row(s) have their prompt hidden" in n for n in result.notes)
 
 
+def test_citations_the_system_records_win_over_the_answers_markers(openinference_openai, server, tmp_path):
+    """A system that knows what it cited records it on its own span (``qaeval.citations``); the LLM span is
+    the instrumentation's. Here the answer's marker [1] names library-hours, but the system says it cited
+    library-weekend for the claim: the row takes the system's record, and says so."""
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    claim = "The library opens at 9 am on weekdays."
+    recorded = [{"source_id": "library-weekend", "claim": claim}]
+    tracer = tp.get_tracer("rag")
+    with tracer.start_as_current_span("answer") as span:
+        span.set_attribute("openinference.span.kind", "CHAIN")
+        did = _openinference_rag(tp, client, QUESTION)
+        span.set_attribute("qaeval.citations", json.dumps(recorded))
+    _openinference_rag(tp, client, QUESTION)  # records nothing: its markers are read
+    with tracer.start_as_current_span("answer") as span:
+        span.set_attribute("openinference.span.kind", "CHAIN")
+        _openinference_rag(tp, client, QUESTION)
+        span.set_attribute("qaeval.citations", ["library-hours", "library-weekend"])  # ids: an OTLP array
+    path = tmp_path / "traces.jsonl"
+    path.write_text(to_otlp_json(exporter.get_finished_spans()) + "\n")
+    result = api.monitor(str(path))
+    first, plain, ids = result.rows.to_dict("records")
+    outputs = result.run.outputs.set_index("case_id")
+    assert did["answer"] == REPLY and "[1]" in REPLY  # the marker names library-hours, the record does not
+    assert outputs.loc[first["row_id"], "citations"] == recorded
+    assert first["citations_from"] == "qaeval.citations"
+    assert first["cited_hops"] == "library-weekend: hop 1, in the prompt"
+    assert [c["source_id"] for c in outputs.loc[plain["row_id"], "citations"]] == ["library-hours"]
+    assert plain["citations_from"] == "markers"
+    # an id alone cites its document for the whole answer
+    assert outputs.loc[ids["row_id"], "citations"] == [
+        {"source_id": "library-hours", "claim": REPLY},
+        {"source_id": "library-weekend", "claim": REPLY},
+    ]
+    assert ids["citations_from"] == "qaeval.citations" and ids["citation_coverage"]
+    hops = result.hops
+    overall = hops[hops["window"].isna() & (hops["slice"] == "(all)")].iloc[0]
+    assert overall["cited"] == 1 + 1 + 2  # per hop, the documents the answers cited, from either source
+
+
 def _genai_rag(tp: TracerProvider, client: Any, question: str) -> dict[str, Any]:
     tracer = tp.get_tracer("rag")
     with tracer.start_as_current_span("invoke_agent rag") as root:
@@ -340,6 +383,54 @@ def test_openinference_langchain_traces_read_back_as_what_the_chain_did(provider
     assert row["passed"] and row["hops"] == 1
 
 
+def _openllmetry(server: Any, tmp_path: Path, content: str = "true") -> tuple[Path, dict[str, Any]]:
+    """The chain of tests/openllmetry_rag.py, run in its own process (see there why), against the fake
+    server: (its trace file, what it printed: the answer and each span's attributes by name)."""
+    pytest.importorskip("opentelemetry.instrumentation.langchain", reason="the traces extra")
+    pytest.importorskip("opentelemetry.instrumentation.openai", reason="the traces extra")
+    pytest.importorskip("langchain_core", reason="the dev extra")
+    path = tmp_path / "traces.jsonl"
+    env = {**os.environ, "TRACELOOP_TRACE_CONTENT": content}
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "openllmetry_rag.py"), str(path), server.url, QUESTION],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return path, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_openllmetry_traces_read_back_as_what_the_system_did(server, tmp_path):
+    path, did = _openllmetry(server, tmp_path)
+    spans = did["spans"]
+    assert spans["vector_db_retrieve Toy"]["traceloop.span.kind"] == "task"  # OpenLLMetry's, not OpenInference's
+    result = api.monitor(str(path))
+    (row,) = result.rows.to_dict("records")
+    case, output = result.run.suite.cases[0], result.run.outputs.iloc[0]
+    sent = server.requests[0]["messages"]
+    assert case.question == QUESTION
+    assert [(p.id, p.text) for p in case.sources] == [(d, t) for d, t, _ in retrieve(QUESTION)]
+    assert output["prompt_to_model"] == "\n\n".join(m["content"] for m in sent)
+    assert output["answer"] == did["answer"] == REPLY
+    assert [c["source_id"] for c in output["citations"]] == ["library-hours"]
+    assert row["passed"] and row["hops"] == 1 and row["model"] == "gpt-test"
+    assert row["cited_hops"] == "library-hours: hop 1, in the prompt"
+    assert row["tokens"] == spans["openai.chat"]["gen_ai.usage.total_tokens"] > 0
+
+
+def test_openllmetry_without_content_tracing_hides_what_it_left_out(server, tmp_path):
+    """TRACELOOP_TRACE_CONTENT=false leaves out the retriever's documents too: the row has no passages
+    because they are hidden, not because nothing was retrieved, so fail-closed is not failed."""
+    path, did = _openllmetry(server, tmp_path, content="false")
+    assert "traceloop.entity.output" not in did["spans"]["vector_db_retrieve Toy"]
+    (row,) = api.monitor(str(path)).rows.to_dict("records")
+    assert row["hidden"] == "question, prompt, passages, answer" and row["hops"] == 1
+    for check in ("prompt_grounding", "citation_resolvability", "citation_coverage", "fail_closed"):
+        assert row[check] is None, check
+
+
 def _traffic(openinference_openai, server, tmp_path, n: int = 4) -> Path:
     """n traced requests over two sessions, then one whose answer cites a document it retrieved but did
     not put in the prompt; a span a line, as a batching exporter may spread a trace."""
@@ -391,7 +482,14 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
     result = api.monitor(str(path), by=["session"], time_window="1D", timeseries=str(history), min_rows=1)
     assert set(result.slices["group"]) == {"session-0", "session-1"}
     assert len(result.windows[result.windows["slice"] == "(all)"]) == len(result.scoreboard)
-    assert len(history.read_text().splitlines()) == 1
+    (line,) = [json.loads(x) for x in history.read_text().splitlines()]
+    assert line["hops"] == [
+        dict(hop=1, kind="retriever", rows=5, documents=10, cited=5, prompted=9, prompt_rows=5, prompt_documents=10)
+    ]
+    assert (
+        line["metrics"]["hop1_retriever_prompted_share"] == 9 / 10 and line["n"]["hop1_retriever_prompted_share"] == 10
+    )
+    assert line["metrics"]["hop1_retriever_cited_share"] == 5 / 10 and line["metrics"]["hop1_retriever_row_share"] == 1
     hops = result.hops
     overall = hops[hops["window"].isna() & (hops["slice"] == "(all)")].to_dict("records")
     assert overall == [
@@ -406,6 +504,7 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
             cited=5,
             prompted=9,
             prompt_rows=5,
+            prompt_documents=10,
         )
     ]
     by_session = hops[hops["window"].isna() & (hops["slice"] == "session")].set_index("group")
@@ -414,6 +513,88 @@ def test_slices_windows_timeseries_and_hop_facts_work_on_traces(openinference_op
     assert "hop 1 retriever: 5 row(s), 10 document(s), 5 cited, 9 in the prompt" in result.summary_text()
     html = str(hop_facts(result))
     assert "Retrieval hops" in html and "retriever" in html
+
+
+DAY = 86_400 * 10**9
+
+
+def _rag_on(tp: TracerProvider, client: Any, day: int, *, prompted: int = 2, rerank: bool = True) -> None:
+    """One request of the docs' system on ``day`` (the root's start time), the openai call traced by
+    OpenInference's instrumentation: a retriever, a reranker keeping both documents (or none), and a
+    prompt holding the first ``prompted`` of them."""
+    from openinference.semconv.trace import SpanAttributes
+
+    tracer = tp.get_tracer("rag")
+    with tracer.start_as_current_span("rag", start_time=1_767_225_600 * 10**9 + day * DAY) as root:
+        root.set_attribute(SpanAttributes.OPENINFERENCE_SPAN_KIND, "CHAIN")
+        root.set_attribute(SpanAttributes.INPUT_VALUE, QUESTION)
+        docs = retrieve(QUESTION)
+        hops = [("retrieve", "RETRIEVER", "retrieval.documents")]
+        hops += [("rerank", "RERANKER", "reranker.output_documents")] if rerank else []
+        for name, kind, key in hops:
+            with tracer.start_as_current_span(name) as span:
+                span.set_attribute(SpanAttributes.OPENINFERENCE_SPAN_KIND, kind)
+                for i, (doc_id, text, _) in enumerate(docs):
+                    span.set_attribute(f"{key}.{i}.document.id", doc_id)
+                    span.set_attribute(f"{key}.{i}.document.content", text)
+        client.chat.completions.create(model="gpt-test", messages=prompt_messages(QUESTION, docs[:prompted]))
+
+
+def test_hop_rates_go_into_the_history_and_alarm_when_a_hop_changes(openinference_openai, server, tmp_path):
+    """Three days on which every retrieved document reached the prompt through a reranker, then a day on
+    which the reranker is gone and the prompt holds one document of two: the day's line has the hops'
+    rates, and the retriever's prompted share and the reranker's row share (a hop the history knows, no
+    row had) leave their bands. The record's alarms are checked again from its rows when it is loaded."""
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    for day in range(3):
+        for _ in range(2):
+            _rag_on(tp, client, day)
+    for _ in range(2):
+        _rag_on(tp, client, 3, prompted=1, rerank=False)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(to_otlp_json([s]) + "\n" for s in exporter.get_finished_spans()))
+    history, record = tmp_path / "history.jsonl", tmp_path / "monitor.json"
+    result = api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1, save=str(record))
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert [x["metrics"]["hop1_retriever_prompted_share"] for x in lines] == [1, 1, 1, 0.5]
+    assert [x["metrics"]["hop2_reranker_row_share"] for x in lines] == [1, 1, 1, 0]
+    assert lines[3]["metrics"]["hop2_reranker_prompted_share"] is None  # no document to be a share of
+    assert [h["kind"] for h in lines[3]["hops"]] == ["retriever"]
+    alarmed = {a["metric"] for a in result.alarms}
+    assert alarmed == {"hop1_retriever_prompted_share", "hop2_reranker_row_share"}, result.alarms
+    assert result.rows["passed"].all()  # no check failed: only the hops say the pipeline changed
+    text = result.summary_text()  # per window too, where the change shows
+    assert "2026-01-04T00:00:00 hop 1 retriever: 2 row(s), 4 document(s), 2 cited, 2 in the prompt" in text
+    assert "2026-01-03T00:00:00 hop 2 reranker: 2 row(s)" in text and "ALARM" in text
+    assert api.load_run(record).verdict == "ALARM"
+
+
+def test_a_history_written_before_hops_were_kept_is_read_and_bands_hops_from_the_lines_that_have_them(
+    openinference_openai, server, tmp_path
+):
+    tp, exporter = openinference_openai
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    for day in range(4):
+        _rag_on(tp, client, day, prompted=1 if day == 3 else 2)
+    path = tmp_path / "traces.jsonl"
+    path.write_text(to_otlp_json(exporter.get_finished_spans()) + "\n")
+    history = tmp_path / "history.jsonl"
+    api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1)
+    old = []
+    for text in history.read_text().splitlines()[:3]:  # the first three days, as an older qaeval wrote them
+        line = json.loads(text)
+        del line["hops"]
+        line["metrics"] = {k: v for k, v in line["metrics"].items() if not k.startswith("hop")}
+        line["n"] = {k: v for k, v in line["n"].items() if not k.startswith("hop")}
+        old.append(json.dumps(line))
+    history.write_text("".join(x + "\n" for x in old))
+    result = api.monitor(str(path), time_window="1D", timeseries=str(history), min_rows=1)
+    assert result.alarms == []  # the metrics held; no earlier line holds a hop's rate to band it with
+    (day4,) = result.timeline
+    bands = {b["metric"]: b for b in day4["bands"]}
+    assert bands["hop1_retriever_prompted_share"]["window_n"] == 0
+    assert bands["deterministic_pass_rate"]["window_n"] == 3
 
 
 def test_propose_from_monitor_reads_the_span_back_from_the_trace_file(openinference_openai, server, tmp_path):
@@ -439,3 +620,32 @@ def test_a_json_file_and_log_format_otlp(openinference_openai, server, tmp_path,
     assert main(["monitor", "--logs", str(odd), "--log-format", "otlp"]) == 0
     assert main(["monitor", "--logs", str(odd)]) == 64
     assert "or give --log-format" in capsys.readouterr().err
+
+
+def test_the_docs_traced_example_walks_through_as_the_traces_page_says(tmp_path, capsys):
+    """The traces page's commands, as a new user runs them: the example system writes its traces, monitor
+    reads them, and the report shows the hops; the request in four that cites a passage its prompt never
+    held fails as cited_unprompted, its citations read from what the system recorded."""
+    root = Path(__file__).resolve().parent.parent
+    traces = tmp_path / "traces.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "traced_rag.py"), str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "36 spans of 12 requests written" in done.stdout
+    record, html, history = tmp_path / "m.json", tmp_path / "m.html", tmp_path / "h.jsonl"
+    args = ["monitor", "--logs", str(traces), "--by", "session", "--annotations", str(tmp_path / "s.parquet")]
+    args += ["--window", "1D", "--timeseries", str(history), "--save", str(record), "--html", str(html)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "hop 1 retriever: 12 row(s), 24 document(s), 12 cited, 21 in the prompt (of 12 row(s) showing it)" in out
+    rows = api.load_run(record).rows
+    assert (rows["citations_from"] == "qaeval.citations").all()
+    assert rows["cited_unprompted"].tolist().count(False) == 3
+    page = html.read_text()
+    assert "Retrieval hops: what each returned, what was cited and prompted" in page
+    assert "session=session-0" in page and "rows showing the prompt" in page
+    assert json.loads(history.read_text())["metrics"]["hop1_retriever_prompted_share"] == 21 / 24

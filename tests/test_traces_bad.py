@@ -71,6 +71,22 @@ def test_an_attribute_value_of_the_wrong_type_is_bad_data(tmp_path, capsys):
     _bad(tmp_path, capsys, [request(spans)], "holds intValue, stringValue: one of")
 
 
+def test_an_attribute_that_is_not_a_key_and_a_value_is_bad_data(tmp_path, capsys):
+    """As protobuf's parser refuses a field KeyValue does not have (checked here by count, not by set)."""
+    for item in ({"key": "x", "value": {"stringValue": "a"}, "typo": 1}, {"key": "x", "valeu": {}}, {"value": {}}):
+        spans = rag_trace(0)
+        spans[1]["attributes"].append(item)
+        _bad(tmp_path, capsys, [request(spans)], "an attribute must be {key: text, value: AnyValue}")
+    spans = rag_trace(0)
+    spans[1]["attributes"].append({"key": "x"})  # a value left out is an empty AnyValue
+    path = write(tmp_path / "traces.jsonl", [request(spans)])
+    assert main(["monitor", "--logs", str(path)]) == 0
+
+
+def test_an_all_zero_id_is_bad_data(tmp_path, capsys):
+    _bad(tmp_path, capsys, [request(_with(rag_trace(0), 0, spanId="0" * 16))], "spanId is all zeros")
+
+
 def test_nesting_deeper_than_the_protocol_allows_is_bad_data(tmp_path, capsys):
     deep: dict = {"stringValue": "leaf"}
     for _ in range(40):
@@ -167,3 +183,52 @@ def test_spans_waiting_for_roots_that_never_come_are_capped(tmp_path, capsys, mo
     monkeypatch.setattr(otlp, "MAX_HELD", 5)
     lines = [request(rag_trace(n)[:2]) for n in range(4)]  # no root: each trace waits
     _bad(tmp_path, capsys, lines, "over 5 spans wait for their traces' roots", line=3)
+
+
+def _citing(value: object) -> list[dict]:
+    spans = rag_trace(0)
+    spans[2]["attributes"].append({"key": "qaeval.citations", "value": value})
+    return spans
+
+
+def test_recorded_citations_that_are_not_a_list_of_ids_or_citations_are_bad_data(tmp_path, capsys):
+    """qaeval.citations is the system's own record: one it cannot be read as is named, never guessed at."""
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": "library-hours"}))], "qaeval.citations is not JSON")
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": '{"a": 1}'}))], "must be a list of document ids")
+    shape = json.dumps([{"source_id": "library-hours", "quote": "x"}])
+    _bad(tmp_path, capsys, [request(_citing({"stringValue": shape}))], "citation 1 must be a document id or")
+    _bad(tmp_path, capsys, [request(_citing({"arrayValue": {"values": [{"boolValue": True}]}}))], "citation 1 must")
+
+
+def test_recorded_citations_that_name_no_passage_fail_resolvability_as_a_log_rows_would(tmp_path):
+    path = write(tmp_path / "traces.jsonl", [request(_citing({"stringValue": '["handbook-7"]'}))])
+    (row,) = api.monitor(str(path)).rows.to_dict("records")
+    assert row["citations_from"] == "qaeval.citations" and row["citation_resolvability"] is False
+    assert row["cited_hops"] == "handbook-7: retrieved by no hop"
+
+
+def test_a_monitor_record_written_before_rows_said_where_their_citations_came_from_loads(tmp_path):
+    record = tmp_path / "monitor.json"
+    api.monitor(str(write(tmp_path / "traces.jsonl", [request(rag_trace(0))])), save=str(record))
+    data = json.loads(record.read_text())
+    for row in data["monitor"]["rows"]:
+        del row["citations_from"]
+    record.write_text(json.dumps(data))
+    (row,) = api.load_run(record).rows.to_dict("records")
+    assert row["citations_from"] is None and row["hops"] == 1
+
+
+def test_a_history_line_whose_hop_rate_is_not_a_rate_is_named(tmp_path, capsys):
+    """A hop's rates in a history line are rates, held to [0, 1] as the metrics are: an edited line is
+    named with its file and line, not banded."""
+    traces = write(tmp_path / "traces.jsonl", [request(rag_trace(0))])
+    history = tmp_path / "history.jsonl"
+    api.monitor(str(traces), time_window="1D", timeseries=str(history), min_rows=1)
+    line = json.loads(history.read_text())
+    line["metrics"]["hop1_retriever_prompted_share"] = 2.0
+    line["window"] = line["time"] = "2025-12-31T00:00:00+00:00"
+    history.write_text(json.dumps(line) + "\n")
+    code = main(["monitor", "--logs", str(traces), "--window", "1D", "--timeseries", str(history)])
+    err = capsys.readouterr().err
+    assert code == 65 and "history.jsonl:1: " in err
+    assert "metric 'hop1_retriever_prompted_share' is 2.0, outside [0, 1]" in err

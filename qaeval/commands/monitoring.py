@@ -191,7 +191,7 @@ def monitor(
             qaeval_version=meta.qaeval_version,
         )
         result.timeline, result.alarms, more = watch(
-            windows, timeseries, about=about, band_window=band_window, min_rows=min_rows
+            windows, timeseries, about=about, band_window=band_window, min_rows=min_rows, hops=result.hops
         )
         result.notes += more + notify_alarms(notify, result.alarms)
     if annotations:

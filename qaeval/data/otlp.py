@@ -131,7 +131,7 @@ def attributes(items: Any, what: str, depth: int = 0) -> dict[str, Any]:
         raise BadTrace(f"{what} has {len(items)} attributes (limit {MAX_ATTRIBUTES})")
     out: dict[str, Any] = {}
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("key"), str) or set(item) - {"key", "value"}:
+        if type(item) is not dict or type(item.get("key")) is not str or len(item) > 1 + ("value" in item):
             raise BadTrace(f"{what}: an attribute must be {{key: text, value: AnyValue}}")
         key = item["key"]
         if key in out:
@@ -145,6 +145,20 @@ def attributes(items: Any, what: str, depth: int = 0) -> dict[str, Any]:
     return out
 
 
+REDACTED = "__REDACTED__"  # what OpenInference writes in place of content it was told to hide
+
+
+def json_value(value: Any) -> Any:
+    """A text attribute that holds a JSON object or array (conventions write lists and maps so), parsed;
+    any other value as it is: a question is not tried as JSON."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _id(value: Any, pattern: re.Pattern[str], what: str, *, empty: bool = False) -> str:
     if value in (None, "") and empty:
         return ""
@@ -152,7 +166,7 @@ def _id(value: Any, pattern: re.Pattern[str], what: str, *, empty: bool = False)
         digits = 32 if pattern is HEX_TRACE else 16
         hint = " (it looks like base64, protobuf's default JSON for bytes)" if isinstance(value, str) else ""
         raise BadTrace(f"{what} {str(value)[:40]!r} is not {digits} hex digits, as OTLP/JSON writes ids{hint}")
-    if set(value) == {"0"}:
+    if not value.strip("0"):
         raise BadTrace(f"{what} is all zeros, which OTLP forbids")
     return value.lower()
 

@@ -10,8 +10,11 @@ GenAI         ``gen_ai.operation.name`` (chat, text_completion, generate_content
               (JSON text or arrays of ``{role, parts: [{type, content}]}``); ``gen_ai.retrieval.documents``,
               ``gen_ai.retrieval.query.text``; ``gen_ai.request.model``, ``gen_ai.usage.*``;
               ``gen_ai.conversation.id``
-OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output``; ``gen_ai.prompt.{i}.*`` /
-              ``gen_ai.completion.{i}.*``; vector-store hits as ``db.query.result`` events
+OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output`` (JSON, its text under
+              ``inputs`` / ``outputs``); a LangChain retriever's ``vector_db_retrieve`` span, its documents in
+              the entity output (``documents: [{page_content, metadata}]``, absent when content tracing
+              is off: hidden); older releases' ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` (current
+              ones write GenAI's messages); vector-store hits as ``db.query.result`` events
               (``db.query.result.{id,document,score}``)
 ============  =====================================================================================
 
@@ -19,25 +22,28 @@ A hop is a retriever or reranker span, in start order. Each LLM span that starte
 whose prompt carries a retrieved document's text (or whose prompt is hidden) gives a row; when none
 does, the trace's last LLM span does, and a trace with no LLM span gives one row for its root (no model
 call). The row's passages are the last reranker's output, else every hop's documents, in hop and
-rank order (an id seen twice is kept once); citations are the answer's markers (``[1]`` for the row's
-n-th passage, ``[doc-id]`` for a document id). Content an instrumentation hid (absent, or
+rank order (an id seen twice is kept once). Content an instrumentation hid (absent, or
 OpenInference's ``__REDACTED__``) is named in ``hidden`` and never taken for a blank.
+
+Citations are what the system recorded in ``qaeval.citations``, else the answer's markers
+(``qaeval.data.otlp_citations``); the row says which (``facts["citations_from"]``: ``qaeval.citations``
+or ``markers``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
 from qaeval.core.errors import Problem
-from qaeval.data.otlp import BadTrace, Span, traces
+from qaeval.data.otlp import REDACTED, BadTrace, Span, json_value, traces
+from qaeval.data.otlp_citations import CITATIONS, citations, cited_by, recorded_citations
 
-REDACTED = "__REDACTED__"
 HIDDEN_TEXT = "(hidden by the instrumentation)"
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
+RETRIEVAL_OPERATIONS = {"retrieval", "vector_db_retrieve"}  # GenAI's; OpenLLMetry's LangChain retriever
 INPUT_KEYS = ("question", "query", "input", "user_input", "text", "message", "content", "prompt")
 OUTPUT_KEYS = ("answer", "output", "response", "text", "content", "result")
 
@@ -77,24 +83,19 @@ def indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     return [found[i] for i in sorted(found)]
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+WRAPPERS = ("kwargs", "args", "inputs", "outputs")  # OpenLLMetry's {"args": [...], "kwargs": {...}}, {"inputs": ...}
 
 
 def _pick(value: Any, keys: tuple[str, ...]) -> str | None:
     """The text a JSON input or output stands for: itself, or its first text field of ``keys``."""
-    value = _json(value)
+    value = json_value(value)
     if isinstance(value, str):
         return None if value == REDACTED else value
     if isinstance(value, dict):
-        for key in ("kwargs", "args"):  # OpenLLMetry's entity input: {"args": [...], "kwargs": {...}}
+        for key in WRAPPERS:
             if key in value:
-                inner = _pick(value[key][0] if key == "args" and value[key] else value[key], keys)
+                held = value[key]
+                inner = _pick(held[0] if key == "args" and isinstance(held, list) and held else held, keys)
                 if inner:
                     return inner
         for key in keys:
@@ -134,7 +135,7 @@ def _role(span: Span) -> str:
     operation = a.get("gen_ai.operation.name")
     if operation in LLM_OPERATIONS or a.get("llm.request.type") in ("chat", "completion"):
         return "llm"
-    if operation == "retrieval" or any(name == "db.query.result" for name, _, _ in span.events):
+    if operation in RETRIEVAL_OPERATIONS or any(name == "db.query.result" for name, _, _ in span.events):
         return "retriever"
     return "other"
 
@@ -158,8 +159,8 @@ def _messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
             if t is not None
         ] or None
     elif "gen_ai.input.messages" in a:
-        listed = _json(a["gen_ai.input.messages"])
-        system = _json(a.get("gen_ai.system_instructions"))
+        listed = json_value(a["gen_ai.input.messages"])
+        system = json_value(a.get("gen_ai.system_instructions"))
         items = ([{"role": "system", "parts": system}] if isinstance(system, list) else []) + (
             listed if isinstance(listed, list) else []
         )
@@ -171,7 +172,7 @@ def _messages(span: Span) -> tuple[list[tuple[str, str]] | None, str | None]:
         texts = [t for m in out for t in [_text(m.get("message.content", m.get("content")))] if t is not None]
         answer = "\n".join(texts) if texts else None
     elif "gen_ai.output.messages" in a:
-        listed = _json(a["gen_ai.output.messages"])
+        listed = json_value(a["gen_ai.output.messages"])
         texts = [t for m in (listed if isinstance(listed, list) else []) for t in [_parts_text(m)] if t]
         answer = "\n".join(texts) if texts else None
     return prompt, answer
@@ -185,7 +186,7 @@ def _doc_id(d: dict[str, Any], prefix: str) -> str | None:
     found = _text(d.get(prefix + "id"))
     if found:
         return found
-    meta = _json(d.get(prefix + "metadata"))
+    meta = json_value(d.get(prefix + "metadata"))
     if isinstance(meta, dict):
         return next((str(meta[k]) for k in METADATA_IDS if isinstance(meta.get(k), (str, int))), None)
     return None
@@ -198,14 +199,36 @@ def _docs(items: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     ]
 
 
-def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(the hop's query, its documents as {id, text, score} in rank order)."""
+def _entity_documents(output: Any) -> list[dict[str, Any]]:
+    """OpenLLMetry's retriever output, ``{"documents": [{page_content, metadata}], "count": n}``."""
+    listed = json_value(output)
+    items = listed.get("documents") if isinstance(listed, dict) else None
+    out = []
+    for d in items if isinstance(items, list) else []:
+        d = d if isinstance(d, dict) else {"page_content": d}
+        meta = d.get("metadata")
+        ids = [meta[k] for k in METADATA_IDS if isinstance(meta, dict) and isinstance(meta.get(k), (str, int))]
+        text = d.get("page_content")
+        out.append({"id": str(ids[0]) if ids else None, "text": _text(text) if isinstance(text, str) else None})
+        out[-1]["score"] = None  # OpenLLMetry records none
+    return out
+
+
+def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """(the hop's query, its documents as {id, text, score} in rank order, or None when the instrumentation
+    left them out: OpenLLMetry with content tracing off)."""
     a = span.attrs
     if kind == "reranker":
         return _text(a.get("reranker.query")), _docs(indexed(a, "reranker.output_documents."), "document.")
+    query = _pick(a.get("input.value", a.get("traceloop.entity.input")), INPUT_KEYS) or _text(
+        a.get("gen_ai.retrieval.query.text", a.get("db.query.text"))
+    )
+    if a.get("gen_ai.operation.name") == "vector_db_retrieve":  # OpenLLMetry's LangChain retriever
+        output = a.get("traceloop.entity.output")
+        return query, None if output in (None, REDACTED) else _entity_documents(output)
     docs = _docs(indexed(a, "retrieval.documents."), "document.")
     if not docs and "gen_ai.retrieval.documents" in a:
-        listed = _json(a["gen_ai.retrieval.documents"])
+        listed = json_value(a["gen_ai.retrieval.documents"])
         docs = [
             {"id": _text(d.get("id")), "text": _text(d.get("content", d.get("text"))), "score": d.get("score")}
             for d in (listed if isinstance(listed, list) else [])
@@ -221,9 +244,6 @@ def hop_documents(span: Span, kind: str) -> tuple[str | None, list[dict[str, Any
             for name, e, _ in span.events
             if name == "db.query.result"
         ]
-    query = _pick(a.get("input.value"), INPUT_KEYS) or _text(
-        a.get("gen_ai.retrieval.query.text", a.get("db.query.text"))
-    )
     return query, docs
 
 
@@ -256,10 +276,12 @@ def _hops(spans: list[Span]) -> list[tuple[Span, dict[str, Any]]]:
         if kind in ("retriever", "reranker"):
             query, docs = hop_documents(span, kind)
             number = len(hops) + 1
-            for rank, d in enumerate(docs, 1):
+            for rank, d in enumerate(docs or [], 1):
                 d["rank"] = rank
                 d["id"] = d["id"] or f"hop{number}-{rank}"
-            hop = dict(hop=number, kind=kind, span_id=span.span_id, query=query, documents=docs)
+            hop = dict(hop=number, kind=kind, span_id=span.span_id, query=query, documents=docs or [])
+            if docs is None:
+                hop["hidden"] = True
             hops.append((span, hop))
     return hops
 
@@ -315,43 +337,15 @@ def rows_of_trace(root: Span) -> list[TraceRaw]:
                 f"trace {root.trace_id} has no answering span: no LLM span (OpenInference, GenAI or "
                 "OpenLLMetry) and no output on its root"
             )
-        return [_row(root, root, None, [h for _, h in hops], root_text, spans)]
+        return [_row(root, root, None, [h for _, h in hops], root_text, spans, cited_by(root, root, {}, True))]
+    by_id = {s.span_id: s for s in spans}
     rows = []
     for i, (llm, fed) in enumerate(answering):
         _, llm_text = messages(llm)
         last = i == len(answering) - 1
         text = root_text if last and root_text is not None and root is not llm else llm_text
-        rows.append(_row(root, llm, llm, fed, text, spans))
+        rows.append(_row(root, llm, llm, fed, text, spans, cited_by(llm, root, by_id, last)))
     return rows
-
-
-MARKER = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")  # [1], [2, 3], [doc-id]; not a Markdown link's [text](url)
-SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-
-def citations(answer: str, passages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The answer's markers as ``{source_id, claim}``: ``[n]`` names the row's n-th passage, ``[id]`` a
-    document id; the claim is the marker's sentence without markers (the sentence before, when the
-    marker stands after the full stop). A number past the passages names ``[n]``: that citation does not
-    resolve."""
-    ids = [p["id"] for p in passages]
-    known = set(ids)
-    out: list[dict[str, str]] = []
-    previous = ""
-    for sentence in SENTENCE.split(answer):
-        claim = MARKER.sub("", sentence).strip() or previous
-        for match in MARKER.finditer(sentence):
-            for token in (t.strip() for t in match.group(1).split(",")):
-                if token.isdigit():
-                    n = int(token)
-                    source = ids[n - 1] if 1 <= n <= len(ids) else f"[{n}]"
-                elif token in known or (token and " " not in token and re.fullmatch(r"[\w.:/#-]+", token)):
-                    source = token
-                else:
-                    continue
-                out.append({"source_id": source, "claim": claim})
-        previous = claim
-    return out
 
 
 def _passages(fed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -380,7 +374,13 @@ def _first(spans: list[Span], *keys: str) -> Any:
 
 
 def _row(
-    root: Span, answering: Span, llm: Span | None, fed: list[dict[str, Any]], answer: str | None, spans: list[Span]
+    root: Span,
+    answering: Span,
+    llm: Span | None,
+    fed: list[dict[str, Any]],
+    answer: str | None,
+    spans: list[Span],
+    citing: Span | None,
 ) -> TraceRaw:
     prompt_messages = messages(llm)[0] if llm is not None else None
     passages = _passages(fed)
@@ -390,16 +390,21 @@ def _row(
         hidden.append("question")
     if llm is not None and prompt_messages is None:
         hidden.append("prompt")
-    if any(d["text"] is None or not d["text"].strip() for d in passages):
+    if any(d["text"] is None or not d["text"].strip() for d in passages) or any(h.get("hidden") for h in fed):
         hidden.append("passages")
     if answer is None:
         hidden.append("answer")
+    cited_from: str | None = CITATIONS  # the system's record of what it cited wins over the answer's markers
+    if citing is not None:
+        cited = recorded_citations(citing, answer)
+    else:
+        cited, cited_from = (citations(answer, passages), "markers") if answer else ([], None)
     raw = TraceRaw(
         id=f"{root.trace_id}-{answering.span_id}",
         question=question or HIDDEN_TEXT,
         passages=[{"id": d["id"], "text": d["text"] or HIDDEN_TEXT} for d in passages],
         answer=answer,
-        citations=citations(answer, passages) if answer else [],
+        citations=cited,
         model_was_called=llm is not None,
         abstained=False if answer is None else not answer.strip(),
     )
@@ -432,6 +437,7 @@ def _row(
         trace_id=root.trace_id,
         span_id=answering.span_id,
         convention=convention(answering),
+        citations_from=cited_from,
         tokens=tokens[0] or None,
         latency_ms=max(0, root.end - root.start) / 1e6,
         span=dict(

@@ -72,6 +72,7 @@ ROW_COLUMNS = {
     "trace_id": "text",
     "span_id": "text",
     "hidden": "text",  # the content the instrumentation hid: question, prompt, passages, answer
+    "citations_from": "text",  # qaeval.citations (a span attribute) or markers (the answer's [1], [doc-id])
     "hops": "Int64",
     "cited_hops": "text",  # each cited passage's hop, and whether it reached the prompt
     "cited_unprompted": "boolean",
@@ -83,6 +84,7 @@ TRACE_COLUMNS = (
     "trace_id",
     "span_id",
     "hidden",
+    "citations_from",
     "hops",
     "cited_hops",
     "cited_unprompted",
@@ -147,6 +149,7 @@ def hop_facts(row: LogRow) -> dict[str, Any]:
         trace_id=facts["trace_id"],
         span_id=facts["span_id"],
         hidden=", ".join(hidden) or None,
+        citations_from=facts.get("citations_from"),
         hops=len(row.trace.hops),
         cited_hops="; ".join(parts) or None,
         cited_unprompted=(not unprompted) if assessed else None,

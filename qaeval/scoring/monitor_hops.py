@@ -1,11 +1,19 @@
 """Per-hop facts of rows read from traces: for each retrieval hop (its number in the trace and its kind),
 how many rows had it, the documents it returned, how many of them the answers cited, and how many reached
 the prompt (over the rows whose prompt and passages were not hidden), over every row, per slice group
-and per time window. Read from the row frame's ``hop_counts`` (``qaeval.scoring.monitor.hop_facts``)."""
+and per time window. Read from the row frame's ``hop_counts`` (``qaeval.scoring.monitor.hop_facts``).
+
+For the ``--timeseries`` history, each hop of a window also gives three rates (``HOP_RATES``), named
+``hop{n}_{kind}_{rate}`` (``hop1_retriever_prompted_share``): a window's line holds them beside the
+monitor's metrics, and their bands alarm as the metrics' do. A hop the history knows that no row of a
+window had has a ``row_share`` of 0 there (its other rates have nothing to be over: null).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,6 +32,7 @@ HOP_SCHEMA = {
     "cited": "int",
     "prompted": "int",
     "prompt_rows": "int",  # rows whose prompt and passages were shown: ``prompted`` is over these
+    "prompt_documents": "int",  # the documents of those rows: ``prompted`` is out of these
 }
 
 
@@ -46,6 +55,7 @@ def hop_frame(rows: pd.DataFrame, by: Sequence[str] = (), every: str | None = No
         return frame([], HOP_SCHEMA)
     shown = parts["prompted"] != ""
     parts["prompt_rows"] = shown.astype(int)
+    parts["prompt_documents"] = parts["documents"].where(shown, 0)
     parts["prompted"] = np.where(shown, parts["prompted"].where(shown, "0"), "0").astype(int)
     groups: list[tuple[str, str, np.ndarray]] = [(ALL, ALL, np.ones(len(rows), dtype=bool))]
     for column in by:
@@ -72,6 +82,55 @@ def hop_frame(rows: pd.DataFrame, by: Sequence[str] = (), every: str | None = No
                         cited=int(part["cited"].sum()),
                         prompted=int(part["prompted"].sum()),
                         prompt_rows=int(part["prompt_rows"].sum()),
+                        prompt_documents=int(part["prompt_documents"].sum()),
                     )
                 )
     return frame(out, HOP_SCHEMA)
+
+
+# --------------------------------------------------------------------------- rates a history can band
+
+
+@dataclass(frozen=True)
+class HopRate:
+    """One hop's rate, as ``qaeval.verdicts.drift.compare`` bands a metric (a ``name`` and a ``drift`` rule)."""
+
+    name: str
+    drift: str
+
+
+HOP_RATES = {  # rate: (which way its band alarms, what it is a share of)
+    "row_share": ("both", "the window's rows that had the hop"),
+    "cited_share": ("both", "the hop's documents the answers cited"),
+    "prompted_share": ("drop", "the hop's documents that reached the prompt (rows showing it)"),
+}
+RATE_NAME = re.compile(r"hop(\d+)_(\w+)_(" + "|".join(HOP_RATES) + ")")
+
+
+def rate_names(hop: int, kind: str) -> list[str]:
+    return [f"hop{hop}_{kind}_{rate}" for rate in HOP_RATES]
+
+
+def hop_rates(
+    hops: pd.DataFrame, window: str, rows: int, names: Iterable[str] = ()
+) -> tuple[dict[str, float | None], dict[str, int]]:
+    """({name: rate or None}, {name: its denominator}) of each hop of ``window`` over all rows (a
+    ``hop_frame``), and of every hop ``names`` name that the window lacks (``row_share`` 0)."""
+    here = hops[(hops["window"] == window) & (hops["slice"] == ALL)] if not hops.empty else hops
+    found = {(int(r["hop"]), str(r["kind"])): r for r in here.to_dict("records")}
+    wanted = {(int(m.group(1)), m.group(2)) for m in map(RATE_NAME.fullmatch, names) if m}
+    values: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    for hop, kind in sorted(wanted | set(found)):
+        r = found.get((hop, kind), {})
+        over = {"row_share": rows, "cited_share": r.get("documents", 0), "prompted_share": r.get("prompt_documents", 0)}
+        had = {"row_share": r.get("rows", 0), "cited_share": r.get("cited", 0), "prompted_share": r.get("prompted", 0)}
+        for rate, name in zip(HOP_RATES, rate_names(hop, kind)):
+            values[name] = had[rate] / over[rate] if over[rate] else None
+            counts[name] = int(over[rate])
+    return values, counts
+
+
+def rate_metrics(names: Iterable[str]) -> list[HopRate]:
+    """The hop rates among ``names``, as metrics ``compare`` bands, in name order."""
+    return [HopRate(n, HOP_RATES[m.group(3)][0]) for n in sorted(set(names)) for m in [RATE_NAME.fullmatch(n)] if m]

@@ -15,6 +15,7 @@ from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.frames import clean
 from qaeval.core.jsonfile import dumps_canonical
 from qaeval.scoring.metrics import BY_NAME
+from qaeval.scoring.monitor_hops import RATE_NAME  # a monitor window's hop rates: rates too
 
 NOT_A_HISTORY = "not a history line (a history holds one JSON object a line): is this the history you meant?"
 EARLIEST_YEAR, LATEST_YEAR = 1970, 2999  # a run's time outside these is a typo (and no chart can draw it)
@@ -33,7 +34,7 @@ def _metric_problems(metrics: dict[str, Any]) -> list[str]:
     for name, value in metrics.items():
         if not _is_number(value):
             problems.append(f"metric {name!r} is {value!r}, not a number or null")
-        elif value is not None and name in BY_NAME and not 0.0 <= value <= 1.0:
+        elif value is not None and (name in BY_NAME or RATE_NAME.fullmatch(name)) and not 0.0 <= value <= 1.0:
             problems.append(f"metric {name!r} is {value!r}, outside [0, 1] (every metric is a rate)")
     return problems
 

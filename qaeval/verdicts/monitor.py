@@ -14,6 +14,7 @@ not appended again, and the notes say so. Every line is computed before the firs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from qaeval.core.results import Result
 from qaeval.data.logs import parse_timestamp
 from qaeval.scoring.metrics import SCOREBOARD_SCHEMA, format_number, format_scoreboard
 from qaeval.scoring.monitor import ROW_COLUMNS, TRACE_COLUMNS, judge_columns
+from qaeval.scoring.monitor_hops import HOP_SCHEMA, RATE_NAME, hop_rates, rate_metrics
 from qaeval.scoring.monitor_metrics import (
     ALL,
     METRIC_NAMES,
@@ -162,14 +164,17 @@ class MonitorResult(Result):
         return hop_frame(self.rows, self.by, self.every)
 
     def _hop_lines(self) -> list[str]:
+        """Each hop over all rows and per slice group; per window over all rows (the report has every
+        slice group's windows)."""
         hops = self.hops
         if hops.empty:
             return []
         lines = ["per hop (documents returned, cited by the answers, reached the prompt):"]
-        for r in hops[hops["window"].isna()].itertuples(index=False):
+        for r in hops[hops["window"].isna() | (hops["slice"] == ALL)].itertuples(index=False):
             where = "" if r.slice == ALL else f"{r.slice}={r.group} "
+            when = f"{r.window[:19]} " if isinstance(r.window, str) else ""
             lines.append(
-                f"  {where}hop {r.hop} {r.kind}: {r.rows} row(s), {r.documents} document(s), {r.cited} cited, "
+                f"  {when}{where}hop {r.hop} {r.kind}: {r.rows} row(s), {r.documents} document(s), {r.cited} cited, "
                 f"{r.prompted} in the prompt (of {r.prompt_rows} row(s) showing it)"
             )
         return lines
@@ -248,7 +253,8 @@ class MonitorResult(Result):
         stored = s["rows"]
         if stored and any("digest" not in r for r in stored):  # written before rows kept their digest
             stored = [{"digest": None, **r} for r in stored]
-        if stored and any("hidden" not in r for r in stored):  # written before rows were read from traces
+        trace_columns = set(TRACE_COLUMNS)  # absent from records written before rows were read from traces,
+        if stored and any(not r.keys() >= trace_columns for r in stored):  # or before they said citations_from
             stored = [{**dict.fromkeys(TRACE_COLUMNS), **r} for r in stored]
         rows = frame(stored, schema)
         rows["timestamp"] = pd.to_datetime(
@@ -299,9 +305,15 @@ class MonitorResult(Result):
         current value is the window's overall figure."""
         overall = self.windows[self.windows["slice"] == ALL]
         figures = {(w, m): v for w, m, v in zip(overall["window"], overall["metric"], overall["value"])}
+        rows = dict(zip(overall["window"], overall["rows"]))
+        hops = self.hops
         implied = []
         for i, entry in enumerate(s["timeline"]):
             where = f"{prefix}.timeline[{i}]"
+            names = [b["metric"] for b in entry["bands"] if RATE_NAME.fullmatch(b["metric"])]
+            if names:  # a hop's rates, from the rows' hops
+                rates, _ = hop_rates(hops, entry["window"], int(rows.get(entry["window"], 0)), names)
+                figures.update({(entry["window"], n): math.nan if v is None else v for n, v in rates.items()})
             for j, band in enumerate(entry["bands"]):
                 audit.same(
                     f"{where}.bands[{j}].current",
@@ -331,11 +343,21 @@ def _ints(values: pd.Series) -> list[int | None]:
 # --------------------------------------------------------------------------- the time series
 
 
-def _line(window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any]) -> dict[str, Any]:
+def _line(
+    window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any], hops: pd.DataFrame, known: set[str]
+) -> dict[str, Any]:
+    """A window's history line: the monitor's metrics over its rows and, for a log read from traces, each
+    hop's rates (``qaeval.scoring.monitor_hops``, also for the hops ``known`` from earlier lines) and
+    counts."""
     values, counts = metric_values(part)
-    return clean(
-        dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[], **about)
-    )
+    line = dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[], **about)
+    rates, over = hop_rates(hops, window, rows, known)
+    if rates:
+        values.update(rates)
+        counts.update(over)
+        mine = hops[(hops["window"] == window) & (hops["slice"] == ALL)]
+        line["hops"] = mine.drop(columns=["window", "slice", "group"]).to_dict("records")
+    return clean(line)
 
 
 def watch(
@@ -345,13 +367,17 @@ def watch(
     about: Mapping[str, Any],
     band_window: int = BAND_WINDOW,
     min_rows: int = MIN_ROWS,
+    hops: pd.DataFrame | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``.
+    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``: the
+    metrics, and each hop's rates and counts (``hops``: ``MonitorResult.hops``, for a log read from traces).
 
     A window already in the history with enough rows is not appended again; one that had too few rows
     (a scheduled run early in the day) is compared and appended again once it has enough, and the later
     line stands. A window's band is made of the windows before it, whatever order the history holds
-    them in, so a line stamped in the future neither silences later windows nor joins their bands."""
+    them in, so a line stamped in the future neither silences later windows nor joins their bands. Lines
+    written before hops were kept hold no hop rate: a hop's band is drawn from the lines that do."""
+    hops = frame([], HOP_SCHEMA) if hops is None else hops
     history, notes = read_history(timeseries)
     earlier = [h for h in history if h.get("kind") == "monitor"]
     if len(earlier) < len(history):
@@ -369,14 +395,16 @@ def watch(
         if window in complete:
             notes.append(f"window {window} is in the history already: not appended again")
             continue
-        line = _line(window, part, rows, about)
+        known = {name for h in usable if h["window"] < window for name in h["metrics"] if RATE_NAME.fullmatch(name)}
+        line = _line(window, part, rows, about, hops, known)
         entry: dict[str, Any] = dict(window=window, rows=rows, too_few=rows < min_rows, bands=[], alarms=[])
         if entry["too_few"]:
             line["too_few"] = True  # the timeline says so: fewer than min_rows, not compared, no alarm
         else:
             before = [h for h in usable if h["window"] < window]
+            measured = (*METRICS, *rate_metrics(line["metrics"]))
             bands, found, more = compare(
-                before, line, window=band_window, min_history=MIN_HISTORY, unit="windows", metrics=METRICS
+                before, line, window=band_window, min_history=MIN_HISTORY, unit="windows", metrics=measured
             )
             found = [{**a, "window": window, "message": f"{window}: {a['message']}"} for a in found]
             line["alarms"] = [a["metric"] for a in found]
