@@ -29,7 +29,7 @@ from qaeval.scoring.stream_checks import StreamedChecks
 from qaeval.scoring.trials import combine_trials
 from qaeval.system.calls import adapter_label
 from qaeval.system.contract import OUTPUT_SCHEMA
-from qaeval.system.identity import adapter_code
+from qaeval.system.identity import adapter_code, code_digest
 from qaeval.system.pool import run_suite
 
 # A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
@@ -237,6 +237,7 @@ def evaluate(
         timeout=timeout,
         data=suite.root,
         adaptive_baseline=chosen,
+        adapter_code=code_digest(adapter),  # a gate notes a change since its baseline
     )
     plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, bootstrap_seed)
     try:

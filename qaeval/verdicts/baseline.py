@@ -91,6 +91,7 @@ class Baseline:
     corpus_fingerprint: str | None = None  # sha256 of the frozen corpus the baseline ran on, if any
     custom: dict[str, str] = field(default_factory=dict)  # registered check or metric -> sha256 of its code
     trials: int = 1  # each case ran this many times
+    adapter_code: str | None = None  # a digest of the adapter's source files (None: a record written before)
 
     def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
         return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
@@ -126,6 +127,7 @@ class Baseline:
                 adapter=self.adapter,
                 corpus_fingerprint=self.corpus_fingerprint,
             )
+            | ({"adapter_code": self.adapter_code} if self.adapter_code else {})
             | ({"custom": self.custom} if self.custom else {})
             | ({"trials": self.trials} if self.trials > 1 else {})
         )
@@ -212,6 +214,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
         created=run.meta.created,
         git_commit=run.meta.git_commit,
         adapter=run.meta.adapter,
+        adapter_code=run.meta.adapter_code,
         corpus_fingerprint=run.suite.corpus_fingerprint,
         custom=run.registered.hashes(),
         trials=run.trials,
