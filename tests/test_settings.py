@@ -234,9 +234,9 @@ def test_each_guard_is_entered_once_per_run(tmp_path, monkeypatch):
     rules (the executor with isolation none among them) by check_parameters and again by run_suite.
     Failed before: 2, 2, 2 and two places."""
     import qaeval.api  # noqa: F401  (every module that imports the guards is loaded)
-    from qaeval.worker import hardening
     from qaeval.commands import common, pipeline
     from qaeval.core import settings
+    from qaeval.worker import hardening
 
     monkeypatch.chdir(tmp_path)
     with (

@@ -25,7 +25,7 @@ from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.scoring.stream import Stream, streaming
 from qaeval.scoring.trials import combine_trials
 from qaeval.system.calls import adapter_label
-from qaeval.system.identity import adapter_code
+from qaeval.system.identity import adapter_code, code_digest
 from qaeval.system.pool import run_suite
 
 # A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
@@ -220,6 +220,7 @@ def _evaluate(
         timeout=settings.timeout,
         data=suite.root,
         adaptive_baseline=chosen,
+        adapter_code=code_digest(adapter),  # a gate notes a change since its baseline
     )
     plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, settings.bootstrap_seed)
     try:

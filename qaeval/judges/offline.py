@@ -12,6 +12,11 @@ from qaeval.core.text import distinct_terms, split_sentences, term_set, tokens
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring.judge import AxisVerdict, JudgeConfig, JudgeRequest, JudgeResponse, plain_config
 
+# the cut-offs, as docs/guides/judge.md's table gives them (tests/test_offline_judge_doc.py holds them to it)
+FULL = 0.9  # faithfulness and citation correctness score 2 from this share of content words found
+PARTIAL = 0.5  # ... and 1 from this one
+F1_FULL = 0.8  # answer correctness scores 2 from this token F1 with the gold answer
+
 
 def _best_sentence(text: str, target_terms: frozenset[str]) -> str:
     best, best_hits = "", 0
@@ -53,11 +58,13 @@ def token_f1(prediction: str, reference: str) -> float:
 class OfflineJudge:
     """A mechanical judge: token overlap against the cited span. Deterministic, offline, free.
 
-    faithfulness: share of the answer's content terms found in the cited sources (2 at 0.9+, 1 at
-    0.5+). answer_correctness: 2 when the answer contains the normalised gold answer (``contains_gold``:
-    SQuAD-style containment, as ALCE's str_em) or its token F1 with the gold answer is 0.8+; 1 when every
-    gold token appears in the answer, scattered; else 0. citation_correctness: share of the claim's terms
-    in the cited snippet versus in the decoy (2 at 0.9+ and ahead of the decoy; 1 at 0.5+).
+    faithfulness: share of the answer's content terms found in the cited sources (2 at ``FULL``, 0.9,
+    and over; 1 at ``PARTIAL``, 0.5, and over). answer_correctness: 2 when the answer contains the
+    normalised gold answer (``contains_gold``: SQuAD-style containment, as ALCE's str_em) or its token F1
+    with the gold answer is ``F1_FULL`` (0.8) or over; 1 when every gold token appears in the answer,
+    scattered; else 0. citation_correctness: share of the claim's terms in the cited snippet versus in the
+    decoy (2 at ``FULL`` and ahead of the decoy; 1 at ``PARTIAL``). docs/guides/judge.md says what
+    this is and is not good for.
 
     It is a stand-in. It does not read meaning: an answer that contains the gold string next to a wrong
     claim still gets full credit, and a right answer in other words gets none. Calibrate before trusting it.
@@ -76,7 +83,7 @@ class OfflineJudge:
         answer_terms = term_set(req.answer)
         evidence = req.evidence
         support = _share(answer_terms, distinct_terms(evidence))
-        f_score = 2 if support >= 0.9 else 1 if support >= 0.5 else 0
+        f_score = 2 if support >= FULL else 1 if support >= PARTIAL else 0
         f_quote = _best_sentence(evidence, answer_terms) if f_score else ""
         verdicts = [
             AxisVerdict(
@@ -91,7 +98,7 @@ class OfflineJudge:
         gold_tokens = tokens(gold)
         contained = contains_gold(req.answer, gold)
         all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
-        a_score = 2 if contained or f1 >= 0.8 else 1 if all_in else 0
+        a_score = 2 if contained or f1 >= F1_FULL else 1 if all_in else 0
         a_quote = _best_sentence(req.answer, term_set(gold) | set(gold_tokens)) if a_score else ""
         verdicts.append(
             AxisVerdict(
@@ -112,9 +119,9 @@ class OfflineJudge:
             claim = term_set(c.claim)
             cited = _share(claim, distinct_terms(c.text))
             decoy = _share(claim, distinct_terms(c.decoy_text))
-            if cited >= 0.9 and cited > decoy:
+            if cited >= FULL and cited > decoy:
                 score = 2
-            elif cited >= 0.5:
+            elif cited >= PARTIAL:
                 score = 1
             else:
                 score = 0

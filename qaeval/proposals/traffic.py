@@ -23,7 +23,10 @@
 
 The proposal for each row: ``answer`` as the expected behaviour, except for an abstention where no
 passage holds half the question's content terms (``unanswerable_must_abstain``: the case then guards
-the abstention); the gold answer is the reviewer's to write.
+the abstention); the gold answer is the reviewer's to write. An abstention with no passage retrieved at
+all is not proposed: nothing tells a right abstention from a retrieval miss, and a case without passages
+would test only that the system abstains on nothing. It is dropped, counted, with a note once
+(``no_passage_note``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from qaeval.scoring.monitor import check_row
 from qaeval.system.retriever import coverage
 
 FLOOR = 0.5  # an abstention over passages none of which holds this share of the question's terms is right
+NO_PASSAGE = "abstained with no passage retrieved"  # a drop's reason: see ``no_passage_note``
 
 
 # --------------------------------------------------------------------------- reading the record
@@ -122,6 +126,8 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
         return None, "the log's row passes every check now"
     if kind == "abstained" and not row.abstained:
         return None, "the log's row did not abstain"
+    if kind == "abstained" and not row.passages:
+        return None, NO_PASSAGE
     why = {
         "unfaithful": f"the monitor's judge scored faithfulness {faithfulness}",
         "check_failed": f"failed: {checked['fail_reasons']}",
@@ -159,58 +165,98 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
 
 
 def _choose(
-    pool: Pool, quota: dict[tuple[str, str], int], log: str, logs: str | None, path: Path, suite: Suite | None
+    pool: Pool,
+    quota: dict[tuple[str, str], int],
+    log: str,
+    logs: str | None,
+    path: Path,
+    suite: Suite | None,
+    known: dict[int, tuple[LogRow | None, str]],
 ) -> tuple[dict[tuple[str, str], list[Candidate]], dict[str, int], list[tuple[str, str]]]:
     """(the candidates chosen per stratum, the drops by reason, the strata whose kept rows ran out before
-    their quota while the scan had left rows of them behind)."""
+    their quota while the scan had left rows of them behind). Each stratum takes its kept rows in rank
+    order until its quota is met; the rows are read back from the log in rounds (``known``: those read
+    so far, by line), each round asking for twice as many per row still needed as the last, so a stratum
+    whose rows are mostly dropped (abstentions with no passage) costs a few reads of the log, not one
+    per row."""
     order = {key: pool.ranked(key) for key in quota}
     taken = {key: 0 for key in quota}
     chosen: dict[tuple[str, str], list[Candidate]] = {key: [] for key in quota}
     dropped: dict[str, int] = {}
     identities: set[tuple[str, frozenset[str]]] = set()  # two rows alike would make one case
+    ask = 1
     while True:
-        wanted: dict[int, tuple[tuple[str, str], dict[str, Any]]] = {}
-        for key, q in quota.items():
-            need = q - len(chosen[key])
-            while need > 0 and taken[key] < len(order[key]):
-                row = order[key][taken[key]]
-                taken[key] += 1
-                wanted[row["line"]] = (key, row)
-                need -= 1
-        if not wanted:
+        open_ = [key for key, q in quota.items() if len(chosen[key]) < q and taken[key] < len(order[key])]
+        if not open_:
             break
-        try:
-            fetched = _source_rows(log, {line: row for line, (_, row) in wanted.items()})
-        except UsageError as exc:  # the log's name, from the record unless --logs gave it: the record is wrong
-            if logs:
-                raise
-            raise RecordError(f"monitor.source {one_line(log)[:200]!r}: {exc}", file=str(path)) from None
-        for line, (key, meta) in sorted(wanted.items()):
-            logged, why = fetched[line]
-            candidate = None
-            if logged is not None:
-                candidate, why = _candidate(
-                    logged, key[0], log, meta.get("faithfulness"), meta.get("digest") is not None
-                )
-            if candidate is not None and suite is not None:
-                same = find_duplicate(suite, candidate.question, [(p.id, p.text) for p in candidate.passages])
-                if same is not None:
-                    candidate, why = None, "already a case"
-            if candidate is not None:
-                identity = (normalize(candidate.question), frozenset(normalize(p.text) for p in candidate.passages))
-                if identity in identities:
-                    candidate, why = None, "the same question and passages as another candidate"
-                identities.add(identity)
-            if candidate is None:
-                dropped[why] = dropped.get(why, 0) + 1
-                continue
-            chosen[key].append(candidate)
+        wanted = {
+            row["line"]: row
+            for key in open_
+            for row in order[key][taken[key] : taken[key] + ask * (quota[key] - len(chosen[key]))]
+            if row["line"] not in known
+        }
+        if wanted:
+            try:
+                known.update(_source_rows(log, wanted))
+            except UsageError as exc:  # the log's name, from the record unless --logs gave it: the record is wrong
+                if logs:
+                    raise
+                raise RecordError(f"monitor.source {one_line(log)[:200]!r}: {exc}", file=str(path)) from None
+        for key in open_:
+            while len(chosen[key]) < quota[key] and taken[key] < len(order[key]):
+                meta = order[key][taken[key]]
+                if meta["line"] not in known:
+                    break  # asked for in the next round
+                taken[key] += 1
+                candidate, why = _checked(known[meta["line"]], key[0], meta, log, suite, identities)
+                if candidate is None:
+                    dropped[why] = dropped.get(why, 0) + 1
+                else:
+                    chosen[key].append(candidate)
+        ask *= 2
     dry = [
         key
         for key, q in quota.items()
         if len(chosen[key]) < q and taken[key] == len(order[key]) and pool.sizes[key] > len(order[key])
     ]
     return chosen, dropped, dry
+
+
+def _checked(
+    fetched: tuple[LogRow | None, str],
+    kind: str,
+    meta: dict[str, Any],
+    log: str,
+    suite: Suite | None,
+    identities: set[tuple[str, frozenset[str]]],
+) -> tuple[Candidate | None, str]:
+    """A row read back as a candidate, or None and why it is dropped: it cannot be used, is already a
+    case of ``suite``, or is another candidate's question and passages (``identities``, added to)."""
+    logged, why = fetched
+    if logged is None:
+        return None, why
+    candidate, why = _candidate(logged, kind, log, meta.get("faithfulness"), meta.get("digest") is not None)
+    if candidate is None:
+        return None, why
+    if suite is not None:
+        same = find_duplicate(suite, candidate.question, [(p.id, p.text) for p in candidate.passages])
+        if same is not None:
+            return None, "already a case"
+    identity = (normalize(candidate.question), frozenset(normalize(p.text) for p in candidate.passages))
+    if identity in identities:
+        return None, "the same question and passages as another candidate"
+    identities.add(identity)
+    return candidate, ""
+
+
+def no_passage_note(count: int) -> str:
+    """What the drops for ``NO_PASSAGE`` mean, said once."""
+    return (
+        f"{count} abstained row(s) retrieved no passage and are not proposed: with nothing retrieved there is "
+        "nothing to tell a right abstention from a retrieval miss, and a case without passages tests only that "
+        "the system abstains on nothing; look at the retriever for those questions, and add one you can answer "
+        "with `qaeval add-case`"
+    )
 
 
 def propose_from_monitor(
@@ -239,10 +285,11 @@ def propose_from_monitor(
     if log == "<DataFrame>":
         raise UsageError("the monitor scored a DataFrame, not a file: give the log with --logs")
     limit = 2 * n + 8  # rows kept per (kind, stratum) by the scan: replacements for those dropped
+    known: dict[int, tuple[LogRow | None, str]] = {}  # rows read back from the log, kept for a larger scan
     for _ in range(3):
         pool = scan_record(path, section, seed=seed, limit=limit, ledger=ledger, rows=rows)
         quota = quotas(pool, n)
-        chosen, dropped, dry = _choose(pool, quota, log, logs, path, suite)
+        chosen, dropped, dry = _choose(pool, quota, log, logs, path, suite, known)
         if not dry:
             break
         limit *= 8  # repetitive traffic: the kept rows were alike and ran out; keep more and choose again
@@ -270,6 +317,8 @@ def propose_from_monitor(
         )
         + (f" (seed {seed})" if picked else ""),
     )
+    if dropped.get(NO_PASSAGE):
+        notes.append(no_passage_note(dropped[NO_PASSAGE]))
     if pool.decided:
         notes.append(
             f"{pool.decided} row(s) were decided before (the ledger of {ledger.path.parent.parent if ledger else ''}) "

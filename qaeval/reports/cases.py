@@ -25,6 +25,7 @@ from qaeval.reports.html import Col, esc, first_reason, html_table, mark, score,
 from qaeval.scoring.checks import fidelity_text
 from qaeval.scoring.index import CaseRows
 from qaeval.scoring.outcomes import citation_change, cited_beside_gold, cited_ids
+from qaeval.verdicts.baseline import by_trial
 
 Row = Mapping[str, Any]
 Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
@@ -167,13 +168,18 @@ def _answers(view: CaseDetail) -> str:
         now = _answer_block("Answer", out["answer"], out["abstained"], view.quote("answer_correctness"))
     b = view.baseline
     if b is not None:
-        before = _answer_block("Baseline answer", b.answer, b.abstained, state=baseline_state(b))
-        moved = (
-            citation_change(b.citations, out["citations"])
-            if b.citations is not None and not b.abstained and is_missing(out["error"]) and not out["abstained"]
-            else ""
-        )
-        note = f'<p class="bad">{esc(moved)}</p>' if moved else ""
+        cited = b.trial_cited or ()
+        state = baseline_state(b) + (f"; trial 1 of {len(cited)} shown" if len(cited) > 1 else "")
+        before = _answer_block("Baseline answer", b.answer, b.abstained, state=state)
+        if len(set(cited)) > 1:  # its trials cited differently: trial 1's citation against ours would mislead
+            note = f'<p class="bad">Baseline citations by trial: {esc(by_trial(cited))}</p>'
+        else:
+            moved = (
+                citation_change(b.citations, out["citations"])
+                if b.citations is not None and not b.abstained and is_missing(out["error"]) and not out["abstained"]
+                else ""
+            )
+            note = f'<p class="bad">{esc(moved)}</p>' if moved else ""
         return f'<div class="side">{before}{now}</div>{note}'
     return now if view.full else f'<div class="side">{now}</div>'
 

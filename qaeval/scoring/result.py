@@ -50,6 +50,7 @@ class RunMeta:
     pass_k: int | None = None  # the k of pass_hat_k and pass_at_k, with several trials
     adaptive: bool = False  # the trials after the first went only to the cases it did not settle
     adaptive_baseline: str | None = None  # adaptive against a baseline: the digest of its pass counts
+    adapter_code: str | None = None  # a digest of the adapter's source files (qaeval.system.identity.code_digest)
     timeout: float | None = None
     data: str = ""
     created: str | None = None

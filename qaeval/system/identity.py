@@ -52,6 +52,17 @@ def adapter_code(adapter: Any) -> tuple[dict[str, str], str | None]:
     return {}, f"the adapter's code is not known ({weaker}): a resume trusts that it did not change"
 
 
+def code_digest(adapter: Any) -> str | None:
+    """One short sha256 over the adapter's files and their digests (``adapter_code``), what a run record
+    keeps (``RunMeta.adapter_code``) so a gate can say the code changed since its baseline; None when the
+    code is not known."""
+    files, _ = adapter_code(adapter)
+    if not files:
+        return None
+    text = "\n".join(f"{name}\x00{digest}" for name, digest in sorted(files.items()))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def module_files(module: str) -> tuple[dict[str, str], str | None]:
     """The files of ``module`` (dotted), as the worker would import it, with their digests."""
     parts = module.split(".")

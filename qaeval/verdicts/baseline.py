@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,9 @@ class BaselineCase:
     # trials that passed and, answerable, were judged fully correct: the pass count of a gate that gates
     # answer correctness (None: not known, as in a gate record written before; ``pass_count`` stands in)
     right_passes: int | None = None
+    # what each trial cited, trial 0 first (``trial_citing``), when the baseline ran several (None: one
+    # trial, or not kept, as in a gate record): ``answer`` and ``citations`` are trial 0's alone
+    trial_cited: tuple[str, ...] | None = None
 
     @property
     def pass_count(self) -> int:
@@ -88,6 +91,7 @@ class Baseline:
     corpus_fingerprint: str | None = None  # sha256 of the frozen corpus the baseline ran on, if any
     custom: dict[str, str] = field(default_factory=dict)  # registered check or metric -> sha256 of its code
     trials: int = 1  # each case ran this many times
+    adapter_code: str | None = None  # a digest of the adapter's source files (None: a record written before)
 
     def outcomes(self, metric: str) -> dict[str, tuple[float, float]]:
         return {cid: c.units[metric] for cid, c in self.cases.items() if metric in c.units and c.units[metric][1]}
@@ -123,6 +127,7 @@ class Baseline:
                 adapter=self.adapter,
                 corpus_fingerprint=self.corpus_fingerprint,
             )
+            | ({"adapter_code": self.adapter_code} if self.adapter_code else {})
             | ({"custom": self.custom} if self.custom else {})
             | ({"trials": self.trials} if self.trials > 1 else {})
         )
@@ -177,6 +182,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
         for cid, ok in zip(trial.per_case["case_id"], trial.per_case["case_passed"]):
             passed.setdefault(cid, []).append(bool(ok))
     right = right_counts(run)
+    cited = trial_citing(run) if run.trials > 1 else {}
     cases = {}
     for row in run.per_case.to_dict("records"):
         cid = row["case_id"]
@@ -194,6 +200,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
             trial_units=per_trial.get(cid, {}) if per_trial is not None else None,
             trial_passed=passed.get(cid, []) if per_trial is not None else None,
             right_passes=right[cid][0] if cid in right else None,
+            trial_cited=tuple(cited[cid]) if cid in cited else None,
         )
     data = data or {}
     return Baseline(
@@ -207,6 +214,7 @@ def baseline_from_run(run: RunResult, path: str, data: Mapping[str, Any] | None 
         created=run.meta.created,
         git_commit=run.meta.git_commit,
         adapter=run.meta.adapter,
+        adapter_code=run.meta.adapter_code,
         corpus_fingerprint=run.suite.corpus_fingerprint,
         custom=run.registered.hashes(),
         trials=run.trials,
@@ -223,3 +231,35 @@ def trial_units_of(runs: Any, names: list[str]) -> dict[str, dict[str, list[tupl
             for m in present:
                 case.setdefault(m, []).append((float(row[f"{m}__num"]), float(row[f"{m}__den"])))
     return out
+
+
+def trial_citing(run: RunResult) -> dict[str, list[str]]:
+    """Per case, what each of the run's trials cited, trial 0 first, in words: the passage ids it cited
+    ("hours, history"), "no citation", "abstained" or "adapter error"."""
+    out: dict[str, list[str]] = {}
+    for trial in run.runs:
+        o = trial.outputs
+        for cid, cites, abstained, error in zip(o["case_id"], o["citations"], o["abstained"], o["error"]):
+            if isinstance(error, str):
+                said = "adapter error"
+            elif abstained:
+                said = "abstained"
+            else:
+                said = ", ".join(dict.fromkeys(c["source_id"] for c in cites)) or "no citation"
+            out.setdefault(cid, []).append(said)
+    return out
+
+
+def by_trial(cited: Sequence[str]) -> str:
+    """What a case's trials cited (``trial_citing``), each distinct citation once with the trials that gave
+    it: "hours (trials 1, 3, 5), history (trials 2, 4)"; "hours in all 5 trials"; one trial: "hours"."""
+    if len(cited) == 1:
+        return cited[0]
+    groups: dict[str, list[int]] = {}
+    for n, said in enumerate(cited, start=1):
+        groups.setdefault(said, []).append(n)
+    if len(groups) == 1:
+        return f"{cited[0]} in all {len(cited)} trials"
+    return ", ".join(
+        f"{said} (trial{'s' if len(at) > 1 else ''} {', '.join(map(str, at))})" for said, at in groups.items()
+    )

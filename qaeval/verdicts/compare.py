@@ -8,7 +8,9 @@ are listed as new or removed; a case whose content changed is listed as changed 
 With trials on either side, a matched case is "regressed" when the gate's case rule would block it
 (``tiers.case_trials`` at alpha 0.05: it passed every trial before and fails every trial now, or its
 drop is significant), "flaky" when some trials pass and some fail and the drop is within chance, and
-its ``trials`` column says "4/5 -> 2/5".
+its ``trials`` column says "4/5 -> 2/5". Its answer and citations are each side's first trial's;
+``citations_by_trial`` says what every trial cited when they did not all cite alike ("hours (trials 1,
+3), nowhere (trial 2) -> hours"), and the citations changed when a side cited what the other never did.
 
 A comparison is informational: ``qaeval compare`` exits 0 whatever it finds. ``ok`` says whether
 ``after`` is free of regressions (no case that passed before fails now, no metric moved the wrong
@@ -30,7 +32,7 @@ from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.scoring.outcomes import PASS_MEANS, FailReason, citation_change, reasons_text
 from qaeval.scoring.result import RunResult
-from qaeval.verdicts.baseline import baseline_from_run
+from qaeval.verdicts.baseline import baseline_from_run, by_trial, trial_citing
 from qaeval.verdicts.tiers import case_trials, match_cases, metric_movements
 
 CASE_SCHEMA = {
@@ -49,6 +51,7 @@ CASE_SCHEMA = {
     "before_why": "text",
     "after_why": "text",
     "trials": "text",
+    "citations_by_trial": "text",
 }
 
 
@@ -142,7 +145,9 @@ class Comparison(Result):
             what = []
             if r["answer_changed"]:
                 what.append("answer")
-            if r["citations_changed"]:
+            if r["citations_by_trial"]:
+                what.append(f"cites {r['citations_by_trial']}")
+            elif r["citations_changed"]:
                 moved = citation_change(
                     self.before.per_case.set_index("case_id").at[r["case_id"], "citations"],
                     self.after.per_case.set_index("case_id").at[r["case_id"], "citations"],
@@ -198,6 +203,7 @@ def compare(
     deltas = metric_movements(after, base, {m: 0.0 for m in METRIC_NAMES}, match.matched)
     b_pc = before.per_case.set_index("case_id")
     a_pc = after.per_case.set_index("case_id")
+    b_cited, a_cited = trial_citing(before), trial_citing(after)
     b_checks, a_checks = _check_outcomes(before), _check_outcomes(after)
     both = {c for _, c in b_checks} & {c for _, c in a_checks}  # a check only one run ran did not flip
     checks = list(CHECKS) + sorted(both - set(CHECKS))
@@ -213,6 +219,7 @@ def compare(
             scores_changed=[],
             new_reasons=[],
             trials=None,
+            citations_by_trial=None,
         )
         if cid in match.new or cid in match.changed:
             rows.append(
@@ -240,6 +247,7 @@ def compare(
             change = f"still {_state(a['case_passed'])}"
         new = _new_reasons(b["fail_reasons"], a["fail_reasons"], checks)
         errored = "adapter error" in new  # its checks and scores changed because it has no output
+        citing, cites_changed = _citing(b_cited[cid], a_cited[cid], list(b["citations"]) != list(a["citations"]))
         rows.append(
             {
                 **row,
@@ -247,7 +255,8 @@ def compare(
                 "change": change,
                 "before_passed": bool(b["case_passed"]),
                 "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
-                "citations_changed": list(b["citations"]) != list(a["citations"]),
+                "citations_changed": cites_changed,
+                "citations_by_trial": citing,
                 "checks_flipped": []
                 if errored
                 else [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
@@ -279,6 +288,7 @@ def compare(
                 before_why=reasons_text(b["fail_reasons"]),
                 after_why=None,
                 trials=None,
+                citations_by_trial=None,
             )
         )
     return Comparison(
@@ -289,6 +299,17 @@ def compare(
         before_label=before_label,
         after_label=after_label,
     )
+
+
+def _citing(before: list[str], after: list[str], first_differ: bool) -> tuple[str | None, bool]:
+    """(what each side's trials cited, "hours (trials 1, 3, 5), nowhere (trials 2, 4) → hours", or None
+    when neither side ran trials or every trial of both cited alike; whether the citations changed). With
+    one trial a side, they changed when its citations differ (``first_differ``: a claim reworded counts);
+    with trials, when a side cited something the other never did, in any trial."""
+    if len(before) == 1 and len(after) == 1:
+        return None, first_differ
+    alike = len(set(before) | set(after)) == 1
+    return (None if alike else f"{by_trial(before)} → {by_trial(after)}"), set(before) != set(after)
 
 
 def _same(x: Any, y: Any) -> bool:

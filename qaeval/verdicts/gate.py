@@ -243,8 +243,16 @@ class GateResult(GateRecord, Result):
         """Whether this run's system is the one the baseline was recorded from (by its recorded name)."""
         return not self.baseline.adapter or self.baseline.adapter == self.run.meta.adapter
 
+    @property
+    def adapter_code_changed(self) -> bool:
+        """Whether the adapter's source files differ from those the baseline was recorded from (False when
+        either side does not know them: a baseline written before records kept them)."""
+        b, now = self.baseline.adapter_code, self.run.meta.adapter_code
+        return bool(b and now and b != now)
+
     def differences(self) -> list[str]:
-        """What makes this a comparison of different things: another adapter, another judge.
+        """What makes this a comparison of different things: another adapter, or the same one whose code
+        changed since the baseline (a note: the verdict is the gate's as ever), another judge.
 
         Returns:
             The first lines of the verdict and of the report, one per difference.
@@ -252,6 +260,11 @@ class GateResult(GateRecord, Result):
         lines = []
         if not self.adapter_match:
             lines.append(f"adapter differs from the baseline's: {self.baseline.adapter}, now {self.run.meta.adapter}")
+        elif self.adapter_code_changed:
+            lines.append(
+                f"the adapter's code changed since the baseline ({self.run.meta.adapter}: its source files' digest "
+                f"{self.baseline.adapter_code}, now {self.run.meta.adapter_code}): what moved may come from that change"
+            )
         if not self.judge_match:
             b = self.baseline.judge or {}
             lines.append(

@@ -199,8 +199,10 @@ def _statistic(mask: np.ndarray, values: np.ndarray, valid: np.ndarray) -> np.nd
     score statistic, which weighs every trial that counts alike (so a case's later trials add to the
     evidence its first gave, and do not dilute it)."""
     filled = np.where(valid, values, 0.0)
+    counts = valid.astype(float)  # a count of the trials that count: ``mask @ valid`` of two bool arrays is
+    # a bool (any), which made a case whose trials switch between counted and not look moved
     mean = filled.sum() / max(1, int(valid.sum()))
-    return mask @ filled - (mask @ valid) * mean
+    return mask @ filled - (mask @ counts) * mean
 
 
 def _merged(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -204,6 +204,9 @@ def metric_movements(
             noise = f"one-sided p={p:.3g} against level {level:.3g} (trials test); " + noise
         if moved == 0 and paired and not math.isnan(delta) and abs(delta) > _EPS:
             noise += "; the change comes from cases counted on one side only"
+        if distinguishable and (math.isnan(delta) or abs(delta) <= _EPS):  # the value did not move: no change
+            distinguishable = False  # to tell from noise, whatever the cases' shares did
+            noise += "; not a change: the metric's value did not move"
         rows.append(
             dict(
                 **moved_by,

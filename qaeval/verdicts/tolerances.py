@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qaeval.core.errors import DatasetError, UsageError
+from qaeval.core.errors import DatasetError, Problem, UsageError
 from qaeval.core.files import read_text
 from qaeval.core.jsonfile import loads_strict
 from qaeval.scoring.metrics import GATED, OPT_IN, Metric
@@ -70,30 +70,57 @@ def load_tolerances(
 ) -> dict[str, float]:
     """Defaults (the built-in gated metrics', or ``gated(run.metrics)``), then a JSON file
     ``{"metric": tolerance}``, then ``metric=value`` overrides. A metric of ``optional`` (gated only when
-    asked for: answer correctness) is gated when the file or an override gives it a tolerance."""
+    asked for: answer correctness) is gated when the file or an override gives it a tolerance.
+
+    The file is input data: whatever is wrong with its content (not JSON, not an object, a metric that is
+    not gated, a tolerance that is not a finite number >= 0) is a DatasetError (exit 65) naming the file
+    and the metric, every problem at once. The same mistakes in an override are a UsageError (exit 64)
+    naming the ``--tolerance`` flag."""
     tolerances = dict(defaults)
-    updates: dict[str, Any] = {}
     if path is not None:
-        try:
-            data = loads_strict(read_text(path, "tolerances file"))
-        except ValueError as exc:
-            raise DatasetError(f"tolerances file is not valid JSON ({exc})", file=str(path)) from None
-        if not isinstance(data, dict):
-            raise DatasetError("tolerances file must hold a JSON object", file=str(path))
-        updates.update(data)
+        tolerances.update(_from_file(path, defaults, optional))
     for item in overrides or []:
         name, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"--tolerance expects metric=value, got {item!r}")
         try:
-            updates[name.strip()] = float(value)
+            number = float(value)
         except ValueError:
             raise UsageError(f"--tolerance {item!r}: {value!r} is not a number") from None
-    for name, value in updates.items():
-        if name not in defaults and name not in optional:
-            also = f"; gated when given a tolerance: {', '.join(optional)}" if optional else ""
-            raise UsageError(f"no gated metric named {name!r}; gated: {', '.join(defaults)}{also}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UsageError(f"tolerance for {name} must be a finite number >= 0, got {value!r}")
-        tolerances[name] = float(value)
+        problem = _problem(name.strip(), number, defaults, optional)
+        if problem:
+            raise UsageError(f"--tolerance {item}: {problem}")
+        tolerances[name.strip()] = number
     return tolerances
+
+
+def _from_file(path: str | Path, defaults: Mapping[str, float], optional: Mapping[str, float]) -> dict[str, float]:
+    """The tolerances a JSON file gives, or a DatasetError listing every problem in it, each with the
+    file and the metric it is about."""
+    where = str(path)
+    try:
+        data = loads_strict(read_text(path, "tolerances file"))
+    except ValueError as exc:
+        raise DatasetError(f"tolerances file is not valid JSON ({exc})", file=where) from None
+    if not isinstance(data, dict):
+        raise DatasetError(
+            f'a tolerances file holds one JSON object, {{"metric": tolerance}}, not {type(data).__name__}', file=where
+        )
+    problems = [
+        Problem(where, None, f"tolerances file: {problem}")
+        for name, value in data.items()
+        if (problem := _problem(name, value, defaults, optional))
+    ]
+    if problems:
+        raise DatasetError(problems, file=where)
+    return {name: float(value) for name, value in data.items()}
+
+
+def _problem(name: str, value: Any, defaults: Mapping[str, float], optional: Mapping[str, float]) -> str:
+    """What is wrong with a tolerance ``value`` for metric ``name``, naming the metric ("" when nothing is)."""
+    if name not in defaults and name not in optional:
+        also = f"; gated when given a tolerance: {', '.join(optional)}" if optional else ""
+        return f"no gated metric named {name!r}; gated: {', '.join(defaults)}{also}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return f"tolerance for {name} must be a finite number >= 0, got {value!r}"
+    return ""
