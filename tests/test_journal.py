@@ -264,7 +264,9 @@ def test_an_adaptive_gate_whose_errored_first_trial_passes_on_resume_finishes(tm
     run = load_run(tmp_path / "g.json").run
     case = next(c.id for c in load_suite(GOLDEN) if c.question == question)
     assert run.per_case.set_index("case_id").at[case, "trials"] == 1, "the trials the rule gives a passing first"
-    assert any("their case's first trial, asked again, settles it" in n for n in run.notes), (run.notes, journaled)
+    assert any("their case's first trial, asked again, settles it" in n for n in run.notes), "\n".join(
+        [*run.notes, *map(str, journaled[0]), journaled[1]]
+    )
 
 
 def test_the_trials_test_of_trials_the_rule_could_not_give_tests_them_as_fixed_trials():
