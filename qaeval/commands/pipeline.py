@@ -10,13 +10,12 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qaeval.core.settings import ResumeSettings, RunSettings
+from qaeval.core.shared import WhileAnyRun
 from qaeval.data.cases import Suite
 from qaeval.scoring.checks import trial_order
 from qaeval.scoring.journal import JournalWriter, Restored, journal_path, read_journal
@@ -36,30 +35,16 @@ from qaeval.system.pool import run_suite
 RUN_THRESHOLDS = (50_000, 20, 100)
 
 
-_runs = 0  # runs inside fewer_collections now (threads of a notebook may overlap)
-_saved: tuple[int, int, int] = (0, 0, 0)
-_lock = threading.Lock()
+def _raise_thresholds() -> tuple[int, int, int]:
+    saved = gc.get_threshold()
+    if saved[0] != 0:  # a collector turned off by gc.set_threshold(0) stays off
+        gc.set_threshold(*(max(now, run) for now, run in zip(saved, RUN_THRESHOLDS)))
+    return saved
 
 
-@contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Raise the garbage collector's thresholds to ``RUN_THRESHOLDS`` (never lower them, and leave a
-    collector turned off by ``gc.set_threshold(0)`` off) while any run is going; the last run to end
-    puts back what there was before the first began."""
-    global _runs, _saved
-    with _lock:
-        if _runs == 0:
-            _saved = gc.get_threshold()
-            if _saved[0] != 0:
-                gc.set_threshold(*(max(now, run) for now, run in zip(_saved, RUN_THRESHOLDS)))
-        _runs += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _runs -= 1
-            if _runs == 0:
-                gc.set_threshold(*_saved)
+# The garbage collector's thresholds raised to ``RUN_THRESHOLDS`` (never lowered) while any run is going;
+# the last run to end puts back what there was before the first began.
+fewer_collections = WhileAnyRun(_raise_thresholds, lambda saved: gc.set_threshold(*saved))
 
 
 def trial_suite(suite: Suite, trials: int) -> Suite:

@@ -10,11 +10,10 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from qaeval.core.errors import UsageError, describe
+from qaeval.core.shared import WhileAnyRun
 from qaeval.data.cases import Suite
 from qaeval.system.calls import USER_TEXT_LIMIT, AdapterSpec, Done, reply_row
 from qaeval.system.contract import Payload, make_payload, output_row
@@ -48,29 +47,21 @@ class _ThreadOutput(io.TextIOBase):
 
 # The adapter threads of every in-process run now going, by thread id, each with the buffer its prints go to.
 _buffers: dict[int, io.StringIO] = {}
-_lock = threading.Lock()
-_runs = 0  # in-process runs now going (threads of a notebook may overlap)
-_saved: tuple[Any, Any] = (None, None)
 
 
-@contextmanager
-def _adapter_output_captured() -> Iterator[None]:
-    """sys.stdout and sys.stderr routed (``_ThreadOutput``) while any in-process run is going; the last
-    run to end puts back the streams there were before the first began, whichever ends first."""
-    global _runs, _saved
-    with _lock:
-        if _runs == 0:
-            _saved = (sys.stdout, sys.stderr)
-            sys.stdout, sys.stderr = _ThreadOutput(sys.stdout, _buffers), _ThreadOutput(sys.stderr, _buffers)
-        _runs += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _runs -= 1
-            if _runs == 0:
-                sys.stdout, sys.stderr = _saved
-                _saved = (None, None)
+def _route_output() -> tuple[Any, Any]:
+    saved = (sys.stdout, sys.stderr)
+    sys.stdout, sys.stderr = _ThreadOutput(sys.stdout, _buffers), _ThreadOutput(sys.stderr, _buffers)
+    return saved
+
+
+def _put_back_output(saved: tuple[Any, Any]) -> None:
+    sys.stdout, sys.stderr = saved
+
+
+# sys.stdout and sys.stderr routed (``_ThreadOutput``) while any in-process run is going; the last run to
+# end puts back the streams there were before the first began, whichever ends first.
+_adapter_output_captured = WhileAnyRun(_route_output, _put_back_output)
 
 
 def _build(spec: AdapterSpec) -> Any:

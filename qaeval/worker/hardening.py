@@ -14,10 +14,10 @@ import ctypes
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from qaeval.core.shared import WhileAnyRun
 
 _CAP_SYS_PTRACE = 19
 _PR_CAPBSET_DROP = 24
@@ -88,9 +88,6 @@ def not_dumpable() -> bool:
 
 # --------------------------------------------------------------------------- guarding the harness
 
-_guard_depth = 0  # guards now going, in any thread
-_guard_lock = threading.Lock()
-_guard_saved: tuple[int, int, set[int]] | None = None  # dumpable, subreaper and children before the first
 # The user processes qaeval started and still runs (an adapter's worker, a judge's or the checks' host):
 # each is stopped by its owner, so a guard's sweep passes over them. Without this, closing one client
 # (a custom judge, whose guard was the outermost) killed another that was still in use (the checks').
@@ -142,33 +139,34 @@ def sweep_escaped(keep: set[int]) -> int:
     return killed
 
 
-@contextlib.contextmanager
-def harness_guard() -> Iterator[None]:
-    """For the duration of a run with user code out of process (Linux): the harness is non-dumpable
-    and a child subreaper; when the last guard ends every descendant that escaped is killed and both are
-    put back as they were. Guards share one state, nested or overlapping (runs in two threads of a
-    notebook): the first to begin sets it, the last to end puts it back, whichever ends first. Elsewhere
-    a no-op."""
-    global _guard_depth, _guard_saved
+def _guard_begin() -> tuple[int, int, set[int]] | None:
+    """Make the harness non-dumpable and a child subreaper; what was there before (None: not Linux)."""
     libc = _libc()
-    with _guard_lock:
-        if libc is not None and _guard_depth == 0:
-            was_dumpable = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-            flag = ctypes.c_int(0)
-            libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
-            _guard_saved = (was_dumpable, flag.value, set(_children_of(os.getpid())))
-            libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        _guard_depth += 1
-    try:
-        yield
-    finally:
-        with _guard_lock:  # held to the end: a guard that begins meanwhile finds the state set or put back
-            _guard_depth -= 1
-            if libc is not None and _guard_depth == 0 and _guard_saved is not None:
-                was_dumpable, subreaper, before = _guard_saved
-                _guard_saved = None
-                sweep_escaped(before)
-                libc.prctl(_PR_SET_CHILD_SUBREAPER, subreaper, 0, 0, 0)
-                if was_dumpable == 1:
-                    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if libc is None:
+        return None
+    was_dumpable = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    flag = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+    saved = (was_dumpable, flag.value, set(_children_of(os.getpid())))
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    return saved
+
+
+def _guard_end(saved: tuple[int, int, set[int]] | None) -> None:
+    """Kill every descendant that escaped, then put both flags back as they were."""
+    libc = _libc()
+    if libc is None or saved is None:
+        return
+    was_dumpable, subreaper, before = saved
+    sweep_escaped(before)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, subreaper, 0, 0, 0)
+    if was_dumpable == 1:
+        libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+# For the duration of a run with user code out of process (Linux): the harness is non-dumpable and a child
+# subreaper; when the last guard ends every descendant that escaped is killed and both are put back as
+# they were. Guards share one state, nested or overlapping (runs in two threads of a notebook): the first
+# to begin sets it, the last to end puts it back, whichever ends first. Elsewhere a no-op.
+harness_guard = WhileAnyRun(_guard_begin, _guard_end)
