@@ -360,3 +360,31 @@ def test_ctrl_c_hands_on_every_answer_the_adapters_threads_finished_before_it(mo
     with pytest.raises(KeyboardInterrupt):
         inprocess.run_in_process(spec, suite, concurrency=2, timeout=60, done=lambda i, row: handed.append(i))
     assert sorted(handed) == list(range(len(suite))), "every finished answer was handed on before the interrupt"
+
+
+def test_ctrl_c_while_the_adapters_thread_is_started_hands_on_what_it_answered(monkeypatch):
+    """Under load the adapter's thread could answer every case before ``Thread.start`` returned to the loop,
+    and a Ctrl-C arriving there (not in the loop) lost every answer: the adaptive resume test's journal
+    held none of the later trials. Failed before."""
+    import time
+
+    from qaeval.system import inprocess
+    from qaeval.system.calls import adapter_spec
+
+    suite = load_suite(GOLDEN)
+    real_spawn = inprocess._ThreadRun.spawn
+
+    def spawn(self):
+        real_spawn(self)
+        give_up = time.monotonic() + 60
+        while self.results.qsize() < len(suite):  # a condition to wait for, bounded
+            assert time.monotonic() < give_up, "the adapter's thread did not answer"
+            time.sleep(0.01)
+        raise KeyboardInterrupt  # as if Ctrl-C came while start() was still waiting
+
+    monkeypatch.setattr(inprocess._ThreadRun, "spawn", spawn)
+    handed: list[int] = []
+    spec = adapter_spec("qaeval.system.reference:make_adapter", ship=False)
+    with pytest.raises(KeyboardInterrupt):
+        inprocess.run_in_process(spec, suite, concurrency=1, timeout=60, done=lambda i, row: handed.append(i))
+    assert sorted(handed) == list(range(len(suite))), "every answer was handed on before the interrupt"

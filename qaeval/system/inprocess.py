@@ -133,9 +133,9 @@ class _ThreadRun:
     def go(self, concurrency: int) -> None:
         for index, case in enumerate(self.suite.cases):
             self.jobs.put((index, case.id, make_payload(case)))
-        for _ in range(min(concurrency, self.remaining)):
-            self.spawn()
         try:
+            for _ in range(min(concurrency, self.remaining)):  # a thread may answer every case before
+                self.spawn()  # start() returns here: a Ctrl-C meanwhile is handled below too
             while self.remaining:
                 try:
                     got = self.results.get(timeout=0.05)
@@ -144,8 +144,9 @@ class _ThreadRun:
                     continue
                 self.take(*got)
         except KeyboardInterrupt:
-            # Ctrl-C: the adapter's threads may have answered ahead of this loop; what they finished is
-            # handed on (and so journaled) before the interrupt goes up, however far behind the loop was.
+            # Ctrl-C: the adapter's threads may have answered ahead of this loop (or before the last of them
+            # was even started); what they finished is handed on (and so journaled) before the interrupt
+            # goes up, however far behind the loop was.
             while True:
                 try:
                     got = self.results.get_nowait()
