@@ -153,6 +153,18 @@ def test_a_module_is_at_most_600_lines():
     assert not long, long
 
 
+def test_a_function_is_at_most_80_lines():
+    """A function reads as a short sequence of named steps; one over 80 lines (its docstring included) does
+    several things and is split by topic into helpers."""
+    long = sorted(
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)"
+        for p in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := node.end_lineno - node.lineno + 1) > 80
+    )
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
+
+
 def test_each_verbs_typed_keywords_are_its_parameters_in_the_table():
     """qaeval.gate(data, **options) types its keywords (GateOptions) for an editor; the parameter table is
     where each is defined, so the two name the same ones (less the positional data, or monitor's logs)."""

@@ -37,7 +37,7 @@ from qaeval.scoring.monitor_metrics import (
     window_keys,
 )
 from qaeval.scoring.ppi import fresh_labels
-from qaeval.scoring.result import RunMeta
+from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.verdicts.drift import notify_alarms
 from qaeval.verdicts.monitor import MonitorResult, watch
 
@@ -128,46 +128,17 @@ def monitor(
     annotations: str | None = None,
 ) -> MonitorResult:
     """Score a log (path or DataFrame) with ``judge`` (a JudgeClient); see the module's steps."""
-    check_window(every)
-    if timeseries and every is None:
-        raise UsageError("timeseries needs window: the history gets one line per time window")
-    if annotations:
-        from qaeval.reports.annotations import check_annotations_path
-
-        check_annotations_path(annotations, source, log_format)
+    _check_options(source, every, timeseries, annotations, log_format)
     rows, scan = check_log(source, fmt=log_format)
-    unknown = [c for c in by if c not in scan.slice_columns]
-    if unknown:
-        raise UsageError(
-            f"by {', '.join(unknown)}: not a slice column of the log; its slice columns are: "
-            f"{', '.join(scan.slice_columns) or '(none)'}"
-        )
+    _check_by(by, scan)
     label_frame = _labels(labels, rows)
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
-    picked = rows[rows["sampled"]]
-    judged = rows_at(
-        source,
-        dict(zip(picked["line"].tolist(), picked["row_id"].tolist())),
-        scan.where,
-        log_format,
-        scan.trace_index or None,
-    )
-    meta = RunMeta.now(
-        adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=DEFAULT_K, data=scan.where
-    )
-    run = judge_sample(judged, judge, meta, scan.where).with_labels(label_frame)
+    run, meta = _judge_picked(source, judge, rows, scan, log_format, label_frame)
     rows = judge_columns(rows, run)
     usable = fresh_labels(label_frame, run.per_case) if label_frame is not None else None
     if label_frame is not None and usable is not None:
-        axes = sorted({m.label_axis for m in METRICS if m.label_axis is not None})
-        used = usable[usable["axis"].isin(axes)]
-        unused = sorted(set(usable["axis"]) - set(axes))
-        notes.append(
-            f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged; "
-            f"the PPI columns use the {len(used)} on {', '.join(axes)}"
-            + (f" (no monitor metric uses {', '.join(unused)})" if unused else "")
-        )
+        notes.append(_labels_note(label_frame, usable))
     windows = _windows(rows, every, by, notes)
     result = MonitorResult(
         run=run,
@@ -184,21 +155,86 @@ def monitor(
         timeseries=timeseries or "",
     )
     if timeseries:
-        about = dict(
-            source=scan.where,
-            judge=meta.judge.to_dict(),
-            git_commit=meta.git_commit,
-            qaeval_version=meta.qaeval_version,
-        )
-        result.timeline, result.alarms, more = watch(
-            windows, timeseries, about=about, band_window=band_window, min_rows=min_rows, hops=result.hops
-        )
-        result.notes += more + notify_alarms(notify, result.alarms)
+        _watch(result, windows, timeseries, scan.where, meta, band_window=band_window, min_rows=min_rows, notify=notify)
     if annotations:
         from qaeval.reports.annotations import write_annotations
 
         result.notes.append(write_annotations(result.rows, annotations, source, log_format))
     return result
+
+
+def _check_options(
+    source: Any, every: str | None, timeseries: str | None, annotations: str | None, log_format: str | None
+) -> None:
+    """The window, the history and the annotations file are usable, before the log is read."""
+    check_window(every)
+    if timeseries and every is None:
+        raise UsageError("timeseries needs window: the history gets one line per time window")
+    if annotations:
+        from qaeval.reports.annotations import check_annotations_path
+
+        check_annotations_path(annotations, source, log_format)
+
+
+def _check_by(by: Sequence[str], scan: LogScan) -> None:
+    """Each ``by`` column is a slice column of the log."""
+    unknown = [c for c in by if c not in scan.slice_columns]
+    if unknown:
+        raise UsageError(
+            f"by {', '.join(unknown)}: not a slice column of the log; its slice columns are: "
+            f"{', '.join(scan.slice_columns) or '(none)'}"
+        )
+
+
+def _judge_picked(
+    source: Any, judge: Any, rows: pd.DataFrame, scan: LogScan, log_format: str | None, label_frame: pd.DataFrame | None
+) -> tuple[RunResult, RunMeta]:
+    """(the sampled rows, read again from the log and judged as a run with the labels, its meta)."""
+    picked = rows[rows["sampled"]]
+    judged = rows_at(
+        source,
+        dict(zip(picked["line"].tolist(), picked["row_id"].tolist())),
+        scan.where,
+        log_format,
+        scan.trace_index or None,
+    )
+    meta = RunMeta.now(
+        adapter=f"(logged answers: {scan.where})", judge=judge_config_of(judge), k=DEFAULT_K, data=scan.where
+    )
+    return judge_sample(judged, judge, meta, scan.where).with_labels(label_frame), meta
+
+
+def _labels_note(label_frame: pd.DataFrame, usable: pd.DataFrame) -> str:
+    """How many labels the PPI columns use: on judged rows with their output unchanged, on a monitor axis."""
+    axes = sorted({m.label_axis for m in METRICS if m.label_axis is not None})
+    used = usable[usable["axis"].isin(axes)]
+    unused = sorted(set(usable["axis"]) - set(axes))
+    return (
+        f"{len(usable)} of {len(label_frame)} label(s) are on judged rows with their output unchanged; "
+        f"the PPI columns use the {len(used)} on {', '.join(axes)}"
+        + (f" (no monitor metric uses {', '.join(unused)})" if unused else "")
+    )
+
+
+def _watch(
+    result: MonitorResult,
+    windows: pd.DataFrame,
+    timeseries: str,
+    source: str,
+    meta: RunMeta,
+    *,
+    band_window: int,
+    min_rows: int,
+    notify: Callable[..., Any] | None,
+) -> None:
+    """Add the windows to the history, and the timeline, alarms and their notes (with the hook's) to the result."""
+    about = dict(
+        source=source, judge=meta.judge.to_dict(), git_commit=meta.git_commit, qaeval_version=meta.qaeval_version
+    )
+    result.timeline, result.alarms, more = watch(
+        windows, timeseries, about=about, band_window=band_window, min_rows=min_rows, hops=result.hops
+    )
+    result.notes += more + notify_alarms(notify, result.alarms)
 
 
 def _sample_note(rows: pd.DataFrame, sample: int | None, by: Sequence[str]) -> str:

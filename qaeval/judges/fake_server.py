@@ -203,6 +203,70 @@ class FakeJudgeServer:
             self._last_question = candidate["question"]
         return json.dumps(candidate)
 
+    def _admit(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> int:
+        """Record one request as it arrives (counted, kept, in flight); its number, from 1."""
+        with self._lock:
+            self._count += 1
+            number = self._count
+            self.requests.append(body)
+            self.headers.append({k.lower(): v for k, v in headers})
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        return number
+
+    def _reply(
+        self, path: str, body: dict[str, Any], number: int
+    ) -> tuple[int, dict[str, Any], dict[str, str] | None] | None:
+        """(status, payload, extra headers) for one request, or None for no reply (a generation that hung)."""
+        if not path.endswith("/chat/completions"):
+            return 404, {"error": {"message": "not found"}}, None
+        if self.fail_always or (self.fail_every and number % self.fail_every == 0):
+            with self._lock:
+                self.failures_sent += 1
+            status = 429 if number % 2 else 503
+            return status, {"error": {"message": "try again"}}, {"retry-after-ms": "5"}
+        if self.reject_response_format and "response_format" in body:
+            return 400, {"error": {"message": "response_format json_schema is not supported"}}, None
+        user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
+        content = self._content(user, body)
+        if content is None:
+            return None
+        return 200, self._completion(number, body, user, content), None
+
+    def _content(self, user: str, body: dict[str, Any]) -> str | None:
+        """The assistant's message: a generation candidate or a grade, unless the server is told what to say."""
+        if user.startswith("REQUEST: "):
+            content = self._generation(user)
+            if content is None:
+                return None
+        else:
+            content = "I think it is fine." if self.garbage else json.dumps(grade(user))
+        if self.reply is not None:
+            content = self.reply
+        if self.echo_reply and isinstance(body.get("reply"), str):
+            content = body["reply"]
+        return content
+
+    def _completion(self, number: int, body: dict[str, Any], user: str, content: str) -> dict[str, Any]:
+        """A chat.completion payload carrying ``content`` (with null ``choices`` when ``no_choices``)."""
+        choices = (
+            None
+            if self.no_choices
+            else [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]
+        )
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(user.split()),
+                "completion_tokens": len(content.split()),
+                "total_tokens": len(user.split()) + len(content.split()),
+            },
+        }
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
@@ -234,58 +298,13 @@ class FakeJudgeServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                with outer._lock:
-                    outer._count += 1
-                    number = outer._count
-                    outer.requests.append(body)
-                    outer.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                number = outer._admit(body, list(self.headers.items()))
                 try:
                     if outer.latency:
                         time.sleep(outer.latency)  # the server's simulated model latency
-                    if not self.path.endswith("/chat/completions"):
-                        return self._send(404, {"error": {"message": "not found"}})
-                    if outer.fail_always or (outer.fail_every and number % outer.fail_every == 0):
-                        with outer._lock:
-                            outer.failures_sent += 1
-                        status = 429 if number % 2 else 503
-                        return self._send(status, {"error": {"message": "try again"}}, {"retry-after-ms": "5"})
-                    if outer.reject_response_format and "response_format" in body:
-                        return self._send(400, {"error": {"message": "response_format json_schema is not supported"}})
-                    user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
-                    if user.startswith("REQUEST: "):
-                        content = outer._generation(user)
-                        if content is None:
-                            return None
-                    else:
-                        content = "I think it is fine." if outer.garbage else json.dumps(grade(user))
-                    if outer.reply is not None:
-                        content = outer.reply
-                    if outer.echo_reply and isinstance(body.get("reply"), str):
-                        content = body["reply"]
-                    choices = (
-                        None
-                        if outer.no_choices
-                        else [
-                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
-                        ]
-                    )
-                    self._send(
-                        200,
-                        {
-                            "id": f"chatcmpl-{number}",
-                            "object": "chat.completion",
-                            "created": int(time.time()),
-                            "model": body.get("model", "fake"),
-                            "choices": choices,
-                            "usage": {
-                                "prompt_tokens": len(user.split()),
-                                "completion_tokens": len(content.split()),
-                                "total_tokens": len(user.split()) + len(content.split()),
-                            },
-                        },
-                    )
+                    reply = outer._reply(self.path, body, number)
+                    if reply is not None:
+                        self._send(*reply)
                 finally:
                     with outer._lock:
                         outer.in_flight -= 1

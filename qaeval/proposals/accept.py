@@ -23,7 +23,7 @@ traffic candidate does. Ids are readable and new (``single-0009``, ``multi-0005`
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,11 @@ from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.files import read_bytes, write_atomic
 from qaeval.core.jsonfile import dumps_canonical, loads_strict
 from qaeval.core.text import normalize
-from qaeval.data.cases import load_suite
+from qaeval.data.cases import Suite, load_suite
 from qaeval.data.misses import LIVING, case_prefix, find_duplicate
 from qaeval.data.schema import DIFFICULTIES, Source
 from qaeval.proposals.candidates import ABSTAIN, ANSWER, ORIGINS, SHEET_COLUMNS, fingerprint, ids_of_cell
-from qaeval.proposals.ledger import question_key, read_ledger, traffic_key
+from qaeval.proposals.ledger import Ledger, question_key, read_ledger, traffic_key
 from qaeval.verdicts.sheets import sheet_rows
 
 YES, NO = ("y", "yes"), ("n", "no")
@@ -143,102 +143,181 @@ def accept(sheet: str | Path, data: str | Path) -> Accepted:
         return _accept(sheet, root)
 
 
-def _accept(sheet: str | Path, root: Path) -> Accepted:
-    from qaeval.data.cases import build_suite
+# An accepted row on its way to the living split: (sheet line, sheet row number, the case, the row).
+_New = tuple[int, int, dict[str, Any], dict[str, str]]
 
+
+@dataclass
+class _Review:
+    """The sheet read so far: its problems, the accepted rows, the rejected decisions, the rows left as they
+    are, and what no two accepted rows may share (a candidate, a question with its passages)."""
+
+    where: str
+    problems: list[Problem] = field(default_factory=list)
+    new: list[_New] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    undecided: int = 0
+    again: list[str] = field(default_factory=list)  # rows decided the same way by an earlier accept of this sheet
+    # the accepted rows' questions and passages: no case twice
+    batch: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def refuse(self, message: str, line: int, number: int, row: dict[str, str]) -> None:
+        self.problems.append(
+            Problem(self.where, line, f"{message} (sheet row {number}, {row.get('candidate_id') or 'no id'})")
+        )
+
+
+def _accept(sheet: str | Path, root: Path) -> Accepted:
     suite = load_suite(root)
     ledger = read_ledger(root)
-    where = str(sheet)
-    problems: list[Problem] = []
-    new: list[tuple[int, int, dict[str, Any], dict[str, str]]] = []
-    rejected: list[dict[str, Any]] = []
-    undecided = 0
-    again: list[str] = []  # rows decided the same way by an earlier accept of this sheet
-    batch: dict[tuple[str, frozenset[str]], int] = {}  # the accepted rows' questions and passages: no case twice
-    seen: dict[str, int] = {}
+    review = _Review(str(sheet))
     for line, number, row in sheet_rows(sheet, "review sheet", SHEET_COLUMNS):
-
-        def refuse(message: str, line: int = line, number: int = number, row: dict[str, str] = row) -> None:
-            problems.append(
-                Problem(where, line, f"{message} (sheet row {number}, {row.get('candidate_id') or 'no id'})")
-            )
-
-        decision = row["accept"].lower()
-        if not decision:
-            undecided += 1
-            continue
-        if decision not in YES + NO:
-            refuse(f"accept {row['accept']!r} is not y or n")
-            continue
-        passages, why = _passages(row["passages"])
-        if passages is None or row["origin"] not in ORIGINS:
-            refuse(why or f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
-            continue
-        if (
-            fingerprint(
-                row["candidate_id"], row["origin"], row["source"], row["question"], passages, row["answer"] or None
-            )
-            != row["fingerprint"]
-        ):
-            refuse(
-                "the proposal was edited after it was proposed (its question, passages, source or answer "
-                "differ from what its fingerprint says): propose again, or write the case with add-case"
-            )
-            continue
-        if row["candidate_id"] in seen:
-            refuse(f"a second row for this candidate (first on line {seen[row['candidate_id']]})")
-            continue
-        seen[row["candidate_id"]] = line
-        before = ledger.decided(_key(row), row["candidate_id"])
-        if before is not None:
-            said = "accepted" if decision in YES else "rejected"
-            when = f"{before['decision']} on {before['decided']}" + (
-                f" as {before['case_id']}" if before.get("case_id") else ""
-            )
-            if before["decision"] == said:  # the same row or question, decided the same way: nothing to do
-                again.append(f"{row['candidate_id']} (sheet row {number}) was {when}: left as it is")
-            else:
-                refuse(f"already {when}; the sheet now says {said}")
-            continue
-        if decision in NO:
-            rejected.append(
-                dict(
-                    candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None, note=row["note"]
-                )
-            )
-            continue
-        case, found = _case(row, passages, suite.corpus)
-        if case is None:
-            for p in found:
-                refuse(p)
-            continue
-        same = find_duplicate(suite, case["question"], [(p.id, p.text) for p in passages])
-        if same is not None and "sources" in case:
-            refuse(f"already in the suite as {same.id} ({same.file}:{same.line}): same question, same passages")
-            continue
-        dup = next(
-            (
-                c
-                for c in suite
-                if c.from_corpus
-                and "sources" not in case
-                and question_key(c.question) == question_key(case["question"])
-            ),
-            None,
-        )
-        if dup is not None:
-            refuse(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
-            continue
-        identity = (normalize(case["question"]), frozenset(normalize(p.text) for p in passages))
-        if identity in batch:
-            refuse(f"the same question and passages as the row on line {batch[identity]}")
-            continue
-        batch[identity] = line
-        new.append((line, number, case, row))
-    if problems:
-        raise DatasetError(problems)
+        _review_row(review, suite, ledger, line, number, row)
+    if review.problems:
+        raise DatasetError(review.problems)
     target = root / LIVING
     existing = read_bytes(target) if target.exists() else b""
+    _number_and_check(review, suite, root, target, existing)
+    ledger.check_writable()  # before the cases are written: a ledger that cannot take the decisions stops here
+    if review.new:
+        _write_cases(target, existing, review.new)
+        load_suite(root)  # what was written loads
+    ledger.append(
+        [
+            dict(
+                candidate_id=row["candidate_id"],
+                key=_key(row),
+                decision="accepted",
+                case_id=case["id"],
+                note=row["note"],
+            )
+            for _, _, case, row in review.new
+        ]
+        + review.rejected
+    )
+    return Accepted(
+        [(case["id"], row["candidate_id"]) for _, _, case, row in review.new],
+        len(review.rejected),
+        review.undecided,
+        target,
+        review.again,
+    )
+
+
+def _review_row(review: _Review, suite: Suite, ledger: Ledger, line: int, number: int, row: dict[str, str]) -> None:
+    """Read one row as the reviewer left it: undecided, refused, left as it is, rejected or accepted."""
+
+    def refuse(message: str) -> None:
+        review.refuse(message, line, number, row)
+
+    decision = row["accept"].lower()
+    if not decision:
+        review.undecided += 1
+        return
+    passages = _as_proposed(review, line, row, decision, refuse)
+    if passages is None or _decided_before(review, ledger, number, row, decision, refuse):
+        return
+    if decision in NO:
+        review.rejected.append(
+            dict(candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None, note=row["note"])
+        )
+        return
+    case = _new_case(review, suite, line, row, passages, refuse)
+    if case is not None:
+        review.new.append((line, number, case, row))
+
+
+def _as_proposed(
+    review: _Review, line: int, row: dict[str, str], decision: str, refuse: Callable[[str], None]
+) -> tuple[Source, ...] | None:
+    """The row's passages when it is a readable decision on a proposal as it was proposed, met once; else
+    None, the row refused."""
+    if decision not in YES + NO:
+        refuse(f"accept {row['accept']!r} is not y or n")
+        return None
+    passages, why = _passages(row["passages"])
+    if passages is None or row["origin"] not in ORIGINS:
+        refuse(why or f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
+        return None
+    if (
+        fingerprint(row["candidate_id"], row["origin"], row["source"], row["question"], passages, row["answer"] or None)
+        != row["fingerprint"]
+    ):
+        refuse(
+            "the proposal was edited after it was proposed (its question, passages, source or answer "
+            "differ from what its fingerprint says): propose again, or write the case with add-case"
+        )
+        return None
+    if row["candidate_id"] in review.seen:
+        refuse(f"a second row for this candidate (first on line {review.seen[row['candidate_id']]})")
+        return None
+    review.seen[row["candidate_id"]] = line
+    return passages
+
+
+def _decided_before(
+    review: _Review, ledger: Ledger, number: int, row: dict[str, str], decision: str, refuse: Callable[[str], None]
+) -> bool:
+    """Whether the ledger already holds this row or question: the same decision is left as it is, the other
+    refused."""
+    before = ledger.decided(_key(row), row["candidate_id"])
+    if before is None:
+        return False
+    said = "accepted" if decision in YES else "rejected"
+    when = f"{before['decision']} on {before['decided']}" + (
+        f" as {before['case_id']}" if before.get("case_id") else ""
+    )
+    if before["decision"] == said:  # the same row or question, decided the same way: nothing to do
+        review.again.append(f"{row['candidate_id']} (sheet row {number}) was {when}: left as it is")
+    else:
+        refuse(f"already {when}; the sheet now says {said}")
+    return True
+
+
+def _new_case(
+    review: _Review,
+    suite: Suite,
+    line: int,
+    row: dict[str, str],
+    passages: tuple[Source, ...],
+    refuse: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """The accepted row as a case, when it makes a valid one that is neither in the suite nor accepted
+    earlier in this sheet; else None, the row refused."""
+    case, found = _case(row, passages, suite.corpus)
+    if case is None:
+        for p in found:
+            refuse(p)
+        return None
+    same = find_duplicate(suite, case["question"], [(p.id, p.text) for p in passages])
+    if same is not None and "sources" in case:
+        refuse(f"already in the suite as {same.id} ({same.file}:{same.line}): same question, same passages")
+        return None
+    dup = next(
+        (
+            c
+            for c in suite
+            if c.from_corpus and "sources" not in case and question_key(c.question) == question_key(case["question"])
+        ),
+        None,
+    )
+    if dup is not None:
+        refuse(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
+        return None
+    identity = (normalize(case["question"]), frozenset(normalize(p.text) for p in passages))
+    if identity in review.batch:
+        refuse(f"the same question and passages as the row on line {review.batch[identity]}")
+        return None
+    review.batch[identity] = line
+    return case
+
+
+def _number_and_check(review: _Review, suite: Suite, root: Path, target: Path, existing: bytes) -> None:
+    """Give each new case its id (as add-case numbers them) and validate the whole suite with them, strictly;
+    a problem is reported at the sheet line of the row it came from."""
+    from qaeval.data.cases import build_suite
+
     first = (
         existing.decode("utf-8-sig", errors="replace").count("\n")
         + (0 if existing.endswith(b"\n") or not existing else 1)
@@ -247,7 +326,7 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
     entries = [(c.file, c.line, c.to_raw()) for c in suite]
     taken = {c.id for c in suite}
     placed = []
-    for offset, (line, number, case, row) in enumerate(new):
+    for offset, (line, number, case, row) in enumerate(review.new):
         prefix = case_prefix(case)
         numbers = [int(m.group(1)) for i in taken if (m := re.fullmatch(rf"{re.escape(prefix)}-(\d+)", i))]
         case["id"] = f"{prefix}-{max(numbers, default=0) + 1:04d}"  # as add-case numbers them (next_id)
@@ -259,30 +338,17 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
     except DatasetError as exc:
         at = {written: (line, number, row) for written, line, number, row in placed}
         mine = [
-            Problem(where, at[p.line][0], f"{p.message} (sheet row {at[p.line][1]}, {at[p.line][2]['candidate_id']})")
+            Problem(
+                review.where, at[p.line][0], f"{p.message} (sheet row {at[p.line][1]}, {at[p.line][2]['candidate_id']})"
+            )
             for p in exc.problems
             if p.file == str(target) and p.line in at
         ]
         raise DatasetError(mine or exc.problems) from None
-    ledger.check_writable()  # before the cases are written: a ledger that cannot take the decisions stops here
-    if new:
-        if existing and not existing.endswith(b"\n"):
-            existing += b"\n"
-        write_atomic(target, existing + "".join(dumps_canonical(case) + "\n" for _, _, case, _ in new).encode("utf-8"))
-        load_suite(root)  # what was written loads
-    ledger.append(
-        [
-            dict(
-                candidate_id=row["candidate_id"],
-                key=_key(row),
-                decision="accepted",
-                case_id=case["id"],
-                note=row["note"],
-            )
-            for _, _, case, row in new
-        ]
-        + rejected
-    )
-    return Accepted(
-        [(case["id"], row["candidate_id"]) for _, _, case, row in new], len(rejected), undecided, target, again
-    )
+
+
+def _write_cases(target: Path, existing: bytes, new: list[_New]) -> None:
+    """Rewrite the living split with the new cases after the existing ones, in one atomic step."""
+    if existing and not existing.endswith(b"\n"):
+        existing += b"\n"
+    write_atomic(target, existing + "".join(dumps_canonical(case) + "\n" for _, _, case, _ in new).encode("utf-8"))

@@ -125,118 +125,160 @@ def propose_from_corpus(
     if concurrency < 1:
         raise UsageError("concurrency must be at least 1")
     max_calls = 3 * n + 10 if max_calls is None else max_calls
-    target = shares(n, mix)
-    draw, prompt = _Draw(corpus, seed), load_prompt()
-    seen = verify.Seen(existing)
-    dropped: dict[str, int] = {}
-    taken: dict[str, list[Candidate]] = {k: [] for k in target}
-    flying: dict[str, int] = {k: 0 for k in target}
-    calls = 0
-    threaded = bool(getattr(generator, "thread_safe", False))
-    pending: dict[Future[list[GenerationReply]], list[GenerationRequest]] = {}
-    exhausted = given_up = answered = False
-    failing = ""  # why nothing more is asked of a generator that never answered
-    surplus = 0
+    run = _Proposing(corpus, n, generator, retriever, seed, existing, ledger, max_calls, mix, on_reply)
     started = time.perf_counter()
+    run.ask_and_verify(concurrency)
+    seconds = time.perf_counter() - started
+    picked = [c for k in run.target for c in run.taken[k]]
+    return CorpusProposal(picked, run.dropped, run.calls, run.notes(picked), seconds)
 
-    def drop(why: str) -> None:
-        dropped[why] = dropped.get(why, 0) + 1
 
-    replied = {"all": 0, "kept": 0}
+class _Proposing:
+    """One corpus proposal under way: the share each kind is to make, the candidates taken and the requests
+    in flight per kind, the replies dropped by reason, and why asking stopped, if it did."""
 
-    def expected(kind: str) -> float:
+    def __init__(
+        self,
+        corpus: Corpus,
+        n: int,
+        generator: Any,
+        retriever: CorpusRetriever,
+        seed: int,
+        existing: Sequence[str],
+        ledger: Ledger | None,
+        max_calls: int,
+        mix: dict[str, float],
+        on_reply: Callable[[], None] | None,
+    ) -> None:
+        self.corpus, self.n, self.generator, self.retriever, self.seed = corpus, n, generator, retriever, seed
+        self.ledger, self.max_calls, self.on_reply = ledger, max_calls, on_reply
+        self.target = shares(n, mix)
+        self.draw, self.prompt = _Draw(corpus, seed), load_prompt()
+        self.seen = verify.Seen(existing)
+        self.dropped: dict[str, int] = {}
+        self.taken: dict[str, list[Candidate]] = {k: [] for k in self.target}
+        self.flying: dict[str, int] = {k: 0 for k in self.target}
+        self.calls = 0
+        self.threaded = bool(getattr(generator, "thread_safe", False))
+        self.pending: dict[Future[list[GenerationReply]], list[GenerationRequest]] = {}
+        self.exhausted = self.given_up = self.answered = False
+        self.failing = ""  # why nothing more is asked of a generator that never answered
+        self.surplus = 0
+        self.replied = {"all": 0, "kept": 0}
+
+    def drop(self, why: str) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + 1
+
+    def expected(self, kind: str) -> float:
         """Candidates of ``kind`` taken and, at the share of replies kept so far, to come from those in
         flight: a kind is asked for again before its last replies are in, so a dropped reply at the end
         does not cost a round trip of its own."""
-        rate = (replied["kept"] + 1) / (replied["all"] + 1)
-        return len(taken[kind]) + flying[kind] * rate
+        rate = (self.replied["kept"] + 1) / (self.replied["all"] + 1)
+        return len(self.taken[kind]) + self.flying[kind] * rate
 
-    def next_request() -> GenerationRequest | None:
-        nonlocal exhausted
-        open_kinds = [k for k in target if expected(k) < target[k] - 0.5]
-        while open_kinds and not exhausted:
-            kind = min(open_kinds, key=lambda k: expected(k) / target[k])
-            first = draw.next()
+    def next_request(self) -> GenerationRequest | None:
+        """A request for the kind furthest from its share, over passages drawn for it; None when no kind is
+        open or the corpus ran out."""
+        open_kinds = [k for k in self.target if self.expected(k) < self.target[k] - 0.5]
+        while open_kinds and not self.exhausted:
+            kind = min(open_kinds, key=lambda k: self.expected(k) / self.target[k])
+            first = self.draw.next()
             if first is None:
-                exhausted = True
+                self.exhausted = True
                 return None
-            passages = _passages_for(kind, first, retriever, corpus)
+            passages = _passages_for(kind, first, self.retriever, self.corpus)
             if passages is None:
-                drop("no second passage near the first")
+                self.drop("no second passage near the first")
                 continue
-            return request_for(kind, [_source(p) for p in passages], str(seed), prompt)
+            return request_for(kind, [_source(p) for p in passages], str(self.seed), self.prompt)
         return None
 
-    def submit(pool: ThreadPoolExecutor) -> bool:
-        nonlocal calls
+    def submit(self, pool: ThreadPoolExecutor) -> bool:
+        """Send the generator one more request (a chunk, to one that is not thread-safe); whether any was sent."""
         batch: list[GenerationRequest] = []
-        while calls < max_calls and not given_up and not failing and len(batch) < (1 if threaded else CHUNK):
-            request = next_request()
+        while (
+            self.calls < self.max_calls
+            and not self.given_up
+            and not self.failing
+            and len(batch) < (1 if self.threaded else CHUNK)
+        ):
+            request = self.next_request()
             if request is None:
                 break
             batch.append(request)
-            calls += 1
-            flying[request.kind] += 1
+            self.calls += 1
+            self.flying[request.kind] += 1
         if batch:
-            pending[pool.submit(_generate, generator, batch)] = batch
+            self.pending[pool.submit(_generate, self.generator, batch)] = batch
         return bool(batch)
 
-    with ThreadPoolExecutor(max_workers=concurrency if threaded else 1, thread_name_prefix="qaeval-generate") as pool:
-        while True:
-            while len(pending) < (concurrency if threaded else 1) and submit(pool):
-                pass
-            if not pending:
-                break
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for future in done:
-                batch = pending.pop(future)
-                replies = future.result()
-                for request, reply in zip(batch, replies):
-                    flying[request.kind] -= 1
-                    if reply.given_up:
-                        given_up = True
-                        drop(GIVEN_UP_WHY)
-                        continue
-                    candidate, why = _verified(request, reply, retriever, seen, ledger)
-                    replied["all"] += 1
-                    if reply.error is None:
-                        answered = True
-                    elif not answered and replied["all"] >= EARLY_FAILURES and not failing:
-                        failing = f"the first {EARLY_FAILURES} generator calls all failed, so no more were made"
-                    if candidate is None:
-                        drop(why)
-                    elif len(taken[request.kind]) < target[request.kind]:
-                        replied["kept"] += 1
-                        seen.add(candidate.question)
-                        taken[request.kind].append(candidate)
-                    else:
-                        replied["kept"] += 1
-                        surplus += 1
-                    if on_reply is not None:
-                        on_reply()
-    seconds = time.perf_counter() - started
-    picked = [c for k in target for c in taken[k]]
-    notes = [
-        f"{len(picked)} of {n} candidate(s) verified from {calls} generator call(s): "
-        + ", ".join(f"{len(taken[k])} of {target[k]} {k}" for k in target)
-    ]
-    if surplus:
-        notes.append(
-            f"{surplus} verified candidate(s) beyond the number asked for were not used (asked for ahead of drops)"
-        )
-    if draw.short:
-        notes.append(f"{draw.short} passage(s) drawn had fewer than {MIN_TERMS} content terms and were not used")
-    if len(picked) < n:
-        notes.append(
-            "the generator's process was given up on: it lost two chunks in a row"
-            if given_up
-            else failing
-            if failing
-            else "the corpus ran out of passages to draw"
-            if exhausted
-            else f"stopped at {max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted"
-        )
-    return CorpusProposal(picked, dropped, calls, notes, seconds)
+    def ask_and_verify(self, concurrency: int) -> None:
+        """Keep ``concurrency`` requests in flight, verifying each reply as it arrives, until none is asked."""
+        in_flight = concurrency if self.threaded else 1
+        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="qaeval-generate") as pool:
+            while True:
+                while len(self.pending) < in_flight and self.submit(pool):
+                    pass
+                if not self.pending:
+                    break
+                done, _ = wait(list(self.pending), return_when=FIRST_COMPLETED)
+                for future in done:
+                    batch = self.pending.pop(future)
+                    for request, reply in zip(batch, future.result()):
+                        self.receive(request, reply)
+
+    def receive(self, request: GenerationRequest, reply: GenerationReply) -> None:
+        """One reply: verified and taken (or counted beyond the share), or dropped by reason."""
+        self.flying[request.kind] -= 1
+        if reply.given_up:
+            self.given_up = True
+            self.drop(GIVEN_UP_WHY)
+            return
+        candidate, why = _verified(request, reply, self.retriever, self.seen, self.ledger)
+        self.replied["all"] += 1
+        if reply.error is None:
+            self.answered = True
+        elif not self.answered and self.replied["all"] >= EARLY_FAILURES and not self.failing:
+            self.failing = f"the first {EARLY_FAILURES} generator calls all failed, so no more were made"
+        if candidate is None:
+            self.drop(why)
+        elif len(self.taken[request.kind]) < self.target[request.kind]:
+            self.replied["kept"] += 1
+            self.seen.add(candidate.question)
+            self.taken[request.kind].append(candidate)
+        else:
+            self.replied["kept"] += 1
+            self.surplus += 1
+        if self.on_reply is not None:
+            self.on_reply()
+
+    def notes(self, picked: list[Candidate]) -> list[str]:
+        """What the run says: how many were verified per kind, what was not used, and why it stopped short."""
+        n, target, taken = self.n, self.target, self.taken
+        notes = [
+            f"{len(picked)} of {n} candidate(s) verified from {self.calls} generator call(s): "
+            + ", ".join(f"{len(taken[k])} of {target[k]} {k}" for k in target)
+        ]
+        if self.surplus:
+            notes.append(
+                f"{self.surplus} verified candidate(s) beyond the number asked for were not used "
+                "(asked for ahead of drops)"
+            )
+        if self.draw.short:
+            notes.append(
+                f"{self.draw.short} passage(s) drawn had fewer than {MIN_TERMS} content terms and were not used"
+            )
+        if len(picked) < n:
+            notes.append(
+                "the generator's process was given up on: it lost two chunks in a row"
+                if self.given_up
+                else self.failing
+                if self.failing
+                else "the corpus ran out of passages to draw"
+                if self.exhausted
+                else f"stopped at {self.max_calls} generator call(s) (max_calls) with {n - len(picked)} still wanted"
+            )
+        return notes
 
 
 def _generate(generator: Any, batch: list[GenerationRequest]) -> list[GenerationReply]:

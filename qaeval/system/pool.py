@@ -39,6 +39,7 @@ import select
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 import pandas as pd
@@ -397,12 +398,7 @@ def run_suite(
             (the verbs connect to it; give ``run_suite`` the executor) (exit 64).
     """
     settings = settings if settings is not None else RunSettings()
-    executor = settings.executor
-    if isinstance(executor, str):
-        raise UsageError(
-            f"run_suite takes the executor itself, not its address {executor!r}: connect to it first "
-            "(qaeval.system.remote.executor_from_url)"
-        )
+    executor = _the_executor(settings.executor)
     spec = adapter_spec(adapter, ship=settings.isolation == "process", corpus=suite.corpus)
     rows: list[dict[str, Any] | None] = [None] * len(suite)
     guard = harness_guard() if settings.isolation == "process" else contextlib.nullcontext()
@@ -415,13 +411,30 @@ def run_suite(
             if on_output is not None:
                 on_output(index, row)
 
-        if executor is not None:
-            run_on_executor(executor, spec, suite, settings, done=done)
-        elif settings.isolation == "process":
-            ProcessPool(spec, settings, data_dir=data_dir if data_dir is not None else suite.root).run(suite, done)
-        else:
-            run_in_process(spec, suite, concurrency=settings.concurrency, timeout=settings.timeout, done=done)
+        _ask_every_case(spec, suite, settings, executor, data_dir, done)
     missing = [c.id for c, r in zip(suite.cases, rows) if r is None]
     if missing:  # pragma: no cover  (every path above answers every case)
         raise RuntimeError(f"no result for {len(missing)} case(s), first {missing[0]}")
     return frame(rows, OUTPUT_SCHEMA)  # type: ignore[arg-type]  # no row is None past the check above
+
+
+def _the_executor(executor: str | Executor | None) -> Executor | None:
+    """The executor given, if any; never its address: the verbs are the ones that connect to one."""
+    if isinstance(executor, str):
+        raise UsageError(
+            f"run_suite takes the executor itself, not its address {executor!r}: connect to it first "
+            "(qaeval.system.remote.executor_from_url)"
+        )
+    return executor
+
+
+def _ask_every_case(
+    spec: AdapterSpec, suite: Suite, settings: RunSettings, executor: Executor | None, data_dir: str | None, done: Done
+) -> None:
+    """Hand every case to the system where the settings say: an executor, worker processes, or this process."""
+    if executor is not None:
+        run_on_executor(executor, spec, suite, settings, done=done)
+    elif settings.isolation == "process":
+        ProcessPool(spec, settings, data_dir=data_dir if data_dir is not None else suite.root).run(suite, done)
+    else:
+        run_in_process(spec, suite, concurrency=settings.concurrency, timeout=settings.timeout, done=done)

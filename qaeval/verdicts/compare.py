@@ -33,7 +33,7 @@ from qaeval.scoring.metrics import METRIC_NAMES, format_number
 from qaeval.scoring.outcomes import PASS_MEANS, FailReason, citation_change, reasons_text
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import baseline_from_run, by_trial, trial_citing
-from qaeval.verdicts.tiers import case_trials, match_cases, metric_movements
+from qaeval.verdicts.tiers import CaseMatch, case_trials, match_cases, metric_movements
 
 CASE_SCHEMA = {
     "case_id": "text",
@@ -193,6 +193,20 @@ def _state(passed: Any) -> str:
     return "passing" if passed else "failing"
 
 
+@dataclass(frozen=True)
+class _Sides:
+    """What each run says of its cases, by case id: its per-case rows, what its trials cited, its checks'
+    outcomes; and the checks to compare (the built-in ones, then those both runs ran)."""
+
+    before_cases: pd.DataFrame
+    after_cases: pd.DataFrame
+    before_cited: dict[str, list[str]]
+    after_cited: dict[str, list[str]]
+    before_checks: dict[tuple[str, str], bool]
+    after_checks: dict[tuple[str, str], bool]
+    checks: list[str]
+
+
 def compare(
     before: RunResult, after: RunResult, *, before_label: str = "before", after_label: str = "after"
 ) -> Comparison:
@@ -201,96 +215,9 @@ def compare(
     match = match_cases(after, base)
     verdicts = {r.case_id: r for r in case_trials(after, base, match.matched, 0.05).itertuples(index=False)}
     deltas = metric_movements(after, base, {m: 0.0 for m in METRIC_NAMES}, match.matched)
-    b_pc = before.per_case.set_index("case_id")
-    a_pc = after.per_case.set_index("case_id")
-    b_cited, a_cited = trial_citing(before), trial_citing(after)
-    b_checks, a_checks = _check_outcomes(before), _check_outcomes(after)
-    both = {c for _, c in b_checks} & {c for _, c in a_checks}  # a check only one run ran did not flip
-    checks = list(CHECKS) + sorted(both - set(CHECKS))
-    rows = []
-    for cid in after.per_case["case_id"]:
-        a = a_pc.loc[cid]
-        row: dict[str, Any] = dict(
-            case_id=cid,
-            after_passed=bool(a["case_passed"]),
-            after_answer=a["answer"],
-            after_why=reasons_text(a["fail_reasons"]),
-            checks_flipped=[],
-            scores_changed=[],
-            new_reasons=[],
-            trials=None,
-            citations_by_trial=None,
-        )
-        if cid in match.new or cid in match.changed:
-            rows.append(
-                {
-                    **row,
-                    "status": "new" if cid in match.new else "changed",
-                    "change": "not compared",
-                    "before_passed": None if cid in match.new else bool(b_pc.at[cid, "case_passed"]),
-                    "answer_changed": None,
-                    "citations_changed": None,
-                    "before_answer": None,
-                    "before_why": None,
-                }
-            )
-            continue
-        b = b_pc.loc[cid]
-        t = verdicts[cid]
-        if t.verdict in ("broken", "regressed"):
-            change = "regressed"
-        elif t.verdict == "flaky":
-            change = "flaky"
-        elif not b["case_passed"] and a["case_passed"]:
-            change = "fixed"
-        else:
-            change = f"still {_state(a['case_passed'])}"
-        new = _new_reasons(b["fail_reasons"], a["fail_reasons"], checks)
-        errored = "adapter error" in new  # its checks and scores changed because it has no output
-        citing, cites_changed = _citing(b_cited[cid], a_cited[cid], list(b["citations"]) != list(a["citations"]))
-        rows.append(
-            {
-                **row,
-                "status": "matched",
-                "change": change,
-                "before_passed": bool(b["case_passed"]),
-                "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
-                "citations_changed": cites_changed,
-                "citations_by_trial": citing,
-                "checks_flipped": []
-                if errored
-                else [c for c in checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
-                "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
-                "new_reasons": new,
-                "before_answer": b["answer"],
-                "before_why": reasons_text(b["fail_reasons"]),
-                "trials": f"{t.baseline_passes}/{t.baseline_trials} -> {t.passes}/{t.trials}"
-                if t.baseline_trials > 1 or t.trials > 1
-                else None,
-            }
-        )
-    for cid in match.removed:
-        b = b_pc.loc[cid]
-        rows.append(
-            dict(
-                case_id=cid,
-                status="removed",
-                before_passed=bool(b["case_passed"]),
-                after_passed=None,
-                change="not compared",
-                answer_changed=None,
-                citations_changed=None,
-                checks_flipped=[],
-                scores_changed=[],
-                new_reasons=[],
-                before_answer=b["answer"],
-                after_answer=None,
-                before_why=reasons_text(b["fail_reasons"]),
-                after_why=None,
-                trials=None,
-                citations_by_trial=None,
-            )
-        )
+    sides = _sides(before, after)
+    rows = [_after_row(cid, sides, match, verdicts) for cid in after.per_case["case_id"]]
+    rows += [_removed_row(cid, sides.before_cases.loc[cid]) for cid in match.removed]
     return Comparison(
         before=before,
         after=after,
@@ -298,6 +225,113 @@ def compare(
         cases=frame(rows, CASE_SCHEMA),
         before_label=before_label,
         after_label=after_label,
+    )
+
+
+def _sides(before: RunResult, after: RunResult) -> _Sides:
+    """Each run's cases, citations and check outcomes, looked up by case id."""
+    b_checks, a_checks = _check_outcomes(before), _check_outcomes(after)
+    both = {c for _, c in b_checks} & {c for _, c in a_checks}  # a check only one run ran did not flip
+    return _Sides(
+        before_cases=before.per_case.set_index("case_id"),
+        after_cases=after.per_case.set_index("case_id"),
+        before_cited=trial_citing(before),
+        after_cited=trial_citing(after),
+        before_checks=b_checks,
+        after_checks=a_checks,
+        checks=list(CHECKS) + sorted(both - set(CHECKS)),
+    )
+
+
+def _after_row(cid: str, sides: _Sides, match: CaseMatch, verdicts: dict[str, Any]) -> dict[str, Any]:
+    """The row of one case of the later run: compared when matched, else new or changed."""
+    a = sides.after_cases.loc[cid]
+    row: dict[str, Any] = dict(
+        case_id=cid,
+        after_passed=bool(a["case_passed"]),
+        after_answer=a["answer"],
+        after_why=reasons_text(a["fail_reasons"]),
+        checks_flipped=[],
+        scores_changed=[],
+        new_reasons=[],
+        trials=None,
+        citations_by_trial=None,
+    )
+    if cid in match.new or cid in match.changed:
+        return {
+            **row,
+            "status": "new" if cid in match.new else "changed",
+            "change": "not compared",
+            "before_passed": None if cid in match.new else bool(sides.before_cases.at[cid, "case_passed"]),
+            "answer_changed": None,
+            "citations_changed": None,
+            "before_answer": None,
+            "before_why": None,
+        }
+    return _matched_row(row, cid, sides, a, verdicts[cid])
+
+
+def _change(b: pd.Series, a: pd.Series, t: Any) -> str:
+    """What happened to a matched case: regressed, flaky, fixed, or still passing/failing."""
+    if t.verdict in ("broken", "regressed"):
+        return "regressed"
+    if t.verdict == "flaky":
+        return "flaky"
+    if not b["case_passed"] and a["case_passed"]:
+        return "fixed"
+    return f"still {_state(a['case_passed'])}"
+
+
+def _matched_row(row: dict[str, Any], cid: str, sides: _Sides, a: pd.Series, t: Any) -> dict[str, Any]:
+    """A matched case compared: its change, what differs between the outputs, its trials."""
+    b = sides.before_cases.loc[cid]
+    change = _change(b, a, t)
+    new = _new_reasons(b["fail_reasons"], a["fail_reasons"], sides.checks)
+    errored = "adapter error" in new  # its checks and scores changed because it has no output
+    citing, cites_changed = _citing(
+        sides.before_cited[cid], sides.after_cited[cid], list(b["citations"]) != list(a["citations"])
+    )
+    b_checks, a_checks = sides.before_checks, sides.after_checks
+    return {
+        **row,
+        "status": "matched",
+        "change": change,
+        "before_passed": bool(b["case_passed"]),
+        "answer_changed": (b["answer"], bool(b["abstained"])) != (a["answer"], bool(a["abstained"])),
+        "citations_changed": cites_changed,
+        "citations_by_trial": citing,
+        "checks_flipped": []
+        if errored
+        else [c for c in sides.checks if b_checks.get((cid, c)) != a_checks.get((cid, c))],
+        "scores_changed": [] if errored else [ax for ax in AXES if not _same(b[ax], a[ax])],
+        "new_reasons": new,
+        "before_answer": b["answer"],
+        "before_why": reasons_text(b["fail_reasons"]),
+        "trials": f"{t.baseline_passes}/{t.baseline_trials} -> {t.passes}/{t.trials}"
+        if t.baseline_trials > 1 or t.trials > 1
+        else None,
+    }
+
+
+def _removed_row(cid: str, b: pd.Series) -> dict[str, Any]:
+    """A case only the earlier run has."""
+    return dict(
+        case_id=cid,
+        status="removed",
+        before_passed=bool(b["case_passed"]),
+        after_passed=None,
+        change="not compared",
+        answer_changed=None,
+        citations_changed=None,
+        checks_flipped=[],
+        scores_changed=[],
+        new_reasons=[],
+        before_answer=b["answer"],
+        after_answer=None,
+        before_why=reasons_text(b["fail_reasons"]),
+        after_why=None,
+        trials=None,
+        citations_by_trial=None,
     )
 
 
