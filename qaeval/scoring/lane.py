@@ -47,8 +47,8 @@ BATCH = 2048  # places scored together at most (the layers' frames cost about th
 # When outputs come fast, the lane lingers a moment for more before it scores: a batch of 30 costs about
 # four times as much a place as one of 300. It waits at most LINGER seconds, and never once MIN_BATCH
 # more outputs have arrived, so a slow system's outputs are scored a moment after they come.
-MIN_BATCH = 256
-LINGER = 0.05
+MIN_BATCH = 1024
+LINGER = 0.25
 LAYERS = ("checks", "retrieval", "verdicts", "trajectory", "custom")
 
 Item = tuple[int, GoldenCase, dict[str, Any]]  # (place, case, output)
