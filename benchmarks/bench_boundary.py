@@ -90,9 +90,9 @@ def wire(rounds: int = 7, cases: int = 2000) -> None:
 
     from bench_run import make_case
 
-    from qaeval.worker.messages import HEADER, encode, encode_case
     from qaeval.data.cases import build_suite
     from qaeval.system.contract import make_payload
+    from qaeval.worker.messages import HEADER, encode, encode_case
 
     rng = random.Random(1)
     suite = build_suite(((f"bench:{i}", i, make_case(i, rng, pad=4 * 1024 // 8 - 230)) for i in range(cases)), "bench")
