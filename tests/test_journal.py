@@ -388,3 +388,29 @@ def test_ctrl_c_while_the_adapters_thread_is_started_hands_on_what_it_answered(m
     with pytest.raises(KeyboardInterrupt):
         inprocess.run_in_process(spec, suite, concurrency=1, timeout=60, done=lambda i, row: handed.append(i))
     assert sorted(handed) == list(range(len(suite))), "every answer was handed on before the interrupt"
+
+
+def test_a_ctrl_c_inside_a_journal_write_leaves_a_journal_that_reads_back(tmp_path, monkeypatch):
+    """Ctrl-C hands on what the adapter already answered, so lines can follow an interrupted write; one
+    cut between its text and its sequence number made the next line repeat the number, and the resume
+    refused the journal ('out of place'). Failed before."""
+    from qaeval.scoring import journal as J
+
+    path = tmp_path / "r.json.journal"
+    writer = J.JournalWriter(path, {"data": "x"}, secret=b"k" * 32)
+    row = {"case_id": "a", "answer": "x", "output_fingerprint": "f"}
+    writer.output(0, row, 0)
+    real = J.JournalWriter._append
+
+    def cut(self, data):
+        real(self, data)
+        raise KeyboardInterrupt  # after the text, before its sequence number counts
+
+    monkeypatch.setattr(J.JournalWriter, "_append", cut)
+    with pytest.raises(KeyboardInterrupt):
+        writer.output(1, {**row, "case_id": "b"}, 0)
+    monkeypatch.setattr(J.JournalWriter, "_append", real)
+    writer.output(2, {**row, "case_id": "c"}, 0)  # handed on after the interrupt
+    writer.close()
+    seqs = [json.loads(line)["seq"] for line in path.read_text().splitlines()]
+    assert seqs == sorted(set(seqs)) == list(range(len(seqs))), seqs

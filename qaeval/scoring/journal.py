@@ -268,6 +268,7 @@ class JournalWriter:
         self.seq = resumed.next_seq if resumed is not None else 0
         self.lost: list[str] = []  # why lines were not written
         self.stopped = False  # a failed write that could not be cut back: no more lines
+        self.torn = False  # a write cut short by an exception (Ctrl-C): no more lines
         if resumed is not None and resumed.unterminated:
             with self._lock:
                 self.stopped = not self._append(b"\n")  # the last whole line's newline, before any other
@@ -289,13 +290,17 @@ class JournalWriter:
 
     def _write(self, line: dict[str, Any]) -> None:
         with self._lock:
-            if self._file.closed or self.stopped:
+            if self._file.closed or self.stopped or self.torn:
                 return
+            # Set until the line and its sequence number are both done: a Ctrl-C raised in between leaves
+            # it set, and the journal takes no more lines (one after it would repeat or skip a number).
+            self.torn = True
             line.update(run=self.run, seq=self.seq)
             line["mac"] = _mac(self._secret, line)
             text = json.dumps(line, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"  # no separator inside
             if self._append(text.encode("ascii")):
                 self.seq += 1
+            self.torn = False
 
     def _append(self, data: bytes) -> bool:
         """(Holding the lock.) ``data`` at the journal's end, whole, or (False) nothing of it."""
