@@ -4,13 +4,12 @@ the baseline's citations by trial."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from functools import partial
 
 import pytest
 from conftest import GOLDEN, ROOT
 from helpers import without_explorer
+from test_resume import qaeval
 
 import qaeval as qa
 
@@ -19,15 +18,7 @@ DVD = "single-0001"  # the DVD question: plugins.MiscitesEveryOther cites "nowhe
 CITES = "digital-lending (trials 1, 3, 5), nowhere (trials 2, 4)"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "qaeval", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": TESTS, "QAEVAL_PROGRESS": "0"},
-    )
+cli = partial(qaeval, cwd=ROOT, env={})  # the real command line in a fresh process, as a user runs it
 
 
 @pytest.fixture(scope="module")

@@ -199,10 +199,19 @@ def test_an_adapter_object_resumes_with_a_note_saying_what_is_not_known(tmp_path
     from qaeval.judges.offline import OfflineJudge
     from qaeval.scoring.journal import JournalWriter, journal_path
     from qaeval.system.calls import adapter_label
+    from qaeval.system.identity import adapter_code
 
     adapter, record = BuiltInPython(), tmp_path / "r.json"
     identity = run_identity(
-        load_suite(GOLDEN), adapter_label(adapter), OfflineJudge(), 5, 1, None, False, "none", adapter=adapter
+        load_suite(GOLDEN),
+        adapter_label(adapter),
+        OfflineJudge(),
+        5,
+        1,
+        None,
+        False,
+        "none",
+        code=adapter_code(adapter)[0],
     )
     assert identity["adapter_code"] == {"test_journal.py": identity["adapter_code"]["test_journal.py"]}
     JournalWriter(journal_path(record), identity).close()  # an interrupted run that got no further

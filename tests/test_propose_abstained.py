@@ -7,27 +7,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
+from functools import partial
 
 from conftest import ROOT
 from monitor_logs import log_row, write_jsonl
+from test_resume import qaeval
 
 from qaeval import api
 from qaeval.proposals import traffic as traffic_module
 
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real command line in a fresh process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "qaeval", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=ROOT,
-        env={**os.environ, "QAEVAL_PROGRESS": "0"},
-    )
+cli = partial(qaeval, cwd=ROOT, env={})  # the real command line in a fresh process, as a user runs it
 
 
 def traffic() -> list[dict]:

@@ -342,7 +342,7 @@ def test_a_runner_stopped_by_an_interrupt_starts_no_process_again(files):
     to start another process (one started then outlived the command)."""
     from qaeval.commands.common import check_parameters, make_judge
     from qaeval.scoring.judge import JudgeRequest
-    from qaeval.scoring.stream import keep_open
+    from qaeval.scoring.lane import keep_open
 
     p = check_parameters(
         "run", data=str(GOLDEN), judge="streaming_plugins:make_judge", check=["streaming_plugins:marks"]

@@ -65,21 +65,21 @@ def run_identity(
     isolation: str = "process",
     adaptive_baseline: str | None = None,
     *,
-    adapter: Any = None,
+    code: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
     without the boundary (isolation none) are never taken into a run that enforces it, adaptive
     trials chosen against one baseline (``adaptive_baseline``, its digest) are not taken into a run
     choosing them against another, and outputs of one version of the adapter's code are not taken into
-    a run of another (``adapter_code``: its module's files, ``qaeval.system.identity``; ``adapter``: the
-    adapter, when it is not the ``label`` given)."""
+    a run of another (``adapter_code``: its module's files, ``qaeval.system.identity``; ``code``: those
+    files when the caller has read them, else they are read for the ``label``)."""
     registered = getattr(custom, "registered", None)
     chosen_by = {"adaptive_baseline": adaptive_baseline} if adaptive and adaptive_baseline is not None else {}
     return chosen_by | dict(
         data=suite.fingerprint,
         corpus=suite.corpus_fingerprint,
         adapter=label,
-        adapter_code=adapter_code(label if adapter is None else adapter)[0],
+        adapter_code=adapter_code(label)[0] if code is None else code,
         judge=judge_config_of(judge).to_dict(),
         k=k,
         trials=trials,
@@ -94,23 +94,16 @@ class Collected:
     """Every (case, trial) output of a run by its place (trial * cases + case), and how they came."""
 
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
-    asked: int = 0  # system calls made by this run (not restored from a journal)
     notes: list[str] = field(default_factory=list)
 
 
 def _collect(
-    suite: Suite,
-    adapter: Any,
-    places: list[int],
-    collected: Collected,
-    stream: Stream,
-    journal: JournalWriter | None,
-    run_options: dict[str, Any],
+    plan: _Plan, places: list[int], collected: Collected, stream: Stream, journal: JournalWriter | None
 ) -> None:
     """Ask the system for the given places; each output is journaled and handed to the stream as it comes."""
     if not places:
         return
-    n = len(suite)
+    suite, n = plan.suite, len(plan.suite)
     cases = [suite.cases[p % n] for p in places]
     stream.plan(places)
 
@@ -121,8 +114,13 @@ def _collect(
             journal.output(place, row, place // n)
         stream.put(place, cases[i], row)
 
-    run_suite(Suite(tuple(cases), suite.root, suite.corpus), adapter, on_output=arrived, **run_options)
-    collected.asked += len(places)
+    run_suite(
+        Suite(tuple(cases), suite.root, suite.corpus),
+        plan.adapter,
+        plan.settings,
+        data_dir=suite.root,
+        on_output=arrived,
+    )
 
 
 def evaluate(
@@ -186,15 +184,15 @@ def _evaluate(
     chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
     isolated = settings.isolation if settings.executor is None else f"executor {settings.executor_name}"
     chosen = chosen_by if trials > 1 else None
-    identity = (  # the adapter's files are read only for a journal, the one thing the identity is for
+    code, weaker = adapter_code(adapter)  # its files, read once: for the record and the journal's identity
+    identity = (
         {}
         if journal is None
-        else run_identity(suite, label, judge, k, trials, custom, adaptive, isolated, chosen, adapter=adapter)
+        else run_identity(suite, label, judge, k, trials, custom, adaptive, isolated, chosen, code=code)
     )
     collected = Collected()
-    restored = _resumed(journal, identity, everyone, resume.keep_errors, adapter, collected) if resume.resume else None
+    restored = _resumed(journal, identity, everyone, resume.keep_errors, weaker, collected) if resume.resume else None
     writer = _journal_writer(journal, identity, restored)
-    run_options = dict(settings=settings, data_dir=suite.root)  # run_suite's: the run's settings, as they came
     meta = RunMeta.now(
         adapter=label,
         judge=config,
@@ -205,9 +203,9 @@ def _evaluate(
         timeout=settings.timeout,
         data=suite.root,
         adaptive_baseline=chosen,
-        adapter_code=code_digest(adapter),  # a gate notes a change since its baseline
+        adapter_code=code_digest(code),  # a gate notes a change since its baseline
     )
-    plan = _Plan(suite, everyone, adapter, judge, trials, adaptive, settled, run_options, meta, settings.bootstrap_seed)
+    plan = _Plan(suite, everyone, adapter, judge, settings, settled, meta)
     try:
         runs = _ask(plan, collected, restored, writer, custom, settings.show_progress, k)
     finally:
@@ -234,12 +232,9 @@ class _Plan:
     everyone: Suite
     adapter: Any
     judge: JudgeClient
-    trials: int
-    adaptive: bool
+    settings: RunSettings
     settled: Callable[[str], bool] | None
-    run_options: dict[str, Any]
     meta: RunMeta
-    bootstrap_seed: int
 
 
 def _resumed(
@@ -247,7 +242,7 @@ def _resumed(
     identity: dict[str, Any],
     everyone: Suite,
     keep_errors: bool,
-    adapter: Any,
+    weaker: str | None,
     collected: Collected,
 ) -> Restored | None:
     """What the journal beside the record holds for this run (None: there is none), its outputs put
@@ -261,7 +256,6 @@ def _resumed(
     restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
     collected.rows.update(restored.outputs)
     collected.notes += restored.notes
-    weaker = adapter_code(adapter)[1]
     if weaker is not None:
         collected.notes.append(f"resumed with a weaker check that the adapter is unchanged: {weaker}")
     return restored
@@ -296,7 +290,12 @@ def _ask(
 ) -> list[RunResult]:
     """Ask the system for every (case, trial) the journal did not give, each output scored once as it
     comes; returns each trial that has outputs, scored (trial 0 first)."""
-    n, trials = len(plan.suite), plan.trials
+    n, trials, adaptive, seed = (
+        len(plan.suite),
+        plan.settings.trials,
+        plan.settings.adaptive,
+        plan.settings.bootstrap_seed,
+    )
     resumed_at = len(collected.notes)  # where the resumed note goes once the reused verdicts are counted
     with streaming(
         plan.judge,
@@ -307,25 +306,25 @@ def _ask(
         on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
         checks=custom,
     ) as stream:
-        for t in range(1 if plan.adaptive else trials):  # adaptive: later trials' cases are known after trial 0
+        for t in range(1 if adaptive else trials):  # adaptive: later trials' cases are known after trial 0
             stream.declare(t, range(n))
-        later = plan.adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay
+        later = adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay
         _restore(stream, plan, collected, [p for p in sorted(collected.rows) if not (later and p >= n)])
         first = [p for p in range(n) if p not in collected.rows]
         ids = [case.id for case in plan.suite.cases]
         rest = [t * n + i for t in range(1, trials) for i in trial_order(ids, t) if t * n + i not in collected.rows]
         first_run = None
         if later:
-            _collect(plan.suite, plan.adapter, first, collected, stream, writer, plan.run_options)
+            _collect(plan, first, collected, stream, writer)
             stream.drain()
-            first_run = stream.result(0, plan.meta, plan.bootstrap_seed)
+            first_run = stream.result(0, plan.meta, seed)
             rest, unsettled = _adaptive_rest(plan, first_run, rest, collected)
             for t in range(1, trials):
                 stream.declare(t, unsettled)
             _restore(stream, plan, collected, sorted(p for p in collected.rows if p >= n))
-            _collect(plan.suite, plan.adapter, rest, collected, stream, writer, plan.run_options)
+            _collect(plan, rest, collected, stream, writer)
         else:
-            _collect(plan.suite, plan.adapter, first + rest, collected, stream, writer, plan.run_options)
+            _collect(plan, first + rest, collected, stream, writer)
         stream.finish()
     if restored is not None:
         collected.notes.insert(
@@ -333,7 +332,7 @@ def _ask(
             f"resumed from {restored.path}: {len(restored.outputs)} of {len(plan.everyone)} (case, trial) output(s) "
             f"reused, {stream.reused} verdict(s) (counted as cached: no judge call or token of this run)",
         )
-    later_runs = (stream.result(t, plan.meta, plan.bootstrap_seed) for t in range(1 if first_run else 0, trials))
+    later_runs = (stream.result(t, plan.meta, seed) for t in range(1 if first_run else 0, trials))
     return [run for run in ([first_run] if first_run else []) + list(later_runs) if run is not None]
 
 
@@ -351,7 +350,7 @@ def _adaptive_rest(
     trial 0 does not settle. Later
     trials a journal gave for a case trial 0 now settles (its first trial failed then, and passes now
     that it was asked again) are dropped, so the run holds the trials the rule gives it."""
-    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.trials
+    suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.settings.trials
     unsettled = {c.id for c in suite} - _settled_by(first_run, plan.settled)
     dropped = [p for p in collected.rows if p >= n and everyone.cases[p].id not in unsettled]
     for p in dropped:

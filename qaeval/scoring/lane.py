@@ -23,7 +23,7 @@ answer) is scored again and its first score dropped (``rescore``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,14 +32,14 @@ import pandas as pd
 
 from qaeval.core.frames import frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
-from qaeval.scoring.checks import TEMPLATE_SAMPLE, check_outputs, prompt_template, trial_order
+from qaeval.scoring.checks import CHECK_SCHEMA, TEMPLATE_SAMPLE, check_outputs, prompt_template, trial_order
 from qaeval.scoring.custom import CUSTOM_SCHEMA, NONE_REGISTERED, Registered
-from qaeval.scoring.judge import JudgeConfig, JudgeRequest, JudgeResponse, MemoEntry, verdict_frame
+from qaeval.scoring.judge import VERDICT_SCHEMA, JudgeConfig, JudgeRequest, JudgeResponse, MemoEntry, verdict_frame
 from qaeval.scoring.metrics import scoreboard_and_slices
 from qaeval.scoring.outcomes import case_outcomes, check_samples
 from qaeval.scoring.result import RunMeta, RunResult
-from qaeval.scoring.retrieval import score_retrieval
-from qaeval.scoring.trajectory import score_trajectories
+from qaeval.scoring.retrieval import RETRIEVAL_SCHEMA, score_retrieval
+from qaeval.scoring.trajectory import TRAJECTORY_SCHEMA, score_trajectories
 from qaeval.scoring.trials import add_trial_columns
 from qaeval.system.contract import OUTPUT_SCHEMA
 
@@ -49,10 +49,28 @@ BATCH = 2048  # places scored together at most (the layers' frames cost about th
 # more outputs have arrived, so a slow system's outputs are scored a moment after they come.
 MIN_BATCH = 1024
 LINGER = 0.25
-LAYERS = ("checks", "retrieval", "verdicts", "trajectory", "custom")
+LAYERS = {  # each layer's columns: a trial with no row of a layer has an empty frame of them
+    "checks": CHECK_SCHEMA,
+    "retrieval": RETRIEVAL_SCHEMA,
+    "verdicts": VERDICT_SCHEMA,
+    "trajectory": TRAJECTORY_SCHEMA,
+    "custom": CUSTOM_SCHEMA,
+}
 
 Item = tuple[int, GoldenCase, dict[str, Any]]  # (place, case, output)
 Template = frozenset[tuple[str, ...]]
+
+
+def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
+    """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
+    the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
+    interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
+    if user is not None and type(user).__module__.startswith("qaeval.host.") and hasattr(type(user), "keep_open"):
+        user.keep_open = on
+        if stopped:
+            user.stopped = True
+        if not on:
+            user.close()
 
 
 def used_responses(memo: dict[Any, MemoEntry], keys: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -111,7 +129,11 @@ class Scores:
     parts: dict[str, list[tuple[pd.DataFrame, np.ndarray, np.ndarray]]] = field(default_factory=dict)
     version: dict[int, int] = field(default_factory=dict)  # place -> its latest scoring
     outputs: dict[int, tuple[GoldenCase, dict[str, Any]]] = field(default_factory=dict)
-    scored: int = 0  # places scored, rescoring included (each output once)
+
+    @property
+    def scored(self) -> int:
+        """Outputs scored, a replaced one's first score included (each output once)."""
+        return sum(v + 1 for v in self.version.values())
 
     def keep(self, layer: str, df: pd.DataFrame, place_of: dict[str, int]) -> None:
         """Keep a batch's rows of one layer with each row's place and the version of that place's scoring."""
@@ -119,9 +141,8 @@ class Scores:
         versions = np.fromiter((self.version[p] for p in places.tolist()), dtype=np.int64, count=len(df))
         self.parts.setdefault(layer, []).append((df, places, versions))
 
-    def layer(self, name: str, trial: int) -> pd.DataFrame | None:
-        """The kept rows of one layer for one trial, in suite order (each place's latest scoring only);
-        None when none were kept."""
+    def layer(self, name: str, trial: int) -> pd.DataFrame:
+        """The kept rows of one layer for one trial, in suite order (each place's latest scoring only)."""
         kept = []
         for df, places, versions in self.parts.get(name, []):
             if not len(df) or places[0] // self.n != trial:  # a batch is of one trial
@@ -130,7 +151,7 @@ class Scores:
             current = latest == versions
             kept.append((df, places) if current.all() else (df[current], places[current]))
         if not kept:
-            return None
+            return frame([], LAYERS[name])
         whole = pd.concat([df for df, _ in kept], ignore_index=True) if len(kept) > 1 else kept[0][0]
         order = np.argsort(np.concatenate([p for _, p in kept]), kind="stable")
         return whole.take(order).reset_index(drop=True)
@@ -139,26 +160,15 @@ class Scores:
 class ScoringLane:
     """The thread that scores a ``Stream``'s outputs: see the module's docstring."""
 
-    def __init__(
-        self,
-        stream: Any,
-        *,
-        config: JudgeConfig,
-        k: int,
-        runner: Any = None,
-        keep_open: Callable[..., None] | None = None,
-    ) -> None:
+    def __init__(self, stream: Any, *, config: JudgeConfig, k: int, runner: Any = None) -> None:
         self.stream, self.config, self.k, self.runner = stream, config, k, runner
-        self.keep_open = keep_open
         self.scores = Scores(len(stream.suite))
         self.members: dict[int, TrialMembers] = {}
         self.position = 0
         self.trial = 0  # the trial the registered checks were last asked about
         self.broken: BaseException | None = None
         self.replaced: list[int] = []  # places whose output came again after it was scored
-        self.lock = threading.Lock()  # one scoring at a time (the lane's thread, then ``rescore``)
-        if runner is not None and keep_open is not None:
-            keep_open(runner, True)
+        keep_open(runner, True)
         self._thread = threading.Thread(target=self._guarded, daemon=True, name="qaeval-scoring")
         self._thread.start()
 
@@ -240,27 +250,25 @@ class ScoringLane:
         """Score the outputs of ``batch`` (distinct cases of one trial) through every layer, once."""
         stream, n = self.stream, len(self.stream.suite)
         trial = batch[0][0] // n
-        with self.lock:
-            part = Suite(tuple(case for _, case, _ in batch), stream.suite.root, stream.suite.corpus)
-            outputs = frame([row for *_, row in batch], OUTPUT_SCHEMA)
-            cases, sources = part.to_frame(), part.sources_frame()
-            template = self.members[trial].template
-            layers = dict(
-                checks=check_outputs(cases, outputs, sources, stream.suite.corpus, template=template),
-                retrieval=score_retrieval(cases, outputs, k=self.k),
-                verdicts=self._verdicts(batch),
-                trajectory=score_trajectories(cases, outputs),
-            )
-            if self.runner is not None:
-                layers["custom"] = self._custom(batch, part, outputs, layers, trial)
-            place_of = {case.id: place for place, case, _ in batch}
-            with stream.cond:
-                for place, case, row in batch:
-                    self.scores.version[place] = self.scores.version.get(place, -1) + 1
-                    self.scores.outputs[place] = (case, row)
-                self.scores.scored += len(batch)
-            for name, df in layers.items():
-                self.scores.keep(name, df, place_of)
+        part = Suite(tuple(case for _, case, _ in batch), stream.suite.root, stream.suite.corpus)
+        outputs = frame([row for *_, row in batch], OUTPUT_SCHEMA)
+        cases, sources = part.to_frame(), part.sources_frame()
+        template = self.members[trial].template
+        layers = dict(
+            checks=check_outputs(cases, outputs, sources, stream.suite.corpus, template=template),
+            retrieval=score_retrieval(cases, outputs, k=self.k),
+            verdicts=self._verdicts(batch),
+            trajectory=score_trajectories(cases, outputs),
+        )
+        if self.runner is not None:
+            layers["custom"] = self._custom(batch, part, outputs, layers, trial)
+        place_of = {case.id: place for place, case, _ in batch}
+        with stream.cond:
+            for place, case, row in batch:
+                self.scores.version[place] = self.scores.version.get(place, -1) + 1
+                self.scores.outputs[place] = (case, row)
+        for name, df in layers.items():
+            self.scores.keep(name, df, place_of)
 
     def _verdicts(self, batch: Sequence[Item]) -> pd.DataFrame:
         """The verdict rows of the batch's judged outputs: the requests the judge's lane built, and the
@@ -290,16 +298,13 @@ class ScoringLane:
             rows += self.runner.score([sample])
         return frame(rows, CUSTOM_SCHEMA)
 
-    def rescore(self, judge_missing: Callable[[list[int]], None]) -> None:
-        """After the run: score again the outputs that came again after they were scored (their verdicts
-        first, by ``judge_missing``), a trial's places together, each case once."""
+    def rescore(self) -> None:
+        """After the run: score again the outputs that came again after they were scored (judged when they
+        came: ``JudgeLanes.replaced``), a trial's places together, each case once."""
         stream, n = self.stream, len(self.stream.suite)
         with stream.cond:
             places = list(dict.fromkeys(self.replaced))
             self.replaced = []
-        if not places:
-            return
-        judge_missing(places)
         for trial in sorted({p // n for p in places}):
             with stream.cond:
                 batch = [(p, *stream.items[p]) for p in places if p // n == trial]
@@ -313,12 +318,10 @@ class ScoringLane:
 
     def join(self) -> None:
         self._thread.join()
-        if self.runner is not None and self.keep_open is not None:
-            self.keep_open(self.runner, False)
+        keep_open(self.runner, False)
 
     def abandon(self) -> None:
-        if self.runner is not None and self.keep_open is not None:
-            self.keep_open(self.runner, False, stopped=True)
+        keep_open(self.runner, False, stopped=True)
 
     def trial_result(self, trial: int, meta: Any, bootstrap_seed: int, *, empty: bool = False) -> Any:
         """Trial ``trial`` as a ``RunResult``, its frames from the kept rows; when it has no place, None (or,
@@ -327,8 +330,7 @@ class ScoringLane:
         places = sorted(p for p in self.scores.version if p // n == trial)
         if not places and not empty:
             return None
-        blank = self._empty()
-        layers = {name: _or(self.scores.layer(name, trial), blank[name]) for name in LAYERS}
+        layers = {name: self.scores.layer(name, trial) for name in LAYERS}
         suite = self.stream.suite
         part = Suite(tuple(self.scores.outputs[p][0] for p in places), suite.root, suite.corpus)
         outputs = frame([self.scores.outputs[p][1] for p in places], OUTPUT_SCHEMA)
@@ -344,22 +346,6 @@ class ScoringLane:
             custom=None if self.runner is None else layers["custom"],
             registered=self.runner.registered if self.runner is not None else NONE_REGISTERED,
         )
-
-    def _empty(self) -> dict[str, pd.DataFrame]:
-        """Each layer's frame for no case (the columns a trial with no row of that layer has)."""
-        none = Suite((), self.stream.suite.root, self.stream.suite.corpus)
-        cases, outputs = none.to_frame(), frame([], OUTPUT_SCHEMA)
-        return dict(
-            checks=check_outputs(cases, outputs, none.sources_frame(), None, template=frozenset()),
-            retrieval=score_retrieval(cases, outputs, k=self.k),
-            verdicts=verdict_frame([], [], self.config),
-            trajectory=score_trajectories(cases, outputs),
-            custom=frame([], CUSTOM_SCHEMA),
-        )
-
-
-def _or(df: pd.DataFrame | None, empty: pd.DataFrame) -> pd.DataFrame:
-    return empty if df is None else df
 
 
 def assemble(

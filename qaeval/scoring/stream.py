@@ -45,24 +45,12 @@ from qaeval.scoring.judge import (
     judge_request,
     request_key,
 )
-from qaeval.scoring.lane import ScoringLane
+from qaeval.scoring.lane import ScoringLane, keep_open
 from qaeval.scoring.rubric import Rubric
 from qaeval.worker.plugins import progress_bar
 
 CHUNK = 16  # plan places per call of a judge that is asked on one thread
 _STOP = object()
-
-
-def keep_open(user: Any, on: bool, *, stopped: bool = False) -> None:
-    """Tell a process-backed judge or checks runner (``keep_open``) to keep its process between calls while
-    the stream runs, and to stop it after each call again afterwards; ``stopped`` (the run was
-    interrupted): stop it for good, so a lane still finishing a call cannot start another process."""
-    if user is not None and type(user).__module__.startswith("qaeval.host.") and hasattr(type(user), "keep_open"):
-        user.keep_open = on
-        if stopped:
-            user.stopped = True
-        if not on:
-            user.close()
 
 
 def judge_lanes(judge: Any) -> int:
@@ -110,7 +98,7 @@ class Stream:
         self.memo: JudgeMemo = memo if memo is not None else {}
         self.judge = JudgeLanes(self, judge, on_judged=on_judged, show_progress=show_progress, restored=restored)
         config = judge_config_of(judge)
-        self.lane = ScoringLane(self, config=config, k=k, runner=checks, keep_open=keep_open)
+        self.lane = ScoringLane(self, config=config, k=k, runner=checks)
 
     # ------------------------------------------------------------------ fed by the run
 
@@ -191,7 +179,7 @@ class Stream:
         self.judge.join()
         self.lane.join()
         self._raise_broken()
-        self.lane.rescore(self.judge.judge_now)
+        self.lane.rescore()
 
     def _raise_broken(self) -> None:
         """A lane that failed is qaeval's bug: it is raised on the run's thread, never hidden."""
@@ -315,12 +303,6 @@ class JudgeLanes:
         pair = self.request(place, case, row)
         if pair is not None and self._claim(pair[0]):
             self._answered([pair], call_judge(self.judge, [pair[1]]))
-
-    def judge_now(self, places: Sequence[int]) -> None:
-        """(After the lanes stopped.) Judge the current outputs of ``places`` that still lack a verdict."""
-        for place in places:
-            case, row = self.stream.items[place]
-            self.replaced(place, case, row)
 
     def _threaded(self) -> None:
         while True:

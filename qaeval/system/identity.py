@@ -52,11 +52,10 @@ def adapter_code(adapter: Any) -> tuple[dict[str, str], str | None]:
     return {}, f"the adapter's code is not known ({weaker}): a resume trusts that it did not change"
 
 
-def code_digest(adapter: Any) -> str | None:
-    """One short sha256 over the adapter's files and their digests (``adapter_code``), what a run record
-    keeps (``RunMeta.adapter_code``) so a gate can say the code changed since its baseline; None when the
-    code is not known."""
-    files, _ = adapter_code(adapter)
+def code_digest(files: dict[str, str]) -> str | None:
+    """One short sha256 over the adapter's files and their digests (``adapter_code``'s first part), what a
+    run record keeps (``RunMeta.adapter_code``) so a gate can say the code changed since its baseline; None
+    when the code is not known."""
     if not files:
         return None
     text = "\n".join(f"{name}\x00{digest}" for name, digest in sorted(files.items()))
