@@ -15,6 +15,7 @@ The package is laid out along the path data takes (``tests/test_layers.py`` hold
     qaeval.reports     what notebooks and HTML reports draw, and rendering them
     qaeval.commands    what the verbs do: run a suite, score logs, MLflow, export
     qaeval.api         the verbs the CLI and the notebooks share (qaeval.cli, qaeval.notebook)
+    qaeval.lowlevel    what the verbs are built from: run_suite, score_outputs, evaluate, the settings
 
 Every scorer returns a pandas DataFrame; the result objects (RunResult, GateResult, CalibrationResult,
 DriftResult, Comparison) hold those frames, render themselves in notebooks, save themselves as run
@@ -54,17 +55,10 @@ _EXPORTS = {
     "TierOneFailed": "qaeval.core.errors",
     "UsageError": "qaeval.core.errors",
     "RunResult": "qaeval.scoring.evaluate",
-    "evaluate": "qaeval.commands.pipeline",
-    "score_outputs": "qaeval.scoring.evaluate",
     "AxisVerdict": "qaeval.scoring.judge",
-    "JudgeClient": "qaeval.scoring.judge",
     "JudgeConfig": "qaeval.scoring.judge",
     "JudgeRequest": "qaeval.scoring.judge",
     "JudgeResponse": "qaeval.scoring.judge",
-    "JudgeSettings": "qaeval.scoring.judge",
-    "OfflineJudge": "qaeval.judges.offline",
-    "run_suite": "qaeval.system.pool",
-    "RunSettings": "qaeval.core.settings",
     "load_run": "qaeval.record.read",
     "check": "qaeval.scoring.custom",
     "Sample": "qaeval.scoring.custom",

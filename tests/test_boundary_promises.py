@@ -15,10 +15,11 @@ import time
 import pytest
 from conftest import GOLDEN, ROOT
 
-from qaeval import api, load_suite, run_suite
+from qaeval import api, load_suite
 from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
 from qaeval.data.cases import Suite
+from qaeval.lowlevel import run_suite
 from qaeval.worker.messages import MAX_CONTAINERS, encode, encode_case, read_message
 from qaeval.worker.process import confined_env, hidden_folders
 

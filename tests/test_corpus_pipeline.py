@@ -187,8 +187,8 @@ def make_altering(corpus=None):
 
 @pytest.mark.parametrize("isolation", ["process", "none"])
 def test_a_factory_with_a_corpus_parameter_gets_the_corpus_and_never_the_data_folder(tmp_path, isolation):
-    from qaeval import run_suite
     from qaeval.core.settings import RunSettings
+    from qaeval.lowlevel import run_suite
 
     folder = corpus_folder(tmp_path)
     suite = load_suite(folder)

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 from conftest import GOLDEN
 
-from qaeval import UsageError, api, load_suite, run_suite
+from qaeval import UsageError, api, load_suite
 from qaeval.cli import main
 from qaeval.core.settings import RunSettings
 from qaeval.data.cases import Suite
+from qaeval.lowlevel import run_suite
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[dask]')")
 

@@ -294,8 +294,10 @@ def _public_objects() -> dict[str, object]:
     import inspect
 
     import qaeval
+    import qaeval.lowlevel
 
     found: dict[str, object] = {f"qaeval.{name}": getattr(qaeval, name) for name in qaeval.__all__}
+    found |= {f"qaeval.lowlevel.{name}": getattr(qaeval.lowlevel, name) for name in qaeval.lowlevel.__all__}
     for module in REFERENCED_MODULES:
         for name, value in vars(importlib.import_module(module)).items():
             if not name.startswith("_") and getattr(value, "__module__", None) == module:

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import GOLDEN, ROOT
 
-from qaeval import api, load_suite, run_suite
+from qaeval import api, load_suite
+from qaeval.lowlevel import run_suite
 from qaeval.reports.render import run_papermill
 
 

@@ -195,8 +195,9 @@ def test_a_fixed_chain_in_the_legacy_shape_and_one_that_never_calls_a_model():
 
 
 def test_a_chain_that_returns_the_wrong_shape_fails_its_case_with_the_keys_it_gave():
-    from qaeval import load_suite, run_suite
+    from qaeval import load_suite
     from qaeval.core.settings import RunSettings
+    from qaeval.lowlevel import run_suite
 
     make = adapter_factory(chain=RunnableLambda(lambda x: {"text": "7 days"}))
     frame = run_suite(load_suite(GOLDEN), make, RunSettings(isolation="none"))

@@ -27,14 +27,14 @@ LAYERS = (
     ("proposals", ("proposals",)),
     ("record", ("record",)),
     ("reports", ("reports",)),
-    ("verbs", ("commands", "api", "notebook", "cli", "pytest_plugin", "__main__")),
+    ("verbs", ("commands", "api", "lowlevel", "notebook", "cli", "pytest_plugin", "__main__")),
 )
 # The two calls a result makes upwards, when called and never at import: ``save`` writes the record
 # (``qaeval.record.write``) and ``_repr_html_`` draws the report view (``qaeval.reports.views``). A result
 # is made in the layer below either; importing them at the call is the whole wiring, no registry.
 CALLED_UP = {("qaeval.core.results", "qaeval.record.write"), ("qaeval.core.results", "qaeval.reports.views")}
 # What may sit at the top of the package: the public entry points. Everything else is in a package.
-TOP_LEVEL = {"__init__", "__main__", "api", "cli", "notebook", "pytest_plugin"}
+TOP_LEVEL = {"__init__", "__main__", "api", "cli", "lowlevel", "notebook", "pytest_plugin"}
 RANK = {package: rank for rank, (_, packages) in enumerate(LAYERS) for package in packages}
 
 
@@ -187,3 +187,19 @@ def test_the_verbs_are_at_the_top_level_under_their_commands_names():
         assert getattr(qaeval, name) is getattr(api, name), name
     for old in ("gate_run", "calibrate_run", "drift_run", "score_logs"):
         assert not hasattr(api, old), f"{old} is gone (the CHANGELOG says what it became)"
+
+
+def test_the_lower_level_pieces_live_in_qaeval_lowlevel_and_only_there():
+    """The top level is the verbs, the data they take and the results and errors they give; what the verbs
+    are built from (asking without scoring, scoring the pool's frame, the typed settings) is one import
+    away, under a name that says what it is."""
+    import qaeval
+    import qaeval.lowlevel as low
+
+    pieces = {"evaluate", "score_outputs", "run_suite", "RunSettings", "Settings", "JudgeSetup"}
+    pieces |= {"ResumeSettings", "JudgeClient", "JudgeSettings", "OfflineJudge"}
+    assert set(low.__all__) == pieces
+    assert not pieces & set(qaeval.__all__), pieces & set(qaeval.__all__)
+    for name in pieces:
+        assert not hasattr(qaeval, name), name
+        assert getattr(low, name).__module__.startswith("qaeval."), name

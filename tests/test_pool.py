@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 from conftest import GOLDEN, ROOT, make_case, write_cases
 
-from qaeval import UsageError, api, load_suite, run_suite
+from qaeval import UsageError, api, load_suite
 from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT as LOG_LIMIT
+from qaeval.lowlevel import run_suite
 from qaeval.record.write import write_record
 
 TESTS = str(ROOT / "tests")

@@ -18,12 +18,13 @@ import concurrent.futures as cf
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from qaeval.core import params as P
 from qaeval.core.errors import UsageError
 
 ISOLATIONS = ("process", "none")
+T = TypeVar("T")
 
 ADAPTIVE_REFUSED = (
     "--adaptive is refused while the boundary is enforced (--isolation process, the default): being asked "
@@ -38,10 +39,12 @@ def _table(name: str) -> Any:
     return P.BY_NAME[name].default
 
 
-def _given(p: Mapping[str, Any], name: str) -> Any:
-    """The checked value of ``name``, or the table's default for a command that does not take it."""
-    value = p.get(name)
-    return P.default(name) if value is None else value
+def _from_params(cls: type[T], p: Mapping[str, Any], **computed: Any) -> T:
+    """``cls`` with each field the parameter of its name holds; a parameter left to None (or one the
+    command does not take) keeps the field's default, which is the table's. ``computed``: fields that are
+    not a parameter as it stands."""
+    names = [name for name in cls.__dataclass_fields__ if name not in computed]  # type: ignore[attr-defined]
+    return cls(**{name: p[name] for name in names if p.get(name) is not None}, **computed)
 
 
 @dataclass(frozen=True)
@@ -112,19 +115,7 @@ class RunSettings:
         Returns:
             The settings, their rules checked.
         """
-        return cls(
-            k=_given(p, "k"),
-            trials=_given(p, "trials"),
-            pass_k=p.get("pass_k"),
-            adaptive=bool(p.get("adaptive")),
-            timeout=_given(p, "timeout"),
-            startup_timeout=_given(p, "startup_timeout"),
-            max_reply_mb=_given(p, "max_reply_mb"),
-            concurrency=_given(p, "concurrency"),
-            isolation=_given(p, "isolation"),
-            executor=p.get("executor"),
-            show_progress=p.get("progress"),
-        )
+        return _from_params(cls, p, show_progress=p.get("progress"))
 
     @property
     def max_reply_bytes(self) -> int:
@@ -147,9 +138,17 @@ class JudgeSetup:
 
     ``qaeval.scoring.judge.JudgeSettings`` is what an HTTP judge's factory is given: the verbs build it from
     these over the environment.
+
+    Attributes:
+        judge: The judge: a module:factory name, a factory or a judge object.
+        judge_model: The HTTP judge's model (None: its factory's default, or the environment's).
+        judge_base_url: The HTTP judge's endpoint (None: the environment's).
+        judge_concurrency: Judge requests in flight at once (None: the judge's own default).
+        judge_cache: Whether verdicts are cached on disk (None: the judge's own default).
+        judge_timeout: Seconds one judge request may take.
     """
 
-    judge: Any = _table("judge")  # a module:factory name, a factory or a judge object
+    judge: Any = _table("judge")
     judge_model: str | None = None
     judge_base_url: str | None = None
     judge_concurrency: int | None = None
@@ -158,14 +157,15 @@ class JudgeSetup:
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> JudgeSetup:
-        return cls(
-            judge=_given(p, "judge"),
-            judge_model=p.get("judge_model"),
-            judge_base_url=p.get("judge_base_url"),
-            judge_concurrency=p.get("judge_concurrency"),
-            judge_cache=p.get("judge_cache"),
-            judge_timeout=_given(p, "judge_timeout"),
-        )
+        """The judge's settings from a command's checked parameters.
+
+        Args:
+            p: The checked parameters (``qaeval.core.params.check``).
+
+        Returns:
+            The settings.
+        """
+        return _from_params(cls, p)
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,16 @@ class ResumeSettings:
 
     @classmethod
     def from_params(cls, command: str, p: Mapping[str, Any]) -> ResumeSettings:
-        """``baseline --allow-failing --resume`` keeps the refused run as it was: its failed outputs too."""
+        """The journal's settings from a command's checked parameters; ``baseline --allow-failing
+        --resume`` keeps the refused run as it was: its failed outputs too.
+
+        Args:
+            command: The command the parameters are for.
+            p: The checked parameters (``qaeval.core.params.check``).
+
+        Returns:
+            The settings, their rules checked.
+        """
         resume = bool(p.get("resume"))
         keeps_the_refused = command == "baseline" and resume and bool(p.get("allow_failing"))
         return cls(
@@ -274,30 +283,28 @@ class Settings:
 
     @classmethod
     def from_params(cls, command: str, p: Mapping[str, Any], given: frozenset[str] | None = None) -> Settings:
-        """The one constructor from a command's checked parameters (``qaeval.core.params.check``)."""
-        return cls(
+        """The one constructor from a command's checked parameters.
+
+        Args:
+            command: The command the parameters are for.
+            p: The checked parameters (``qaeval.core.params.check``).
+            given: The parameters the caller gave a value (default: those that are not None).
+
+        Returns:
+            The settings, every rule that spans fields checked.
+        """
+        return _from_params(
+            cls,
+            p,
             command=command,
             params=MappingProxyType(dict(p)),
             given=frozenset(n for n, v in p.items() if v is not None) if given is None else given,
-            data=p.get("data"),
-            adapter=_given(p, "adapter"),
             resume=ResumeSettings.from_params(command, p),
             run=RunSettings.from_params(p),
             judging=JudgeSetup.from_params(p),
             check=tuple(p.get("check") or ()),
             metric=tuple(p.get("metric") or ()),
-            check_timeout=_given(p, "check_timeout"),
             case=tuple(p.get("case") or ()),
-            cases_from=p.get("cases_from"),
-            labels=p.get("labels"),
-            labelled=p.get("labelled"),
-            save=p.get("save"),
-            out=p.get("out"),
-            record=p.get("record"),
-            mlflow=p.get("mlflow"),
-            mlflow_experiment=p.get("mlflow_experiment"),
-            notify=p.get("notify"),
-            hook_timeout=_given(p, "hook_timeout"),
         )
 
     @property
@@ -338,5 +345,4 @@ class ProposeSettings:
     @classmethod
     def from_params(cls, p: Mapping[str, Any]) -> ProposeSettings:
         """From propose's checked parameters (``qaeval.core.params.check("propose", ...)``)."""
-        names = [f for f in cls.__dataclass_fields__ if f in p]
-        return cls(**{name: p[name] for name in names if p[name] is not None})
+        return _from_params(cls, p)
