@@ -1,15 +1,8 @@
-"""A run record checked against itself: what its per-case data determines is derived again and compared
-with what it says.
-
-Every layer that is a pure function of the stored case and output (the deterministic checks, retrieval,
-the trajectory, and whether each judge verdict counts) is derived again and must agree with what the
-record stores; then what the layers add up to (per-case pass/fail and units, green, the scoreboard's
-values, n and PPI columns, the slices) must agree too. ``qaeval.core.audit`` collects the disagreements.
-
-The outcomes of registered checks and metrics (``qaeval.scoring.custom``) cannot be derived again: their
-code is the user's, and is never run in the process that reads a record. They are taken as stored,
-checked for shape and consistency (``audit_custom``), and everything they add up to is recomputed from
-them like the rest.
+"""A run record checked against itself: every layer that is a pure function of the stored case and output
+(checks, retrieval, trajectory, whether each judge verdict counts) is derived again, then what the layers
+add up to (per-case outcomes, units, green, scoreboard, slices); ``qaeval.core.audit`` collects the
+disagreements. Registered checks' and metrics' outcomes are the user's code: taken as stored, checked for
+shape and consistency (``audit_custom``), never run.
 """
 
 from __future__ import annotations
@@ -72,8 +65,7 @@ def _by_case(df: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, list[tuple
 
 
 def _audit_checks(audit: Audit, lines: list[Any], computed: pd.DataFrame, hashed: bool) -> None:
-    """Each check's pass/fail. A baseline keeps prompts as hashes, so its grounding_isolation results
-    cannot be derived again and are taken as recorded."""
+    """Each check's pass/fail (a baseline's grounding_isolation, whose prompts are hashes, as recorded)."""
     recorded = [(row[0], row[1]) for line in lines for row in line["checks"]]
     if not any(name == "passage_fidelity" for name, _ in recorded):  # a record written before that check
         computed = computed[computed["check"] != "passage_fidelity"]
@@ -312,16 +304,5 @@ def audit_custom(audit: Audit, data: Mapping[str, Any]) -> tuple[Registered, pd.
             expected = (float(passed), 1.0) if kind == "check" else None if passed else worst(metric)
             if expected is not None:
                 audit.same(f"cases[{i}].units.{name} ({cid})", list(unit), list(expected), "its outcome")
-            rows.append(
-                dict(
-                    case_id=cid,
-                    name=name,
-                    kind=kind,
-                    blocks=blocks,
-                    passed=passed,
-                    reason=reason,
-                    num=unit[0],
-                    den=unit[1],
-                )
-            )
+            rows.append(dict(zip(CUSTOM_SCHEMA, (cid, name, kind, blocks, passed, reason, *unit))))
     return registered, frame(rows, CUSTOM_SCHEMA)

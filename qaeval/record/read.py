@@ -63,10 +63,8 @@ def read_record(path: str | Path, *, what: str = "run record") -> dict[str, Any]
             2: "version 2 was written before trials (qaeval 0.3)",
         }.get(data["version"] if isinstance(data.get("version"), int) else 0)
         again = (
-            (
-                f"; {why}: make it again with the qaeval installed now (run its command again, e.g. `qaeval "
-                "baseline --data DIR --out FILE`)"
-            )
+            f"; {why}: make it again with the qaeval installed now (run its "
+            "command again, e.g. `qaeval baseline --data DIR --out FILE`)"
             if why
             else ""
         )

@@ -1,10 +1,9 @@
 """Every saved run record under a folder as one table: which command, when, on what commit, with what
 verdict and headline metrics, and where its report is.
 
-``runs_table(folder)`` reads every ``*.json`` file under the folder (at any depth) as a run record,
-through ``qaeval.record.read.load_run`` and so through the record's check against itself. A file that does not
-load (not JSON, not a qaeval record, a record that disagrees with itself, unreadable) is a row too, with
-its ``reason`` and nothing else filled in: it is listed, never skipped.
+``runs_table(folder)`` loads every ``*.json`` file under the folder (at any depth) with
+``qaeval.record.read.load_run``; a file that does not load is a row too, with only its ``reason`` (and
+path) filled in: listed, never skipped.
 
 Columns, in order:
 

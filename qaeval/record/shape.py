@@ -1,8 +1,7 @@
-"""The shape of a record's run, checked before anything is built from it: every field missing or of the
-wrong JSON type is named by its place (``cases[3].verdicts[0].score is str, not int or null``), so what
-is built afterwards can trust its types and an exception there is a bug in qaeval (exit 70), not a
-malformed file (exit 65). The verdict sections declare their own shapes (``SECTION`` in each verdict
-module); ``qaeval.record.check`` then derives again what the layers determine.
+"""The shape of a record's run, checked before anything is built from it: a field missing or of the wrong
+JSON type is named by its place (``cases[3].verdicts[0].score is str, not int or null``), so an exception
+afterwards is a bug in qaeval (exit 70), not a malformed file (exit 65). Verdict sections declare their
+own shapes (``SECTION`` in each verdict module).
 """
 
 from __future__ import annotations

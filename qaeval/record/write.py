@@ -34,14 +34,9 @@ monitor         (kind monitor) every logged row's checks (``rows``, one row a li
                 can stream them), the scoreboard, slices, windows and alarms; ``cases`` are the judged rows
 ==============  ==========================================================================================
 
-Missing numbers are ``null``. ``write_record`` writes atomically; ``read_record`` checks the format and
-version and names what is wrong (exit 65); ``load_run`` gives back the result object, whose frames
-equal the ones that were saved, once the record has been checked against itself: what its per-case
-layers determine is derived again and compared with what it says (``qaeval.core.audit``; a disagreement is
-a RecordError naming the field). Every path that reads a record (report, compare, gate's baseline, the
-verbs' ``record=``, label export, the notebooks) goes through ``run_from_record``, and so through the
-check (``qaeval.record.check``). A baseline written by qaeval 0.1 (``qaeval-baseline/1``) is refused by
-name: write a new one.
+Missing numbers are ``null``. ``write_record`` writes atomically. Every reader goes through
+``qaeval.record.read.run_from_record``, and so through the record's check against itself
+(``qaeval.record.check``).
 """
 
 from __future__ import annotations
@@ -77,9 +72,6 @@ LEGACY_BASELINE = "qaeval-baseline/1"  # qaeval 0.1's format, refused by name
 VOLATILE_META = ("created", "git_commit", "python")
 
 
-# --------------------------------------------------------------------------- plain values
-
-
 @dataclass(frozen=True)
 class Kind:
     """One kind of record: the result class it holds and the key of the section that class adds."""
@@ -99,9 +91,6 @@ KINDS: dict[str, Kind] = {
         Kind("monitor", MonitorResult, "monitor"),
     )
 }
-
-
-# --------------------------------------------------------------------------- run -> record
 
 
 def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: list[str], custom: bool) -> dict[str, Any]:
@@ -137,16 +126,14 @@ def _case_line(case: GoldenCase, rows: CaseRows, *, baseline: bool, metrics: lis
 def run_record(run: RunResult, *, baseline: bool = False, allowed_failing: bool = False) -> dict[str, Any]:
     """The record of a run (kind ``run``)."""
     meta = {**run.meta.__dict__, "judge": run.meta.judge.to_dict()}
-    if baseline:
-        for key in VOLATILE_META:
-            meta.pop(key, None)
-    if run.trials == 1:  # a run of one trial is recorded as it was before trials
-        meta.pop("trials", None)
-        meta.pop("pass_k", None)
-    if not run.meta.adaptive:
-        meta.pop("adaptive", None)
-    if run.meta.adaptive_baseline is None:
-        meta.pop("adaptive_baseline", None)
+    left_out = [
+        *(VOLATILE_META if baseline else ()),
+        *(("trials", "pass_k") if run.trials == 1 else ()),  # a run of one trial is recorded as before trials
+        *(("adaptive",) if not run.meta.adaptive else ()),
+        *(("adaptive_baseline",) if run.meta.adaptive_baseline is None else ()),
+    ]
+    for key in left_out:
+        meta.pop(key, None)
     corpus = _corpus_section(run)
     names = [m.name for m in run.runs[0].metrics]  # the per-case units of each trial
     indexes = [CaseIndex(r) for r in run.runs]
@@ -278,9 +265,3 @@ def dumps_record(record: dict[str, Any]) -> str:
 def write_record(result: Result, path: str | Path, *, baseline: bool = False, allowed_failing: bool = False) -> Path:
     """Write ``result`` as a run record at ``path`` (atomically)."""
     return write_atomic(path, dumps_record(to_record(result, baseline=baseline, allowed_failing=allowed_failing)))
-
-
-# --------------------------------------------------------------------------- record -> run
-
-
-# --------------------------------------------------------------------------- baselines

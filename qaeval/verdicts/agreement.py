@@ -15,31 +15,8 @@ import numpy as np
 import pandas as pd
 
 DEFAULT_MIN_AGREEMENT = 0.7
-
-
 DEFAULT_MIN_LABELS = 10
-
-
 DEFAULT_MIN_KAPPA = 0.4
-
-
-AGREEMENT_VALUES = (
-    "n",
-    "exact",
-    "exact_low",
-    "exact_high",
-    "within_one",
-    "within_one_low",
-    "within_one_high",
-    "mae",
-    "kappa",
-    "spread",
-    "assessed",
-    "passed",
-    "failed",
-)
-
-
 AGREEMENT_SCHEMA = {
     "axis": "text",
     "n": "int",
@@ -57,8 +34,7 @@ AGREEMENT_SCHEMA = {
     "failed": "text",
     "status": "text",
 }
-
-
+AGREEMENT_VALUES = tuple(AGREEMENT_SCHEMA)[1:-1]  # what a calibration's audit compares: not the axis nor the words
 ONE_SCORE = "the people gave one score only, so discrimination could not be measured"
 
 
@@ -118,14 +94,8 @@ def _decide(
     if not assessed:
         return False, "", "not assessed: not among the axes calibrated"
     if n == 0 and stale:
-        return (
-            False,
-            "labels",
-            (
-                f"no usable label: all {stale} are stale (the outputs changed since they were labelled; label "
-                "this run's outputs, or calibrate on the run they were given for)"
-            ),
-        )
+        why = "the outputs changed since they were labelled; label this run's outputs, or calibrate on the run"
+        return False, "labels", f"no usable label: all {stale} are stale ({why} they were given for)"
     if n == 0:
         return False, "labels", "no usable label"
     failed = _failures(n, exact, kappa, spread, bar=bar, min_labels=min_labels, min_kappa=min_kappa)
@@ -152,18 +122,7 @@ def agreement_row(
         passed, failed, status = _decide(
             n, exact, kappa, spread, assessed=assessed, bar=bar, min_labels=min_labels, min_kappa=min_kappa, stale=stale
         )
-    return dict(
-        axis=name,
-        n=n,
-        exact=exact,
-        **dict(zip(("exact_low", "exact_high"), wilson(exact_hits, n))),
-        within_one=within_hits / n if n else math.nan,
-        **dict(zip(("within_one_low", "within_one_high"), wilson(within_hits, n))),
-        mae=float(abs(h - j).mean()) if n else math.nan,
-        kappa=kappa,
-        spread=spread,
-        assessed=assessed and name != "overall",
-        passed=passed,
-        failed=failed,
-        status=status,
-    )
+    figures = (exact, *wilson(exact_hits, n), within_hits / n if n else math.nan, *wilson(within_hits, n))
+    mae = float(abs(h - j).mean()) if n else math.nan
+    values = (name, n, *figures, mae, kappa, spread, assessed and name != "overall", passed, failed, status)
+    return dict(zip(AGREEMENT_SCHEMA, values))

@@ -134,9 +134,8 @@ class Baseline:
 
 
 def check_shares_cases(baseline: Baseline, case_ids: Collection[str]) -> None:
-    """Refuse a baseline that shares no case id with the suite gated against it: a baseline of another
-    golden set, against which every case would be new and every baseline case gone. (One that shares
-    fewer than half is gated, with a note: ``GateResult.all_notes``.)"""
+    """Refuse a baseline that shares no case id with the suite: one of another golden set (one that shares
+    fewer than half is gated, with a note: ``GateResult.all_notes``)."""
     if not baseline.cases or not case_ids or any(c in baseline.cases for c in case_ids):
         return
     ours, theirs = sorted(case_ids)[:3], sorted(baseline.cases)[:3]
@@ -153,9 +152,8 @@ CORRECTNESS = "answer_correctness"  # the metric a gate may add to each case's p
 
 
 def right_counts(run: RunResult) -> dict[str, tuple[int, int]]:
-    """Per case, (trials that passed and whose answer, where the case is answerable, was judged fully
-    correct; trials that passed but were not): each trial's ``case_passed`` and its share of answer
-    correctness (a must-abstain case counts for no answer, so its pass alone decides)."""
+    """Per case, (trials that passed with an answer judged fully correct, or no answer due; trials that
+    passed but were answered wrongly)."""
     counts: dict[str, tuple[int, int]] = {}
     for trial in run.runs:
         units = trial.units

@@ -1,31 +1,15 @@
 """Calibration: does the judge agree with people before its numbers count?
 
-Human labels (``qaeval.data.labels``) are compared with the judge's effective score on the same
-case and axis. A label whose output has changed since it was given is *stale*: reported and left out,
-never compared with a verdict on different text.
+Human labels (``qaeval.data.labels``) are compared with the judge's effective score on the same case and
+axis; a label whose output changed since it was given is *stale*: reported, never compared. The judge is
+TRUSTED when every assessed axis (``axes``) clears three bars: ``labels`` (at least ``min_labels``),
+``exact`` (agreement of at least ``min_agreement``; a good overall average does not save a weak axis)
+and ``kappa`` (quadratic-weighted, at least ``min_kappa``, where the people's scores have ``spread``:
+exact agreement alone rewards a judge that always gives the dominant score). docs/guides/judge.md says why.
 
-Per axis and overall: n, exact agreement and within-one agreement each with a 95% Wilson interval,
-mean absolute error, quadratic-weighted Cohen's kappa, and a 3x3 confusion matrix per axis (rows:
-human, columns: judge). The verdict is on the *assessed* axes (``axes``: all three by default; a
-labelled set that labels only some of them is assessed on those, and the others are reported as not
-assessed). The judge is TRUSTED only when every assessed axis clears three bars:
-
-- ``labels``: at least ``min_labels`` usable labels ("too few labels to certify");
-- ``exact``: at least ``min_agreement`` exact agreement; a good overall average does not save a weak
-  axis;
-- ``kappa``: where the people's scores have spread (more than one distinct score), a quadratic-weighted
-  kappa of at least ``min_kappa``. Exact agreement alone rewards a judge that cannot tell answers
-  apart when one score dominates: a judge that always answers 2 agrees exactly on 73% of ExpertQA's
-  faithfulness labels, with a kappa of 0.00. The default floor, 0.4, is where Landis and Koch (1977)
-  begin "moderate" agreement and Fleiss (1981) "fair to good": well above the 0 of chance or of a
-  constant judge, and below the 0.44 the offline judge reaches on the demo's answer correctness, where
-  it fails the exact bar instead. Where the people gave one score only, kappa cannot measure
-  discrimination (it is 0 or undefined whatever the judge does): the axis is judged on exact agreement
-  alone, and its row says so (``spread`` false).
-
-The agreement frame's ``failed`` column names the bars an assessed axis missed (``labels``, ``exact``,
-``kappa``, comma-separated; empty when it passed), ``assessed`` whether the axis decides the verdict,
-``spread`` whether kappa could measure discrimination on it, and ``status`` says it in words.
+The agreement frame's ``failed`` names the bars an assessed axis missed (comma-separated, empty when it
+passed), ``assessed`` whether the axis decides, ``spread`` whether kappa could measure it, ``status`` says
+it in words.
 """
 
 from __future__ import annotations
@@ -138,10 +122,10 @@ class CalibrationResult(Result):
     min_agreement: float
     min_labels: int
     min_kappa: float
-    axes: tuple[str, ...]  # the assessed axes, in axis order
+    axes: tuple[str, ...]
     judge_label: str
     source: str = ""
-    labelled: bool = False  # the run's cases and outputs came from a labelled set (qaeval.data.labels)
+    labelled: bool = False
     notes: list[str] = field(default_factory=list)
 
     kind = "calibrate"
@@ -149,8 +133,7 @@ class CalibrationResult(Result):
     words = ("TRUSTED", "RETUNE JUDGE")
 
     def _axes_where(self, mask: pd.Series) -> list[str]:
-        rows = self.agreement[self.agreement["axis"].isin(AXES) & mask]
-        return rows["axis"].tolist()
+        return self.agreement.loc[self.agreement["axis"].isin(AXES) & mask, "axis"].tolist()
 
     @property
     def weak_axes(self) -> list[str]:
@@ -163,8 +146,7 @@ class CalibrationResult(Result):
 
     @property
     def unmeasured_axes(self) -> list[str]:
-        """Assessed axes with labels on which the people gave one score only: kappa cannot measure there
-        whether the judge tells answers apart, so they were judged on exact agreement alone."""
+        """Assessed axes with labels on which the people gave one score only (judged on exact agreement alone)."""
         a = self.agreement
         return self._axes_where(a["assessed"] & (a["n"] > 0) & ~a["spread"])
 
@@ -292,10 +274,8 @@ class CalibrationResult(Result):
         )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "calibration") -> None:
-        """Calibrate again from the run's cases and the labels the pairs carry (case, axis, the person's
-        score and the output fingerprint the label was given on), with the record's bars, minimum and axes, and
-        note where the section disagrees: each pair's status, judge score and agreement, every axis's
-        figures and pass, the confusion matrices. The labels themselves are what people said."""
+        """Calibrate again from the run's cases and the labels the pairs carry, with the record's bars and
+        axes, and note where the section disagrees: each pair, every axis's figures, the confusion matrices."""
         if not (0 <= self.min_agreement <= 1 and 0 <= self.min_kappa <= 1 and self.min_labels >= 1):
             audit.problem(
                 f"{prefix} bars {self.min_agreement!r} (exact), {self.min_kappa!r} (kappa) / minimum "
@@ -447,8 +427,7 @@ def calibrate(
     for axis in AXES:
         sub = compared[compared["axis"] == axis]
         matrix = np.zeros((3, 3), dtype=int)
-        for h, j in zip(sub["human"], sub["judge"]):
-            matrix[int(h), int(j)] += 1
+        np.add.at(matrix, (sub["human"].to_numpy(int), sub["judge"].to_numpy(int)), 1)
         confusion[axis] = _matrix(matrix)
     notes = [
         f"no usable label on {axis}: it cannot be trusted"

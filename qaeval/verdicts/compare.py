@@ -1,20 +1,12 @@
 """Two runs side by side: which metrics moved (with the paired sign-flip test), and per case what changed.
 
-``compare(before, after)`` matches cases by id and content fingerprint. For every matched case it says
-whether it passes before and after, and what changed between the two outputs: the answer, the
-citations, which deterministic checks flipped, which judge axes changed score. Cases only in one run
-are listed as new or removed; a case whose content changed is listed as changed and not compared.
-
-With trials on either side, a matched case is "regressed" when the gate's case rule would block it
-(``tiers.case_trials`` at alpha 0.05: it passed every trial before and fails every trial now, or its
-drop is significant), "flaky" when some trials pass and some fail and the drop is within chance, and
-its ``trials`` column says "4/5 -> 2/5". Its answer and citations are each side's first trial's;
-``citations_by_trial`` says what every trial cited when they did not all cite alike ("hours (trials 1,
-3), nowhere (trial 2) -> hours"), and the citations changed when a side cited what the other never did.
-
-A comparison is informational: ``qaeval compare`` exits 0 whatever it finds. ``ok`` says whether
-``after`` is free of regressions (no case that passed before fails now, no metric moved the wrong
-way beyond rounding).
+``compare(before, after)`` matches cases by id and fingerprint; a matched case says whether it passes on
+each side and what changed (answer, citations, flipped checks, judge scores). Cases on one side only are
+new or removed; a case whose content changed is listed as changed, not compared. With trials a matched
+case is "regressed" when the gate's case rule (``tiers.case_trials`` at alpha 0.05) would block it and
+"flaky" when its trials differ within chance; ``citations_by_trial`` says what each trial cited when they
+did not all cite alike. Informational: ``qaeval compare`` exits 0; ``ok`` is false when a case regressed
+or a metric moved the wrong way.
 """
 
 from __future__ import annotations
@@ -315,23 +307,14 @@ def _matched_row(row: dict[str, Any], cid: str, sides: _Sides, a: pd.Series, t: 
 
 def _removed_row(cid: str, b: pd.Series) -> dict[str, Any]:
     """A case only the earlier run has."""
-    return dict(
+    row = dict.fromkeys(CASE_SCHEMA) | dict(checks_flipped=[], scores_changed=[], new_reasons=[])
+    return row | dict(
         case_id=cid,
         status="removed",
         before_passed=bool(b["case_passed"]),
-        after_passed=None,
         change="not compared",
-        answer_changed=None,
-        citations_changed=None,
-        checks_flipped=[],
-        scores_changed=[],
-        new_reasons=[],
         before_answer=b["answer"],
-        after_answer=None,
         before_why=reasons_text(b["fail_reasons"]),
-        after_why=None,
-        trials=None,
-        citations_by_trial=None,
     )
 
 

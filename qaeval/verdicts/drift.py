@@ -1,25 +1,12 @@
 """Drift: re-run the frozen split, compare each metric with its band, then append the run to a series.
 
-The series is JSONL, append-only, one line per run: its metrics and their n, time, git commit, adapter,
-isolation, judge config, dataset fingerprint and qaeval's version (``summary_dict``, the
-same short form of a run a record carries). Appends take an exclusive lock, write the whole line in one
-call, check it was all written and fsync (``qaeval.core.files.append_line``); a line a killed writer left
-torn is skipped by readers, who say so. A line that parses but is not a history record (a metric that
-is not a rate in [0, 1] or null, a count that is not a whole number, alarms that are not a list, a time
-that is not ISO 8601 or falls outside the years 1970 to 2999) is bad data: the command stops with exit
-65 naming the line and field, before anything is appended, so a retry does not add a line either.
-
-The band for each metric is the trailing window's mean plus or minus max(3 standard deviations,
-``min_width``), over the earlier runs that did not alarm on that metric (each line lists its alarms), so
-a sustained drop keeps alarming instead of widening its own band; start a new series to accept a
-change. Each metric's ``Metric.drift`` says which way it alarms: a drop for higher-is-better metrics,
-both ways for over_refusal_rate. With fewer than ``min_history`` earlier runs there is no band and no
-alarm, and the result says so.
-
-The notify hook (``module:function``) is called with the list of alarms, each a dict with ``metric``,
-``current``, ``low``, ``high``, ``mean`` and ``message``, after the line is appended. It is user code,
-run by the commands in its own process (``qaeval.host.clients``): if it raises, exits (even with
-``os._exit``) or runs past ``--hook-timeout``, that is noted and the verdict (and exit code 3) stands.
+The series is JSONL, one line per run (``summary_dict``), appended with ``qaeval.core.files.append_line``
+and read strictly (``qaeval.verdicts.history``: bad data stops before anything is appended). A metric's
+band is the trailing window's mean plus or minus max(3 sd, ``min_width``) over the earlier runs that did
+not alarm on it, so a sustained drop keeps alarming; ``Metric.drift`` says which way it alarms; fewer
+than ``min_history`` earlier runs give no band. The notify hook is user code, called in its own process
+with the alarms (dicts: ``metric``, ``current``, ``low``, ``high``, ``mean``, ``message``) after the
+append; whatever it does is noted and the verdict stands (docs/guides/drift-monitor.md).
 """
 
 from __future__ import annotations
@@ -130,29 +117,13 @@ def compare(
             alarm = out_of_band(current, low, high, way)
         if alarm:
             moved = "dropped below" if current < low else "rose above"
-            alarms.append(
-                dict(
-                    metric=name,
-                    current=current,
-                    low=low,
-                    high=high,
-                    mean=mean,
-                    message=f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
-                    f"(mean of {len(values)} {unit} {mean:.3f})",
-                )
+            message = (
+                f"{name} {moved} its band: {current:.3f} vs [{low:.3f}, {high:.3f}] "
+                f"(mean of {len(values)} {unit} {mean:.3f})"
             )
-        rows.append(
-            dict(
-                metric=name,
-                current=current,
-                mean=mean,
-                low=low,
-                high=high,
-                window_n=len(values),
-                direction=DIRECTIONS[way],
-                alarm=alarm,
-            )
-        )
+            alarms.append(dict(zip(ALARM.fields, (name, current, low, high, mean, message))))
+        band = (name, current, mean, low, high, len(values), DIRECTIONS[way], alarm)
+        rows.append(dict(zip(BAND_SCHEMA, band)))
     if len(trailing) < min_history:
         notes.append(f"history too short to alarm: {len(trailing)} earlier {unit}, {min_history} needed")
     return frame(rows, BAND_SCHEMA), alarms, notes
@@ -342,19 +313,11 @@ def history_frame(
 ) -> pd.DataFrame:
     rows = []
     for i, r in enumerate([*history, record]):
+        run, alarmed = (i, r.get("time"), r.get("git_commit")), r.get("alarms") or []
         for m in names:
             v = r["metrics"].get(m)
-            rows.append(
-                dict(
-                    run=i,
-                    time=r.get("time"),
-                    commit=r.get("git_commit"),
-                    metric=m,
-                    value=math.nan if v is None else float(v),
-                    current=i == len(history),
-                    alarmed=m in (r.get("alarms") or []),
-                )
-            )
+            value = math.nan if v is None else float(v)
+            rows.append(dict(zip(HISTORY_SCHEMA, (*run, m, value, i == len(history), m in alarmed))))
     return frame(rows, HISTORY_SCHEMA)
 
 

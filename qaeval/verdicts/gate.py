@@ -1,53 +1,10 @@
 """The regression gate: PASS or BLOCK for a run against the last green baseline.
 
-Tier 1 (hard): every deterministic check green and no adapter error.
-Tier 2 (against the baseline):
-  * metrics: each gated metric (``Metric.tolerance``) may not move the wrong way by more than its
-    tolerance (moving by exactly the tolerance passes);
-  * regressions: no case that passed in the baseline may fail now (wrongly abstaining, losing its
-    trajectory, failing a check or the judge all count);
-  * new cases: every case new since the baseline, or whose content changed under the same id, must pass.
-With labels (``gate --labels``) the judge is calibrated first; a judge refused on any axis blocks
-(exit 2), because its numbers cannot decide anything.
-
-Cases are matched by id; a case whose fingerprint changed is reported as changed and held to the
-new-case rule, never compared with its old self. For each gated metric an exact paired sign-flip
-permutation test over the matched cases says whether the movement is distinguishable from noise at
-this n (every one of the 2^m sign patterns of the m cases that moved, up to m = 16; a Monte Carlo
-estimate with p >= 1/(B+1) beyond). When even the most extreme pattern could not reach p = 0.05 (m <= 5)
-it says there are too few paired cases to tell. The test informs the reviewer; the tolerances decide.
-
-With trials (``--trials K`` on either side; ``qaeval.scoring.trials``) tier 1 blocks on a failure in any
-trial, and tier 2 tells noise from change (``tiers.case_trials``, ``levels``). Write c_b of n_b baseline
-trials passed and c of n current ones:
-
-* broken: c_b = n_b and c = 0 blocks (with n_b = n = 1, the rule above);
-* regressed: c / n < c_b / n_b and the one-sided Fisher exact p-value of the drop, conditional on the
-  c_b + c passes, sum_{x <= c} C(c_b + c, x) C(n_b + n - c_b - c, n - x) / C(n_b + n, n), is at most
-  Tarone's level alpha / (2 m), m the smallest count such that at most m cases could reach p <= alpha
-  / (2 m) at all (a case that never moved, 5/5 -> 5/5, has p = 1 whatever happens and costs nothing);
-* flaky: any other case with some trials passing and some failing: listed, never blocking;
-* a gated metric past its tolerance blocks only when the trials test (``noise.trials_test``: each
-  case's trials permuted within the case, exact for pass-or-fail metrics) has one-sided p at most
-  Tarone's level for alpha / 2 over the gated metrics' tests (``tiers.metric_level``: alpha / (2 m), m
-  the smallest count such that at most m tests could reach it; a metric whose trials are all alike
-  cannot and costs nothing, so with G metrics that all can it is alpha / (2 G)), or when no case pairs
-  with the baseline. With adaptive trials
-  the permutation keeps to the rule that chose which cases got more than one trial, so every trial
-  that ran counts and the choice cannot lean on the verdict.
-
-What it can and cannot detect: at K = 1 the rule is the one above (any passing case that fails once
-blocks, so a system that varies is blocked on noise); at K = 3 a case 3/3 -> 0/3 blocks, and an
-unchanged system whose cases pass 90% of the time trips that rule with a chance of 1 - (1 - 0.9^3
-0.1^3)^N (7% at N = 100); at K = 5 that chance is 0.06% and a case's drop from 5/5 to 0/5 has Fisher
-p = 1/252; at K = 10 a drop from 10/10 to 5/10 has p = 0.016. A metric whose cases are few cannot reach
-a small p (one trial a side: 2^-m for m cases that moved; with trials, the product over the cases that
-can move of 1 / C(n_b + n, n)); the per-case rules still can block. The broken
-rule is outside alpha: it is what the gate did before trials, and K >= 5 makes its false alarms rare.
-
-The gate is computed by ``gate(run, baseline)`` in steps a reader can name (``qaeval.verdicts.tiers``):
-``match_cases``, ``tier_one``, ``metric_movements``, ``metrics_tier``, ``case_trials``, ``regressions``,
-``new_cases``.
+Tier 1: every deterministic check green, no adapter error. Tier 2, against the baseline: no gated metric
+moves the wrong way past its tolerance, no case that passed regresses, every new or changed case passes
+(cases matched by id and fingerprint). With labels the judge is calibrated first; a refused judge blocks
+(exit 2). The steps are in ``qaeval.verdicts.tiers``; the statistics with trials (Fisher, Tarone, the
+trials test) and what they can detect are in docs/guides/gate.md.
 """
 
 from __future__ import annotations
@@ -420,7 +377,7 @@ def gate(
     tolerances = trusted_axes(asked, run.metrics, calibration, adaptive=run.meta.adaptive)
     passes = CasePasses.of(run, CORRECTNESS in tolerances)
     match = match_cases(run, baseline)
-    case_level, metric_alpha = levels(run, baseline, match, tolerances, alpha)
+    case_level, metric_alpha = levels(run, baseline, match, alpha)
     deltas = metric_movements(run, baseline, tolerances, match.matched, alpha=metric_alpha)
     trials = case_trials(run, baseline, match.matched, case_level, passes)
     tiers, regressed, new_failing = decide(run, baseline, match, deltas, trials, passes)

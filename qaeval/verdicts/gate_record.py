@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -49,33 +50,26 @@ from qaeval.verdicts.tiers import (
 from qaeval.verdicts.tolerances import gated, opt_in, trusted_axes
 
 DEFAULT_ALPHA = 0.05
-BASELINE_CASE = Fields(
-    dict(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
-        fingerprint="str",
-        passed="bool",
-        fail_reasons=Each(REASON),
-        units=Keyed(Fixed(("number", "number"))),
+
+
+def _fields(required: dict[str, Any], optional: dict[str, Any]) -> Fields:
+    return Fields(required | optional, optional=tuple(optional))
+
+
+COUNT, TRIALS = Valid("int", lambda n: 0 <= n <= 100, "0 to 100"), Valid("int", lambda n: 1 <= n <= 100, "1 to 100")
+BASELINE_CASE = _fields(  # a baseline case a gate record keeps in full ("units": {metric: [num, den]})
+    dict(fingerprint="str", passed="bool", fail_reasons=Each(REASON), units=Keyed(Fixed(("number", "number")))),
+    dict(
         answer="text",
         abstained="boolean",
         citations=Maybe(Each("dict")),
         output_fingerprint="text",
-        passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
-        trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
-        right_passes=Valid("int", lambda n: 0 <= n <= 100, "0 to 100"),
+        passes=COUNT,
+        trials=TRIALS,
+        right_passes=COUNT,
         # with trials, what the trials test permutes: each trial's [num, den] per metric, and its pass
         trial_units=Keyed(Each(Fixed(("number", "number")))),
         trial_passed=Each("bool"),
-    ),
-    optional=(
-        "answer",
-        "abstained",
-        "citations",
-        "output_fingerprint",
-        "passes",
-        "trials",
-        "right_passes",
-        "trial_units",
-        "trial_passed",
     ),
 )
 SHOWN = ("answer", "abstained", "citations", "output_fingerprint")  # what a reader of a kept case sees
@@ -83,10 +77,9 @@ SHOWN = ("answer", "abstained", "citations", "output_fingerprint")  # what a rea
 
 SECTION = Fields(
     dict(  # the gate section of a record, as GateResult.from_section reads it
-        baseline=Fields(
+        baseline=_fields(
+            dict(path="str", dataset_fingerprint="str"),
             dict(
-                path="str",
-                dataset_fingerprint="str",
                 judge="Dict",
                 green="bool",
                 allowed_failing="bool",
@@ -96,19 +89,7 @@ SECTION = Fields(
                 adapter_code="text",
                 corpus_fingerprint="text",
                 custom=Maybe(Keyed("str")),
-                trials=Valid("int", lambda n: 1 <= n <= 100, "1 to 100"),
-            ),
-            optional=(
-                "judge",
-                "green",
-                "allowed_failing",
-                "created",
-                "git_commit",
-                "adapter",
-                "adapter_code",
-                "corpus_fingerprint",
-                "custom",
-                "trials",
+                trials=TRIALS,
             ),
         ),
         baseline_metrics=Keyed(Fixed(("float", "int"))),
@@ -264,9 +245,7 @@ class GateRecord:
             metric_deltas=frame_rows(self.metric_deltas),
             regressed=frame_rows(self.regressed),
             new_failing=frame_rows(self.new_failing),
-            match=dict(
-                matched=self.match.matched, changed=self.match.changed, new=self.match.new, removed=self.match.removed
-            ),
+            match=asdict(self.match),
             calibration=clean(self.calibration.record_section()) if self.calibration is not None else None,
             notes=self.notes,
             case_trials=frame_rows(trials),
@@ -308,17 +287,12 @@ class GateRecord:
                 bool(c["passed"]),
                 [FailReason.from_dict(r) for r in c["fail_reasons"]],
                 {m: (float(v[0]), float(v[1])) for m, v in c["units"].items()},
-                c.get("answer"),
-                c.get("abstained"),
-                c.get("citations"),
-                c.get("output_fingerprint"),
-                c.get("passes"),
-                c.get("trials", 1),
-                {m: [(float(n), float(d)) for n, d in u] for m, u in c["trial_units"].items()}
+                **{name: c.get(name) for name in (*SHOWN, "passes", "right_passes")},
+                trials=c.get("trials", 1),
+                trial_units={m: [(float(n), float(d)) for n, d in u] for m, u in c["trial_units"].items()}
                 if "trial_units" in c
                 else None,
-                [bool(p) for p in c["trial_passed"]] if "trial_passed" in c else None,
-                right_passes=c.get("right_passes"),
+                trial_passed=[bool(p) for p in c["trial_passed"]] if "trial_passed" in c else None,
             )
             for cid, c in s["baseline_cases"].items()
         }
@@ -340,17 +314,13 @@ class GateRecord:
         baseline = Baseline(
             path=b["path"],
             dataset_fingerprint=b["dataset_fingerprint"],
-            judge=b.get("judge"),
+            **{name: b.get(name) for name in ("judge", "created", "git_commit", "adapter", "adapter_code")},
             metrics={
                 m: (math.nan if v[0] is None else float(v[0]), int(v[1])) for m, v in s["baseline_metrics"].items()
             },
             cases=cases,
             green=bool(b.get("green", True)),
             allowed_failing=bool(b.get("allowed_failing", False)),
-            created=b.get("created"),
-            git_commit=b.get("git_commit"),
-            adapter=b.get("adapter"),
-            adapter_code=b.get("adapter_code"),
             notes=list(s.get("baseline_notes") or []),
             corpus_fingerprint=b.get("corpus_fingerprint"),
             custom=dict(b.get("custom") or {}),
@@ -375,19 +345,14 @@ class GateRecord:
         )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "gate") -> None:
-        """Decide the gate again from the run's cases and the baseline as the record embeds it (its
-        metrics, the cases it kept, which cases were matched, changed and new), with the tolerances its
-        metric_deltas name, and note where the section disagrees: the match, every metric movement and
-        its pass, the regressed and new failing cases, and every tier's pass and cases.
+        """Decide the gate again from the run's cases and the baseline the record embeds, with the
+        tolerances its metric_deltas name, and note where the section disagrees: the match, every metric
+        movement (with trials its trials test too, from every baseline case's trials the record keeps),
+        the regressed and new failing cases, every tier's pass and cases.
 
-        With trials the trials test decides a metric, so it is computed again too, from every baseline
-        case's trials the record keeps (``p_value``, ``min_p``, ``n_paired``, ``n_moved``, and the level
-        they give); a record without them cannot be decided again, and says so.
-
-        Not decided again: with one trial a side, the noise test columns (the record keeps baseline units
-        only for the cases that matter, so the pairs behind the test are not all there; that test informs,
-        it does not decide), the cases ``removed`` since the baseline (listed by the baseline alone), and
-        whether the embedded baseline is the baseline file it names."""
+        Not decided again: with one trial a side, the noise test (the record keeps baseline units only for
+        the cases that matter; that test does not decide), the cases ``removed`` since the baseline, and
+        whether the embedded baseline is the file it names."""
         if self.calibration is not None:
             self.calibration.audit_section(audit, s["calibration"], prefix=f"{prefix}.calibration")
         tolerances = _recorded_tolerances(
@@ -402,7 +367,7 @@ class GateRecord:
         still_there = [c for c in self.match.removed if c in self.run.suite]
         if still_there:
             audit.problem(f"{prefix}.match.removed names case(s) the run has: {', '.join(still_there)}")
-        case_level, metric_alpha = levels(self.run, self.baseline, match, tolerances, self.alpha)
+        case_level, metric_alpha = levels(self.run, self.baseline, match, self.alpha)
         if metric_alpha is not None and not _keeps_every_case(audit, s, prefix):
             return
         deltas = metric_movements(self.run, self.baseline, tolerances, match.matched, alpha=metric_alpha)

@@ -1,15 +1,9 @@
 """Monitoring logged traffic: the result, and watching its time windows against a history.
 
-``MonitorResult`` holds the row frame (every row's checks, the judge's scores on the judged sample),
-the scoreboard, the slices and the time windows (``qaeval.scoring.monitor_metrics``), and ``run``: the
-judged sample as a run, so its drill-down, label sheet and record check are the run's.
-
-``watch`` appends one line per time window to a history (``--timeseries``), in time order, with the
-band rules of ``qaeval.verdicts.drift`` (``compare``: the trailing ``band_window`` lines' mean plus or
-minus max(3 sd, 0.02), over lines that did not alarm on the metric; nothing alarms before three earlier
-windows). A window with fewer than ``min_rows`` rows says so, is appended marked ``too_few`` and is
-neither compared nor used in later bands. Windows at or before the last one the history holds are
-not appended again, and the notes say so. Every line is computed before the first is appended.
+``MonitorResult`` holds the rows, scoreboard, slices and windows (``qaeval.scoring.monitor_metrics``) and
+``run``, the judged sample as a run. ``watch`` appends one line per time window to a history with the band
+rules of ``qaeval.verdicts.drift``; a window with fewer than ``min_rows`` rows is appended marked
+``too_few`` and neither compared nor banded; windows the history holds are not appended again.
 """
 
 from __future__ import annotations
@@ -190,11 +184,8 @@ class MonitorResult(Result):
                 lines.append(f"  {r.group:<20} {r.metric:<26} {format_number(r.value):>7}  n={r.n}{ppi}")
         lines += self._window_lines()
         for entry in self.timeline:
-            state = (
-                "too few rows to compare: no alarm"
-                if entry["too_few"]
-                else ("ALARM" if entry["alarms"] else "inside its bands")
-            )
+            state = "ALARM" if entry["alarms"] else "inside its bands"
+            state = "too few rows to compare: no alarm" if entry["too_few"] else state
             lines.append(f"window {entry['window']}: {entry['rows']} row(s), {state}")
         lines += [f"  alarm: {a['message']}" for a in self.alarms]
         lines += [f"  note: {n}" for n in self.notes]
@@ -278,10 +269,9 @@ class MonitorResult(Result):
         )
 
     def audit_section(self, audit: Audit, s: Mapping[str, Any], prefix: str = "monitor") -> None:
-        """Check the section against itself and the judged sample: the judged rows are the run's cases,
-        their judge scores the run's effective verdicts, each row's pass the conjunction of its
-        checks, and the scoreboard's values, n and PPI columns what the rows (and the run's labels)
-        give. The rows' checks are taken as written: a record keeps the text of judged rows only."""
+        """Check the section against the judged sample: the judged rows are the run's cases with its
+        verdicts, each row's pass is its checks', the scoreboard is what the rows give. The rows' checks
+        are taken as written: a record keeps the text of judged rows only."""
         rows = self.rows
         judged = rows.loc[rows["sampled"], "row_id"].tolist()
         if not audit.same(f"{prefix}.rows (judged)", sorted(judged), sorted(c.id for c in self.run.suite)):
@@ -300,9 +290,8 @@ class MonitorResult(Result):
         self._audit_alarms(audit, s, prefix)
 
     def _audit_alarms(self, audit: Audit, s: Mapping[str, Any], prefix: str) -> None:
-        """The alarms follow from the timeline: each band's alarm from its current value, band and
-        direction; each window's alarms from its bands; the section's alarms from the windows'. A band's
-        current value is the window's overall figure."""
+        """The alarms follow from the timeline: each band's from its current value (the window's overall
+        figure), band and direction; each window's from its bands; the section's from the windows'."""
         overall = self.windows[self.windows["slice"] == ALL]
         figures = {(w, m): v for w, m, v in zip(overall["window"], overall["metric"], overall["value"])}
         rows = dict(zip(overall["window"], overall["rows"]))
@@ -346,9 +335,8 @@ def _ints(values: pd.Series) -> list[int | None]:
 def _line(
     window: str, part: pd.DataFrame, rows: int, about: Mapping[str, Any], hops: pd.DataFrame, known: set[str]
 ) -> dict[str, Any]:
-    """A window's history line: the monitor's metrics over its rows and, for a log read from traces, each
-    hop's rates (``qaeval.scoring.monitor_hops``, also for the hops ``known`` from earlier lines) and
-    counts."""
+    """A window's history line: the monitor's metrics over its rows and, from traces, each hop's rates (also
+    for the hops ``known`` from earlier lines) and counts."""
     values, counts = metric_values(part)
     line = dict(kind="monitor", window=window, time=window, rows=rows, metrics=values, n=counts, alarms=[], **about)
     rates, over = hop_rates(hops, window, rows, known)
@@ -369,14 +357,10 @@ def watch(
     min_rows: int = MIN_ROWS,
     hops: pd.DataFrame | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``: the
-    metrics, and each hop's rates and counts (``hops``: ``MonitorResult.hops``, for a log read from traces).
-
-    A window already in the history with enough rows is not appended again; one that had too few rows
-    (a scheduled run early in the day) is compared and appended again once it has enough, and the later
-    line stands. A window's band is made of the windows before it, whatever order the history holds
-    them in, so a line stamped in the future neither silences later windows nor joins their bands. Lines
-    written before hops were kept hold no hop rate: a hop's band is drawn from the lines that do."""
+    """(timeline, alarms, notes) of appending each window's overall figures to ``timeseries``: the metrics,
+    and each hop's rates and counts (``hops``: ``MonitorResult.hops``). A window that had too few rows is
+    compared and appended again once it has enough. A window's band is made of the windows before it in
+    time, whatever order the history holds them in; a hop's band, of the lines that hold its rates."""
     hops = frame([], HOP_SCHEMA) if hops is None else hops
     history, notes = read_history(timeseries)
     earlier = [h for h in history if h.get("kind") == "monitor"]

@@ -1,14 +1,6 @@
-"""Whether a metric's move is distinguishable from noise.
-
-* ``sign_flip_test``: an exact (or Monte Carlo) paired sign-flip test over the cases whose unit moved
-  between the baseline and the run, one value a side. With one trial on each side it informs the gate's
-  report; the tolerances decide.
-* ``trials_test``: with trials, a one-sided permutation test of every case's trials, permuted within the
-  case: under an unchanged system a case's baseline and current trials are draws of one distribution,
-  so any split of them into n_b and n_c is as likely as the one observed. With one trial a side it is the
-  sign-flip test; with more it sees each trial, so a case that failed 1 of 1 now and 0 of 5 before
-  counts for what it is (a 1-in-6 arrangement), not for a sign that could as well have gone the other way.
-* ``fisher_drop_p`` and ``tarone_level``: a case's drop in passing trials and the level it is held to.
+"""Whether a metric's move is distinguishable from noise: ``sign_flip_test`` (paired, one value a side),
+``trials_test`` (each case's trials permuted within the case), and for a case's drop in passing trials
+``fisher_drop_p`` held to ``tarone_level``.
 """
 
 from __future__ import annotations
@@ -74,11 +66,9 @@ def noise_note(p: float, floor: float, moved: int, paired: int) -> tuple[bool, s
 
 @dataclass(frozen=True)
 class CaseTrials:
-    """One matched case's trials for ``trials_test``: each trial's value of the metric (NaN: the trial
-    does not count for it) on each side and, for an adaptive run, whether each trial passed and the rule
-    that chose which cases got more than their first trial (``rule``): ``"first"`` (its first current
-    trial failed) or ``"first or baseline"`` (that, or a baseline trial failed). Current trial 0 is the
-    first."""
+    """One matched case's trials for ``trials_test``: each trial's value (NaN: it does not count) on each
+    side, current trial 0 first; for an adaptive run each trial's pass and the ``rule`` that gave a case
+    more than its first trial: ``"first"`` (it failed) or ``"first or baseline"`` (or a baseline trial did)."""
 
     base: tuple[float, ...]
     current: tuple[float, ...]
@@ -88,19 +78,12 @@ class CaseTrials:
 
 
 def trials_test(cases: Sequence[CaseTrials], *, higher_is_better: bool, seed: int = 0) -> tuple[float, float, int]:
-    """(one-sided p that the current trials are worse, the smallest p these cases allow, cases that can
-    move).
+    """(one-sided p that the current trials are worse, the smallest p these cases allow, cases that can move).
 
-    The statistic is the sum over cases of (current mean - baseline mean), as the sign-flip test's. Its
-    null distribution permutes each case's pooled trials, keeping how many each side had: under an
-    unchanged system the trials of a case are draws of one distribution, so every arrangement is as
-    likely as the one observed. With adaptive trials (``CaseTrials.rule``) the arrangements are those
-    under which the rule would have given the case the trials it got: a case had more than one current
-    trial exactly when its first failed (or a baseline trial did), and the permutation keeps to that, so
-    every trial that ran is used and the choice of which ran cannot lean on the verdict. Exact (every
-    arrangement of every case, convolved) while that stays small (EXACT_SPLITS, EXACT_SUPPORT), which it
-    does for pass-or-fail metrics; otherwise TRIAL_PERMUTATIONS Monte Carlo draws with p = (1 + as
-    extreme) / (draws + 1). A case none of whose arrangements changes the statistic is left out."""
+    Each case's pooled trials are permuted, keeping how many each side had (with an adaptive ``rule``,
+    only the arrangements under which the rule would have given the case the trials it got). Exact
+    (convolved over the cases) within EXACT_SPLITS and EXACT_SUPPORT, else TRIAL_PERMUTATIONS Monte Carlo
+    draws with p = (1 + as extreme) / (draws + 1). A case no arrangement changes is left out."""
     sign = 1.0 if higher_is_better else -1.0
     rng = np.random.default_rng(seed)
     nulls, observed = [], 0.0
@@ -131,9 +114,8 @@ def trials_test(cases: Sequence[CaseTrials], *, higher_is_better: bool, seed: in
 def _case_null(
     case: CaseTrials, sign: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, float, bool] | None:
-    """(values, probabilities, observed, exact) of one case's (current mean - baseline mean) over the
-    arrangements of its pooled trials the test allows (exact: every one, merged; else Monte Carlo draws
-    with equal weights), or None when no arrangement changes it. Pooled: current trials, then baseline."""
+    """(values, probabilities, observed, exact) of one case's statistic over the arrangements of its pooled
+    trials (current, then baseline) the test allows, or None when no arrangement changes it."""
     values = np.asarray(case.current + case.base, dtype=float) * sign
     n, c = values.size, len(case.current)
     valid = ~np.isnan(values)
@@ -184,8 +166,7 @@ def _mask(picks: np.ndarray, n: int) -> np.ndarray:
 
 def _allowed(mask: np.ndarray, firsts: np.ndarray, passed: np.ndarray | None, rule: str | None, c: int) -> np.ndarray:
     """The arrangements (rows of ``mask``: which pooled trials are current) under which the adaptive
-    ``rule`` gives the case as many current trials as it had: more than one exactly when the first
-    current trial failed (``"first or baseline"``: or a baseline trial did)."""
+    ``rule`` gives the case as many current trials as it had."""
     if rule is None or passed is None:
         return mask
     more = ~passed[firsts]
@@ -195,12 +176,10 @@ def _allowed(mask: np.ndarray, firsts: np.ndarray, passed: np.ndarray | None, ru
 
 
 def _statistic(mask: np.ndarray, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Per arrangement, the current trials' sum less what the case's mean predicts for as many: the
-    score statistic, which weighs every trial that counts alike (so a case's later trials add to the
-    evidence its first gave, and do not dilute it)."""
+    """Per arrangement, the current trials' sum less what the case's mean predicts for as many: every
+    trial that counts weighs alike, so later trials add to the evidence and do not dilute it."""
     filled = np.where(valid, values, 0.0)
-    counts = valid.astype(float)  # a count of the trials that count: ``mask @ valid`` of two bool arrays is
-    # a bool (any), which made a case whose trials switch between counted and not look moved
+    counts = valid.astype(float)  # ``mask @ valid`` of two bool arrays would be a bool (any), not a count
     mean = filled.sum() / max(1, int(valid.sum()))
     return mask @ filled - (mask @ counts) * mean
 
@@ -212,11 +191,9 @@ def _merged(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def fisher_drop_p(base_passes: int, base_trials: int, passes: int, trials: int) -> tuple[float, float]:
-    """(p, smallest p these margins allow) of the one-sided Fisher exact test that the current pass rate
-    is lower than the baseline's, conditional on the total passes S = base_passes + passes over
-    N = base_trials + trials trials: p = sum over x <= passes of C(S, x) C(N - S, trials - x) / C(N, trials),
-    the chance that so few of the current trials pass if the trials of both runs were exchangeable (an
-    unchanged system). The smallest p is that of the fewest current passes S allows."""
+    """(p, smallest p these margins allow) of the one-sided Fisher exact test that the current pass rate is
+    lower than the baseline's: with S passes of N trials in all, p = sum over x <= passes of
+    C(S, x) C(N - S, trials - x) / C(N, trials)."""
     total, passing = base_trials + trials, base_passes + passes
     whole = math.comb(total, trials)
 
@@ -228,10 +205,8 @@ def fisher_drop_p(base_passes: int, base_trials: int, passes: int, trials: int) 
 
 
 def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
-    """Tarone's (1990) level for discrete tests: the smallest m >= 1 such that at most m of the tests
-    could reach p <= alpha / m at all (``min_ps``: the smallest p each test's margins allow), and
-    alpha / m. Tests that cannot reach it are left out of the count, which keeps the family-wise error at
-    most alpha while the exact tests of cases that never moved (p = 1 whatever happens) cost no power."""
+    """Tarone's (1990) level for discrete tests, (alpha / m, m): m the smallest count >= 1 such that at most m
+    tests could reach p <= alpha / m (``min_ps``: the smallest p each allows); tests that cannot cost nothing."""
     ordered = sorted(min_ps)
     m, reach = 1, 0  # reach: how many tests could reach alpha / m, counted from the smallest floor up
     while True:
@@ -245,9 +220,6 @@ def tarone_level(min_ps: Sequence[float], alpha: float) -> tuple[float, int]:
 
 
 def metric_level(min_ps: Sequence[float], alpha: float) -> float:
-    """The level each gated metric's trials test is held to: Tarone's for ``alpha`` over those tests, given
-    the smallest p each allows (``min_p``). A metric none of whose cases can move (every trial alike on
-    both sides) cannot reach any level and costs the others nothing; with G metrics that all can, it is
-    Bonferroni's alpha / G. Like the cases' level, it depends only on what each test conditions on (the
-    pooled trials), never on which way they fell, so the family-wise error stays at most ``alpha``."""
+    """The level each gated metric's trials test is held to: Tarone's for ``alpha`` over those tests' smallest
+    p (NaN ones left out); a metric that cannot move costs nothing, so alpha / G when all G metrics can."""
     return tarone_level([m for m in min_ps if not math.isnan(m)], alpha)[0]

@@ -1,13 +1,10 @@
 """The spreadsheet round trip of labels for a run's outputs.
 
-``export_sheet`` writes one CSV row per answered case and axis (question, answer, cited sources, gold
-answer where the axis needs it, the output fingerprint, and empty ``score`` and ``reason`` columns; the
-judge's own score is withheld so annotators are not anchored); ``import_sheet`` checks a filled sheet
-against the run it is for (scores 0/1/2, known cases, current fingerprints) and gives keyed labels
-(``qaeval.data.labels``). Rows left blank are counted, never silently dropped. A cell that a spreadsheet
-would run as a formula (one starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: an
-answer such as ``=HYPERLINK(...)``) is written with one leading ``'`` (OWASP's advice on CSV injection),
-and ``import_sheet`` takes exactly that quote off again, so the round trip changes no text.
+``export_sheet`` writes one CSV row per answered case and axis with empty ``score`` and ``reason`` (the
+judge's score is withheld so annotators are not anchored); ``import_sheet`` checks a filled sheet against
+the run (scores 0/1/2, known cases, current fingerprints) and counts blank rows, never dropping them. A
+cell a spreadsheet would run as a formula (``FORMULA_STARTS``) is written with one leading ``'`` (OWASP's
+advice on CSV injection), which ``import_sheet`` takes off again, so the round trip changes no text.
 """
 
 from __future__ import annotations
@@ -187,14 +184,9 @@ def import_sheet(path: str | Path, run: RunResult) -> tuple[list[dict[str, Any]]
             problems.extend(Problem(where, line, f"{p} (sheet row {number})") for p in found)
             continue
         seen[(cid, axis)] = line
+        reason = row.get("reason", "")
         labels.append(
-            dict(
-                case_id=cid,
-                axis=axis,
-                score=int(score_text),
-                reason=row.get("reason", ""),
-                output_fingerprint=fingerprints[cid],
-            )
+            dict(case_id=cid, axis=axis, score=int(score_text), reason=reason, output_fingerprint=fingerprints[cid])
         )
     if problems:
         raise DatasetError(problems)

@@ -1,9 +1,6 @@
-"""The gate's steps, each a function a reader can name: the tolerances (``qaeval.verdicts.tolerances``),
-matching the run's cases with the baseline's (``match_cases``), and the four tiers: ``tier_one`` (every
-deterministic check green, no adapter error), ``metric_movements`` and ``metrics_tier`` (no gated metric
-moves the wrong way by more than its tolerance, with the paired noise test beside it), ``regressions``
-(no case that passed in the baseline fails now) and ``new_cases`` (every new or changed case passes).
-``qaeval.verdicts.gate`` puts them together into a ``GateResult``."""
+"""The gate's steps: ``match_cases``, then the four tiers: ``tier_one`` (deterministic checks),
+``metric_movements`` and ``metrics_tier`` (gated metrics within tolerance, with the noise test),
+``regressions`` and ``new_cases``. ``qaeval.verdicts.gate`` puts them together into a ``GateResult``."""
 
 from __future__ import annotations
 
@@ -33,8 +30,6 @@ from qaeval.verdicts.noise import (
 _EPS = 1e-9
 
 TIER_SCHEMA = {"tier": "text", "rule": "text", "passed": "bool", "detail": "text", "case_ids": "object"}
-
-
 TierRule = Literal["deterministic checks", "metrics vs baseline", "no passing case regresses", "new cases pass"]
 TIER_RULES: tuple[str, ...] = get_args(TierRule)
 
@@ -62,11 +57,19 @@ DELTA_SCHEMA = {
     "note": "text",
     "min_p": "float",  # with trials: the smallest p the metric's trials test allows (NaN otherwise)
 }
+MOVEMENT = tuple(DELTA_SCHEMA)[:9]  # the columns ``movement`` gives: what decides a metric
 REGRESSED_SCHEMA = {"case_id": "text", "baseline_state": "text", "current_state": "text", "why": "text"}
 NEW_SCHEMA = {"case_id": "text", "status": "text", "baseline_state": "text", "why": "text"}
-
-
-# --------------------------------------------------------------------------- the steps
+CASE_TRIALS_SCHEMA = {
+    "case_id": "text",
+    "baseline_passes": "int",
+    "baseline_trials": "int",
+    "passes": "int",
+    "trials": "int",
+    "p_value": "float",
+    "min_p": "float",
+    "verdict": "text",
+}
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,6 @@ def tier_one(run: RunResult) -> dict[str, Any]:
     return tier_row(1, "deterministic checks", not bad, detail, bad)
 
 
-MOVEMENT = ("metric", "baseline", "current", "delta", "tolerance", "direction", "passed", "n_baseline", "n_current")
-
-
 def movement(
     metric: Metric,
     tol: float,
@@ -121,12 +121,9 @@ def movement(
     p_worse: float | None = None,
     level: float | None = None,
 ) -> dict[str, Any]:
-    """How one gated metric moved from the baseline's value to the run's (``board``: the scoreboard
-    indexed by metric), and whether that is within its tolerance: the part of a metric_deltas row that
-    decides. A metric the baseline lacks (registered since) is not comparable, and passes. With trials
-    (``level`` given), a move past the tolerance blocks only when the one-sided paired test says the
-    run is worse by more than noise, ``p_worse`` <= ``level``, or when no case pairs with the baseline
-    (``p_worse`` NaN or None), so there is no noise to measure."""
+    """The ``MOVEMENT`` part of a metric_deltas row (``board``: the scoreboard indexed by metric). A metric
+    the baseline lacks is not comparable, and passes. With trials (``level``), a move past the tolerance
+    blocks only when ``p_worse`` <= ``level``, or when no case pairs with the baseline (``p_worse`` NaN)."""
     name = metric.name
     b, n_base = baseline.metrics.get(name, (math.nan, 0))
     c = float(board.at[name, "value"])
@@ -137,23 +134,12 @@ def movement(
         ok = delta >= -tol - _EPS if metric.higher_is_better else delta <= tol + _EPS
         if not ok and level is not None and p_worse is not None and not math.isnan(p_worse):
             ok = p_worse > level  # no paired case to test (p_worse NaN): the tolerance alone decides
-    return dict(
-        metric=name,
-        baseline=b,
-        current=c,
-        delta=delta,
-        tolerance=tol,
-        direction=metric.direction,
-        passed=ok,
-        n_baseline=n_base,
-        n_current=int(board.at[name, "n"]),
-    )
+    return dict(zip(MOVEMENT, (name, b, c, delta, tol, metric.direction, ok, n_base, int(board.at[name, "n"]))))
 
 
 def metric_outcome(row: Mapping[str, Any]) -> str:
-    """What decided a metric_deltas row, in the words a table's mark uses: "within" its tolerance,
-    "past tolerance, within noise" (with trials, a move past the tolerance that the trials test does not
-    tell from noise passes), "not comparable" (n = 0 on a side), or "BLOCKS"."""
+    """What decided a metric_deltas row: "within", "past tolerance, within noise", "not comparable" or
+    "BLOCKS"."""
     delta, tol = row["delta"], row["tolerance"]
     if not row["passed"]:
         return "BLOCKS"
@@ -166,13 +152,10 @@ def metric_outcome(row: Mapping[str, Any]) -> str:
 def metric_movements(
     run: RunResult, baseline: Baseline, tolerances: Mapping[str, float], matched: list[str], alpha: float | None = None
 ) -> pd.DataFrame:
-    """One row per gated metric: baseline and current value, delta, tolerance, pass, and the noise test.
-    Without ``alpha`` (one trial a side): an exact paired sign-flip test over the matched cases' values;
-    the tolerance alone decides and ``p_value`` is the two-sided p, as a note. With ``alpha`` (trials):
-    the trials test (``noise.trials_test``) over each matched case's trials, permuted within the case;
-    ``p_value`` is its one-sided p that the run is worse and ``min_p`` the smallest p the case's trials
-    allow. A move past the tolerance blocks only when ``p_value`` is at most ``metric_level``: Tarone's
-    level for ``alpha`` over the metrics' tests (``_trial_pairs``: what an adaptive run gives them)."""
+    """One ``DELTA_SCHEMA`` row per gated metric. Without ``alpha`` (one trial a side) the tolerance alone
+    decides and ``p_value`` is the two-sided sign-flip p, a note. With ``alpha`` (trials) ``p_value`` is the
+    trials test's one-sided p that the run is worse, and a move past the tolerance blocks only when it is
+    at most ``metric_level`` (Tarone over the metrics' tests)."""
     board = run.scoreboard.set_index("metric")
     position = {cid: i for i, cid in enumerate(run.units["case_id"])}
     by_name = {m.name: m for m in run.metrics}
@@ -222,10 +205,9 @@ def metric_movements(
 
 
 def _trial_pairs(run: RunResult, baseline: Baseline, name: str, matched: list[str]) -> list[CaseTrials]:
-    """Each matched case's trials for the trials test of ``name``, both sides' values and pass labels.
-    An adaptive run's rule comes with them when its trials were chosen on their own (``"first"``) or
-    against this very baseline (``"first or baseline"``); against another baseline only its first
-    trial is given, the one every case had whatever it showed."""
+    """Each matched case's trials of ``name``, both sides. An adaptive run's rule comes with them when its
+    trials were chosen on their own (``"first"``) or against this very baseline (``"first or baseline"``);
+    against another baseline only its first trial, the one every case had, is given."""
     trials = run.trial_runs or (run,)
     rule = None
     if run.meta.adaptive:
@@ -249,8 +231,7 @@ def _trial_pairs(run: RunResult, baseline: Baseline, name: str, matched: list[st
 
 
 def _worse(share: float, higher: bool, base: tuple[float, float] | None) -> bool:
-    """Whether a case contributes to a metric's bad movement: worse than its baseline self, or, when it
-    has none, short of the metric's best."""
+    """Whether a case moved a metric the bad way: worse than its baseline self, or short of the best."""
     if base is not None:
         before = base[0] / base[1]
         return share < before - _EPS if higher else share > before + _EPS
@@ -282,10 +263,8 @@ def _state(passes: int, trials: int) -> str:
 
 @dataclass(frozen=True)
 class CasePasses:
-    """How the gate counts a case's passing trials. By default a trial passes when the case passes
-    (``case_passed``); with answer correctness gated (``correctness``) an answerable case must also be
-    judged fully correct, on both sides, so a case answered rightly in every baseline trial and wrongly
-    now regresses by the trials' own rules. ``current``: per case (passes, trials) as counted;
+    """How the gate counts a case's passing trials: ``case_passed``, and with answer ``correctness`` gated
+    a fully correct answer too, on both sides. ``current``: per case (passes, trials) as counted;
     ``wrong``: per case the trials that passed on their own rules but were answered wrongly."""
 
     correctness: bool
@@ -334,14 +313,8 @@ def regressions(run: RunResult, trials: pd.DataFrame, passes: CasePasses | None 
         why = passes.why(r.case_id, pc.at[r.case_id, "fail_reasons"], pc.at[r.case_id, CORRECTNESS])
         if r.verdict == "regressed":
             why = f"passes less often than in the baseline (one-sided Fisher p={r.p_value:.3g}): {why}"
-        rows.append(
-            dict(
-                case_id=r.case_id,
-                baseline_state=_state(r.baseline_passes, r.baseline_trials),
-                current_state=_state(r.passes, r.trials),
-                why=why,
-            )
-        )
+        states = _state(r.baseline_passes, r.baseline_trials), _state(r.passes, r.trials)
+        rows.append(dict(zip(REGRESSED_SCHEMA, (r.case_id, *states, why))))
     return frame(rows, REGRESSED_SCHEMA)
 
 
@@ -361,55 +334,20 @@ def new_cases(run: RunResult, baseline: Baseline, match: CaseMatch, passes: Case
     return frame(rows, NEW_SCHEMA)
 
 
-# --------------------------------------------------------------------------- trials
-
-
-CASE_TRIALS_SCHEMA = {
-    "case_id": "text",
-    "baseline_passes": "int",
-    "baseline_trials": "int",
-    "passes": "int",
-    "trials": "int",
-    "p_value": "float",
-    "min_p": "float",
-    "verdict": "text",
-}
-
-
 def case_trials(
     run: RunResult, baseline: Baseline, matched: list[str], alpha: float, passes: CasePasses | None = None
 ) -> pd.DataFrame:
-    """Every matched case's trial counts against the baseline's and what they mean, one row each, the
-    passes counted as ``passes`` says (by default each trial's ``case_passed``).
-
-    ``verdict``:
-    * ``broken``: it passed every baseline trial and fails every current trial (with one trial on each
-      side, the gate's rule before trials: passed then, fails now). Blocks.
-    * ``regressed``: it passes in fewer trials than in the baseline, by more than chance allows: its
-      one-sided Fisher p-value (``fisher_drop_p``) is at most Tarone's level (``tarone_level``) for
-      ``alpha`` over the matched cases that are not broken. Blocks.
-    * ``flaky``: some trials passed and some failed, on either side, and neither rule above holds.
-      Reported, never blocking.
-    * ``steady``: every other case (passes as it did, or fails as it did).
-    """
+    """One ``CASE_TRIALS_SCHEMA`` row per matched case, its passes counted as ``passes`` says. ``verdict``:
+    ``broken`` (passed every baseline trial, fails every current one; blocks), ``regressed`` (one-sided
+    Fisher p at most Tarone's level for ``alpha`` over the cases not broken; blocks), ``flaky`` (some
+    trials pass and some fail, on either side; never blocks) or ``steady``."""
     passes = passes or CasePasses.of(run, False)
     rows: list[dict[str, Any]] = []
     for cid in matched:
         (cb, nb), (cc, nc) = passes.baseline(baseline, cid), passes.current[cid]
-        p, floor = fisher_drop_p(cb, nb, cc, nc)
         verdict = "broken" if cb == nb and cc == 0 else "steady"
-        rows.append(
-            dict(
-                case_id=cid,
-                baseline_passes=cb,
-                baseline_trials=nb,
-                passes=cc,
-                trials=nc,
-                p_value=p,
-                min_p=floor,
-                verdict=verdict,
-            )
-        )
+        p_and_floor = fisher_drop_p(cb, nb, cc, nc)  # p_value, min_p
+        rows.append(dict(zip(CASE_TRIALS_SCHEMA, (cid, cb, nb, cc, nc, *p_and_floor, verdict))))
     level, _ = tarone_level([r["min_p"] for r in rows if r["verdict"] != "broken"], alpha)
     for r in rows:
         if r["verdict"] == "broken":
@@ -434,14 +372,9 @@ def _regression_detail(regressed: pd.DataFrame, trials: pd.DataFrame, match: Cas
     return f"{len(match.matched)} matched case(s), none regressed{tail}"
 
 
-def levels(
-    run: RunResult, baseline: Baseline, match: CaseMatch, tolerances: Mapping[str, float], alpha: float
-) -> tuple[float, float | None]:
-    """(the cases' share of alpha, the gated metrics' share or None). With one trial on both sides the
-    gate decides as before trials (the tolerances alone; a case regresses when it passed and fails now)
-    and alpha is not used. Otherwise alpha is split in two: half for the cases (``case_trials``), half
-    for the gated metrics (``metric_level``: Tarone over their tests), so an unchanged system is blocked
-    by the regression test or a metric with a chance of at most alpha."""
+def levels(run: RunResult, baseline: Baseline, match: CaseMatch, alpha: float) -> tuple[float, float | None]:
+    """(the cases' share of alpha, the gated metrics' share or None): with one trial on both sides the
+    tolerances alone decide; otherwise half for the cases and half for the metrics."""
     if one_trial_each(run, baseline, match.matched):
         return alpha, None
     return alpha / 2, alpha / 2
@@ -455,8 +388,7 @@ def decide(
     trials: pd.DataFrame,
     passes: CasePasses | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(tiers, regressed, new_failing): the four tiers from the matched cases, their trials
-    (``case_trials``), the metric movements and how a case's passes are counted (``passes``)."""
+    """(tiers, regressed, new_failing) from the match, the metric movements and the cases' trials."""
     regressed = regressions(run, trials, passes)
     new_failing = new_cases(run, baseline, match, passes)
     n_new = len(match.new) + len(match.changed)

@@ -1,10 +1,7 @@
-"""The gate's tolerances: how far each gated metric may move the wrong way, from the defaults, a JSON file
-and ``metric=value`` overrides.
-
-Most gated metrics are gated by default (``Metric.tolerance``). Answer correctness is gated only when asked
-for: by a tolerance of its own (``--tolerance answer_correctness=0.05``, or the file), or by a calibration in
-the same gate that trusts the judge on its axis (``trusted_axes``); the bundled offline judge is weak there,
-so a gate never leans on it unasked."""
+"""The gate's tolerances: how far each gated metric may move the wrong way, from the defaults
+(``Metric.tolerance``), a JSON file and ``metric=value`` overrides. Answer correctness is gated only when
+asked for: by a tolerance of its own, or by a calibration in the same gate that trusts the judge on its
+axis (``trusted_axes``); the bundled offline judge is weak there."""
 
 from __future__ import annotations
 
