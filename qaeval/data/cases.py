@@ -1,19 +1,10 @@
 """The golden case: its schema, and loading it strictly, completely and all at once.
 
-``load_suite(DIR)`` reads every ``*.jsonl`` file directly inside DIR (not its subfolders). Each
-non-blank line is one case object. A UTF-8 byte-order mark, CRLF line endings and blank lines are
-accepted; anything else that is off is a problem: a top-level array, bytes that are not UTF-8, JSON
-that only a lenient parser accepts (a key twice in one object, ``NaN``), an unknown field, a wrong
-type, a bad enum value, a duplicate id, a gold source missing from the fixture, an answerable case
-without a gold answer, a ``*.jsonl`` that is not a regular file (a FIFO, a folder, a looping link), an
-empty suite. Every problem in the load is collected, each with its file and line, and raised together
-as one ``DatasetError`` before anything is scored. A file that exists but cannot be read is a
-``FileAccessError`` (exit 74).
-
-A case's passages are its ``sources``: each one ``{id, text, title?}``, the frozen fixture the system
-retrieves over. When DIR also holds ``corpus.jsonl`` (``qaeval.data.corpus``; not a case file), a case may
-omit ``sources``: it is then a *corpus case*, whose gold source ids (and checkpoint source ids) must be
-passages of the corpus. The corpus is indexed on disk, not read into memory; a folder may mix both kinds.
+``load_suite(DIR)`` reads every ``*.jsonl`` directly inside DIR; each non-blank line is one case. Every
+problem (bad UTF-8 or JSON, an unknown field, a wrong type or value, a duplicate id, a gold source not
+in the fixture, a file that is not a regular file, an empty suite) is collected with its file and line
+and raised as one ``DatasetError`` before anything is scored; an unreadable file is a ``FileAccessError``.
+A case without ``sources`` is a corpus case: its gold and checkpoint ids must be in ``DIR/corpus.jsonl``.
 """
 
 from __future__ import annotations
@@ -46,22 +37,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _SOURCE_KEYS = frozenset(SOURCE_FIELDS)
-CASE_COLUMNS = [
-    "case_id",
-    "split",
-    "difficulty",
-    "expected_behavior",
-    "must_abstain",
-    "adversarial",
-    "question",
-    "gold_answer",
-    "gold_source_ids",
-    "n_sources",
-    "checkpoints",
-    "fingerprint",
-    "file",
-    "line",
-]
+CASE_COLUMNS = (
+    "case_id split difficulty expected_behavior must_abstain adversarial question gold_answer gold_source_ids "
+    "n_sources checkpoints fingerprint file line"
+).split()
 
 
 @dataclass(frozen=True)
@@ -135,35 +114,27 @@ class Suite:
         """
         import pandas as pd
 
-        columns: dict[str, list[Any]] = {name: [] for name in CASE_COLUMNS}
-        for c in self.cases:
-            for name, value in (
-                ("case_id", c.id),
-                ("split", c.split),
-                ("difficulty", c.difficulty),
-                ("expected_behavior", c.expected_behavior),
-                ("must_abstain", c.must_abstain),
-                ("adversarial", c.adversarial),
-                ("question", c.question),
-                ("gold_answer", c.gold_answer),
-                ("gold_source_ids", list(c.gold_source_ids)),
-                ("n_sources", len(c.sources)),
-                ("checkpoints", [dict(cp) for cp in c.checkpoints]),
-                ("fingerprint", c.fingerprint),
-                ("file", c.file),
-                ("line", c.line),
-            ):
-                columns[name].append(value)
-        return pd.DataFrame(
-            {
-                name: pd.Series(
-                    values,
-                    dtype=("bool" if name == "must_abstain" else "int64" if name in ("n_sources", "line") else object),
-                )
-                for name, values in columns.items()
-            },
-            columns=CASE_COLUMNS,
-        )
+        rows = [
+            (
+                c.id,
+                c.split,
+                c.difficulty,
+                c.expected_behavior,
+                c.must_abstain,
+                c.adversarial,
+                c.question,
+                c.gold_answer,
+                list(c.gold_source_ids),
+                len(c.sources),
+                [dict(cp) for cp in c.checkpoints],
+                c.fingerprint,
+                c.file,
+                c.line,
+            )
+            for c in self.cases
+        ]
+        frame = pd.DataFrame(rows, columns=CASE_COLUMNS, dtype=object)
+        return frame.astype({"must_abstain": "bool", "n_sources": "int64", "line": "int64"})
 
     def sources_frame(self) -> pd.DataFrame:
         """One row per (case, passage) of the cases' own sources.
@@ -192,14 +163,6 @@ class Suite:
         }
 
 
-def source_bodies(sources: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """{case_id: {source_id: text}} from ``Suite.sources_frame()``."""
-    bodies: dict[str, dict[str, str]] = {}
-    for case_id, sid, text in zip(sources["case_id"].tolist(), sources["source_id"].tolist(), sources["text"].tolist()):
-        bodies.setdefault(case_id, {})[sid] = text
-    return bodies
-
-
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))  # one, not one a case
 
 
@@ -209,8 +172,8 @@ def case_fingerprint(raw: Mapping[str, Any]) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def _is_str(value: Any, *, allow_empty: bool = False) -> bool:
-    return isinstance(value, str) and (allow_empty or (bool(value) and not value.isspace()))
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and not value.isspace()
 
 
 def _case_problems(raw: dict[str, Any], corpus: Corpus | None = None) -> list[str]:
@@ -420,28 +383,25 @@ def load_suite(data_dir: str | Path) -> Suite:
     if not root.is_dir():
         what = "not a folder" if root.exists() else "no such folder"
         raise DatasetError(f"{what}: the cases live in *.jsonl files inside a folder", file=str(root))
-    problems: list[Problem] = []
     files = case_files(root)
     if not files:
         raise DatasetError([Problem(str(root), None, "no *.jsonl files directly inside this folder")])
+    broken: list[Problem] = []  # the corpus's problems: the cases are checked too, so all are reported at once
     try:
         corpus = load_corpus(root)
-    except DatasetError as exc:  # the cases are checked as well, so every problem is reported at once
-        raise DatasetError(exc.problems + _problems_beside_a_broken_corpus(files, root)) from None
+    except DatasetError as exc:
+        corpus, broken = None, exc.problems
+    problems: list[Problem] = []
     entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
     try:  # streamed: each line is validated and built as it is read, no file is held whole
-        suite = build_suite(entries, str(root), corpus=corpus)
+        suite = build_suite(entries, str(root), corpus=cast(Corpus, _AnyId()) if broken else corpus)
     except DatasetError as exc:
+        empty = bool(problems or broken)  # "the suite is empty" says nothing more when a line or the corpus is bad
+        problems += [p for p in exc.problems if not (empty and p.line is None and "the suite is empty" in p.message)]
+    if problems or broken:
         if corpus is not None:
             corpus.close()
-        found = problems + [
-            p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message and problems)
-        ]
-        raise DatasetError(sorted(found, key=lambda p: (p.file, p.line or 0))) from None
-    if problems:
-        if corpus is not None:
-            corpus.close()
-        raise DatasetError(problems)
+        raise DatasetError(broken + sorted(problems, key=lambda p: (p.file, p.line or 0)))
     return suite
 
 
@@ -451,17 +411,6 @@ class _AnyId:
 
     def __contains__(self, item: object) -> bool:
         return True
-
-
-def _problems_beside_a_broken_corpus(files: list[Path], root: Path) -> list[Problem]:
-    """The problems of the case files when their folder's corpus did not load."""
-    problems: list[Problem] = []
-    entries = ((str(path), number, raw) for path in files for number, raw in iter_jsonl(path, problems))
-    try:
-        build_suite(entries, str(root), corpus=cast(Corpus, _AnyId()))
-    except DatasetError as exc:
-        problems += [p for p in exc.problems if not (p.line is None and "the suite is empty" in p.message)]
-    return sorted(problems, key=lambda p: (p.file, p.line or 0))
 
 
 def suite_from_raw(

@@ -1,22 +1,11 @@
-"""The frozen corpus: ``corpus.jsonl`` beside the cases, read from disk, never held whole in memory.
+"""The frozen corpus: ``corpus.jsonl`` beside the cases, one ``{"id", "text", "title"?}`` passage a line.
 
-One passage per line: ``{"id": ..., "text": ..., "title": ...}`` (``title`` optional). The file is
-checked as strictly as the cases: a line that is not UTF-8 or not strict JSON (a key twice, ``NaN``, an
-unpaired surrogate), a line that is not an object, an unknown field, an id or text that is not a
-non-empty string, a title that is not a string, a duplicate id, an empty corpus. Every problem is
-collected with its file and line (the first ``MAX_PROBLEMS`` are listed, then a count) and raised as one
-``DatasetError`` (exit 65). A UTF-8 byte-order mark, CRLF line endings and blank lines are accepted.
-
-``Corpus.open(path)`` reads the file once, streaming: it validates every line, computes the sha256 of the
-file's bytes (the ``fingerprint``) and keeps, per passage, only where its line is (offset, length, line
-number) and a 64-bit hash of its id, in numpy arrays: about 28 bytes a passage. ``corpus[id]`` reads that
-one line back with ``os.pread``; iteration reads the file in order in blocks. The file stays open, so a
-corpus replaced by a rename keeps reading the bytes it fingerprinted; one changed in place is refused
-on the next read.
-
-``Corpus.export(folder)`` hands the corpus to another process without telling it where the data folder
-is: a copy under a neutral name in a folder of the caller's choosing (never a link to the user's file),
-with the index beside it, so ``Corpus.open_export`` there does not read the file again.
+``Corpus.open(path)`` checks every line as strictly as the cases (every problem with its line, the first
+``MAX_PROBLEMS`` listed, raised as one ``DatasetError``) while streaming the file once: it keeps the
+sha256 of its bytes (``fingerprint``) and, per passage, only where its line is and a 64-bit hash of its
+id (about 28 bytes a passage). ``corpus[id]`` reads that line back with ``os.pread`` from the handle it
+keeps open, so a corpus replaced by a rename keeps its bytes; one changed in place is refused.
+``Corpus.export(folder)`` hands a copy and its index to another process without naming the data folder.
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ import os
 import stat
 from array import array
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -92,13 +81,13 @@ def passage_problems(raw: Any) -> list[str]:
     return problems
 
 
+@dataclass
 class _Problems:
     """Problems of one load: the first MAX_PROBLEMS kept, the rest counted."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.kept: list[Problem] = []
-        self.more = 0
+    file: str
+    kept: list[Problem] = field(default_factory=list)
+    more: int = 0
 
     def add(self, line: int | None, message: str) -> None:
         if len(self.kept) < MAX_PROBLEMS:
@@ -143,26 +132,11 @@ def _id_hash(passage_id: str) -> int:
     )
 
 
-class _Index:
-    """Where each passage's line is, built while streaming the file once."""
-
-    def __init__(self) -> None:
-        self.offsets = array("q")
-        self.lengths = array("q")
-        self.lines = array("i")
-        self.hashes = array("q")
-
-    def add(self, offset: int, length: int, line: int, passage_id: str) -> None:
-        self.offsets.append(offset)
-        self.lengths.append(length)
-        self.lines.append(line)
-        self.hashes.append(_id_hash(passage_id))
-
-
-def _scan(handle: Any, problems: _Problems) -> tuple[_Index, str]:
-    """Validate every line of an open corpus file; returns the index of valid passages and the sha256 of
-    every byte read."""
-    index, digest, offset = _Index(), hashlib.sha256(), 0
+def _scan(handle: Any, problems: _Problems) -> tuple[dict[str, array[int]], str]:
+    """Validate every line of an open corpus file; returns where each valid passage's line is (offset,
+    length, line number, id hash: ``INDEX_ARRAYS``) and the sha256 of every byte read."""
+    index = {name: array("i" if name == "lines" else "q") for name in INDEX_ARRAYS}
+    digest, offset = hashlib.sha256(), 0
     for number, raw in enumerate(handle, start=1):
         digest.update(raw)
         start, offset = offset, offset + len(raw)
@@ -185,7 +159,8 @@ def _scan(handle: Any, problems: _Problems) -> tuple[_Index, str]:
         for message in found:
             problems.add(number, label + message)
         if not found:
-            index.add(start, len(raw), number, value["id"])
+            for name, item in zip(INDEX_ARRAYS, (start, len(raw), number, _id_hash(value["id"]))):
+                index[name].append(item)
     return index, digest.hexdigest()
 
 
@@ -204,7 +179,7 @@ class Corpus:
     Args:
         handle: The open file, read with ``os.pread``.
         path: Where the file is.
-        index: Where each passage's line is (offsets, lengths, line numbers, id hashes).
+        index: Where each passage's line is (``INDEX_ARRAYS``: offsets, lengths, line numbers, id hashes).
         fingerprint: The sha256 of the file's bytes.
 
     Attributes:
@@ -212,7 +187,7 @@ class Corpus:
         fingerprint: The sha256 of the file's bytes (hex): records and the gate compare it.
     """
 
-    def __init__(self, handle: Any, path: Path, index: _Index | Mapping[str, Any], fingerprint: str) -> None:
+    def __init__(self, handle: Any, path: Path, index: Mapping[str, Any], fingerprint: str) -> None:
         import numpy as np
 
         self.path = path
@@ -221,16 +196,8 @@ class Corpus:
         self._fd = handle.fileno()
         info = os.fstat(self._fd)
         self._stamp = (info.st_size, info.st_mtime_ns)
-        arrays = (
-            index
-            if isinstance(index, Mapping)
-            else {
-                name: np.frombuffer(getattr(index, name), dtype=np.dtype(f"i{getattr(index, name).itemsize}"))
-                for name in INDEX_ARRAYS
-            }
-        )
-        self._offsets, self._lengths, self._lines = arrays["offsets"], arrays["lengths"], arrays["lines"]
-        self._hashes = hashes = arrays["hashes"]
+        self._offsets, self._lengths, self._lines, self._hashes = (np.asarray(index[name]) for name in INDEX_ARRAYS)
+        hashes = self._hashes
         self._order = np.argsort(hashes, kind="stable")
         self._sorted = hashes[self._order]
         self._order = self._order.astype(np.int32)
@@ -286,16 +253,11 @@ class Corpus:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def _rows(self, passage_id: str) -> range:
-        h = _id_hash(passage_id)
-        lo = int(self._sorted.searchsorted(h, "left"))
-        hi = int(self._sorted.searchsorted(h, "right"))
-        return range(lo, hi)
-
     def _find(self, passage_id: object) -> Passage | None:
         if not isinstance(passage_id, str):
             return None
-        for position in self._rows(passage_id):
+        h = _id_hash(passage_id)
+        for position in range(int(self._sorted.searchsorted(h, "left")), int(self._sorted.searchsorted(h, "right"))):
             passage = self._read(int(self._order[position]))
             if passage.id == passage_id:
                 return passage
@@ -358,11 +320,9 @@ class Corpus:
             )
 
     def export(self, folder: str | os.PathLike[str]) -> Path:
-        """A copy of the corpus file under the neutral name ``corpus.jsonl`` inside ``folder``, made from
-        the bytes this corpus fingerprinted, and beside it this corpus's index (``corpus.index.npz``), so
-        ``Corpus.open_export`` in another process opens it without reading it again. The path says nothing
-        about the data folder. A copy, never a link: a link would let the process that reads it write to
-        the user's own corpus.
+        """A copy of the corpus (the bytes it fingerprinted) as ``folder/corpus.jsonl``, and beside it its index
+        (``corpus.index.npz``) for ``Corpus.open_export``. A copy, never a link: a link would let the process
+        that reads it write to the user's own corpus.
 
         Args:
             folder: The folder to put the copy in (a worker's scratch folder).
@@ -396,9 +356,8 @@ class Corpus:
 
     @classmethod
     def open_export(cls, path: str | os.PathLike[str]) -> Corpus:
-        """A corpus ``export`` wrote (in the process it was handed to): the copy with the exporter's index,
-        which was built when the original was checked, so the file is not read again. A copy whose size
-        is not the one indexed is refused.
+        """A corpus ``export`` wrote, opened with the exporter's index (the file is not read again); a copy
+        whose size is not the one indexed is refused.
 
         Args:
             path: The copy ``export`` returned.

@@ -1,12 +1,26 @@
-"""The mapping rules from public datasets to qaeval's formats, one function per format (see
-``qaeval.data.importers`` for what each format becomes): the cases of one SQuAD 2.0 article, HotpotQA,
-MuSiQue or RAGAS record, the passages a record pools into a corpus, and the rows of the WiCE, ExpertQA
-and ARES labelled sets. A record that cannot become a case raises ``Refused`` with the reason."""
+"""The mapping rules from public datasets to qaeval's formats (``qaeval.data.importers`` runs them). A
+record that cannot become a case raises ``Refused`` with the reason.
+
+squad2    One case per question: its paragraph is the gold source, the article's next paragraphs are
+          distractors; ``is_impossible`` questions must be abstained on. single-hop.
+hotpotqa  One source per context title; the ``supporting_facts`` titles are the gold sources, each a
+          ``retrieved`` checkpoint. multi-hop; the question ``type`` is the adversarial tag.
+musique   One source per paragraph; ``is_supporting`` ones are gold (and checkpoints when multi-hop);
+          two or more ``question_decomposition`` steps are multi-hop; ``answerable: false`` abstains.
+ragas     ``question``, ``contexts``, ``ground_truth`` or ``reference`` (or ``ground_truths``' first);
+          the ``reference_contexts`` are the gold sources. single-hop.
+
+Labelled sets (a claim, its evidence, a human faithfulness score): ``wice`` (the page's sentences one
+source; supported 2, partially_supported 1, not_supported 0), ``expertqa`` (every claim with evidence;
+Complete 2, Partial 1, Missing or Incomplete 0; N/A or none refused), ``ares`` (TSV: Query or Question,
+Document, Answer, Answer_Faithfulness_Label 1 or [[Yes]] 2, 0 or [[No]] 0).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -297,33 +311,47 @@ EXPERTQA_SCORES = {"Complete": 2, "Partial": 1, "Missing": 0, "Incomplete": 0}
 ARES_SCORES = {"1": 2, "1.0": 2, "[[Yes]]": 2, "Yes": 2, "0": 0, "0.0": 0, "[[No]]": 0, "No": 0}
 
 
+def refusing(where: str, build: Callable[[], Any]) -> tuple[str, Any]:
+    """(where, what ``build`` made, or the Refused it raised)."""
+    try:
+        return where, build()
+    except Refused as exc:
+        return where, exc
+
+
+def _wice_row(record: Any, where: str, prefix: str) -> dict[str, Any]:
+    if not isinstance(record, dict):
+        raise Refused("a record that is not an object")
+    label = record.get("label")
+    if label not in WICE_SCORES:
+        raise Refused(f"label {label!r} is not supported/partially_supported/not_supported")
+    evidence = record.get("evidence")
+    if not isinstance(evidence, list) or not any(isinstance(s, str) and s.strip() for s in evidence):
+        raise Refused("no evidence text")
+    text = " ".join(s.strip() for s in evidence if isinstance(s, str) and s.strip())
+    meta: dict[str, Any] = record["meta"] if isinstance(record.get("meta"), dict) else {}
+    cid = f"{prefix}-{meta.get('id') or where.rsplit(':', 1)[-1]}"
+    claim = _text(record.get("claim"), "claim")
+    return _labelled(cid, "", [{"id": "page", "text": text}], claim, WICE_SCORES[label], f"WiCE: {label}")
+
+
 def wice_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
     for where, record in jsonl_items(path):
-        try:
-            if not isinstance(record, dict):
-                raise Refused("a record that is not an object")
-            label = record.get("label")
-            if label not in WICE_SCORES:
-                raise Refused(f"label {label!r} is not supported/partially_supported/not_supported")
-            evidence = record.get("evidence")
-            if not isinstance(evidence, list) or not any(isinstance(s, str) and s.strip() for s in evidence):
-                raise Refused("no evidence text")
-            text = " ".join(s.strip() for s in evidence if isinstance(s, str) and s.strip())
-            meta: dict[str, Any] = record["meta"] if isinstance(record.get("meta"), dict) else {}
-            cid = f"{prefix}-{meta.get('id') or where.rsplit(':', 1)[-1]}"
-            yield (
-                where,
-                _labelled(
-                    cid,
-                    "",
-                    [{"id": "page", "text": text}],
-                    _text(record.get("claim"), "claim"),
-                    WICE_SCORES[label],
-                    f"WiCE: {label}",
-                ),
-            )
-        except Refused as exc:
-            yield where, exc
+        yield refusing(where, partial(_wice_row, record, where, prefix))
+
+
+def _expertqa_row(claim: Any, question: str, cid: str) -> dict[str, Any]:
+    if not isinstance(claim, dict):
+        raise Refused("a claim that is not an object")
+    support = claim.get("support")
+    if support not in EXPERTQA_SCORES:
+        raise Refused(f"support {support!r} is not a judgement of the evidence (N/A or none)")
+    evidence = [e for e in claim.get("evidence") or [] if isinstance(e, str) and e.strip()]
+    if not evidence:
+        raise Refused("no evidence to judge the claim against")
+    sources = [{"id": f"e{i}", "text": e.strip()} for i, e in enumerate(evidence, start=1)]
+    answer = _text(claim.get("claim_string"), "claim")
+    return _labelled(cid, question, sources, answer, EXPERTQA_SCORES[support], f"ExpertQA expert: {support}")
 
 
 def expertqa_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
@@ -336,51 +364,20 @@ def expertqa_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
         for system, answer in record["answers"].items():
             claims = answer.get("claims") if isinstance(answer, dict) else None
             for n, claim in enumerate(claims or [], start=1):
-                here = f"{where}, {system} claim {n}"
-                try:
-                    if not isinstance(claim, dict):
-                        raise Refused("a claim that is not an object")
-                    support = claim.get("support")
-                    if support not in EXPERTQA_SCORES:
-                        raise Refused(f"support {support!r} is not a judgement of the evidence (N/A or none)")
-                    evidence = [e for e in claim.get("evidence") or [] if isinstance(e, str) and e.strip()]
-                    if not evidence:
-                        raise Refused("no evidence to judge the claim against")
-                    sources = [{"id": f"e{i}", "text": e.strip()} for i, e in enumerate(evidence, start=1)]
-                    cid = f"{prefix}-{line}-{re.sub(r'[^a-z0-9]+', '-', str(system).lower())}-{n}"
-                    yield (
-                        here,
-                        _labelled(
-                            cid,
-                            str(question),
-                            sources,
-                            _text(claim.get("claim_string"), "claim"),
-                            EXPERTQA_SCORES[support],
-                            f"ExpertQA expert: {support}",
-                        ),
-                    )
-                except Refused as exc:
-                    yield here, exc
+                cid = f"{prefix}-{line}-{re.sub(r'[^a-z0-9]+', '-', str(system).lower())}-{n}"
+                yield refusing(f"{where}, {system} claim {n}", partial(_expertqa_row, claim, str(question), cid))
+
+
+def _ares_row(row: dict[str, str], cid: str) -> dict[str, Any]:
+    label = (row.get("Answer_Faithfulness_Label") or "").strip()
+    if label not in ARES_SCORES:
+        raise Refused(f"Answer_Faithfulness_Label {label!r} is not 0 or 1 (or [[No]] or [[Yes]])")
+    question = _text(row.get("Query", row.get("Question")), "Query (or Question)")  # ARES's files say either
+    sources = [{"id": "doc", "text": _text(row.get("Document"), "Document")}]
+    answer = _text(row.get("Answer"), "Answer")
+    return _labelled(cid, question, sources, answer, ARES_SCORES[label], f"ARES human label {label}")
 
 
 def ares_rows(path: Path, prefix: str) -> Iterator[tuple[str, Any]]:
     for n, (where, row) in enumerate(csv_rows(path, delimiter="\t"), start=1):
-        try:
-            label = (row.get("Answer_Faithfulness_Label") or "").strip()
-            if label not in ARES_SCORES:
-                raise Refused(f"Answer_Faithfulness_Label {label!r} is not 0 or 1 (or [[No]] or [[Yes]])")
-            score = ARES_SCORES[label]
-            question = row.get("Query", row.get("Question"))  # ARES's files name the column either way
-            yield (
-                where,
-                _labelled(
-                    f"{prefix}-{n:04d}",
-                    _text(question, "Query (or Question)"),
-                    [{"id": "doc", "text": _text(row.get("Document"), "Document")}],
-                    _text(row.get("Answer"), "Answer"),
-                    score,
-                    f"ARES human label {label}",
-                ),
-            )
-        except Refused as exc:
-            yield where, exc
+        yield refusing(where, partial(_ares_row, row, f"{prefix}-{n:04d}"))

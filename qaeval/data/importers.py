@@ -1,58 +1,11 @@
 """Public datasets into qaeval's formats: golden cases from QA data, labelled sets from human-labelled data.
 
-``import_file(FORMAT, IN, OUT_DIR)`` streams the input (JSON arrays and objects are read item by item
-with ijson, JSONL and CSV line by line), so a large file imports in bounded memory; every record is
-either imported or refused with a reason, and the counts say so. The written file is loaded back as
-strictly as any golden file before the import reports success.
-
-Golden cases (``qaeval import FORMAT IN --out DIR`` writes ``DIR/<prefix>.jsonl``):
-
-squad2      SQuAD 2.0 (official JSON). One case per question: its paragraph is the gold source and the
-            next paragraphs of the same article are near-miss distractors. ``is_impossible`` questions
-            (written to look answerable from that paragraph) must be abstained on. single-hop; tag
-            ``squad2`` or ``squad2-unanswerable``.
-hotpotqa    HotpotQA, distractor setting (JSON array). One source per context title; the titles named
-            by ``supporting_facts`` are the gold sources, each also a ``retrieved`` checkpoint.
-            multi-hop; the question ``type`` (``bridge`` or ``comparison``) is the adversarial tag.
-musique     MuSiQue (JSON array or JSONL). One source per paragraph; ``is_supporting`` paragraphs are
-            the gold sources and ``retrieved`` checkpoints; ``question_decomposition`` gives the hops:
-            two or more is multi-hop (tag ``musique-<n>hop``), one is single-hop. ``answerable: false``
-            must be abstained on (gold answer null, no gold source).
-ragas       Rows as RAGAS users keep them (JSONL, or CSV with list columns as JSON): ``question``,
-            ``contexts`` (list of strings), ``ground_truth`` or ``reference`` (or ``ground_truths``, a
-            list, whose first item is taken), optional ``reference_contexts`` (the contexts that carry
-            the answer: the gold sources; without it a case has no gold source and no retrieval row).
-            single-hop.
-
-Labelled sets (``--labelled``; ``calibrate --labelled``), each row a claim, its evidence and a human score:
-
-wice        WiCE claim level (JSONL): the cited web page is one source (its sentences joined), the
-            claim is the answer citing it; ``supported`` 2, ``partially_supported`` 1,
-            ``not_supported`` 0 on faithfulness. No question.
-expertqa    ExpertQA (JSONL): every claim of every system answer that has evidence; each evidence
-            passage a source, the claim citing each; ``support`` Complete 2, Partial 1, Missing or
-            Incomplete 0 on faithfulness. A claim with no evidence, or a support of ``N/A`` or none at
-            all, is refused (nothing was judged against text).
-ares        ARES human annotations (TSV: Query or Question, Document, Answer,
-            Answer_Faithfulness_Label; ARES's files spell the question both ways, and the other
-            columns they carry, such as the other labels, Reaction and Sources, are ignored): the
-            document is the one source, the answer cites it; faithfulness 1 -> 2, 0 -> 0 (ARES's
-            few-shot files spell them ``[[Yes]]`` and ``[[No]]``: the same).
-
-``--corpus`` (squad2, hotpotqa, musique): every paragraph of the file, of every record (refused ones and
-those left out by ``--limit`` too), is pooled into ``DIR/corpus.jsonl`` (``qaeval.data.pooling``: the same
-text is one passage, its id the title's slug and a digest of the text, the same on every import), and
-the cases carry no ``sources``: their gold source ids (and checkpoints) are corpus ids: the question's
-paragraph for SQuAD (none when unanswerable), the ``supporting_facts`` titles' paragraphs for HotpotQA,
-the ``is_supporting`` paragraphs for MuSiQue. The file's records are read once (after the UTF-8 and
-nesting checks every import makes); the corpus is streamed to disk as it is pooled and put in place
-all at once, never over an existing one.
-
-``--limit N`` keeps the first N records imported (with ``--seed S``: a uniform sample of N, drawn by
-reservoir sampling so memory stays at N); ``--prefix`` names the ids (default: the format).
-
-Hostile input is bad data (exit 65), found in bounded memory before a case is written: bytes that are
-not UTF-8 (the line and byte offset named), JSON arrays or objects nested more than ``MAX_DEPTH`` deep.
+``import_file(FORMAT, IN, OUT_DIR)`` streams the input (ijson for JSON, line by line for JSONL and CSV)
+after the checks every import makes in bounded memory (UTF-8, nesting at most ``MAX_DEPTH``: exit 65).
+Every record is imported or refused with a reason (the mapping rules: ``qaeval.data.formats``), and the
+written file is loaded back as strictly as any before the import reports success. ``--corpus`` pools
+every paragraph of the file into ``DIR/corpus.jsonl`` (``qaeval.data.pooling``) and writes corpus cases;
+``--limit N`` keeps the first N records (with ``--seed``: a uniform reservoir sample of N).
 """
 
 from __future__ import annotations
@@ -64,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +33,7 @@ from qaeval.data.formats import (
     musique_case,
     musique_passages,
     ragas_case,
+    refusing,
     squad2_cases,
     squad2_passages,
     wice_rows,
@@ -137,14 +92,17 @@ def _unforeseen(exc: BaseException) -> Refused:
     return Refused(f"a record of a shape qaeval cannot read ({describe(exc)})")
 
 
+def _guarded(where: str, build: Callable[[], Any]) -> tuple[str, Any]:
+    """(where, the case ``build`` made, or why the record is refused)."""
+    try:
+        return refusing(where, build)
+    except UNFORESEEN as exc:
+        return where, _unforeseen(exc)
+
+
 def _one_case(build: Callable[[Any, str, str], dict[str, Any]]) -> Callable[..., Iterator[tuple[str, Any]]]:
     def cases(where: str, record: Any, prefix: str, split: str) -> Iterator[tuple[str, Any]]:
-        try:
-            yield where, build(record, prefix, split)
-        except Refused as exc:
-            yield where, exc
-        except UNFORESEEN as exc:
-            yield where, _unforeseen(exc)
+        yield _guarded(where, partial(build, record, prefix, split))
 
     return cases
 
@@ -202,12 +160,7 @@ def _produce(fmt: str, path: Path, prefix: str, split: str, pool: PassagePool | 
     elif fmt == "ragas":
         rows = csv_rows(path) if path.suffix.lower() == ".csv" else records(path)
         for n, (where, record) in enumerate(rows, start=1):
-            try:
-                yield where, ragas_case(record, prefix, split, n)
-            except Refused as exc:
-                yield where, exc
-            except UNFORESEEN as exc:
-                yield where, _unforeseen(exc)
+            yield _guarded(where, partial(ragas_case, record, prefix, split, n))
     else:
         yield from {"wice": wice_rows, "expertqa": expertqa_rows, "ares": ares_rows}[fmt](path, prefix)
 

@@ -1,31 +1,14 @@
-"""Human labels in the two forms calibration and PPI read, and the spreadsheet round trip.
+"""Human labels in the two forms calibration and PPI read (docs/guides/judge.md), each checked as strictly
+as a golden case, every problem with its file and line.
 
-Keyed labels (JSONL, one per line), for outputs of a run::
+Keyed labels (JSONL), for outputs of a run: ``{"case_id", "axis", "score": 0|1|2, "reason"?,
+"output_fingerprint"?}``, one per case and axis; a label whose output fingerprint has changed is stale.
+The labels ``label import`` writes begin with ``LABELS_HEADER``, by which qaeval knows a file it may replace.
 
-    {"case_id": "single-0001", "axis": "faithfulness", "score": 2, "reason": "...", "output_fingerprint": "5c8a..."}
-
-``axis`` is faithfulness, answer_correctness or citation_correctness (a case's weakest citation);
-``score`` is 0, 1 or 2; ``reason`` and ``output_fingerprint`` are optional. With a fingerprint (the
-``output_fingerprint`` column of ``result.per_case``) a label whose output has changed since is stale and
-left out. One label per case and axis. The labels ``label import`` writes begin with the line
-``LABELS_HEADER`` (``{"format": "qaeval-labels", "version": 1}``), by which qaeval knows a labels file it
-wrote and may replace; a file of hand labels needs none.
-
-Labelled sets (JSONL), which carry their own case and output, so public human-labelled data can
-calibrate a judge with no adapter at all::
-
-    {"id": "wice-dev-0001", "question": "", "sources": [{"id": "p1", "text": "...", "title": "..."}],
-     "gold_answer": null,
-     "output": {"answer": "...", "citations": [{"source_id": "p1", "claim": "..."}],
-                "retrieved_ids": ["p1"], "abstained": false},
-     "labels": {"faithfulness": {"score": 2, "reason": "supported"}}}
-
-``question`` may be empty (claim-verification data has none); ``gold_answer`` is optional;
-``output.retrieved_ids`` defaults to the cited sources; ``labels`` holds one or more axes. Every field
-is checked as strictly as a golden case, and every problem is reported with its file and line.
-
-Checking a labelled set's outputs against the output contract is the system layer's part
-(``qaeval.system.labelled``); the spreadsheet round trip of labels for a run is ``qaeval.verdicts.sheets``.
+Labelled sets (JSONL) carry their own case and output: ``{"id", "question" (may be empty), "sources",
+"gold_answer"?, "output": {"answer", "citations", "retrieved_ids"? (default: the cited sources),
+"abstained"}, "labels": {axis: {"score", "reason"?}}}``. Checking their outputs against the output
+contract is ``qaeval.system.labelled``'s part.
 """
 
 from __future__ import annotations

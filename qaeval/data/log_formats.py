@@ -1,11 +1,8 @@
 """Reading a traffic log's raw rows, streamed, whatever its format (``qaeval.data.logs`` checks them).
 
-JSONL is read a line at a time (``qaeval.core.jsonfile.iter_jsonl``); CSV with the csv module, list columns
-(``passages``, ``citations``, ``retrieved_contexts``) parsed as JSON from their cells and the flags
-(``abstained``, ``model_was_called``) from true/false/1/0; Parquet a batch of ``CHUNK`` rows at a time
-with pyarrow (the ``parquet`` extra: without it, a UsageError naming the extra); a DataFrame in slices
-of ``CHUNK`` rows. Missing cells are absent fields. A cell that does not parse is a problem with its
-line (CSV) or 1-based row number (Parquet, DataFrame) and stands as ``BAD`` in the row.
+JSONL a line at a time; CSV with list columns parsed as JSON from their cells and flags from
+true/false/1/0; Parquet (pyarrow, the ``parquet`` extra) and DataFrames ``CHUNK`` rows at a time. Missing
+cells are absent fields; a cell that does not parse is a problem with its line or row and stands as ``BAD``.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from qaeval.core.jsonfile import iter_jsonl, loads_strict
 
 LIST_COLUMNS = ("passages", "citations", "retrieved_contexts")
 FLAG_COLUMNS = ("abstained", "model_was_called")  # a table column with a gap holds them as 1.0, 0.0 and NaN
-BOOL_COLUMNS = ("abstained", "model_was_called")
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "otlp"}
 LOG_FORMATS = ("jsonl", "csv", "parquet", "otlp")  # what --log-format may name
 CHUNK = 5000
@@ -72,8 +68,7 @@ def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[s
     if not path.is_file():  # a FIFO or a folder is named, never opened
         problems.append(Problem(str(path), None, "not found, or not a regular file"))
         return
-    handle = open(path, newline="", encoding="utf-8-sig")
-    with handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
@@ -110,7 +105,7 @@ def _csv_rows(path: Path, problems: list[Problem]) -> Iterator[tuple[int, dict[s
 def _csv_value(key: str, value: str, where: str, line: int, problems: list[Problem]) -> Any:
     if key in LIST_COLUMNS:
         return _parsed_list(key, value, where, line, problems)
-    if key in BOOL_COLUMNS:
+    if key in FLAG_COLUMNS:
         word = value.strip().lower()
         if word in ("true", "1"):
             return True
@@ -204,32 +199,28 @@ def raw_rows(
     """(line or row number, raw row) for every row of the log (or ``only`` those lines), streamed; file
     problems go to ``problems``. For OTLP traces the number is the row's 1-based place among the file's
     rows (``qaeval.data.otlp_rows.trace_rows``), as for Parquet."""
-    if log_format(source, fmt) == "otlp":
+    kind = log_format(source, fmt)
+    if kind == "otlp":
         from qaeval.data.otlp_rows import trace_rows
 
         yield from trace_rows(Path(source), problems, only, locate)
-        return
-    if only is not None:
-        if log_format(source, fmt) == "jsonl":
-            yield from ((n, v) for n, v in _jsonl_lines(Path(source), only, problems) if isinstance(v, dict))
-        else:
-            yield from ((n, v) for n, v in raw_rows(source, problems, fmt=fmt) if n in only)
-        return
-    kind = log_format(source, fmt)
-    if kind == "frame":
+    elif only is not None and kind == "jsonl":
+        yield from ((n, v) for n, v in _jsonl_lines(Path(source), only, problems) if isinstance(v, dict))
+    elif only is not None:
+        yield from ((n, v) for n, v in raw_rows(source, problems, fmt=fmt) if n in only)
+    elif kind == "frame":
         yield from _table_rows(_frame_batches(source), "<DataFrame>", problems)
-        return
-    path = Path(source)
-    if kind == "jsonl":
-        for line, value in iter_jsonl(path, problems):
+    elif kind == "jsonl":
+        for line, value in iter_jsonl(Path(source), problems):
             if isinstance(value, dict):
                 yield line, value
             else:
-                problems.append(Problem(str(path), line, f"a row must be a JSON object, got {type(value).__name__}"))
+                problems.append(
+                    Problem(str(Path(source)), line, f"a row must be a JSON object, got {type(value).__name__}")
+                )
     elif kind == "csv":
-        yield from _csv_rows(path, problems)
+        yield from _csv_rows(Path(source), problems)
+    elif not Path(source).is_file():
+        problems.append(Problem(str(Path(source)), None, "not found, or not a regular file"))
     else:
-        if not path.is_file():
-            problems.append(Problem(str(path), None, "not found, or not a regular file"))
-            return
-        yield from _table_rows(_parquet_batches(path), str(path), problems)
+        yield from _table_rows(_parquet_batches(Path(source)), str(Path(source)), problems)

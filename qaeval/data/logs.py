@@ -1,31 +1,15 @@
 """Production traffic logs: one answered request per row, read strictly and in chunks.
 
-A log is JSONL, CSV (list columns JSON-encoded in their cells), Parquet (needs the ``parquet`` extra:
-pyarrow) or a pandas DataFrame; or OpenTelemetry traces as OTLP/JSON, whose rows ``qaeval.data.otlp_rows``
-makes in this shape (a ``TraceRaw``, carrying what only a trace has: ``LogRow.trace``). Each row:
-
-==================  =========================================================================================
-``id``              unique text; when the column is absent or the cell empty, ``row-`` and the first 12 hex
-                    digits of the sha256 of the row's canonical JSON (identical rows get ``-2``, ``-3``, ...)
-``question``        non-empty text
-``passages``        list of ``{id, text, title?}`` in rank order (may be empty: nothing was retrieved)
-``answer``          text, or null for no answer
-``citations``       list of ``{source_id, claim}``; a citation naming a passage the row does not hold is
-                    not malformed: that row fails citation resolvability when scored
-``abstained``       optional bool (absent: the row abstained when it has no answer)
-``model_was_called`` optional bool (absent: unknown, so model-call accounting is not assessed for the row)
-``prompt``          optional text: what the model was sent (absent: the prompt checks are not assessed)
-``timestamp``       optional ISO 8601 date and time (naive times are taken as UTC)
-anything else       a slice column: one scalar per row, kept as text ("(none)" where missing)
-==================  =========================================================================================
-
-RAGAS's names are accepted too: ``user_input`` (question), ``retrieved_contexts`` (a list of passage
-texts, given ids ``ctx1``, ``ctx2``, ... in rank order), ``response`` (answer) and ``reference`` (a
-gold answer, read and not used: monitoring needs no gold). Which mapping each row used is counted.
-
-``scan_logs`` yields chunks of ``LogRow`` while it reads and puts every problem (file and line; for
-Parquet and DataFrames the 1-based row number) into a list; the caller raises ``DatasetError`` with
-all of them before anything it computed is shown (``qaeval.scoring.monitor``).
+A log is JSONL, CSV, Parquet (the ``parquet`` extra), a pandas DataFrame (``qaeval.data.log_formats``)
+or OpenTelemetry traces (``qaeval.data.otlp_rows``, whose rows carry ``LogRow.trace``). A row holds
+``id`` (absent: ``row-`` and 12 hex digits of the sha256 of the row, ``-2``, ``-3``, ... for identical
+rows), ``question``, ``passages`` (``{id, text, title?}`` in rank order, maybe none), ``answer`` (text or
+null), ``citations`` (``{source_id, claim}``), and optionally ``abstained`` (absent: no answer),
+``model_was_called``, ``prompt`` and ``timestamp`` (ISO 8601, naive is UTC); any other column is a slice
+column. RAGAS's names (``user_input``, ``retrieved_contexts``, ``response``, ``reference``) are read too
+(docs/guides/drift-monitor.md). ``scan_logs`` yields chunks of ``LogRow`` and puts every problem, with
+its file and line (row number for Parquet and DataFrames), in a list the caller raises as one
+``DatasetError`` before anything it computed is shown.
 """
 
 from __future__ import annotations
@@ -33,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from qaeval.core.errors import Problem
+from qaeval.core.errors import DatasetError, Problem
 from qaeval.core.jsonfile import dumps_canonical
 from qaeval.data.log_formats import BAD, CHUNK, raw_rows
 from qaeval.data.otlp_rows import TraceRaw
@@ -144,14 +128,8 @@ def _passages(value: Any, ragas: bool) -> tuple[tuple[Source, ...], list[str]]:
         return (), [f"passages must be a list, got {type(value).__name__}"]
     if len(value) > MAX_ITEMS:
         return (), [f"passages holds {len(value)} passages (limit {MAX_ITEMS}, as for a system's output)"]
-    if any(
-        isinstance(t, str)
-        and len(t) > MAX_CHARS
-        or isinstance(t, dict)
-        and isinstance(t.get("text"), str)
-        and len(t["text"]) > MAX_CHARS
-        for t in value
-    ):
+    texts = (t.get("text") if isinstance(t, dict) else t for t in value)
+    if any(isinstance(t, str) and len(t) > MAX_CHARS for t in texts):
         return (), [f"a passage is longer than {MAX_CHARS:,} characters (as for a system's output)"]
     if ragas:
         bad = [i for i, t in enumerate(value, 1) if not isinstance(t, str) or not t.strip()]
@@ -366,7 +344,7 @@ def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK, fmt: str | None
             while rid in seen:
                 k += 1
                 rid = f"{base}-{k}"
-            row = _with_id(row, rid)
+            row = replace(row, id=rid)
             scan.generated_ids += 1
         elif row.id in seen:
             scan.problems.append(Problem(scan.where, line, f"duplicate id {row.id!r} (first on line {seen[row.id]})"))
@@ -383,12 +361,6 @@ def scan_logs(source: Any, scan: LogScan, *, chunk: int = CHUNK, fmt: str | None
         yield batch
 
 
-def _with_id(row: LogRow, rid: str) -> LogRow:
-    from dataclasses import replace
-
-    return replace(row, id=rid)
-
-
 def rows_at(
     source: Any, ids: dict[int, str], where: str, fmt: str | None = None, locate: dict[int, Any] | None = None
 ) -> list[LogRow]:
@@ -401,10 +373,8 @@ def rows_at(
         if row is None:
             problems += [Problem(where, line, p) for p in found]
             continue
-        out.append(_with_id(row, ids[line]))
+        out.append(replace(row, id=ids[line]))
     if problems or len(out) != len(ids):
-        from qaeval.core.errors import DatasetError
-
         raise DatasetError("the log changed while it was being scored: score it again", file=where)
     return out
 
@@ -415,7 +385,6 @@ def rows_at(
 def sample_suite_from_raw(raws: list[Any], root: str, *, file: str, fingerprints: dict[str, str]) -> Any:
     """The judged rows a monitor record keeps (``GoldenCase.to_raw``: no gold answer, no gold passages),
     checked as a log row's question and passages are. Raises DatasetError listing every problem."""
-    from qaeval.core.errors import DatasetError
     from qaeval.data.cases import GoldenCase, Suite, case_fingerprint
     from qaeval.data.labels import LABELLED_CASE
 

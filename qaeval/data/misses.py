@@ -1,17 +1,10 @@
 """A production miss into the living split: one permanent regression case per real failure.
 
-A miss file is one JSON object in the golden case's own field names (no ``id``, no ``split``: those are
-assigned): ``question``; ``sources`` (the passages the system saw, ``{id, text, title?}``);
-``gold_answer`` and ``gold_source_ids`` (the right answer and the passages that carry it), or
-``"expected_behavior": "unanswerable_must_abstain"`` with no gold answer; optionally ``difficulty``
-(default single-hop), ``adversarial`` (default ``production-miss``), ``checkpoints``; and ``answer``,
-what the system said, which is shown back but not stored (the case records what *should* happen).
-
-``add_case`` gives the case a readable id that is unique across the suite (``single-0008``,
-``multi-0004``, ``agg-0003``, ``abstain-0004``: the next number after the highest in use), validates it
-against the whole suite as strictly as a load, refuses a miss whose question and passages are already a
-case, and rewrites ``living.jsonl`` in one atomic step (a temporary file, fsynced and renamed), so a
-crash mid-write leaves the split as it was.
+A miss file is one JSON object in the golden case's field names, without ``id`` and ``split``
+(assigned); ``difficulty`` defaults to single-hop and ``adversarial`` to ``production-miss``; ``answer``,
+what the system said, is shown back but not stored. ``add_case`` numbers it after the highest id in use
+(``single-0008``, ``abstain-0004``), checks it with the whole suite as strictly as a load, refuses one
+whose question and passages are already a case, and rewrites ``living.jsonl`` atomically.
 """
 
 from __future__ import annotations
@@ -26,18 +19,9 @@ from qaeval.core.files import read_bytes, read_text, write_atomic
 from qaeval.core.jsonfile import dumps_canonical, json_error_text, loads_strict
 from qaeval.core.text import normalize
 from qaeval.data.cases import GoldenCase, Suite, build_suite, load_suite
+from qaeval.data.schema import OPTIONAL, REQUIRED
 
-MISS_FIELDS = {
-    "question",
-    "sources",
-    "gold_answer",
-    "gold_source_ids",
-    "expected_behavior",
-    "difficulty",
-    "adversarial",
-    "checkpoints",
-    "answer",
-}
+MISS_FIELDS = {*REQUIRED, *OPTIONAL, "answer"} - {"id", "split"}
 PREFIXES = {"single-hop": "single", "multi-hop": "multi", "aggregation": "agg"}
 LIVING = "living.jsonl"
 
@@ -93,11 +77,7 @@ def ask_missing(miss: dict[str, Any], ask: Callable[[str], str]) -> dict[str, An
         if gold:
             miss["gold_answer"] = gold
         else:
-            miss["expected_behavior"], miss["gold_answer"], miss["gold_source_ids"] = (
-                "unanswerable_must_abstain",
-                None,
-                [],
-            )
+            miss.update(expected_behavior="unanswerable_must_abstain", gold_answer=None, gold_source_ids=[])
     if "gold_source_ids" not in miss:
         ids = [s.get("id") for s in miss["sources"] if isinstance(s, dict)]
         picked = ask(f"Which passages carry it ({', '.join(map(str, ids))}; comma-separated): ")

@@ -1,21 +1,12 @@
-"""OpenTelemetry traces as a monitor log: OTLP/JSON read strictly and a trace at a time.
+"""OpenTelemetry traces as a monitor log: OTLP/JSON (the protocol's JSON mapping) read strictly, a trace at a time.
 
-The collector's file exporter writes one ``ExportTraceServiceRequest`` JSON object a line (JSONL); a
-``.json`` file may hold one such object. The encoding is the protocol's JSON mapping:
-``resourceSpans[].scopeSpans[].spans[]``, trace and span ids in hex (32 and 16 digits), 64-bit integers
-(times, ``intValue``) as decimal strings (JSON numbers are taken too, as protobuf's parser does), and
-attributes as ``{key, value: {stringValue|intValue|doubleValue|boolValue|arrayValue|kvlistValue|bytesValue}}``.
-
-Streaming: a trace is held until the line holding its root span (the span without a parent) has been
-read, then it is complete and turned into rows (``qaeval.data.otlp_rows``) and dropped. Exporters batch
-spans as they end, and a root ends after its children, so memory follows the longest trace, not the
-file. A span arriving after its trace's root line, or a trace whose root never comes, is a problem.
-
-Every problem names the file and line: ids that are not hex (base64, protobuf's default for bytes),
-integers that are not decimal, attribute values of the wrong type or nested deeper than ``MAX_DEPTH``,
-a parent that is missing, parent cycles, a trace with no answering span; caps on sizes and counts
-(``MAX_SPANS`` per trace, ``MAX_HELD`` waiting for their roots, ``MAX_ATTRIBUTES`` per span, texts of
-``MAX_CHARS``) as the row loader has.
+The collector's file exporter writes one ``ExportTraceServiceRequest`` a line (JSONL); a ``.json`` file
+may hold one. A trace is held until the line holding its root span has been read, then turned into rows
+(``qaeval.data.otlp_rows``) and dropped, so memory follows the longest trace, not the file; a span after
+its trace's root line, or a root that never comes, is a problem. Every problem names the file and line:
+ids not in hex, integers not decimal, attribute values of the wrong type or nested deeper than
+``MAX_DEPTH``, a missing parent, a cycle, a trace with no answering span, and the caps (``MAX_SPANS``,
+``MAX_HELD``, ``MAX_ATTRIBUTES``, ``MAX_CHARS``) as the row loader has.
 """
 
 from __future__ import annotations
@@ -323,27 +314,16 @@ def traces(
         rooted = []
         held += len(spans)
         if held > MAX_HELD:
-            problems.append(
-                Problem(
-                    where,
-                    line,
-                    f"over {MAX_HELD:,} spans wait for their traces' roots: a trace is read "
-                    "as complete once its root's line is read, and these roots do not come",
-                )
-            )
+            why = "a trace is read as complete once its root's line is read, and these roots do not come"
+            problems.append(Problem(where, line, f"over {MAX_HELD:,} spans wait for their traces' roots: {why}"))
             return
         for s in spans:
             if wanted is not None and s.trace_id not in wanted:
                 continue
             if s.trace_id in closed:
-                problems.append(
-                    Problem(
-                        where,
-                        line,
-                        f"span {s.span_id} of trace {s.trace_id} comes after the line holding the "
-                        "trace's root: qaeval reads a trace as complete once its root's line is read",
-                    )
-                )
+                late = f"span {s.span_id} of trace {s.trace_id} comes after the line holding the trace's root"
+                why = "qaeval reads a trace as complete once its root's line is read"
+                problems.append(Problem(where, line, f"{late}: {why}"))
                 continue
             trace = open_.setdefault(s.trace_id, [])
             trace.append(s)

@@ -1,13 +1,6 @@
-"""A trace row's citations: what the system recorded, else the answer's markers.
-
-No OpenInference, GenAI or OpenLLMetry attribute records citations (OpenTelemetry's GenAI conventions have
-an open proposal, no convention), so a system that knows what it cited records ``qaeval.citations``
-(``CITATIONS``) on its own span: a JSON list (as text, or an OTLP array) of document ids, or of
-``{source_id, claim}`` as a log row's citations; an id alone cites its document for the whole answer.
-``cited_by`` finds the span a row takes it from: the answering span or its nearest ancestor that records
-it, the root only for the trace's last row (whose answer is the root's). Where no span records it,
-``citations`` reads the answer's markers: ``[1]`` for the row's n-th passage, ``[doc-id]`` for a
-document id.
+"""A trace row's citations: what the system recorded in ``qaeval.citations`` on its own span (a JSON list of
+document ids or of ``{source_id, claim}``; no convention records citations), else the answer's markers:
+``[1]`` for the row's n-th passage, ``[doc-id]`` for a document id.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
-"""One monitor row per answered request of a trace, read from the span conventions in use.
-
-============  =====================================================================================
-OpenInference ``openinference.span.kind`` (LLM, RETRIEVER, RERANKER, ...); ``input.value`` /
-              ``output.value``; ``retrieval.documents.{i}.document.{id,content,score}``;
-              ``reranker.output_documents.{i}.document.*``; ``llm.input_messages.{i}.message.{role,content}``,
-              ``llm.output_messages.*``, ``llm.model_name``, ``llm.token_count.*``; ``session.id``
-GenAI         ``gen_ai.operation.name`` (chat, text_completion, generate_content, retrieval);
-              ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.system_instructions``
-              (JSON text or arrays of ``{role, parts: [{type, content}]}``); ``gen_ai.retrieval.documents``,
-              ``gen_ai.retrieval.query.text``; ``gen_ai.request.model``, ``gen_ai.usage.*``;
-              ``gen_ai.conversation.id``
-OpenLLMetry   ``traceloop.span.kind``, ``traceloop.entity.input`` / ``output`` (JSON, its text under
-              ``inputs`` / ``outputs``); a LangChain retriever's ``vector_db_retrieve`` span, its documents in
-              the entity output (``documents: [{page_content, metadata}]``, absent when content tracing
-              is off: hidden); older releases' ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` (current
-              ones write GenAI's messages); vector-store hits as ``db.query.result`` events
-              (``db.query.result.{id,document,score}``)
-============  =====================================================================================
+"""One monitor row per answered request of a trace, read from the span conventions in use: OpenInference,
+OpenTelemetry's GenAI and OpenLLMetry (their attributes: docs/guides/drift-monitor.md).
 
 A hop is a retriever or reranker span, in start order. Each LLM span that started after a hop and
-whose prompt carries a retrieved document's text (or whose prompt is hidden) gives a row; when none
-does, the trace's last LLM span does, and a trace with no LLM span gives one row for its root (no model
-call). The row's passages are the last reranker's output, else every hop's documents, in hop and
-rank order (an id seen twice is kept once). Content an instrumentation hid (absent, or
-OpenInference's ``__REDACTED__``) is named in ``hidden`` and never taken for a blank.
-
-Citations are what the system recorded in ``qaeval.citations``, else the answer's markers
-(``qaeval.data.otlp_citations``); the row says which (``facts["citations_from"]``: ``qaeval.citations``
-or ``markers``).
+whose prompt carries a retrieved document's text (or is hidden) gives a row; when none does, the last
+LLM span does, and a trace with no LLM span gives one row for its root (no model call). The row's
+passages are the last reranker's output, else every hop's documents in hop and rank order (an id once).
+Content an instrumentation hid (absent, or ``__REDACTED__``) is named in ``hidden``, never taken for a
+blank. Citations are ``qaeval.citations`` when recorded, else the answer's markers
+(``qaeval.data.otlp_citations``); ``facts["citations_from"]`` says which.
 """
 
 from __future__ import annotations
@@ -421,24 +401,19 @@ def _row(
             raw[name] = str(value)
     raw.hidden = tuple(hidden)
     raw.hops = tuple(fed)
-    tokens = [
-        answering.attrs.get(k)
+    a = answering.attrs
+    totals = [
+        a[k]
         for k in ("llm.token_count.total", "gen_ai.usage.total_tokens", "llm.usage.total_tokens")
-        if isinstance(answering.attrs.get(k), int)
-    ] or [
-        sum(
-            v
-            for k in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
-            for v in [answering.attrs.get(k)]
-            if isinstance(v, int)
-        )
+        if isinstance(a.get(k), int)
     ]
+    parts = [a[k] for k in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens") if isinstance(a.get(k), int)]
     raw.facts = dict(
         trace_id=root.trace_id,
         span_id=answering.span_id,
         convention=convention(answering),
         citations_from=cited_from,
-        tokens=tokens[0] or None,
+        tokens=(totals[0] if totals else sum(parts)) or None,
         latency_ms=max(0, root.end - root.start) / 1e6,
         span=dict(
             name=answering.name, parent=answering.parent, start=answering.start, end=answering.end
@@ -457,37 +432,24 @@ def trace_rows(
     row number is the row's 1-based place in the file's rows, which a monitor record keeps. With
     ``locate`` (a scan's ``trace_index``: row number -> trace id, first line, root line, place among the
     trace's rows), only the lines of the ``only`` rows' traces are read again."""
+    number_of = None  # with locate: (trace id, place among its rows) -> row number, of the rows asked for
     if locate is not None and only is not None:
-        yield from _located(path, problems, {n: locate[n] for n in locate if n in only})
-        return
+        rows = {n: locate[n] for n in locate if n in only}
+        lines = {n for _, first, last, _ in rows.values() for n in range(first, last + 1)}
+        number_of = {(trace_id, index): number for number, (trace_id, _, _, index) in rows.items()}
+        found = traces(path, problems, lines, {trace_id for trace_id, *_ in rows.values()})
+    else:
+        found = traces(path, problems)
     number = 0
-    where = str(path)
-    for line, root in traces(path, problems):
+    for line, root in found:
         try:
-            rows = rows_of_trace(root)
-        except BadTrace as exc:
-            problems.append(Problem(where, line, str(exc)))
-            continue
-        for index, raw in enumerate(rows):
-            number += 1
-            if only is None or number in only:
-                raw.line, raw.first_line, raw.index = line, root.first_line, index
-                yield number, raw
-
-
-def _located(
-    path: Path, problems: list[Problem], rows: dict[int, tuple[str, int, int, int]]
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    lines = {n for _, first, last, _ in rows.values() for n in range(first, last + 1)}
-    number_of = {(trace_id, index): number for number, (trace_id, _, _, index) in rows.items()}
-    for line, root in traces(path, problems, lines, {trace_id for trace_id, *_ in rows.values()}):
-        try:
-            found = rows_of_trace(root)
+            rows_of = rows_of_trace(root)
         except BadTrace as exc:
             problems.append(Problem(str(path), line, str(exc)))
             continue
-        for index, raw in enumerate(found):
-            number = number_of.get((root.trace_id, index))
-            if number is not None:
+        for index, raw in enumerate(rows_of):
+            number += 1
+            place = number if number_of is None else number_of.get((root.trace_id, index))
+            if place is not None and (only is None or place in only):
                 raw.line, raw.first_line, raw.index = line, root.first_line, index
-                yield number, raw
+                yield place, raw

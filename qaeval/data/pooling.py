@@ -1,16 +1,9 @@
 """Passages pooled from a public dataset into a frozen corpus: what ``qaeval import ... --corpus`` writes.
 
-A ``PassagePool`` takes every paragraph an importer reads, merges those whose text is the same (the same
-paragraph in several records is one passage with one id) and streams each new passage to a temporary
-file beside ``corpus.jsonl``, so memory holds a 16-byte digest and an id per passage, not the text.
-
-An id is readable and the same on every import of the same file: the title as a slug and the first ten
-hex digits of the sha256 of the text (``super-bowl-50-3fa1c09e2b``); ``passage-...`` when there is no
-title. Two different texts that would get the same id (the same slug and digest prefix) are told apart
-by a suffix (``-2``), in file order.
-
-``publish()`` checks the temporary file with ``Corpus.open`` (as strictly as any corpus) and links it
-into place as ``corpus.jsonl``: all at once, and never over an existing file.
+A ``PassagePool`` merges paragraphs with the same text into one passage, its id the title's slug and ten
+hex digits of the text's sha256 (``super-bowl-50-3fa1c09e2b``, ``-2`` on a clash), the same on every
+import; new passages stream to a temporary file, so memory holds a digest and an id per passage.
+``publish()`` checks the file with ``Corpus.open`` and puts it in place, never over an existing one.
 """
 
 from __future__ import annotations
@@ -127,9 +120,6 @@ class PassagePool:
 
     def __exit__(self, *exc: object) -> None:
         self.discard()
-
-    def summary_text(self) -> str:
-        return f"pooled {self.pooled} passage(s) into {self.path} ({self.merged} duplicate(s) merged)"
 
 
 def corpus_case(case: dict[str, Any], pool: PassagePool) -> dict[str, Any]:

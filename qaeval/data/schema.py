@@ -1,8 +1,5 @@
 """The vocabulary of qaeval's data, defined once: the golden case's fields and values, its checkpoint
-rules, the judge's axes and the label schema.
-
-Everything above this module (the loader, the system boundary, scoring, verdicts, records, reports)
-takes these names from here. It imports nothing else of qaeval's, so ``import
+rules, the judge's axes and the label schema. It imports nothing else of qaeval's, so ``import
 qaeval.data`` stays light (no pandas).
 """
 
@@ -137,11 +134,8 @@ def checkpoint_problems(checkpoint: Any, source_ids: set[str]) -> list[str]:
     kind = checkpoint.get("kind")
     if not isinstance(kind, str) or kind not in CHECKPOINT_FIELDS:
         return [f"checkpoint kind {kind!r} is not one of {sorted(CHECKPOINT_FIELDS)}"]
-    problems = []
     fields = CHECKPOINT_FIELDS[kind]
-    for key in checkpoint:
-        if key != "kind" and key not in fields:
-            problems.append(f"checkpoint {kind!r} has unknown field {key!r}")
+    problems = [f"checkpoint {kind!r} has unknown field {key!r}" for key in checkpoint if key not in {"kind", *fields}]
     for key, types in fields.items():
         if key not in checkpoint:
             if (kind, key) not in _OPTIONAL:

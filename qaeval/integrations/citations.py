@@ -1,26 +1,12 @@
 """The citation syntax the LangChain adapter's prompt asks for, and reading it back out of an answer.
 
-The syntax: each sentence ends with the ids of the passages it relies on, in square brackets:
-
-    DVDs circulate for 7 days and cannot be renewed [loan-periods].
-
-Several ids share one marker, separated by commas or semicolons (``[a, b]``), or stand in markers side
-by side (``[a][b]``). A marker may stand before or after the sentence's final punctuation. An id is any
-run of characters without whitespace, brackets, commas or semicolons.
-
-Reading an answer (``read_answer``):
-
-- each id in a marker becomes ``Citation(id, claim)``, the claim being the sentence the marker stands
-  in (``qaeval.core.text.split_sentences``) with every marker removed; a marker standing alone (on a line of
-  its own after the sentence) cites the sentence before it;
-- an id that differs from a retrieved passage's id only in letter case is read as that passage's id;
-  any other id is kept as written, so citing a passage the system never retrieved fails the
-  ``citation_resolvability`` check instead of vanishing;
-- bracketed text holding a space (``[see above]``) and Markdown links (``[text](url)``) are not markers
-  and stay in the answer;
-- the answer is the text with every marker removed;
-- an answer that is empty, or that cites nothing and opens with a refusal (``REFUSALS``: "I cannot
-  answer", "I don't know", ...), is an abstention.
+Each sentence ends with the ids of the passages it relies on in square brackets (``... renewed
+[loan-periods].``; several as ``[a, b]``, ``[a; b]`` or ``[a][b]``, before or after the final
+punctuation). ``read_answer`` makes each id a ``Citation(id, claim)``, the claim being its sentence
+without markers (a marker alone on its line cites the sentence before); an id that differs from a
+retrieved one only in letter case is read as that one, any other is kept as written (so it fails
+``citation_resolvability`` instead of vanishing). ``[see above]`` and Markdown links are not markers.
+An answer that is empty, or cites nothing and opens with a refusal (``REFUSALS``), is an abstention.
 """
 
 from __future__ import annotations

@@ -1,51 +1,28 @@
-"""LangChain systems as qaeval adapters (extra ``[langchain]``: ``pip install -e '.[langchain]'`` in a clone).
-
-    # my_rag.py
-    from langchain_openai import ChatOpenAI
-    from qaeval.integrations.langchain import adapter_factory
+"""LangChain systems as qaeval adapters (extra ``[langchain]``; docs/guides/adapters.md).
 
     make_adapter = adapter_factory(model=ChatOpenAI(model="gpt-4o-mini", temperature=0))
-
     qaeval run --data golden --adapter my_rag:make_adapter
 
-``adapter_factory`` returns a factory with a ``corpus`` parameter, which each worker calls once. Give it
-one of:
+``adapter_factory`` takes ``model=`` (retrieve, then call ``prompt | model`` only when something was
+retrieved, asking for the citation syntax of ``qaeval.integrations.citations``) or ``chain=`` (a Runnable
+invoked with ``{"question"}`` that returns the answer under ``answer`` or ``result`` and its documents
+under ``context`` or ``source_documents``, or a function of a retriever that builds one). Retrieval per
+case: ``retriever=`` when given; else a case's own sources through ``index(documents)`` (default
+``KeywordRetriever``, the reference system's lexical ranking), and a corpus case through a retriever
+built once per worker (``index`` over the corpus, else ``CorpusBM25Retriever``).
 
-model=  a chat model (or an LLM). The adapter retrieves and, only when something was retrieved, calls
-        ``prompt | model`` with ``question`` and ``context`` (each passage as ``[id] title``, then its
-        text). The default ``PROMPT`` asks for the citation syntax ``qaeval.integrations.citations``
-        reads back. Nothing retrieved: an abstention, and no model call.
-chain=  a Runnable invoked with ``{"question": ...}`` that returns a mapping with the answer under
-        ``answer`` (or ``result``; a string or a message) and the documents it used under ``context`` (or
-        ``source_documents``), the shape LangChain's RAG recipes return; or a function of a retriever
-        that builds such a Runnable, so each case can be handed its own retriever.
-
-Retrieval, per case: ``retriever=`` when given (your own index, for every case: a case's own sources are
-then not used). Otherwise a case with its own sources retrieves over them with ``index(documents)``,
-called per case (default ``KeywordRetriever``: the reference system's lexical ranking and relevance floor,
-no embeddings; ``lambda docs: InMemoryVectorStore.from_documents(docs, embeddings).as_retriever()`` is one
-with your embeddings), and a corpus case retrieves with a retriever built once per worker: ``index`` over
-every corpus passage when you gave one, else ``CorpusBM25Retriever`` (the reference system's SQLite FTS5
-index, cached by the corpus's fingerprint). Retrieved documents carry their id in ``metadata["source_id"]``.
-
-What the output holds:
-
-passages          the documents the chain returned, in rank order: id from ``metadata["source_id"]``
-                  (``ID_KEY``), else ``Document.id``, else ``doc-`` and 16 hex digits of the sha256 of
-                  its text; title from ``metadata["title"]``; text from ``page_content``. A document
-                  without text, or an id twice, is malformed output, as the contract says.
-model_was_called  whether a chat model or LLM started during the case: a callback handler on the run sees
-                  every start, nested ones included (a model called outside LangChain's callbacks is not
-                  seen; on Python 3.10 a RunnableLambda must pass its ``config`` on)
-prompt_to_model   what the model was sent: the messages rendered with ``get_buffer_string``, several calls
-                  joined by a blank line; None when no model started
-answer, citations, abstained   read by ``qaeval.integrations.citations.read_answer``
+The output's ``passages`` are the returned documents (id from ``metadata["source_id"]``, else
+``Document.id``, else ``doc-`` and 16 hex digits of the text's sha256); ``model_was_called`` and
+``prompt_to_model`` are what a callback handler saw every chat model or LLM start with (a model called
+outside LangChain's callbacks is not seen; on Python 3.10 a RunnableLambda must pass its ``config`` on);
+answer, citations and abstention come from ``read_answer``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from typing import Any
 
@@ -255,21 +232,15 @@ def to_output(answer: str, documents: Sequence[Document], prompts: Sequence[str]
 # --------------------------------------------------------------------------- the adapter
 
 
+@dataclass(eq=False)  # compared and hashed by identity, as any adapter
 class LangChainAdapter:
     """Answers a case by running the chain with the case's retriever (see the module's docstring)."""
 
-    def __init__(
-        self,
-        build_chain: ChainBuilder,
-        *,
-        retriever: BaseRetriever | None = None,
-        index: Index = keyword_index,
-        corpus_retriever: BaseRetriever | None = None,
-    ) -> None:
-        self.build_chain = build_chain
-        self.retriever = retriever
-        self.index = index
-        self.corpus_retriever = corpus_retriever
+    build_chain: ChainBuilder
+    _: KW_ONLY
+    retriever: BaseRetriever | None = None
+    index: Index = keyword_index
+    corpus_retriever: BaseRetriever | None = None
 
     def retriever_for(self, case: CaseView) -> BaseRetriever:
         if self.retriever is not None:
