@@ -1,23 +1,10 @@
 """A filled review sheet into living-split cases: ``qaeval accept SHEET.csv --data DIR``.
 
-Each row is read as the reviewer left it (``qaeval.proposals.candidates``):
-
-- ``accept`` blank: undecided, counted, nothing written. ``n`` (or ``no``): rejected, remembered in the
-  ledger (``qaeval.proposals.ledger``) so it is not proposed again. ``y`` (or ``yes``): accepted.
-- A row decided the same way before (an earlier ``accept`` of the same sheet) is left as it is, and
-  said; a row the ledger holds with the other decision is refused.
-- An accepted row must still be what was proposed (its fingerprint), must not have been decided
-  before (the ledger) and must make a valid case: ``expected_behavior`` one of the two, a gold answer
-  and gold passages (among the row's own) for an answerable case and neither for a must-abstain one, a
-  known difficulty. A row whose question and passages are already a case is refused.
-- The cases are then validated with the whole suite, corpus included, as strictly as a load (as
-  ``add-case`` does), and every problem is reported with its sheet line and row. Nothing is written
-  unless every row is fine: then ``living.jsonl`` is rewritten in one atomic step and the decisions are
-  appended to the ledger.
-
-A corpus candidate becomes a corpus case (no ``sources``; its gold ids are corpus ids) when DIR's corpus
-holds each of its passages with the same text; otherwise it carries its passages as ``sources``, as a
-traffic candidate does. Ids are readable and new (``single-0009``, ``multi-0005``, ``abstain-0004``).
+A row is undecided (``accept`` blank), rejected (``n``: kept in the ledger, not proposed again) or
+accepted (``y``): then it must still be what was proposed (its fingerprint), not decided before, and a
+valid case that is not already in the suite. The cases are validated with the whole suite as strictly as
+a load, every problem reported with its sheet line; nothing is written unless every row is fine, then
+``living.jsonl`` is rewritten in one atomic step and the decisions appended to the ledger.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Scores back where the team looks: a monitor's per-row results as span annotations.
 
-One row per (answering span, metric) of a log read from traces (``qaeval.data.otlp``): ``trace_id``,
-``context.span_id``, ``name`` (the metric), ``score``, ``label`` and ``explanation``.
+One row per (answering span, metric) of a log read from traces: ``trace_id``, ``context.span_id``,
+``name`` (the metric), ``score``, ``label`` and ``explanation``. ``.jsonl``, ``.csv`` or ``.parquet``
+write a table in the shape of Arize Phoenix's ``SpanEvaluations``; ``.json`` or ``.otlp.jsonl`` write
+OTLP/JSON, each answering span again with a ``gen_ai.evaluation.result`` event per metric.
 
-- ``.jsonl``, ``.csv`` or ``.parquet``: a table in the shape Arize Phoenix's ``SpanEvaluations`` takes
-  (``pd.read_*`` then ``set_index("context.span_id")``; one file, with a ``name`` column).
-- ``.json`` or ``.otlp.jsonl``: OTLP/JSON, one ``ExportTraceServiceRequest`` a line (one object for
-  ``.json``), each answering span again (its ids, name, parent and times) with a
-  ``gen_ai.evaluation.result`` event per metric (``gen_ai.evaluation.name``,
-  ``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.score.label``, ``gen_ai.evaluation.explanation``).
-
-The checks score 1 (passed) or 0 (failed); citation coverage scores the share of answer sentences
-covered; the judge's faithfulness and citation correctness their 0-2 score. A check not assessed on a
-row (the instrumentation hid what it reads) has no score and the label ``not_assessed``.
+A check scores 1 (passed) or 0 (failed), citation coverage the share of sentences covered, the judge
+its 0-2 score; a check not assessed on a row has no score and the label ``not_assessed``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The per-case drill-down: a plain ``<details>`` per case (no script), failing cases first.
+"""The per-case drill-down: a plain ``<details>`` per case (no script), built from named sections.
 
 Each case opens with its question, gold answer and why it fails, then its answer (beside the baseline's
-for a regressed case), then named sections, each a function of the case (``SECTIONS``): the passages in
-the order the system ranked them with the judge's quote marked (``<mark>``) inside the passage it must
-come from, each citation with its hardest decoy, the judge's axes with quote and rationale, the checks,
-the trajectory, the prompt and what the adapter printed.
-
-``CaseIndex`` is the run's scored layers looked up by case id; every report module reads cases
-through it.
+for a regressed case), then ``SECTIONS``: the passages in ranked order with the judge's quote marked,
+the citations, the judge's axes, the checks, the trajectory, the prompt and what the adapter printed.
 """
 
 from __future__ import annotations
@@ -274,26 +269,23 @@ def citations_section(view: CaseDetail) -> str:
     citations = view.rows.output["citations"]
     if not citations:
         return ""
-    rows = []
-    for c in citations:
+
+    def verdict(c: Row) -> str:
         v = view.by_citation.get(c["source_id"], {})
-        rows.append(
-            dict(
-                source=c["source_id"],
-                claim=c["claim"],
-                verdict=verdict_line(v) if v else '<span class="na">not judged</span>',
-                decoy=v.get("decoy_id") or "—",
-            )
-        )
-    return "<h3>Citations</h3>" + html_table(
-        rows,
-        [
-            Col("source", "source", "id"),
-            Col("claim", "claim"),
-            Col("verdict", "judge (score · quote · rationale)", "html"),
-            Col("decoy", "hardest decoy", "id"),
-        ],
-    )
+        return verdict_line(v) if v else '<span class="na">not judged</span>'
+
+    cols = [
+        Col("source_id", "source", "id"),
+        Col("claim", "claim"),
+        Col("verdict", "judge (score · quote · rationale)", "html", get=verdict),
+        Col(
+            "decoy",
+            "hardest decoy",
+            "id",
+            get=lambda c: view.by_citation.get(c["source_id"], {}).get("decoy_id") or "—",
+        ),
+    ]
+    return "<h3>Citations</h3>" + html_table(citations, cols)
 
 
 def judge_section(view: CaseDetail) -> str:

@@ -1,9 +1,7 @@
-"""The matplotlib figures: the scoreboard, the gate's movements, calibration's confusion matrices and
-each metric's drift series.
+"""The matplotlib figures: scoreboard, gate movements, confusion matrices and drift series.
 
-Every figure is a ``matplotlib.figure.Figure`` (no pyplot state), wrapped in a ``Chart`` that embeds
-itself as a PNG. Text from a case or a system reaches a label only through ``plain``, which escapes
-``$`` so that mathtext never interprets it.
+Each is a ``Figure`` (no pyplot state) wrapped in a ``Chart``; text from a case or a system reaches a
+label only through ``plain``, which escapes ``$`` so that mathtext never interprets it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The explorable case list (``case_explorer``): every case of a result, filtered, searched, grouped and
 sorted in the page itself, with no server and nothing fetched.
 
-The cases are embedded once, as JSON inside ``<script type="application/json">`` with every ``<``,
-``>``, ``&``, U+2028 and U+2029 escaped (``\\u003c`` ...), so no text from a case can end the element.
-A small plain script (``template/qaeval/explorer.js``, the same text in every page, allowed by its
-sha256 in the page's Content-Security-Policy) draws the rows with ``textContent`` only. With JavaScript
-off, the explorer stays hidden and the static markup it wraps (the run's case table) shows instead.
-
-``case_explorer`` takes a run, a gate (tabs for the regressed, new, flaky and fixed cases, each case's
-trials beside its baseline's), a comparison, a drift result (its last run) or a monitor (its judged
-rows, sliced by the monitor's ``by`` columns).
+The cases are embedded once as JSON in ``<script type="application/json">``, with every ``<``, ``>``,
+``&``, U+2028 and U+2029 escaped, so no text from a case can end the element. ``template/qaeval/explorer.js``
+(allowed by its sha256 in the page's Content-Security-Policy) draws the rows with ``textContent`` only;
+with JavaScript off, the static markup it wraps shows instead.
 """
 
 from __future__ import annotations
