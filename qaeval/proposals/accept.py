@@ -76,6 +76,11 @@ def _key(row: Mapping[str, str]) -> str:
     return question_key(row["question"])
 
 
+def _decision(row: Mapping[str, str], decision: str, case_id: str | None = None) -> dict[str, Any]:
+    """The ledger's entry for a row (``Ledger.append`` stamps it)."""
+    return dict(candidate_id=row["candidate_id"], key=_key(row), decision=decision, case_id=case_id, note=row["note"])
+
+
 def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> tuple[dict[str, Any] | None, list[str]]:
     problems = []
     behavior = row["expected_behavior"]
@@ -170,19 +175,7 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
     if review.new:
         _write_cases(target, existing, review.new)
         load_suite(root)  # what was written loads
-    ledger.append(
-        [
-            dict(
-                candidate_id=row["candidate_id"],
-                key=_key(row),
-                decision="accepted",
-                case_id=case["id"],
-                note=row["note"],
-            )
-            for _, _, case, row in review.new
-        ]
-        + review.rejected
-    )
+    ledger.append([_decision(row, "accepted", case["id"]) for _, _, case, row in review.new] + review.rejected)
     return Accepted(
         [(case["id"], row["candidate_id"]) for _, _, case, row in review.new],
         len(review.rejected),
@@ -206,9 +199,7 @@ def _review_row(review: _Review, suite: Suite, ledger: Ledger, line: int, number
     if passages is None or _decided_before(review, ledger, number, row, decision, refuse):
         return
     if decision in NO:
-        review.rejected.append(
-            dict(candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None, note=row["note"])
-        )
+        review.rejected.append(_decision(row, "rejected"))
         return
     case = _new_case(review, suite, line, row, passages, refuse)
     if case is not None:

@@ -12,8 +12,6 @@ from typing import Any
 from qaeval.scoring.monitor import allocate
 
 KINDS = ("check_failed", "unfaithful", "abstained")
-
-
 KIND_WORDS = {
     "check_failed": "failed a deterministic check",
     "unfaithful": "judged unfaithful",

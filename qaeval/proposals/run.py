@@ -22,19 +22,9 @@ from qaeval.proposals.candidates import Candidate, write_sheet
 from qaeval.proposals.ledger import Ledger, read_ledger
 
 DEFAULT_GENERATOR = "qaeval.judges.generator:make_generator"
-CANDIDATE_COLUMNS = [
-    "candidate_id",
-    "origin",
-    "kind",
-    "source",
-    "question",
-    "answer",
-    "expected_behavior",
-    "gold_answer",
-    "gold_source_ids",
-    "why",
-    "checks",
-]
+CANDIDATE_COLUMNS = (
+    "candidate_id origin kind source question answer expected_behavior gold_answer gold_source_ids why checks".split()
+)
 
 
 @dataclass
@@ -54,25 +44,16 @@ class Proposal:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per candidate (``CANDIDATE_COLUMNS``)."""
-        return pd.DataFrame(
-            [
-                dict(
-                    candidate_id=c.id,
-                    origin=c.origin,
-                    kind=c.kind,
-                    source=c.source,
-                    question=c.question,
-                    answer=c.answer,
-                    expected_behavior=c.expected_behavior,
-                    gold_answer=c.gold_answer,
-                    gold_source_ids=", ".join(c.gold_source_ids),
-                    why=c.why,
-                    checks="; ".join(c.checks),
-                )
-                for c in self.candidates
-            ],
-            columns=CANDIDATE_COLUMNS,
-        )
+        rows = [
+            {
+                **vars(c),
+                "candidate_id": c.id,
+                "gold_source_ids": ", ".join(c.gold_source_ids),
+                "checks": "; ".join(c.checks),
+            }
+            for c in self.candidates
+        ]
+        return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
     def dropped_frame(self) -> pd.DataFrame:
         return pd.DataFrame(sorted(self.dropped.items(), key=lambda kv: -kv[1]), columns=["reason", "dropped"])

@@ -35,12 +35,6 @@ FLOOR = 0.5  # an abstention over passages none of which holds this share of the
 NO_PASSAGE = "abstained with no passage retrieved"  # a drop's reason: see ``no_passage_note``
 
 
-# --------------------------------------------------------------------------- reading the record
-
-
-# --------------------------------------------------------------------------- choosing
-
-
 @dataclass
 class TrafficProposal:
     candidates: list[Candidate]

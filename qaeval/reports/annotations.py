@@ -53,22 +53,26 @@ def _hidden_text(hidden: Any) -> str:
     return f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
 
 
+def _item(r: dict[str, Any], name: str, score: float | None, label: str, explanation: str) -> dict[str, Any]:
+    return {
+        "context.span_id": r["span_id"],
+        "trace_id": r["trace_id"],
+        "name": name,
+        "score": score,
+        "label": label,
+        "explanation": explanation,
+    }
+
+
 def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
     """One dict per (trace row, metric): the ``COLUMNS``."""
     for r in rows.to_dict("records"):
         if not isinstance(r.get("span_id"), str):
             continue
-        base = {"context.span_id": r["span_id"], "trace_id": r["trace_id"]}
         for check in CHECKS:
             value = r.get(check)
             if value is None or value is pd.NA:
-                yield {
-                    **base,
-                    "name": check,
-                    "score": None,
-                    "label": "not_assessed",
-                    "explanation": _hidden_text(r.get("hidden")),
-                }
+                yield _item(r, check, None, "not_assessed", _hidden_text(r.get("hidden")))
                 continue
             score = 1.0 if value else 0.0
             if check == "citation_coverage" and r["sentences"]:
@@ -76,17 +80,11 @@ def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
             why = _reason(r.get("fail_reasons"), check) or ("passed" if value else "failed")
             if check == "cited_unprompted" and isinstance(r.get("cited_hops"), str):
                 why = f"{why} ({r['cited_hops']})"
-            yield {**base, "name": check, "score": score, "label": "pass" if value else "fail", "explanation": why}
+            yield _item(r, check, score, "pass" if value else "fail", why)
         for axis in JUDGED:
             value = r.get(axis)
             if r.get("sampled") and value is not None and value is not pd.NA:
-                yield {
-                    **base,
-                    "name": axis,
-                    "score": float(value),
-                    "label": f"{int(value)}/2",
-                    "explanation": "the judge's score (0 to 2)",
-                }
+                yield _item(r, axis, float(value), f"{int(value)}/2", "the judge's score (0 to 2)")
 
 
 def _attr(key: str, value: Any) -> dict[str, Any]:

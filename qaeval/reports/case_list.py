@@ -11,8 +11,6 @@ from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
-
-
 ALL_FULL_UP_TO = 60  # suites this small get every case in full
 
 

@@ -26,15 +26,6 @@ Row = Mapping[str, Any]
 Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
 
 
-# --------------------------------------------------------------------------- the layers by case
-
-
-# ``CaseIndex`` and ``CaseRows`` come from ``qaeval.scoring.index``, the run's one per-case index.
-
-
-# --------------------------------------------------------------------------- one case
-
-
 @dataclass(frozen=True)
 class CaseDetail:
     """What one drill-down draws from: the case, its scored rows, and how much to show."""

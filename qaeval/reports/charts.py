@@ -199,25 +199,36 @@ def _drift_panel(ax: Any, metric: str, xs: list[int], values: list[float], band:
         ax.fill_between([start, xs[-1]], band["low"], band["high"], color="#9fc5e8", alpha=0.45, lw=0)
     if band["alarm"]:
         ax.plot([xs[-1]], [band["current"]], marker="X", ms=11, color=FAIL_COLOR)
-    if len(xs) <= 40:
-        for x, v, c in zip(xs, values, commits):
-            if c and not math.isnan(v):
-                ax.annotate(
-                    plain(c, 8),
-                    (x, v),
-                    textcoords="offset points",
-                    xytext=(0, 5),
-                    ha="center",
-                    fontsize=6,
-                    color="#555",
-                )
-    ax.set_ylim(-0.05, 1.12)
-    ax.set_title(
-        metric + ("  ALARM" if band["alarm"] else ""),
-        fontsize=9.5,
-        color=FAIL_COLOR if band["alarm"] else "#222",
-        fontweight="bold" if band["alarm"] else None,
+    _label_commits(ax, xs, values, commits, 5)
+    alarm = bool(band["alarm"])
+    _style_panel(
+        ax,
+        metric + ("  ALARM" if alarm else ""),
+        color=FAIL_COLOR if alarm else "#222",
+        fontweight="bold" if alarm else None,
     )
+
+
+def _label_commits(ax: Any, xs: Sequence[int], values: Sequence[float], commits: list[str], above: int) -> None:
+    """Each run's commit over its point where it changes (left out past 40 runs)."""
+    if len(xs) > 40:
+        return
+    for x, v, c in zip(xs, values, commits):
+        if c and not math.isnan(v):
+            ax.annotate(
+                plain(c, 8),
+                (x, v),
+                textcoords="offset points",
+                xytext=(0, above),
+                ha="center",
+                fontsize=6,
+                color="#555",
+            )
+
+
+def _style_panel(ax: Any, title: str, **title_style: Any) -> None:
+    ax.set_ylim(-0.05, 1.12)
+    ax.set_title(title, fontsize=9.5, **title_style)
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -269,23 +280,10 @@ def runs_chart(runs: pd.DataFrame, metrics: Sequence[str]) -> Chart:
         low = (values - runs[f"{metric}_ci_low"].to_numpy(float)).clip(min=0)
         high = (runs[f"{metric}_ci_high"].to_numpy(float) - values).clip(min=0)
         ax.errorbar(xs, values, yerr=[low, high], fmt="-o", ms=3.5, color=NEUTRAL, ecolor="#9fb3cf", lw=1.2, capsize=2)
-        if len(xs) <= 40:
-            for x, v, c in zip(xs, values, commits):
-                if c and not math.isnan(v):
-                    ax.annotate(
-                        plain(c, 8),
-                        (x, v),
-                        textcoords="offset points",
-                        xytext=(0, 6),
-                        ha="center",
-                        fontsize=6,
-                        color="#555",
-                    )
+        _label_commits(ax, xs, list(values), commits, 6)
         ax.set_xticks(ticks, tick_labels)
         ax.tick_params(labelsize=7)
-        ax.set_ylim(-0.05, 1.12)
-        ax.set_title(metric, fontsize=9.5)
-        ax.spines[["top", "right"]].set_visible(False)
+        _style_panel(ax, metric)
     fig.suptitle(
         "Each metric over the saved runs, with its 95% interval (labels: the commit, where it changes)", fontsize=9.5
     )

@@ -115,19 +115,8 @@ def not_blocking(result: GateResult) -> Html:
     if not failing:
         return Html(flaky_table(result).markup or empty_note("No other case fails.").markup)
     already, flaky = set(result.already_failing), set(result.flaky["case_id"])
-    tags: dict[str, Tags] = {
-        c: [
-            (
-                "flaky, not blocking"
-                if c in flaky
-                else "already failing in the baseline"
-                if c in already
-                else "not blocking",
-                "was",
-            )
-        ]
-        for c in failing
-    }
+    why = {**{c: "already failing in the baseline" for c in already}, **{c: "flaky, not blocking" for c in flaky}}
+    tags: dict[str, Tags] = {c: [(why.get(c, "not blocking"), "was")] for c in failing}
     return Html(flaky_table(result).markup + drilldown(result.run, failing, baseline=result.baseline, tags=tags).markup)
 
 

@@ -55,23 +55,9 @@ def _this_interpreter() -> Iterator[type]:
     with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
         spec = Path(tmp) / "kernels" / "python3"
         spec.mkdir(parents=True)
-        (spec / "kernel.json").write_text(
-            json.dumps(
-                {
-                    "argv": [
-                        sys.executable,
-                        "-m",
-                        "ipykernel_launcher",
-                        "-f",
-                        "{connection_file}",
-                        "--IPKernelApp.log_level=ERROR",
-                    ],
-                    "display_name": "Python 3 (qaeval)",
-                    "language": "python",
-                    "env": KERNEL_ENV,
-                }
-            )
-        )
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--IPKernelApp.log_level=ERROR"]
+        kernel = {"argv": argv, "display_name": "Python 3 (qaeval)", "language": "python", "env": KERNEL_ENV}
+        (spec / "kernel.json").write_text(json.dumps(kernel))
         kernels = str(spec.parent)
 
         class ThisInterpreter(AsyncKernelManager):
