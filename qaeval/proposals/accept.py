@@ -127,7 +127,6 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
 
 def accept(sheet: str | Path, data: str | Path) -> Accepted:
     """Add the accepted rows of ``sheet`` to the living split of the golden folder ``data`` (see the module)."""
-
     from qaeval.core.locks import holding_the_folder
 
     root = Path(data)

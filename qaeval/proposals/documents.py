@@ -52,10 +52,6 @@ def shares(n: int, mix: dict[str, float] = MIX) -> dict[str, int]:
     return out
 
 
-def _source(p: Passage) -> Source:
-    return Source(p.id, p.text, p.title)
-
-
 @dataclass
 class CorpusProposal:
     candidates: list[Candidate]
@@ -181,7 +177,7 @@ class _Proposing:
             if passages is None:
                 self.drop("no second passage near the first")
                 continue
-            return request_for(kind, [_source(p) for p in passages], str(self.seed), self.prompt)
+            return request_for(kind, [Source(p.id, p.text, p.title) for p in passages], str(self.seed), self.prompt)
         return None
 
     def submit(self, pool: ThreadPoolExecutor) -> bool:

@@ -11,7 +11,7 @@ An abstention with no passage retrieved is never proposed (``no_passage_note``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,6 @@ def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple
             if digest is not None and content_digest(row) != digest:
                 out[line] = (None, "the log's row changed since the monitor scored it")
                 continue
-            from dataclasses import replace
-
             out[line] = (replace(row, id=expected), "")
     except OSError as exc:
         raise DatasetError(
@@ -116,13 +114,10 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
             why += f" and no passage holds half the question's content terms (best {best:.2f}): a must-abstain case?"
         else:
             why += f" although a passage holds {best:.0%} of the question's content terms: an over-refusal?"
-    checks = [f"read back from {log} line {row.line}", "the checks give the same result again"]
-    checks.insert(
-        1,
-        "it says what the monitor scored"
-        if compared
-        else "not compared with what the monitor scored (an older record)",
+    said = (
+        "it says what the monitor scored" if compared else "not compared with what the monitor scored (an older record)"
     )
+    checks = (f"read back from {log} line {row.line}", said, "the checks give the same result again")
     return Candidate(
         origin="traffic",
         kind=kind,
@@ -132,7 +127,7 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
         passages=row.passages,
         answer=row.answer,
         expected_behavior=expected,
-        checks=tuple(checks),
+        checks=checks,
         identity=f"row {row.id}",
     ), ""
 

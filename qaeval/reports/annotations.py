@@ -49,10 +49,6 @@ def _reason(reasons: Any, check: str) -> str:
     return "; ".join(part[len(check) + 2 :] for part in reasons.split("; ") if part.startswith(check + ": "))
 
 
-def _hidden_text(hidden: Any) -> str:
-    return f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
-
-
 def _item(r: dict[str, Any], name: str, score: float | None, label: str, explanation: str) -> dict[str, Any]:
     return {
         "context.span_id": r["span_id"],
@@ -72,7 +68,11 @@ def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
         for check in CHECKS:
             value = r.get(check)
             if value is None or value is pd.NA:
-                yield _item(r, check, None, "not_assessed", _hidden_text(r.get("hidden")))
+                hidden = r.get("hidden")
+                why = (
+                    f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
+                )
+                yield _item(r, check, None, "not_assessed", why)
                 continue
             score = 1.0 if value else 0.0
             if check == "citation_coverage" and r["sentences"]:

@@ -46,26 +46,15 @@ def scoreboard_chart(run: RunResult) -> Chart:
     fig = _figure(7.0, 3.4)
     ax = fig.add_subplot()
     y = range(len(board))
-    ax.barh(
-        y,
-        board["value"].fillna(0).to_numpy(),
-        color=[NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]],
-        height=0.6,
-    )
+    colors = [NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]]
+    ax.barh(y, board["value"].fillna(0).to_numpy(), color=colors, height=0.6)
     for i, r in enumerate(board.to_dict("records")):
         if r["n"] == 0 or math.isnan(r["value"]):
             ax.text(0.01, i, "NaN (n=0)", va="center", fontsize=9, color="#555")
             continue
         if not math.isnan(r["ci_low"]):
-            ax.errorbar(
-                r["value"],
-                i,
-                xerr=[[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]],
-                fmt="none",
-                ecolor="#222",
-                capsize=4,
-                lw=1.2,
-            )
+            whiskers = [[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]]
+            ax.errorbar(r["value"], i, xerr=whiskers, fmt="none", ecolor="#222", capsize=4, lw=1.2)
         right = r["ci_high"] if not math.isnan(r["ci_high"]) else r["value"]
         ax.text(min(right, 1.0) + 0.015, i, f"{r['value']:.2f}  (n={int(r['n'])})", va="center", fontsize=9)
     ax.set_yticks(list(y), [_metric_label(m, d) for m, d in zip(board["metric"], board["direction"])], fontsize=9)
@@ -115,16 +104,8 @@ def confusion_chart(result: CalibrationResult) -> Chart:
         for i in range(3):
             for j in range(3):
                 v = int(m.values[i, j])
-                ax.text(
-                    j,
-                    i,
-                    str(v),
-                    ha="center",
-                    va="center",
-                    fontsize=10,
-                    color="#fff" if v and v > m.values.max() / 2 else "#222",
-                    fontweight="bold" if i == j else None,
-                )
+                color, weight = "#fff" if v and v > m.values.max() / 2 else "#222", "bold" if i == j else None
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=10, color=color, fontweight=weight)
         ax.set_xticks(range(3), ["0", "1", "2"])
         ax.set_yticks(range(3), ["0", "1", "2"])
         ax.set_xlabel("judge")

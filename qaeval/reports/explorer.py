@@ -93,10 +93,6 @@ def _result_word(passed: bool, error: bool, trials: Sequence[bool]) -> str:
 CASE_SLICES = ("split", "behavior")
 
 
-def _case_slices(case: Any) -> dict[str, str]:
-    return {"split": case.split, "behavior": case.expected_behavior}
-
-
 def _baseline_data(b: Any) -> dict[str, Any]:
     trials = list(b.trial_passed) if b.trial_passed else None
     answer = "(abstained)" if b.abstained else b.answer
@@ -139,7 +135,10 @@ def case_records(
             "why": [str(r) for r in reasons],
             "d": case.difficulty,
             "t": case.adversarial or "",
-            "s": [{**_case_slices(case), **logged.get(cid, {})}.get(col, "") for col in columns],
+            "s": [
+                {"split": case.split, "behavior": case.expected_behavior, **logged.get(cid, {})}.get(col, "")
+                for col in columns
+            ],
             "tr": trials,
         }
         if len(set(answers)) > 1:
