@@ -1,29 +1,16 @@
 """A filled review sheet into living-split cases: ``qaeval accept SHEET.csv --data DIR``.
 
-Each row is read as the reviewer left it (``qaeval.proposals.candidates``):
-
-- ``accept`` blank: undecided, counted, nothing written. ``n`` (or ``no``): rejected, remembered in the
-  ledger (``qaeval.proposals.ledger``) so it is not proposed again. ``y`` (or ``yes``): accepted.
-- A row decided the same way before (an earlier ``accept`` of the same sheet) is left as it is, and
-  said; a row the ledger holds with the other decision is refused.
-- An accepted row must still be what was proposed (its fingerprint), must not have been decided
-  before (the ledger) and must make a valid case: ``expected_behavior`` one of the two, a gold answer
-  and gold passages (among the row's own) for an answerable case and neither for a must-abstain one, a
-  known difficulty. A row whose question and passages are already a case is refused.
-- The cases are then validated with the whole suite, corpus included, as strictly as a load (as
-  ``add-case`` does), and every problem is reported with its sheet line and row. Nothing is written
-  unless every row is fine: then ``living.jsonl`` is rewritten in one atomic step and the decisions are
-  appended to the ledger.
-
-A corpus candidate becomes a corpus case (no ``sources``; its gold ids are corpus ids) when DIR's corpus
-holds each of its passages with the same text; otherwise it carries its passages as ``sources``, as a
-traffic candidate does. Ids are readable and new (``single-0009``, ``multi-0005``, ``abstain-0004``).
+A row is undecided (``accept`` blank), rejected (``n``: kept in the ledger, not proposed again) or
+accepted (``y``): then it must still be what was proposed (its fingerprint), not decided before, and a
+valid case that is not already in the suite. The cases are validated with the whole suite as strictly as
+a load, every problem reported with its sheet line; nothing is written unless every row is fine, then
+``living.jsonl`` is rewritten in one atomic step and the decisions appended to the ledger.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +76,16 @@ def _key(row: Mapping[str, str]) -> str:
     return question_key(row["question"])
 
 
-def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> tuple[dict[str, Any] | None, list[str]]:
+def _decision(row: Mapping[str, str], decision: str, case_id: str | None = None) -> dict[str, Any]:
+    """The ledger's entry for a row (``Ledger.append`` stamps it)."""
+    return dict(candidate_id=row["candidate_id"], key=_key(row), decision=decision, case_id=case_id, note=row["note"])
+
+
+class _Refused(Exception):
+    """A row that cannot be taken, with every reason (``args``)."""
+
+
+def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> dict[str, Any]:
     problems = []
     behavior = row["expected_behavior"]
     gold = row["gold_answer"] or None
@@ -113,7 +109,7 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
     if difficulty not in DIFFICULTIES:
         problems.append(f"difficulty {difficulty!r} is not one of {', '.join(DIFFICULTIES)}")
     if problems:
-        return None, problems
+        raise _Refused(*problems)
     case: dict[str, Any] = dict(
         question=row["question"],
         gold_answer=gold,
@@ -130,12 +126,11 @@ def _case(row: Mapping[str, str], passages: tuple[Source, ...], corpus: Any) -> 
     )
     if not in_corpus:
         case["sources"] = [{"id": p.id, "text": p.text, **({"title": p.title} if p.title else {})} for p in passages]
-    return case, []
+    return case
 
 
 def accept(sheet: str | Path, data: str | Path) -> Accepted:
     """Add the accepted rows of ``sheet`` to the living split of the golden folder ``data`` (see the module)."""
-
     from qaeval.core.locks import holding_the_folder
 
     root = Path(data)
@@ -183,19 +178,7 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
     if review.new:
         _write_cases(target, existing, review.new)
         load_suite(root)  # what was written loads
-    ledger.append(
-        [
-            dict(
-                candidate_id=row["candidate_id"],
-                key=_key(row),
-                decision="accepted",
-                case_id=case["id"],
-                note=row["note"],
-            )
-            for _, _, case, row in review.new
-        ]
-        + review.rejected
-    )
+    ledger.append([_decision(row, "accepted", case["id"]) for _, _, case, row in review.new] + review.rejected)
     return Accepted(
         [(case["id"], row["candidate_id"]) for _, _, case, row in review.new],
         len(review.rejected),
@@ -207,58 +190,45 @@ def _accept(sheet: str | Path, root: Path) -> Accepted:
 
 def _review_row(review: _Review, suite: Suite, ledger: Ledger, line: int, number: int, row: dict[str, str]) -> None:
     """Read one row as the reviewer left it: undecided, refused, left as it is, rejected or accepted."""
-
-    def refuse(message: str) -> None:
-        review.refuse(message, line, number, row)
-
     decision = row["accept"].lower()
     if not decision:
         review.undecided += 1
         return
-    passages = _as_proposed(review, line, row, decision, refuse)
-    if passages is None or _decided_before(review, ledger, number, row, decision, refuse):
-        return
-    if decision in NO:
-        review.rejected.append(
-            dict(candidate_id=row["candidate_id"], key=_key(row), decision="rejected", case_id=None, note=row["note"])
-        )
-        return
-    case = _new_case(review, suite, line, row, passages, refuse)
-    if case is not None:
-        review.new.append((line, number, case, row))
+    try:
+        passages = _as_proposed(review, line, row, decision)
+        if _decided_before(review, ledger, number, row, decision):
+            return
+        if decision in NO:
+            review.rejected.append(_decision(row, "rejected"))
+        else:
+            review.new.append((line, number, _new_case(review, suite, line, row, passages), row))
+    except _Refused as refused:
+        for message in refused.args:
+            review.refuse(message, line, number, row)
 
 
-def _as_proposed(
-    review: _Review, line: int, row: dict[str, str], decision: str, refuse: Callable[[str], None]
-) -> tuple[Source, ...] | None:
-    """The row's passages when it is a readable decision on a proposal as it was proposed, met once; else
-    None, the row refused."""
+def _as_proposed(review: _Review, line: int, row: dict[str, str], decision: str) -> tuple[Source, ...]:
+    """The row's passages when it is a readable decision on a proposal as it was proposed, met once."""
     if decision not in YES + NO:
-        refuse(f"accept {row['accept']!r} is not y or n")
-        return None
+        raise _Refused(f"accept {row['accept']!r} is not y or n")
     passages, why = _passages(row["passages"])
     if passages is None or row["origin"] not in ORIGINS:
-        refuse(why or f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
-        return None
+        raise _Refused(why or f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
     if (
         fingerprint(row["candidate_id"], row["origin"], row["source"], row["question"], passages, row["answer"] or None)
         != row["fingerprint"]
     ):
-        refuse(
+        raise _Refused(
             "the proposal was edited after it was proposed (its question, passages, source or answer "
             "differ from what its fingerprint says): propose again, or write the case with add-case"
         )
-        return None
     if row["candidate_id"] in review.seen:
-        refuse(f"a second row for this candidate (first on line {review.seen[row['candidate_id']]})")
-        return None
+        raise _Refused(f"a second row for this candidate (first on line {review.seen[row['candidate_id']]})")
     review.seen[row["candidate_id"]] = line
     return passages
 
 
-def _decided_before(
-    review: _Review, ledger: Ledger, number: int, row: dict[str, str], decision: str, refuse: Callable[[str], None]
-) -> bool:
+def _decided_before(review: _Review, ledger: Ledger, number: int, row: dict[str, str], decision: str) -> bool:
     """Whether the ledger already holds this row or question: the same decision is left as it is, the other
     refused."""
     before = ledger.decided(_key(row), row["candidate_id"])
@@ -271,29 +241,19 @@ def _decided_before(
     if before["decision"] == said:  # the same row or question, decided the same way: nothing to do
         review.again.append(f"{row['candidate_id']} (sheet row {number}) was {when}: left as it is")
     else:
-        refuse(f"already {when}; the sheet now says {said}")
+        raise _Refused(f"already {when}; the sheet now says {said}")
     return True
 
 
 def _new_case(
-    review: _Review,
-    suite: Suite,
-    line: int,
-    row: dict[str, str],
-    passages: tuple[Source, ...],
-    refuse: Callable[[str], None],
-) -> dict[str, Any] | None:
+    review: _Review, suite: Suite, line: int, row: dict[str, str], passages: tuple[Source, ...]
+) -> dict[str, Any]:
     """The accepted row as a case, when it makes a valid one that is neither in the suite nor accepted
-    earlier in this sheet; else None, the row refused."""
-    case, found = _case(row, passages, suite.corpus)
-    if case is None:
-        for p in found:
-            refuse(p)
-        return None
+    earlier in this sheet."""
+    case = _case(row, passages, suite.corpus)
     same = find_duplicate(suite, case["question"], [(p.id, p.text) for p in passages])
     if same is not None and "sources" in case:
-        refuse(f"already in the suite as {same.id} ({same.file}:{same.line}): same question, same passages")
-        return None
+        raise _Refused(f"already in the suite as {same.id} ({same.file}:{same.line}): same question, same passages")
     dup = next(
         (
             c
@@ -303,12 +263,10 @@ def _new_case(
         None,
     )
     if dup is not None:
-        refuse(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
-        return None
+        raise _Refused(f"already in the suite as {dup.id} ({dup.file}:{dup.line}): same question over the corpus")
     identity = (normalize(case["question"]), frozenset(normalize(p.text) for p in passages))
     if identity in review.batch:
-        refuse(f"the same question and passages as the row on line {review.batch[identity]}")
-        return None
+        raise _Refused(f"the same question and passages as the row on line {review.batch[identity]}")
     review.batch[identity] = line
     return case
 

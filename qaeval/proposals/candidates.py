@@ -1,36 +1,11 @@
-"""A candidate case, and the review sheet a person fills.
+"""A candidate case, and the review sheet a person fills (``SHEET_COLUMNS``; each column is described in
+docs/guides/grow.md).
 
-One CSV row per candidate, in this order:
-
-=====================  ====================================================================================
-``candidate_id``       ``cand-`` and 12 hex digits of a hash of where it came from (a traffic row's id, or
-                       the passages) and its question: the same candidate proposed twice has the same
-                       id, however the log's path is spelled
-``origin``             ``traffic`` (a monitor record's row) or ``corpus`` (generated from passages)
-``source``             where it came from: ``LOG line N (row id)`` or the passage ids it was made from
-``why``                why it was proposed (the failed check, the judge's score, the abstention, or what the
-                       generator was asked for)
-``checks``             what was verified mechanically before the sheet was written
-``question``           the question
-``passages``           the passages, as a JSON list of ``{id, text, title?}``: for traffic what the system
-                       retrieved, for a corpus candidate its gold passage(s) or, for a must-abstain one, the
-                       passages the retriever found closest
-``answer``             what the system said (traffic) or the generator's answer (corpus)
-``accept``             **for the reviewer**: ``y`` to add the case, ``n`` to reject it (remembered, so it is
-                       not proposed again); left blank, the row is undecided
-``expected_behavior``  **for the reviewer**, pre-filled with qaeval's proposal: ``answer`` or
-                       ``unanswerable_must_abstain``
-``gold_answer``        **for the reviewer** (pre-filled for corpus candidates): the right answer
-``gold_source_ids``    **for the reviewer** (pre-filled for corpus candidates): the passage ids that carry
-                       it, separated by commas
-``difficulty``         **for the reviewer**, pre-filled: ``single-hop``, ``multi-hop`` or ``aggregation``
-``note``               **for the reviewer**: anything; kept in the ledger of decisions
-``fingerprint``        a hash of the proposal (id, origin, source, question, passages, answer): ``accept``
-                       refuses a row whose proposal was edited
-=====================  ====================================================================================
-
-Cells are written as the label sheets write them (``qaeval.verdicts.sheets.sheet_cell``): a cell that a
-spreadsheet would run as a formula gets one leading ``'``, which reading takes off again.
+The ``candidate_id`` hashes where the candidate came from (a traffic row's id, or the passages) and its
+question, so the same candidate proposed twice has the same id; the ``fingerprint`` hashes the proposal
+(id, origin, source, question, passages, answer), and ``accept`` refuses a row whose proposal was
+edited. Cells are written as the label sheets write them (``qaeval.verdicts.sheets.sheet_cell``): a
+cell a spreadsheet would run as a formula gets one leading ``'``, which reading takes off again.
 """
 
 from __future__ import annotations

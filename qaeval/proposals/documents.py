@@ -1,20 +1,11 @@
 """Candidates from documents: generated from a corpus's passages, verified before anyone sees them.
 
-``propose_from_corpus(corpus, n, generator)``:
-
-1. Draws passages at random (seeded) from ``corpus.jsonl``, skipping those with fewer than
-   ``MIN_TERMS`` content terms (a short chunk gives a shallow question), and asks for three kinds of
-   candidate (``qaeval.judges.generator``): ``single`` over one passage, ``multi`` over a passage and
-   the passage the corpus retriever ranks nearest to it, ``abstain`` over a passage and its neighbours.
-   By default 60% single, 20% multi, 20% must-abstain.
-2. Keeps ``concurrency`` requests in flight (the built-in generator is called from that many threads;
-   a custom one, in its own process, is sent chunks), and verifies each reply as it arrives, so the
-   wall time is the generator's: about calls x latency / concurrency. A kind stops being asked for once
-   its verified candidates and its requests in flight make its share.
-3. Every reply goes through ``qaeval.proposals.verify``'s rules; the first that fails drops it, counted
-   by reason. A reply that failed, timed out, was malformed or named another request is dropped the
-   same way: it costs that candidate, never the run.
-4. Stops when ``n`` are verified, or after ``max_calls`` calls (default ``3 n + 10``), saying so.
+``propose_from_corpus(corpus, n, generator)`` draws passages at random (seeded, skipping those with
+fewer than ``MIN_TERMS`` content terms) and asks for ``single``, ``multi`` and ``abstain`` candidates
+(``MIX``), keeping ``concurrency`` requests in flight and verifying each reply as it arrives
+(``qaeval.proposals.verify``). A reply that fails a rule, fails, times out or is malformed is dropped,
+counted by reason: it costs that candidate, never the run. It stops at ``n`` verified candidates or
+``max_calls`` calls (default ``3 n + 10``).
 """
 
 from __future__ import annotations
@@ -59,10 +50,6 @@ def shares(n: int, mix: dict[str, float] = MIX) -> dict[str, int]:
     for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: n - sum(out.values())]:
         out[k] += 1
     return out
-
-
-def _source(p: Passage) -> Source:
-    return Source(p.id, p.text, p.title)
 
 
 @dataclass
@@ -190,7 +177,7 @@ class _Proposing:
             if passages is None:
                 self.drop("no second passage near the first")
                 continue
-            return request_for(kind, [_source(p) for p in passages], str(self.seed), self.prompt)
+            return request_for(kind, [Source(p.id, p.text, p.title) for p in passages], str(self.seed), self.prompt)
         return None
 
     def submit(self, pool: ThreadPoolExecutor) -> bool:

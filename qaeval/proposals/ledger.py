@@ -1,12 +1,9 @@
 """The ledger of decisions: which candidates a person accepted or rejected, kept beside the cases.
 
-``DIR/.qaeval/decisions.jsonl``, one line per decision, appended by ``qaeval accept``:
-``{"candidate_id", "key", "decision": "accepted" | "rejected", "case_id" (accepted), "note", "decided"}``.
-It lives in a subfolder so that it is never read as a case file (the cases are the ``*.jsonl`` directly
-inside DIR). ``propose`` with ``--data DIR`` does not propose a candidate whose key is in it again (a
-traffic candidate's key is its log row id; a corpus candidate's is its normalised question), and
-``accept`` refuses a row decided before. A ledger line that is not one of these is a DatasetError with
-its line: the file is the user's, and is read as strictly as a case file.
+``DIR/.qaeval/decisions.jsonl`` (a subfolder, so it is never read as a case file), one line per
+decision, appended by ``qaeval accept``. A traffic candidate's key is its log row id, a corpus
+candidate's its normalised question. The file is the user's: a line that breaks ``FIELDS`` is a
+DatasetError with its line.
 """
 
 from __future__ import annotations

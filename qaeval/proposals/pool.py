@@ -12,8 +12,6 @@ from typing import Any
 from qaeval.scoring.monitor import allocate
 
 KINDS = ("check_failed", "unfaithful", "abstained")
-
-
 KIND_WORDS = {
     "check_failed": "failed a deterministic check",
     "unfaithful": "judged unfaithful",
@@ -46,10 +44,7 @@ class Pool:
         return [row for *_, row in sorted(self.kept.get(key, []), reverse=True)]
 
     def kind_sizes(self) -> dict[str, int]:
-        out = {k: 0 for k in KINDS}
-        for (kind, _), n in self.sizes.items():
-            out[kind] += n
-        return out
+        return {k: sum(n for (kind, _), n in self.sizes.items() if kind == k) for k in KINDS}
 
 
 def quotas(pool: Pool, n: int) -> dict[tuple[str, str], int]:
@@ -68,6 +63,5 @@ def quotas(pool: Pool, n: int) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for kind, total in share.items():
         strata = {s: size for (k, s), size in pool.sizes.items() if k == kind}
-        for stratum, q in allocate(strata, total).items():
-            out[(kind, stratum)] = q
+        out.update({(kind, stratum): q for stratum, q in allocate(strata, total).items()})
     return out

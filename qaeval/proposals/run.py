@@ -16,25 +16,16 @@ import pandas as pd
 
 from qaeval.core.errors import Problem, UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
+from qaeval.core.settings import ProposeSettings
 from qaeval.core.text import one_line
 from qaeval.proposals.accept import Accepted, accept  # noqa: F401 (qa.accept)
 from qaeval.proposals.candidates import Candidate, write_sheet
 from qaeval.proposals.ledger import Ledger, read_ledger
 
 DEFAULT_GENERATOR = "qaeval.judges.generator:make_generator"
-CANDIDATE_COLUMNS = [
-    "candidate_id",
-    "origin",
-    "kind",
-    "source",
-    "question",
-    "answer",
-    "expected_behavior",
-    "gold_answer",
-    "gold_source_ids",
-    "why",
-    "checks",
-]
+CANDIDATE_COLUMNS = (
+    "candidate_id origin kind source question answer expected_behavior gold_answer gold_source_ids why checks".split()
+)
 
 
 @dataclass
@@ -54,25 +45,16 @@ class Proposal:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per candidate (``CANDIDATE_COLUMNS``)."""
-        return pd.DataFrame(
-            [
-                dict(
-                    candidate_id=c.id,
-                    origin=c.origin,
-                    kind=c.kind,
-                    source=c.source,
-                    question=c.question,
-                    answer=c.answer,
-                    expected_behavior=c.expected_behavior,
-                    gold_answer=c.gold_answer,
-                    gold_source_ids=", ".join(c.gold_source_ids),
-                    why=c.why,
-                    checks="; ".join(c.checks),
-                )
-                for c in self.candidates
-            ],
-            columns=CANDIDATE_COLUMNS,
-        )
+        rows = [
+            {
+                **vars(c),
+                "candidate_id": c.id,
+                "gold_source_ids": ", ".join(c.gold_source_ids),
+                "checks": "; ".join(c.checks),
+            }
+            for c in self.candidates
+        ]
+        return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
     def dropped_frame(self) -> pd.DataFrame:
         return pd.DataFrame(sorted(self.dropped.items(), key=lambda kv: -kv[1]), columns=["reason", "dropped"])
@@ -100,26 +82,25 @@ class Proposal:
         return "<pre>" + escape(self.summary_text()) + "</pre>" + self.to_frame().to_html(index=False)
 
 
-def _generator_settings(model: str | None, base_url: str | None, concurrency: int | None, cache: bool | None) -> Any:
-    from qaeval.scoring.judge import JudgeSettings
-
-    model = model or os.environ.get("QAEVAL_GENERATOR_MODEL") or None
-    return JudgeSettings.from_env(model=model, base_url=base_url, concurrency=concurrency, cache=cache)
-
-
-def _generator(spec: Any, settings: Any, *, isolation: str, timeout: float, startup: float, stack: ExitStack) -> Any:
+def _generator(s: ProposeSettings, settings: Any, stack: ExitStack) -> Any:
     """The built-in generator in this process; any other in its own (``GeneratorProcess``)."""
     from qaeval.host.clients import GeneratorProcess, spec_of
     from qaeval.judges import generator as gen
     from qaeval.worker.plugins import build
 
-    if spec in (None, DEFAULT_GENERATOR, gen.make_generator) or isolation == "none":
+    spec = s.generator
+
+    if spec in (None, DEFAULT_GENERATOR, gen.make_generator) or s.isolation == "none":
         built = build(spec or DEFAULT_GENERATOR, what="generator", settings=settings)
         if not callable(getattr(built, "generate", None)):
             raise UsageError(f"the generator is a {type(built).__name__}, with no generate(requests) method")
         return built
     proc = GeneratorProcess(
-        spec_of(spec, what="generator"), settings=settings, timeout=timeout, startup=startup, data_dir=None
+        spec_of(spec, what="generator"),
+        settings=settings,
+        timeout=s.generator_timeout,
+        startup=s.startup_timeout,
+        data_dir=None,
     )
     stack.callback(proc.close)
     return proc
@@ -199,27 +180,9 @@ def propose(
     """Candidate cases from a monitor record (``from_monitor``) or a corpus (``from_corpus``: a folder
     holding ``corpus.jsonl``, or the file), written to the review sheet ``sheet``. ``data``: the golden
     folder they are for (its cases are not proposed again, nor what its ledger holds)."""
+    given = dict(locals())  # every parameter, by name, before anything else is defined here
     from qaeval.core import params as P
-    from qaeval.core.settings import ProposeSettings
 
-    given = dict(
-        from_monitor=from_monitor,
-        from_corpus=from_corpus,
-        sheet=sheet,
-        n=n,
-        seed=seed,
-        data=data,
-        logs=logs,
-        generator=generator,
-        generator_model=generator_model,
-        generator_base_url=generator_base_url,
-        generator_concurrency=generator_concurrency,
-        generator_cache=generator_cache,
-        generator_timeout=generator_timeout,
-        startup_timeout=startup_timeout,
-        isolation=isolation,
-        max_calls=max_calls,
-    )
     p = P.check("propose", {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()})
     s = ProposeSettings.from_params(p)
     if s.from_corpus is not None and s.data is None:
@@ -236,22 +199,7 @@ def propose(
         found = propose_from_monitor(s.from_monitor, s.n, seed=s.seed, logs=s.logs, suite=suite, ledger=ledger)
         result = Proposal("traffic", found.candidates, found.dropped, found.notes, pool=found.pool)
     else:
-        assert s.from_corpus is not None  # one of the two sources (ProposeSettings)
-        settings = _generator_settings(
-            s.generator_model, s.generator_base_url, s.generator_concurrency, s.generator_cache
-        )
-        result = _from_corpus(
-            Path(s.from_corpus),
-            s.n,
-            seed=s.seed,
-            data=s.data,
-            generator=s.generator,
-            settings=settings,
-            isolation=s.isolation,
-            timeout=s.generator_timeout,
-            startup=s.startup_timeout,
-            max_calls=s.max_calls,
-        )
+        result = _from_corpus(s)
     result.sheet = write_sheet(result.candidates, s.sheet)
     return result
 
@@ -263,24 +211,20 @@ def _cases_beside(path: Path) -> str | None:
     return str(path) if path.is_dir() and case_files(path) else None
 
 
-def _from_corpus(
-    path: Path,
-    n: int,
-    *,
-    seed: int,
-    data: Any,
-    generator: Any,
-    settings: Any,
-    isolation: str,
-    timeout: float,
-    startup: float,
-    max_calls: int | None,
-) -> Proposal:
+def _from_corpus(s: ProposeSettings) -> Proposal:
     from qaeval.core.errors import DatasetError
     from qaeval.data.corpus import CORPUS_FILE, Corpus
+    from qaeval.judges import generator as gen
     from qaeval.proposals.documents import propose_from_corpus
+    from qaeval.scoring.judge import JudgeSettings
     from qaeval.system.retriever import CorpusRetriever
 
+    assert s.from_corpus is not None  # one of the two sources (ProposeSettings)
+    path, data = Path(s.from_corpus), s.data
+    model = s.generator_model or os.environ.get("QAEVAL_GENERATOR_MODEL") or None
+    settings = JudgeSettings.from_env(
+        model=model, base_url=s.generator_base_url, concurrency=s.generator_concurrency, cache=s.generator_cache
+    )
     file = path / CORPUS_FILE if path.is_dir() else path
     if not file.is_file():
         raise DatasetError(
@@ -291,30 +235,28 @@ def _from_corpus(
         if data is not None and Path(data) == path
         else []
     )
-    from qaeval.judges import generator as gen
-
-    custom = generator not in (None, DEFAULT_GENERATOR, gen.make_generator)
+    custom = s.generator not in (None, DEFAULT_GENERATOR, gen.make_generator)
     boundary = (
         ["WARNING: isolation none: the generator ran inside qaeval (no process boundary)"]
-        if custom and isolation == "none"
+        if custom and s.isolation == "none"
         else []
     )
     suite, ledger = _data(data)
     with ExitStack() as stack:
         corpus = stack.enter_context(Corpus.open(file))
-        made = _generator(generator, settings, isolation=isolation, timeout=timeout, startup=startup, stack=stack)
+        made = _generator(s, settings, stack)
         retriever = CorpusRetriever.build(corpus, settings.cache_dir)  # the index is kept whatever the reply cache
         stack.callback(retriever.close)
         found = propose_from_corpus(
             corpus,
-            n,
+            s.n,
             made,
             retriever=retriever,
-            seed=seed,
+            seed=s.seed,
             existing=[c.question for c in suite] if suite is not None else (),
             ledger=ledger,
             concurrency=settings.concurrency,
-            max_calls=max_calls,
+            max_calls=s.max_calls,
         )
         label = _label_of(made)
     if suite is not None and suite.corpus is not None:

@@ -22,20 +22,10 @@ from qaeval.proposals.pool import Pool
 from qaeval.scoring.monitor_metrics import window_keys
 
 CHUNK = 20_000
-
-
 MAX_PROBLEMS = 100  # a record this broken is reported by its first problems
-
-
 ROWS_OPEN = '  "rows": ['
-
-
 CASES_OPEN = ' "cases": ['
-
-
 RECORD_FORMAT = "qaeval-record"
-
-
 RECORD_VERSION = 3
 
 

@@ -1,38 +1,17 @@
 """Candidates from traffic: the rows of a monitor record most worth a person's look.
 
-``propose_from_monitor(record, n)``:
-
-1. Reads the record's envelope and monitor section without its rows or its judged cases (one pass over
-   the lines; a record qaeval writes has each row on a line of its own), and checks it is a monitor
-   record of this version.
-2. Streams the rows (a second pass). A row is a candidate of one kind, the first that applies:
-   ``check_failed`` (it failed a deterministic check: the strongest evidence), ``unfaithful`` (the
-   monitor's judge scored its faithfulness 0) or ``abstained``. A row that is none of these is counted and not parsed; a
-   candidate row is checked field by field (a RecordError with its line when it is malformed). A row
-   whose log id the ledger holds (``--data``) was decided before and is left out, counted.
-3. Keeps, per kind and stratum (the record's ``by`` slices and its time window, when it has them), the
-   rows with the smallest hash of (seed, row id): a seeded sample that does not depend on the order of
-   the log, in memory bounded by the strata and ``n``, never by the log.
-4. Splits ``n`` evenly over the kinds that have rows (a kind with fewer gives its share to the others),
-   and each kind's share over its strata in proportion to their sizes, at least one each when the share
-   allows (``qaeval.scoring.monitor.allocate``).
-5. Reads the chosen rows back from the log the record was made from (only their lines are parsed) and
-   runs the four checks on them again: a row the log no longer holds, whose id differs or whose checks
-   now say otherwise is dropped with the reason and replaced by the next of its stratum. A row that is
-   already a case of ``--data``, or another candidate (same question, same passages), is dropped too.
-
-The proposal for each row: ``answer`` as the expected behaviour, except for an abstention where no
-passage holds half the question's content terms (``unanswerable_must_abstain``: the case then guards
-the abstention); the gold answer is the reviewer's to write. An abstention with no passage retrieved at
-all is not proposed: nothing tells a right abstention from a retrieval miss, and a case without passages
-would test only that the system abstains on nothing. It is dropped, counted, with a note once
-(``no_passage_note``).
+``propose_from_monitor(record, n)`` streams the record (``qaeval.proposals.scan``), keeps per kind
+(``check_failed``, ``unfaithful``, ``abstained``) and stratum the rows with the smallest seeded hash,
+splits ``n`` over them (``qaeval.proposals.pool.quotas``), then reads the chosen rows back from the log
+and checks them again: a row the log no longer holds as recorded, already a case, or another
+candidate's question and passages is dropped with the reason and replaced by the next of its stratum.
+An abstention with no passage retrieved is never proposed (``no_passage_note``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +33,6 @@ from qaeval.system.retriever import coverage
 
 FLOOR = 0.5  # an abstention over passages none of which holds this share of the question's terms is right
 NO_PASSAGE = "abstained with no passage retrieved"  # a drop's reason: see ``no_passage_note``
-
-
-# --------------------------------------------------------------------------- reading the record
-
-
-# --------------------------------------------------------------------------- choosing
 
 
 @dataclass
@@ -98,8 +71,6 @@ def _source_rows(log: str, wanted: dict[int, dict[str, Any]]) -> dict[int, tuple
             if digest is not None and content_digest(row) != digest:
                 out[line] = (None, "the log's row changed since the monitor scored it")
                 continue
-            from dataclasses import replace
-
             out[line] = (replace(row, id=expected), "")
     except OSError as exc:
         raise DatasetError(
@@ -143,13 +114,10 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
             why += f" and no passage holds half the question's content terms (best {best:.2f}): a must-abstain case?"
         else:
             why += f" although a passage holds {best:.0%} of the question's content terms: an over-refusal?"
-    checks = [f"read back from {log} line {row.line}", "the checks give the same result again"]
-    checks.insert(
-        1,
-        "it says what the monitor scored"
-        if compared
-        else "not compared with what the monitor scored (an older record)",
+    said = (
+        "it says what the monitor scored" if compared else "not compared with what the monitor scored (an older record)"
     )
+    checks = (f"read back from {log} line {row.line}", said, "the checks give the same result again")
     return Candidate(
         origin="traffic",
         kind=kind,
@@ -159,7 +127,7 @@ def _candidate(row: LogRow, kind: str, log: str, faithfulness: Any, compared: bo
         passages=row.passages,
         answer=row.answer,
         expected_behavior=expected,
-        checks=tuple(checks),
+        checks=checks,
         identity=f"row {row.id}",
     ), ""
 

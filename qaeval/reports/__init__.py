@@ -1,28 +1,13 @@
 """What the notebooks and HTML reports draw: banners, tables, per-case drill-downs and charts.
 
-Every function takes a result object and returns something a notebook displays: ``Html`` (markup
-that is already escaped) or ``Chart`` (a PNG). The modules mirror ``qaeval.verdicts``:
-
-==================  ==========================================================================
-``html``            escaping, the Html and Chart wrappers, tables, banners
-``charts``          the matplotlib figures (scoreboard, gate movements, confusion, drift series)
-``cases``           one case's drill-down, built from named sections
-``case_list``       every case of a run, failing first, in full or short form (``drilldown``)
-``explorer``        the explorable case list (``case_explorer``): filters, search, groups, sorting
-``run``             the run's facts, scoreboard, slices and one line per case
-``gate``            tiers, metric movements, blocking and non-blocking cases
-``calibration``     agreement with people per axis, disagreements, agreeing labels
-``drift``           alarms and bands
-``compare``         metrics before and after, cases that changed
-``proposals``       the propose notebook: what candidates were chosen from, drops, the candidates
-``views``           each result's facts line and its rich view in a notebook (``view``)
-``render``          executing a notebook and rendering the page (the ``qaeval`` nbconvert template)
-==================  ==========================================================================
+Every function takes a result object and returns ``Html`` (markup already escaped) or ``Chart`` (a PNG);
+the modules mirror ``qaeval.verdicts`` (``run``, ``gate``, ``calibration``, ``drift``, ``compare``,
+``monitor``, ``proposals``), beside ``html`` (escaping, tables, banners), ``charts``, ``cases`` and
+``case_list`` (the drill-down), ``explorer`` (the scripted case list), ``views`` and ``render``.
 
 Everything that came from a case or a system's answer is escaped with ``html.escape`` before it
 reaches markup, and has its ``$`` escaped before it reaches a matplotlib label (so mathtext never
-interprets it). The page's template carries its own small stylesheet and runs one script, the case
-explorer's, which sets every text from a case with ``textContent``.
+interprets it). The page runs one script, the case explorer's, which sets every text with ``textContent``.
 """
 
 from __future__ import annotations

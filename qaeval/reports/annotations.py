@@ -1,18 +1,12 @@
 """Scores back where the team looks: a monitor's per-row results as span annotations.
 
-One row per (answering span, metric) of a log read from traces (``qaeval.data.otlp``): ``trace_id``,
-``context.span_id``, ``name`` (the metric), ``score``, ``label`` and ``explanation``.
+One row per (answering span, metric) of a log read from traces: ``trace_id``, ``context.span_id``,
+``name`` (the metric), ``score``, ``label`` and ``explanation``. ``.jsonl``, ``.csv`` or ``.parquet``
+write a table in the shape of Arize Phoenix's ``SpanEvaluations``; ``.json`` or ``.otlp.jsonl`` write
+OTLP/JSON, each answering span again with a ``gen_ai.evaluation.result`` event per metric.
 
-- ``.jsonl``, ``.csv`` or ``.parquet``: a table in the shape Arize Phoenix's ``SpanEvaluations`` takes
-  (``pd.read_*`` then ``set_index("context.span_id")``; one file, with a ``name`` column).
-- ``.json`` or ``.otlp.jsonl``: OTLP/JSON, one ``ExportTraceServiceRequest`` a line (one object for
-  ``.json``), each answering span again (its ids, name, parent and times) with a
-  ``gen_ai.evaluation.result`` event per metric (``gen_ai.evaluation.name``,
-  ``gen_ai.evaluation.score.value``, ``gen_ai.evaluation.score.label``, ``gen_ai.evaluation.explanation``).
-
-The checks score 1 (passed) or 0 (failed); citation coverage scores the share of answer sentences
-covered; the judge's faithfulness and citation correctness their 0-2 score. A check not assessed on a
-row (the instrumentation hid what it reads) has no score and the label ``not_assessed``.
+A check scores 1 (passed) or 0 (failed), citation coverage the share of sentences covered, the judge
+its 0-2 score; a check not assessed on a row has no score and the label ``not_assessed``.
 """
 
 from __future__ import annotations
@@ -55,8 +49,15 @@ def _reason(reasons: Any, check: str) -> str:
     return "; ".join(part[len(check) + 2 :] for part in reasons.split("; ") if part.startswith(check + ": "))
 
 
-def _hidden_text(hidden: Any) -> str:
-    return f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
+def _item(r: dict[str, Any], name: str, score: float | None, label: str, explanation: str) -> dict[str, Any]:
+    return {
+        "context.span_id": r["span_id"],
+        "trace_id": r["trace_id"],
+        "name": name,
+        "score": score,
+        "label": label,
+        "explanation": explanation,
+    }
 
 
 def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
@@ -64,17 +65,14 @@ def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
     for r in rows.to_dict("records"):
         if not isinstance(r.get("span_id"), str):
             continue
-        base = {"context.span_id": r["span_id"], "trace_id": r["trace_id"]}
         for check in CHECKS:
             value = r.get(check)
             if value is None or value is pd.NA:
-                yield {
-                    **base,
-                    "name": check,
-                    "score": None,
-                    "label": "not_assessed",
-                    "explanation": _hidden_text(r.get("hidden")),
-                }
+                hidden = r.get("hidden")
+                why = (
+                    f"not assessed: the instrumentation hid the {hidden}" if isinstance(hidden, str) else "not assessed"
+                )
+                yield _item(r, check, None, "not_assessed", why)
                 continue
             score = 1.0 if value else 0.0
             if check == "citation_coverage" and r["sentences"]:
@@ -82,17 +80,11 @@ def span_annotations(rows: pd.DataFrame) -> Iterator[dict[str, Any]]:
             why = _reason(r.get("fail_reasons"), check) or ("passed" if value else "failed")
             if check == "cited_unprompted" and isinstance(r.get("cited_hops"), str):
                 why = f"{why} ({r['cited_hops']})"
-            yield {**base, "name": check, "score": score, "label": "pass" if value else "fail", "explanation": why}
+            yield _item(r, check, score, "pass" if value else "fail", why)
         for axis in JUDGED:
             value = r.get(axis)
             if r.get("sampled") and value is not None and value is not pd.NA:
-                yield {
-                    **base,
-                    "name": axis,
-                    "score": float(value),
-                    "label": f"{int(value)}/2",
-                    "explanation": "the judge's score (0 to 2)",
-                }
+                yield _item(r, axis, float(value), f"{int(value)}/2", "the judge's score (0 to 2)")
 
 
 def _attr(key: str, value: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qaeval.reports.html import Col, Html, empty_note, esc, failed, html_table, mark, num, score
+from qaeval.reports.html import Col, Html, empty_note, esc, failed, mark, num, score, table
 from qaeval.scoring.metrics import format_interval
 from qaeval.verdicts.calibration import CalibrationResult
 
@@ -34,51 +34,35 @@ def _agreement_result(r: dict[str, Any]) -> str:
     return mark(r["passed"], "ok", "NOT TRUSTED")
 
 
-def _agreement_row(r: dict[str, Any]) -> dict[str, Any]:
-    n = r["n"]
-    return dict(
-        axis=r["axis"],
-        n=n,
-        exact=num(r["exact"], n, 2),
-        exact_ci=format_interval(r["exact_low"], r["exact_high"], n, digits=2),
-        within=num(r["within_one"], n, 2),
-        within_ci=format_interval(r["within_one_low"], r["within_one_high"], n, digits=2),
-        mae=num(r["mae"], n, 2),
-        kappa=num(r["kappa"], None, 2),
-        result=_agreement_result(r),
-        status=r["status"],
-        refused=bool(r["assessed"]) and failed(r["passed"]),
-    )
-
-
 def agreement_table(result: CalibrationResult) -> Html:
-    rows = [_agreement_row(r) for r in result.agreement.to_dict("records")]
     note = ""
     if not result.ok and result.overall_clears_bar:
         note = (
             "<p>The overall figure clears the bar, yet the judge is refused: it is only as trustworthy as its "
             "weakest axis, and an average hides the axis where it is wrong.</p>"
         )
-    return Html(
-        note
-        + html_table(
-            rows,
-            [
-                Col("axis", "axis", "id"),
-                Col("n", "labels", "int"),
-                Col("exact", "exact agreement", "htmlnum"),
-                Col("exact_ci", "95% CI (Wilson)", "nowrap"),
-                Col("within", "within one", "htmlnum"),
-                Col("within_ci", "95% CI", "nowrap"),
-                Col("mae", "MAE", "htmlnum"),
-                Col("kappa", "kappa (quadratic)", "htmlnum"),
-                Col("result", "result", "html"),
-                Col("status", "why"),
-            ],
-            caption="Agreement with human labels per axis (kappa is NaN when there is no spread to agree on)",
-            bad=lambda r: r["refused"],
-        )
+    cols = [
+        Col("axis", "axis", "id"),
+        Col("n", "labels", "int"),
+        Col("exact", "exact agreement", "htmlnum", get=lambda r: num(r["exact"], r["n"], 2)),
+        Col("exact_ci", "95% CI (Wilson)", "nowrap", get=lambda r: _interval(r, "exact")),
+        Col("within", "within one", "htmlnum", get=lambda r: num(r["within_one"], r["n"], 2)),
+        Col("within_ci", "95% CI", "nowrap", get=lambda r: _interval(r, "within_one")),
+        Col("mae", "MAE", "htmlnum", get=lambda r: num(r["mae"], r["n"], 2)),
+        Col("kappa", "kappa (quadratic)", "htmlnum", get=lambda r: num(r["kappa"], None, 2)),
+        Col("result", "result", "html", get=_agreement_result),
+        Col("status", "why"),
+    ]
+    return Html(note) + table(
+        result.agreement.to_dict("records"),
+        cols,
+        caption="Agreement with human labels per axis (kappa is NaN when there is no spread to agree on)",
+        bad=lambda r: bool(r["assessed"]) and failed(r["passed"]),
     )
+
+
+def _interval(r: dict[str, Any], name: str) -> str:
+    return format_interval(r[f"{name}_low"], r[f"{name}_high"], r["n"], digits=2)
 
 
 def _judge_side(r: dict[str, Any]) -> str:
@@ -93,27 +77,13 @@ def disagreements(result: CalibrationResult) -> Html:
     d = result.disagreements()
     if d.empty:
         return empty_note("The judge agrees with every compared label.")
-    rows = [
-        dict(
-            case=r["case_id"],
-            axis=r["axis"].replace("_", " "),
-            human=f"<b>{r['human']}</b> · {esc(r['reason'])}",
-            judge=_judge_side(r),
-        )
-        for r in d.to_dict("records")
+    cols = [
+        Col("case_id", "case", "id"),
+        Col("axis", "axis", get=lambda r: r["axis"].replace("_", " ")),
+        Col("human", "person", "html", get=lambda r: f"<b>{r['human']}</b> · {esc(r['reason'])}"),
+        Col("judge", "judge", "html", get=_judge_side),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("case", "case", "id"),
-                Col("axis", "axis"),
-                Col("human", "person", "html"),
-                Col("judge", "judge", "html"),
-            ],
-            caption=f"{len(rows)} disagreement(s)",
-        )
-    )
+    return table(d.to_dict("records"), cols, caption=f"{len(d)} disagreement(s)")
 
 
 def agreeing_labels(result: CalibrationResult) -> Html:
@@ -121,29 +91,17 @@ def agreeing_labels(result: CalibrationResult) -> Html:
     rows = p[(p["status"] != "compared") | p["agree"].fillna(False).astype(bool)]
     if rows.empty:
         return empty_note("No label agrees.")
-    table = [
-        dict(
-            case=r["case_id"],
-            axis=r["axis"],
-            human=r["human"],
-            judge=score(r["judge"]),
-            status=r["status"],
-            reason=r["reason"],
-        )
-        for r in rows.to_dict("records")
+    cols = [
+        Col("case_id", "case", "id"),
+        Col("axis", "axis"),
+        Col("human", "person", "int"),
+        Col("judge", "judge", "html", get=lambda r: score(r["judge"])),
+        Col("status", "status"),
+        Col("reason", "person's reason"),
     ]
-    return Html(
-        html_table(
-            table,
-            [
-                Col("case", "case", "id"),
-                Col("axis", "axis"),
-                Col("human", "person", "int"),
-                Col("judge", "judge", "html"),
-                Col("status", "status"),
-                Col("reason", "person's reason"),
-            ],
-            caption="Labels the judge agrees with, and labels left out (stale or not judged)",
-            bad=lambda r: r["status"] != "compared",
-        )
+    return table(
+        rows.to_dict("records"),
+        cols,
+        caption="Labels the judge agrees with, and labels left out (stale or not judged)",
+        bad=lambda r: r["status"] != "compared",
     )

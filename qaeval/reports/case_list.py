@@ -1,7 +1,4 @@
-"""Every case of a run as a collapsible section, failing first (``drilldown``). Suites of up to
-``ALL_FULL_UP_TO`` cases get every case in full; larger ones the first ``FULL_DRILLDOWN`` failing cases
-in full and the rest in short form, so a page of thousands of cases stays usable.
-"""
+"""Every case of a run as a collapsible section, failing first (``drilldown``)."""
 
 from __future__ import annotations
 
@@ -14,8 +11,6 @@ from qaeval.scoring.result import RunResult
 from qaeval.verdicts.baseline import Baseline
 
 FULL_DRILLDOWN = 200  # failing cases drawn in full; the rest get the short form
-
-
 ALL_FULL_UP_TO = 60  # suites this small get every case in full
 
 

@@ -1,13 +1,8 @@
-"""The per-case drill-down: a plain ``<details>`` per case (no script), failing cases first.
+"""The per-case drill-down: a plain ``<details>`` per case (no script), built from named sections.
 
 Each case opens with its question, gold answer and why it fails, then its answer (beside the baseline's
-for a regressed case), then named sections, each a function of the case (``SECTIONS``): the passages in
-the order the system ranked them with the judge's quote marked (``<mark>``) inside the passage it must
-come from, each citation with its hardest decoy, the judge's axes with quote and rationale, the checks,
-the trajectory, the prompt and what the adapter printed.
-
-``CaseIndex`` is the run's scored layers looked up by case id; every report module reads cases
-through it.
+for a regressed case), then ``SECTIONS``: the passages in ranked order with the judge's quote marked,
+the citations, the judge's axes, the checks, the trajectory, the prompt and what the adapter printed.
 """
 
 from __future__ import annotations
@@ -29,15 +24,6 @@ from qaeval.verdicts.baseline import by_trial
 
 Row = Mapping[str, Any]
 Tags = Sequence[tuple[str, str]]  # (text, css class) shown beside a case's id
-
-
-# --------------------------------------------------------------------------- the layers by case
-
-
-# ``CaseIndex`` and ``CaseRows`` come from ``qaeval.scoring.index``, the run's one per-case index.
-
-
-# --------------------------------------------------------------------------- one case
 
 
 @dataclass(frozen=True)
@@ -274,81 +260,64 @@ def citations_section(view: CaseDetail) -> str:
     citations = view.rows.output["citations"]
     if not citations:
         return ""
-    rows = []
-    for c in citations:
+
+    def verdict(c: Row) -> str:
         v = view.by_citation.get(c["source_id"], {})
-        rows.append(
-            dict(
-                source=c["source_id"],
-                claim=c["claim"],
-                verdict=verdict_line(v) if v else '<span class="na">not judged</span>',
-                decoy=v.get("decoy_id") or "—",
-            )
-        )
-    return "<h3>Citations</h3>" + html_table(
-        rows,
-        [
-            Col("source", "source", "id"),
-            Col("claim", "claim"),
-            Col("verdict", "judge (score · quote · rationale)", "html"),
-            Col("decoy", "hardest decoy", "id"),
-        ],
-    )
+        return verdict_line(v) if v else '<span class="na">not judged</span>'
+
+    cols = [
+        Col("source_id", "source", "id"),
+        Col("claim", "claim"),
+        Col("verdict", "judge (score · quote · rationale)", "html", get=verdict),
+        Col(
+            "decoy",
+            "hardest decoy",
+            "id",
+            get=lambda c: view.by_citation.get(c["source_id"], {}).get("decoy_id") or "—",
+        ),
+    ]
+    return "<h3>Citations</h3>" + html_table(citations, cols)
+
+
+def _terms(title: str, items: Iterable[tuple[str, str]]) -> str:
+    """A titled ``<dl>`` of (term, description) pairs, both already markup."""
+    return f"<h3>{title}</h3><dl>" + "".join(f"<dt>{dt}</dt><dd>{dd}</dd>" for dt, dd in items) + "</dl>"
 
 
 def judge_section(view: CaseDetail) -> str:
     by_axis = view.by_axis
     if not by_axis:
         return ""
-    return (
-        "<h3>Judge</h3><dl>"
-        + "".join(
-            f"<dt>{esc(axis.replace('_', ' '))}</dt><dd>{verdict_line(by_axis[axis])}</dd>"
-            for axis in ("faithfulness", "answer_correctness")
-            if axis in by_axis and (view.gold or axis != "answer_correctness")
-        )
-        + "</dl>"
-    )
+    axes = [
+        a for a in ("faithfulness", "answer_correctness") if a in by_axis and (view.gold or a != "answer_correctness")
+    ]
+    return _terms("Judge", [(esc(a.replace("_", " ")), verdict_line(by_axis[a])) for a in axes])
 
 
 def checks_section(view: CaseDetail) -> str:
     """The deterministic checks, then the registered checks (tier 1 or informational) and metrics."""
 
-    def custom(c: Row) -> str:
+    def custom(c: Row) -> tuple[str, str]:
         kind = (
             ("tier 1" if c["blocks"] else "informational")
             if c["kind"] == "check"
             else f"metric, {c['num']:g} of {c['den']:g}"
         )
         return (
-            f"<dt>{esc(c['name'].replace('_', ' '))} <span class=na>({esc(kind)})</span></dt>"
-            f"<dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
+            f"{esc(c['name'].replace('_', ' '))} <span class=na>({esc(kind)})</span>",
+            f"{mark(c['passed'])} {esc(c['reason'])}",
         )
 
-    return (
-        "<h3>Checks</h3><dl>"
-        + "".join(
-            f"<dt>{esc(c['check'].replace('_', ' '))}</dt><dd>{mark(c['passed'])} {esc(c['reason'])}</dd>"
-            for c in view.rows.checks
-        )
-        + "".join(custom(c) for c in view.rows.custom)
-        + "</dl>"
-    )
+    checks = [(esc(c["check"].replace("_", " ")), f"{mark(c['passed'])} {esc(c['reason'])}") for c in view.rows.checks]
+    return _terms("Checks", checks + [custom(c) for c in view.rows.custom])
 
 
 def trajectory_section(view: CaseDetail) -> str:
-    steps = view.rows.trajectory
-    if not steps:
-        return ""
-    return (
-        "<h3>Trajectory</h3><dl>"
-        + "".join(
-            f"<dt>{esc(s['step'])}</dt><dd>{mark(s['passed'], 'held', 'failed')} {esc(s['description'])}: "
-            f"{esc(s['detail'])}</dd>"
-            for s in steps
-        )
-        + "</dl>"
-    )
+    steps = [
+        (esc(s["step"]), f"{mark(s['passed'], 'held', 'failed')} {esc(s['description'])}: {esc(s['detail'])}")
+        for s in view.rows.trajectory
+    ]
+    return _terms("Trajectory", steps) if steps else ""
 
 
 def prompt_section(view: CaseDetail) -> str:

@@ -1,9 +1,7 @@
-"""The matplotlib figures: the scoreboard, the gate's movements, calibration's confusion matrices and
-each metric's drift series.
+"""The matplotlib figures: scoreboard, gate movements, confusion matrices and drift series.
 
-Every figure is a ``matplotlib.figure.Figure`` (no pyplot state), wrapped in a ``Chart`` that embeds
-itself as a PNG. Text from a case or a system reaches a label only through ``plain``, which escapes
-``$`` so that mathtext never interprets it.
+Each is a ``Figure`` (no pyplot state) wrapped in a ``Chart``; text from a case or a system reaches a
+label only through ``plain``, which escapes ``$`` so that mathtext never interprets it.
 """
 
 from __future__ import annotations
@@ -48,26 +46,15 @@ def scoreboard_chart(run: RunResult) -> Chart:
     fig = _figure(7.0, 3.4)
     ax = fig.add_subplot()
     y = range(len(board))
-    ax.barh(
-        y,
-        board["value"].fillna(0).to_numpy(),
-        color=[NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]],
-        height=0.6,
-    )
+    colors = [NEUTRAL if d == "higher" else LOWER_COLOR for d in board["direction"]]
+    ax.barh(y, board["value"].fillna(0).to_numpy(), color=colors, height=0.6)
     for i, r in enumerate(board.to_dict("records")):
         if r["n"] == 0 or math.isnan(r["value"]):
             ax.text(0.01, i, "NaN (n=0)", va="center", fontsize=9, color="#555")
             continue
         if not math.isnan(r["ci_low"]):
-            ax.errorbar(
-                r["value"],
-                i,
-                xerr=[[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]],
-                fmt="none",
-                ecolor="#222",
-                capsize=4,
-                lw=1.2,
-            )
+            whiskers = [[r["value"] - r["ci_low"]], [r["ci_high"] - r["value"]]]
+            ax.errorbar(r["value"], i, xerr=whiskers, fmt="none", ecolor="#222", capsize=4, lw=1.2)
         right = r["ci_high"] if not math.isnan(r["ci_high"]) else r["value"]
         ax.text(min(right, 1.0) + 0.015, i, f"{r['value']:.2f}  (n={int(r['n'])})", va="center", fontsize=9)
     ax.set_yticks(list(y), [_metric_label(m, d) for m, d in zip(board["metric"], board["direction"])], fontsize=9)
@@ -117,16 +104,8 @@ def confusion_chart(result: CalibrationResult) -> Chart:
         for i in range(3):
             for j in range(3):
                 v = int(m.values[i, j])
-                ax.text(
-                    j,
-                    i,
-                    str(v),
-                    ha="center",
-                    va="center",
-                    fontsize=10,
-                    color="#fff" if v and v > m.values.max() / 2 else "#222",
-                    fontweight="bold" if i == j else None,
-                )
+                color, weight = "#fff" if v and v > m.values.max() / 2 else "#222", "bold" if i == j else None
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=10, color=color, fontweight=weight)
         ax.set_xticks(range(3), ["0", "1", "2"])
         ax.set_yticks(range(3), ["0", "1", "2"])
         ax.set_xlabel("judge")
@@ -201,25 +180,36 @@ def _drift_panel(ax: Any, metric: str, xs: list[int], values: list[float], band:
         ax.fill_between([start, xs[-1]], band["low"], band["high"], color="#9fc5e8", alpha=0.45, lw=0)
     if band["alarm"]:
         ax.plot([xs[-1]], [band["current"]], marker="X", ms=11, color=FAIL_COLOR)
-    if len(xs) <= 40:
-        for x, v, c in zip(xs, values, commits):
-            if c and not math.isnan(v):
-                ax.annotate(
-                    plain(c, 8),
-                    (x, v),
-                    textcoords="offset points",
-                    xytext=(0, 5),
-                    ha="center",
-                    fontsize=6,
-                    color="#555",
-                )
-    ax.set_ylim(-0.05, 1.12)
-    ax.set_title(
-        metric + ("  ALARM" if band["alarm"] else ""),
-        fontsize=9.5,
-        color=FAIL_COLOR if band["alarm"] else "#222",
-        fontweight="bold" if band["alarm"] else None,
+    _label_commits(ax, xs, values, commits, 5)
+    alarm = bool(band["alarm"])
+    _style_panel(
+        ax,
+        metric + ("  ALARM" if alarm else ""),
+        color=FAIL_COLOR if alarm else "#222",
+        fontweight="bold" if alarm else None,
     )
+
+
+def _label_commits(ax: Any, xs: Sequence[int], values: Sequence[float], commits: list[str], above: int) -> None:
+    """Each run's commit over its point where it changes (left out past 40 runs)."""
+    if len(xs) > 40:
+        return
+    for x, v, c in zip(xs, values, commits):
+        if c and not math.isnan(v):
+            ax.annotate(
+                plain(c, 8),
+                (x, v),
+                textcoords="offset points",
+                xytext=(0, above),
+                ha="center",
+                fontsize=6,
+                color="#555",
+            )
+
+
+def _style_panel(ax: Any, title: str, **title_style: Any) -> None:
+    ax.set_ylim(-0.05, 1.12)
+    ax.set_title(title, fontsize=9.5, **title_style)
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -271,23 +261,10 @@ def runs_chart(runs: pd.DataFrame, metrics: Sequence[str]) -> Chart:
         low = (values - runs[f"{metric}_ci_low"].to_numpy(float)).clip(min=0)
         high = (runs[f"{metric}_ci_high"].to_numpy(float) - values).clip(min=0)
         ax.errorbar(xs, values, yerr=[low, high], fmt="-o", ms=3.5, color=NEUTRAL, ecolor="#9fb3cf", lw=1.2, capsize=2)
-        if len(xs) <= 40:
-            for x, v, c in zip(xs, values, commits):
-                if c and not math.isnan(v):
-                    ax.annotate(
-                        plain(c, 8),
-                        (x, v),
-                        textcoords="offset points",
-                        xytext=(0, 6),
-                        ha="center",
-                        fontsize=6,
-                        color="#555",
-                    )
+        _label_commits(ax, xs, list(values), commits, 6)
         ax.set_xticks(ticks, tick_labels)
         ax.tick_params(labelsize=7)
-        ax.set_ylim(-0.05, 1.12)
-        ax.set_title(metric, fontsize=9.5)
-        ax.spines[["top", "right"]].set_visible(False)
+        _style_panel(ax, metric)
     fig.suptitle(
         "Each metric over the saved runs, with its 95% interval (labels: the commit, where it changes)", fontsize=9.5
     )

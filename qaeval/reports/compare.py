@@ -7,7 +7,7 @@ from typing import Any
 
 from qaeval.reports.case_list import drilldown
 from qaeval.reports.cases import Tags
-from qaeval.reports.html import Col, Html, delta, empty_note, failed, html_table, mark, num
+from qaeval.reports.html import Col, Html, delta, empty_note, failed, mark, num, table
 from qaeval.verdicts.baseline import baseline_from_run
 from qaeval.verdicts.compare import Comparison
 
@@ -15,32 +15,19 @@ CHANGE_TAGS = {"regressed": ("regressed", "fail"), "fixed": ("fixed", "pass"), "
 
 
 def compare_metrics(c: Comparison) -> Html:
-    rows = [
-        dict(
-            metric=r["metric"],
-            before=num(r["baseline"], r["n_baseline"]),
-            after=num(r["current"], r["n_current"]),
-            delta=delta(r["delta"]),
-            result=mark(r["passed"], "same or better", "worse"),
-            noise=r["note"],
-            passed=r["passed"],
-        )
-        for r in c.metric_deltas.to_dict("records")
+    cols = [
+        Col("metric", "metric", "id"),
+        Col("baseline", c.before_label, "html", get=lambda r: num(r["baseline"], r["n_baseline"])),
+        Col("current", c.after_label, "html", get=lambda r: num(r["current"], r["n_current"])),
+        Col("delta", "change", "html", get=lambda r: delta(r["delta"])),
+        Col("passed", "result", "html", get=lambda r: mark(r["passed"], "same or better", "worse")),
+        Col("note", "paired sign-flip test"),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("metric", "metric", "id"),
-                Col("before", c.before_label, "html"),
-                Col("after", c.after_label, "html"),
-                Col("delta", "change", "html"),
-                Col("result", "result", "html"),
-                Col("noise", "paired sign-flip test"),
-            ],
-            caption="Every metric, before and after",
-            bad=lambda r: failed(r["passed"]),
-        )
+    return table(
+        c.metric_deltas.to_dict("records"),
+        cols,
+        caption="Every metric, before and after",
+        bad=lambda r: failed(r["passed"]),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qaeval.reports.html import Col, Html, empty_note, esc, html_table, mark, num
+from qaeval.reports.html import Col, Html, empty_note, esc, mark, num, table
 from qaeval.reports.run import run_facts
 from qaeval.scoring.metrics import format_interval
 from qaeval.verdicts.drift import DriftResult
@@ -29,30 +29,17 @@ def alarms_list(result: DriftResult) -> Html:
 
 
 def bands_table(result: DriftResult) -> Html:
-    rows = [
-        dict(
-            metric=r["metric"],
-            now=num(r["current"], None),
-            band=format_interval(r["low"], r["high"], r["window_n"]) or "no band yet",
-            runs=r["window_n"],
-            rule=r["direction"],
-            result=mark(not r["alarm"], "inside", "ALARM"),
-            alarm=bool(r["alarm"]),
-        )
-        for r in result.bands.to_dict("records")
+    cols = [
+        Col("metric", "metric", "id"),
+        Col("current", "now", "html", get=lambda r: num(r["current"], None)),
+        Col("band", "band", get=lambda r: format_interval(r["low"], r["high"], r["window_n"]) or "no band yet"),
+        Col("window_n", "runs in band", "int"),
+        Col("direction", "rule"),
+        Col("alarm", "result", "html", get=lambda r: mark(not r["alarm"], "inside", "ALARM")),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("metric", "metric", "id"),
-                Col("now", "now", "html"),
-                Col("band", "band"),
-                Col("runs", "runs in band", "int"),
-                Col("rule", "rule"),
-                Col("result", "result", "html"),
-            ],
-            caption="This run against each metric's band",
-            bad=lambda r: r["alarm"],
-        )
+    return table(
+        result.bands.to_dict("records"),
+        cols,
+        caption="This run against each metric's band",
+        bad=lambda r: bool(r["alarm"]),
     )

@@ -1,15 +1,10 @@
 """The explorable case list (``case_explorer``): every case of a result, filtered, searched, grouped and
 sorted in the page itself, with no server and nothing fetched.
 
-The cases are embedded once, as JSON inside ``<script type="application/json">`` with every ``<``,
-``>``, ``&``, U+2028 and U+2029 escaped (``\\u003c`` ...), so no text from a case can end the element.
-A small plain script (``template/qaeval/explorer.js``, the same text in every page, allowed by its
-sha256 in the page's Content-Security-Policy) draws the rows with ``textContent`` only. With JavaScript
-off, the explorer stays hidden and the static markup it wraps (the run's case table) shows instead.
-
-``case_explorer`` takes a run, a gate (tabs for the regressed, new, flaky and fixed cases, each case's
-trials beside its baseline's), a comparison, a drift result (its last run) or a monitor (its judged
-rows, sliced by the monitor's ``by`` columns).
+The cases are embedded once as JSON in ``<script type="application/json">``, with every ``<``, ``>``,
+``&``, U+2028 and U+2029 escaped, so no text from a case can end the element. ``template/qaeval/explorer.js``
+(allowed by its sha256 in the page's Content-Security-Policy) draws the rows with ``textContent`` only;
+with JavaScript off, the static markup it wraps shows instead.
 """
 
 from __future__ import annotations
@@ -61,14 +56,7 @@ class Explorer:
     static: str = ""  # the markup shown instead with JavaScript off
 
     def html(self) -> Html:
-        data = {
-            "cases": self.cases,
-            "slices": self.slices,
-            "gold": self.gold,
-            "baseline": self.baseline,
-            "tabs": self.tabs or None,
-            "command": self.command,
-        }
+        data = {k: v for k, v in vars(self).items() if k != "static"} | {"tabs": self.tabs or None}
         return Html(  # the static markup after the script, so the list is drawn before it is parsed
             '<div class="qaeval-explorer"><style>.qaeval-explorer[data-ready]>.qx-static{display:none}</style>'
             '<div class="qx-live" hidden></div>'
@@ -103,10 +91,6 @@ def _result_word(passed: bool, error: bool, trials: Sequence[bool]) -> str:
 
 
 CASE_SLICES = ("split", "behavior")
-
-
-def _case_slices(case: Any) -> dict[str, str]:
-    return {"split": case.split, "behavior": case.expected_behavior}
 
 
 def _baseline_data(b: Any) -> dict[str, Any]:
@@ -151,7 +135,10 @@ def case_records(
             "why": [str(r) for r in reasons],
             "d": case.difficulty,
             "t": case.adversarial or "",
-            "s": [{**_case_slices(case), **logged.get(cid, {})}.get(col, "") for col in columns],
+            "s": [
+                {"split": case.split, "behavior": case.expected_behavior, **logged.get(cid, {})}.get(col, "")
+                for col in columns
+            ],
             "tr": trials,
         }
         if len(set(answers)) > 1:
@@ -199,12 +186,19 @@ def gate_tabs(result: GateResult) -> list[dict[str, Any]]:
     passed = dict(zip(pc["case_id"], pc["case_passed"]))
     fixed = [c for c in result.match.matched if not base[c].passed and passed.get(c)]
     return [
-        {"key": "all", "label": "every case", "ids": None},
-        {"key": "regressed", "label": "regressed", "ids": list(result.regressed["case_id"])},
-        {"key": "new", "label": "new", "ids": list(dict.fromkeys([*result.match.new, *result.new_failing["case_id"]]))},
-        {"key": "flaky", "label": "flaky", "ids": list(result.flaky["case_id"])},
-        {"key": "fixed", "label": "fixed", "ids": fixed},
+        ALL_TAB,
+        _tab("regressed", result.regressed["case_id"]),
+        _tab("new", dict.fromkeys([*result.match.new, *result.new_failing["case_id"]])),
+        _tab("flaky", result.flaky["case_id"]),
+        _tab("fixed", fixed),
     ]
+
+
+ALL_TAB = {"key": "all", "label": "every case", "ids": None}
+
+
+def _tab(key: str, ids: Any) -> dict[str, Any]:
+    return {"key": key, "label": key, "ids": list(ids)}
 
 
 def _gate_explorer(result: GateResult) -> Explorer:
@@ -219,11 +213,10 @@ def _gate_explorer(result: GateResult) -> Explorer:
 
 
 def _compare_explorer(c: Comparison) -> Explorer:
-    present = [cid for cid in c.after.per_case["case_id"]]
+    present = list(c.after.per_case["case_id"])
     changes = {r["case_id"]: r["change"] for r in c.cases.to_dict("records")}
-    tabs = [{"key": "all", "label": "every case", "ids": None}] + [
-        {"key": k, "label": k, "ids": [cid for cid in present if changes.get(cid) == k]}
-        for k in ("regressed", "fixed", "flaky")
+    tabs = [ALL_TAB] + [
+        _tab(k, [cid for cid in present if changes.get(cid) == k]) for k in ("regressed", "fixed", "flaky")
     ]
     return Explorer(
         case_records(c.after, present, baseline=baseline_from_run(c.before, "before")),
@@ -240,7 +233,7 @@ def _monitor_explorer(result: MonitorResult) -> Explorer:
         str(r["row_id"]): {col: ("" if is_missing(r.get(col)) else str(r.get(col))) for col in result.by}
         for r in judged.to_dict("records")
     }
-    ids = [cid for cid in result.run.per_case["case_id"]]
+    ids = list(result.run.per_case["case_id"])
     return Explorer(case_records(result.run, ids, columns=result.by, slices=slices), list(result.by), gold=False)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from qaeval.reports.calibration import agreement_table
 from qaeval.reports.case_list import drilldown
 from qaeval.reports.cases import Tags
-from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, html_table, mark, num, trial_marks
+from qaeval.reports.html import Col, Html, banner, delta, empty_note, failed, mark, num, table, trial_marks
 from qaeval.reports.run import run_facts, run_notes, trial_outcomes
 from qaeval.verdicts.gate import GateResult
 from qaeval.verdicts.tiers import metric_outcome
@@ -25,65 +25,45 @@ def gate_facts(result: GateResult) -> tuple[dict[str, Any], list[str]]:
 
 
 def tier_table(result: GateResult) -> Html:
-    rows = [
-        dict(
-            tier=r["tier"],
-            result=mark(r["passed"]),
-            detail=r["detail"],
-            cases=len(r["case_ids"]) or "",
-            passed=r["passed"],
-        )
-        for r in result.tiers.to_dict("records")
+    cols = [
+        Col("tier", "tier"),
+        Col("passed", "result", "html", get=lambda r: mark(r["passed"])),
+        Col("detail", "detail"),
+        Col("cases", "cases", "int", get=lambda r: len(r["case_ids"]) or ""),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("tier", "tier"),
-                Col("result", "result", "html"),
-                Col("detail", "detail"),
-                Col("cases", "cases", "int"),
-            ],
-            caption="Tiers: each blocking case is shown once below, with the tiers it trips",
-            bad=lambda r: failed(r["passed"]),
-        )
+    return table(
+        result.tiers.to_dict("records"),
+        cols,
+        caption="Tiers: each blocking case is shown once below, with the tiers it trips",
+        bad=lambda r: failed(r["passed"]),
     )
 
 
 def delta_table(result: GateResult) -> Html:
-    rows = [
-        dict(
-            metric=r["metric"],
-            baseline=num(r["baseline"], r["n_baseline"]),
-            current=num(r["current"], r["n_current"]),
-            delta=delta(r["delta"]),
-            tolerance=f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
-            result=mark(r["passed"], metric_outcome(r), "BLOCKS"),
-            noise=r["note"],
-            passed=r["passed"],
-        )
-        for r in result.metric_deltas.to_dict("records")
+    trials = result.run.trials > 1 or result.baseline.trials > 1
+    cols = [
+        Col("metric", "metric", "id"),
+        Col("baseline", "baseline", "html", get=lambda r: num(r["baseline"], r["n_baseline"])),
+        Col("current", "now", "html", get=lambda r: num(r["current"], r["n_current"])),
+        Col("delta", "change", "html", get=lambda r: delta(r["delta"])),
+        Col(
+            "tolerance",
+            "allowed",
+            get=lambda r: f"{r['tolerance']:g} ({'a drop' if r['direction'] == 'higher' else 'a rise'})",
+        ),
+        Col("passed", "result", "html", get=lambda r: mark(r["passed"], metric_outcome(r), "BLOCKS")),
+        Col(
+            "note",
+            "noise test (with trials it decides past the tolerance; else it informs)"
+            if trials
+            else "noise test (informs; tolerances decide)",
+        ),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("metric", "metric", "id"),
-                Col("baseline", "baseline", "html"),
-                Col("current", "now", "html"),
-                Col("delta", "change", "html"),
-                Col("tolerance", "allowed"),
-                Col("result", "result", "html"),
-                Col(
-                    "noise",
-                    "noise test (with trials it decides past the tolerance; else it informs)"
-                    if result.run.trials > 1 or result.baseline.trials > 1
-                    else "noise test (informs; tolerances decide)",
-                ),
-            ],
-            caption="Gated metrics against the baseline",
-            bad=lambda r: failed(r["passed"]),
-        )
+    return table(
+        result.metric_deltas.to_dict("records"),
+        cols,
+        caption="Gated metrics against the baseline",
+        bad=lambda r: failed(r["passed"]),
     )
 
 
@@ -108,33 +88,21 @@ def blocking_cases(result: GateResult) -> Html:
 def flaky_table(result: GateResult) -> Html:
     """The flaky cases that do not block: their passes in the baseline and now, each trial's mark, and the
     one-sided Fisher p-value of the drop (1 when there is none)."""
-    flaky = result.flaky
-    if flaky.empty:
+    if result.flaky.empty:
         return Html("")
     outcomes = trial_outcomes(result.run)
-    rows = [
-        dict(
-            case_id=r["case_id"],
-            baseline=f"{r['baseline_passes']} of {r['baseline_trials']}",
-            now=f"{r['passes']} of {r['trials']}",
-            trials=trial_marks(outcomes.get(r["case_id"], [])),
-            p=f"{r['p_value']:.3g}",
-        )
-        for r in flaky.to_dict("records")
+    cols = [
+        Col("case_id", "case", "id"),
+        Col("baseline", "passed in the baseline", get=lambda r: f"{r['baseline_passes']} of {r['baseline_trials']}"),
+        Col("now", "passed now", get=lambda r: f"{r['passes']} of {r['trials']}"),
+        Col("trials", "trials now", "html", get=lambda r: trial_marks(outcomes.get(r["case_id"], []))),
+        Col("p", "p (a drop, one-sided Fisher)", get=lambda r: f"{r['p_value']:.3g}"),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("case_id", "case", "id"),
-                Col("baseline", "passed in the baseline"),
-                Col("now", "passed now"),
-                Col("trials", "trials now", "html"),
-                Col("p", "p (a drop, one-sided Fisher)"),
-            ],
-            caption="Flaky, not blocking: some trials pass and some fail, on either side, and the "
-            "drop is within what chance allows",
-        )
+    return table(
+        result.flaky.to_dict("records"),
+        cols,
+        caption="Flaky, not blocking: some trials pass and some fail, on either side, and the "
+        "drop is within what chance allows",
     )
 
 
@@ -147,19 +115,8 @@ def not_blocking(result: GateResult) -> Html:
     if not failing:
         return Html(flaky_table(result).markup or empty_note("No other case fails.").markup)
     already, flaky = set(result.already_failing), set(result.flaky["case_id"])
-    tags: dict[str, Tags] = {
-        c: [
-            (
-                "flaky, not blocking"
-                if c in flaky
-                else "already failing in the baseline"
-                if c in already
-                else "not blocking",
-                "was",
-            )
-        ]
-        for c in failing
-    }
+    why = {**{c: "already failing in the baseline" for c in already}, **{c: "flaky, not blocking" for c in flaky}}
+    tags: dict[str, Tags] = {c: [(why.get(c, "not blocking"), "was")] for c in failing}
     return Html(flaky_table(result).markup + drilldown(result.run, failing, baseline=result.baseline, tags=tags).markup)
 
 

@@ -1,9 +1,8 @@
 """The markup every report is made of: escaping, the ``Html`` and ``Chart`` wrappers, tables, banners.
 
 Everything that came from a case or a system's answer goes through ``esc`` before it reaches markup.
-A table is a list of row mappings and a list of ``Col``: each column's kind decides how its cell is
-drawn (``CELLS``), and a row is marked bad from its data (``html_table(..., bad=...)``), never from
-the markup drawn in its cells.
+A table's column takes its value from its key or its ``get``, its kind decides how the cell is drawn
+(``CELLS``), and a row is marked bad from its data (``bad=``), never from its cells' markup.
 """
 
 from __future__ import annotations
@@ -138,6 +137,7 @@ class Col:
     header: str
     kind: str = "text"  # a key of CELLS
     digits: int = 3
+    get: Callable[[Any], Any] | None = None  # the cell's value from the row (else row[key])
 
 
 def _blank(value: Any) -> Any:
@@ -174,9 +174,15 @@ def html_table(
     body = []
     for row in rows:
         attr = ' class="bad"' if bad is not None and bad(row) else ""
-        body.append(f"<tr{attr}>{''.join(cell(row.get(c.key), c) for c in columns)}</tr>")
+        cells = "".join(cell(c.get(row) if c.get else row.get(c.key), c) for c in columns)
+        body.append(f"<tr{attr}>{cells}</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return f'<table class="qaeval">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Col], **options: Any) -> Html:
+    """``html_table`` as ``Html``."""
+    return Html(html_table(rows, columns, **options))
 
 
 # --------------------------------------------------------------------------- facts, notes, banners

@@ -1,9 +1,6 @@
-"""What the monitor report draws: how the log was scored, the metrics by slice (with PPI), each metric over
-time per slice with its interval, the windows appended to the history, the worst rows, and how the judge
-agreed with the labelled sample.
-
-Everything from the log (ids, slice values, reasons, text) is escaped (``esc``) or passed through
-``plain`` before it reaches markup or a figure.
+"""What the monitor report draws: how the log was scored, the metrics by slice, each metric over time,
+the windows appended to the history, the worst rows, and the judge's agreement with the labelled sample.
+Everything from the log is escaped (``esc``) or passed through ``plain`` before markup or a figure.
 """
 
 from __future__ import annotations
@@ -17,8 +14,8 @@ import pandas as pd
 from qaeval.reports.calibration import agreement_table
 from qaeval.reports.case_list import drilldown
 from qaeval.reports.charts import _figure, plain
-from qaeval.reports.html import Chart, Col, Html, empty_note, esc, html_table
-from qaeval.scoring.metrics import format_interval, format_number, format_value
+from qaeval.reports.html import Chart, Col, Html, empty_note, esc, table
+from qaeval.reports.run import metric_columns
 from qaeval.scoring.monitor_metrics import ALL, METRIC_NAMES
 from qaeval.verdicts.calibration import calibrate
 from qaeval.verdicts.monitor import MonitorResult
@@ -45,41 +42,15 @@ def monitor_facts(result: MonitorResult) -> tuple[dict[str, Any], list[str]]:
 
 def monitor_slices(result: MonitorResult) -> Html:
     """Every metric per slice group, with its interval and n; PPI columns where labels were given."""
-    table = result.slices
-    if table.empty:
+    slices = result.slices
+    if slices.empty:
         return empty_note("No slice: pass --by COLUMN to break the metrics down.")
-    ppi = bool((table["n_labelled"] > 0).any())
-    rows = []
-    for r in table.to_dict("records"):
-        row = dict(
-            slice=r["slice"],
-            group=r["group"],
-            metric=r["metric"],
-            value=format_value(r["value"], r["n"]),
-            ci=format_interval(r["ci_low"], r["ci_high"], r["n"]),
-            n=r["n"],
-        )
-        if ppi:
-            row.update(
-                ppi=format_number(r["ppi_value"], missing="") if r["n_labelled"] else "",
-                ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
-                labels=r["n_labelled"] or "",
-            )
-        rows.append(row)
-    cols = [
-        Col("slice", "slice", "id"),
-        Col("group", "group", "id"),
-        Col("metric", "metric", "id"),
-        Col("value", "value"),
-        Col("ci", "95% CI"),
-        Col("n", "n", "int"),
-    ]
-    if ppi:
-        cols += [Col("ppi", "PPI estimate"), Col("ppi_ci", "PPI 95% CI"), Col("labels", "n_labelled")]
-    return Html(
-        html_table(
-            rows, cols, caption="Each metric per slice group (judge metrics: over the judged rows, weighted by stratum)"
-        )
+    ppi = bool((slices["n_labelled"] > 0).any())
+    cols = [Col(k, k, "id") for k in ("slice", "group", "metric")] + metric_columns(ppi, "n_labelled")
+    return table(
+        slices.to_dict("records"),
+        cols,
+        caption="Each metric per slice group (judge metrics: over the judged rows, weighted by stratum)",
     )
 
 
@@ -121,25 +92,17 @@ def timeline_table(result: MonitorResult) -> Html:
     """The windows this run appended to the history: rows, whether compared, alarms."""
     if not result.timeline:
         return empty_note("No window was appended to a history (pass --timeseries FILE with --window).")
-    rows = [
-        dict(
-            window=e["window"],
-            rows=e["rows"],
-            state="too few rows to compare: no alarm"
-            if e["too_few"]
-            else ("ALARM: " + ", ".join(e["alarms"]) if e["alarms"] else "inside its bands"),
-        )
-        for e in result.timeline
-    ]
+    cols = [Col("window", "window", "id"), Col("rows", "rows", "int"), Col("state", "state", get=_window_state)]
     alarms = "".join(f"<li>{esc(a['message'])}</li>" for a in result.alarms)
-    return Html(
-        html_table(
-            rows,
-            [Col("window", "window", "id"), Col("rows", "rows", "int"), Col("state", "state")],
-            caption="Windows appended to the history",
-        )
-        + (f"<ul>{alarms}</ul>" if alarms else "")
+    return table(result.timeline, cols, caption="Windows appended to the history") + Html(
+        f"<ul>{alarms}</ul>" if alarms else ""
     )
+
+
+def _window_state(e: Any) -> str:
+    if e["too_few"]:
+        return "too few rows to compare: no alarm"
+    return "ALARM: " + ", ".join(e["alarms"]) if e["alarms"] else "inside its bands"
 
 
 def hop_facts(result: MonitorResult) -> Html:
@@ -148,22 +111,17 @@ def hop_facts(result: MonitorResult) -> Html:
     hops = result.hops
     if hops.empty:
         return empty_note("No hop: the log was not read from traces, or no trace retrieved anything.")
-    shown = [
-        dict(r, window=r["window"] or "(all)", where=f"{r['slice']}={r['group']}" if r["slice"] != ALL else ALL)
-        for r in hops.to_dict("records")
-    ]
     columns = [
-        Col("window", "window"),
-        Col("where", "rows of"),
+        Col("window", "window", get=lambda r: r["window"] or "(all)"),
+        Col("where", "rows of", get=lambda r: f"{r['slice']}={r['group']}" if r["slice"] != ALL else ALL),
         Col("hop", "hop", "int"),
         Col("kind", "kind"),
-        Col("rows", "rows", "int"),
-        Col("documents", "documents", "int"),
-        Col("cited", "cited", "int"),
+        *(Col(k, k, "int") for k in ("rows", "documents", "cited")),
         Col("prompted", "in the prompt", "int"),
         Col("prompt_rows", "rows showing the prompt", "int"),
     ]
-    return Html(html_table(shown, columns, caption="Retrieval hops: what each returned, what was cited and prompted"))
+    caption = "Retrieval hops: what each returned, what was cited and prompted"
+    return table(hops.to_dict("records"), columns, caption=caption)
 
 
 def failing_rows(result: MonitorResult) -> Html:
@@ -171,16 +129,11 @@ def failing_rows(result: MonitorResult) -> Html:
     bad = result.rows[~result.rows["passed"]]
     if bad.empty:
         return empty_note("Every row passed every check assessed on it.")
-    shown = [
-        dict(row=r["row_id"], line=r["line"], why=r["fail_reasons"]) for r in bad.head(WORST_ROWS).to_dict("records")
-    ]
     more = f" (the first {WORST_ROWS} of {len(bad)})" if len(bad) > WORST_ROWS else f" ({len(bad)})"
-    return Html(
-        html_table(
-            shown,
-            [Col("row", "row", "id"), Col("line", "line", "int"), Col("why", "why it fails")],
-            caption="Rows failing a check" + more,
-        )
+    return table(
+        bad.head(WORST_ROWS).to_dict("records"),
+        [Col("row_id", "row", "id"), Col("line", "line", "int"), Col("fail_reasons", "why it fails")],
+        caption="Rows failing a check" + more,
     )
 
 

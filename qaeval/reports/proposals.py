@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qaeval.reports.html import Col, Html, empty_note, esc, html_table, notes_html
+from qaeval.reports.html import Col, Html, empty_note, esc, notes_html, table
 
 
 def proposal_pool(proposal: Any) -> Html:
@@ -13,19 +13,14 @@ def proposal_pool(proposal: Any) -> Html:
         return empty_note("Generated from a corpus: see the drops below.")
     if proposal.pool.empty:
         return empty_note("No row failed a check, was judged unfaithful or abstained.")
-    return Html(
-        notes_html(proposal.notes)
-        + html_table(
-            proposal.pool.to_dict("records"),
-            [
-                Col("kind", "kind"),
-                Col("stratum", "stratum (slices, window)"),
-                Col("rows", "rows", "int"),
-                Col("chosen", "chosen", "int"),
-            ],
-            caption="What the candidates were chosen from",
-        )
-    )
+    cols = [
+        Col("kind", "kind"),
+        Col("stratum", "stratum (slices, window)"),
+        Col("rows", "rows", "int"),
+        Col("chosen", "chosen", "int"),
+    ]
+    caption = "What the candidates were chosen from"
+    return Html(notes_html(proposal.notes)) + table(proposal.pool.to_dict("records"), cols, caption=caption)
 
 
 def proposal_drops(proposal: Any) -> Html:
@@ -33,21 +28,19 @@ def proposal_drops(proposal: Any) -> Html:
     drops = proposal.dropped_frame()
     if drops.empty:
         return empty_note("Nothing was dropped.")
-    return Html(
-        html_table(
-            drops.to_dict("records"),
-            [Col("reason", "reason"), Col("dropped", "dropped", "int")],
-            caption="Dropped before the sheet, by reason",
-        )
+    return table(
+        drops.to_dict("records"),
+        [Col("reason", "reason"), Col("dropped", "dropped", "int")],
+        caption="Dropped before the sheet, by reason",
     )
 
 
 def _passages(candidate: Any) -> str:
-    gold = set(candidate.gold_source_ids)
+    gold = set(candidate["gold_source_ids"])
     return "".join(
         f'<div class="{"gold" if p.id in gold else ""}"><code>{esc(p.id)}</code> '
         f"{('<b>' + esc(p.title) + '</b> ') if p.title else ''}{esc(p.text)}</div>"
-        for p in candidate.passages
+        for p in candidate["passages"]
     )
 
 
@@ -56,34 +49,16 @@ def candidates_table(proposal: Any) -> Html:
     pre-filled proposal."""
     if not proposal.candidates:
         return empty_note("No candidate: " + ("; ".join(proposal.notes) or "nothing was proposed"))
-    rows = [
-        dict(
-            id=c.id,
-            kind=c.kind,
-            question=c.question,
-            answer=c.answer,
-            expected=c.expected_behavior,
-            gold=c.gold_answer,
-            why=c.why,
-            checks="; ".join(c.checks),
-            passages=_passages(c),
-        )
-        for c in proposal.candidates
+    cols = [
+        Col("id", "candidate", "id"),
+        Col("kind", "kind"),
+        Col("question", "question"),
+        Col("answer", "answer"),
+        Col("expected_behavior", "proposed behaviour"),
+        Col("gold_answer", "proposed gold answer"),
+        Col("why", "why"),
+        Col("checks", "checks", get=lambda c: "; ".join(c["checks"])),
+        Col("passages", "passages", "html", get=_passages),
     ]
-    return Html(
-        html_table(
-            rows,
-            [
-                Col("id", "candidate", "id"),
-                Col("kind", "kind"),
-                Col("question", "question"),
-                Col("answer", "answer"),
-                Col("expected", "proposed behaviour"),
-                Col("gold", "proposed gold answer"),
-                Col("why", "why"),
-                Col("checks", "checks"),
-                Col("passages", "passages", "html"),
-            ],
-            caption=f"{len(rows)} candidate(s), written to {proposal.sheet}",
-        )
-    )
+    rows = [vars(c) for c in proposal.candidates]  # a candidate's fields, by name
+    return table(rows, cols, caption=f"{len(rows)} candidate(s), written to {proposal.sheet}")

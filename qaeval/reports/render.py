@@ -1,16 +1,9 @@
 """Executing a report notebook under papermill and rendering it with nbconvert to one HTML file.
 
-``render_record(RECORD, HTML)`` runs the notebook that matches the record's kind with ``record=RECORD``,
-so the notebook only loads and draws: the system under test and the judge are not called again. The
-kernel is this very interpreter (a private ``python3`` kernelspec), whatever kernels the machine has.
-The page is drawn by the ``qaeval`` nbconvert template (``template/qaeval``), which pip also installs as
-``share/jupyter/nbconvert/templates/qaeval``, so users can render papermill output themselves::
-
-    jupyter nbconvert --to html --template qaeval executed.ipynb
-
-or from Python with ``export_html("executed.ipynb", "report.html")``. Either way code cells are hidden,
-a cell that raised a qaeval verdict shows no traceback (the notebook's banner says it), and any other
-error is announced at the top of the page.
+``render_record(RECORD, HTML)`` runs the notebook of the record's kind with ``record=RECORD`` (it only
+loads and draws), on a kernel that is this very interpreter. The page is drawn by the ``qaeval``
+nbconvert template (also installed as ``share/jupyter/nbconvert/templates/qaeval``): code cells hidden,
+no traceback for a qaeval verdict, any other error announced at the top of the page.
 """
 
 from __future__ import annotations
@@ -62,23 +55,9 @@ def _this_interpreter() -> Iterator[type]:
     with tempfile.TemporaryDirectory(prefix="qaeval-kernel-") as tmp:
         spec = Path(tmp) / "kernels" / "python3"
         spec.mkdir(parents=True)
-        (spec / "kernel.json").write_text(
-            json.dumps(
-                {
-                    "argv": [
-                        sys.executable,
-                        "-m",
-                        "ipykernel_launcher",
-                        "-f",
-                        "{connection_file}",
-                        "--IPKernelApp.log_level=ERROR",
-                    ],
-                    "display_name": "Python 3 (qaeval)",
-                    "language": "python",
-                    "env": KERNEL_ENV,
-                }
-            )
-        )
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--IPKernelApp.log_level=ERROR"]
+        kernel = {"argv": argv, "display_name": "Python 3 (qaeval)", "language": "python", "env": KERNEL_ENV}
+        (spec / "kernel.json").write_text(json.dumps(kernel))
         kernels = str(spec.parent)
 
         class ThisInterpreter(AsyncKernelManager):

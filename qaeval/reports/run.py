@@ -7,7 +7,7 @@ from typing import Any
 
 from qaeval.core.frames import is_missing
 from qaeval.data.schema import AXES
-from qaeval.reports.html import Col, Html, esc, first_reason, html_table, mark, score, trial_marks
+from qaeval.reports.html import Col, Html, esc, first_reason, mark, score, shorten, table, trial_marks
 from qaeval.scoring.checks import CHECKS
 from qaeval.scoring.metrics import format_interval, format_number, format_value
 from qaeval.scoring.result import RunResult
@@ -76,36 +76,43 @@ def run_notes(run: RunResult) -> list[str]:
     )
 
 
-def _scoreboard_row(r: dict[str, Any], ppi: bool) -> dict[str, Any]:
-    row = dict(
-        metric=r["metric"],
-        value=format_value(r["value"], r["n"]),
-        ci=format_interval(r["ci_low"], r["ci_high"], r["n"]),
-        n=r["n"],
-        better=f"{r['direction']} ({r['over']})",
-    )
+def metric_columns(ppi: bool, labelled: str = "labelled") -> list[Col]:
+    """A metric's value, interval and n; with human labels, its PPI estimate and interval beside them."""
+    cols = [
+        Col("value", "value", get=lambda r: format_value(r["value"], r["n"])),
+        Col("ci", "95% CI", get=lambda r: format_interval(r["ci_low"], r["ci_high"], r["n"])),
+        Col("n", "n", "int"),
+    ]
     if ppi:
-        row.update(
-            ppi="" if not r["n_labelled"] else format_number(r["ppi_value"], missing=""),
-            ppi_ci=format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
-            labels=r["n_labelled"] or "",
-        )
-    return row
+        cols += [
+            Col(
+                "ppi",
+                "PPI estimate",
+                get=lambda r: format_number(r["ppi_value"], missing="") if r["n_labelled"] else "",
+            ),
+            Col(
+                "ppi_ci",
+                "PPI 95% CI",
+                get=lambda r: format_interval(r["ppi_ci_low"], r["ppi_ci_high"], r["n_labelled"]),
+            ),
+            Col("n_labelled", labelled, get=lambda r: r["n_labelled"] or ""),
+        ]
+    return cols
 
 
 def scoreboard_table(run: RunResult) -> Html:
     """Each headline metric with its interval and n; with human labels, the PPI estimate beside it."""
     board = run.scoreboard
     ppi = bool((board["n_labelled"] > 0).any())
-    rows = [_scoreboard_row(r, ppi) for r in board.to_dict("records")]
-    cols = [Col("metric", "metric", "id"), Col("value", "value"), Col("ci", "95% CI"), Col("n", "n", "int")]
-    if ppi:
-        cols += [Col("ppi", "PPI estimate"), Col("ppi_ci", "PPI 95% CI"), Col("labels", "labelled")]
-    cols.append(Col("better", "better"))
+    cols = [
+        Col("metric", "metric", "id"),
+        *metric_columns(ppi),
+        Col("better", "better", get=lambda r: f"{r['direction']} ({r['over']})"),
+    ]
     caption = "Headline metrics with 95% bootstrap intervals over cases"
     if ppi:
         caption += "; PPI: corrected by human labels (prediction-powered inference), with its own interval"
-    return Html(html_table(rows, cols, caption=caption))
+    return table(board.to_dict("records"), cols, caption=caption)
 
 
 def heat(goodness: float) -> str:
@@ -158,7 +165,7 @@ QUESTION_CHARS = 90  # of a question under its case id in the case table (the dr
 
 def _case_row(r: dict[str, Any], registered: list[str], trials: list[bool]) -> dict[str, Any]:
     failed_checks = [c.replace("_", " ") for c in (*CHECKS, *registered) if not r[c]]
-    question = r["question"] if len(r["question"]) <= QUESTION_CHARS else r["question"][: QUESTION_CHARS - 1] + "…"
+    question = shorten(r["question"], QUESTION_CHARS)
     return dict(
         case_id=f'<code>{esc(r["case_id"])}</code><br><span class="na">{esc(question)}</span>',
         result=mark(r["case_passed"]) + (" " + trial_marks(trials) if len(trials) > 1 else ""),
@@ -197,4 +204,4 @@ def cases_table(run: RunResult) -> Html:
             f"; {run.trials} trials per case, each drawn as a mark (✓ passed, ✗ failed), and a case passes "
             "when every trial does (the judge scores are the first trial's)"
         )
-    return Html(html_table(rows, cols, caption=caption))
+    return table(rows, cols, caption=caption)

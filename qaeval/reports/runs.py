@@ -1,14 +1,13 @@
 """The index page of saved runs (``qaeval runs DIR --html PATH``): a row per run linking its report, the
-records that could not be read with the reason, and each headline metric over time with its commits.
-
-It draws the table ``qaeval.record.runs.runs_table`` builds; everything in it came from a record or a file name
-and is escaped. Links are relative to the page, so the folder can be moved or served as it is.
+records that could not be read, and each headline metric over time. Everything in it is escaped, and
+links are relative to the page, so the folder can be moved or served as it is.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -44,37 +43,23 @@ def _interval(row: dict[str, Any], metric: str) -> str:
     )
 
 
-def _run_rows(table: pd.DataFrame, page_dir: Path) -> list[dict[str, Any]]:
-    rows = []
-    for row in table[table["reason"].isna()].to_dict("records"):
-        rows.append(
-            {
-                **row,
-                "when": "" if pd.isna(row["time"]) else row["time"].strftime("%Y-%m-%d %H:%M:%S"),
-                "short_commit": (row["commit"] or "")[:12],
-                "data": (row["data_fingerprint"] or "")[:12],
-                "record": _link(row["path"], page_dir, row["path"]),
-                "report_link": _link(row["report"], page_dir, "report"),
-                **{f"{m}_shown": _interval(row, m) for m in metrics_shown(table)},
-            }
-        )
-    return rows
-
-
 def runs_table_html(table: pd.DataFrame, page_dir: Path) -> str:
     """A row per readable record: when, what, verdict, commit, its report (or none) and every metric."""
     columns = [
-        Col("when", "time (UTC)", "nowrap"),
+        Col(
+            "time", "time (UTC)", "nowrap", get=lambda r: "" if pd.isna(r["time"]) else f"{r['time']:%Y-%m-%d %H:%M:%S}"
+        ),
         Col("kind", "kind", "nowrap"),
         Col("verdict", "verdict", "nowrap"),
-        Col("short_commit", "commit", "id"),
-        Col("report_link", "report", "html"),
-        Col("record", "record", "html"),
+        Col("commit", "commit", "id", get=lambda r: (r["commit"] or "")[:12]),
+        Col("report", "report", "html", get=lambda r: _link(r["report"], page_dir, "report")),
+        Col("path", "record", "html", get=lambda r: _link(r["path"], page_dir, r["path"])),
         Col("adapter", "adapter"),
         Col("judge", "judge"),
-        Col("data", "data", "id"),
-    ] + [Col(f"{m}_shown", m, "htmlnum") for m in metrics_shown(table)]
-    return html_table(_run_rows(table, page_dir), columns, bad=lambda r: r["verdict"] not in GOOD)
+        Col("data_fingerprint", "data", "id", get=lambda r: (r["data_fingerprint"] or "")[:12]),
+    ] + [Col(m, m, "htmlnum", get=partial(_interval, metric=m)) for m in metrics_shown(table)]
+    readable = table[table["reason"].isna()].to_dict("records")
+    return html_table(readable, columns, bad=lambda r: r["verdict"] not in GOOD)
 
 
 def unreadable_html(table: pd.DataFrame, page_dir: Path) -> str:

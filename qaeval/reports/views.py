@@ -1,8 +1,4 @@
-"""Each result as a whole: its facts line, and the rich view a notebook shows for it.
-
-``view`` is every result's ``_repr_html_`` (``qaeval.core.results.Result``), so a result left as a
-cell's last expression in Jupyter or VS Code shows its banner and main table.
-"""
+"""Each result's facts line and its rich view in a notebook (``view`` is every result's ``_repr_html_``)."""
 
 from __future__ import annotations
 
