@@ -116,10 +116,9 @@ def validate(data: str) -> str:
 
 
 def perform(s: Settings, *, log: bool = True, logs: Any = None) -> Any:
-    """Do the command its settings were checked for (``check_parameters``): what each verb below does once
-    its parameters are checked, and what the command line and the notebooks call with the settings they
-    checked, so nothing is checked twice. The command holds the lock of the record it writes
-    (``qaeval.core.locks``) while it runs; a saved record (``record``) is drawn instead of running.
+    """Do the command its settings were checked for (``check_parameters``), as each verb below does and the
+    command line and the notebooks do, so nothing is checked twice. The command holds the lock of the record
+    it writes while it runs; a saved record (``record``) is drawn instead of running.
 
     Args:
         s: The command's settings.
@@ -225,11 +224,9 @@ def score(
 def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> RunResult:
     """Run, then write the run record a gate compares against.
 
-    A run that is not green (a failing deterministic check or an adapter error) is refused
-    (BaselineRefused) unless ``allow_failing``, and then recorded as not green. A refused run keeps its
-    journal beside ``out``, so that ``allow_failing`` with ``resume`` keeps it without calling the
-    system again: its failed outputs and judge errors too (``keep_errors``), the failures it was
-    refused for.
+    A run that is not green (a failing deterministic check or an adapter error) is refused unless
+    ``allow_failing``, and then recorded as not green. A refused run keeps its journal beside ``out``, so
+    ``allow_failing`` with ``resume`` keeps it, failures included, without calling the system again.
 
     Args:
         data: The folder of golden cases (default ``golden``).

@@ -79,9 +79,6 @@ def _golden_run(record: str | Path | Result, why: str) -> RunResult:
     return as_run(result)
 
 
-# --------------------------------------------------------------------------- labels
-
-
 def label_export(
     record: str | Path | RunResult, out: str | Path, *, sample: int | None = None, seed: int = 0
 ) -> tuple[Path, int]:
@@ -146,9 +143,6 @@ def as_run(record: str | Path | Result) -> RunResult:
     if not isinstance(run_, RunResult):
         raise UsageError(f"{record!r} holds no run")
     return run_
-
-
-# --------------------------------------------------------------------------- growing the golden set
 
 
 def import_cases(
