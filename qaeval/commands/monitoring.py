@@ -56,16 +56,10 @@ def check_log(source: Any, fmt: str | None = None) -> tuple[pd.DataFrame, LogSca
     """(one row of check results per log row, the scan) or a DatasetError naming every problem."""
     scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
     parts = [check_rows(rows, sorted({k for r in rows for k in r.slices})) for rows in scan_logs(source, scan, fmt=fmt)]
-    clash = [c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL]
+    clash = ", ".join(c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL)
     if clash:
-        scan.problems.append(
-            Problem(
-                scan.where,
-                None,
-                f"column(s) {', '.join(clash)} are names of the monitor's own "
-                f"per-row columns or of its {ALL} slice: rename them in the log",
-            )
-        )
+        why = f"column(s) {clash} are names of the monitor's own per-row columns or of its {ALL} slice"
+        scan.problems.append(Problem(scan.where, None, f"{why}: rename them in the log"))
     if scan.problems:
         raise DatasetError(scan.problems)
     if not parts:
