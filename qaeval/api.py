@@ -1,6 +1,6 @@
 """The verbs the command line and the notebooks share. Each checks its parameters against
 ``qaeval.core.params`` (an unknown keyword is a usage error that lists the known ones), runs, and returns a
-result object (``qaeval.core.results``); none of them prints or exits.
+result object; none of them prints or exits.
 
     import qaeval.api as qa
     run = qa.run("golden", concurrency=8)
@@ -30,7 +30,6 @@ from qaeval.commands.common import (
     notify_hook_of,
     recorded,
     score_answers,
-    score_labelled_set,
     suite_of,
 )
 from qaeval.commands.records import (  # noqa: F401 (the verbs on records: qa.load_run, qa.compare...)
@@ -73,6 +72,11 @@ from qaeval.verdicts.gate import gate as gate_verdict
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.verdicts.tolerances import gated, load_tolerances, refuse_adaptive
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from 3.11; under TYPE_CHECKING only, as no annotation runs
+
+BARS = ("min_agreement", "min_labels", "min_kappa")  # calibration's bars: parameters and keywords alike
+
 
 def version() -> str:
     """qaeval's version.
@@ -111,17 +115,10 @@ def validate(data: str) -> str:
     return "\n".join(lines)
 
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing's from 3.11; under TYPE_CHECKING only, as no annotation runs
-
-# --------------------------------------------------------------------------- the verbs
-
-
 def perform(s: Settings, *, log: bool = True, logs: Any = None) -> Any:
-    """Do the command its settings were checked for (``check_parameters``): what each verb below does once
-    its parameters are checked, and what the command line and the notebooks call with the settings they
-    checked, so nothing is checked twice. The command holds the lock of the record it writes
-    (``qaeval.core.locks``) while it runs; a saved record (``record``) is drawn instead of running.
+    """Do the command its settings were checked for (``check_parameters``), as each verb below does and the
+    command line and the notebooks do, so nothing is checked twice. The command holds the lock of the record
+    it writes while it runs; a saved record (``record``) is drawn instead of running.
 
     Args:
         s: The command's settings.
@@ -144,9 +141,8 @@ def run(data: str | None = None, **options: Unpack[RunOptions]) -> RunResult:
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``RunOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``RunOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             The system is ``adapter``: a ``module:factory`` name, a zero-argument factory or an
             adapter object (default: the bundled reference system); ``judge`` a name, a factory or
             a judge object (default: the offline judge); ``record`` loads a saved run instead.
@@ -228,17 +224,14 @@ def score(
 def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> RunResult:
     """Run, then write the run record a gate compares against.
 
-    A run that is not green (a failing deterministic check or an adapter error) is refused
-    (BaselineRefused) unless ``allow_failing``, and then recorded as not green. A refused run keeps its
-    journal beside ``out``, so that ``allow_failing`` with ``resume`` keeps it without calling the
-    system again: its failed outputs and judge errors too (``keep_errors``), the failures it was
-    refused for.
+    A run that is not green (a failing deterministic check or an adapter error) is refused unless
+    ``allow_failing``, and then recorded as not green. A refused run keeps its journal beside ``out``, so
+    ``allow_failing`` with ``resume`` keeps it, failures included, without calling the system again.
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``BaselineOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``BaselineOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             ``out`` is where the baseline record goes; ``allow_failing`` keeps a run that is not
             green (recorded as such).
 
@@ -252,9 +245,8 @@ def baseline(data: str | None = None, **options: Unpack[BaselineOptions]) -> Run
 
 
 def _baseline(s: Settings) -> RunResult:
-    allow_failing = s.params["allow_failing"]  # with resume, it keeps the refused run's errors (ResumeSettings)
     result = evaluate_params(s)
-    if not result.ok and not allow_failing:
+    if not result.ok and not s.params["allow_failing"]:
         again = (
             "; add --resume as well to keep this very run (its outputs wait in the journal)" if s.resume.journal else ""
         )
@@ -275,9 +267,8 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
 
     Args:
         data: The folder of golden cases (default ``golden``).
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``GateOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``GateOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             ``baseline`` is the baseline record (``qaeval baseline``); without ``adapter`` the gate
             runs the adapter it names. ``tolerances`` (a JSON file) and ``tolerance`` (``METRIC=X``,
             one or a list) set how far each gated metric may move the wrong way;
@@ -295,27 +286,21 @@ def gate(data: str | None = None, **options: Unpack[GateOptions]) -> GateResult:
 
 def _gate(s: Settings) -> GateResult:
     p = s.params  # the gate's own parameters
+    tolerances = (p["tolerances"], p["tolerance"])
     base = read_baseline(p["baseline"])  # a missing or corrupt baseline stops here, before anything runs
     notes = []
     if "adapter" not in s.given:  # no adapter named: gate the system the baseline was recorded from
         s, note = _baseline_adapter(s, base.adapter)
         notes.append(note)
     registers = bool(s.metric) or bool(installed("metrics"))  # their tolerances are known once they are built
-    limits = None if registers else load_tolerances(p["tolerances"], p["tolerance"])  # bad ones cost no run
+    limits = None if registers else load_tolerances(*tolerances)  # bad ones cost no run
     if limits is not None:
         refuse_adaptive(limits, METRICS, s.run.adaptive)
     current = labelled_run(s, base.settled(), check=lambda suite: check_shares_cases(base, [c.id for c in suite]))
-    limits = limits or load_tolerances(p["tolerances"], p["tolerance"], gated(current.metrics))
+    limits = limits or load_tolerances(*tolerances, gated(current.metrics))
     calibration = None
-    if current.labels is not None:
-        calibration = calibrate_verdict(
-            current,
-            current.labels,
-            min_agreement=p["min_agreement"],
-            min_labels=p["min_labels"],
-            min_kappa=p["min_kappa"],
-            source=str(s.labels),  # the run carries labels: it was given them
-        )
+    if current.labels is not None:  # the run carries labels: it was given them
+        calibration = calibrate_verdict(current, current.labels, **_bars(s), source=str(s.labels))
     if s.case or s.cases_from:  # some cases: against the baseline's figures over those cases
         base = baseline_for_cases(base, list(current.per_case["case_id"]))
         notes.append(
@@ -344,9 +329,8 @@ def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> C
 
     Args:
         data: The folder of golden cases the labels are keyed to.
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``CalibrateOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``CalibrateOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             ``labels`` are keyed human labels (JSONL: case, axis, score, output fingerprint), or
             ``labelled`` a labelled set that carries its outputs (no adapter is called); ``axes`` the
             axes the verdict is on; ``min_agreement``, ``min_labels`` and ``min_kappa`` the bars.
@@ -358,29 +342,25 @@ def calibrate(data: str | None = None, **options: Unpack[CalibrateOptions]) -> C
 
 
 def _calibrate(s: Settings) -> CalibrationResult:
-    p = s.params  # calibrate's own parameters
-    if s.labelled:
+    axes = s.params["axes"]
+    if s.labelled:  # the set's own outputs scored (no adapter is called)
         suite, outputs, label_frame = load_labelled_set(s.labelled)
-        chosen = axes_to_assess(p["axes"], label_frame["axis"].unique().tolist())  # a bad axis costs no judge call
-        current = score_labelled_set(s, suite, outputs)
+        chosen = axes_to_assess(axes, label_frame["axis"].unique().tolist())  # a bad axis costs no judge call
+        current = score_answers(s, suite, [outputs], adapter=f"(outputs carried by {s.labelled})", data=s.labelled)
         source = s.labelled
     else:
         assert s.labels is not None  # calibrate needs labels or labelled (Settings)
-        chosen = axes_to_assess(p["axes"], AXES)
+        chosen = axes_to_assess(axes, AXES)
         suite = suite_of(s)
         label_frame = load_labels(s.labels, known_cases={c.id for c in suite})
         current = evaluate_params(s, suite)
         source = s.labels
-    return calibrate_verdict(
-        current,
-        label_frame,
-        min_agreement=p["min_agreement"],
-        min_labels=p["min_labels"],
-        min_kappa=p["min_kappa"],
-        axes=chosen,
-        source=source,
-        labelled=bool(s.labelled),
-    )
+    return calibrate_verdict(current, label_frame, **_bars(s), axes=chosen, source=source, labelled=bool(s.labelled))
+
+
+def _bars(s: Settings) -> dict[str, Any]:
+    """The bars a calibration is held to, from the command's parameters."""
+    return {name: s.params[name] for name in BARS}
 
 
 def drift(data: str | None = None, **options: Unpack[DriftOptions]) -> DriftResult:
@@ -388,9 +368,8 @@ def drift(data: str | None = None, **options: Unpack[DriftOptions]) -> DriftResu
 
     Args:
         data: The folder of golden cases (its frozen split is run).
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``DriftOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``DriftOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             ``timeseries`` is the history file (JSONL) the run is compared with and appended to,
             ``window`` how many earlier runs a band is drawn from, ``notify`` a ``module:callable``
             (or callable) called with each alarm.
@@ -413,9 +392,8 @@ def monitor(logs: Any = None, **options: Unpack[MonitorOptions]) -> MonitorResul
     Args:
         logs: A JSONL, CSV or Parquet path, or a DataFrame, one row per logged answer; or OpenTelemetry
             traces as OTLP/JSON (``log_format="otlp"``, or found by the file's content).
-        **options: The command's other parameters, by their flags' names with ``_`` for ``-``
-            (``MonitorOptions``: an editor lists them; the command-line reference says what each means). None
-            means the default; an unknown one is a usage error that lists the known ones.
+        **options: The command's other parameters (``MonitorOptions``), by their flags' names with ``_`` for
+            ``-``; None means the default, an unknown one is a usage error that lists the known ones.
             ``by`` are the columns to slice by, ``time_window`` a time span such as ``"1D"`` (the
             metrics per window), ``sample`` how many rows to judge (default: all), ``labels`` human
             labels for the logged rows (PPI estimates use them).
@@ -453,11 +431,13 @@ def _monitor(s: Settings, table: Any = None) -> MonitorResult:
         )
 
 
-def _run(s: Settings) -> RunResult:
-    return labelled_run(s)
-
-
-_VERBS: dict[str, Any] = {"run": _run, "baseline": _baseline, "gate": _gate, "calibrate": _calibrate, "drift": _drift}
+_VERBS: dict[str, Any] = {
+    "run": labelled_run,
+    "baseline": _baseline,
+    "gate": _gate,
+    "calibrate": _calibrate,
+    "drift": _drift,
+}
 _KINDS: dict[str, type] = {
     "run": RunResult,
     "gate": GateResult,

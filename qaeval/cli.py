@@ -1,10 +1,7 @@
-"""The command line: parse, call the library, print, map errors to exit codes. No logic lives here.
-
-The exit codes are the errors' own (``qaeval.core.errors``, the one place that maps them; the table in
-docs/guides/files.md is tested against it). Everything printed
-passes through ``qaeval.core.text.printable``, so an ESC sequence in a case id or an answer is shown, not
-obeyed by the terminal.
-"""
+"""The command line: parse, call the library, print, map errors to exit codes (the errors' own,
+``qaeval.core.errors``). Everything printed passes through ``qaeval.core.text.printable``, so an ESC
+sequence in a case id or an answer is shown, not obeyed by the terminal. ``qaeval.api`` (and pandas, slow
+to import) is imported once the command is parsed."""
 
 from __future__ import annotations
 
@@ -16,36 +13,12 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from qaeval.commands.parser import build_parser, command_parser, did_you_mean
 from qaeval.core import params as P
 from qaeval.core.errors import QaevalError, UsageError, exit_code_for
 from qaeval.core.text import printable
-
-if TYPE_CHECKING:
-    from types import ModuleType
-
-# ``qaeval.api`` (and with it pandas, slow to import) is imported once the command is parsed,
-# so that a run's worker interpreters can start on the other core meanwhile (``_head_start``).
-
-
-def _api() -> ModuleType:
-    from qaeval import api
-
-    return api
-
-
-def _common() -> ModuleType:
-    from qaeval.commands import common
-
-    return common
-
-
-def _notebook() -> ModuleType:
-    from qaeval import notebook
-
-    return notebook
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -67,10 +40,12 @@ def _scoring_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
+    from qaeval import api, notebook
+    from qaeval.commands.common import check_parameters
+
     params = _scoring_params(args)  # --quiet is progress=False, passed down like every other setting
-    api = _api()
     # checked once, the report this command adds included (no output may overwrite an input)
-    settings = _common().check_parameters(args.command, html=args.html, **params)
+    settings = check_parameters(args.command, html=args.html, **params)
     result = api.perform(settings, log=False)  # logged below, once the report exists to be attached
     notes = []
     if args.command == "baseline":
@@ -79,7 +54,7 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if params.get("save"):
         notes.append(f"run record saved to {params['save']}")
     if args.html:
-        _notebook().render(result, args.html, show_code=args.show_code)
+        notebook.render(result, args.html, show_code=args.show_code)
         notes.append(f"report: {args.html}")
     if settings.mlflow:
         tracked = api.track(result, settings.mlflow, settings.mlflow_experiment, record=settings.save, html=args.html)
@@ -90,7 +65,9 @@ def _score(args: argparse.Namespace) -> tuple[str, int, list[str]]:
 def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.command in P.SCORING or args.command == "monitor":
         return _score(args)
-    api, notebook = _api(), _notebook()
+    from qaeval import api, notebook
+    from qaeval.commands.common import check_output_paths
+
     if args.command == "validate":
         return api.validate(args.data), 0, []
     if args.command == "report":
@@ -100,7 +77,7 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             notes.insert(0, "WARNING: isolation none: the boundary was NOT enforced in this run")
         return f"{result.kind} record {args.record}: {result.verdict} ({result.reason})", 0, notes
     if args.command == "compare":
-        _common().check_output_paths({"before": args.before, "after": args.after}, html=args.html)
+        check_output_paths({"before": args.before, "after": args.after}, html=args.html)
         comparison = api.compare(args.before, args.after)
         notes = []
         if args.html:
@@ -117,21 +94,15 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
     if args.command == "label":
         if args.label_command == "export":
             path, n = api.label_export(args.record, args.out, sample=args.sample, seed=args.seed)
-            return (
-                f"wrote a sheet for {n} answered case(s) to {path}: fill the score (0, 1, 2) and reason columns",
-                0,
-                [],
-            )
+            fill = "fill the score (0, 1, 2) and reason columns"
+            return f"wrote a sheet for {n} answered case(s) to {path}: {fill}", 0, []
         path, n, blank = api.label_import(args.sheet, args.record, args.out)
-        return (
-            f"wrote {n} label(s) to {path}" + (f"; {blank} row(s) left blank were not imported" if blank else ""),
-            0,
-            [],
-        )
+        left = f"; {blank} row(s) left blank were not imported" if blank else ""
+        return f"wrote {n} label(s) to {path}{left}", 0, []
     if args.command == "export":
         return api.export_trec(args.record, args.out).summary_text(), 0, []
     if args.command == "import":
-        report_ = api.import_cases(
+        imported = api.import_cases(
             args.format,
             args.input,
             args.out,
@@ -142,9 +113,9 @@ def _dispatch(args: argparse.Namespace) -> tuple[str, int, list[str]]:
             labelled=args.labelled,
             corpus=args.corpus,
         )
-        return report_.summary_text(), 0, []
+        return imported.summary_text(), 0, []
     if args.command == "propose":
-        _common().check_output_paths({"sheet": args.sheet}, html=args.html)
+        check_output_paths({"sheet": args.sheet}, html=args.html)
         proposal = api.propose(**_scoring_params(args))
         notes = []
         if args.html:

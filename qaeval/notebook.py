@@ -1,6 +1,5 @@
-"""What the report notebooks and the HTML reports use: a notebook's parameters checked as papermill
-injected them, the result it draws (a saved record, or the command run afresh), and rendering a result,
-a saved record or a folder of runs as a page.
+"""What the report notebooks and the HTML reports use: a notebook's parameters checked, the result it draws
+(a saved record, or the command run afresh), and a result, a record or a folder of runs rendered as a page.
 
     import qaeval.notebook as nb
     params = nb.parameters("gate", globals())
@@ -28,17 +27,15 @@ from qaeval.verdicts.compare import Comparison
 
 
 def parameters(command: str, namespace: Mapping[str, Any]) -> Settings:
-    """Validate a notebook's parameters: the names its parameters cell defines, as papermill may have
-    overridden them. A name papermill injected that the notebook does not know is a usage error (papermill
-    itself only warns), so a typo such as ``-p adpter ...`` can never run the default adapter.
+    """Check a notebook's parameters, as papermill may have overridden them. A name papermill injected that
+    the notebook does not know is a usage error (papermill only warns): ``-p adpter ...`` never runs the default.
 
     Args:
         command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``, ``propose``).
         namespace: The notebook's globals after its parameters cell.
 
     Returns:
-        The command's checked settings (``qaeval.core.settings.Settings``; ``params`` holds every one of
-        its parameters, with its default filled in), for ``result`` or ``propose``.
+        The command's checked settings (``qaeval.core.settings.Settings``), for ``result`` or ``propose``.
 
     Raises:
         UsageError: An injected name the notebook does not know, or a bad value (exit 64).
@@ -57,9 +54,8 @@ def parameters(command: str, namespace: Mapping[str, Any]) -> Settings:
 
 def _quiet_unless_asked(command: str, given: Mapping[str, Any]) -> dict[str, Any]:
     """A report draws no progress bar unless ``progress`` is True: a bar drawn into a report is noise."""
-    if "progress" in P.names_for(command) and given.get("progress") is None:
-        return {**given, "progress": False}
-    return dict(given)
+    quiet = "progress" in P.names_for(command) and given.get("progress") is None
+    return {**given, "progress": False} if quiet else dict(given)
 
 
 def _injected_names() -> list[str]:
@@ -72,20 +68,12 @@ def _injected_names() -> list[str]:
         return []
     shell = get_ipython()
     history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    for source in reversed(history):
-        if isinstance(source, str) and source.lstrip().startswith("# Parameters"):
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:
-                return []
-            return [
-                t.id
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                for t in node.targets
-                if isinstance(t, ast.Name)
-            ]
-    return []
+    source = next((c for c in reversed(history) if isinstance(c, str) and c.lstrip().startswith("# Parameters")), "")
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    return [t.id for node in body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
 
 
 def result(command: str, p: Settings | Mapping[str, Any]) -> Result:
@@ -93,9 +81,8 @@ def result(command: str, p: Settings | Mapping[str, Any]) -> Result:
 
     Args:
         command: The notebook's command (``run``, ``gate``, ``calibrate``, ``drift``, ``monitor``).
-        p: Its checked settings (``parameters``), which are not checked again; or its parameters by name,
-            checked here. No progress bar is drawn
-            unless ``progress`` is True.
+        p: Its checked settings (``parameters``), not checked again; or its parameters by name, checked
+            here. No progress bar is drawn unless ``progress`` is True.
 
     Returns:
         The command's result.
@@ -137,8 +124,7 @@ def runs_index(folder: str | Path, html: str | Path) -> tuple[Any, Path]:
 
 
 def render(result: Result, html: str | Path, *, show_code: bool = False) -> Path:
-    """Render a result's report: save it as a record and draw it with its notebook (or, for a
-    comparison, directly).
+    """Render a result's report: saved as a record and drawn with its notebook (a comparison directly).
 
     Args:
         result: The result to render.

@@ -6,10 +6,8 @@
     pytest --qaeval-data golden -m qaeval -k "single-"            only golden cases, selected by id
 
 Each case is an item named by its id (``golden/frozen.jsonl::single-0001``); it fails with the checks or axes that
-fired (your own too: ``--qaeval-check``, ``--qaeval-metric``) and the answer beside the gold answer. The run goes
-through the same runner as ``qaeval run``
-(worker processes, ``--qaeval-concurrency``, ``--qaeval-isolation``), once for all selected cases, when
-the first of them runs; the gate item runs the whole suite against the baseline.
+fired and the answer beside the gold answer. One run, through the same runner as ``qaeval run``, serves every
+selected case, made when the first of them runs; the gate item runs the whole suite against the baseline.
 """
 
 from __future__ import annotations
@@ -20,6 +18,8 @@ from typing import Any
 import pytest
 
 MARKER = "qaeval"
+# the run's parameters and the options that give them
+OPTIONS = ("adapter", "judge", "concurrency", "isolation", "timeout", "check", "trials", "metric")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,9 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class CaseFailed(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
+    """A golden case's (or the gate's) failure, shown as its text alone."""
 
 
 class _Runs:
@@ -62,21 +60,8 @@ class _Runs:
         self._failed: BaseException | None = None  # the run's failure: reported on every item, never run again
 
     def _params(self) -> dict[str, Any]:
-        opt = self.config.getoption
-        return {
-            k: v
-            for k, v in dict(
-                adapter=opt("qaeval_adapter"),
-                judge=opt("qaeval_judge"),
-                concurrency=opt("qaeval_concurrency"),
-                isolation=opt("qaeval_isolation"),
-                timeout=opt("qaeval_timeout"),
-                check=opt("qaeval_check"),
-                trials=opt("qaeval_trials"),
-                metric=opt("qaeval_metric"),
-            ).items()
-            if v is not None
-        }
+        given = {name: self.config.getoption(f"qaeval_{name}") for name in OPTIONS}
+        return {name: value for name, value in given.items() if value is not None}
 
     def run(self) -> Any:
         if self._failed is not None:
@@ -88,24 +73,25 @@ class _Runs:
             raise
 
     def _run_once(self) -> Any:
-        if self._run is None:
-            from qaeval.commands.common import check_parameters, make_judge
-            from qaeval.commands.pipeline import evaluate
-            from qaeval.data.cases import Suite, load_suite
-            from qaeval.host.custom import close_custom, make_custom
+        if self._run is not None:
+            return self._run
+        from qaeval.commands.common import check_parameters, make_judge
+        from qaeval.commands.pipeline import evaluate
+        from qaeval.data.cases import Suite, load_suite
+        from qaeval.host.custom import close_custom, make_custom
 
-            suite = load_suite(self.config.getoption("qaeval_data"))
-            if self.selected is not None and len(self.selected) < len(suite):
-                wanted = set(self.selected)
-                suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
-            settings = check_parameters("run", data=str(suite.root), **self._params())
-            custom = make_custom(settings)
-            try:
-                self._run = evaluate(suite, settings.adapter, make_judge(settings), settings.run, custom=custom)
-            finally:
-                close_custom(custom)
-            if self.selected is None or len(self._run.suite) == len(load_suite(self.config.getoption("qaeval_data"))):
-                self._full = self._run
+        suite = everyone = load_suite(self.config.getoption("qaeval_data"))
+        if self.selected is not None and len(self.selected) < len(suite):
+            wanted = set(self.selected)
+            suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
+        settings = check_parameters("run", data=str(suite.root), **self._params())
+        custom = make_custom(settings)
+        try:
+            self._run = evaluate(suite, settings.adapter, make_judge(settings), settings.run, custom=custom)
+        finally:
+            close_custom(custom)
+        if self.selected is None or len(self._run.suite) == len(everyone):
+            self._full = self._run
         return self._run
 
     def gate(self) -> Any:
@@ -121,12 +107,24 @@ class _Runs:
         )
 
 
-class GoldenCaseItem(pytest.Item):
-    def __init__(self, *, case_id: str, runs: _Runs, **kwargs: Any) -> None:
+class _Item(pytest.Item):
+    """An item qaeval collects: marked, and a failure shown as its text."""
+
+    def __init__(self, *, runs: _Runs, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.case_id = case_id
         self.runs = runs
         self.add_marker(MARKER)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class GoldenCaseItem(_Item):
+    def __init__(self, *, case_id: str, runs: _Runs, **kwargs: Any) -> None:
+        super().__init__(runs=runs, **kwargs)
+        self.case_id = case_id
 
     def runtest(self) -> None:
         run = self.runs.run()
@@ -144,30 +142,15 @@ class GoldenCaseItem(pytest.Item):
         lines += [f"  answer: {answer}", f"  gold:   {gold}"]
         raise CaseFailed("\n".join(lines))
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        if isinstance(excinfo.value, CaseFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo)
-
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"golden case {self.case_id}"
 
 
-class GateItem(pytest.Item):
-    def __init__(self, *, runs: _Runs, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.runs = runs
-        self.add_marker(MARKER)
-
+class GateItem(_Item):
     def runtest(self) -> None:
         result = self.runs.gate()
         if not result.ok:
             raise CaseFailed(result.summary_text())
-
-    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        if isinstance(excinfo.value, CaseFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, "qaeval gate"

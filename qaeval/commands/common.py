@@ -1,7 +1,6 @@
-"""What every verb of ``qaeval.api`` does before and around its work: checking its parameters once into
-its ``Settings`` (``check_parameters``, ``qaeval.core.settings``), making the judge and connecting to the
-executor, running the suite (``evaluate_params``), and writing the record and journal when done. Each
-takes the command's ``Settings``; none looks a setting up by name."""
+"""What every verb of ``qaeval.api`` does before and around its work: its parameters checked once into its
+``Settings`` (``check_parameters``), the judge made, the suite run (``evaluate_params``), the record written
+(``finish``). Each takes the command's ``Settings``; none looks a setting up by name."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from qaeval.commands.tracking import check_options, log_command
 from qaeval.core import params as P
 from qaeval.core.errors import FileAccessError, UsageError
 from qaeval.core.files import check_writable, refuse_overwrite
-from qaeval.core.settings import JudgeSetup, RunSettings, Settings
+from qaeval.core.settings import RunSettings, Settings
 from qaeval.data.cases import Suite, load_suite
 from qaeval.data.labels import load_labels
 from qaeval.host import clients, hooks
@@ -25,14 +24,16 @@ from qaeval.host.custom import close_custom, make_custom
 from qaeval.record.read import load_run as _load_run
 from qaeval.record.write import write_record
 from qaeval.scoring.evaluate import RunResult, score_trials
+from qaeval.scoring.journal import journal_path
 from qaeval.scoring.judge import JudgeSettings, judge_config_of
+from qaeval.scoring.result import RunMeta
+from qaeval.scoring.trials import combine_trials
 
 
 def check_parameters(command: str, *, html: str | Path | None = None, **params: Any) -> Settings:
-    """Check a command's parameters (as given to the CLI, the API or a notebook's parameters cell) once,
-    before anything runs: each against the parameter table (an unknown name or a bad value), the rules
-    that span them (``Settings``), its outputs against its inputs (``check_output_paths``; ``html``: the
-    report the command line adds) and MLflow's (``check_options``). Returns the command's ``Settings``.
+    """A command's parameters (from the CLI, the API or a notebook) checked once, before anything runs:
+    against the parameter table, the rules that span them (``Settings``), its outputs against its inputs
+    (``check_output_paths``; ``html``: the report the command line adds) and MLflow's (``check_options``).
     Raises UsageError (exit 64), or FileAccessError (74) for an output that cannot be written."""
     given = frozenset(name for name, value in params.items() if value is not None)
     executor = params.pop("executor", None)
@@ -48,43 +49,35 @@ def check_parameters(command: str, *, html: str | Path | None = None, **params: 
 
 
 OUTPUT_PARAMS = {"save": "record", "out": "record", "sheet": "review", "annotations": "annotations"}
-
-
 INPUT_PARAMS = ("labels", "labelled", "baseline", "tolerances", "record", "timeseries", "before", "after", "logs")
 
 
 def check_output_paths(p: Mapping[str, Any], *, html: str | Path | None = None) -> None:
     """Before anything runs: refuse (UsageError) an output of a command (its parameters ``p``, and the
-    ``html`` report the command line adds) that would overwrite one of its inputs, or data in its data
-    folder (``qaeval.core.files.refuse_overwrite``), and (FileAccessError) one that cannot be written where it
-    is asked for (``qaeval.core.files.check_writable``)."""
+    ``html`` report) that would overwrite one of its inputs or its data folder (``refuse_overwrite``), and
+    (FileAccessError) one that cannot be written (``check_writable``)."""
     outputs = [(name, p.get(name), kind) for name, kind in OUTPUT_PARAMS.items()] + [("html", html, "report")]
     record = (p.get("save") or p.get("out")) if "resume" in p else None
     if record:  # a command that asks the system keeps its journal beside its record
-        from qaeval.scoring.journal import journal_path
-
         outputs.append(("journal", str(journal_path(record)), "journal"))
     refuse_overwrite(outputs, [(name, p.get(name)) for name in INPUT_PARAMS], data=p.get("data"))
     check_writable(outputs)
 
 
-def judge_settings(setup: JudgeSetup, progress: bool | None = None) -> JudgeSettings:
-    """The judge's settings: explicit parameters over the environment (read here, at the edge)."""
-    return JudgeSettings.from_env(
+def make_judge(s: Settings) -> Any:
+    """The command's judge: a built-in one in this process, any other in its own process
+    (``qaeval.host.clients``). Close it with ``close_judge``."""
+    setup = s.judging
+    settings = JudgeSettings.from_env(  # explicit parameters over the environment, read here at the edge
         model=setup.judge_model,
         base_url=setup.judge_base_url,
         concurrency=setup.judge_concurrency,
         cache=setup.judge_cache,
-        show_progress=progress,
+        show_progress=s.run.show_progress,
     )
-
-
-def make_judge(s: Settings) -> Any:
-    """The command's judge: a built-in one in this process, any other in its own process
-    (``qaeval.host.clients``). Close it with ``close_judge``."""
     return clients.make_judge(
-        s.judging.judge,
-        settings=judge_settings(s.judging, s.run.show_progress),
+        setup.judge,
+        settings=settings,
         isolation=s.run.isolation,
         timeout=s.judging.judge_timeout,
         startup=s.run.startup_timeout,
@@ -105,17 +98,23 @@ def connected(run: RunSettings, stack: ExitStack) -> RunSettings:
 
 
 def evaluate_params(s: Settings, suite: Suite | None = None, settled: Callable[[str], bool] | None = None) -> RunResult:
-    """A fresh run of ``suite`` (else of ``data``) with the command's settings ``s``.
-    ``settled``: for ``--adaptive``, whether a case whose first trial passed needs no more (the gate: its
-    baseline passed every trial)."""
+    """A fresh run of ``suite`` (else of ``data``) with the command's settings ``s``. ``settled``: for
+    ``--adaptive``, whether a case whose first trial passed needs no more (the gate: its baseline's did)."""
     suite = chosen_cases(suite_of(s) if suite is None else suite, s)
     with ExitStack() as stack:
         run = connected(s.run, stack)
-        judge = make_judge(s)
-        stack.callback(clients.close_judge, judge)
-        custom = make_custom(s)  # a bad name or declaration is a usage error before the system is called
-        stack.callback(close_custom, custom)
+        judge, custom = judge_and_checks(s, stack)
         return evaluate(suite, s.adapter, judge, run, resume=s.resume, custom=custom, settled=settled)
+
+
+def judge_and_checks(s: Settings, stack: ExitStack) -> tuple[Any, Any]:
+    """The command's judge and its registered checks' runner, both closed by ``stack``. A bad name or
+    declaration of a check is a usage error before the system is called."""
+    judge = make_judge(s)
+    stack.callback(clients.close_judge, judge)
+    custom = make_custom(s)
+    stack.callback(close_custom, custom)
+    return judge, custom
 
 
 def chosen_cases(suite: Suite, s: Settings) -> Suite:
@@ -163,8 +162,6 @@ def case_ids_from(path: str) -> list[str]:
 
 def drop_journal(s: Settings) -> None:
     """The record is written: the journal it replaces goes."""
-    from qaeval.scoring.journal import journal_path
-
     if s.resume.journal is not None:
         journal_path(s.resume.journal).unlink(missing_ok=True)
 
@@ -195,7 +192,7 @@ def labelled_run(
 
 def suite_of(s: Settings) -> Suite:
     """The command's golden cases (``data``)."""
-    if s.data is None:  # the table requires it of every command that runs a suite; a Settings made by hand may lack it
+    if s.data is None:  # a Settings made by hand may lack it
         raise UsageError(f"{s.command} needs data ({P.BY_NAME['data'].help})")
     return load_suite(s.data)
 
@@ -208,26 +205,14 @@ def recorded(path: str, command: str, kind: type) -> Any:
     return result
 
 
-def score_labelled_set(s: Settings, suite: Suite, outputs: Any) -> RunResult:
-    """A labelled set's own outputs scored with the command's judge and registered checks (no adapter is
-    called)."""
-    return score_answers(s, suite, [outputs], adapter=f"(outputs carried by {s.labelled})", data=s.labelled)
-
-
 def score_answers(
     s: Settings, suite: Suite, trials: list[Any], *, adapter: str = "(answers given)", data: str | None = None
 ) -> RunResult:
     """Outputs a user already has (``trials``: each trial's outputs frame, ``qaeval.system.answers``, or a
     labelled set's) scored with the command's judge and registered checks, trial by trial, as a run
     scores what it collected; the judge's and the checks' processes are stopped whatever scoring raises."""
-    from qaeval.scoring.result import RunMeta
-    from qaeval.scoring.trials import combine_trials
-
     with ExitStack() as stack:
-        judge = make_judge(s)
-        stack.callback(clients.close_judge, judge)
-        custom = make_custom(s)
-        stack.callback(close_custom, custom)
+        judge, custom = judge_and_checks(s, stack)
         meta = RunMeta.now(
             adapter=adapter,
             judge=judge_config_of(judge),
@@ -236,14 +221,11 @@ def score_answers(
             data=data or str(suite.root),
         )  # each trial is scored as a run of one; combine_trials sets the trials
         runs = score_trials(suite, trials, judge, meta=meta, custom=custom)
-    if len(runs) == 1:
-        return runs[0]
-    return combine_trials(runs, pass_k=s.run.pass_k, trials=len(runs))
+    return runs[0] if len(runs) == 1 else combine_trials(runs, pass_k=s.run.pass_k, trials=len(runs))
 
 
 def notify_hook_of(s: Settings, data_dir: str | None) -> Any:
-    """The command's notify hook (``--notify``), built before anything runs so a typo costs nothing; None
-    when there is none."""
+    """The command's notify hook (``--notify``; None: none), built before anything runs."""
     if s.notify is None:
         return None
     return hooks.notify_hook(

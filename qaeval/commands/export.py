@@ -1,23 +1,9 @@
-"""A run's retrieval as TREC files, so trec_eval, ir-measures and ranx read what qaeval measured.
-
-``write_trec(run, out)`` writes two files into the folder ``out`` (created if needed) and returns what it
-wrote (``TrecExport``):
-
-==========  ==============================================================================================
-run.trec    ``qid Q0 docid rank score runtag``: one line per passage of each case's ranking (the system's
-            ``retrieved_ids``), rank from 1, score ``1/rank`` (strictly decreasing, so no reader reorders
-            ties), runtag the record's adapter name with each run of whitespace made one ``_``. A passage
-            listed twice counts once, at its first rank, as in qaeval's own figures.
-qrels.trec  ``qid 0 docid 1``: one line per gold source id, relevance 1 (qaeval's relevance is binary).
-            Cases without gold sources (must-abstain cases) have no qrels lines, so trec_eval leaves them
-            out of its means, as qaeval's retrieval rows do.
-==========  ==============================================================================================
-
-qid is the case id and docid the passage id, unchanged. TREC files split on whitespace, so an id that is
-empty or holds whitespace cannot be written faithfully: the export refuses the run (DatasetError, exit 65)
-and names the case, rather than escape the id into one that reads back as another passage. A case with
-gold sources that retrieved nothing has qrels lines and no run lines: qaeval scores it 0, as ``trec_eval
--c`` and ir-measures do (trec_eval without ``-c`` leaves it out of its means). Existing files are never
+"""A run's retrieval as TREC files (``write_trec``), so trec_eval, ir-measures and ranx read what qaeval
+measured (docs/guides/records.md). ``run.trec``: ``qid Q0 docid rank score runtag``, each case's ranking
+with a passage listed twice counted once, at its first rank, as in qaeval's figures; score ``1/rank``
+(strictly decreasing, so no reader reorders ties). ``qrels.trec``: ``qid 0 docid 1``, each gold source id
+(qaeval's relevance is binary). TREC files split on whitespace, so an id that is empty or holds whitespace
+is refused (DatasetError, exit 65) rather than escaped into another passage's; existing files are never
 replaced (UsageError, exit 64).
 """
 

@@ -1,12 +1,8 @@
-"""MLflow's own process: ``python -m qaeval.commands.mlflow_log`` reads one run to log as JSON on stdin
-(``uri``, ``experiment``, ``tags``, ``metrics``, ``params``, artifact ``files``), logs it with MLflow's
-client, and writes one JSON line on stdout: ``{"run_id": ...}`` or ``{"error": "Type: message"}``.
-
-``qaeval.commands.tracking`` starts it with MLflow's HTTP limits in its environment (MLflow reads them
-from the environment and nowhere else), waits for its ``ready`` line (MLflow imported), sends the job and
-kills it at the deadline. Whatever MLflow does to the process
-it runs in (its logging handlers, its telemetry thread and the variable that thread sets, its exit hooks)
-stays in this one, never in the caller's. Nothing of qaeval is imported here.
+"""MLflow's own process: ``python -m qaeval.commands.mlflow_log`` says ``ready`` once MLflow is imported,
+reads one run to log as JSON on stdin (``uri``, ``experiment``, ``tags``, ``metrics``, ``params``, artifact
+``files``), logs it, and writes one JSON line on stdout: ``{"run_id": ...}`` or ``{"error": "Type: message"}``.
+Whatever MLflow does to the process it runs in (logging handlers, its telemetry thread, exit hooks) stays
+here, never in the caller's (``qaeval.commands.tracking``). Nothing of qaeval is imported here.
 """
 
 from __future__ import annotations

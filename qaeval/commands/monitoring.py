@@ -1,14 +1,7 @@
-"""``qaeval monitor`` and ``qa.monitor``: score logged traffic without gold, end to end.
-
-1. Scan the log in chunks (``qaeval.data.logs``), running the gold-free checks on each chunk as it is
-   read (``qaeval.scoring.monitor.check_rows``) and keeping one small row of results per log row; the
-   text is not kept. Any problem in the log stops everything here, with every problem listed.
-2. Read the labels, if any (ids checked against the log) before any judge call.
-3. Draw the judged sample (``sample_rows``), read those rows' text again from the log (only their lines
-   are parsed), and
-   score them as a run (``judge_sample``).
-4. Scoreboard, slices and windows (``qaeval.scoring.monitor_metrics``); then the time series, if any
-   (``qaeval.verdicts.monitor.watch``) and the notify hook.
+"""``qaeval monitor`` and ``qa.monitor``: score logged traffic without gold. The log is scanned in chunks with
+the gold-free checks run on each (``check_log``: any problem stops everything, every problem listed), the
+labels read, the judged sample drawn and its rows read again from the log and judged as a run; then the
+scoreboard, slices and windows (``qaeval.scoring.monitor_metrics``), the history and the notify hook.
 """
 
 from __future__ import annotations
@@ -47,10 +40,7 @@ def check_window(every: str | None) -> None:
     UsageError, before anything is read: a span is tried on two timestamps as the windows will use it."""
     if every is None:
         return
-    import pandas as pd
     from pandas.tseries.frequencies import to_offset
-
-    from qaeval.scoring.monitor_metrics import window_keys
 
     works = "a time span such as 1D, 1W, 6h or 30min"
     try:
@@ -62,23 +52,14 @@ def check_window(every: str | None) -> None:
         raise UsageError(f"window {every!r} is empty or negative; give {works}")
 
 
-def check_log(source: Any, chunk: int | None = None, fmt: str | None = None) -> tuple[pd.DataFrame, LogScan]:
+def check_log(source: Any, fmt: str | None = None) -> tuple[pd.DataFrame, LogScan]:
     """(one row of check results per log row, the scan) or a DatasetError naming every problem."""
     scan = LogScan(str(source) if isinstance(source, (str, PathLike)) else "<DataFrame>")
-    parts = [
-        check_rows(rows, sorted({k for r in rows for k in r.slices}))
-        for rows in (scan_logs(source, scan, chunk=chunk, fmt=fmt) if chunk else scan_logs(source, scan, fmt=fmt))
-    ]
-    clash = [c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL]
+    parts = [check_rows(rows, sorted({k for r in rows for k in r.slices})) for rows in scan_logs(source, scan, fmt=fmt)]
+    clash = ", ".join(c for c in scan.slice_columns if c in ROW_COLUMNS or c == ALL)
     if clash:
-        scan.problems.append(
-            Problem(
-                scan.where,
-                None,
-                f"column(s) {', '.join(clash)} are names of the monitor's own "
-                f"per-row columns or of its {ALL} slice: rename them in the log",
-            )
-        )
+        why = f"column(s) {clash} are names of the monitor's own per-row columns or of its {ALL} slice"
+        scan.problems.append(Problem(scan.where, None, f"{why}: rename them in the log"))
     if scan.problems:
         raise DatasetError(scan.problems)
     if not parts:
@@ -87,10 +68,6 @@ def check_log(source: Any, chunk: int | None = None, fmt: str | None = None) -> 
     for column in scan.slice_columns:
         rows[column] = rows[column].astype(object).fillna(NONE_GROUP).astype("category")
     return rows, scan
-
-
-def _labels(path: str | None, rows: pd.DataFrame) -> pd.DataFrame | None:
-    return load_labels(path, known_cases=set(rows["row_id"])) if path else None
 
 
 def _windows(rows: pd.DataFrame, every: str | None, by: Sequence[str], notes: list[str]) -> pd.DataFrame:
@@ -131,7 +108,7 @@ def monitor(
     _check_options(source, every, timeseries, annotations, log_format)
     rows, scan = check_log(source, fmt=log_format)
     _check_by(by, scan)
-    label_frame = _labels(labels, rows)
+    label_frame = load_labels(labels, known_cases=set(rows["row_id"])) if labels else None
     rows = sample_rows(rows, sample, seed, by)
     notes = scan.notes() + [ABSENT_NOTE, _sample_note(rows, sample, by)]
     run, meta = _judge_picked(source, judge, rows, scan, log_format, label_frame)

@@ -68,6 +68,16 @@ def did_you_mean(command: argparse.ArgumentParser, top: argparse.ArgumentParser,
     return ""
 
 
+# what argparse is told of each kind of parameter (a choice's choices, a bool's action: below)
+KINDS: dict[str, dict[str, Any]] = {
+    "list": dict(action="append"),
+    "plugins": dict(action="append"),
+    "int": dict(type=int),
+    "float": dict(type=float),
+    "tracker": dict(nargs="?", const=True),
+}
+
+
 def _add_params(p: argparse.ArgumentParser, command: str) -> None:
     """The command's flags, from the one table of parameters (``qaeval.core.params``)."""
     judge_group = p.add_argument_group("judge settings (for qaeval.judges.openai and judges that take settings)")
@@ -82,35 +92,20 @@ def _add_params(p: argparse.ArgumentParser, command: str) -> None:
             else ""
         )
         kwargs: dict[str, Any] = dict(dest=param.name, default=None, help=param.help + shown)
+        off: dict[str, Any] = dict(dest=param.name, action="store_const", const=False, default=None)
         if param.name in ("judge_cache", "generator_cache"):
             target.add_argument(
-                f"--no-{param.name.replace('_', '-')}",
-                dest=param.name,
-                action="store_const",
-                const=False,
-                default=None,
-                help="bypass the signed cache of replies",
+                f"--no-{param.name.replace('_', '-')}", help="bypass the signed cache of replies", **off
             )
-            continue
-        if param.name == "progress":  # the command line only turns the bar off
-            p.add_argument(
-                param.flag, dest=param.name, action="store_const", const=False, default=None, help=param.help
-            )
-            continue
-        if param.kind == "bool":
+        elif param.name == "progress":  # the command line only turns the bar off
+            p.add_argument(param.flag, help=param.help, **off)
+        elif param.kind == "bool":
             target.add_argument(param.flag, action="store_const", const=True, **kwargs)
-            continue
-        if param.kind in ("list", "plugins"):
-            kwargs.update(action="append")
-        elif param.kind == "int":
-            kwargs.update(type=int)
-        elif param.kind == "float":
-            kwargs.update(type=float)
-        elif param.kind == "choice":
-            kwargs.update(choices=param.choices)
-        elif param.kind == "tracker":
-            kwargs.update(nargs="?", const=True)
-        target.add_argument(param.flag, metavar=param.metavar, required=command in param.required, **kwargs)
+        else:
+            kwargs.update(KINDS.get(param.kind, {}))
+            if param.kind == "choice":
+                kwargs.update(choices=param.choices)
+            target.add_argument(param.flag, metavar=param.metavar, required=command in param.required, **kwargs)
 
 
 def _report_flags(p: argparse.ArgumentParser) -> None:

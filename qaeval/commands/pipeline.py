@@ -1,14 +1,10 @@
-"""The one place that runs a task: ask the system under test for every case, scoring each output as it comes.
-
-``evaluate(suite, adapter, judge)`` is what ``qaeval run`` and every scoring command do: the worker pool
-(``qaeval.system.pool``) collects the outputs, the scoring layers turn them into a ``RunResult``. It sits
-above both, so neither imports the other.
-"""
+"""The one place that runs a task: ``evaluate`` asks the system under test for every case (the worker pool,
+``qaeval.system.pool``) and scores each output as it comes (``qaeval.scoring.stream``). It sits above both,
+so neither imports the other."""
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,11 +23,9 @@ from qaeval.system.calls import adapter_label
 from qaeval.system.identity import adapter_code, code_digest
 from qaeval.system.pool import run_suite
 
-# A run allocates millions of small containers that live until it ends (cases, outputs, rows, term
-# sets). With CPython's default first threshold (700 allocations) the collector runs over a thousand times
-# on a large suite, walking ever more live objects; collecting every 50,000 allocations costs a fraction
-# of that (benchmarks/bench_phases.py prints the collector's time); memory held
-# by cycles waits a little longer for a collection, nothing else changes. Restored afterwards.
+# A run allocates millions of small containers that live until it ends; with CPython's default first
+# threshold (700) the collector runs over a thousand times on a large suite, walking ever more live objects.
+# Collecting every 50,000 allocations costs a fraction of that (benchmarks/bench_phases.py).
 RUN_THRESHOLDS = (50_000, 20, 100)
 
 
@@ -42,16 +36,9 @@ def _raise_thresholds() -> tuple[int, int, int]:
     return saved
 
 
-# The garbage collector's thresholds raised to ``RUN_THRESHOLDS`` (never lowered) while any run is going;
-# the last run to end puts back what there was before the first began.
+# The collector's thresholds raised to ``RUN_THRESHOLDS`` (never lowered) while any run is going; the last
+# run to end puts back what there was before the first began.
 fewer_collections = WhileAnyRun(_raise_thresholds, lambda saved: gc.set_threshold(*saved))
-
-
-def trial_suite(suite: Suite, trials: int) -> Suite:
-    """The suite's cases ``trials`` times over, trial by trial: the (case, trial) places. Each is an
-    independent call (a fresh opaque id, the same view of the case), so the trials of one case may run on
-    different workers at once; a later trial asks for its cases in an order of its own (``trial_order``)."""
-    return Suite(suite.cases * trials, suite.root, suite.corpus)
 
 
 def run_identity(
@@ -68,11 +55,9 @@ def run_identity(
     code: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """What a journal must match for a run to resume from it (``qaeval.scoring.journal``): outputs made
-    without the boundary (isolation none) are never taken into a run that enforces it, adaptive
-    trials chosen against one baseline (``adaptive_baseline``, its digest) are not taken into a run
-    choosing them against another, and outputs of one version of the adapter's code are not taken into
-    a run of another (``adapter_code``: its module's files, ``qaeval.system.identity``; ``code``: those
-    files when the caller has read them, else they are read for the ``label``)."""
+    without the boundary are never taken into a run that enforces it, adaptive trials chosen against one
+    baseline (its digest) not into a run choosing them against another, outputs of one version of the
+    adapter's code (``code``, else read for ``label``: ``qaeval.system.identity``) not into a run of another."""
     registered = getattr(custom, "registered", None)
     chosen_by = {"adaptive_baseline": adaptive_baseline} if adaptive and adaptive_baseline is not None else {}
     return chosen_by | dict(
@@ -97,30 +82,19 @@ class Collected:
     notes: list[str] = field(default_factory=list)
 
 
-def _collect(
-    plan: _Plan, places: list[int], collected: Collected, stream: Stream, journal: JournalWriter | None
-) -> None:
-    """Ask the system for the given places; each output is journaled and handed to the stream as it comes."""
-    if not places:
-        return
-    suite, n = plan.suite, len(plan.suite)
-    cases = [suite.cases[p % n] for p in places]
-    stream.plan(places)
+@dataclass(frozen=True)
+class _Plan:
+    """What a run asks for and how: what ``evaluate`` hands its steps."""
 
-    def arrived(i: int, row: dict[str, Any]) -> None:
-        place = places[i]
-        collected.rows[place] = row
-        if journal is not None:
-            journal.output(place, row, place // n)
-        stream.put(place, cases[i], row)
-
-    run_suite(
-        Suite(tuple(cases), suite.root, suite.corpus),
-        plan.adapter,
-        plan.settings,
-        data_dir=suite.root,
-        on_output=arrived,
-    )
+    suite: Suite
+    everyone: Suite  # the cases ``trials`` times over, trial by trial: the (case, trial) places
+    adapter: Any
+    judge: JudgeClient
+    settings: RunSettings
+    settled: Callable[[str], bool] | None
+    meta: RunMeta
+    identity: dict[str, Any]  # what a journal must match (empty: no journal)
+    weaker: str | None  # why the adapter's identity is weaker than its code (None: it is not)
 
 
 def evaluate(
@@ -135,9 +109,9 @@ def evaluate(
 ) -> RunResult:
     """Run the adapter over the suite ``settings.trials`` times and score every layer of every trial.
 
-    Each output is scored once, as it arrives, beside the system (``qaeval.scoring.stream``): judged, then
-    through every layer and the registered checks; the trials are then built from those scores. The garbage collector's thresholds are raised for the whole run
-    (``fewer_collections``).
+    Each output is scored once, as it arrives (``qaeval.scoring.stream``): judged, then through every layer
+    and the registered checks; the trials are built from those scores. The garbage collector's thresholds
+    are raised for the whole run (``fewer_collections``).
 
     Args:
         suite: The golden cases (``load_suite``).
@@ -156,114 +130,93 @@ def evaluate(
     Returns:
         The scored run: its frames, scoreboard and meta.
     """
+    settings = settings if settings is not None else RunSettings()
+    resume = resume if resume is not None else ResumeSettings()
     with fewer_collections():
-        return _evaluate(
-            suite,
-            adapter,
-            judge,
-            settings if settings is not None else RunSettings(),
-            resume if resume is not None else ResumeSettings(),
-            custom,
-            settled,
-        )
+        plan = _plan(suite, adapter, judge, settings, custom, settled, resume.journal)
+        collected = Collected()
+        restored = _resumed(plan, resume, collected) if resume.resume else None
+        writer = _journal_writer(resume.journal, plan.identity, restored)
+        try:
+            runs = _ask(plan, collected, restored, writer, custom)
+        finally:
+            if writer is not None:
+                writer.close()
+                collected.notes += writer.notes
+        return _combined(runs, settings, collected.notes)
 
 
-def _evaluate(
+def _plan(
     suite: Suite,
     adapter: Any,
     judge: JudgeClient,
     settings: RunSettings,
-    resume: ResumeSettings,
     custom: Any,
     settled: Callable[[str], bool] | None,
-) -> RunResult:
-    config = judge_config_of(judge)
+    journal: str | None,
+) -> _Plan:
+    """The run's places, its record's meta and its journal's identity; the adapter's files read once."""
     label = adapter_label(adapter)
-    k, trials, adaptive, journal = settings.k, settings.trials, settings.adaptive, resume.journal
-    everyone = trial_suite(suite, trials)
-    chosen_by = (getattr(settled, "digest", "unnamed rule") if settled is not None else None) if adaptive else None
+    chosen = None  # the adaptive rule's digest, which the record and the journal's identity name
+    if settings.adaptive:
+        chosen = getattr(settled, "digest", "unnamed rule") if settled is not None else None
     isolated = settings.isolation if settings.executor is None else f"executor {settings.executor_name}"
-    chosen = chosen_by if trials > 1 else None
-    code, weaker = adapter_code(adapter)  # its files, read once: for the record and the journal's identity
+    code, weaker = adapter_code(adapter)
+    s = settings
     identity = (
         {}
         if journal is None
-        else run_identity(suite, label, judge, k, trials, custom, adaptive, isolated, chosen, code=code)
+        else run_identity(suite, label, judge, s.k, s.trials, custom, s.adaptive, isolated, chosen, code=code)
     )
-    collected = Collected()
-    restored = _resumed(journal, identity, everyone, resume.keep_errors, weaker, collected) if resume.resume else None
-    writer = _journal_writer(journal, identity, restored)
     meta = RunMeta.now(
         adapter=label,
-        judge=config,
+        judge=judge_config_of(judge),
         isolation=settings.isolation,
         concurrency=settings.concurrency,
         executor=settings.executor_name,
-        k=k,
+        k=settings.k,
         timeout=settings.timeout,
         data=suite.root,
         adaptive_baseline=chosen,
         adapter_code=code_digest(code),  # a gate notes a change since its baseline
     )
-    plan = _Plan(suite, everyone, adapter, judge, settings, settled, meta)
-    try:
-        runs = _ask(plan, collected, restored, writer, custom, settings.show_progress, k)
-    finally:
-        if writer is not None:
-            writer.close()
-            collected.notes += writer.notes
+    # each (case, trial) is an independent call: the trials of one case may run on different workers at once
+    everyone = Suite(suite.cases * settings.trials, suite.root, suite.corpus)
+    return _Plan(suite, everyone, adapter, judge, settings, settled, meta, identity, weaker)
+
+
+def _combined(runs: list[RunResult], settings: RunSettings, notes: list[str]) -> RunResult:
+    """The trials' runs as one result (a single trial's run as it is), the run's notes added."""
+    s = settings
     result = (
         runs[0]
-        if trials == 1
+        if s.trials == 1
         else combine_trials(
-            runs, bootstrap_seed=settings.bootstrap_seed, pass_k=settings.pass_k, trials=trials, adaptive=adaptive
+            runs, bootstrap_seed=s.bootstrap_seed, pass_k=s.pass_k, trials=s.trials, adaptive=s.adaptive
         )
     )
-    if collected.notes:
-        result = replace(result, notes=result.notes + collected.notes)
-    return result
+    return replace(result, notes=result.notes + notes) if notes else result
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What a run asks for and how: the settings ``evaluate`` hands its steps."""
-
-    suite: Suite
-    everyone: Suite
-    adapter: Any
-    judge: JudgeClient
-    settings: RunSettings
-    settled: Callable[[str], bool] | None
-    meta: RunMeta
-
-
-def _resumed(
-    journal: str | os.PathLike[str] | None,
-    identity: dict[str, Any],
-    everyone: Suite,
-    keep_errors: bool,
-    weaker: str | None,
-    collected: Collected,
-) -> Restored | None:
+def _resumed(plan: _Plan, resume: ResumeSettings, collected: Collected) -> Restored | None:
     """What the journal beside the record holds for this run (None: there is none), its outputs put
     into ``collected``; a note says how far the adapter's identity goes when it is weaker than its code."""
-    if journal is None:
+    if resume.journal is None:
         return None
-    path = journal_path(journal)
+    path = journal_path(resume.journal)
     if not path.exists():
         collected.notes.append(f"nothing to resume: no journal at {path}")
         return None
-    restored = read_journal(path, identity, [c.id for c in everyone], keep_errors=keep_errors)
+    ids = [c.id for c in plan.everyone]
+    restored = read_journal(path, plan.identity, ids, keep_errors=resume.keep_errors)
     collected.rows.update(restored.outputs)
     collected.notes += restored.notes
-    if weaker is not None:
-        collected.notes.append(f"resumed with a weaker check that the adapter is unchanged: {weaker}")
+    if plan.weaker is not None:
+        collected.notes.append(f"resumed with a weaker check that the adapter is unchanged: {plan.weaker}")
     return restored
 
 
-def _journal_writer(
-    journal: str | os.PathLike[str] | None, identity: dict[str, Any], restored: Restored | None
-) -> JournalWriter | None:
+def _journal_writer(journal: str | None, identity: dict[str, Any], restored: Restored | None) -> JournalWriter | None:
     """The run's journal: the one resumed, else a new one. An interrupted run's journal that a run
     without ``--resume`` starts over from is said on stderr at once, with how to keep it next time."""
     if journal is None:
@@ -280,46 +233,35 @@ def _journal_writer(
 
 
 def _ask(
-    plan: _Plan,
-    collected: Collected,
-    restored: Restored | None,
-    writer: JournalWriter | None,
-    custom: Any,
-    show_progress: bool | None,
-    k: int,
+    plan: _Plan, collected: Collected, restored: Restored | None, writer: JournalWriter | None, custom: Any
 ) -> list[RunResult]:
     """Ask the system for every (case, trial) the journal did not give, each output scored once as it
     comes; returns each trial that has outputs, scored (trial 0 first)."""
-    n, trials, adaptive, seed = (
-        len(plan.suite),
-        plan.settings.trials,
-        plan.settings.adaptive,
-        plan.settings.bootstrap_seed,
-    )
+    n, s = len(plan.suite), plan.settings
     resumed_at = len(collected.notes)  # where the resumed note goes once the reused verdicts are counted
     with streaming(
         plan.judge,
         plan.suite,
-        k=k,
+        k=s.k,
         restored=restored.verdicts if restored is not None else None,
-        show_progress=show_progress,
+        show_progress=s.show_progress,
         on_judged=(lambda key, _req, resp: writer.verdict(key, resp)) if writer is not None else None,
         checks=custom,
     ) as stream:
-        for t in range(1 if adaptive else trials):  # adaptive: later trials' cases are known after trial 0
+        for t in range(1 if s.adaptive else s.trials):  # adaptive: later trials' cases are known after trial 0
             stream.declare(t, range(n))
-        later = adaptive and trials > 1  # a journal's later trials wait for trial 0 to say which stay
+        later = s.adaptive and s.trials > 1  # a journal's later trials wait for trial 0 to say which stay
         _restore(stream, plan, collected, [p for p in sorted(collected.rows) if not (later and p >= n)])
         first = [p for p in range(n) if p not in collected.rows]
         ids = [case.id for case in plan.suite.cases]
-        rest = [t * n + i for t in range(1, trials) for i in trial_order(ids, t) if t * n + i not in collected.rows]
-        first_run = None
+        rest = [t * n + i for t in range(1, s.trials) for i in trial_order(ids, t) if t * n + i not in collected.rows]
+        runs: list[Any] = []
         if later:
             _collect(plan, first, collected, stream, writer)
             stream.drain()
-            first_run = stream.result(0, plan.meta, seed)
-            rest, unsettled = _adaptive_rest(plan, first_run, rest, collected)
-            for t in range(1, trials):
+            runs.append(stream.result(0, plan.meta, s.bootstrap_seed))
+            rest, unsettled = _adaptive_rest(plan, runs[0], rest, collected)
+            for t in range(1, s.trials):
                 stream.declare(t, unsettled)
             _restore(stream, plan, collected, sorted(p for p in collected.rows if p >= n))
             _collect(plan, rest, collected, stream, writer)
@@ -332,8 +274,29 @@ def _ask(
             f"resumed from {restored.path}: {len(restored.outputs)} of {len(plan.everyone)} (case, trial) output(s) "
             f"reused, {stream.reused} verdict(s) (counted as cached: no judge call or token of this run)",
         )
-    later_runs = (stream.result(t, plan.meta, seed) for t in range(1 if first_run else 0, trials))
-    return [run for run in ([first_run] if first_run else []) + list(later_runs) if run is not None]
+    runs += [stream.result(t, plan.meta, s.bootstrap_seed) for t in range(len(runs), s.trials)]
+    return [run for run in runs if run is not None]
+
+
+def _collect(
+    plan: _Plan, places: list[int], collected: Collected, stream: Stream, journal: JournalWriter | None
+) -> None:
+    """Ask the system for the given places; each output is journaled and handed to the stream as it comes."""
+    if not places:
+        return
+    suite, n = plan.suite, len(plan.suite)
+    cases = [suite.cases[p % n] for p in places]
+    stream.plan(places)
+
+    def arrived(i: int, row: dict[str, Any]) -> None:
+        place = places[i]
+        collected.rows[place] = row
+        if journal is not None:
+            journal.output(place, row, place // n)
+        stream.put(place, cases[i], row)
+
+    asked = Suite(tuple(cases), suite.root, suite.corpus)
+    run_suite(asked, plan.adapter, plan.settings, data_dir=suite.root, on_output=arrived)
 
 
 def _restore(stream: Stream, plan: _Plan, collected: Collected, places: list[int]) -> None:
@@ -347,11 +310,12 @@ def _adaptive_rest(
     plan: _Plan, first_run: RunResult, rest: list[int], collected: Collected
 ) -> tuple[list[int], list[int]]:
     """The later trials an adaptive run asks for, and the suite's indices of the cases they are of: those
-    trial 0 does not settle. Later
-    trials a journal gave for a case trial 0 now settles (its first trial failed then, and passes now
-    that it was asked again) are dropped, so the run holds the trials the rule gives it."""
+    trial 0 does not settle. Later trials a journal gave for a case trial 0 now settles are dropped, so the
+    run holds the trials the rule gives it."""
     suite, everyone, n, trials = plan.suite, plan.everyone, len(plan.suite), plan.settings.trials
-    unsettled = {c.id for c in suite} - _settled_by(first_run, plan.settled)
+    passed = {cid for cid, ok in zip(first_run.per_case["case_id"], first_run.per_case["case_passed"]) if ok}
+    settled = {cid for cid in passed if plan.settled is None or plan.settled(cid)}  # and the rule lets go
+    unsettled = {c.id for c in suite} - settled
     dropped = [p for p in collected.rows if p >= n and everyone.cases[p].id not in unsettled]
     for p in dropped:
         del collected.rows[p]
@@ -367,9 +331,3 @@ def _adaptive_rest(
         )
     indices = [i for i, case in enumerate(suite.cases) if case.id in unsettled]
     return [p for p in rest if everyone.cases[p].id in unsettled], indices
-
-
-def _settled_by(first: RunResult, settled: Callable[[str], bool] | None) -> set[str]:
-    """The cases whose first trial passed and that ``settled`` does not hold back."""
-    passed = {cid for cid, ok in zip(first.per_case["case_id"], first.per_case["case_passed"]) if ok}
-    return {cid for cid in passed if settled is None or settled(cid)}

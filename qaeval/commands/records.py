@@ -8,36 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from qaeval.commands.export import TrecExport, write_trec
-from qaeval.commands.tracking import TrackingWarning, track  # noqa: F401 (qa.TrackingWarning, qa.track)
 from qaeval.core.errors import RecordError, UsageError
 from qaeval.core.files import refuse_overwrite, write_atomic
 from qaeval.core.jsonfile import write_jsonl
 from qaeval.core.results import Result
 from qaeval.data.labels import LABELS_HEADER
 from qaeval.data.schema import AXES
-from qaeval.proposals.run import accept, propose  # noqa: F401 (qa.propose, qa.accept)
-from qaeval.record.read import load_run as _load_run
-from qaeval.record.runs import runs_table as runs  # noqa: F401 (qa.runs(DIR))
+from qaeval.record.read import load_run
 from qaeval.scoring.result import RunResult
 from qaeval.verdicts.compare import Comparison
 from qaeval.verdicts.compare import compare as _compare
 from qaeval.verdicts.monitor import MonitorResult
 from qaeval.verdicts.sheets import export_sheet, import_sheet
-
-
-def load_run(path: str | Path) -> Result:
-    """A saved run record as the result it was.
-
-    Args:
-        path: The record (JSON) a command saved.
-
-    Returns:
-        A RunResult, GateResult, CalibrationResult, DriftResult or MonitorResult.
-
-    Raises:
-        RecordError: The record is missing, of an unknown version, or malformed (exit 65).
-    """
-    return _load_run(path)
 
 
 def compare(before: str | Path | Result, after: str | Path | Result) -> Comparison:
@@ -51,15 +33,7 @@ def compare(before: str | Path | Result, after: str | Path | Result) -> Comparis
         The comparison: metric deltas with their noise, and case-level changes.
     """
 
-    def labelled(x: Any) -> tuple[RunResult, str]:
-        run_ = _golden_run(
-            _only_a_run(x, "compare") if isinstance(x, (str, Path)) else _a_run_result(x, "compare"),
-            "compare takes two runs over golden cases (watch traffic over time with monitor "
-            "--timeseries, or list records with qaeval runs)",
-        )
-        return run_, str(x) if isinstance(x, (str, Path)) else run_.meta.adapter
-
-    (b, b_label), (a, a_label) = labelled(before), labelled(after)
+    (b, b_label), (a, a_label) = _run_to_compare(before), _run_to_compare(after)
     return _compare(b, a, before_label=b_label, after_label=a_label)
 
 
@@ -77,39 +51,32 @@ def export_trec(record: str | Path | Result, out: str | Path) -> TrecExport:
     return write_trec(run_, out, where=str(record) if isinstance(record, (str, Path)) else "<run>")
 
 
-def _only_a_run(path: str | Path, verb: str) -> Result:
-    """The run a record holds; a record that is not a run's (a gate, calibration, drift or monitor record)
-    is refused: ``verb`` sets runs side by side, and such a record's verdict is not a run."""
-    result = _load_run(path)
-    if result.kind != "run":
-        raise RecordError(
-            f"a {result.kind} record, not a run's: {verb} takes the records of two runs (qaeval run --save FILE, "
-            "qaeval baseline --out FILE)",
-            file=str(path),
-        )
-    return result
-
-
-def _a_run_result(result: Any, verb: str) -> Any:
-    """A run's result; another kind (a gate, calibration, drift or monitor result) is a UsageError naming
-    it, as its record would be refused (the run inside a verdict is its ``.run``)."""
-    kind = getattr(result, "kind", None)
-    if isinstance(result, Result) and kind != "run":
-        raise UsageError(f"a {kind} result, not a run's: {verb} takes two runs (a verdict's run is its .run)")
-    return result
+def _run_to_compare(x: str | Path | Result) -> tuple[RunResult, str]:
+    """A run to compare and its label: its record's path, else its adapter. A record or result of another
+    kind (a gate, calibration, drift or monitor) is refused: its verdict is not a run."""
+    if isinstance(x, (str, Path)):
+        result = load_run(x)
+        if result.kind != "run":
+            raise RecordError(
+                f"a {result.kind} record, not a run's: compare takes the records of two runs "
+                "(qaeval run --save FILE, qaeval baseline --out FILE)",
+                file=str(x),
+            )
+        return as_run(result), str(x)
+    if isinstance(x, Result) and x.kind != "run":
+        raise UsageError(f"a {x.kind} result, not a run's: compare takes two runs (a verdict's run is its .run)")
+    run_ = as_run(x)
+    return run_, run_.meta.adapter
 
 
 def _golden_run(record: str | Path | Result, why: str) -> RunResult:
     """The run over golden cases a record or result holds; a monitor's (a judged sample of logged traffic)
     is a UsageError saying ``why`` it does not serve."""
-    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    result = load_run(record) if isinstance(record, (str, Path)) else record
     if isinstance(result, MonitorResult):
         name = record if isinstance(record, (str, Path)) else "a monitor result"
         raise UsageError(f"{name} is a monitor record of logged traffic; {why}")
     return as_run(result)
-
-
-# --------------------------------------------------------------------------- labels
 
 
 def label_export(
@@ -130,7 +97,7 @@ def label_export(
     """
     if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
         raise UsageError(f"sample must be a whole number >= 1, got {sample!r}")
-    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    result = load_run(record) if isinstance(record, (str, Path)) else record
     run_ = as_run(result)
     refuse_overwrite([("out", out, "sheet")], [("record", record)], data=run_.meta.data)
     axes = ("faithfulness", "citation_correctness") if isinstance(result, MonitorResult) else AXES  # no gold in logs
@@ -171,14 +138,11 @@ def as_run(record: str | Path | Result) -> RunResult:
     Raises:
         UsageError: It holds no run (exit 64).
     """
-    result = _load_run(record) if isinstance(record, (str, Path)) else record
+    result = load_run(record) if isinstance(record, (str, Path)) else record
     run_ = result if isinstance(result, RunResult) else getattr(result, "run", None)
     if not isinstance(run_, RunResult):
         raise UsageError(f"{record!r} holds no run")
     return run_
-
-
-# --------------------------------------------------------------------------- growing the golden set
 
 
 def import_cases(

@@ -1,31 +1,13 @@
-"""One MLflow run per command: its parameters, headline metrics with their intervals, verdict, record,
-report and per-case table, logged to the tracking server or store a team already uses (the ``mlflow``
-extra).
+"""One MLflow run per command (the ``mlflow`` extra): its parameters, headline metrics with their intervals,
+verdict, record, report and per-case table (docs/guides/records.md lists them), logged where MLflow would
+log (else the URI and experiment given).
 
-==========  ========================================================================================
-params      adapter, judge name/model/temperature/seed/rubric, k, concurrency, isolation, executor,
-            timeout, data folder, data and corpus fingerprints, qaeval version
-metrics     each headline metric (``<metric>``, ``<metric>_ci_low``, ``<metric>_ci_high``,
-            ``<metric>_n``; with human labels also ``<metric>_ppi``, ``_ppi_ci_low``, ``_ppi_ci_high``,
-            ``_n_labelled``); a calibration adds each axis's exact agreement (``agreement_<axis>``, with
-            its Wilson interval and n) and ``kappa_<axis>``; a monitor logs its scoreboard over every
-            logged row. A metric with nothing to average is NaN, n 0.
-tags        ``kind``, ``verdict``, ``commit`` (and MLflow's own ``mlflow.source.git.commit``)
-artifacts   the run record (``record.json``), the HTML report when there is one (``report.html``) and
-            the per-case table (``per_case.csv``; a monitor's per-row table, ``per_row.csv``)
-==========  ========================================================================================
-
-The tracking URI is the one given, else MLflow's own choice (``MLFLOW_TRACKING_URI``, else its local
-default); the experiment is the one given, else ``MLFLOW_EXPERIMENT_NAME``, else MLflow's ``Default``.
-Nothing here can change a verdict or an exit code: a tracker that is down, refuses the write or is
-misconfigured makes ``track`` return a ``Tracked`` whose ``error`` says so. MLflow runs in a process of its
-own (``qaeval.commands.mlflow_log``): its HTTP retries and timeouts are bounded in that process's environment
-(``HTTP_LIMITS``, unless the environment sets them), so a dead server costs seconds, not minutes, and this
-process's environment is never written; the whole logging has a deadline (``QAEVAL_MLFLOW_DEADLINE``,
-``DEADLINE`` seconds by default), past which that process is killed: MLflow's timeout is per read, so a
-server that drips its replies would otherwise hold the command for ever.
-Credentials in a tracking URI never reach a message; only the environment and MLflow's own
-configuration carry them.
+MLflow runs in a process of its own (``qaeval.commands.mlflow_log``): its HTTP retries and timeouts bounded
+in that process's environment (``HTTP_LIMITS``, unless the environment sets them), and the whole logging
+given a deadline (``QAEVAL_MLFLOW_DEADLINE``, else ``DEADLINE`` seconds), past which it is killed: MLflow's
+timeout is per read, so a server that drips its replies would otherwise hold the command for ever. Nothing
+here changes a verdict or an exit code: a failure is the returned ``Tracked.error``. Credentials in a
+tracking URI never reach a message.
 """
 
 from __future__ import annotations
@@ -64,11 +46,21 @@ HTTP_LIMITS = {  # MLflow's documented variables; what the environment sets wins
 DEADLINE = 120.0  # seconds the whole logging may take (QAEVAL_MLFLOW_DEADLINE): every call, every artifact
 IMPORT_TIMEOUT = 120.0  # seconds MLflow's process may take to import MLflow, before the deadline starts
 PARAM_LIMIT = 500  # characters MLflow keeps in a parameter's value on every store it supports
+# (the MLflow metric's name after the metric's, the headline's column)
+HEADLINE = (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"), ("_n", "n"))
 PPI = (
-    ("ppi_value", "_ppi"),
-    ("ppi_ci_low", "_ppi_ci_low"),
-    ("ppi_ci_high", "_ppi_ci_high"),
-    ("n_labelled", "_n_labelled"),
+    ("_ppi", "ppi_value"),
+    ("_ppi_ci_low", "ppi_ci_low"),
+    ("_ppi_ci_high", "ppi_ci_high"),
+    ("_n_labelled", "n_labelled"),
+)
+# a calibration's, per axis: (the MLflow metric's name, the agreement frame's column)
+AGREEMENT = (
+    ("agreement_{}", "exact"),
+    ("agreement_{}_ci_low", "exact_low"),
+    ("agreement_{}_ci_high", "exact_high"),
+    ("agreement_{}_n", "n"),
+    ("kappa_{}", "kappa"),
 )
 
 
@@ -112,21 +104,11 @@ def redact(text: str) -> str:
     return re.sub(r"(?<=://)[^/\s]*@", "***@", text)  # up to the last "@" before the host: a password may hold "@"
 
 
-def _where(uri: str | None) -> str:
-    if uri:
-        return redact(uri)
-    return redact(os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's local default store")
-
-
-# --------------------------------------------------------------------------- what is logged
-
-
 def _number(value: Any) -> float:
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
-    return number
 
 
 def params_of(result: Result) -> dict[str, str]:
@@ -166,30 +148,12 @@ def _per_row(result: Result) -> tuple[pd.DataFrame, str]:
 def metrics_of(result: Result) -> dict[str, float]:
     out: dict[str, float] = {}
     for row in result.headline().to_dict("records"):
-        m = row["metric"]
-        out.update(
-            {
-                m: _number(row["value"]),
-                f"{m}_ci_low": _number(row["ci_low"]),
-                f"{m}_ci_high": _number(row["ci_high"]),
-                f"{m}_n": _number(row["n"]),
-            }
-        )
-        if not math.isnan(_number(row.get("ppi_value"))):
-            out.update({m + suffix: _number(row[column]) for column, suffix in PPI})
+        with_ppi = HEADLINE + (PPI if not math.isnan(_number(row.get("ppi_value"))) else ())
+        out.update({row["metric"] + suffix: _number(row[column]) for suffix, column in with_ppi})
     agreement = getattr(result, "agreement", None)
     if agreement is not None:  # a calibration: how far the judge agrees with people, per axis
         for row in agreement.to_dict("records"):
-            a = row["axis"]
-            out.update(
-                {
-                    f"agreement_{a}": _number(row["exact"]),
-                    f"agreement_{a}_ci_low": _number(row["exact_low"]),
-                    f"agreement_{a}_ci_high": _number(row["exact_high"]),
-                    f"agreement_{a}_n": _number(row["n"]),
-                    f"kappa_{a}": _number(row["kappa"]),
-                }
-            )
+            out.update({name.format(row["axis"]): _number(row[column]) for name, column in AGREEMENT})
     return out
 
 
@@ -208,15 +172,9 @@ def _artifacts(result: Result, folder: Path, record: str | Path | None, html: st
     else:
         write_record(result, saved)
     rows, name = _per_row(result)
-    table = folder / name
-    rows.to_csv(table, index=False)
-    if html is None:
-        return [saved, table]
-    report = shutil.copyfile(html, folder / "report.html")
-    return [saved, table, Path(report)]
-
-
-# --------------------------------------------------------------------------- logging
+    rows.to_csv(folder / name, index=False)
+    report = [Path(shutil.copyfile(html, folder / "report.html"))] if html is not None else []
+    return [saved, folder / name, *report]
 
 
 class _NotLogged(Exception):
@@ -234,9 +192,8 @@ def child_environment() -> dict[str, str]:
 
 
 def _log(job: dict[str, Any], seconds: float) -> str:
-    """Log ``job`` from MLflow's own process (``qaeval.commands.mlflow_log``). The run id, or
-    ``_NotLogged`` saying why not; ``DeadlineExceeded`` when the logging took longer than ``seconds``
-    (and the process is killed)."""
+    """Log ``job`` from MLflow's own process; the run id. Raises ``_NotLogged`` saying why not, or
+    ``DeadlineExceeded`` past ``seconds`` (the process is killed)."""
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "qaeval.commands.mlflow_log"],
@@ -289,15 +246,14 @@ def track(
     record: str | Path | None = None,
     html: str | Path | None = None,
 ) -> Tracked:
-    """Log ``result`` as one MLflow run at ``uri`` (True or None: MLflow's own choice) in ``experiment``.
-
-    ``record`` is the saved run record to attach (else one is written for it), ``html`` its report.
-    MLflow runs in a process of its own (``qaeval.commands.mlflow_log``), given the HTTP limits in its
-    environment. Never raises for the tracker's sake: a failure is the returned ``Tracked.error``."""
+    """Log ``result`` as one MLflow run at ``uri`` (True or None: MLflow's own choice) in ``experiment``
+    (else ``MLFLOW_EXPERIMENT_NAME``, else ``Default``). ``record`` is the saved run record to attach (else
+    one is written for it), ``html`` its report. Never raises for the tracker's sake: a failure is the
+    returned ``Tracked.error``."""
     require()
     target = uri if isinstance(uri, str) else None
     name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
-    where = _where(target)
+    where = redact(target or os.environ.get("MLFLOW_TRACKING_URI") or "MLflow's local default store")
     seconds = deadline()
     with tempfile.TemporaryDirectory(prefix="qaeval-mlflow-") as tmp:
         try:
