@@ -75,21 +75,20 @@ class _Runs:
     def _run_once(self) -> Any:
         if self._run is not None:
             return self._run
-        from qaeval.commands.common import check_parameters, make_judge
+        from contextlib import ExitStack
+
+        from qaeval.commands.common import check_parameters, judge_and_checks
         from qaeval.commands.pipeline import evaluate
         from qaeval.data.cases import Suite, load_suite
-        from qaeval.host.custom import close_custom, make_custom
 
         suite = everyone = load_suite(self.config.getoption("qaeval_data"))
         if self.selected is not None and len(self.selected) < len(suite):
             wanted = set(self.selected)
             suite = Suite(tuple(c for c in suite if c.id in wanted), suite.root, suite.corpus)
         settings = check_parameters("run", data=str(suite.root), **self._params())
-        custom = make_custom(settings)
-        try:
-            self._run = evaluate(suite, settings.adapter, make_judge(settings), settings.run, custom=custom)
-        finally:
-            close_custom(custom)
+        with ExitStack() as stack:  # a judge or check in its own process is stopped when the run ends
+            judge, custom = judge_and_checks(settings, stack)
+            self._run = evaluate(suite, settings.adapter, judge, settings.run, custom=custom)
         if self.selected is None or len(self._run.suite) == len(everyone):
             self._full = self._run
         return self._run

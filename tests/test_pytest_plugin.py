@@ -93,3 +93,20 @@ def test_a_miscitation_names_the_cited_source_beside_the_gold_one():
     )
     assert done.returncode == 1, done.stdout[-2000:]
     assert "judged unfaithful (score 0; cited media-studio; gold eastside-profile)" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_judge_is_closed_when_the_run_ends(monkeypatch):
+    """A judge of the user's own runs in its own process: the plugin made it for the run and never closed
+    it, so the process stayed up for the rest of the pytest session."""
+    from types import SimpleNamespace
+
+    from qaeval import pytest_plugin
+    from qaeval.host import clients
+
+    closed = []
+    monkeypatch.setattr(clients, "close_judge", lambda judge: closed.append(judge))
+    given = {"qaeval_data": str(ROOT / "golden"), "qaeval_isolation": "none"}
+    runs = pytest_plugin._Runs(SimpleNamespace(getoption=lambda name: given.get(name)))  # type: ignore[arg-type]
+    run = runs.run()
+    assert len(run.suite) == 15
+    assert len(closed) == 1 and closed[0] is not None, closed
