@@ -1,25 +1,10 @@
-"""Layer 3: model-as-judge on a versioned rubric, quote before score.
+"""Layer 3: model-as-judge on a versioned rubric (``qaeval/rubric/<version>/``), quote before score.
 
-One judge call per answered case grades three axes on an anchored 0/1/2 scale: faithfulness (answer vs.
-cited sources), answer correctness (answer vs. gold answer) and citation correctness (each citation's
-claim vs. its cited source and its *hardest decoy*, the most lexically similar source not cited).
-Abstained and failed cases cost no call. The rubric is text in ``qaeval/rubric/<version>/``.
-
-The library, not the judge, decides whether a verdict counts. A verdict is invalid, and never a pass,
-when its score is not 0, 1 or 2; when it gives a positive score without a quote; when its quote is not
-in the text it must come from (the cited sources for faithfulness and citations, the answer for answer
-correctness; case and runs of whitespace ignored); or when a positive score's quote is too small to
-check: fewer than three content words, unless it is the whole of a text that is itself shorter.
-
-A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
-of responses, a response for another case, or text that is not valid Unicode, every affected case
-records a judge error (distinct from a score of 0, and never a pass) and the run goes on. The commands
-run every judge but the two built-in ones in its own process (``qaeval.host.clients``), so a judge
-that ends its process, hangs or patches the harness's classes costs only its cases.
-
-Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
-``judge(requests) -> responses``. A judge factory may take ``settings`` (``JudgeSettings``): the
-explicit configuration the CLI and notebooks build; environment variables are read only at that edge.
+One call per answered case grades faithfulness, answer correctness and each citation (against its
+cited source and its *hardest decoy*) on a 0/1/2 scale; the library decides whether a verdict counts
+(``qaeval.scoring.quotes``). A judge is user code: whatever it does wrong (raises, exits, a wrong
+number of responses, another case's, text that is not valid Unicode) is a judge error for the cases
+it affects, never a pass, and the run goes on.
 """
 
 from __future__ import annotations
@@ -194,7 +179,7 @@ class JudgeRequest:
     answer: str
     gold_answer: str | None
     citations: tuple[CitedSource, ...]
-    messages: Sequence[dict[str, str]]  # the versioned rubric prompt, ready to send to a chat model
+    messages: Sequence[dict[str, str]]
 
     @property
     def evidence(self) -> str:
@@ -303,9 +288,6 @@ def judge_request(
     )
 
 
-# --------------------------------------------------------------------------- validation
-
-
 NOT_UNICODE = "the judge's reply has text that is not valid Unicode (an unpaired surrogate)"
 
 
@@ -365,29 +347,13 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
             ("answer_correctness", "", req.answer, None),
         ]
         targets += [(CITATION_CORRECTNESS, c.source_id, c.text, c.decoy_id) for c in req.citations]
-        if problem is not None:
-            for axis, target, _, decoy in targets:
-                rows.add(
-                    **base,
-                    axis=axis,
-                    target=target,
-                    score=None,
-                    quote="",
-                    rationale="",
-                    valid=False,
-                    invalid_reason="judge error",
-                    error=problem,
-                    credit=False,
-                    decoy_id=decoy,
-                )
-            continue
         by_axis: dict[tuple[str, str], AxisVerdict] = {}
-        for v in resp.verdicts:
+        for v in resp.verdicts if problem is None else ():
             if isinstance(v, AxisVerdict):
                 by_axis.setdefault((v.axis, v.target if v.axis == CITATION_CORRECTNESS else ""), v)
         for axis, target, text, decoy in targets:
             v = by_axis.get((axis, target))
-            score, valid, why = validate_verdict(v, text)
+            score, valid, why = validate_verdict(v, text) if problem is None else (None, False, "judge error")
             rows.add(
                 **base,
                 axis=axis,
@@ -397,7 +363,7 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
                 rationale=_shared(v.rationale) if v and isinstance(v.rationale, str) else "",
                 valid=valid,
                 invalid_reason=why,
-                error=None,
+                error=problem,
                 credit=bool(valid and score == 2),
                 decoy_id=decoy,
             )
@@ -424,13 +390,12 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     return responses
 
 
+@dataclass(slots=True)
 class MemoEntry:
     """A response a run already has for a request's content, and how often scoring has used it."""
 
-    __slots__ = ("response", "uses")
-
-    def __init__(self, response: Any) -> None:
-        self.response, self.uses = response, 0
+    response: Any
+    uses: int = 0
 
 
 JudgeMemo = dict[tuple[Any, ...], MemoEntry]  # a request's content -> the response it got, within one run

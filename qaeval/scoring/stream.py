@@ -264,8 +264,7 @@ class JudgeLanes:
                 return False
             self.asked.add(key)
             if found is not None:  # the journal has it: used as already counted (this run spent nothing)
-                self.stream.memo[key] = entry = MemoEntry(found)
-                entry.uses = 1
+                self.stream.memo[key] = MemoEntry(found, uses=1)
                 self.reused += 1
                 self.stream.cond.notify_all()
                 return False
