@@ -177,11 +177,7 @@ def _hash_and_source(plain: Mapping[str, Any], what: str) -> tuple[str, str]:
 def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     """A ``Registered`` from JSON (a checks process's declaration, or a record's), checked field by field:
     ValueError saying what is wrong. ``reserved``: names a registered one may not take."""
-    if (
-        not isinstance(plain, dict)
-        or not isinstance(plain.get("checks"), list)
-        or not isinstance(plain.get("metrics"), list)
-    ):
+    if not isinstance(plain, dict) or not all(isinstance(plain.get(k), list) for k in ("checks", "metrics")):
         raise ValueError("the declaration of checks and metrics is not an object with checks and metrics lists")
     checks = []
     for c in plain["checks"]:
@@ -309,12 +305,9 @@ class Outcomes:
         {"error": why}]}``; anything else fails the case's checks and metrics saying so."""
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
             return self.failed(reply["error"])
-        if (
-            not isinstance(reply, dict)
-            or not isinstance(reply.get("checks"), list)
-            or not isinstance(reply.get("metrics"), list)
-            or len(reply["checks"]) != len(self.registered.checks)
-            or len(reply["metrics"]) != len(self.registered.metrics)
+        sizes = {"checks": len(self.registered.checks), "metrics": len(self.registered.metrics)}
+        if not isinstance(reply, dict) or any(
+            not isinstance(reply.get(k), list) or len(reply[k]) != n for k, n in sizes.items()
         ):
             return self.failed("the checks' process sent a malformed reply")
         for c, got in zip(self.registered.checks, reply["checks"]):

@@ -21,6 +21,7 @@ from qaeval.core.errors import UsageError
 from qaeval.core.frames import Rows, is_missing
 from qaeval.core.text import distinct_terms, not_unicode, term_set
 from qaeval.data.schema import CITATION_CORRECTNESS
+from qaeval.scoring.checks import column_rows
 from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
 from qaeval.worker.plugins import contained
@@ -97,12 +98,9 @@ def plain_config(config: object) -> bool:
 class JudgeSettings:
     """How to run an HTTP judge, given explicitly to a judge factory that takes ``settings``.
 
-    ``from_env`` is the one place that reads environment variables (OPENAI_BASE_URL, OPENAI_API_KEY,
-    QAEVAL_JUDGE_*); explicit values (CLI flags, notebook parameters) win over them. The API key is
-    held here only to be handed to the client: it is never part of a record, a cache key or a report.
-    A custom judge runs in its own process and gets these settings as JSON without the key; its
-    ``settings.api_key`` is read there from OPENAI_API_KEY, and its working directory is a scratch
-    folder (``cache_dir`` arrives as an absolute path).
+    ``from_env`` is the one place that reads environment variables; explicit values win over them. The
+    API key is never part of a record, a cache key or a report: a custom judge's process gets these
+    settings without it and reads OPENAI_API_KEY itself (in a scratch folder: ``cache_dir`` is absolute).
 
     Attributes:
         model: The chat model (``QAEVAL_JUDGE_MODEL``).
@@ -259,13 +257,6 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     return best[1], best[2]
 
 
-def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
-    """(id, text) of the hardest decoy of each of an output's citations, in order."""
-    cited_ids = {c["source_id"] for c in out["citations"]}
-    others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
-    return [hardest_decoy(c["claim"], others) for c in out["citations"]]
-
-
 def is_judged(out: Mapping[str, Any]) -> bool:
     """Whether the judge grades this output: it answered, with no adapter error."""
     return is_missing(out["error"]) and not out["abstained"]
@@ -277,10 +268,11 @@ def judge_request(
     """The request for one answered output: its citations with the cited text and the hardest decoy
     among the other passages of ``fixture`` ({id: text}, in the case's order: its sources, then what
     the output used beyond them)."""
-    found = _decoys_of(out, fixture)
+    cited_ids = {c["source_id"] for c in out["citations"]}
+    others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
     cited = tuple(
-        CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
-        for c, (decoy_id, decoy_text) in zip(out["citations"], found)
+        CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), *hardest_decoy(c["claim"], others))
+        for c in out["citations"]
     )
     g = gold if isinstance(gold, str) else None
     return JudgeRequest(
@@ -410,9 +402,7 @@ def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
     correctness takes the weakest citation."""
     out: dict[tuple[str, str], int] = {}
-    for case_id, axis, score, valid in zip(
-        verdicts["case_id"].tolist(), verdicts["axis"].tolist(), verdicts["score"].tolist(), verdicts["valid"].tolist()
-    ):
+    for case_id, axis, score, valid in column_rows(verdicts, "case_id", "axis", "score", "valid"):
         value = int(score) if valid and not is_missing(score) else 0
         key = (case_id, axis)
         out[key] = min(out.get(key, value), value)
