@@ -1,43 +1,27 @@
 """Layer 1: deterministic trust checks. No model, cheap enough for every commit.
 
-``check_outputs(cases, outputs, sources, corpus=None)`` returns one row per (case, check) with columns
-``case_id, check, passed, reason``. The checks look at the passages the system really used: for each
-id it retrieved or cited, the text it returned in its ``passages``, else the frozen text of that id
-(the case's sources, else the suite's corpus). The five checks:
+``check_outputs`` returns one row per (case, check): ``case_id, check, passed, reason``. The checks read
+the passages the system used: its own ``passages``' text by id, else the frozen text (the case's
+sources, else the suite's corpus). An adapter error fails every check of its case, with the error.
 
 grounding_isolation
-    When a model was called, its recorded prompt must exist and carry the question; when something was
-    retrieved, the prompt must carry the body of at least one retrieved source and of every cited
-    source (a model cannot ground a claim in text it never saw); and the gold answer may appear in it
-    only inside retrieved source bodies. Containment is tested on folded text: Unicode NFKC, invisible
-    format characters (category Cf) removed, case, accents, punctuation and runs of whitespace ignored.
-    The leak detector removes from the prompt the question, every retrieved passage (its body, headed
-    by its id and title where they head it: a title is context only there, so a gold answer that
-    equals a title and appears a second time elsewhere in the prompt is a leak) and the
-    prompt's *template* (text it shares with most other prompts of its trial: any run of four words
-    that more than half of the trial's first ``TEMPLATE_SAMPLE`` prompts still contain once their own
-    question and sources are cut out, learnt only from at least three prompts),
-    then looks for the gold answer, word-bounded, in what is left. It is a leak detector for the oracle
-    string and exactly that: a paraphrased leak gets through, and a gold answer that is a very common
-    word can trip it.
+    A model's recorded prompt exists and carries the question, the body of a retrieved source (when
+    any) and of every cited one; the gold answer appears in it only inside retrieved passages. Text is
+    compared folded (``qaeval.core.text.normalize``). The leak detector cuts out the question, each
+    retrieved passage (with its id and title where they head it) and the trial's prompt *template*
+    (four-word runs more than half its first ``TEMPLATE_SAMPLE`` prompts share once their own question
+    and sources are cut, learnt from three prompts or more), then looks for the gold answer,
+    word-bounded: a paraphrased leak gets through, a very common word can trip it.
 citation_resolvability
-    Every citation names a passage the system retrieved and whose text is known (its own ``passages``,
-    else the corpus or the case's sources).
+    Every citation names a passage the system retrieved and whose text is known.
 citation_coverage
-    Every load-bearing answer sentence carries a resolvable citation whose claim covers it. Answers are
-    split with ``qaeval.core.text.split_sentences``. A sentence is load-bearing when it has at least two
-    content words (so "In short:" is not). A claim covers a sentence when, normalised, either contains
-    the other, or at least 60% of the sentence's content words occur in the claim.
+    Every load-bearing answer sentence carries a resolvable citation whose claim covers it
+    (``qaeval.scoring.coverage``).
 fail_closed_abstention
-    A must-abstain case is abstained on; a case with nothing retrieved calls no model and gives no
-    answer.
+    A must-abstain case is abstained on; with nothing retrieved, no model call and no answer.
 passage_fidelity
-    Text the system returns for an id that the frozen corpus or the case's sources hold matches it once
-    both are folded (canonical equivalence, invisible characters, runs of whitespace; not NFKC, which
-    would take "10⁶" for "106"): a stale production index shows up here. Ids
-    unknown to both are the system's own and pass (they count as non-gold in retrieval).
-
-An adapter error fails every check of its case, with the error as the reason.
+    Text the system returns for an id the corpus or the case's sources hold matches it (``fidelity_text``):
+    a stale production index shows here. Ids unknown to both are the system's own and pass.
 """
 
 from __future__ import annotations
@@ -46,7 +30,7 @@ import hashlib
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
@@ -65,31 +49,28 @@ TEMPLATE_NGRAM = 4
 TEMPLATE_MIN_PROMPTS = 3
 
 
-def _within(padded: str, needle: str) -> bool:
-    """Word-bounded containment of normalised text, in a haystack padded with a space at each end."""
-    return bool(needle) and f" {needle} " in padded
+def column_rows(df: pd.DataFrame, *names: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of some of a frame's columns as tuples of plain Python values."""
+    return zip(*(df[name].tolist() for name in names))
 
 
 def _contains(haystack: str, needle: str) -> bool:
     """Word-bounded containment of normalised (folded) text."""
-    return _within(f" {haystack} ", needle)
+    return bool(needle) and f" {needle} " in f" {haystack} "
 
 
-# A trial's prompt template is learnt from its first prompted outputs in its order (``trial_order``), this many: the one
-# step of scoring that reads more than one case. Scoring a trial waits for them (``qaeval.scoring.lane``),
-# then checks each output as it arrives; reading a record back learns it from the same outputs.
+# A trial's prompt template is learnt from its first prompted outputs in its order (``trial_order``), this many:
+# the one step of scoring that reads more than one case (``qaeval.scoring.lane`` waits for them).
 TEMPLATE_SAMPLE = 32
 
 
 def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
-    """Word 4-grams shared by more than half of the prompts' remainders (what is left of each prompt
-    once its question and sources are cut out), learnt from at least three prompts (a trial passes its
-    first ``TEMPLATE_SAMPLE``): the prompt template, not a leak."""
+    """Word 4-grams shared by more than half of the prompts' remainders (``prompt_remainder``), learnt
+    from at least three prompts: the prompt template, not a leak."""
     if len(remainders) < TEMPLATE_MIN_PROMPTS:
         return frozenset()
-    sample = remainders
     counts: Counter[tuple[str, ...]] = Counter()
-    for text in sample:
+    for text in remainders:
         words = text.split()
         counts.update(
             {
@@ -98,7 +79,7 @@ def learn_template(remainders: Sequence[str]) -> frozenset[tuple[str, ...]]:
                 if "|" not in words[i : i + TEMPLATE_NGRAM]
             }
         )
-    return frozenset(gram for gram, n in counts.items() if n * 2 > len(sample))
+    return frozenset(gram for gram, n in counts.items() if n * 2 > len(remainders))
 
 
 def _strip_template(text: str, template: frozenset[tuple[str, ...]]) -> str:
@@ -118,8 +99,7 @@ def _stripped(text: str, template: frozenset[tuple[str, ...]]) -> str:
     return " " + " ".join(w if k else "|" for w, k in zip(words, keep)) + " "
 
 
-# Remainders of at most this many characters are kept by the memo below, each with its result (and the
-# template it was stripped of): 256 of them, about 1 MB of ASCII text and 4 MB at worst.
+# Remainders of at most this many characters are memoised with their result: 256 of them, 4 MB at worst.
 _SHORT_REMAINDER = 2000
 _stripped_short = lru_cache(maxsize=256)(_stripped)
 
@@ -132,11 +112,8 @@ def prompt_remainder(
     normal_prompt: str | None = None,
 ) -> str | None:
     """The normalised prompt with its question and every retrieved passage cut out (None when no prompt
-    was recorded): where a leaked gold answer would have to be. A passage's id and title are context
-    where they head its body ("[the-exies] The Exies\nThe Exies were ..." leaks nothing); a second
-    copy of the title elsewhere is not cut. An id is cut anywhere (the system names its passages).
-    Every word inside an occurrence of any of these is cut, where occurrences overlap too
-    (``qaeval.core.text.search_pieces``). ``normal_prompt``: the prompt already normalised, when the caller has it."""
+    was recorded): where a leaked gold answer would have to be. A title is cut only where it heads its
+    passage's body; an id anywhere. ``normal_prompt``: the prompt already normalised, when the caller has it."""
     prompt = out["prompt_to_model"]
     if not out["model_was_called"] or is_missing(prompt):
         return None
@@ -200,15 +177,13 @@ def check_grounding_isolation(
     return True, "prompt carries the question and its sources; no gold answer outside them"
 
 
-# Characters that show as nothing: a system's copy may gain or lose them without changing a word.
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
 
 
 def fidelity_text(text: str) -> str:
-    """Text as passage fidelity compares it: canonical equivalence (NFC: a precomposed "é" is "e" and its
-    accent), invisible characters dropped, runs of whitespace as one space, no edges. Not NFKC, which
-    would take "10⁶" (a million) for "106", "½" for "1⁄2" and a ligature for its letters: what can change
-    a passage's meaning is a difference."""
+    """Text as passage fidelity compares it: canonical equivalence (NFC), invisible characters dropped,
+    runs of whitespace as one space, no edges. Not NFKC, which would take "10⁶" for "106": what can
+    change a passage's meaning is a difference."""
     return " ".join(unicodedata.normalize("NFC", text).translate(_INVISIBLE).split())
 
 
@@ -269,22 +244,16 @@ Frozen = dict[str, dict[str, tuple[str, "str | None", str]]]  # {case: {id: (tex
 def frozen_passages(
     sources: pd.DataFrame, outputs: pd.DataFrame, corpus: Any = None, only: Container[str] | None = None
 ) -> Frozen:
-    """Per case, the frozen text of every id it holds or its output names: the case's sources, then
-    (for ids the output retrieved, cited or returned) the corpus, read one passage at a time. ``only``:
-    the cases wanted (else every case)."""
+    """Per case, the frozen text of every id it holds or its output names: the case's sources, then the
+    corpus's. ``only``: the cases wanted (else every case)."""
     frozen: Frozen = {}
-    for cid, sid, title, text in zip(
-        sources["case_id"].tolist(), sources["source_id"].tolist(), sources["title"].tolist(), sources["text"].tolist()
-    ):
+    for cid, sid, title, text in column_rows(sources, "case_id", "source_id", "title", "text"):
         if only is None or cid in only:
             frozen.setdefault(cid, {})[sid] = (text, title if isinstance(title, str) else None, "case's frozen sources")
     if corpus is None:
         return frozen
-    for cid, retrieved, citations, passages in zip(
-        outputs["case_id"].tolist(),
-        outputs["retrieved_ids"].tolist(),
-        outputs["citations"].tolist(),
-        outputs["passages"].tolist(),
+    for cid, retrieved, citations, passages in column_rows(
+        outputs, "case_id", "retrieved_ids", "citations", "passages"
     ):
         if only is not None and cid not in only:
             continue
@@ -337,11 +306,7 @@ def template_sample(case_ids: Sequence[str], outputs: pd.DataFrame, trial: int =
     """The cases whose prompts a trial's template is learnt from: the first ``TEMPLATE_SAMPLE`` of those
     with a prompt (no adapter error, a model called), in the order the trial asks for them."""
     prompted = {
-        cid
-        for cid, e, m in zip(
-            outputs["case_id"].tolist(), outputs["error"].tolist(), outputs["model_was_called"].tolist()
-        )
-        if is_missing(e) and bool(m)
+        cid for cid, e, m in column_rows(outputs, "case_id", "error", "model_was_called") if is_missing(e) and bool(m)
     }
     ordered = [case_ids[i] for i in trial_order(case_ids, trial)]
     return [cid for cid in ordered if cid in prompted][:TEMPLATE_SAMPLE]

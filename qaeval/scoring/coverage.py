@@ -1,10 +1,11 @@
 """Citation coverage: is every load-bearing sentence of an answer covered by a claim it cites?
 
-A sentence is load-bearing when it states something (not a greeting or a hedge); a claim covers it when
-they share ``COVERAGE_OVERLAP`` of the sentence's content terms or one contains the other. Comparing every
-sentence with every claim is quadratic, so past ``COVERAGE_PAIRS`` pairs or ``COVERAGE_CHARS`` characters
-the check fails, saying why, instead of comparing. Results are memoised per (answer, claims): the check and
-the case's outcome both ask.
+A sentence (``qaeval.core.text.split_sentences``) is load-bearing when it has at least two content words; a
+claim covers it when, normalised, one contains the other or the claim holds ``COVERAGE_OVERLAP`` of the
+sentence's content terms. Comparing every sentence with every claim is quadratic (5,000 sentences against
+1,000 claims took six minutes), so past ``COVERAGE_PAIRS`` pairs or ``COVERAGE_CHARS`` characters the check
+fails, saying why, instead of comparing. Results are memoised per (answer, claims): the check and the
+case's outcome both ask.
 """
 
 from __future__ import annotations
@@ -15,15 +16,7 @@ from typing import Any
 from qaeval.core.text import distinct_terms, has_content_terms, normalize, split_sentences
 
 COVERAGE_OVERLAP = 0.6
-
-
-# Coverage weighs every load-bearing answer sentence against every claim: an output can make that
-# quadratic (5,000 sentences against 1,000 claims: 5 million comparisons, six minutes for one case). Past
-# these bounds the sentences are not compared and the check fails, saying why; an honest answer of a
-# hundred sentences with a hundred citations is 10,000 pairs.
-COVERAGE_PAIRS = 250_000  # sentences x claims
-
-
+COVERAGE_PAIRS = 250_000  # sentences x claims (an honest answer of a hundred sentences and citations: 10,000)
 COVERAGE_CHARS = 100_000_000  # characters read by the containment tests: claims x answer + sentences x claims
 
 
@@ -55,11 +48,7 @@ def coverage_counts(out: Mapping[str, Any], bodies: Mapping[str, str]) -> tuple[
 
 
 Coverage = tuple[int, int, tuple[str, ...]]
-
-
 _COVERAGE: dict[tuple[str, tuple[str, ...]], Coverage] = {}  # the check and the case's outcome both ask
-
-
 _COVERAGE_LIMIT = 1 << 15
 
 

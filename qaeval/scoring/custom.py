@@ -1,25 +1,15 @@
 """The user's own checks and metrics: how they are declared, what they are given, what comes back.
 
-A **check** is a function of the golden case, the system's output and the passages it used, returning
-``(passed, reason)`` (or just ``passed``). ``@qaeval.check(tier=1, name="no_email_address")`` declares
-it: tier 1 blocks the gate like the built-in deterministic checks; without ``tier`` it informs. Every
-check also appears as a metric of its own name: the share of cases passing it.
-
-A **metric** is a ``qaeval.Metric``, the definition the built-in metrics use (direction, what its
-denominator counts, gate tolerance, drift rule), whose ``unit`` is given a ``Sample`` (the case, the
-output, the passages and ``facts``, what the built-in layers found: ``CaseFacts``) and returns this
-case's ``(numerator, denominator)``, with 0 <= numerator <= denominator (every metric is a rate).
-
-Both are user code: they run in a process of their own (``qaeval.host.custom``), and only plain JSON
-crosses. Whatever a check or metric does wrong for a case (raises, exits, returns something else,
-runs past its deadline) is a *failure for that case*, with the reason: a check fails; a metric counts
-its worst value for the case (0 of 1 for higher-is-better, 1 of 1 otherwise) and the case fails,
-saying so. Nothing it does is ever a pass.
+A **check** (``@qaeval.check``) is called with the case, the output and the passages it used and returns
+``(passed, reason)`` or ``passed``; it also shows as a metric of its name (the share of cases passing).
+A **metric** is a ``qaeval.Metric`` whose ``unit`` takes a ``Sample`` and returns the case's
+``(numerator, denominator)``, 0 <= numerator <= denominator. Both run in a process of their own
+(``qaeval.host.custom``), plain JSON crossing; whatever they do wrong for a case fails that case, with
+the reason (a metric then counts its worst value), and is never a pass.
 
 The outcomes are one frame, ``CUSTOM_SCHEMA``: one row per (case, check or metric) with ``kind``
 (check or metric), ``blocks`` (a tier-1 check), ``passed``, ``reason`` and the case's unit ``num`` and
-``den``. ``Registered`` is what ran: each name with its declaration and the sha256 of its code, as the
-record keeps it and the gate compares it with the baseline's.
+``den``. ``Registered`` is what ran: each name with its declaration and the sha256 of its code.
 """
 
 from __future__ import annotations
@@ -29,12 +19,14 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from qaeval.core.text import bounded_text
+from qaeval.data.corpus import Passage
 from qaeval.data.schema import GoldenCase, Source
 from qaeval.scoring.metrics import CaseFacts, Metric, logged_keys
+from qaeval.system.contract import Citation, SUTOutput
 
 CUSTOM_SCHEMA = {
     "case_id": "text",
@@ -91,10 +83,10 @@ class Sample:
     """
 
     case: GoldenCase
-    output: Any  # a qaeval.SUTOutput
-    passages: Mapping[str, str]  # {id: text} of the passages the system used
+    output: Any
+    passages: Mapping[str, str]
     facts: CaseFacts
-    error: str | None = None  # the adapter's error, when it failed (the output is then empty)
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,29 +151,16 @@ class Registered:
 
 
 NONE_REGISTERED = Registered()  # a run with no registered check or metric
+DECLARED = ("name", "higher_is_better", "over", "meaning", "tolerance", "drift")  # a metric's fields a record keeps
 
 
 def _metric_plain(m: Metric) -> dict[str, Any]:
-    return dict(
-        name=m.name,
-        higher_is_better=m.higher_is_better,
-        over=m.over,
-        meaning=m.meaning,
-        tolerance=m.tolerance,
-        drift=m.drift,
-    )
-
-
-# --------------------------------------------------------------------------- declarations, checked
-
-
-def _bad(why: str) -> ValueError:
-    return ValueError(why)
+    return {k: getattr(m, k) for k in DECLARED}
 
 
 def _name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise _bad(
+        raise ValueError(
             f"{what} is named {bounded_text(value, 80)!r}: a name is lower-case letters, digits and _, "
             "starting with a letter, at most 64 characters"
         )
@@ -191,23 +170,19 @@ def _name(value: Any, what: str) -> str:
 def _hash_and_source(plain: Mapping[str, Any], what: str) -> tuple[str, str]:
     sha, source = plain.get("sha256"), plain.get("source")
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha) or not isinstance(source, str):
-        raise _bad(f"{what} has no sha256 of its code or no source")
+        raise ValueError(f"{what} has no sha256 of its code or no source")
     return sha, bounded_text(source, 300)
 
 
 def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     """A ``Registered`` from JSON (a checks process's declaration, or a record's), checked field by field:
     ValueError saying what is wrong. ``reserved``: names a registered one may not take."""
-    if (
-        not isinstance(plain, dict)
-        or not isinstance(plain.get("checks"), list)
-        or not isinstance(plain.get("metrics"), list)
-    ):
-        raise _bad("the declaration of checks and metrics is not an object with checks and metrics lists")
+    if not isinstance(plain, dict) or not all(isinstance(plain.get(k), list) for k in ("checks", "metrics")):
+        raise ValueError("the declaration of checks and metrics is not an object with checks and metrics lists")
     checks = []
     for c in plain["checks"]:
         if not isinstance(c, dict) or c.get("tier") not in (1, None) or isinstance(c.get("tier"), bool):
-            raise _bad("a check's declaration is malformed (its tier is 1 or null)")
+            raise ValueError("a check's declaration is malformed (its tier is 1 or null)")
         checks.append(CheckSpec(_name(c.get("name"), "a check"), c["tier"], *_hash_and_source(c, "a check")))
     metrics = [MetricSpec(metric_from_plain(m), *_hash_and_source(m, "a metric")) for m in plain["metrics"]]
     done = Registered(tuple(checks), tuple(metrics))
@@ -215,7 +190,7 @@ def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
     others = {n: {k for m in names if m != n for k in logged_keys(m)} for n in set(names)}
     clash = sorted({n for n in names if n in reserved or names.count(n) > 1 or n in others[n]})
     if clash:
-        raise _bad(
+        raise ValueError(
             f"{', '.join(clash)}: a name taken by a built-in check, metric, column or logged key "
             "(such as faithfulness_rate_n), or registered twice"
         )
@@ -224,19 +199,21 @@ def registered_from_plain(plain: Any, reserved: set[str]) -> Registered:
 
 def metric_from_plain(m: Any) -> Metric:
     if not isinstance(m, dict):
-        raise _bad("a metric's declaration is not an object")
+        raise ValueError("a metric's declaration is not an object")
     name = _name(m.get("name"), "a metric")
     tol, drift = m.get("tolerance"), m.get("drift")
     if not isinstance(m.get("higher_is_better"), bool):
-        raise _bad(f"metric {name}: higher_is_better is not true or false")
+        raise ValueError(f"metric {name}: higher_is_better is not true or false")
     if not all(isinstance(m.get(k), str) and 0 < len(m[k]) <= DECLARATION_LIMIT for k in ("over", "meaning")):
-        raise _bad(f"metric {name}: over and meaning must be text of 1 to {DECLARATION_LIMIT} characters")
+        raise ValueError(f"metric {name}: over and meaning must be text of 1 to {DECLARATION_LIMIT} characters")
     if tol is not None and (
         isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0
     ):
-        raise _bad(f"metric {name}: its tolerance is {bounded_text(tol, 40)}, not null or a finite number >= 0")
+        raise ValueError(f"metric {name}: its tolerance is {bounded_text(tol, 40)}, not null or a finite number >= 0")
     if drift not in DRIFT_RULES:
-        raise _bad(f"metric {name}: its drift rule is {bounded_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}")
+        raise ValueError(
+            f"metric {name}: its drift rule is {bounded_text(drift, 40)}, not one of {', '.join(DRIFT_RULES)}"
+        )
     return Metric(
         name,
         m["higher_is_better"],
@@ -248,7 +225,7 @@ def metric_from_plain(m: Any) -> Metric:
     )
 
 
-# --------------------------------------------------------------------------- the case, across
+SENT = tuple(f.name for f in fields(SUTOutput))  # an output's fields a checks process is sent
 
 
 def sample_to_plain(
@@ -256,19 +233,7 @@ def sample_to_plain(
 ) -> dict[str, Any]:
     """What a checks process is sent for one case (JSON): the case with its labels, the output, the
     passages it used and the facts."""
-    output = {
-        k: out[k]
-        for k in (
-            "answer",
-            "citations",
-            "retrieved_ids",
-            "passages",
-            "abstained",
-            "model_was_called",
-            "prompt_to_model",
-            "computed_aggregate",
-        )
-    }
+    output = {k: out[k] for k in SENT}
     plain_facts = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(facts).items()}
     error = out.get("error")
     return dict(
@@ -282,9 +247,6 @@ def sample_to_plain(
 
 def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
     """The ``Sample`` a checks process builds from what it was sent (in that process)."""
-    from qaeval.data.corpus import Passage
-    from qaeval.system.contract import Citation, SUTOutput
-
     raw = plain["case"]
     case = GoldenCase(
         id=raw["id"],
@@ -298,25 +260,18 @@ def sample_from_plain(plain: Mapping[str, Any]) -> Sample:
         adversarial=raw.get("adversarial"),
         checkpoints=tuple(raw.get("checkpoints") or ()),
     )
-    o = plain["output"]
-    output = SUTOutput(
-        answer=o["answer"],
+    o = dict(plain["output"])
+    o.update(
         citations=[Citation(c["source_id"], c["claim"]) for c in o["citations"]],
         retrieved_ids=list(o["retrieved_ids"]),
         passages=[Passage(p["id"], p["text"], p.get("title")) for p in o["passages"]],
-        abstained=o["abstained"],
-        model_was_called=o["model_was_called"],
-        prompt_to_model=o["prompt_to_model"],
-        computed_aggregate=o["computed_aggregate"],
     )
+    output = SUTOutput(**{k: o[k] for k in SENT})
     values: dict[str, Any] = {
         k: (math.nan if v is None and k in ("recall_at_k", "mrr") else v) for k, v in plain["facts"].items()
     }
     facts = CaseFacts(**values)
     return Sample(case, output, dict(plain["passages"]), facts, plain.get("error"))
-
-
-# --------------------------------------------------------------------------- outcomes
 
 
 @dataclass
@@ -328,25 +283,21 @@ class Outcomes:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, name: str, kind: str, blocks: bool, passed: bool, reason: str, num: float, den: float) -> None:
-        self.rows.append(
-            dict(
-                case_id=self.case_id,
-                name=name,
-                kind=kind,
-                blocks=blocks,
-                passed=passed,
-                reason=bounded_text(reason, DECLARATION_LIMIT),
-                num=num,
-                den=den,
-            )
-        )
+        reason = bounded_text(reason, DECLARATION_LIMIT)
+        self.rows.append(dict(zip(CUSTOM_SCHEMA, (self.case_id, name, kind, blocks, passed, reason, num, den))))
+
+    def add_check(self, c: CheckSpec, passed: bool, reason: str) -> None:
+        self.add(c.name, "check", c.blocks, passed, reason, float(passed), 1.0)
+
+    def add_failed_metric(self, m: MetricSpec, why: str) -> None:
+        self.add(m.metric.name, "metric", False, False, why, *worst(m.metric))
 
     def failed(self, why: str) -> list[dict[str, Any]]:
         """Every check and metric failed for this case, for one reason (an adapter error, a lost process)."""
         for c in self.registered.checks:
-            self.add(c.name, "check", c.blocks, False, why, 0.0, 1.0)
+            self.add_check(c, False, why)
         for m in self.registered.metrics:
-            self.add(m.metric.name, "metric", False, False, why, *worst(m.metric))
+            self.add_failed_metric(m, why)
         return self.rows
 
     def decode(self, reply: Any, error: str | None) -> list[dict[str, Any]]:
@@ -354,25 +305,22 @@ class Outcomes:
         {"error": why}]}``; anything else fails the case's checks and metrics saying so."""
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
             return self.failed(reply["error"])
-        if (
-            not isinstance(reply, dict)
-            or not isinstance(reply.get("checks"), list)
-            or not isinstance(reply.get("metrics"), list)
-            or len(reply["checks"]) != len(self.registered.checks)
-            or len(reply["metrics"]) != len(self.registered.metrics)
+        sizes = {"checks": len(self.registered.checks), "metrics": len(self.registered.metrics)}
+        if not isinstance(reply, dict) or any(
+            not isinstance(reply.get(k), list) or len(reply[k]) != n for k, n in sizes.items()
         ):
             return self.failed("the checks' process sent a malformed reply")
         for c, got in zip(self.registered.checks, reply["checks"]):
             if error is not None:
-                self.add(c.name, "check", c.blocks, False, f"adapter error: {error}", 0.0, 1.0)
+                self.add_check(c, False, f"adapter error: {error}")
             elif isinstance(got, list) and len(got) == 2 and isinstance(got[0], bool) and isinstance(got[1], str):
-                self.add(c.name, "check", c.blocks, got[0], got[1], float(got[0]), 1.0)
+                self.add_check(c, *got)
             else:
-                self.add(c.name, "check", c.blocks, False, _why(got, "check"), 0.0, 1.0)
+                self.add_check(c, False, _why(got, "check"))
         for m, got in zip(self.registered.metrics, reply["metrics"]):
             unit = valid_unit(got)
             if unit is None:
-                self.add(m.metric.name, "metric", False, False, _why(got, "metric"), *worst(m.metric))
+                self.add_failed_metric(m, _why(got, "metric"))
             else:
                 self.add(m.metric.name, "metric", False, True, "", *unit)
         return self.rows

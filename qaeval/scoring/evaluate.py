@@ -1,21 +1,9 @@
-"""From outputs to a scored run: every scoring layer, the per-case outcome rules, then the scoreboard.
+"""From outputs already collected to a scored run (``score_outputs``, ``score_trials``), through a run's own
+path (``qaeval.scoring.stream``: each output scored once); the per-case rules are ``qaeval.scoring.outcomes``.
 
-``score_outputs(suite, outputs, judge)`` returns a ``RunResult`` holding one DataFrame per layer, the
-per-case frame that joins them, the per-case metric units, the scoreboard and the per-slice frame. It
-goes through a run's own path (``qaeval.scoring.stream``: each output scored once, as it is handed in);
-calling the system is ``qaeval.commands.pipeline``'s business. ``assemble`` is the last step of both:
-a trial's layer frames to its per-case rows, units and scoreboard.
-
-How one case's row is put together, step by step:
-
-1. ``index_layers``: each layer's frame indexed by case (checks, retrieval, effective judge scores,
-   judge errors, supported citations, trajectory).
-2. ``case_facts``: what the layers found about the case (``CaseFacts``), which is all a metric reads.
-3. ``fail_reasons``: why the case does not pass, if it does not. A case passes when it has no adapter
-   error, passes every deterministic check, is not wrongly abstained, was judged faithful (full
-   credit, valid quote) when it answered, and, when multi-step, reached its end state through every
-   checkpoint.
-4. ``per_case_row``: the row a person reads.
+A case passes when it has no adapter error, passes every deterministic check, is not wrongly abstained,
+was judged faithful (full credit, valid quote) when it answered, and, when multi-step, reached its end
+state through every checkpoint.
 """
 
 from __future__ import annotations
@@ -104,9 +92,8 @@ def score_trials(
     custom: Any = None,
     judge_memo: JudgeMemo | None = None,
 ) -> list[RunResult]:
-    """Score each trial's outputs (one frame a trial, each naming every case of the suite once) through the
-    run's own path: the judge's and the scoring lane of a ``Stream`` (``qaeval.scoring.stream``), fed
-    every output in suite order, trial by trial. An equal request is judged once across the trials."""
+    """Score each trial's outputs (one frame a trial, each naming every case of the suite once) through a
+    ``Stream``, trial by trial: an equal request is judged once across the trials."""
     config = judge_config_of(judge)
     meta = meta or RunMeta.now(adapter="(outputs given)", judge=config, isolation="none", k=k or 5, data=suite.root)
     if k is not None:

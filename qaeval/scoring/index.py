@@ -3,8 +3,7 @@
 ``CaseIndex(run)[case_id]`` is a ``CaseRows``: the output, the case's outcome (its ``per_case`` row:
 passed, fail reasons, ...), its metric units, its retrieval row (None for a case without gold sources),
 and its checks, verdicts, trajectory steps and registered checks' and metrics' outcomes. The record
-writes each case's line from it, and the reports draw each case's drill-down from it; the outcome rules themselves (``qaeval.scoring.outcomes``, through its ``LayerIndex``)
-read the layers they need by case as they build ``per_case``.
+writes each case's line from it, and the reports draw each case's drill-down from it.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ if TYPE_CHECKING:
     from qaeval.scoring.result import RunResult
 
 Row = Mapping[str, Any]
+ONE_A_CASE = ("outputs", "per_case", "units", "retrieval")  # a run's frames with one row a case (or none)
+MANY_A_CASE = ("checks", "verdicts", "trajectory", "custom")  # and with rows a case, as CaseRows orders them
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,9 @@ class CaseIndex:
 
     def __init__(self, run: RunResult) -> None:
         self.run = run
-        self._outputs = {r["case_id"]: r for r in run.outputs.to_dict("records")}
-        self._outcomes = {r["case_id"]: r for r in run.per_case.to_dict("records")}
-        self._units = {r["case_id"]: r for r in run.units.to_dict("records")}
-        self._retrieval = {r["case_id"]: r for r in run.retrieval.to_dict("records")}
-        self._checks = _grouped(run.checks.to_dict("records"))
-        self._verdicts = _grouped(run.verdicts.to_dict("records"))
-        self._trajectory = _grouped(run.trajectory.to_dict("records"))
-        self._custom = _grouped(run.custom.to_dict("records"))
+        ones = [{r["case_id"]: r for r in getattr(run, name).to_dict("records")} for name in ONE_A_CASE]
+        self._outputs, self._outcomes, self._units, self._retrieval = ones
+        self._many = [_grouped(getattr(run, name).to_dict("records")) for name in MANY_A_CASE]
 
     def __contains__(self, case_id: object) -> bool:
         return case_id in self._outcomes
@@ -63,10 +59,7 @@ class CaseIndex:
             self._outcomes[case_id],
             self._units[case_id],
             self._retrieval.get(case_id),
-            self._checks.get(case_id, []),
-            self._verdicts.get(case_id, []),
-            self._trajectory.get(case_id, []),
-            self._custom.get(case_id, []),
+            *(rows.get(case_id, []) for rows in self._many),
         )
 
     def passed(self, case_id: str) -> bool:

@@ -1,27 +1,12 @@
-"""The journal of a run in progress, and resuming from it.
+"""The journal of a run in progress (``RECORD.journal``, one flushed JSON line each), and resuming from it.
 
-A run with a record path (``--save PATH``, or ``baseline --out PATH``) appends to ``PATH.journal`` as it
-goes, one JSON line each, flushed as it is written:
-
-* a header naming what the run is (``identity``: the data's and corpus's fingerprints, the adapter, the
-  judge's config, k, trials and the registered checks' and metrics' code hashes);
-* ``output``: one (case, trial) the system answered (its place in the run, case id, trial, the output as
-  the pool made it); a later line for the same place replaces it (a failure found after the answer);
-* ``verdict``: what the judge answered for one request, keyed by the sha256 of the request's content.
-
-Every line carries an HMAC-SHA256, with the key the judge cache uses (``qaeval.judges.cache.load_secret``),
-over its other fields, the run's random id (in the header) and its place in the journal, so a line this
-user's qaeval did not write, or one spliced in from another journal, reordered or repeated, is refused.
-The journal is a regular file: a symbolic link, a FIFO or a folder at its path is refused (74). When the run
-finishes, the record replaces the journal. ``--resume`` reads the journal back, checks every line as a
-record is checked (the header must name this run, an output must be well formed, for a case of this
-suite at that place), reuses every output (and every verdict for one), and asks the system only for the
-rest: the errored ones too unless ``--keep-errors``. A last line cut short (the run died while writing
-it) is dropped with a note; any other line that does not parse or authenticate refuses the journal.
-
-Two runs with the same record path would write one journal and replace one record: the command holds the
-record's lock for its whole run (``qaeval.api.perform``), and a second run asking for it
-is refused at once (64).
+Lines: a ``header`` naming the run (``identity``), ``output`` (one place the system answered; a later line
+for the same place replaces it) and ``verdict`` (the judge's response, keyed by the sha256 of the
+request's content). Every line carries an HMAC-SHA256 (the judge cache's key) over its fields, the run's
+random id and its place, so a line this user's qaeval did not write, or one spliced, reordered or
+repeated, is refused (65). Only a regular file is read or written (74). ``--resume`` checks every line,
+reuses the outputs and their verdicts, and asks again for the rest (and the errored ones unless
+``--keep-errors``); a last line cut short is dropped with a note.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from qaeval.scoring.judge import JudgeResponse
@@ -22,14 +22,8 @@ def response_to_plain(response: Any) -> dict[str, Any] | None:
     if type(response) is not JudgeResponse:
         return None
     try:
-        plain = dict(
-            case_id=response.case_id,
-            verdicts=[asdict(v) for v in response.verdicts],
-            error=response.error,
-            prompt_tokens=response.prompt_tokens,
-            completion_tokens=response.completion_tokens,
-            cached=response.cached,
-        )
+        plain = {f.name: getattr(response, f.name) for f in fields(JudgeResponse)}
+        plain["verdicts"] = [asdict(v) for v in response.verdicts]
         json.dumps(plain, allow_nan=False)
     except (TypeError, ValueError, AttributeError):
         return None

@@ -1,25 +1,10 @@
-"""Layer 3: model-as-judge on a versioned rubric, quote before score.
+"""Layer 3: model-as-judge on a versioned rubric (``qaeval/rubric/<version>/``), quote before score.
 
-One judge call per answered case grades three axes on an anchored 0/1/2 scale: faithfulness (answer vs.
-cited sources), answer correctness (answer vs. gold answer) and citation correctness (each citation's
-claim vs. its cited source and its *hardest decoy*, the most lexically similar source not cited).
-Abstained and failed cases cost no call. The rubric is text in ``qaeval/rubric/<version>/``.
-
-The library, not the judge, decides whether a verdict counts. A verdict is invalid, and never a pass,
-when its score is not 0, 1 or 2; when it gives a positive score without a quote; when its quote is not
-in the text it must come from (the cited sources for faithfulness and citations, the answer for answer
-correctness; case and runs of whitespace ignored); or when a positive score's quote is too small to
-check: fewer than three content words, unless it is the whole of a text that is itself shorter.
-
-A judge is user code and is contained like an adapter: if it raises, exits, returns the wrong number
-of responses, a response for another case, or text that is not valid Unicode, every affected case
-records a judge error (distinct from a score of 0, and never a pass) and the run goes on. The commands
-run every judge but the two built-in ones in its own process (``qaeval.host.clients``), so a judge
-that ends its process, hangs or patches the harness's classes costs only its cases.
-
-Judges implement ``JudgeClient``: a ``config`` (``JudgeConfig``, recorded with every verdict) and
-``judge(requests) -> responses``. A judge factory may take ``settings`` (``JudgeSettings``): the
-explicit configuration the CLI and notebooks build; environment variables are read only at that edge.
+One call per answered case grades faithfulness, answer correctness and each citation (against its
+cited source and its *hardest decoy*) on a 0/1/2 scale; the library decides whether a verdict counts
+(``qaeval.scoring.quotes``). A judge is user code: whatever it does wrong (raises, exits, a wrong
+number of responses, another case's, text that is not valid Unicode) is a judge error for the cases
+it affects, never a pass, and the run goes on.
 """
 
 from __future__ import annotations
@@ -36,6 +21,7 @@ from qaeval.core.errors import UsageError
 from qaeval.core.frames import Rows, is_missing
 from qaeval.core.text import distinct_terms, not_unicode, term_set
 from qaeval.data.schema import CITATION_CORRECTNESS
+from qaeval.scoring.checks import column_rows
 from qaeval.scoring.quotes import validate_verdict
 from qaeval.scoring.rubric import RUBRIC_VERSION, AxisVerdict, CitedSource, Prompt, Rubric
 from qaeval.worker.plugins import contained
@@ -112,12 +98,9 @@ def plain_config(config: object) -> bool:
 class JudgeSettings:
     """How to run an HTTP judge, given explicitly to a judge factory that takes ``settings``.
 
-    ``from_env`` is the one place that reads environment variables (OPENAI_BASE_URL, OPENAI_API_KEY,
-    QAEVAL_JUDGE_*); explicit values (CLI flags, notebook parameters) win over them. The API key is
-    held here only to be handed to the client: it is never part of a record, a cache key or a report.
-    A custom judge runs in its own process and gets these settings as JSON without the key; its
-    ``settings.api_key`` is read there from OPENAI_API_KEY, and its working directory is a scratch
-    folder (``cache_dir`` arrives as an absolute path).
+    ``from_env`` is the one place that reads environment variables; explicit values win over them. The
+    API key is never part of a record, a cache key or a report: a custom judge's process gets these
+    settings without it and reads OPENAI_API_KEY itself (in a scratch folder: ``cache_dir`` is absolute).
 
     Attributes:
         model: The chat model (``QAEVAL_JUDGE_MODEL``).
@@ -194,7 +177,7 @@ class JudgeRequest:
     answer: str
     gold_answer: str | None
     citations: tuple[CitedSource, ...]
-    messages: Sequence[dict[str, str]]  # the versioned rubric prompt, ready to send to a chat model
+    messages: Sequence[dict[str, str]]
 
     @property
     def evidence(self) -> str:
@@ -274,13 +257,6 @@ def hardest_decoy(claim: str, candidates: Sequence[tuple[str, str]]) -> tuple[st
     return best[1], best[2]
 
 
-def _decoys_of(out: Mapping[str, Any], fixture: Mapping[str, str]) -> list[tuple[str | None, str | None]]:
-    """(id, text) of the hardest decoy of each of an output's citations, in order."""
-    cited_ids = {c["source_id"] for c in out["citations"]}
-    others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
-    return [hardest_decoy(c["claim"], others) for c in out["citations"]]
-
-
 def is_judged(out: Mapping[str, Any]) -> bool:
     """Whether the judge grades this output: it answered, with no adapter error."""
     return is_missing(out["error"]) and not out["abstained"]
@@ -292,18 +268,16 @@ def judge_request(
     """The request for one answered output: its citations with the cited text and the hardest decoy
     among the other passages of ``fixture`` ({id: text}, in the case's order: its sources, then what
     the output used beyond them)."""
-    found = _decoys_of(out, fixture)
+    cited_ids = {c["source_id"] for c in out["citations"]}
+    others = [(sid, text) for sid, text in fixture.items() if sid not in cited_ids]
     cited = tuple(
-        CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), decoy_id, decoy_text)
-        for c, (decoy_id, decoy_text) in zip(out["citations"], found)
+        CitedSource(c["source_id"], c["claim"], fixture.get(c["source_id"], ""), *hardest_decoy(c["claim"], others))
+        for c in out["citations"]
     )
     g = gold if isinstance(gold, str) else None
     return JudgeRequest(
         out["case_id"], question, out["answer"], g, cited, Prompt(rubric, question, out["answer"], g, cited)
     )
-
-
-# --------------------------------------------------------------------------- validation
 
 
 NOT_UNICODE = "the judge's reply has text that is not valid Unicode (an unpaired surrogate)"
@@ -365,29 +339,13 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
             ("answer_correctness", "", req.answer, None),
         ]
         targets += [(CITATION_CORRECTNESS, c.source_id, c.text, c.decoy_id) for c in req.citations]
-        if problem is not None:
-            for axis, target, _, decoy in targets:
-                rows.add(
-                    **base,
-                    axis=axis,
-                    target=target,
-                    score=None,
-                    quote="",
-                    rationale="",
-                    valid=False,
-                    invalid_reason="judge error",
-                    error=problem,
-                    credit=False,
-                    decoy_id=decoy,
-                )
-            continue
         by_axis: dict[tuple[str, str], AxisVerdict] = {}
-        for v in resp.verdicts:
+        for v in resp.verdicts if problem is None else ():
             if isinstance(v, AxisVerdict):
                 by_axis.setdefault((v.axis, v.target if v.axis == CITATION_CORRECTNESS else ""), v)
         for axis, target, text, decoy in targets:
             v = by_axis.get((axis, target))
-            score, valid, why = validate_verdict(v, text)
+            score, valid, why = validate_verdict(v, text) if problem is None else (None, False, "judge error")
             rows.add(
                 **base,
                 axis=axis,
@@ -397,7 +355,7 @@ def verdict_frame(requests: Sequence[JudgeRequest], responses: Sequence[Any], co
                 rationale=_shared(v.rationale) if v and isinstance(v.rationale, str) else "",
                 valid=valid,
                 invalid_reason=why,
-                error=None,
+                error=problem,
                 credit=bool(valid and score == 2),
                 decoy_id=decoy,
             )
@@ -424,13 +382,12 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     return responses
 
 
+@dataclass(slots=True)
 class MemoEntry:
     """A response a run already has for a request's content, and how often scoring has used it."""
 
-    __slots__ = ("response", "uses")
-
-    def __init__(self, response: Any) -> None:
-        self.response, self.uses = response, 0
+    response: Any
+    uses: int = 0
 
 
 JudgeMemo = dict[tuple[Any, ...], MemoEntry]  # a request's content -> the response it got, within one run
@@ -445,9 +402,7 @@ def effective_scores(verdicts: pd.DataFrame) -> dict[tuple[str, str], int]:
     """Per (case, axis), the score that counts: invalid verdicts and judge errors count 0, and citation
     correctness takes the weakest citation."""
     out: dict[tuple[str, str], int] = {}
-    for case_id, axis, score, valid in zip(
-        verdicts["case_id"].tolist(), verdicts["axis"].tolist(), verdicts["score"].tolist(), verdicts["valid"].tolist()
-    ):
+    for case_id, axis, score, valid in column_rows(verdicts, "case_id", "axis", "score", "valid"):
         value = int(score) if valid and not is_missing(score) else 0
         key = (case_id, axis)
         out[key] = min(out.get(key, value), value)

@@ -1,23 +1,16 @@
 """The scoring lane: every output of a run scored once, as it arrives, and the trials built from those scores.
 
-A ``Stream`` (``qaeval.scoring.stream``) hands its lane each (case, trial) place in the plan's order once
-its output has arrived and the judge's verdict is in. The lane scores a run of such places at a time
-(``score_batch``: at most ``BATCH``, all of one trial, so each case once) through every layer: the
-deterministic checks, retrieval, the verdict built from the judge's response to the request the judge's
-lane built, the trajectory and, when there are any, the registered checks and metrics (asked one output
-at a time, in the plan's order). The rows are kept by place; nothing is scored again at the end.
+A ``Stream`` hands its lane each place in the plan's order once its output and the judge's verdict are
+in. The lane scores up to ``BATCH`` places of one trial at a time (``score_batch``) through every layer,
+the registered checks and metrics asked one output at a time, and keeps the rows by place.
 
-**The one step that reads more than one case** is the prompt template the grounding check strips before
-it looks for a leaked gold answer (``qaeval.scoring.checks``): it is learnt per trial from the trial's
-first ``TEMPLATE_SAMPLE`` prompted outputs in its order (``trial_order``), so a trial's places wait until those have
-arrived. Which cases are in a trial (all of them; with adaptive trials, a later trial's unsettled cases)
-is declared by the run (``Stream.declare``) before its template can be learnt. Reading a record back
-learns each trial's template from the same outputs (``check_outputs``), so the two agree.
+**The one step that reads more than one case** is the grounding check's prompt template
+(``qaeval.scoring.checks``), learnt per trial from its first ``TEMPLATE_SAMPLE`` prompted outputs in its
+order (``trial_order``): a trial's places wait for those, and for the run to declare the trial's cases.
+Reading a record back learns it from the same outputs, so the two agree.
 
-``trial_result(t)`` builds trial ``t``'s layer frames from the kept rows, in suite order, and the
-per-case rows, units and scoreboard from those (``assemble``); ``qaeval.scoring.trials`` combines the
-trials. An output replaced after it was scored (a worker's second reply: a failure found after the
-answer) is scored again and its first score dropped (``rescore``).
+``trial_result(t)`` builds trial ``t``'s frames from the kept rows (``assemble``). An output replaced
+after it was scored (a failure found after the answer) is scored again, its first score dropped (``rescore``).
 """
 
 from __future__ import annotations
@@ -44,9 +37,8 @@ from qaeval.scoring.trials import add_trial_columns
 from qaeval.system.contract import OUTPUT_SCHEMA
 
 BATCH = 2048  # places scored together at most (the layers' frames cost about the same for one or many)
-# When outputs come fast, the lane lingers a moment for more before it scores: a batch of 30 costs about
-# four times as much a place as one of 300. It waits at most LINGER seconds, and never once MIN_BATCH
-# more outputs have arrived, so a slow system's outputs are scored a moment after they come.
+# When outputs come fast, the lane lingers up to LINGER seconds for MIN_BATCH more before it scores (a
+# batch of 30 costs about four times as much a place as one of 300).
 MIN_BATCH = 1024
 LINGER = 0.25
 LAYERS = {  # each layer's columns: a trial with no row of a layer has an empty frame of them
@@ -338,10 +330,7 @@ class ScoringLane:
             part,
             meta,
             outputs,
-            layers["checks"],
-            layers["retrieval"],
-            layers["verdicts"],
-            layers["trajectory"],
+            *(layers[name] for name in ("checks", "retrieval", "verdicts", "trajectory")),
             bootstrap_seed=bootstrap_seed,
             custom=None if self.runner is None else layers["custom"],
             registered=self.runner.registered if self.runner is not None else NONE_REGISTERED,

@@ -1,17 +1,9 @@
-"""The metrics, each defined once, and the scoreboard with bootstrap intervals, per slice and per case.
+"""The metrics, each defined once (``METRICS``), and the scoreboard with bootstrap intervals, per slice.
 
-A ``Metric`` says everything about one headline number: its name, direction, what its denominator
-counts, how one case contributes to it (``unit``: this case's numerator and denominator), its gate
-tolerance (None when the gate does not watch it), which way a drift alarm fires, and the human label
-axis it maps onto for prediction-powered estimates. Every layer (scoreboard, gate, drift, records,
-reports) reads this table; adding a metric is one entry plus, if it needs a new per-case fact, one
-field of ``CaseFacts``. A user's own metrics are ``Metric`` objects too, registered per run
-(``qaeval.scoring.custom``): every layer reads a run's ``RunResult.metrics``, these and then those.
-
-Every metric is a ratio of per-case numerators and denominators, so each one says exactly what it is
-computed over. A metric whose denominator is empty is NaN with n = 0, never 0 or 1. Intervals are 95%
-percentile bootstrap intervals that resample *cases* (so a metric counted per citation or per sentence
-is resampled with its cases), with a fixed seed so reruns agree.
+Every layer (scoreboard, gate, drift, records, reports) reads a run's ``RunResult.metrics``: these, then
+the registered ones (``qaeval.scoring.custom``). Every metric is a ratio of per-case numerators and
+denominators; one with an empty denominator is NaN with n = 0. Intervals are 95% percentile bootstrap
+intervals that resample *cases*, with a fixed seed so reruns agree.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from qaeval.core.frames import frame
+from qaeval.core.frames import columns_frame, frame
 
 
 @dataclass(frozen=True)
@@ -49,15 +41,15 @@ class CaseFacts:
         trajectory_success: Every checkpoint was reached.
     """
 
-    answered: bool  # no adapter error and not abstained
-    abstained: bool  # abstained (and no adapter error)
+    answered: bool
+    abstained: bool
     must_abstain: bool
     deterministic_passed: bool
-    faithfulness: int | None  # effective judge score, None when not judged
+    faithfulness: int | None
     answer_correctness: int | None
-    citations: int  # citations given (answered cases only)
-    good_citations: int  # resolvable and judged to support their claim
-    sentences: int  # load-bearing answer sentences
+    citations: int
+    good_citations: int
+    sentences: int
     covered_sentences: int
     has_gold_sources: bool
     recall_at_k: float
@@ -87,15 +79,13 @@ class Metric:
 
     name: str
     higher_is_better: bool
-    over: str  # the denominator, said plainly
+    over: str
     meaning: str
-    unit: Callable[[Any], tuple[float, float]]  # a built-in one reads CaseFacts, a registered one a custom.Sample
-    tolerance: float | None = None  # gate: how far it may move the wrong way; None = not gated by default
-    # gated only when asked for (--tolerance, a tolerances file) or, for a judge metric, when a calibration in
-    # the same gate trusts the judge on its ``label_axis``: then with this tolerance
+    unit: Callable[[Any], tuple[float, float]]
+    tolerance: float | None = None
     opt_in_tolerance: float | None = None
-    drift: str = "drop"  # drift alarms on a "drop", a "rise" or "both"
-    label_axis: str | None = None  # the human label axis a PPI estimate uses
+    drift: str = "drop"
+    label_axis: str | None = None
 
     @property
     def direction(self) -> str:
@@ -217,15 +207,8 @@ SCOREBOARD_SCHEMA = {
     "ppi_ci_high": "float",
     "n_labelled": "int",
 }
-SLICE_SCHEMA = {
-    "slice": "text",
-    "group": "text",
-    "metric": "text",
-    "value": "float",
-    "ci_low": "float",
-    "ci_high": "float",
-    "n": "int",
-}
+# per slice and group, the scoreboard's metric, value, ci_low, ci_high and n
+SLICE_SCHEMA = {"slice": "text", "group": "text", **dict(list(SCOREBOARD_SCHEMA.items())[:5])}
 SLICE_BY = ("difficulty", "adversarial", "split")
 RESAMPLES = 1000
 
@@ -245,15 +228,7 @@ def units_frame(
         schema[f"{name}__num"] = schema[f"{name}__den"] = "float"
         columns[f"{name}__num"] = [num if den else 0.0 for num, den in pairs]
         columns[f"{name}__den"] = [den for _, den in pairs]
-    from qaeval.core.frames import columns_frame
-
     return columns_frame(columns, schema)
-
-
-def _matrices(units: pd.DataFrame, names: Sequence[str] = METRIC_NAMES) -> tuple[np.ndarray, np.ndarray]:
-    num = units[[f"{m}__num" for m in names]].to_numpy(np.float64)
-    den = units[[f"{m}__den" for m in names]].to_numpy(np.float64)
-    return num, den
 
 
 def _resampled_ratios(
@@ -328,7 +303,7 @@ def scoreboard_and_slices(
     ones) and the per-slice frame (one row per slice, group and metric), from the per-case units and a
     frame of the slicing columns (same row order). Cases without an adversarial tag form the group
     "(none)"."""
-    raw_num, raw_den = _matrices(units, [m.name for m in metrics])
+    raw_num, raw_den = (units[[f"{m.name}__{part}" for m in metrics]].to_numpy(np.float64) for part in ("num", "den"))
     num, den = _scaled(raw_num, raw_den)
     masks = [np.ones(len(units), dtype=bool)]
     labels: list[tuple[str, str]] = []
@@ -338,27 +313,16 @@ def scoreboard_and_slices(
             masks.append(values == group)
             labels.append((column, group))
     ratios = _resampled_ratios(num, den, masks, resamples=resamples, seed=seed)
-    board = []
-    for m, (value, low, high, n) in zip(metrics, _summarise(num, den, ratios[0], raw_den=raw_den)):
-        board.append(
-            dict(
-                metric=m.name,
-                value=value,
-                ci_low=low,
-                ci_high=high,
-                n=n,
-                direction=m.direction,
-                over=m.over,
-                ppi_value=math.nan,
-                ppi_ci_low=math.nan,
-                ppi_ci_high=math.nan,
-                n_labelled=0,
-            )
-        )
-    slices = []
-    for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:]):
-        for m, (value, low, high, n) in zip(metrics, _summarise(num[mask], den[mask], ratio, raw_den=raw_den[mask])):
-            slices.append(dict(slice=column, group=group, metric=m.name, value=value, ci_low=low, ci_high=high, n=n))
+    no_ppi = (math.nan, math.nan, math.nan, 0)
+    board = [
+        dict(zip(SCOREBOARD_SCHEMA, (m.name, *summary, m.direction, m.over, *no_ppi)))
+        for m, summary in zip(metrics, _summarise(num, den, ratios[0], raw_den=raw_den))
+    ]
+    slices = [
+        dict(zip(SLICE_SCHEMA, (column, group, m.name, *summary)))
+        for (column, group), mask, ratio in zip(labels, masks[1:], ratios[1:])
+        for m, summary in zip(metrics, _summarise(num[mask], den[mask], ratio, raw_den=raw_den[mask]))
+    ]
     return frame(board, SCOREBOARD_SCHEMA), frame(slices, SLICE_SCHEMA)
 
 
@@ -391,21 +355,15 @@ def format_interval(low: float, high: float, n: int | float, digits: int = 3) ->
 def format_scoreboard(board: pd.DataFrame) -> str:
     """The scoreboard as fixed-width text for terminals and logs (PPI columns when there are labels)."""
     ppi = bool((board["n_labelled"] > 0).any()) if "n_labelled" in board else False
-    head = f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  better"
-    if ppi:
-        head = f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  {'PPI':>6} {'PPI 95% CI':<15} {'labels':>6}  better"
-    lines = [head]
+    ppi_head = f"{'PPI':>6} {'PPI 95% CI':<15} {'labels':>6}  " if ppi else ""
+    lines = [f"{'metric':<26} {'value':>10}  {'95% CI':<15} {'n':>5}  {ppi_head}better"]
     for row in board.itertuples(index=False):
         value = format_value(row.value, row.n)
         ci = format_interval(row.ci_low, row.ci_high, row.n)
-        better = f"{row.direction} ({row.over})"
+        cells = ""
         if ppi:
             p = "" if row.n_labelled == 0 else format_number(row.ppi_value, missing="")
             pci = format_interval(row.ppi_ci_low, row.ppi_ci_high, row.n_labelled)
-            lines.append(
-                f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {p:>6} {pci:<15} "
-                f"{row.n_labelled or '':>6}  {better}"
-            )
-        else:
-            lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {better}")
+            cells = f"{p:>6} {pci:<15} {row.n_labelled or '':>6}  "
+        lines.append(f"{row.metric:<26} {value:>10}  {ci:<15} {row.n:>5}  {cells}{row.direction} ({row.over})")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Scoring logged traffic: the gold-free checks on every row, the judge on a sample. Pure but for the judge.
 
-``check_rows(rows)`` runs, on each ``LogRow``, the deterministic checks that need no gold
-(``qaeval.scoring.checks``), reading the row's passages as what the system retrieved, in rank order:
+``check_rows(rows)`` runs the checks that need no gold on each ``LogRow``, its passages read as what the
+system retrieved, in rank order:
 
 ====================== ==========================================================================================
 prompt_grounding       ``check_grounding_isolation``: the logged prompt carries the question, the text of a
@@ -12,18 +12,15 @@ citation_coverage      ``check_citation_coverage``: every load-bearing answer se
 fail_closed            ``check_fail_closed``: nothing retrieved means no answer and (when logged) no model call.
 ====================== ==========================================================================================
 
-A row logged without ``model_was_called`` counts as calling the model when it logged a prompt; its
-model-call accounting is otherwise not assessed (``model_called`` is NA). Passage fidelity is not a
-monitoring check (a log's passages are the only text there is) and no check needs a gold answer.
-
-``check_rows`` returns one row per log row (``ROW_COLUMNS``, and the slice columns); ``sample_rows``
-draws the rows the judge grades; ``judge_sample`` scores them as a ``RunResult`` (every layer,
-including the judge, with the run machinery: its drill-down, label sheets and record check come with it)
-and ``judge_columns`` copies the effective judge scores back onto the row frame.
+A row logged without ``model_was_called`` calls the model when it logged a prompt, else ``model_called``
+is NA. ``check_rows`` returns one row per log row (``ROW_COLUMNS``, and the slice columns);
+``sample_rows`` draws the rows the judge grades, ``judge_sample`` scores them as a ``RunResult`` and
+``judge_columns`` copies the effective judge scores back onto the row frame.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -46,7 +43,6 @@ from qaeval.scoring.judge import JudgeClient, effective_scores
 from qaeval.scoring.result import RunMeta, RunResult
 from qaeval.system.contract import OUTPUT_SCHEMA, output_row
 
-MONITOR_CHECKS = ("prompt_grounding", "citation_resolvability", "citation_coverage", "fail_closed")
 ROW_COLUMNS = {
     "row_id": "text",
     "line": "int",
@@ -80,18 +76,7 @@ ROW_COLUMNS = {
     "tokens": "Int64",  # the answering LLM span's tokens, where it counts them
     "latency_ms": "float",  # the trace's root span, start to end
 }
-TRACE_COLUMNS = (
-    "trace_id",
-    "span_id",
-    "hidden",
-    "citations_from",
-    "hops",
-    "cited_hops",
-    "cited_unprompted",
-    "hop_counts",
-    "tokens",
-    "latency_ms",
-)
+TRACE_COLUMNS = tuple(ROW_COLUMNS)[list(ROW_COLUMNS).index("trace_id") :]
 NEEDS = {  # the content each check reads: hidden, the check is not assessed on the row
     "prompt_grounding": ("question", "prompt", "passages"),
     "citation_resolvability": ("answer",),
@@ -218,9 +203,6 @@ def check_rows(rows: Sequence[LogRow], slice_columns: Sequence[str]) -> pd.DataF
     return out
 
 
-# --------------------------------------------------------------------------- the judged sample
-
-
 def sample_rows(rows: pd.DataFrame, size: int | None, seed: int, by: Sequence[str]) -> pd.DataFrame:
     """Mark ``sampled`` and ``stratum`` on the answered rows the judge grades: all of them when ``size``
     is None or at least their number, else a uniform random ``size`` of them, stratified by the ``by``
@@ -245,11 +227,7 @@ def sample_rows(rows: pd.DataFrame, size: int | None, seed: int, by: Sequence[st
 def _strata(rows: pd.DataFrame, by: Sequence[str]) -> pd.Series:
     if not by:
         return pd.Series(["(all)"] * len(rows), index=rows.index, dtype=object)
-    parts = [rows[c].astype(str) for c in by]
-    joined = parts[0]
-    for p in parts[1:]:
-        joined = joined + " | " + p
-    return joined.astype(object)
+    return functools.reduce(lambda a, b: a + " | " + b, [rows[c].astype(str) for c in by]).astype(object)
 
 
 def allocate(sizes: Mapping[str, int], total: int) -> dict[str, int]:

@@ -1,12 +1,8 @@
-"""Per-hop facts of rows read from traces: for each retrieval hop (its number in the trace and its kind),
-how many rows had it, the documents it returned, how many of them the answers cited, and how many reached
-the prompt (over the rows whose prompt and passages were not hidden), over every row, per slice group
-and per time window. Read from the row frame's ``hop_counts`` (``qaeval.scoring.monitor.hop_facts``).
-
-For the ``--timeseries`` history, each hop of a window also gives three rates (``HOP_RATES``), named
-``hop{n}_{kind}_{rate}`` (``hop1_retriever_prompted_share``): a window's line holds them beside the
-monitor's metrics, and their bands alarm as the metrics' do. A hop the history knows that no row of a
-window had has a ``row_share`` of 0 there (its other rates have nothing to be over: null).
+"""Per-hop facts of rows read from traces (the row frame's ``hop_counts``): for each retrieval hop, the
+rows that had it, its documents, how many the answers cited and how many reached the prompt, over every
+row, per slice group and per time window. For the ``--timeseries`` history each hop of a window also
+gives the rates ``HOP_RATES``, named ``hop{n}_{kind}_{rate}``, banded as the metrics are; a hop no row
+of a window had has a ``row_share`` of 0 there (its other rates are null).
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from qaeval.core.frames import frame
-from qaeval.scoring.monitor_metrics import ALL, window_keys
+from qaeval.scoring.monitor_metrics import ALL, _groups, window_keys
 
 HOP_SCHEMA = {
     "window": "text",
@@ -57,10 +53,7 @@ def hop_frame(rows: pd.DataFrame, by: Sequence[str] = (), every: str | None = No
     parts["prompt_rows"] = shown.astype(int)
     parts["prompt_documents"] = parts["documents"].where(shown, 0)
     parts["prompted"] = np.where(shown, parts["prompted"].where(shown, "0"), "0").astype(int)
-    groups: list[tuple[str, str, np.ndarray]] = [(ALL, ALL, np.ones(len(rows), dtype=bool))]
-    for column in by:
-        values = rows[column].astype(str).to_numpy(object)
-        groups += [(column, g, values == g) for g in sorted(set(values.tolist()))]
+    groups = _groups(rows, by)
     windows: list[tuple[str | None, np.ndarray]] = [(None, np.ones(len(rows), dtype=bool))]
     if every is not None:
         keys = window_keys(rows["timestamp"], every).to_numpy(object)
@@ -70,25 +63,11 @@ def hop_frame(rows: pd.DataFrame, by: Sequence[str] = (), every: str | None = No
         for column, group, mask in groups:
             here = parts[(in_window & mask)[parts["position"].to_numpy()]]
             for (hop, kind), part in here.groupby(["hop", "kind"], sort=True):
-                out.append(
-                    dict(
-                        window=window,
-                        slice=column,
-                        group=group,
-                        hop=hop,
-                        kind=kind,
-                        rows=len(part),
-                        documents=int(part["documents"].sum()),
-                        cited=int(part["cited"].sum()),
-                        prompted=int(part["prompted"].sum()),
-                        prompt_rows=int(part["prompt_rows"].sum()),
-                        prompt_documents=int(part["prompt_documents"].sum()),
-                    )
-                )
+                sums = {
+                    c: int(part[c].sum()) for c in ("documents", "cited", "prompted", "prompt_rows", "prompt_documents")
+                }
+                out.append(dict(window=window, slice=column, group=group, hop=hop, kind=kind, rows=len(part), **sums))
     return frame(out, HOP_SCHEMA)
-
-
-# --------------------------------------------------------------------------- rates a history can band
 
 
 @dataclass(frozen=True)

@@ -6,22 +6,17 @@ metrics are over every row. Judge metrics are over the judged sample: each judge
 ``N_h / n_h`` answered rows of its stratum h (answered rows in the stratum over judged ones), so the
 figure estimates the rate over all answered rows even where strata were sampled unevenly.
 
-Intervals are 95% percentile bootstrap intervals that resample rows within each sampling stratum
-(mechanical metrics: one stratum, every row), 1,000 resamples with a fixed seed. Rows with the same
-(numerator, denominator) are exchangeable, so each resample draws multinomial counts over those
-patterns: exactly the row bootstrap, at a cost that does not grow with the number of rows. The
-interval is the sampling uncertainty of the judged sample; no finite-population correction is made
-(so a sample that is most of its stratum gets a conservative interval). A stratum that counts with a
-single judged row has no spread of its own to resample: such strata are resampled together (collapsed
-strata), or, when there is one, with the largest other stratum, so the interval is not narrowed to zero
-width by them; a metric that counts one row in all has no interval (NaN).
+Intervals are 95% percentile bootstrap intervals (1,000 resamples, fixed seed) that resample rows
+within each sampling stratum (mechanical metrics: one stratum), as multinomial counts over the distinct
+(numerator, denominator) patterns: the row bootstrap, at a cost that does not grow with the rows. No
+finite-population correction is made. Strata that count with a single judged row are resampled
+together, or with the largest other stratum, so they do not narrow the interval to zero width; a
+metric that counts one row in all has no interval (NaN). Answer correctness needs a gold answer, so
+it is absent from the monitor.
 
-Answer correctness needs a gold answer, so it is absent from the monitor (and the notes say so).
-
-PPI (``qaeval.scoring.ppi.ppi_mean``): for each judge metric with a label axis and each group, the
-judge's per-row value over the group's judged rows and the labelled rows among them (a label of 2
-counts 1, as for the golden set) give the prediction-powered estimate and its interval, beside the
-judge-only figure, with ``n_labelled``. It treats the group's judged rows as one uniform sample.
+PPI (``qaeval.scoring.ppi``): for each judge metric with a label axis and each group, the group's
+judged rows and the labelled ones among them give the prediction-powered estimate, treating the
+group's judged rows as one uniform sample.
 """
 
 from __future__ import annotations
@@ -34,34 +29,16 @@ import numpy as np
 import pandas as pd
 
 from qaeval.core.frames import frame
+from qaeval.scoring import metrics as golden
 from qaeval.scoring.metrics import RESAMPLES, SCOREBOARD_SCHEMA
-from qaeval.scoring.ppi import ppi_mean
+from qaeval.scoring.ppi import labelled_estimate
 
 ALL = "(all)"
-SLICE_SCHEMA = {
-    "slice": "text",
-    "group": "text",
-    "metric": "text",
-    "value": "float",
-    "ci_low": "float",
-    "ci_high": "float",
-    "n": "int",
-    "ppi_value": "float",
-    "ppi_ci_low": "float",
-    "ppi_ci_high": "float",
-    "n_labelled": "int",
+# the scoreboard's columns but direction and over, per slice and group
+SLICE_SCHEMA = {"slice": "text", "group": "text"} | {
+    k: v for k, v in SCOREBOARD_SCHEMA.items() if k not in ("direction", "over")
 }
-WINDOW_SCHEMA = {
-    "window": "text",
-    "slice": "text",
-    "group": "text",
-    "metric": "text",
-    "value": "float",
-    "ci_low": "float",
-    "ci_high": "float",
-    "n": "int",
-    "rows": "int",
-}
+WINDOW_SCHEMA = {"window": "text", **golden.SLICE_SCHEMA, "rows": "int"}
 Units = Callable[[pd.DataFrame], tuple[np.ndarray, np.ndarray]]
 
 
@@ -184,9 +161,6 @@ BY_NAME = {m.name: m for m in METRICS}
 ABSENT_NOTE = "answer_correctness is absent: it needs a gold answer, which logged traffic does not have"
 
 
-# --------------------------------------------------------------------------- one ratio
-
-
 def _patterns(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     pairs, counts = np.unique(np.stack([num, den], axis=1), axis=0, return_counts=True)
     return pairs[:, 0], pairs[:, 1], counts
@@ -241,18 +215,7 @@ def ppi(rows: pd.DataFrame, metric: MonitorMetric, labels: pd.DataFrame | None) 
     if labels is None or metric.label_axis is None:
         return math.nan, math.nan, math.nan, 0
     num, den = (np.asarray(a, dtype=float) for a in metric.units(rows))
-    population = den > 0
-    judge = dict(zip(rows["row_id"].to_numpy(object)[population], num[population] / den[population]))
-    axis = labels[labels["axis"] == metric.label_axis]
-    pairs = [(1.0 if h == 2 else 0.0, judge[c]) for c, h in zip(axis["case_id"], axis["human"]) if c in judge]
-    if len(pairs) < 2:
-        return math.nan, math.nan, math.nan, len(pairs)
-    y, f = (np.array(v) for v in zip(*pairs))
-    value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
-    return min(1.0, max(0.0, value)), max(0.0, low), min(1.0, high), len(pairs)
-
-
-# --------------------------------------------------------------------------- frames
+    return labelled_estimate(rows["row_id"].to_numpy(object), num, den, labels, metric.label_axis)
 
 
 def _groups(rows: pd.DataFrame, by: Sequence[str]) -> list[tuple[str, str, np.ndarray]]:
@@ -265,25 +228,10 @@ def _groups(rows: pd.DataFrame, by: Sequence[str]) -> list[tuple[str, str, np.nd
 
 def scoreboard(rows: pd.DataFrame, labels: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per metric over every row (``SCOREBOARD_SCHEMA``, PPI columns filled when labelled)."""
-    out = []
-    for m in METRICS:
-        value, low, high, n = estimate(rows, m)
-        pv, pl, ph, nl = ppi(rows, m, labels)
-        out.append(
-            dict(
-                metric=m.name,
-                value=value,
-                ci_low=low,
-                ci_high=high,
-                n=n,
-                direction=m.direction,
-                over=m.over,
-                ppi_value=pv,
-                ppi_ci_low=pl,
-                ppi_ci_high=ph,
-                n_labelled=nl,
-            )
-        )
+    out = [
+        dict(zip(SCOREBOARD_SCHEMA, (m.name, *estimate(rows, m), m.direction, m.over, *ppi(rows, m, labels))))
+        for m in METRICS
+    ]
     return frame(out, SCOREBOARD_SCHEMA)
 
 
@@ -292,24 +240,9 @@ def slice_frame(rows: pd.DataFrame, by: Sequence[str], labels: pd.DataFrame | No
     out = []
     for column, group, mask in _groups(rows, by)[1:]:
         part = rows[mask]
-        for m in METRICS:
-            value, low, high, n = estimate(part, m)
-            pv, pl, ph, nl = ppi(part, m, labels)
-            out.append(
-                dict(
-                    slice=column,
-                    group=group,
-                    metric=m.name,
-                    value=value,
-                    ci_low=low,
-                    ci_high=high,
-                    n=n,
-                    ppi_value=pv,
-                    ppi_ci_low=pl,
-                    ppi_ci_high=ph,
-                    n_labelled=nl,
-                )
-            )
+        out += [
+            dict(zip(SLICE_SCHEMA, (column, group, m.name, *estimate(part, m), *ppi(part, m, labels)))) for m in METRICS
+        ]
     return frame(out, SLICE_SCHEMA)
 
 
@@ -333,21 +266,10 @@ def window_frame(rows: pd.DataFrame, keys: pd.Series, by: Sequence[str]) -> pd.D
         here = rows[keys == window]
         for column, group, mask in _groups(here, by):
             part = here[mask]
-            for m in METRICS:
-                value, low, high, n = estimate(part, m)
-                out.append(
-                    dict(
-                        window=window,
-                        slice=column,
-                        group=group,
-                        metric=m.name,
-                        value=value,
-                        ci_low=low,
-                        ci_high=high,
-                        n=n,
-                        rows=len(part),
-                    )
-                )
+            out += [
+                dict(zip(WINDOW_SCHEMA, (window, column, group, m.name, *estimate(part, m), len(part))))
+                for m in METRICS
+            ]
     return frame(out, WINDOW_SCHEMA)
 
 

@@ -8,7 +8,7 @@ through the same rules, so a saved record's outcomes are derived, never trusted.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -18,6 +18,7 @@ from qaeval.core.frames import Fields, Rows, RowsByKey, Valid, frame, is_missing
 from qaeval.data.cases import GoldenCase, Suite
 from qaeval.data.schema import CITATION_CORRECTNESS
 from qaeval.scoring import checks as layer1
+from qaeval.scoring.checks import column_rows
 from qaeval.scoring.coverage import coverage_counts
 from qaeval.scoring.custom import (
     CUSTOM_SCHEMA,
@@ -32,11 +33,7 @@ from qaeval.scoring.metrics import CaseFacts, units_frame
 
 FailCode = Literal[
     "adapter_error",
-    "grounding_isolation",
-    "citation_resolvability",
-    "citation_coverage",
-    "fail_closed_abstention",
-    "passage_fidelity",
+    layer1.CheckName,
     "wrongly_abstained",
     "judge_error",
     "unfaithful",
@@ -51,13 +48,9 @@ FAIL_CODES: tuple[str, ...] = get_args(FailCode)
 class FailReason:
     """Why a case fails: a ``code`` that code branches on, and a ``message`` that people read (``str()``).
 
-    Codes: ``adapter_error``; a deterministic check's name (``grounding_isolation``,
-    ``citation_resolvability``, ``citation_coverage``, ``fail_closed_abstention``, ``passage_fidelity``);
-    ``wrongly_abstained``; ``judge_error``; ``unfaithful``; ``trajectory_failed``; ``check`` or
-    ``metric`` for a registered check or metric, named by ``name``.
-
     Attributes:
-        code: What failed, for code to branch on (one of the codes above).
+        code: What failed, for code to branch on: one of ``FailCode`` (a deterministic check's name,
+            ``check`` or ``metric`` for a registered one).
         message: Why, for people to read.
         name: The registered check's or metric's name (codes ``check`` and ``metric``), else None.
     """
@@ -164,27 +157,22 @@ class LayerIndex:
     custom: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # registered checks and metrics
 
 
-def _columns(df: pd.DataFrame, *names: str) -> Iterator[tuple[Any, ...]]:
-    """The rows of some of a frame's columns as tuples of plain Python values."""
-    return zip(*(df[name].tolist() for name in names))
-
-
 def index_layers(
     checks: pd.DataFrame, retrieval: pd.DataFrame, verdicts: pd.DataFrame, trajectory: pd.DataFrame
 ) -> LayerIndex:
     idx = LayerIndex()
-    for cid, check, passed, reason in _columns(checks, "case_id", "check", "passed", "reason"):
+    for cid, check, passed, reason in column_rows(checks, "case_id", "check", "passed", "reason"):
         idx.checks.setdefault(cid, {})[check] = (bool(passed), reason)
     for row in RowsByKey(retrieval):
         idx.retrieval[row["case_id"]] = {m: row[m] for m in RETRIEVAL_FIELDS}
     idx.scores = effective_scores(verdicts)
-    for cid, error in _columns(verdicts, "case_id", "error"):
+    for cid, error in column_rows(verdicts, "case_id", "error"):
         if not is_missing(error):
             idx.judge_errors.setdefault(cid, error)
-    for cid, axis, target, valid, score in _columns(verdicts, "case_id", "axis", "target", "valid", "score"):
+    for cid, axis, target, valid, score in column_rows(verdicts, "case_id", "axis", "target", "valid", "score"):
         if axis == CITATION_CORRECTNESS:
             idx.supported[(cid, target)] = bool(valid) and not is_missing(score) and int(score) >= 1
-    for cid, passed, success, description, detail in _columns(
+    for cid, passed, success, description, detail in column_rows(
         trajectory, "case_id", "passed", "success", "description", "detail"
     ):
         idx.trajectory[cid] = bool(success)
@@ -335,8 +323,7 @@ def case_outcomes(
     precision_at_k, mrr, ndcg_at_k (NaN without gold sources); faithfulness, answer_correctness,
     citation_correctness (the effective judge score 0/1/2, <NA> when the case was not judged);
     judge_error; trajectory_success (<NA> for single-hop); case_passed and fail_reasons (a list of
-    ``FailReason``); then
-    one bool column per registered check.
+    ``FailReason``); then one bool column per registered check.
     """
     idx = index_layers(checks, retrieval, verdicts, trajectory)
     outs = RowsByKey(outputs)

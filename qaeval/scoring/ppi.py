@@ -1,26 +1,19 @@
 """Prediction-powered estimates: a judge-scored metric corrected by a small sample of human labels.
 
-A judge-derived metric such as faithfulness_rate is the mean of the judge's per-case verdict (1 for
-full credit, else 0) over the metric's cases, and it is exactly as biased as the judge. Prediction-
-powered inference (Angelopoulos et al., 2023; the PPI++ power-tuned form, as in ``ppi-python`` and
-ARES) uses the cases a person also labelled to measure that bias and remove it:
+PPI (Angelopoulos et al., 2023; the PPI++ power-tuned form, as in ``ppi-python`` and ARES) uses the
+cases a person also labelled to measure the judge's bias and remove it:
 
     estimate = mean over labelled cases of (human - lam * judge)  +  lam * mean over all cases of judge
 
-with ``lam`` in [0, 1] chosen to make the interval as narrow as the data allows (``lam`` = 0 is the
-labelled cases alone; ``lam`` = 1 is classic PPI). The 95% interval is the normal interval with the
-two variances added, as ``ppi-python`` computes it, except where ``lam`` is 0 (the judge carries no
-information: it says the same everywhere, or moves against people): the estimate is then the labelled
-cases' mean alone, and its interval is the Wilson score interval, which stays honest when every label
-agrees (the normal interval of ten labels that all say 0 is [0, 0]). It is *wider* than the judge-only bootstrap interval whenever the judge and the
-humans disagree (the correction is uncertain) or few cases are labelled; it can only be as narrow as
-the judge-only interval when the judge agrees with people on every labelled case. Unlike the judge-only
-interval, it covers the rate a person would have measured, not the rate the judge measured.
+with ``lam`` in [0, 1] chosen to make the interval as narrow as the data allows. The 95% interval is
+the normal interval with the two variances added, except where ``lam`` is 0 (the judge carries no
+information): the estimate is then the labelled cases' mean, with the Wilson score interval, which
+stays honest when every label agrees. It is wider than the judge-only interval unless the judge agrees
+with people on every labelled case, and it covers the rate a person would have measured.
 
-Here "all cases" are every case in the metric's denominator (the labelled ones included), and a
-human label counts as 1 when it gives full credit (score 2), matching how the metric counts the judge.
-Labels whose output fingerprint no longer matches the run are left out, as in calibration. Intervals
-are clipped to [0, 1].
+"All cases" are the metric's denominator's; a human label counts 1 when it gives full credit (score
+2), as the metric counts the judge. Labels whose output fingerprint no longer matches the run are left
+out. Intervals are clipped to [0, 1].
 """
 
 from __future__ import annotations
@@ -99,27 +92,34 @@ def apply_ppi(
             f"{len(labels) - len(usable)} label(s) left out of the PPI estimates: their case is not "
             "in this run or its output has changed since it was labelled"
         )
+    ids = units["case_id"].to_numpy(object)
     for m in METRICS:
         if m.label_axis is None:
             continue
-        den = units[f"{m.name}__den"].to_numpy(float)
-        num = units[f"{m.name}__num"].to_numpy(float)
-        population = den > 0
-        judge = dict(zip(units["case_id"][population], num[population] / den[population]))
-        axis = usable[usable["axis"] == m.label_axis]
-        pairs = [(1.0 if h == 2 else 0.0, judge[c]) for c, h in zip(axis["case_id"], axis["human"]) if c in judge]
+        num, den = units[f"{m.name}__num"].to_numpy(float), units[f"{m.name}__den"].to_numpy(float)
+        value, low, high, n = labelled_estimate(ids, num, den, usable, m.label_axis)
         row = board.index[board["metric"] == m.name][0]
-        board.loc[row, "n_labelled"] = len(pairs)
-        if len(pairs) < 2:
-            if len(axis):
-                notes.append(f"{m.name}: {len(pairs)} usable label(s); a PPI estimate needs at least 2")
-            continue
-        y, f = (np.array(v) for v in zip(*pairs))
-        value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
-        board.loc[row, ["ppi_value", "ppi_ci_low", "ppi_ci_high"]] = [
-            min(1.0, max(0.0, value)),
-            max(0.0, low),
-            min(1.0, high),
-        ]
+        board.loc[row, "n_labelled"] = n
+        if n >= 2:
+            board.loc[row, ["ppi_value", "ppi_ci_low", "ppi_ci_high"]] = [value, low, high]
+        elif (usable["axis"] == m.label_axis).any():
+            notes.append(f"{m.name}: {n} usable label(s); a PPI estimate needs at least 2")
     board["n_labelled"] = board["n_labelled"].astype("int64")
     return board, notes
+
+
+def labelled_estimate(
+    ids: np.ndarray, num: np.ndarray, den: np.ndarray, labels: pd.DataFrame, axis: str
+) -> tuple[float, float, float, int]:
+    """(ppi_value, ppi_ci_low, ppi_ci_high, n_labelled) of the rate ``num / den`` over the ``ids`` whose
+    ``den`` is not 0, from their labels on ``axis`` (a label of 2 counts 1), clipped to [0, 1]; NaN (and
+    the count) with fewer than two usable labels."""
+    population = den > 0
+    judge = dict(zip(ids[population], num[population] / den[population]))
+    on_axis = labels[labels["axis"] == axis]
+    pairs = [(1.0 if h == 2 else 0.0, judge[c]) for c, h in zip(on_axis["case_id"], on_axis["human"]) if c in judge]
+    if len(pairs) < 2:
+        return math.nan, math.nan, math.nan, len(pairs)
+    y, f = (np.array(v) for v in zip(*pairs))
+    value, low, high, _ = ppi_mean(y, f, np.array(list(judge.values())))
+    return min(1.0, max(0.0, value)), max(0.0, low), min(1.0, high), len(pairs)

@@ -118,11 +118,8 @@ class RunResult(Result):
     slices: pd.DataFrame
     labels: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
-    custom: pd.DataFrame = field(default_factory=lambda: frame([], CUSTOM_SCHEMA))  # registered checks, metrics
+    custom: pd.DataFrame = field(default_factory=lambda: frame([], CUSTOM_SCHEMA))
     registered: Registered = Registered()
-    # With several trials, every trial's own run (trial 0 first), each scored alone; the layer frames
-    # above (outputs, checks, retrieval, verdicts, trajectory, custom) are trial 0's, ``per_case`` and
-    # ``units`` hold every trial (``qaeval.scoring.trials``). Empty with one trial.
     trial_runs: tuple[RunResult, ...] = ()
 
     kind = "run"
@@ -304,10 +301,9 @@ class RunResult(Result):
         if self.trials == 1:
             return []
         pc = self.per_case
-        flaky = pc.loc[pc["flaky"].astype(bool), "case_id"].tolist()
-        shown = ", ".join(
-            f"{cid} {p}/{self.trials}" for cid, p in zip(flaky[:6], pc.loc[pc["flaky"].astype(bool), "passes"].tolist())
-        )
+        flaky_rows = pc.loc[pc["flaky"].astype(bool)]
+        flaky = flaky_rows["case_id"].tolist()
+        shown = ", ".join(f"{cid} {p}/{self.trials}" for cid, p in zip(flaky[:6], flaky_rows["passes"].tolist()))
         calls = int(pc["trials"].sum())
         how = (
             f"up to {self.trials} per case (adaptive: {calls} system calls of {self.trials * len(pc)})"

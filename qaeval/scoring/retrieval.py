@@ -16,11 +16,7 @@ ndcg_at_k       binary relevance: DCG@k = sum over ranks i <= k of rel_i / log2(
 ==============  ===============================================================================
 
 Definitions as trec_eval and ir-measures state them (``P@k``, ``R@k``, ``RR``, ``nDCG@k`` with binary
-relevance). qaeval 0.2 divided precision by the number retrieved (``min(k, n_retrieved)``); records
-written before this change are refused on load with a note that a definition may have changed: write
-them again.
-
-Cases without gold sources (typically must-abstain cases) have no row: there is nothing to recall.
+relevance). Cases without gold sources (typically must-abstain cases) have no row: there is nothing to recall.
 An adapter error counts as an empty ranking. A source listed twice counts once, at its first rank (the
 boundary already refuses such output as malformed), so no figure can leave [0, 1].
 """
@@ -45,7 +41,6 @@ RETRIEVAL_SCHEMA = {
     "mrr": "float",
     "ndcg_at_k": "float",
 }
-RETRIEVAL_COLUMNS = list(RETRIEVAL_SCHEMA)
 
 
 def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, float]:
@@ -56,11 +51,7 @@ def case_retrieval(gold: list[str], ranking: list[str], k: int) -> dict[str, flo
     hits = [1.0 if r in gold_set else 0.0 for r in top]
     recall = sum(hits) / len(gold_set) if gold_set else math.nan
     precision = sum(hits) / k
-    mrr = 0.0
-    for rank, r in enumerate(ranking, start=1):
-        if r in gold_set:
-            mrr = 1.0 / rank
-            break
+    mrr = next((1.0 / rank for rank, r in enumerate(ranking, start=1) if r in gold_set), 0.0)
     dcg = sum(h / math.log2(i + 2) for i, h in enumerate(hits))
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(len(gold_set), k)))
     ndcg = dcg / ideal if ideal else math.nan
@@ -76,15 +67,8 @@ def score_retrieval(cases: pd.DataFrame, outputs: pd.DataFrame, *, k: int = DEFA
         if not gold:
             continue
         ranking = list(rankings.get(case_id) or [])
-        rows.append(
-            dict(
-                case_id=case_id,
-                k=k,
-                n_gold=len(gold),
-                n_retrieved=len(ranking),
-                **case_retrieval(list(gold), ranking, k),
-            )
-        )
+        figures = case_retrieval(list(gold), ranking, k)
+        rows.append(dict(case_id=case_id, k=k, n_gold=len(gold), n_retrieved=len(ranking), **figures))
     return frame(rows, RETRIEVAL_SCHEMA)
 
 

@@ -135,27 +135,20 @@ def parse_verdict_json(text: Any) -> list[AxisVerdict]:
     def text_of(value: Any) -> str:
         return value if isinstance(value, str) else ""
 
-    verdicts = []
-    for axis in ("faithfulness", "answer_correctness"):
-        item = data.get(axis)
-        if isinstance(item, dict):
-            verdicts.append(
-                AxisVerdict(axis, item.get("score"), text_of(item.get("quote")), text_of(item.get("rationale")))
-            )
     citations = data.get("citations")
     if citations is not None and not isinstance(citations, list):
         raise ValueError(f"'citations' is {type(citations).__name__}, not a list")
-    for item in citations or []:
-        if isinstance(item, dict):
-            verdicts.append(
-                AxisVerdict(
-                    CITATION_CORRECTNESS,
-                    item.get("score"),
-                    text_of(item.get("quote")),
-                    text_of(item.get("rationale")),
-                    target=text_of(item.get("snippet_id") or item.get("source_id")),
-                )
-            )
+    items = [(axis, data.get(axis), "") for axis in ("faithfulness", "answer_correctness")]
+    items += [
+        (CITATION_CORRECTNESS, c, text_of(c.get("snippet_id") or c.get("source_id")))
+        for c in citations or []
+        if isinstance(c, dict)
+    ]
+    verdicts = [
+        AxisVerdict(axis, item.get("score"), text_of(item.get("quote")), text_of(item.get("rationale")), target)
+        for axis, item, target in items
+        if isinstance(item, dict)
+    ]
     if not verdicts:
         raise ValueError("the reply has none of the expected axes")
     return verdicts

@@ -1,25 +1,16 @@
 """A run's outputs scored as they arrive: the judge's lanes and the scoring lane, overlapped with the system.
 
-A run tells its ``Stream`` which (case, trial) places it is about to ask the system for (``plan``), in the
-order it will read them, which cases each trial holds (``declare``), and hands it every output as the
-pool collects it (``put``, from the pool's thread). Lanes of its own do the slow parts while the system
-answers the next cases:
+A run tells its ``Stream`` the (case, trial) places it will ask for, in order (``plan``), which cases each
+trial holds (``declare``), and hands it every output as the pool collects it (``put``). Meanwhile:
 
-* **the judge** (``JudgeLanes``). The request for each output is built once, here (``request_for``).
-  A judge whose class says ``thread_safe = True`` (the OpenAI-compatible judge) takes one request per
-  call on as many threads as its concurrency (``--judge-concurrency``), in the order outputs arrive:
-  each request stands alone, so nothing about it depends on timing. Any other judge (a custom judge in
-  its process, the offline judge, a judge object given to the API) is asked on one thread, in the
-  plan's order, ``CHUNK`` judged requests a call and a trial's never with another's: which requests
-  share a call, and so what a judge that hangs or fails on a call costs, is fixed by the plan, not by
-  which output came first. Responses go into the run's judge memo, keyed by the request's whole
-  content: an equal request (the same output in another trial, or one a journal gave back) is not sent.
+* **the judge** (``JudgeLanes``), each output's request built once (``request_for``). A judge whose class
+  says ``thread_safe = True`` takes one request a call on as many threads as its concurrency, as outputs
+  arrive. Any other is asked on one thread in the plan's order, ``CHUNK`` requests a call and never two
+  trials' together, so which requests share a call (and what a failing call costs) is fixed by the plan,
+  not by timing. Responses go into the run's judge memo, keyed by the request's whole content: an equal
+  request (the same output in another trial, or one a journal gave back) is not sent again.
 * **the scoring lane** (``qaeval.scoring.lane``): every output once, in the plan's order, once its
-  verdict is in, through every layer and the registered checks and metrics; the trials' frames are
-  built from what it kept (``result``).
-
-Nothing is scored twice: the run's result is read from the lane (``qaeval.commands.pipeline``), and
-scoring answers a user already has goes through the same lanes (``qaeval.scoring.evaluate.score_outputs``).
+  verdict is in; the trials' results are built from what it kept (``result``).
 """
 
 from __future__ import annotations
@@ -55,8 +46,7 @@ _STOP = object()
 
 def judge_lanes(judge: Any) -> int:
     """How many threads judge at once, each output as it arrives: a judge's ``concurrency`` when its class
-    says ``thread_safe = True`` (the OpenAI-compatible judge), else 0 (it is asked on one thread, in
-    chunks, in the plan's order)."""
+    says ``thread_safe = True``, else 0 (it is asked on one thread, in the plan's order)."""
     try:
         if getattr(type(judge), "thread_safe", False) is not True:
             return 0
@@ -264,8 +254,7 @@ class JudgeLanes:
                 return False
             self.asked.add(key)
             if found is not None:  # the journal has it: used as already counted (this run spent nothing)
-                self.stream.memo[key] = entry = MemoEntry(found)
-                entry.uses = 1
+                self.stream.memo[key] = MemoEntry(found, uses=1)
                 self.reused += 1
                 self.stream.cond.notify_all()
                 return False
@@ -315,9 +304,7 @@ class JudgeLanes:
                 self.stream.cond.notify_all()
 
     def _ordered(self) -> None:
-        """Judged requests in the plan's order, ``CHUNK`` a call, a trial's never with another's: the calls
-        scoring makes when it asks for one trial's requests at once (``score_with_judge``), so a judge
-        that fails on one call costs the same requests either way."""
+        """Judged requests in the plan's order, ``CHUNK`` a call, a trial's never with another's."""
         n, trial = len(self.stream.suite), -1
         pairs: list[tuple[tuple[Any, ...], JudgeRequest]] = []
         for start, end in self.stream.planned():

@@ -1,21 +1,10 @@
 """Layer 4: trajectory scoring for multi-hop and aggregation cases.
 
-A lucky answer reached through the wrong evidence is a failure. A multi-step case succeeds only when
-its end state is right *and* every checkpoint holds.
-
-Checkpoint vocabulary (one JSON object each, in a case's ``checkpoints`` list):
-
-``{"kind": "retrieved", "source_id": ID}``
-    the system retrieved source ID (it appears anywhere in ``retrieved_ids``).
-``{"kind": "cited", "source_id": ID}``
-    the system cited source ID and that citation resolves (the source was retrieved).
-``{"kind": "aggregate_equals", "value": NUMBER, "tolerance": NUMBER?}``
-    the system's ``computed_aggregate`` is a number within ``tolerance`` (default 0) of ``value``.
-``{"kind": "answer_mentions", "text": STR}``
-    the normalised answer contains the normalised text (case, punctuation and spacing ignored).
-
-End state: the case was answered (no adapter error, not abstained) and either the normalised gold answer
-appears in the normalised answer, or the gold answer is a number equal to ``computed_aggregate``.
+A lucky answer reached through the wrong evidence is a failure: a multi-step case succeeds only when its
+end state is right (answered, and the normalised gold answer in the normalised answer, or a numeric gold
+answer equal to ``computed_aggregate``) *and* every checkpoint of its ``checkpoints`` holds: ``retrieved``,
+``cited`` (and retrieved), ``aggregate_equals`` (within ``tolerance``, default 0) or ``answer_mentions``
+(see the cases guide).
 """
 
 from __future__ import annotations
@@ -119,20 +108,12 @@ def score_trajectories(cases: pd.DataFrame, outputs: pd.DataFrame) -> pd.DataFra
             continue
         out = outs[case.case_id]
         ok, detail = end_state_reached(case.gold_answer, out)
-        steps = [("end_state", "end_state", f"reach the gold answer {case.gold_answer!r}", ok, detail)]
+        steps = [("end_state", "end_state", f"reach the gold answer {case.gold_answer!r}", bool(ok), detail)]
         failed = not is_missing(out.get("error"))
         for i, cp in enumerate(case.checkpoints or [], start=1):
             held, why = (False, "adapter error") if failed else _checkpoint_holds(cp, out)
-            steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), held, why))
+            steps.append((f"checkpoint {i}", cp["kind"], describe_checkpoint(cp), bool(held), why))
         success = all(s[3] for s in steps)
-        for step, kind, desc, passed, det in steps:
-            rows.add(
-                case_id=case.case_id,
-                step=step,
-                kind=kind,
-                description=desc,
-                passed=bool(passed),
-                detail=det,
-                success=success,
-            )
+        for step in steps:
+            rows.add(**dict(zip(TRAJECTORY_SCHEMA, (case.case_id, *step, success))))
     return rows.frame()

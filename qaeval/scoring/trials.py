@@ -1,27 +1,18 @@
-"""Trials: each case run K times, each trial scored alone, then put together into one run.
+"""Trials: each case run K times, each trial scored alone, then put together into one run (pure).
 
-``combine_trials(runs)`` takes the K ``RunResult``s of one suite (trial 0 first), each scored as if it were
-the only run, and returns the run that holds them all:
+``combine_trials(runs)`` takes the K ``RunResult``s of one suite (trial 0 first) and returns the run that
+holds them all:
 
-* ``per_case``: one row per case. Its output and judge columns are trial 0's (the answer a reader sees
-  first); each deterministic-check column, ``deterministic_passed`` and ``case_passed`` hold only when
-  they hold in every trial; ``fail_reasons`` lists every distinct reason once, naming the trials it
-  happened in when there are several. Added: ``trials`` (K), ``passes`` (trials that passed),
-  ``pass_rate`` (passes / trials) and ``flaky`` (0 < passes < trials).
-* ``units``: each case's share of every metric is the mean over its trials of its numerator and of its
-  denominator, so a case weighs the same whatever K is, and with K = 1 nothing changes. The scoreboard
-  averages cases from these; its bootstrap resamples cases (each with all its trials), never trials
-  alone: the clustered bootstrap. With adaptive trials the units are the first trial's: the later
-  trials went to the cases whose first trial failed, so a mean over them would lean on that choice
-  (a case that passed once would count as always passing); the first trial is an unbiased draw of
-  every case, and the later ones tell a flaky case from a broken one.
-* ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1 (see ``pass_hat_k``, ``pass_at_k``),
-  over the cases that had at least k trials. With adaptive trials they are estimated under the rule
-  that chose which cases got more (``adaptive_pass_at_k``): pass@k over every case, from the k-trial
-  draws that hold its first trial (a case whose first trial passed has passed any of them); pass^k is
-  not estimable (a case whose first trial passed had no more trials to tell p^k by) and is NaN, n = 0.
-
-Pure: no I/O, no judge.
+* ``per_case``: one row per case, its output and judge columns trial 0's; each check column,
+  ``deterministic_passed`` and ``case_passed`` hold only when they hold in every trial; ``fail_reasons``
+  lists each distinct reason once, naming its trials. Added: ``trials`` (K), ``passes``, ``pass_rate``
+  (passes / trials) and ``flaky`` (0 < passes < trials).
+* ``units``: the mean over a case's trials of its numerators and denominators, so a case weighs the
+  same whatever K is and the bootstrap resamples cases, never trials alone. With adaptive trials the
+  units are the first trial's: the later ones went to the cases whose first trial failed.
+* ``pass_hat_k`` and ``pass_at_k`` join the scoreboard when K > 1. With adaptive trials pass@k is
+  estimated under the rule that chose which cases got more (``adaptive_pass_at_k``), and pass^k is
+  not estimable (NaN, n = 0).
 """
 
 from __future__ import annotations
