@@ -1,8 +1,7 @@
-"""Notify hooks, run out of process: ``HookProcess`` is called with the alarms, in a fresh process per
-call (``python -m qaeval.host.serve FD``, as a custom judge is), which must start within ``startup``
-seconds and finish within ``timeout`` seconds (``--hook-timeout``). If it raises, exits, hangs or breaks
-the protocol it raises ``UserCodeFailed`` saying so, which ``contained`` turns into a note; the alarm
-(exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
+"""Notify hooks, run out of process: ``HookProcess`` runs the hook in a fresh host process per call,
+which must start within ``startup`` seconds and finish within ``timeout`` (``--hook-timeout``). A hook that
+raises, exits, hangs or breaks the protocol raises ``UserCodeFailed``, which ``contained`` turns into a
+note; the alarm (exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
 
 from __future__ import annotations
 

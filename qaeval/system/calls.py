@@ -23,8 +23,6 @@ from qaeval.worker.serve import build_adapter, call_factory, is_adapter_object, 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
 
-# --------------------------------------------------------------------------- naming the adapter
-
 
 @dataclass(frozen=True)
 class AdapterSpec:
@@ -87,9 +85,6 @@ def build_adapter_from(factory: Callable[..., Any], corpus: Corpus | None = None
     return adapter
 
 
-# --------------------------------------------------------------------------- results
-
-
 Done = Callable[[int, dict[str, Any]], None]
 
 
@@ -116,9 +111,6 @@ def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = USER_TE
     if problems:
         return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:USER_TEXT_LIMIT], latency, logs)
     return output_row(case_id, fields, None, latency, logs)
-
-
-# --------------------------------------------------------------------------- workers
 
 
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:

@@ -196,8 +196,6 @@ class SystemAdapter(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------- what comes back
-
 MAX_TEXT = MAX_PASSAGE_CHARS  # characters in one answer, claim, prompt or passage before the output is refused
 MAX_PASSAGES = 1000  # passages in one output
 

@@ -76,15 +76,7 @@ class RemoteWorkers:
                 what="the worker",
             )
         except MessageError as exc:
-            why = (
-                f"did not start within {settings.startup_timeout:g} s (--startup-timeout)"
-                if exc.timed_out
-                else stopped_because(proc, str(exc), closed=exc.closed, starting=True)
-            )
-            proc.kill()
-            proc.reap(0.5)
-            proc.close()
-            return why, False
+            return _lost(proc, exc, f"did not start within {settings.startup_timeout:g} s (--startup-timeout)"), False
         if not (isinstance(ready, dict) and ready.get("ready") is True):
             error = ready.get("init_error") if isinstance(ready, dict) else None
             proc.stop()
@@ -113,18 +105,18 @@ class RemoteWorkers:
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
                 raise MessageError("the worker sent a reply for another case")
         except MessageError as exc:
-            why = (
-                f"timed out after {settings.timeout:g} s (its worker was stopped)"
-                if exc.timed_out
-                else stopped_because(proc, str(exc), closed=exc.closed, starting=False)
-            )
-            proc.kill()
-            proc.reap(0.5)
-            proc.close()
+            why = _lost(proc, exc, f"timed out after {settings.timeout:g} s (its worker was stopped)", starting=False)
             return json.dumps({"id": payload[0], "error": why})
         with self._lock:
             self.idle.setdefault(spec_json, []).append(proc)
         return json.dumps(reply, allow_nan=False)
+
+
+def _lost(proc: UserProcess, exc: MessageError, late: str, *, starting: bool = True) -> str:
+    """Why a worker failed (``late`` when it missed its deadline), once it is killed and cleaned up."""
+    why = late if exc.timed_out else stopped_because(proc, str(exc), closed=exc.closed, starting=starting)
+    proc.end(0.5)
+    return why
 
 
 def _as_payload(sent: list[Any]) -> Any:

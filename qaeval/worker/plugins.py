@@ -1,12 +1,6 @@
-"""User code: resolving ``module:factory`` names, calling into it with every failure contained, and
-progress bars.
-
-Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
-raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
-verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.host.clients``); the proxies that call them raise
-``UserCodeFailed`` with a finished description when the user's code failed over there.
-"""
+"""User code: resolving ``module:factory`` names, calling it with every failure contained
+(``contained``: only KeyboardInterrupt passes), and progress bars. Proxies of user code in other
+processes raise ``UserCodeFailed`` with a finished description."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -138,6 +132,15 @@ def contained(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> t
         return False, f"{what} {_did(exc)}"
 
 
+def unpickle(spec: Mapping[str, str]) -> Any:
+    """The object a ``{"pickle": base64 cloudpickle}`` spec carries."""
+    import base64
+
+    import cloudpickle
+
+    return cloudpickle.loads(base64.b64decode(spec["pickle"]))
+
+
 def build(factory: Any, *, what: str, settings: Any = None) -> Any:
     """Build a plugin from a ``module:factory`` name or a factory. A factory with a ``settings``
     parameter is given ``settings``; a factory that raises or exits is a usage error naming it."""
@@ -161,9 +164,6 @@ def build(factory: Any, *, what: str, settings: Any = None) -> Any:
         raise
     except BaseException as exc:  # noqa: BLE001  (whatever a factory raises is the user's to fix)
         raise UsageError(f"{what} factory {label!r} {_did(exc)}") from None
-
-
-# --------------------------------------------------------------------------- progress
 
 
 def _in_notebook() -> bool:
