@@ -24,7 +24,6 @@ With ``isolation="none"`` judges and hooks run in this process."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import time
@@ -32,13 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from qaeval.core.errors import UsageError, describe
+from qaeval.core.errors import UsageError
 from qaeval.core.text import bounded_text
 from qaeval.host.wire import config_from_plain, request_to_plain, response_from_plain
 from qaeval.scoring.judge import JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of
 from qaeval.worker.hardening import harness_guard
 from qaeval.worker.messages import MessageError, parse
-from qaeval.worker.plugins import UserCodeFailed, build
+from qaeval.worker.plugins import UserCodeFailed, build, pickled
 from qaeval.worker.process import UserProcess, child_launch, exit_reason
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
@@ -65,16 +64,8 @@ def spec_of(obj: Any, *, what: str) -> dict[str, str]:
     """How a host process builds user code: by name, or from a cloudpickle of a factory or object."""
     if isinstance(obj, str):
         return {"name": obj}
-    import cloudpickle
-
-    try:
-        blob = cloudpickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
-        raise UsageError(
-            f"the {what} cannot be shipped to its own process ({describe(exc)}); name it as "
-            "module:factory, or pass isolation='none' to run it in this process"
-        ) from None
-    return {"pickle": base64.b64encode(blob).decode()}
+    cannot = f"the {what} cannot be shipped to its own process ({{}}); name it as module:factory, or pass "
+    return pickled(obj, cannot=cannot + "isolation='none' to run it in this process")
 
 
 def settings_to_plain(settings: JudgeSettings) -> dict[str, Any]:
@@ -102,18 +93,12 @@ class Launch:
         self.env, self.sys_path = child_launch(data_dir)
 
     def start(
-        self,
-        role: str,
-        spec: dict[str, Any],
-        settings: dict[str, Any] | None,
-        deadline: float,
-        *,
-        what: str,
-        timeout: float,
+        self, role: str, spec: dict[str, Any], settings: dict[str, Any] | None, *, what: str, timeout: float
     ) -> tuple[UserProcess, dict[str, Any]]:
-        """A started host with its user code built: (process, its ready message). UserCodeFailed when it
-        could not be built in time; UsageError when the user's code is at fault (a bad name, a factory
-        that raises or exits)."""
+        """A started host with its user code built within ``timeout`` seconds: (process, its ready message).
+        UserCodeFailed when it could not be built in time; UsageError when the user's code is at fault (a
+        bad name, a factory that raises or exits)."""
+        deadline = time.monotonic() + timeout
         try:
             proc = UserProcess(HOST, env=self.env, what=what)
         except OSError as exc:
@@ -123,15 +108,8 @@ class Launch:
             proc.channel.send({"setup": setup}, deadline)
             reply = parse(proc.channel.receive(deadline), what=what)
         except MessageError as exc:
-            raise UserCodeFailed(
-                lost(
-                    proc,
-                    exc,
-                    deadline,
-                    late=f"{what} did not start within {timeout:g} s (--startup-timeout)",
-                    doing="before it was ready",
-                )
-            ) from None
+            late = f"{what} did not start within {timeout:g} s (--startup-timeout)"
+            raise UserCodeFailed(lost(proc, exc, deadline, late=late, doing="before it was ready")) from None
         if isinstance(reply, dict) and reply.get("ready") is True:
             proc.started()
             return proc, reply
@@ -210,15 +188,10 @@ class HostClient:
             self._guard.enter_context(harness_guard())
         try:
             self.proc, ready = self.launch.start(
-                self.role,
-                self.spec,
-                self.settings,
-                time.monotonic() + self.startup,
-                what=self.what,
-                timeout=self.startup,
+                self.role, self.spec, self.settings, what=self.what, timeout=self.startup
             )
         except BaseException:
-            self.close()
+            self._end()  # not ``close``: a start that failed counts as a lost chunk
             raise
         if self.stopped:  # interrupted while it started: it is not left running
             self.close()
@@ -281,6 +254,9 @@ class HostClient:
 
     def close(self) -> None:
         """Stop the process (if any) and end the harness guard it was started under."""
+        self._end()
+
+    def _end(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             proc.stop(0.5)

@@ -108,18 +108,8 @@ def build(spec: Mapping[str, Any]) -> tuple[list[Any], list[Metric], dict[str, A
         if not isinstance(m, Metric) or not callable(m.unit):
             raise UsageError(f"metric {label} is a {type(m).__name__}, not a qaeval.Metric with a unit function")
         metrics.append(m)
-        plain["metrics"].append(
-            dict(
-                name=m.name,
-                higher_is_better=m.higher_is_better,
-                over=m.over,
-                meaning=m.meaning,
-                tolerance=m.tolerance,
-                drift=m.drift,
-                sha256=code_hash(m.unit),
-                source=label,
-            )
-        )
+        said = {k: getattr(m, k) for k in ("name", "higher_is_better", "over", "meaning", "tolerance", "drift")}
+        plain["metrics"].append(said | dict(sha256=code_hash(m.unit), source=label))
     return checks, metrics, plain
 
 
@@ -142,23 +132,18 @@ def score(checks: Sequence[Any], metrics: Sequence[Metric], plain: Mapping[str, 
         if sample.error is not None:
             out["checks"].append({"error": "adapter error"})  # not run: the harness says why
             continue
-        out["checks"].append(
-            _check_result(*contained(fn, sample.case, sample.output, sample.passages, what=f"check {name}"), name)
-        )
+        ran = contained(fn, sample.case, sample.output, sample.passages, what=f"check {name}")
+        out["checks"].append(_check_result(*ran, name))
     for m in metrics:
         ok, value = contained(m.unit, sample, what=f"metric {m.name}")
         unit = valid_unit(value) if ok else None
         if unit is not None:
             out["metrics"].append(list(unit))
+        elif not ok:
+            out["metrics"].append({"error": value})
         else:
-            out["metrics"].append(
-                {
-                    "error": value
-                    if not ok
-                    else f"metric {m.name} returned "
-                    f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"
-                }
-            )
+            why = f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"
+            out["metrics"].append({"error": f"metric {m.name} returned {why}"})
     return out
 
 

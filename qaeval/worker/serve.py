@@ -125,6 +125,14 @@ def with_traceback(logs: str, reply: dict[str, Any]) -> str:
     return f"{logs}{chr(10) if logs and not logs.endswith(chr(10)) else ''}{trace}" if trace else logs
 
 
+def _flush(*streams: Any) -> None:
+    for stream in streams:
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
+            pass
+
+
 class FdCapture:
     """Points file descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr``) at a scratch file and hands
     back what was written since the last call, keeping only the last ``limit`` characters."""
@@ -132,18 +140,12 @@ class FdCapture:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.file = tempfile.TemporaryFile(prefix="qaeval-worker-log-")
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
-                pass
+        _flush(sys.stdout, sys.stderr)
         os.dup2(self.file.fileno(), 1)
         os.dup2(self.file.fileno(), 2)
-        self.stdout = io.TextIOWrapper(
-            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
-        )
-        self.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        self.stdout, self.stderr = (
+            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True)
+            for fd in (1, 2)
         )
         self.restore()
         try:
@@ -157,11 +159,7 @@ class FdCapture:
         sys.stdout, sys.stderr = self.stdout, self.stderr
 
     def take(self) -> str:
-        for stream in {id(s): s for s in (sys.stdout, sys.stderr, self.stdout, self.stderr)}.values():
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
-                pass
+        _flush(*{id(s): s for s in (sys.stdout, sys.stderr, self.stdout, self.stderr)}.values())
         if self._fflush is not None:
             try:
                 self._fflush(None)
@@ -189,13 +187,9 @@ def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
 
     data = encode(message)
     if len(data) - HEADER.size > limit:
-        data = encode(
-            {k: v for k, v in message.items() if k == "id"}
-            | {
-                "error": f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)",
-                "logs": str(message.get("logs", ""))[-1000:],
-            }
-        )
+        too_big = f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)"
+        logs = str(message.get("logs", ""))[-1000:]
+        data = encode({k: v for k, v in message.items() if k == "id"} | {"error": too_big, "logs": logs})
     sock.sendall(data)
 
 
