@@ -1,43 +1,29 @@
-"""Custom judges and notify hooks, run out of process: the harness's side.
+"""Custom judges and generators, run out of process: the harness's side.
 
-A judge other than the two built-in ones (``qaeval.judges.offline:make_judge``, the mechanical default,
-and ``qaeval.judges.openai:make_judge``), and every notify hook, is the user's code. Like an adapter it
-runs in a fresh interpreter (``python -m qaeval.host.serve FD``, started by
-``qaeval.worker.process.UserProcess``): its own process group, a private scratch working directory, an
-environment without the data folder, and (Linux) no ``CAP_SYS_PTRACE``, while the harness is
-non-dumpable (``harness_guard``). Only plain JSON crosses, in messages, and every read has a deadline:
+A judge other than the two built-in ones (``BUILTIN_JUDGES``), a custom generator, and every notify hook
+is the user's code. It runs in a fresh interpreter (``python -m qaeval.host.serve FD``, started by
+``qaeval.worker.process.UserProcess``, under the harness guard) and only plain JSON crosses, every read
+with a deadline:
 
-    harness -> host   {"setup": {"role": "judge"|"hook", "spec": {...}, "sys_path": [...], "settings": {...}}}
+    harness -> host   {"setup": {"role": "judge"|"generator"|"hook"|"custom", "spec": {...}, "sys_path": [...],
+                                 "settings": {...}}}
     host -> harness   {"ready": true, "config": {...}}   or   {"init_error": "..."}
     harness -> host   {"judge": [request, ...]}          ->   {"responses": [...]}   or   {"error": "..."}
                       {"notify": [alarm, ...]}           ->   {"done": true, "logs": "..."}  or  {"error": "..."}
                       {"stop": true}
 
-``spec`` is ``{"name": "module:factory"}`` or ``{"pickle": base64 cloudpickle}`` (a factory or an
-object given to the API). The judge factory's ``settings`` cross as JSON without the API key, which the
-host reads from its own environment.
+``spec`` is ``{"name": "module:factory"}`` or ``{"pickle": base64 cloudpickle}``. Judge settings cross
+without the API key, which the host reads from its own environment.
 
-**Judges.** ``JudgeProcess`` is a ``JudgeClient``: its ``config`` is what the judge's own ``config``
-said, checked, and ``judge(requests)`` sends the requests in chunks of ``CHUNK``. The process must
-start within ``startup`` seconds (``--startup-timeout``) and answer each chunk within ``timeout``
-seconds (``--judge-timeout``). A chunk whose process hangs, exits or breaks the protocol is lost: its
-process is killed, each of its requests is a judge error saying why, and the next chunk gets a fresh
-process. After ``MAX_LOST`` chunks lost in a row the judge is not asked again and the remaining
-requests are judge errors too, so a judge that never answers costs at most ``MAX_LOST`` x ``timeout``
-(plus the time its replacement takes to start). What comes back is decoded strictly into
-``JudgeResponse`` objects; anything malformed is a judge error for its case, and ``verdict_frame``
-validates the rest as it does for any judge. Nothing the judge does can reach a verdict except its
-responses.
-
-**Hooks** run the same way, one process per call (``qaeval.host.hooks``); requests and responses cross
-as ``qaeval.host.wire`` encodes them.
-
-With ``isolation="none"`` judges and hooks run in this process, as adapters do.
-"""
+``JudgeProcess`` sends requests in chunks of ``CHUNK``; the process must start within ``startup`` seconds
+and answer each chunk within ``timeout``. A chunk whose process hangs, exits or breaks the protocol is
+lost: the process is killed, each request is a judge error saying why, and the next chunk gets a fresh
+process. After ``MAX_LOST`` chunks lost in a row nothing more is asked. Responses are decoded strictly
+(``qaeval.host.wire``): nothing the judge does reaches a verdict except its responses.
+With ``isolation="none"`` judges and hooks run in this process."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import time
@@ -45,22 +31,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from qaeval.core.errors import UsageError, describe
+from qaeval.core.errors import UsageError
 from qaeval.core.text import bounded_text
 from qaeval.host.wire import config_from_plain, request_to_plain, response_from_plain
 from qaeval.scoring.judge import JudgeRequest, JudgeResponse, JudgeSettings, judge_config_of
 from qaeval.worker.hardening import harness_guard
 from qaeval.worker.messages import MessageError, parse
-from qaeval.worker.plugins import UserCodeFailed, build
+from qaeval.worker.plugins import UserCodeFailed, build, pickled
 from qaeval.worker.process import UserProcess, child_launch, exit_reason
 
 BUILTIN_JUDGES = ("qaeval.judges.offline:make_judge", "qaeval.judges.openai:make_judge")
 HOST = "qaeval.host.serve"
 CHUNK = 16
 MAX_LOST = 2
-
-
-# --------------------------------------------------------------------------- what runs where
 
 
 def _builtin_judge(judge: Any) -> bool:
@@ -81,16 +64,8 @@ def spec_of(obj: Any, *, what: str) -> dict[str, str]:
     """How a host process builds user code: by name, or from a cloudpickle of a factory or object."""
     if isinstance(obj, str):
         return {"name": obj}
-    import cloudpickle
-
-    try:
-        blob = cloudpickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
-        raise UsageError(
-            f"the {what} cannot be shipped to its own process ({describe(exc)}); name it as "
-            "module:factory, or pass isolation='none' to run it in this process"
-        ) from None
-    return {"pickle": base64.b64encode(blob).decode()}
+    cannot = f"the {what} cannot be shipped to its own process ({{}}); name it as module:factory, or pass "
+    return pickled(obj, cannot=cannot + "isolation='none' to run it in this process")
 
 
 def settings_to_plain(settings: JudgeSettings) -> dict[str, Any]:
@@ -118,18 +93,12 @@ class Launch:
         self.env, self.sys_path = child_launch(data_dir)
 
     def start(
-        self,
-        role: str,
-        spec: dict[str, Any],
-        settings: dict[str, Any] | None,
-        deadline: float,
-        *,
-        what: str,
-        timeout: float,
+        self, role: str, spec: dict[str, Any], settings: dict[str, Any] | None, *, what: str, timeout: float
     ) -> tuple[UserProcess, dict[str, Any]]:
-        """A started host with its user code built: (process, its ready message). UserCodeFailed when it
-        could not be built in time; UsageError when the user's code is at fault (a bad name, a factory
-        that raises or exits)."""
+        """A started host with its user code built within ``timeout`` seconds: (process, its ready message).
+        UserCodeFailed when it could not be built in time; UsageError when the user's code is at fault (a
+        bad name, a factory that raises or exits)."""
+        deadline = time.monotonic() + timeout
         try:
             proc = UserProcess(HOST, env=self.env, what=what)
         except OSError as exc:
@@ -139,15 +108,8 @@ class Launch:
             proc.channel.send({"setup": setup}, deadline)
             reply = parse(proc.channel.receive(deadline), what=what)
         except MessageError as exc:
-            raise UserCodeFailed(
-                lost(
-                    proc,
-                    exc,
-                    deadline,
-                    late=f"{what} did not start within {timeout:g} s (--startup-timeout)",
-                    doing="before it was ready",
-                )
-            ) from None
+            late = f"{what} did not start within {timeout:g} s (--startup-timeout)"
+            raise UserCodeFailed(lost(proc, exc, deadline, late=late, doing="before it was ready")) from None
         if isinstance(reply, dict) and reply.get("ready") is True:
             proc.started()
             return proc, reply
@@ -177,62 +139,67 @@ def lost(proc: UserProcess, exc: MessageError, deadline: float, *, late: str, do
     return why
 
 
-# --------------------------------------------------------------------------- judges: the proxy
-
-
 class HostClient:
-    """User code in its own process, asked in chunks: the part a custom judge and a custom generator share.
-    A subclass names its ``role``, how a chunk is sent (``request``) and read back (``decode``), and what
-    a lost chunk's items become (``errors``)."""
+    """User code in its own process, asked in chunks of ``chunk`` items under the harness guard: what a custom
+    judge, a custom generator and the registered checks share. A subclass names its ``role``, reads the
+    ready message (``take_ready``), says how a chunk is sent (``request``) and read back (``decode``), and
+    what a lost chunk's items become (``errors``)."""
 
     role = "judge"
     what = "the judge"
     doing = "while judging"
+    late = "{what} did not answer within {timeout:g} s"
+    interrupted = "not asked: {what} was stopped (the run was interrupted)"
+    unit = "chunks"
+    chunk: int | None = None  # None: the module's CHUNK and MAX_LOST, read when asked
+    max_lost: int | None = None
     stopped = False  # the run was interrupted: no process is started again
 
     def __init__(
         self,
-        spec: dict[str, str],
+        spec: dict[str, Any],
         *,
-        settings: JudgeSettings,
+        settings: JudgeSettings | None,
         timeout: float,
         startup: float,
         data_dir: str | os.PathLike[str] | None,
     ) -> None:
         self.spec, self.timeout, self.startup = spec, timeout, startup
-        self.settings = settings_to_plain(settings)
+        self.settings = settings_to_plain(settings) if settings is not None else None
         self.launch = Launch(data_dir)
         self.proc: UserProcess | None = None
         self._guard: contextlib.ExitStack | None = None
         self.lost_in_a_row, self.last_loss = 0, ""
         try:
-            self.ready = self._start()
+            self.take_ready(self._start())
         except UserCodeFailed as exc:
+            self.close()
             raise UsageError(str(exc)) from None
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self) -> dict[str, Any]:
         """Start the process under the harness guard (kept until ``close``)."""
         if self.stopped:
-            raise UserCodeFailed(f"not asked: {self.what} was stopped (the run was interrupted)")
+            raise UserCodeFailed(self.interrupted.format(what=self.what))
         if self._guard is None:
             self._guard = contextlib.ExitStack()
             self._guard.enter_context(harness_guard())
         try:
             self.proc, ready = self.launch.start(
-                self.role,
-                self.spec,
-                self.settings,
-                time.monotonic() + self.startup,
-                what=self.what,
-                timeout=self.startup,
+                self.role, self.spec, self.settings, what=self.what, timeout=self.startup
             )
         except BaseException:
-            self.close()
+            self._end()  # not ``close``: a start that failed counts as a lost chunk
             raise
         if self.stopped:  # interrupted while it started: it is not left running
             self.close()
-            raise UserCodeFailed(f"not asked: {self.what} was stopped (the run was interrupted)")
+            raise UserCodeFailed(self.interrupted.format(what=self.what))
         return ready
+
+    def take_ready(self, ready: dict[str, Any]) -> None:
+        raise NotImplementedError
 
     def request(self, chunk: Sequence[Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -248,15 +215,15 @@ class HostClient:
         return self.errors(chunk, why)
 
     def ask_all(self, items: Sequence[Any]) -> list[Any]:
-        """Every item's answer, in order, in chunks of ``CHUNK``; after ``MAX_LOST`` chunks lost in a row
-        (counted across calls: a generator is asked many times) nothing more is asked."""
+        """Every item's answers, in order; after ``max_lost`` chunks lost in a row (counted across calls: a
+        generator is asked many times) nothing more is asked."""
         out: list[Any] = []
-        for start in range(0, len(items), CHUNK):
-            chunk = items[start : start + CHUNK]
-            if self.lost_in_a_row >= MAX_LOST:
-                out += self.not_asked(
-                    chunk, f"not asked: {self.lost_in_a_row} chunks in a row were lost ({self.last_loss})"
-                )
+        size, max_lost = self.chunk or CHUNK, self.max_lost or MAX_LOST
+        for start in range(0, len(items), size):
+            chunk = items[start : start + size]
+            if self.lost_in_a_row >= max_lost:
+                why = f"not asked: {self.lost_in_a_row} {self.unit} in a row were lost ({self.last_loss})"
+                out += self.not_asked(chunk, why)
                 continue
             answers, loss = self._ask(chunk)
             out += answers
@@ -277,10 +244,9 @@ class HostClient:
             proc, self.proc = self.proc, None
             if proc is None:  # closed under it (the run was interrupted)
                 why = f"not asked: {self.what} was stopped ({exc})"
-                return self.errors(chunk, why), why
-            why = lost(
-                proc, exc, deadline, late=f"{self.what} did not answer within {self.timeout:g} s", doing=self.doing
-            )
+            else:
+                late = self.late.format(what=self.what, timeout=self.timeout)
+                why = lost(proc, exc, deadline, late=late, doing=self.doing)
             return self.errors(chunk, why), why
         if isinstance(reply, dict) and isinstance(reply.get("error"), str):
             return self.errors(chunk, bounded_text(reply["error"])), ""
@@ -288,6 +254,9 @@ class HostClient:
 
     def close(self) -> None:
         """Stop the process (if any) and end the harness guard it was started under."""
+        self._end()
+
+    def _end(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             proc.stop(0.5)
@@ -303,25 +272,11 @@ class JudgeProcess(HostClient):
 
     keep_open = False
 
-    def __init__(
-        self,
-        spec: dict[str, str],
-        *,
-        settings: JudgeSettings,
-        timeout: float,
-        startup: float,
-        data_dir: str | os.PathLike[str] | None,
-    ) -> None:
-        super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
-        try:
-            self.config = config_from_plain(self.ready.get("config"))
-        except UsageError:
-            self.close()
-            raise
+    def take_ready(self, ready: dict[str, Any]) -> None:
+        self.config = config_from_plain(ready.get("config"))
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
-        """Every request's response, in order; the judge's process is stopped at the end (unless
-        ``keep_open``)."""
+        """Every request's response, in order; the process is stopped at the end (unless ``keep_open``)."""
         try:
             return self.ask_all(requests)
         finally:
@@ -351,23 +306,10 @@ class GeneratorProcess(HostClient):
     what = "the generator"
     doing = "while generating"
 
-    def __init__(
-        self,
-        spec: dict[str, str],
-        *,
-        settings: JudgeSettings,
-        timeout: float,
-        startup: float,
-        data_dir: str | os.PathLike[str] | None,
-    ) -> None:
+    def take_ready(self, ready: dict[str, Any]) -> None:
         from qaeval.judges.generator import GeneratorConfig
 
-        super().__init__(spec, settings=settings, timeout=timeout, startup=startup, data_dir=data_dir)
-        try:
-            self.config = GeneratorConfig.from_plain(self.ready.get("config"))
-        except UsageError:
-            self.close()
-            raise
+        self.config = GeneratorConfig.from_plain(ready.get("config"))
 
     def generate(self, requests: Sequence[Any]) -> list[Any]:
         return self.ask_all(requests)
@@ -375,15 +317,13 @@ class GeneratorProcess(HostClient):
     def request(self, chunk: Sequence[Any]) -> dict[str, Any]:
         return {"generate": [r.to_plain() for r in chunk]}
 
-    def errors(self, chunk: Sequence[Any], why: str) -> list[Any]:
+    def errors(self, chunk: Sequence[Any], why: str, given_up: bool = False) -> list[Any]:
         from qaeval.judges.generator import GenerationReply
 
-        return [GenerationReply(r.request_id, error=why) for r in chunk]
+        return [GenerationReply(r.request_id, error=why, given_up=given_up) for r in chunk]
 
     def not_asked(self, chunk: Sequence[Any], why: str) -> list[Any]:
-        from qaeval.judges.generator import GenerationReply
-
-        return [GenerationReply(r.request_id, error=why, given_up=True) for r in chunk]
+        return self.errors(chunk, why, given_up=True)
 
     def decode(self, reply: Any, chunk: Sequence[Any]) -> list[Any]:
         from qaeval.judges.generator import GenerationReply

@@ -1,32 +1,22 @@
 """Registered checks and metrics, run out of process: the harness's side, and what the host does.
 
-``--check module:function`` and ``--metric module:name`` (each repeatable), ``check=`` and ``metric=`` in
-the API (names, or the functions and ``Metric`` objects themselves, shipped with cloudpickle), and every
-entry point of the ``qaeval.checks`` and ``qaeval.metrics`` groups of the installed distributions (read
-from their metadata; nothing of theirs is imported here) are run together by one ``CustomProcess``: a
-fresh interpreter (``python -m qaeval.host.serve``, role ``custom``) started like a custom judge's (its
-own process group, a scratch folder, no data folder in its environment, no ``CAP_SYS_PTRACE``), so
-no check or metric runs, or is even imported, in the harness's process: none can patch what decides a
-verdict. The messages:
+The checks and metrics given (``--check``, ``--metric``, or the API's ``check=``/``metric=``) and every entry
+point of the ``qaeval.checks`` and ``qaeval.metrics`` groups (read from metadata, never imported here) run
+together in one ``CustomProcess`` host, started as a custom judge's is, so none runs in the harness:
 
     harness -> host   {"setup": {"role": "custom", "spec": {"checks": [spec], "metrics": [spec]}, ...}}
     host -> harness   {"ready": true, "declared": {"checks": [...], "metrics": [...]}} or {"init_error": "..."}
     harness -> host   {"score": sample}  ->  {"checks": [[passed, reason] | {"error": why}],
                                               "metrics": [[num, den] | {"error": why}]}
 
-Each case must be answered within ``timeout`` seconds (``--check-timeout``). A case whose process hangs,
-exits or breaks the protocol fails every check and metric with the reason, its process is killed, and
-the next case gets a fresh one; after ``MAX_LOST`` cases lost in a row the rest are not asked and fail
-too. A name that does not resolve, a factory that is not a check or a ``Metric``, a bad declaration
-or a name taken by a built-in one is a usage error (exit 64) before the system is called.
-With ``isolation="none"`` they run in this process (``InProcess``), for a debugger.
-"""
+Each case must be answered within ``timeout`` seconds (``--check-timeout``); a lost case fails every check
+and metric with the reason and the next case gets a fresh process; after ``MAX_LOST`` cases lost in a row
+the rest fail unasked. A name that does not resolve, something that is not a check or a ``Metric``, a bad
+declaration or a built-in name is a usage error (exit 64). ``isolation="none"``: ``InProcess``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -34,6 +24,7 @@ from typing import Any
 from qaeval.core.errors import UsageError
 from qaeval.core.settings import Settings
 from qaeval.core.text import USER_TEXT_LIMIT
+from qaeval.host.clients import HostClient, spec_of
 from qaeval.scoring.custom import (
     ATTRIBUTE,
     Outcomes,
@@ -44,10 +35,7 @@ from qaeval.scoring.custom import (
     valid_unit,
 )
 from qaeval.scoring.metrics import Metric
-from qaeval.worker.hardening import harness_guard
-from qaeval.worker.messages import MessageError
-from qaeval.worker.plugins import UserCodeFailed, contained
-from qaeval.worker.process import UserProcess
+from qaeval.worker.plugins import contained
 
 GROUPS = {"checks": "qaeval.checks", "metrics": "qaeval.metrics"}
 MAX_LOST = 3
@@ -61,8 +49,6 @@ def installed(kind: str) -> list[str]:
 
 def specs(checks: Sequence[Any], metrics: Sequence[Any]) -> dict[str, list[dict[str, str]]]:
     """The specs a host builds from: those given, then the installed entry points (each once)."""
-    from qaeval.host.clients import spec_of
-
     out: dict[str, list[dict[str, str]]] = {}
     for kind, given in (("checks", checks), ("metrics", metrics)):
         named = list(given) + [v for v in installed(kind) if v not in given]
@@ -94,19 +80,14 @@ def declared(plain: Any) -> Registered:
         raise UsageError(f"registered checks and metrics: {exc}") from None
 
 
-# --------------------------------------------------------------------------- in the host (the user's code)
-
-
 def _target(spec: Mapping[str, str], what: str) -> tuple[Any, str]:
     if "name" in spec:
         from qaeval.worker.plugins import resolve
 
         return resolve(spec["name"], what=what, want_callable=what == "check"), spec["name"]
-    import base64
+    from qaeval.worker.plugins import unpickle
 
-    import cloudpickle
-
-    target = cloudpickle.loads(base64.b64decode(spec["pickle"]))
+    target = unpickle(spec)
     return target, f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
 
 
@@ -127,18 +108,8 @@ def build(spec: Mapping[str, Any]) -> tuple[list[Any], list[Metric], dict[str, A
         if not isinstance(m, Metric) or not callable(m.unit):
             raise UsageError(f"metric {label} is a {type(m).__name__}, not a qaeval.Metric with a unit function")
         metrics.append(m)
-        plain["metrics"].append(
-            dict(
-                name=m.name,
-                higher_is_better=m.higher_is_better,
-                over=m.over,
-                meaning=m.meaning,
-                tolerance=m.tolerance,
-                drift=m.drift,
-                sha256=code_hash(m.unit),
-                source=label,
-            )
-        )
+        said = {k: getattr(m, k) for k in ("name", "higher_is_better", "over", "meaning", "tolerance", "drift")}
+        plain["metrics"].append(said | dict(sha256=code_hash(m.unit), source=label))
     return checks, metrics, plain
 
 
@@ -161,32 +132,24 @@ def score(checks: Sequence[Any], metrics: Sequence[Metric], plain: Mapping[str, 
         if sample.error is not None:
             out["checks"].append({"error": "adapter error"})  # not run: the harness says why
             continue
-        out["checks"].append(
-            _check_result(*contained(fn, sample.case, sample.output, sample.passages, what=f"check {name}"), name)
-        )
+        ran = contained(fn, sample.case, sample.output, sample.passages, what=f"check {name}")
+        out["checks"].append(_check_result(*ran, name))
     for m in metrics:
         ok, value = contained(m.unit, sample, what=f"metric {m.name}")
         unit = valid_unit(value) if ok else None
         if unit is not None:
             out["metrics"].append(list(unit))
+        elif not ok:
+            out["metrics"].append({"error": value})
         else:
-            out["metrics"].append(
-                {
-                    "error": value
-                    if not ok
-                    else f"metric {m.name} returned "
-                    f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"
-                }
-            )
+            why = f"{_shown(value)}, not (numerator, denominator) with 0 <= numerator <= denominator"
+            out["metrics"].append({"error": f"metric {m.name} returned {why}"})
     return out
 
 
 def _shown(value: Any) -> str:
     text = repr(value) if isinstance(value, (tuple, list, int, float)) else type(value).__name__
     return text[:80]
-
-
-# --------------------------------------------------------------------------- the harness's side
 
 
 class InProcess:
@@ -211,14 +174,19 @@ class InProcess:
         pass
 
 
-class CustomProcess:
-    """The registered checks and metrics in their own process, seen from the harness. ``keep_open``: set
-    while a run streams its outputs to it one at a time (``qaeval.scoring.stream``), so the process and the
-    count of cases lost in a row last from one ``score`` call to the next; otherwise each call ends with
-    the process stopped."""
+class CustomProcess(HostClient):
+    """The registered checks and metrics in their own process, seen from the harness, asked one case at a
+    time. ``keep_open``: set while a run streams its outputs to it (``qaeval.scoring.stream``), so the
+    process and the count of cases lost in a row last from one ``score`` call to the next; otherwise each
+    call ends with the process stopped."""
 
+    role = "custom"
+    what = "the check runner"
+    doing = "while checking"
+    late = "the checks and metrics did not finish within {timeout:g} s (--check-timeout)"
+    interrupted = "not asked: the run was interrupted"
+    unit, chunk, max_lost = "cases", 1, MAX_LOST
     keep_open = False
-    stopped = False  # the run was interrupted: no process is started again
 
     def __init__(
         self,
@@ -228,87 +196,36 @@ class CustomProcess:
         startup: float,
         data_dir: str | os.PathLike[str] | None,
     ) -> None:
-        from qaeval.host.clients import Launch
+        super().__init__(dict(spec), settings=None, timeout=timeout, startup=startup, data_dir=data_dir)
 
-        self.spec, self.timeout, self.startup = dict(spec), timeout, startup
-        self.launch = Launch(data_dir)
-        self.proc: UserProcess | None = None
-        self.lost_in_a_row, self.last_loss = 0, ""
-        self._guard = contextlib.ExitStack()
-        self._guard.enter_context(harness_guard())
-        try:
-            ready = self._start()
-            self.registered = declared(ready.get("declared"))
-        except UserCodeFailed as exc:
-            self.close()
-            raise UsageError(str(exc)) from None
-        except BaseException:
-            self.close()
-            raise
+    def take_ready(self, ready: dict[str, Any]) -> None:
+        self.registered = declared(ready.get("declared"))
 
     def new_trial(self) -> None:
         """Cases lost in a row are counted within one trial (one ``score`` call when not streaming)."""
         self.lost_in_a_row, self.last_loss = 0, ""
 
-    def _start(self) -> dict[str, Any]:
-        if self.stopped:
-            raise UserCodeFailed("not asked: the run was interrupted")
-        self.proc, ready = self.launch.start(
-            "custom", self.spec, None, time.monotonic() + self.startup, what="the check runner", timeout=self.startup
-        )
-        if self.stopped:  # interrupted while it started: it is not left running
-            self.close()
-            raise UserCodeFailed("not asked: the run was interrupted")
-        return ready
-
     def score(self, samples: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every case's rows, in order; the process is stopped at the end (unless ``keep_open``)."""
-        rows: list[dict[str, Any]] = []
         try:
-            for cid, plain in samples:
-                out = Outcomes(self.registered, cid)
-                if self.lost_in_a_row >= MAX_LOST:
-                    rows += out.failed(f"not asked: {self.lost_in_a_row} cases in a row were lost ({self.last_loss})")
-                    continue
-                reply, why = self._ask(plain)
-                rows += out.decode(reply, plain["error"]) if not why else out.failed(why)
-                self.lost_in_a_row, self.last_loss = (self.lost_in_a_row + 1, why) if why else (0, "")
+            return self.ask_all(samples)
         finally:
             if not self.keep_open:
                 self.close()
-        return rows
 
-    def _ask(self, plain: dict[str, Any]) -> tuple[Any, str]:
-        """(the reply, "") or (None, why the case and its process were lost)."""
-        from qaeval.host.clients import lost
+    def request(self, chunk: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        return {"score": chunk[0][1]}
 
-        deadline = time.monotonic() + self.timeout
-        try:
-            if self.proc is None:
-                self._start()
-                deadline = time.monotonic() + self.timeout  # starting has its own deadline
-            assert self.proc is not None
-            return self.proc.channel.ask({"score": plain}, deadline, what="the check runner"), ""
-        except (UserCodeFailed, UsageError) as exc:
-            return None, str(exc)
-        except MessageError as exc:
-            proc, self.proc = self.proc, None
-            if proc is None:  # closed under it (the run was interrupted)
-                return None, f"not asked: the check runner was stopped ({exc})"
-            return None, lost(
-                proc,
-                exc,
-                deadline,
-                late=f"the checks and metrics did not finish within {self.timeout:g} s (--check-timeout)",
-                doing="while checking",
-            )
+    def decode(self, reply: Any, chunk: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        cid, plain = chunk[0]
+        return Outcomes(self.registered, cid).decode(reply, plain["error"])
+
+    def errors(self, chunk: Sequence[tuple[str, dict[str, Any]]], why: str) -> list[dict[str, Any]]:
+        return Outcomes(self.registered, chunk[0][0]).failed(why)
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.stop(0.5)
-        self._guard.close()
-        self.lost_in_a_row, self.last_loss = 0, ""
+        super().close()
+        self.new_trial()
 
 
 def make_custom(s: Settings) -> CustomProcess | InProcess | None:

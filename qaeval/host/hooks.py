@@ -1,8 +1,7 @@
-"""Notify hooks, run out of process: ``HookProcess`` is called with the alarms, in a fresh process per
-call (``python -m qaeval.host.serve FD``, as a custom judge is), which must start within ``startup``
-seconds and finish within ``timeout`` seconds (``--hook-timeout``). If it raises, exits, hangs or breaks
-the protocol it raises ``UserCodeFailed`` saying so, which ``contained`` turns into a note; the alarm
-(exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
+"""Notify hooks, run out of process: ``HookProcess`` runs the hook in a fresh host process per call,
+which must start within ``startup`` seconds and finish within ``timeout`` (``--hook-timeout``). A hook that
+raises, exits, hangs or breaks the protocol raises ``UserCodeFailed``, which ``contained`` turns into a
+note; the alarm (exit 3) stands. With ``isolation="none"`` the hook runs in this process."""
 
 from __future__ import annotations
 
@@ -30,15 +29,9 @@ class HookProcess:
     saying how it failed; ``output`` holds the end of what it printed."""
 
     def __init__(
-        self,
-        spec: dict[str, str],
-        *,
-        label: str,
-        timeout: float,
-        startup: float,
-        data_dir: str | os.PathLike[str] | None,
+        self, spec: dict[str, str], *, timeout: float, startup: float, data_dir: str | os.PathLike[str] | None
     ) -> None:
-        self.spec, self.label, self.timeout, self.startup = spec, label, timeout, startup
+        self.spec, self.timeout, self.startup = spec, timeout, startup
         self.launch = Launch(data_dir)
         self.output = ""
 
@@ -50,9 +43,7 @@ class HookProcess:
             proc.stop(0.5)
 
     def _start(self) -> tuple[UserProcess, dict[str, Any]]:
-        return self.launch.start(
-            "hook", self.spec, None, time.monotonic() + self.startup, what="the notify hook", timeout=self.startup
-        )
+        return self.launch.start("hook", self.spec, None, what="the notify hook", timeout=self.startup)
 
     def __call__(self, alarms: list[dict[str, Any]]) -> None:
         with harness_guard():
@@ -66,15 +57,8 @@ class HookProcess:
                     {"notify": [_plain_alarm(a) for a in alarms]}, deadline, what="the notify hook"
                 )
             except MessageError as exc:
-                raise UserCodeFailed(
-                    lost(
-                        proc,
-                        exc,
-                        deadline,
-                        doing="before it finished",
-                        late=f"the notify hook did not finish within {self.timeout:g} s",
-                    )
-                ) from None
+                late = f"the notify hook did not finish within {self.timeout:g} s"
+                raise UserCodeFailed(lost(proc, exc, deadline, late=late, doing="before it finished")) from None
             proc.stop(0.5)
         if isinstance(reply, dict) and isinstance(reply.get("logs"), str):
             self.output = bounded_text(reply["logs"], 500).strip()
@@ -93,10 +77,7 @@ def notify_hook(
         return resolve(hook, what="notify hook") if isinstance(hook, str) else hook
     if not isinstance(hook, str) and not callable(hook):
         raise UsageError(f"notify must be a module:function name or a function, got {type(hook).__name__}")
-    label = hook if isinstance(hook, str) else getattr(hook, "__qualname__", repr(hook))
-    proc = HookProcess(
-        spec_of(hook, what="notify hook"), label=label, timeout=timeout, startup=startup, data_dir=data_dir
-    )
+    proc = HookProcess(spec_of(hook, what="notify hook"), timeout=timeout, startup=startup, data_dir=data_dir)
     try:
         proc.check()
     except UserCodeFailed as exc:

@@ -1,22 +1,19 @@
-"""The process a custom judge, a notify hook or the registered checks and metrics run in:
-``python -m qaeval.host.serve FD``.
+"""The process a custom judge, generator, notify hook or the registered checks run in:
+``python -m qaeval.host.serve FD`` (its messages: ``qaeval.host.clients``).
 
-Started by ``qaeval.host.clients`` (which describes the messages it speaks over socket FD). It gives
-up ``CAP_SYS_PTRACE`` before any user code is imported, points file descriptors 1 and 2 at a scratch
-file (nothing the user's code prints reaches the harness's terminal), builds the judge or hook, and
-answers until told to stop or until the harness goes away. Every way the user's code can fail in a
-call (raise, ``sys.exit``, return the wrong thing) is sent back as text; ``os._exit`` or a hang ends
-the call from the harness's side instead.
-"""
+It gives up ``CAP_SYS_PTRACE`` and is non-dumpable before any user code is imported, points file
+descriptors 1 and 2 at a scratch file, builds the user's object and answers until told to stop or the
+harness goes away. A raise, ``sys.exit`` or wrong return is sent back as text; ``os._exit`` or a hang is
+caught by the harness's deadline."""
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from qaeval.core.text import USER_TEXT_LIMIT
@@ -25,58 +22,43 @@ from qaeval.worker.messages import read_message, write_message
 from qaeval.worker.process import watch_parent
 
 
-def build(role: str, spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
-    """The judge or hook from its spec; UsageError (or whatever the user's code raised) if it cannot be."""
+def build(role: str, spec: dict[str, Any], settings: dict[str, Any] | None) -> Any:
+    """The judge, generator, hook or checks from its spec; UsageError (or whatever the user's code raised)
+    if it cannot be."""
     from qaeval.core.errors import UsageError
     from qaeval.host.clients import settings_from_plain
-    from qaeval.scoring.judge import judge_config_of
     from qaeval.worker.plugins import build as build_plugin
-    from qaeval.worker.plugins import resolve
+    from qaeval.worker.plugins import resolve, unpickle
 
-    what = {"judge": "judge", "generator": "generator"}.get(role, "notify hook")
-    if role == "generator":
-        return build_generator(spec, settings)
     if role == "custom":
         from qaeval.host.custom import build as build_custom
 
         return build_custom(spec)
-    if "name" in spec:
-        target: Any = spec["name"] if role == "judge" else resolve(spec["name"], what=what)
-    else:
-        import cloudpickle
-
-        target = cloudpickle.loads(base64.b64decode(spec["pickle"]))
+    target = spec["name"] if "name" in spec else unpickle(spec)
     if role == "hook":
+        target = resolve(target, what="notify hook") if "name" in spec else target
         if not callable(target):
             raise UsageError(f"the notify hook is a {type(target).__name__}, not callable")
         return target
-    if not callable(getattr(target, "judge", None)):
-        target = build_plugin(target, what="judge", settings=settings_from_plain(settings or {}, os.environ))
-    judge_config_of(target)
-    return target
+    method = "generate" if role == "generator" else "judge"
+    if not callable(getattr(target, method, None)):
+        target = build_plugin(target, what=role, settings=settings_from_plain(settings or {}, os.environ))
+    if role == "judge":
+        from qaeval.scoring.judge import judge_config_of
 
-
-def build_generator(spec: dict[str, str], settings: dict[str, Any] | None) -> Any:
-    from qaeval.core.errors import UsageError
-    from qaeval.host.clients import settings_from_plain
-    from qaeval.worker.plugins import build as build_plugin
-
-    if "name" in spec:
-        target: Any = spec["name"]
-    else:
-        import cloudpickle
-
-        target = cloudpickle.loads(base64.b64decode(spec["pickle"]))
-    if not callable(getattr(target, "generate", None)):
-        target = build_plugin(target, what="generator", settings=settings_from_plain(settings or {}, os.environ))
+        judge_config_of(target)
+        return target
     if not callable(getattr(target, "generate", None)):
         raise UsageError(f"the generator is a {type(target).__name__}, with no generate(requests) method")
     config: Any = getattr(target, "config", None)
-    plain = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
     from qaeval.judges.generator import GeneratorConfig
 
-    GeneratorConfig.from_plain(plain)  # checked here too, so a bad one is the factory's error
+    GeneratorConfig.from_plain(to_dict(config))  # checked here too, so a bad one is the factory's error
     return target
+
+
+def to_dict(config: Any) -> Any:
+    return config.to_dict() if callable(getattr(config, "to_dict", None)) else config
 
 
 def generate(obj: Any, plain_requests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,6 +123,14 @@ def score(obj: Any, sample: dict[str, Any]) -> dict[str, Any]:
     return reply if ok else {"error": reply}
 
 
+HANDLERS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "judge": judge,
+    "generate": generate,
+    "notify": notify,
+    "score": score,
+}
+
+
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
         write_message(sock, message)
@@ -167,8 +157,7 @@ def main(fd: int) -> None:
     try:
         obj = build(role, setup["spec"], setup["settings"])
         if role in ("judge", "generator"):
-            config = obj.config
-            ready["config"] = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
+            ready["config"] = to_dict(obj.config)
         elif role == "custom":
             obj, ready["declared"] = obj[:2], obj[2]
     except BaseException as exc:  # noqa: BLE001  (whatever building raises is the user's to fix)
@@ -185,16 +174,10 @@ def main(fd: int) -> None:
             message = read_message(sock)
         except (EOFError, OSError):
             break
-        if "judge" in message:
-            reply = judge(obj, message["judge"])
-        elif "generate" in message:
-            reply = generate(obj, message["generate"])
-        elif "notify" in message:
-            reply = notify(obj, message["notify"])
-        elif "score" in message:
-            reply = score(obj, message["score"])
-        else:
+        kind = next((k for k in HANDLERS if k in message), None)
+        if kind is None:
             break
+        reply = HANDLERS[kind](obj, message[kind])
         reply["logs"] = capture.take()
         reply["answers"] = message.get("n")  # which request this answers (Channel.ask)
         try:

@@ -1,21 +1,9 @@
-"""An on-disk verdict cache (SQLite), keyed by everything that can change a verdict, and authenticated.
-
-The key is a sha256 over the endpoint (base URL without credentials), model, temperature, seed, rubric
-version, response format and the full prompt. The API key is never part of a key or a row. Only replies
-that parsed are stored: errors are never cached, so a rerun retries them. A cache file that SQLite cannot
-read (a crash mid-write, a disk error, a file that is not a database) is moved aside as
-``*.corrupt-<time>`` and a fresh cache is started, with a warning; a cached reply that no longer parses
-is forgotten and asked again.
-
-Every row carries an HMAC-SHA256, under a secret key kept outside the cache folder, over its key, reply
-and token counts. A row whose HMAC is missing or wrong (edited by hand or by an adapter, or written by
-a qaeval that did not sign rows) is a miss: the judge is asked again and the row rewritten. The secret
-is 32 random bytes in a file only its owner may read, made on first use: ``$QAEVAL_CACHE_KEY`` if set,
-else ``$XDG_STATE_HOME/qaeval/cache-key`` (``~/.local/state/qaeval/cache-key``; on Windows under
-``%LOCALAPPDATA%``). Code running as the same user can read that file, and so forge rows; what the key
-stops is a cache folder edited by anything that cannot (a process confined to the working directory, a
-cache folder copied from elsewhere, a hand edit).
-"""
+"""An on-disk verdict cache (SQLite), keyed by everything that can change a verdict (never the API key),
+holding only replies that parsed. A file SQLite cannot read is moved aside as ``*.corrupt-<time>`` and a
+fresh cache started, with a warning. Every row carries an HMAC-SHA256 over its key, reply and token counts
+under a secret kept outside the cache folder (``key_path``: ``$QAEVAL_CACHE_KEY``, else the user's state
+folder; made on first use, readable by its owner only); a row whose HMAC is missing or wrong is a miss,
+asked again and rewritten. Code running as the same user can read the secret, and so forge rows."""
 
 from __future__ import annotations
 

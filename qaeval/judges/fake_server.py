@@ -1,25 +1,19 @@
-"""A local OpenAI-compatible chat-completions server that grades deterministically.
+"""A local OpenAI-compatible chat-completions server that grades deterministically, for tests,
+benchmarks and trying ``qaeval.judges.openai`` without a model: it binds 127.0.0.1 only, answers ``POST
+/v1/chat/completions`` with a rubric-shaped verdict whose quotes are copied from the prompt, and can add
+latency and inject failures (``FakeJudgeServer``'s parameters).
 
-For tests, benchmarks and trying ``qaeval.judges.openai`` without a model: it binds 127.0.0.1 only,
-answers ``POST /v1/chat/completions`` with a rubric-shaped JSON verdict whose quotes are copied from the
-prompt (so they validate), and can add latency and inject failures.
-
-It also answers qaeval's generation prompt (``qaeval.judges.generator``: a user message that starts
-with ``REQUEST:``) deterministically, from the passages it was sent: a single-passage question whose
-answer is a span of the first passage, a two-passage one, or a must-abstain question made of invented
-words. That is plumbing for tests and benchmarks, not question quality. ``generation_faults`` maps a
-fault to ``k``: every k-th request it can apply to gets it, counted per fault (``answerable`` applies to
-must-abstain requests, ``not_in_passage`` and ``copies`` to the others, the rest to every request), so
-which requests get a fault does not depend on the order they arrive in more than that count does: ``malformed`` (not JSON), ``wrong_request``
-(another request's id), ``not_in_passage`` (an answer the passage does not hold), ``copies`` (a question
-that copies the passage), ``duplicate`` (the same question as the last one), ``answerable`` (a
-must-abstain question the corpus does answer), ``hang`` (no reply for ``hang_seconds``).
+It also answers the generation prompt (a user message starting ``REQUEST:``) from the passages it was
+sent. ``generation_faults`` maps a fault to ``k``: every k-th request it applies to gets it, counted per
+fault (``answerable`` applies to must-abstain requests, ``not_in_passage`` and ``copies`` to the others,
+the rest to all): ``malformed`` (not JSON), ``wrong_request`` (another request's id), ``not_in_passage``,
+``copies`` (a question copied from the passage), ``duplicate`` (the last question again), ``answerable``
+(a must-abstain question the corpus answers), ``hang`` (no reply for ``hang_seconds``).
 
     with FakeJudgeServer(latency=0.05, fail_every=5) as server:
         qaeval.run("golden", judge="qaeval.judges.openai:make_judge", judge_base_url=server.url)
 
-``python -m qaeval.judges.fake_server --port 8765`` serves until interrupted.
-"""
+``python -m qaeval.judges.fake_server --port 8765`` serves until interrupted."""
 
 from __future__ import annotations
 
@@ -154,11 +148,8 @@ class FakeJudgeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.failures_sent = 0
-        self._count = 0
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -169,8 +160,7 @@ class FakeJudgeServer:
         return len(self.requests)
 
     def __enter__(self) -> FakeJudgeServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -206,9 +196,8 @@ class FakeJudgeServer:
     def _admit(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> int:
         """Record one request as it arrives (counted, kept, in flight); its number, from 1."""
         with self._lock:
-            self._count += 1
-            number = self._count
             self.requests.append(body)
+            number = len(self.requests)
             self.headers.append({k.lower(): v for k, v in headers})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -238,7 +227,7 @@ class FakeJudgeServer:
         if user.startswith("REQUEST: "):
             content = self._generation(user)
             if content is None:
-                return None
+                return None  # it hung
         else:
             content = "I think it is fine." if self.garbage else json.dumps(grade(user))
         if self.reply is not None:
@@ -249,22 +238,16 @@ class FakeJudgeServer:
 
     def _completion(self, number: int, body: dict[str, Any], user: str, content: str) -> dict[str, Any]:
         """A chat.completion payload carrying ``content`` (with null ``choices`` when ``no_choices``)."""
-        choices = (
-            None
-            if self.no_choices
-            else [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]
-        )
+        message = {"role": "assistant", "content": content}
+        choices = None if self.no_choices else [{"index": 0, "finish_reason": "stop", "message": message}]
+        asked, said = len(user.split()), len(content.split())
         return {
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": choices,
-            "usage": {
-                "prompt_tokens": len(user.split()),
-                "completion_tokens": len(content.split()),
-                "total_tokens": len(user.split()) + len(content.split()),
-            },
+            "usage": {"prompt_tokens": asked, "completion_tokens": said, "total_tokens": asked + said},
         }
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -1,41 +1,27 @@
-"""The generator: what it is asked, how, and reading what it answers.
-
-A generator is any object with a ``config`` (a ``GeneratorConfig``) and ``generate(requests)``, taking
-``GenerationRequest`` objects and returning one ``GenerationReply`` per request. qaeval ships one,
-``qaeval.judges.generator:make_generator``: an OpenAI-compatible chat-completions model behind the
-official ``openai`` SDK (the ``openai`` extra), set up exactly like the HTTP judge (the same
-``--judge-*`` settings and environment variables, ``QAEVAL_GENERATOR_MODEL`` naming the model when it
-differs from the judge's, the same retries with backoff, the same whole-call deadline) and caching its
-replies in the judge's signed cache (``qaeval.judges.cache``) under keys of their own. Any other
-generator is the user's code and runs in its own process, as a custom judge does
+"""The built-in case generator ``qaeval propose --from-corpus`` asks for candidate cases: one
+chat-completions call per request on the ``openai`` SDK, set up, retried, deadlined and cached (in the
+judge's signed cache, under keys of its own) as the HTTP judge is; ``QAEVAL_GENERATOR_MODEL`` names its
+model when it differs from the judge's. Any other generator is user code, run in its own process
 (``qaeval.host.clients.GeneratorProcess``).
 
-The prompt is versioned beside the judge's rubric, in ``qaeval/rubric/generate-v1/`` (``system.txt``,
-``user.txt``); its version is part of every cache key. A request asks for one of three kinds:
-
-==========  ===========================================================================================
-``single``  a question that one passage answers by itself, its answer copied from it
-``multi``   a question that needs both of two passages (a fact from each)
-``abstain`` a question on the passages' topic that none of them answers (answer null)
-==========  ===========================================================================================
-
-The reply is one JSON object ``{"request", "question", "answer", "source_ids"}``; ``parse_reply``
-reads it strictly: a reply that is not that object, or that names another request, costs its
-candidate and nothing else.
-"""
+The prompt lives in ``qaeval/rubric/generate-v1/``; its version is part of every cache key. A request asks
+for a ``single``-passage question, a ``multi``-passage one, or an ``abstain`` one (no passage answers it).
+The reply is one JSON object ``{"request", "question", "answer", "source_ids"}``, read strictly by
+``parse_reply``: a reply that is not that object, or names another request, costs its candidate only."""
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from qaeval.core.errors import UsageError, install_extra
+from qaeval.core.errors import UsageError
 from qaeval.core.jsonfile import loads_strict
 from qaeval.core.text import one_line
 from qaeval.data.schema import Source
+from qaeval.judges.cache import VerdictCache
+from qaeval.judges.openai import ChatClient, chat_key
 from qaeval.scoring.judge import JudgeConfig, JudgeSettings
 from qaeval.scoring.rubric import Rubric
 
@@ -185,60 +171,28 @@ def parse_reply(reply: GenerationReply, request: GenerationRequest) -> tuple[Gen
     ), ""
 
 
-class OpenAIGenerator:
+class OpenAIGenerator(ChatClient):
     """The built-in generator: one chat-completions call per request, a thread-safe client, replies cached."""
 
     thread_safe = True  # generate() may be called from several threads at once
 
     def __init__(self, settings: JudgeSettings, model: str) -> None:
-        try:
-            import openai
-        except ImportError:
-            raise UsageError(f"the OpenAI generator needs the openai package: {install_extra('openai')}") from None
+        endpoint = self._connect(
+            "generator", settings.base_url, settings.api_key, settings.max_retries, settings.timeout
+        )
         if not model:
             raise UsageError(
                 "no generator model: set QAEVAL_GENERATOR_MODEL (or QAEVAL_JUDGE_MODEL) or pass --generator-model"
             )
-        from qaeval.judges.cache import VerdictCache
-        from qaeval.judges.openai import public_url
-
-        self._openai = openai
-        self._client = openai.OpenAI(
-            base_url=settings.base_url,
-            api_key=settings.api_key or "unused-by-local-servers",
-            max_retries=settings.max_retries,
-            timeout=settings.timeout,
-        )
         self.config = GeneratorConfig(
-            name="openai",
-            model=model,
-            temperature=settings.temperature,
-            seed=settings.seed,
-            base_url=public_url(str(self._client.base_url)),
+            name="openai", model=model, temperature=settings.temperature, seed=settings.seed, base_url=endpoint
         )
         self.concurrency = settings.concurrency
-        self.timeout = settings.timeout  # the whole call's deadline, retries included
         self.cache = VerdictCache.open(settings.cache_dir) if settings.cache else None
-        self._structured = True
-        self._lock = threading.Lock()
-        self.calls_made = 0
 
     def _key(self, request: GenerationRequest) -> str:
-        from qaeval.judges.cache import cache_key
-
-        c = self.config
-        return cache_key(
-            dict(
-                task="generate",
-                base_url=c.base_url,
-                model=c.model,
-                temperature=c.temperature,
-                seed=c.seed,
-                prompt=c.prompt_version,
-                messages=list(request.messages),
-                schema=SCHEMA,
-            )
-        )
+        prompt = self.config.prompt_version
+        return chat_key(self.config, request.messages, task="generate", prompt=prompt, schema=SCHEMA)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationReply]:
         return [self._one(r) for r in requests]
@@ -252,22 +206,11 @@ class OpenAIGenerator:
                 return reply
             assert self.cache is not None
             self.cache.forget(key)
-        from qaeval.core.deadline import DeadlineExceeded, within
-        from qaeval.judges.openai import create_completion, deadline_message
-
+        completion, failed = self._complete("generator", request.messages, RESPONSE_FORMAT)
+        if failed:
+            return GenerationReply(request.request_id, error=failed)
         try:
-            completion = within(
-                self.timeout,
-                lambda: create_completion(self, request.messages, RESPONSE_FORMAT),
-                name="qaeval-generator-call",
-            )
             text = completion.choices[0].message.content or ""
-        except self._openai.APIStatusError as exc:
-            return GenerationReply(request.request_id, error=f"HTTP {exc.status_code} from the generator after retries")
-        except (self._openai.APITimeoutError, DeadlineExceeded):
-            return GenerationReply(request.request_id, error=deadline_message("generator", self.timeout))
-        except self._openai.OpenAIError as exc:
-            return GenerationReply(request.request_id, error=f"generator call failed: {type(exc).__name__}")
         except (IndexError, AttributeError, TypeError):
             return GenerationReply(request.request_id, error="a completion without a message")
         reply = GenerationReply(request.request_id, text)

@@ -80,66 +80,33 @@ class OfflineJudge:
         return [self.judge_one(r) for r in requests]
 
     def judge_one(self, req: JudgeRequest) -> JudgeResponse:
-        answer_terms = term_set(req.answer)
-        evidence = req.evidence
+        answer_terms, evidence = term_set(req.answer), req.evidence
         support = _share(answer_terms, distinct_terms(evidence))
         f_score = 2 if support >= FULL else 1 if support >= PARTIAL else 0
         f_quote = _best_sentence(evidence, answer_terms) if f_score else ""
-        verdicts = [
-            AxisVerdict(
-                "faithfulness",
-                f_score,
-                f_quote,
-                f"{support:.0%} of the answer's content words are in the cited sources",
-            )
-        ]
+        f_why = f"{support:.0%} of the answer's content words are in the cited sources"
+        verdicts = [AxisVerdict("faithfulness", f_score, f_quote, f_why)]
         gold = req.gold_answer or ""
-        f1 = token_f1(req.answer, gold)
-        gold_tokens = tokens(gold)
-        contained = contains_gold(req.answer, gold)
+        f1, gold_tokens, contained = token_f1(req.answer, gold), tokens(gold), contains_gold(req.answer, gold)
         all_in = bool(gold_tokens) and set(gold_tokens) <= set(tokens(req.answer))
         a_score = 2 if contained or f1 >= F1_FULL else 1 if all_in else 0
         a_quote = _best_sentence(req.answer, term_set(gold) | set(gold_tokens)) if a_score else ""
-        verdicts.append(
-            AxisVerdict(
-                "answer_correctness",
-                a_score,
-                a_quote,
-                f"token F1 {f1:.2f} with the gold answer"
-                + (
-                    "; the answer contains the gold answer"
-                    if contained
-                    else "; every gold token present, not as one phrase"
-                    if all_in
-                    else ""
-                ),
-            )
-        )
+        how = "; the answer contains the gold answer" if contained else ""
+        how = how or ("; every gold token present, not as one phrase" if all_in else "")
+        a_why = f"token F1 {f1:.2f} with the gold answer{how}"
+        verdicts.append(AxisVerdict("answer_correctness", a_score, a_quote, a_why))
         for c in req.citations:
             claim = term_set(c.claim)
-            cited = _share(claim, distinct_terms(c.text))
-            decoy = _share(claim, distinct_terms(c.decoy_text))
-            if cited >= FULL and cited > decoy:
-                score = 2
-            elif cited >= PARTIAL:
-                score = 1
-            else:
-                score = 0
+            cited, decoy = _share(claim, distinct_terms(c.text)), _share(claim, distinct_terms(c.decoy_text))
+            score = 2 if cited >= FULL and cited > decoy else 1 if cited >= PARTIAL else 0
             quote = _best_sentence(c.text, claim) if score else ""
-            verdicts.append(
-                AxisVerdict(
-                    CITATION_CORRECTNESS,
-                    score,
-                    quote,
-                    f"claim overlap {cited:.0%} with the cited source, "
-                    + (
-                        f"{decoy:.0%} with decoy {c.decoy_id}"
-                        if c.decoy_id is not None
-                        else "no other passage to weigh it against"
-                    ),
-                    target=c.source_id,
-                )
+            against = (
+                f"{decoy:.0%} with decoy {c.decoy_id}"
+                if c.decoy_id is not None
+                else "no other passage to weigh it against"
             )
+            why = f"claim overlap {cited:.0%} with the cited source, {against}"
+            verdicts.append(AxisVerdict(CITATION_CORRECTNESS, score, quote, why, target=c.source_id))
         return JudgeResponse(req.case_id, verdicts, prompt_tokens=0, completion_tokens=0)
 
 

@@ -1,38 +1,17 @@
 """A judge behind any OpenAI-compatible chat-completions endpoint (OpenAI, Azure OpenAI, vLLM, Ollama,
-llama.cpp's server, a LiteLLM proxy), built on the official ``openai`` SDK: the ``openai`` extra.
+llama.cpp's server, a LiteLLM proxy), on the official ``openai`` SDK (the ``openai`` extra). ``make_judge``
+takes a ``JudgeSettings`` (its fields name the environment variables; without one it reads them).
 
-``make_judge(settings)`` takes a ``JudgeSettings``: the CLI builds it from its ``--judge-*`` flags over
-the environment, the API and notebooks from their ``judge_*`` parameters; called with no settings it
-reads the environment itself (``JudgeSettings.from_env``):
-
-===========================  =========================================================  ==========
-OPENAI_BASE_URL              the endpoint, e.g. ``http://localhost:11434/v1``             OpenAI's
-OPENAI_API_KEY               the key (a local server without auth needs none)            required for OpenAI
-QAEVAL_JUDGE_MODEL           the model id (``--judge-model``)                             required
-QAEVAL_JUDGE_TEMPERATURE     sampling temperature                                        0
-QAEVAL_JUDGE_SEED            seed sent with every call                                   0
-QAEVAL_JUDGE_CONCURRENCY     calls in flight at once (``--judge-concurrency``)            8
-QAEVAL_JUDGE_MAX_RETRIES     retries on 408/409/429/5xx and dropped connections          4
-QAEVAL_JUDGE_TIMEOUT         seconds a call may take in all, retries included            60
-QAEVAL_JUDGE_CACHE           ``off`` bypasses the verdict cache (``--no-judge-cache``)    on
-QAEVAL_CACHE_DIR             where the SQLite verdict cache lives                        .qaeval-cache
-===========================  =========================================================  ==========
-
-Cost: one call per answered case, grading all three axes at once (abstained and failed cases cost
-nothing; a rerun with nothing changed costs nothing, from the cache). Retries use the SDK's exponential
-backoff with jitter and honour ``Retry-After``, within the call's deadline: ``QAEVAL_JUDGE_TIMEOUT`` is
-the whole call's (``qaeval.core.deadline``), not a per-read timeout, so a server that drips its reply
-a byte at a time costs that case a judge error at the deadline, not the run. Structured output is requested with a JSON schema; a
-server that rejects ``response_format`` is asked again without it and its reply parsed tolerantly.
-A call that never succeeds, or a reply that never parses (truncated JSON, ``{}``, ``choices: null``),
-is a judge error for that case: recorded, never cached, and never a pass. A cached reply that no longer
-parses is a miss, not an error that sticks, and so is a cached reply whose signature does not check
-(``qaeval.judges.cache``): the cache cannot be edited into a verdict. A reply with text that is not
-valid Unicode (an unpaired surrogate) does not parse.
-"""
+One call per answered case grades all three axes. Retries are the SDK's, within the call's whole
+deadline (``QAEVAL_JUDGE_TIMEOUT``, ``qaeval.core.deadline``), so a server that drips its reply costs
+that case a judge error, not the run. Structured output is asked for; a server that rejects
+``response_format`` is asked again without it and its reply parsed tolerantly. A call that never
+succeeds or a reply that never parses is a judge error for its case, never cached, never a pass; a
+cached reply that no longer parses, or whose signature does not check (``qaeval.judges.cache``), is a miss."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Sequence
@@ -65,7 +44,53 @@ def public_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-class OpenAIJudge:
+class ChatClient:
+    """What the HTTP judge and the built-in generator share: the SDK's client, the whole-call deadline
+    (``timeout``), the calls made and whether the server takes structured output."""
+
+    def _connect(
+        self, what: str, base_url: str | None, api_key: str | None, max_retries: int, timeout: float
+    ) -> str | None:
+        """Make the client; its endpoint without credentials."""
+        try:
+            import openai
+        except ImportError:
+            raise UsageError(f"the OpenAI {what} needs the openai package: {install_extra('openai')}") from None
+        self._openai: Any = openai
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "unused-by-local-servers", max_retries=max_retries, timeout=timeout
+        )
+        self.timeout = timeout  # the whole call's deadline, retries included
+        self._structured = True
+        self._lock = threading.Lock()
+        self.calls_made = 0
+        return public_url(str(self._client.base_url))
+
+    def _complete(self, what: str, messages: Sequence[Any], response_format: dict[str, Any]) -> tuple[Any, str]:
+        """(the completion, "") or (None, why the call failed), within the whole-call deadline."""
+        openai = self._openai
+        try:
+            call = functools.partial(create_completion, self, messages, response_format)
+            return within(self.timeout, call, name=f"qaeval-{what}-call"), ""
+        except openai.APIStatusError as exc:
+            return None, f"HTTP {exc.status_code} from the {what} after retries"
+        except (openai.APITimeoutError, DeadlineExceeded):
+            return None, deadline_message(what, self.timeout)
+        except openai.APIConnectionError as exc:
+            if what == "judge":  # the generator says so as it says any other failure
+                return None, f"cannot reach the judge: {type(exc).__name__}"
+            return None, f"{what} call failed: {type(exc).__name__}"
+        except openai.OpenAIError as exc:
+            return None, f"{what} call failed: {type(exc).__name__}"
+
+
+def chat_key(config: JudgeConfig, messages: Sequence[Any], **extra: Any) -> str:
+    """The cache key of one call: endpoint, model, temperature, seed, the prompt, and ``extra``."""
+    said = dict(base_url=config.base_url, model=config.model, temperature=config.temperature, seed=config.seed)
+    return cache_key(dict(said, messages=list(messages), **extra))
+
+
+class OpenAIJudge(ChatClient):
     """A ``JudgeClient`` over chat completions with bounded concurrency, retries and a verdict cache."""
 
     thread_safe = True  # judge() may be called from several threads at once (qaeval.scoring.stream)
@@ -85,49 +110,25 @@ class OpenAIJudge:
         rubric_version: str = RUBRIC_VERSION,
         show_progress: bool | None = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError:
-            raise UsageError(f"the OpenAI judge needs the openai package: {install_extra('openai')}") from None
+        endpoint = self._connect("judge", base_url, api_key, max_retries, timeout)
         if not model:
             raise UsageError("no judge model: set QAEVAL_JUDGE_MODEL or pass --judge-model")
         if concurrency < 1:
             raise UsageError("judge concurrency must be at least 1")
-        self._openai = openai
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or "unused-by-local-servers", max_retries=max_retries, timeout=timeout
-        )
         self.config = JudgeConfig(
             name="openai",
             model=model,
             temperature=temperature,
             seed=seed,
             prompt_version=rubric_version,
-            base_url=public_url(str(self._client.base_url)),
+            base_url=endpoint,
         )
-        self.concurrency = concurrency
-        self.timeout = timeout  # the whole call's deadline, retries included
-        self.cache = cache
-        self.show_progress = show_progress
-        self._structured = True
-        self._lock = threading.Lock()
-        self.calls_made = 0
+        self.concurrency, self.cache, self.show_progress = concurrency, cache, show_progress
         self.defer_warnings = False  # a run judging as outputs arrive reports rejected cache rows once, at its end
         self._rejected_reported = cache.rejected if cache is not None else 0
 
     def _key(self, req: JudgeRequest) -> str:
-        c = self.config
-        return cache_key(
-            dict(
-                base_url=c.base_url,
-                model=c.model,
-                temperature=c.temperature,
-                seed=c.seed,
-                rubric=c.prompt_version,
-                messages=list(req.messages),
-                schema=VERDICT_SCHEMA,
-            )
-        )
+        return chat_key(self.config, req.messages, rubric=self.config.prompt_version, schema=VERDICT_SCHEMA)
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         results: list[JudgeResponse | None] = [None] * len(requests)
@@ -171,20 +172,10 @@ class OpenAIJudge:
                 stacklevel=2,
             )
 
-    def _create(self, req: JudgeRequest) -> Any:
-        return create_completion(self, req.messages, RESPONSE_FORMAT)
-
     def _call(self, req: JudgeRequest) -> JudgeResponse:
-        try:
-            completion = within(self.timeout, lambda: self._create(req), name="qaeval-judge-call")
-        except self._openai.APIStatusError as exc:
-            return JudgeResponse(req.case_id, error=f"HTTP {exc.status_code} from the judge after retries")
-        except (self._openai.APITimeoutError, DeadlineExceeded):
-            return JudgeResponse(req.case_id, error=deadline_message("judge", self.timeout))
-        except self._openai.APIConnectionError as exc:
-            return JudgeResponse(req.case_id, error=f"cannot reach the judge: {type(exc).__name__}")
-        except self._openai.OpenAIError as exc:
-            return JudgeResponse(req.case_id, error=f"judge call failed: {type(exc).__name__}")
+        completion, failed = self._complete("judge", req.messages, RESPONSE_FORMAT)
+        if failed:
+            return JudgeResponse(req.case_id, error=failed)
         usage = getattr(completion, "usage", None)
         pt = getattr(usage, "prompt_tokens", None)
         ct = getattr(usage, "completion_tokens", None)

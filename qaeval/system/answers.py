@@ -1,14 +1,9 @@
 """Answers a user already has, as the outputs frame a run collects: what ``qaeval.score`` scores.
 
-The answers come as ``{case_id: SUTOutput or dict}``, a list of dicts, or a DataFrame, each row keyed by
-``case_id`` (and, for several trials, ``trial``: 0, 1, ...), with ``SUTOutput``'s field names as columns
-(``answer``, ``citations``, ``retrieved_ids``, ``passages``, ``abstained``, ``model_was_called``,
-``prompt_to_model``, ``computed_aggregate``); a field left out, None or NaN takes ``SUTOutput``'s default.
-A citation is a ``Citation`` or ``{"source_id": ..., "claim": ...}``; a passage a ``Passage`` or ``{"id": ...,
-"text": ..., "title": ...}``. Each answer goes through the very check an adapter's output goes through at
-the process boundary (``validate.validate_plain``), so what a run refuses is refused here, and every bad
-row is named by its place, all at once.
-"""
+``{case_id: SUTOutput or dict}``, a list of dicts or a DataFrame, each row keyed by ``case_id`` (and
+``trial``: 0, 1, ...) with ``SUTOutput``'s field names (a field left out, None or NaN takes its default;
+citations and passages as objects or dicts). Each answer goes through the check an adapter's output goes
+through (``validate.validate_plain``); every bad row is named by its place, all at once."""
 
 from __future__ import annotations
 

@@ -1,29 +1,25 @@
-"""What every way of calling an adapter shares: naming it, starting a worker process under the run's
-limits (``RunSettings``: ``timeout``, ``startup_timeout``, ``max_reply_mb``), and reading a reply
-(untrusted plain data) into an outputs row.
-"""
+"""What every way of calling an adapter shares: naming it, starting a worker under the run's limits
+(``RunSettings``), and reading a reply (untrusted plain data) into an outputs row."""
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qaeval.core.errors import UsageError, describe
+from qaeval.core.errors import UsageError
 from qaeval.core.settings import RunSettings
 from qaeval.core.text import USER_TEXT_LIMIT
 from qaeval.system.contract import output_row
 from qaeval.system.validate import validate_plain
 from qaeval.worker.messages import MessageError
+from qaeval.worker.plugins import pickled
 from qaeval.worker.process import UserProcess, child_launch
 from qaeval.worker.serve import build_adapter, call_factory, is_adapter_object, is_factory
 
 if TYPE_CHECKING:
     from qaeval.data.corpus import Corpus
-
-# --------------------------------------------------------------------------- naming the adapter
 
 
 @dataclass(frozen=True)
@@ -54,20 +50,11 @@ def adapter_spec(adapter: Any, *, ship: bool, corpus: Corpus | None = None) -> A
             f"adapter must be a module:factory name, a zero-argument factory or an object with "
             f"answer(case); got {type(adapter).__name__}"
         )
-    wire: dict[str, str] = {}
-    if ship:
-        import cloudpickle
-
-        try:
-            blob = cloudpickle.dumps(adapter)
-        except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
-            raise UsageError(
-                f"the adapter cannot be shipped to worker processes ({describe(exc)}); build it in "
-                "the worker from a module:factory name or a zero-argument factory, or pass "
-                "isolation='none' to run it in this process"
-            ) from None
-        wire = {"pickle": base64.b64encode(blob).decode()}
-    return AdapterSpec(label, wire, build_here, corpus)
+    cannot = (
+        "the adapter cannot be shipped to worker processes ({}); build it in the worker from a "
+        "module:factory name or a zero-argument factory, or pass isolation='none' to run it in this process"
+    )
+    return AdapterSpec(label, pickled(adapter, cannot=cannot) if ship else {}, build_here, corpus)
 
 
 def adapter_label(adapter: Any) -> str:
@@ -85,9 +72,6 @@ def build_adapter_from(factory: Callable[..., Any], corpus: Corpus | None = None
     if not is_adapter_object(adapter):
         raise UsageError(f"the adapter factory returned {type(adapter).__name__}, which has no answer(case) method")
     return adapter
-
-
-# --------------------------------------------------------------------------- results
 
 
 Done = Callable[[int, dict[str, Any]], None]
@@ -116,9 +100,6 @@ def reply_row(case_id: str, reply: Any, latency: float, log_limit: int = USER_TE
     if problems:
         return output_row(case_id, None, "malformed output: " + "; ".join(problems)[:USER_TEXT_LIMIT], latency, logs)
     return output_row(case_id, fields, None, latency, logs)
-
-
-# --------------------------------------------------------------------------- workers
 
 
 def worker_env(data_dir: str | None) -> tuple[dict[str, str], list[str]]:

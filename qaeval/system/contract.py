@@ -1,19 +1,13 @@
 """The contract between the harness and the system under test (SUT).
 
-The SUT sees a ``CaseView`` and nothing else: an opaque id, the question and the case's sources. The
-gold answer, gold sources, expected behaviour, difficulty, split, adversarial tag, checkpoints and even
-the readable case id (a label too: ``abstain-0006`` says what is expected) stay in the harness's
-process. The opaque id is a random token drawn per run; the mapping back lives in the harness.
-
-The SUT answers with a ``SUTOutput``. What comes back is checked before anything scores it
-(``output_row``): wrong types, a source id retrieved or a citation given twice, an abstention that
-still carries an answer or a citation, a number that is not finite, passages that are not
-``Passage`` objects or name an id twice, ``retrieved_ids`` that disagree with ``passages`` are
-*malformed output*, a failed case with the reason, never a crash and never a score.
-"""
+The SUT sees a ``CaseView`` and nothing else: a random opaque id drawn per run, the question and the
+case's sources; every label, the readable case id included, stays in the harness. It answers with a
+``SUTOutput``, checked before anything scores it (``output_row``, ``qaeval.system.validate``): an output
+that breaks a rule is *malformed output*, a failed case with the reason, never a crash or a score."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -25,6 +19,7 @@ from qaeval.data.cases import GoldenCase, Source
 from qaeval.data.corpus import MAX_PASSAGE_CHARS, Passage
 
 
+@dataclass(unsafe_hash=True, slots=True)
 class Citation:
     """One citation: the source the SUT points at and the part of its answer that source supports.
 
@@ -37,23 +32,8 @@ class Citation:
             grounding checks weigh it against the passage's text.
     """
 
-    __slots__ = ("source_id", "claim")
-
-    def __init__(self, source_id: str, claim: str = "") -> None:
-        self.source_id = source_id
-        self.claim = claim
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Citation) and (self.source_id, self.claim) == (other.source_id, other.claim)
-
-    def __hash__(self) -> int:
-        return hash((self.source_id, self.claim))
-
-    def __repr__(self) -> str:
-        return f"Citation(source_id={self.source_id!r}, claim={self.claim!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Citation, (self.source_id, self.claim))
+    source_id: str
+    claim: str = ""
 
 
 @dataclass
@@ -88,6 +68,9 @@ class SUTOutput:
     computed_aggregate: float | int | str | None = None
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(SUTOutput))
+
+
 class CaseView:
     """What the SUT may see of a case: ``id`` (opaque), ``question`` and ``sources``.
 
@@ -116,17 +99,14 @@ class CaseView:
 
     @property
     def id(self) -> str:
-        """An opaque token, stable within one run, unrelated to the readable case id."""
         return self._id
 
     @property
     def question(self) -> str:
-        """The question to answer."""
         return self._question
 
     @property
     def sources(self) -> tuple[Source, ...]:
-        """The frozen retrieval fixture: sources with ``id``, ``text`` and optional ``title``."""
         return self._sources
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -142,11 +122,7 @@ class CaseView:
         return f"CaseView(id={self._id!r}, question={self._question!r}, sources=<{len(self._sources)} sources>)"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CaseView) and (self._id, self._question, self._sources) == (
-            other._id,
-            other._question,
-            other._sources,
-        )
+        return isinstance(other, CaseView) and self.__reduce__() == other.__reduce__()
 
     def __hash__(self) -> int:
         return hash((self._id, self._question))
@@ -196,8 +172,6 @@ class SystemAdapter(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------- what comes back
-
 MAX_TEXT = MAX_PASSAGE_CHARS  # characters in one answer, claim, prompt or passage before the output is refused
 MAX_PASSAGES = 1000  # passages in one output
 
@@ -233,19 +207,7 @@ def output_to_plain(output: Any) -> dict[str, Any]:
             return {"__type__": type(value).__name__, "items": [plain(v) for v in value]}
         return {"__type__": type(value).__name__}
 
-    return {
-        name: plain(getattr(output, name, None))
-        for name in (
-            "answer",
-            "citations",
-            "retrieved_ids",
-            "passages",
-            "abstained",
-            "model_was_called",
-            "prompt_to_model",
-            "computed_aggregate",
-        )
-    }
+    return {name: plain(getattr(output, name, None)) for name in _FIELDS}
 
 
 _FINGERPRINT = json.JSONEncoder(sort_keys=True, ensure_ascii=False)  # json.dumps with these makes one a call
@@ -253,8 +215,7 @@ _FINGERPRINT = json.JSONEncoder(sort_keys=True, ensure_ascii=False)  # json.dump
 
 def output_fingerprint(answer: str, citations: list[dict[str, str]], abstained: bool, error: str | None) -> str:
     """A short hash of what a person judging this output reads: answer, citations, abstention, error.
-    (Its canonical form predates the name ``source_id`` and keeps the older key, so labels written
-    against earlier runs stay valid.)"""
+    (Its canonical form keeps the older key ``snippet_id``, so labels written against earlier runs stay valid.)"""
     legacy = [{"snippet_id": c["source_id"], "claim": c["claim"]} for c in citations]
     canon = _FINGERPRINT.encode([answer, legacy, abstained, error])
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
@@ -282,16 +243,7 @@ def output_row(
 ) -> dict[str, Any]:
     """One row of the outputs frame: a well-formed output, or a failed case with its reason."""
     if fields is None or error is not None:
-        fields = dict(
-            answer="",
-            citations=[],
-            retrieved_ids=[],
-            passages=[],
-            abstained=False,
-            model_was_called=False,
-            prompt_to_model=None,
-            computed_aggregate=None,
-        )
+        fields = vars(SUTOutput())  # every field's default, fresh
         error = error or "no output"
     row = dict(case_id=case_id, **fields, error=error, latency_s=float(latency), logs=logs)
     row["output_fingerprint"] = output_fingerprint(row["answer"], row["citations"], row["abstained"], error)

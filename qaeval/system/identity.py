@@ -1,22 +1,11 @@
-"""What an adapter runs, known without running it: the code a resumed run compares with its journal's.
+"""What an adapter runs, known without running it: ``adapter_code(adapter)`` gives ``(files, weaker)``,
+each source file of the adapter's module with a short sha256, and why that identity is weaker than the
+code the system runs (None: it is not). A resumed run compares it with its journal's.
 
-``adapter_code(adapter)`` gives ``(files, weaker)``: ``files`` maps each source file the adapter's
-module is made of to a short sha256 of its bytes, ``weaker`` says (or is None) why that identity is
-weaker than the code the system runs.
-
-* ``module:factory``: the module is found as the worker imports it (the working folder, then
-  ``sys.path``) without importing it here, so no user code runs in the harness. A module of a package
-  is known by every ``.py`` file of its top-level package (the unit a change usually spans); a
-  top-level module by its own file.
-* an object or a factory given in Python: its module's files, found the same way from the module it
-  was defined in. Anything it was built with (its arguments, its state) is not known.
-* code that has no file (defined in a notebook or ``__main__``): its source or compiled code when
-  Python can give it, else nothing.
-
-Files are read as the user's: only regular files, never a link's target that is not one (a FIFO
-would hang the read), at most ``MAX_FILES`` of them and ``MAX_BYTES`` each; past that the identity
-says so.
-"""
+A ``module:factory`` name is found as the worker imports it, without importing it here; a module of a
+package is known by every ``.py`` file of its top-level package. An object or factory given in Python is
+known by the module it was defined in (not what it was built with); code defined outside a file by its
+source or compiled code. Only regular files are read, at most ``MAX_FILES`` of ``MAX_BYTES`` each."""
 
 from __future__ import annotations
 

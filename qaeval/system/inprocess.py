@@ -1,7 +1,6 @@
-"""Adapter calls in this process (``isolation="none"``), on daemon threads, for stepping through an
-adapter under a debugger. Nothing is enforced: the adapter shares this process's memory, a timeout
-abandons its thread, and ``os._exit`` ends the harness. Every output of such a run says so.
-"""
+"""Adapter calls in this process (``isolation="none"``), on daemon threads, for a debugger. Nothing is
+enforced: the adapter shares this process's memory, a timeout abandons its thread, and ``os._exit`` ends
+the harness. Every output of such a run says so."""
 
 from __future__ import annotations
 
@@ -67,11 +66,9 @@ _adapter_output_captured = WhileAnyRun(_route_output, _put_back_output)
 def _build(spec: AdapterSpec) -> Any:
     try:
         adapter = spec.build_here()
-    except UsageError:
+    except (UsageError, KeyboardInterrupt):
         raise
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except BaseException as exc:  # noqa: BLE001  (whatever the factory raises is the user's to fix)
         raise UsageError(f"adapter {spec.label}: the factory {describe(exc)}") from None
     if not callable(getattr(adapter, "answer", None)):
         raise UsageError(f"the adapter ({type(adapter).__name__}) has no answer(case) method")
@@ -119,15 +116,8 @@ class _ThreadRun:
         now = time.perf_counter()
         for i, (case_id, t0) in list(self.started.items()):
             if i not in self.recorded and now - t0 >= self.timeout:
-                self.record(
-                    i,
-                    output_row(
-                        case_id,
-                        None,
-                        f"timed out after {self.timeout:g} s (isolation none: its thread was abandoned, not stopped)",
-                        now - t0,
-                    ),
-                )
+                why = f"timed out after {self.timeout:g} s (isolation none: its thread was abandoned, not stopped)"
+                self.record(i, output_row(case_id, None, why, now - t0))
                 self.spawn()  # the stuck thread keeps its slot busy; add one in its place
 
     def go(self, concurrency: int) -> None:

@@ -1,9 +1,5 @@
-"""A system that has already answered: the outputs a labelled set carries.
-
-A labelled set (``qaeval.data.labels``) holds, per line, a case, what some system answered and what
-people thought of it. ``load_labelled_set`` checks each answer against the output contract, as if a
-worker had sent it, and gives the frames calibration reads: the suite, the outputs and the labels.
-"""
+"""The outputs a labelled set carries (``qaeval.data.labels``): ``load_labelled_set`` checks each answer
+against the output contract, as if a worker had sent it, and gives the suite, outputs and labels."""
 
 from __future__ import annotations
 

@@ -1,33 +1,11 @@
-"""Driving a system adapter over a suite: isolated, concurrent, and every fault contained.
+"""Driving a system adapter over a suite: ``run_suite`` asks it for every case and returns one row per
+case, in suite order. With isolation "process" (the default) ``ProcessPool`` runs ``concurrency`` fresh
+worker interpreters (``qaeval.worker.serve``), each sent only what the system may see and replaced when
+it hangs, exits, crashes or breaks the protocol (docs/guides/boundary.md); with an ``executor`` the calls
+go through ``qaeval.system.remote``; with isolation "none" through ``qaeval.system.inprocess``.
 
-``run_suite(suite, adapter, settings)`` asks the adapter for every case and returns one row per case, in
-suite order, whatever order they finished in. ``settings`` is a ``RunSettings`` (``qaeval.core.settings``),
-its fields named as the parameter table names them. Three ways to carry the calls:
-
-isolation="process" (the default), here
-    ``concurrency`` worker processes, each a fresh interpreter (``qaeval.worker.serve``) that builds
-    the adapter once and answers the cases it is handed. A worker is sent only what the system may
-    see (an opaque id, the question, the sources); every label stays in this process. Its argv names
-    no data, its environment loses every variable that names the data folder as a path, its working
-    directory is a private scratch folder (``qaeval.worker.process``). Replies come back as
-    length-prefixed JSON messages, read without blocking, each under its case's deadline, each naming
-    the case it answers, and are validated here; nothing from a worker is ever unpickled. A worker
-    that does not build the adapter within ``startup_timeout`` is stopped; a case past ``timeout`` has
-    its worker killed (with its process group) and replaced; a worker that raises, exits
-    (``sys.exit``, ``os._exit``), crashes, answers for another case or sends too much costs only the
-    case it held, with the reason. What the adapter prints is captured per case (``logs``) and never
-    reaches this process's output.
-executor=... (``qaeval.system.remote``)
-    The same calls on any ``concurrent.futures.Executor`` (a Dask cluster's), ``concurrency`` at a
-    time; on the executor's side each adapter runs in a worker process of its own under the same rules.
-isolation="none" (``qaeval.system.inprocess``)
-    In this process, on daemon threads, for a debugger. Nothing is enforced, and the run says so.
-
-Why not a pool library: multiprocessing-based pools hand each worker the parent's ``sys.argv`` and
-import the parent's ``__main__`` into it, unpickle whatever a worker sends back, and either break the
-whole pool when one worker dies (``concurrent.futures``, loky) or lose a task whose worker exits with
-status 0 until its timeout (pebble). The boundary is the product's promise, so it is built here, on
-``subprocess`` and sockets.
+Not a pool library: those hand workers the parent's ``__main__``, unpickle what workers send back, and
+break the whole pool, or lose a task, when one worker dies.
 """
 
 from __future__ import annotations
@@ -59,17 +37,11 @@ from qaeval.worker.process import UserProcess, stopped_because
 
 STOP_GRACE = 1.0
 # A busy worker is handed its next case before it answers (one case queued in its socket), so it never
-# waits for this process to read a reply and send more: with 4 workers on 2 cores that wait was about a
-# third of the time the system took on 10,000 short cases. Only for a message of at most PREFETCH_BYTES and
-# a quarter of the socket's send buffer (Channel.room), so a send to a worker that is still busy never
-# blocks: the message it is on, if it has not read it, and the queued one always fit.
+# waits for this process to read a reply and send more. Only for a message of at most PREFETCH_BYTES and
+# a quarter of the socket's send buffer (Channel.room), so that send never blocks.
 PREFETCH_BYTES = 65_536
-# How often the loop asks whether a worker's process has ended (a waitpid per worker). A worker that
-# exits closes its socket, which wakes the wait at once; this catches one whose socket a descendant holds.
+# How often the loop asks whether a worker's process has ended: one whose socket a descendant holds open.
 EXIT_CHECK = 0.05
-
-
-# --------------------------------------------------------------------------- worker processes
 
 
 class _Worker:
@@ -136,8 +108,6 @@ class _PoolRun:
         finally:
             self.shutdown()
 
-    # ---- workers coming and going
-
     def start(self) -> None:
         proc = start_worker(self.pool.spec, self.pool.env, self.pool.sys_path, self.settings)
         self.workers.append(_Worker(proc, self.settings.startup_timeout))
@@ -158,9 +128,7 @@ class _PoolRun:
         elif w.state == "starting":
             self.start_failures += 1
             self.last_start_error = reason
-        w.proc.kill()
-        w.proc.reap(0.5)
-        w.proc.close()
+        w.proc.end(0.5)
         self.workers.remove(w)
         if self.undispatched and self.start_failures <= 2 * self.pool.size:
             self.start()
@@ -176,17 +144,13 @@ class _PoolRun:
         for w in self.workers:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 w.proc.popen.wait(max(0.0, deadline - time.monotonic()))
-            w.proc.kill()  # the group too: nothing the adapter started outlives the run
-            w.proc.reap(1.0)
-            w.proc.close()
+            w.proc.end(1.0)  # the group too: nothing the adapter started outlives the run
 
     def fail_undispatched(self) -> None:
         reason = f"the adapter could not start in a worker: {self.last_start_error or 'no reason given'}"
         for index, case in self.cases:
             self.done(index, output_row(case.id, None, reason, 0.0))
         self.cases.clear()
-
-    # ---- cases going out and answers coming back
 
     def give_back(self, index: int, case: GoldenCase) -> None:
         self.cases.appendleft((index, case))
@@ -339,9 +303,6 @@ class _PoolRun:
             self.read(w)  # what it sent before it went
             if w in self.workers:
                 self.broken(w, "exited", closed=True)
-
-
-# --------------------------------------------------------------------------- the runner
 
 
 def run_suite(

@@ -1,21 +1,12 @@
-"""The reference system: a deliberate, documented stand-in for a real RAG system (the default adapter,
-``qaeval.system.reference:make_adapter``).
+"""The reference system (the default adapter, ``qaeval.system.reference:make_adapter``): a deliberate,
+documented stand-in for a real RAG system. It retrieves lexically over the case's own sources, keeps those
+that clear a relevance floor, and quotes its best source verbatim, citing it; when nothing clears the floor
+it abstains without calling a model. So it is faithful and correctly cited by construction, fail-closed on
+out-of-corpus questions, weak on answer correctness and unable to do any multi-step case.
 
-It retrieves lexically over the case's own fixture (the share of the question's content words a
-source contains), keeps sources that clear a relevance floor, and "answers" by quoting its best
-source verbatim and citing it. When nothing clears the floor it abstains without calling a model.
-
-What that buys and costs is the honest profile qaeval should show: faithful and correctly cited by
-construction, fail-closed on out-of-corpus questions, weak on answer correctness (a quoted passage is
-not a short answer) and unable to do any multi-step case (it never combines two sources or computes).
-
-Given a corpus (its factory takes ``corpus``), a corpus case (one without sources) is answered by BM25
-over the whole corpus (``qaeval.system.retriever.CorpusRetriever``, SQLite FTS5), built once per worker
-or opened from the index cache keyed by the corpus's fingerprint (``INDEX_CACHE``: ``$QAEVAL_INDEX_CACHE``,
-else ``qaeval-index`` in the temporary folder), with the same relevance floor: an out-of-corpus question
-still abstains without a model call. It returns the passages it used. A case with its own sources is
-answered over them, as without a corpus.
-"""
+Given a corpus, a case without sources is answered by BM25 over the whole corpus
+(``qaeval.system.retriever``), with the same floor, its index built once per worker or opened from
+``INDEX_CACHE`` (``$QAEVAL_INDEX_CACHE``, else ``qaeval-index`` in the temporary folder)."""
 
 from __future__ import annotations
 
@@ -104,16 +95,20 @@ class ReferenceHub:
         if not retrieved:
             # Nothing grounds an answer: abstain, and spend no model call on empty context.
             return SUTOutput(abstained=True, model_was_called=False)
-        best = retrieved[0]
-        return SUTOutput(
-            answer=best.text,
-            citations=[Citation(best.id, best.text)],
-            retrieved_ids=[s.id for s in retrieved],
-            passages=[p for p in retrieved if isinstance(p, Passage)],
-            abstained=False,
-            model_was_called=True,
-            prompt_to_model=build_prompt(case.question, retrieved),
-        )
+        return quoting(retrieved[0], retrieved, build_prompt(case.question, retrieved))
+
+
+def quoting(best: Any, retrieved: list[Any], prompt: str, also: list[Citation] | None = None) -> SUTOutput:
+    """An answer that quotes ``best`` verbatim and cites it (then ``also``), the model called."""
+    return SUTOutput(
+        answer=best.text,
+        citations=[Citation(best.id, best.text), *(also or [])],
+        retrieved_ids=[s.id for s in retrieved],
+        passages=[p for p in retrieved if isinstance(p, Passage)],
+        abstained=False,
+        model_was_called=True,
+        prompt_to_model=prompt,
+    )
 
 
 INDEX_CACHE = Path(os.environ.get("QAEVAL_INDEX_CACHE") or Path(tempfile.gettempdir()) / "qaeval-index")

@@ -1,10 +1,7 @@
-"""Adapter calls on a ``concurrent.futures.Executor`` (a Dask cluster's, for scale-out).
-
-The executor runs ``answer_remote``, qaeval's own code; the adapter runs in a worker process that
-``RemoteWorkers`` starts beside it, with the same rules and deadlines as the local pool, so what the
-executor carries back is JSON text qaeval wrote, checked here like a socket reply. Nothing an adapter
-returns is unpickled by the harness.
-"""
+"""Adapter calls on a ``concurrent.futures.Executor`` (a Dask cluster's). The executor runs
+``answer_remote``, qaeval's own code; the adapter runs in a worker process ``RemoteWorkers`` starts beside
+it under the local pool's rules, so the executor carries back JSON text qaeval wrote, checked here like a
+socket reply."""
 
 from __future__ import annotations
 
@@ -69,22 +66,9 @@ class RemoteWorkers:
         spec = AdapterSpec("remote", json.loads(spec_json), lambda: None)
         proc = start_worker(spec, env, sys_path, settings)
         try:
-            ready = parse(
-                proc.channel.receive(
-                    time.monotonic() + settings.startup_timeout, ended=lambda: proc.popen.poll() is not None
-                ),
-                what="the worker",
-            )
+            ready = _reply(proc, time.monotonic() + settings.startup_timeout)
         except MessageError as exc:
-            why = (
-                f"did not start within {settings.startup_timeout:g} s (--startup-timeout)"
-                if exc.timed_out
-                else stopped_because(proc, str(exc), closed=exc.closed, starting=True)
-            )
-            proc.kill()
-            proc.reap(0.5)
-            proc.close()
-            return why, False
+            return _lost(proc, exc, f"did not start within {settings.startup_timeout:g} s (--startup-timeout)"), False
         if not (isinstance(ready, dict) and ready.get("ready") is True):
             error = ready.get("init_error") if isinstance(ready, dict) else None
             proc.stop()
@@ -107,24 +91,27 @@ class RemoteWorkers:
         deadline = time.monotonic() + settings.timeout
         try:
             proc.channel.send_message(encode_case(_as_payload(payload)), deadline)
-            reply = parse(
-                proc.channel.receive(deadline, ended=lambda: proc.popen.poll() is not None), what="the worker"
-            )
+            reply = _reply(proc, deadline)
             if not isinstance(reply, dict) or reply.get("id") != payload[0]:
                 raise MessageError("the worker sent a reply for another case")
         except MessageError as exc:
-            why = (
-                f"timed out after {settings.timeout:g} s (its worker was stopped)"
-                if exc.timed_out
-                else stopped_because(proc, str(exc), closed=exc.closed, starting=False)
-            )
-            proc.kill()
-            proc.reap(0.5)
-            proc.close()
+            why = _lost(proc, exc, f"timed out after {settings.timeout:g} s (its worker was stopped)", starting=False)
             return json.dumps({"id": payload[0], "error": why})
         with self._lock:
             self.idle.setdefault(spec_json, []).append(proc)
         return json.dumps(reply, allow_nan=False)
+
+
+def _reply(proc: UserProcess, deadline: float) -> Any:
+    """The worker's next message, parsed; MessageError when it breaks the protocol, exits or is late."""
+    return parse(proc.channel.receive(deadline, ended=lambda: proc.popen.poll() is not None), what="the worker")
+
+
+def _lost(proc: UserProcess, exc: MessageError, late: str, *, starting: bool = True) -> str:
+    """Why a worker failed (``late`` when it missed its deadline), once it is killed and cleaned up."""
+    why = late if exc.timed_out else stopped_because(proc, str(exc), closed=exc.closed, starting=starting)
+    proc.end(0.5)
+    return why
 
 
 def _as_payload(sent: list[Any]) -> Any:
@@ -166,15 +153,9 @@ def run_on_executor(
                 break
             index, case = item
             payload = make_payload(case)
+            limits = (settings.timeout, settings.startup_timeout, settings.max_reply_mb)
             try:
-                future = executor.submit(
-                    answer_remote,
-                    spec_json,
-                    list(payload),
-                    settings.timeout,
-                    settings.startup_timeout,
-                    settings.max_reply_mb,
-                )
+                future = executor.submit(answer_remote, spec_json, list(payload), *limits)
             except Exception as exc:  # noqa: BLE001  (a shut-down or broken executor)
                 done(index, output_row(case.id, None, f"the executor refused the call: {describe(exc)}", 0.0))
                 continue
@@ -204,15 +185,8 @@ def run_on_executor(
             if now - sent >= backstop:
                 future.cancel()
                 del in_flight[future]
-                done(
-                    index,
-                    output_row(
-                        case_id,
-                        None,
-                        f"the executor did not return the call within {backstop:g} s (it was abandoned)",
-                        now - sent,
-                    ),
-                )
+                why = f"the executor did not return the call within {backstop:g} s (it was abandoned)"
+                done(index, output_row(case_id, None, why, now - sent))
 
 
 def _executor_row(

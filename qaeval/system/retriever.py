@@ -1,37 +1,23 @@
 """BM25 over a whole corpus, for the reference system: SQLite FTS5, which ships with Python.
 
-``CorpusRetriever.build(corpus, cache_dir)`` streams the corpus once into an FTS5 index (contentless:
-the passage text stays in ``corpus.jsonl``; the index keeps postings and the id of each row) and writes it
-atomically to ``CACHE_DIR/fts5-<schema>-<corpus fingerprint>.sqlite``. The next build with the same
-corpus, in any process, opens that file instead of reading the corpus; a changed corpus has another
-fingerprint and so another file. Concurrent builders of one corpus take turns on a lock file, so four
-workers starting together build it once. Without ``cache_dir`` the index goes to a temporary file that
-``close()`` removes.
+``CorpusRetriever.build(corpus, cache_dir)`` streams the corpus once into a contentless FTS5 index written
+atomically to ``cache_dir/fts5-<schema>-<corpus fingerprint>.sqlite``, which later builds of the same
+corpus open instead (concurrent builders take turns on a lock file); without ``cache_dir`` the index is a
+temporary file ``close()`` removes. ``search(question, k, floor=...)`` returns ``[(passage_id, bm25)]``,
+best first. The question's words (qaeval's tokenizer, stopwords dropped) reach FTS5 only as quoted terms
+joined by OR, never as operators.
 
-``search(question, k, floor=...)`` ranks by FTS5's BM25 (Porter stemming, diacritics folded) and returns
-``[(passage_id, score)]``, best first, score = BM25 (higher is better). The question is never handed to
-FTS5's query parser as written: its words (qaeval's tokenizer, stopwords dropped) become quoted terms
-joined by OR, so quotes, ``NEAR``, ``AND``, ``*`` or ``:`` in a question are words, never operators.
-
-Common words. FTS5 computes BM25 for every passage that matches the expression (about 3 microseconds
-each), so one word found in 10,000 passages costs 30 ms a question, and ten times that on a corpus ten
-times larger. A word found in more than ``COMMON`` passages therefore takes no part in the ranking when
-the question has a rarer word (if every word is common, all of them rank): a frequency cutoff computed
-from the corpus, like Lucene's common-terms query. Such a word has a low IDF, so the ranking changes
-little (``benchmarks/bench_corpus.py`` prints the agreement with ranking on every word); it still counts
-in the floor below.
-
-The relevance floor. BM25 scores depend on corpus statistics and question length, so no BM25 threshold
-means the same thing on two corpora or as the per-case reference system's floor. The floor is therefore
-applied to ``coverage``, the share of the question's content terms a passage contains (title included):
-exactly the relevance ``qaeval.system.reference.lexical_scores`` computes over a case's own sources.
-BM25 proposes ``CANDIDATES * k`` passages; those below the floor are dropped; the first ``k`` survivors
-are returned. With the same floor (0.5), a question that would abstain over its case's fixture because no
-passage holds half its content terms abstains over the corpus for the same reason.
-"""
+A word found in more than ``COMMON`` passages takes no part in the ranking while the question has a rarer
+one (each match costs BM25 time; such a word has a low IDF anyway: ``benchmarks/bench_corpus.py``). BM25
+scores mean nothing across corpora, so the relevance floor applies to ``coverage`` (the share of the
+question's content terms a passage holds, as ``reference.lexical_scores`` computes over a case's sources)
+on the ``CANDIDATES * k`` passages BM25 proposes: a question that abstains over its fixture abstains over
+the corpus for the same reason."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
 import sqlite3
@@ -130,10 +116,8 @@ def _write_index(corpus: Corpus, target: Path) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -225,13 +209,7 @@ class CorpusRetriever:
         )
         if floor <= 0:
             return found
-        kept = []
-        for pid, score in found:
-            if coverage(question, self.corpus[pid]) >= floor:
-                kept.append((pid, score))
-                if len(kept) == k:
-                    break
-        return kept
+        return list(itertools.islice((hit for hit in found if coverage(question, self.corpus[hit[0]]) >= floor), k))
 
     def close(self) -> None:
         with self._lock:
@@ -240,7 +218,5 @@ class CorpusRetriever:
             db.close()
         self._local = threading.local()
         if self._temporary:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
-            except OSError:
-                pass

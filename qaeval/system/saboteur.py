@@ -1,19 +1,12 @@
-"""The demo saboteur: a hub with the three faults the gate exists to catch. Never the default.
-
-1. It keeps a stale answer cache from an earlier session and pastes the cached answer into its prompt
-   (a leak: the oracle string reaches the model from outside the retrieved context).
-2. It appends a "see also" citation to a source it never retrieved.
-3. It never abstains: when nothing clears the relevance floor it answers from its best guess anyway,
-   calling the model on empty context.
-
-Use it only to see the gate block: ``--adapter qaeval.system.saboteur:make_adapter``.
-"""
+"""The demo saboteur, never the default (``--adapter qaeval.system.saboteur:make_adapter``): a hub with
+the three faults the gate exists to catch. It pastes a stale cached answer into its prompt (a leak), cites
+a source it never retrieved, and never abstains, calling the model on empty context."""
 
 from __future__ import annotations
 
 from qaeval.core.text import normalize
 from qaeval.system.contract import CaseView, Citation, SUTOutput
-from qaeval.system.reference import ReferenceHub, build_prompt, lexical_scores
+from qaeval.system.reference import ReferenceHub, build_prompt, lexical_scores, quoting
 
 # Answers cached by an earlier session, keyed by normalised question. Stale by construction.
 STALE_CACHE = {
@@ -31,19 +24,11 @@ class BuggyHub(ReferenceHub):
         cached = STALE_CACHE.get(normalize(case.question))
         if cached:  # fault 1: the cached answer rides along in the prompt
             prompt += f"\n\nPreviously cached answer (reuse if it fits): {cached}"
-        citations = [Citation(best.id, best.text)]
         retrieved_ids = [s.id for s in retrieved]
         unretrieved = [s for s in case.sources if s.id not in retrieved_ids and s.id != best.id]
-        if unretrieved:  # fault 2: cite something that was never retrieved
-            citations.append(Citation(unretrieved[-1].id, best.text))
-        return SUTOutput(
-            answer=best.text,
-            citations=citations,
-            retrieved_ids=retrieved_ids,
-            abstained=False,
-            model_was_called=True,
-            prompt_to_model=prompt,
-        )
+        # fault 2: cite something that was never retrieved
+        also = [Citation(unretrieved[-1].id, best.text)] if unretrieved else []
+        return quoting(best, retrieved, prompt, also)
 
 
 def make_adapter() -> BuggyHub:

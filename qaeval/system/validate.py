@@ -1,8 +1,6 @@
 """What a system's output must be, checked field by field: ``validate_plain`` takes the plain JSON an
-adapter's worker sent and returns the output a run keeps, or every problem with its field named (a
-citation of a passage not retrieved, an abstention that cites, a passage past ``MAX_TEXT`` characters...).
-An output that breaks a rule fails its case; nothing is repaired or guessed.
-"""
+adapter's worker sent and returns the output a run keeps, or every problem with its field named. Nothing
+is repaired or guessed."""
 
 from __future__ import annotations
 
@@ -18,15 +16,7 @@ from qaeval.system.contract import MAX_PASSAGES, MAX_TEXT, output_to_plain
 def _type_name(value: Any) -> str:
     if isinstance(value, dict) and "__type__" in value:
         return str(value["__type__"])
-    return {
-        type(None): "NoneType",
-        dict: "dict",
-        list: "list",
-        str: "str",
-        bool: "bool",
-        int: "int",
-        float: "float",
-    }.get(type(value), type(value).__name__)
+    return type(value).__name__
 
 
 def _items(value: Any, kind: str) -> list[Any] | None:
@@ -121,9 +111,8 @@ def _retrieved(value: Any, passages: list[dict[str, Any]]) -> tuple[list[str], l
         return [], [f"retrieved_ids holds {len(items)} ids (limit {MAX_PASSAGES})"]
     if not all(isinstance(r, str) for r in items):
         return [], ["retrieved_ids must hold only strings"]
-    dupes = sorted(r for r, n in Counter(items).items() if n > 1) if len(set(items)) < len(items) else []
-    if dupes:
-        return [], [f"retrieved_ids lists {', '.join(repr(d) for d in dupes)} more than once"]
+    if repeated := _repeated("retrieved_ids", items):
+        return [], repeated
     retrieved = [sys.intern(r) for r in items]
     if passages and not retrieved:
         return [p["id"] for p in passages], []
@@ -199,11 +188,16 @@ def _passages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
         {"id": sys.intern(p["passage"]["id"]), "text": p["passage"]["text"], "title": p["passage"].get("title")}
         for p in items
     ]
-    ids = [p["id"] for p in passages]
-    dupes = sorted(i for i, n in Counter(ids).items() if n > 1) if len(set(ids)) < len(ids) else []
-    if dupes:
-        return [], [f"passages lists {', '.join(repr(d) for d in dupes)} more than once"]
+    if repeated := _repeated("passages", [p["id"] for p in passages]):
+        return [], repeated
     return passages, []
+
+
+def _repeated(name: str, ids: list[str]) -> list[str]:
+    if len(set(ids)) == len(ids):
+        return []
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
+    return [f"{name} lists {', '.join(repr(d) for d in dupes)} more than once"]
 
 
 def output_problems(output: Any) -> list[str]:

@@ -1,11 +1,7 @@
-"""What Linux gives the boundary around user code: a child that gives up ``CAP_SYS_PTRACE`` before any user
-code runs (``drop_ptrace``), and a harness that, for the duration of a run (``harness_guard``), is
-non-dumpable (so ``/proc/<harness>/mem``, ``fd/`` and ``environ`` cannot be opened by its children) and a
-child subreaper (so a descendant that escapes its process group is reparented to the harness and killed
-when the guard ends, ``sweep_escaped``). Elsewhere each is a no-op that says so.
-
-Nothing here imports pandas: the worker side imports this module too.
-"""
+"""What Linux gives the boundary: a child that gives up ``CAP_SYS_PTRACE`` before any user code runs
+(``drop_ptrace``), and a harness that, while ``harness_guard`` is held, is non-dumpable and a child
+subreaper, so a descendant that escapes its process group is killed when the guard ends. Elsewhere each
+is a no-op that says so. Nothing here imports pandas."""
 
 from __future__ import annotations
 
@@ -86,20 +82,14 @@ def not_dumpable() -> bool:
     return libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
-# --------------------------------------------------------------------------- guarding the harness
-
-# The user processes qaeval started and still runs (an adapter's worker, a judge's or the checks' host):
-# each is stopped by its owner, so a guard's sweep passes over them. Without this, closing one client
-# (a custom judge, whose guard was the outermost) killed another that was still in use (the checks').
+# The user processes qaeval started and still runs: each is stopped by its owner, so a guard's sweep
+# (when another client's guard ends) passes over them.
 _managed: set[int] = set()
 
 
 def managed(pid: int, running: bool) -> None:
     """Say that qaeval runs the user process ``pid`` (``running``) or has stopped or let go of it."""
-    if running:
-        _managed.add(pid)
-    else:
-        _managed.discard(pid)
+    (_managed.add if running else _managed.discard)(pid)
 
 
 def _children_of(pid: int) -> list[int]:
@@ -165,8 +155,6 @@ def _guard_end(saved: tuple[int, int, set[int]] | None) -> None:
         libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
-# For the duration of a run with user code out of process (Linux): the harness is non-dumpable and a child
-# subreaper; when the last guard ends every descendant that escaped is killed and both are put back as
-# they were. Guards share one state, nested or overlapping (runs in two threads of a notebook): the first
-# to begin sets it, the last to end puts it back, whichever ends first. Elsewhere a no-op.
+# While user code runs out of process (Linux): the harness is non-dumpable and a child subreaper; when
+# the last of the nested or overlapping guards ends, escaped descendants are killed and both flags put back.
 harness_guard = WhileAnyRun(_guard_begin, _guard_end)

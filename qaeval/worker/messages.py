@@ -1,19 +1,7 @@
-"""The one way the harness and a user-code process talk: length-prefixed messages over a socket.
-
-A *message* is a 4-byte big-endian length and that many bytes of JSON text (a case handed to a worker
-goes in ``marshal``'s format instead: ``encode_case``).
-
-- **Bounded reads.** The harness never blocks on a read: bytes are taken as they arrive
-  (``Channel.pump``) and a message is whole only when all of its announced bytes are in. A half-sent
-  message simply never completes; the caller's deadline then kills the process. A header that
-  announces more than the message limit kills it at once.
-- **Bounded parsing.** A message is parsed only when it holds at most ``MAX_CONTAINERS`` JSON objects
-  and arrays, so a reply cannot make the harness build millions of empty dicts.
-- **Bounded writes.** Sending waits at most until the deadline, so a process that stops reading cannot
-  block the harness.
-
-Nothing here imports pandas: the worker side imports this module too.
-"""
+"""Length-prefixed messages between the harness and a user-code process: a 4-byte big-endian length and
+that much JSON (a case to a worker goes in ``marshal``'s format: ``encode_case``). The harness's reads
+never block (``Channel.pump``), a header over the limit or more than ``MAX_CONTAINERS`` objects and
+arrays is refused before parsing, and a send waits at most until its deadline. No pandas here."""
 
 from __future__ import annotations
 
@@ -28,14 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct("!I")
-
-
 DEFAULT_MESSAGE_LIMIT = 8 * 1024 * 1024
-
-
 MAX_CONTAINERS = 200_000
-
-
 _READ_CHUNK = 1 << 16
 
 
@@ -56,18 +38,15 @@ def encode(message: Any) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-# A case goes to a worker as ``_CASE`` and the payload in ``marshal``'s format (strings and tuples): about
-# four times faster to write than JSON and two to three to read (``benchmarks/bench_boundary.py
-# --wire-only``), for the one message a run sends per case. Only this direction uses it: the worker, which
-# runs the same interpreter, reads what the harness wrote (trusted), while everything the worker sends
-# back is JSON, parsed strictly (``parse``).
+# A case goes to a worker as ``_CASE`` and the payload in ``marshal``'s format: several times faster than
+# JSON (``benchmarks/bench_boundary.py --wire-only``). Only this direction: the worker reads what the
+# harness wrote (trusted); what it sends back is JSON, parsed strictly (``parse``).
 _CASE = b"\x00"  # a JSON message starts with "{"
 
 
 def encode_case(payload: tuple[str, str, tuple[tuple[str, str, str | None], ...]]) -> bytes:
-    """The message that hands a worker one case (``{"case": payload}`` to ``read_message``). In JSON when a
-    field is not exactly a ``str`` (a case built in Python from a ``str`` subclass or ``numpy.str_``,
-    which marshal refuses or writes as bytes): the worker reads it as it read every case before."""
+    """The message that hands a worker one case (``{"case": payload}`` to ``read_message``); in JSON when a
+    field is not exactly a ``str`` (a subclass, or ``numpy.str_``, which marshal refuses or writes as bytes)."""
     opaque, question, sources = payload
     plain = (
         type(opaque) is str
@@ -181,10 +160,9 @@ class Channel:
             del self.buffer[: HEADER.size + size]
 
     def ask(self, message: dict[str, Any], deadline: float, *, what: str) -> Any:
-        """Send one request to a user-code host and read its reply, which must name the request it
-        answers: each request carries a fresh ``n`` that the host echoes as ``answers``. A reply that
-        answers another request (a second reply: code that forked, and whose copy replied too) is a
-        MessageError, so the caller fails that request and replaces the process, as for a broken message."""
+        """Send one request to a user-code host and read its reply, which must echo the request's fresh
+        ``n`` as ``answers``; a reply to another request (code that forked, whose copy replied too) is a
+        MessageError, as a broken message is."""
         import secrets
 
         nonce = secrets.token_hex(8)

@@ -1,12 +1,6 @@
-"""User code: resolving ``module:factory`` names, calling into it with every failure contained, and
-progress bars.
-
-Adapters, judges and notify hooks are the user's code and hostile until proven otherwise: they may
-raise, call ``sys.exit`` or print. ``contained`` runs such a call so that none of that decides a
-verdict or an exit code; only Ctrl-C (KeyboardInterrupt) passes through. Custom judges and notify
-hooks run in their own processes (``qaeval.host.clients``); the proxies that call them raise
-``UserCodeFailed`` with a finished description when the user's code failed over there.
-"""
+"""User code: resolving ``module:factory`` names, calling it with every failure contained
+(``contained``: only KeyboardInterrupt passes), and progress bars. Proxies of user code in other
+processes raise ``UserCodeFailed`` with a finished description."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -87,14 +81,12 @@ def resolve(name: str, *, what: str, want_callable: bool = True) -> Any:
     try:
         with _importable_here():
             module = importlib.import_module(module_name)
-    except QaevalError:
+    except (QaevalError, KeyboardInterrupt):
         raise
     except ImportError as exc:
         hint = _file_hint(module_name, attr) or _search_hint(module_name, exc)
         raise UsageError(f"{what} {name!r}: cannot import module {module_name!r} ({exc}){hint}") from None
-    except BaseException as exc:  # a module that fails (or exits) while importing is still the user's to fix
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except BaseException as exc:  # noqa: BLE001  (a module that fails or exits while importing is the user's)
         raise UsageError(f"{what} {name!r}: importing {module_name!r} {_did(exc)}") from None
     target: Any = module
     for part in attr.split("."):
@@ -138,6 +130,29 @@ def contained(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> t
         return False, f"{what} {_did(exc)}"
 
 
+def pickled(obj: Any, *, cannot: str) -> dict[str, str]:
+    """``{"pickle": base64 cloudpickle}`` of ``obj``, for a process to build it from (``unpickle``); a
+    UsageError when it cannot be pickled (``cannot``, its ``{}`` filled with why)."""
+    import base64
+
+    import cloudpickle
+
+    try:
+        blob = cloudpickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001  (whatever pickling raises means it cannot be shipped)
+        raise UsageError(cannot.format(describe(exc))) from None
+    return {"pickle": base64.b64encode(blob).decode()}
+
+
+def unpickle(spec: Mapping[str, str]) -> Any:
+    """The object a ``{"pickle": base64 cloudpickle}`` spec carries."""
+    import base64
+
+    import cloudpickle
+
+    return cloudpickle.loads(base64.b64decode(spec["pickle"]))
+
+
 def build(factory: Any, *, what: str, settings: Any = None) -> Any:
     """Build a plugin from a ``module:factory`` name or a factory. A factory with a ``settings``
     parameter is given ``settings``; a factory that raises or exits is a usage error naming it."""
@@ -155,15 +170,10 @@ def build(factory: Any, *, what: str, settings: Any = None) -> Any:
         pass
     try:
         return fn(**kwargs)
-    except QaevalError:
-        raise
-    except KeyboardInterrupt:
+    except (QaevalError, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001  (whatever a factory raises is the user's to fix)
         raise UsageError(f"{what} factory {label!r} {_did(exc)}") from None
-
-
-# --------------------------------------------------------------------------- progress
 
 
 def _in_notebook() -> bool:

@@ -1,19 +1,7 @@
-"""A process that runs user code, and the one way the harness talks to it.
-
-Adapters, custom judges and notify hooks are the user's code. Each runs in a fresh interpreter started
-here, and talks to the harness in messages (``qaeval.worker.messages``: bounded reads, bounded
-parsing, bounded writes). This module owns the rest of the rules every such process gets:
-
-- **What the process is given.** Its environment loses every variable whose value names the data
-  folder as a path (``confined_env``), its working directory is a private scratch folder, its
-  argv names no data, and (Linux) it drops ``CAP_SYS_PTRACE`` before any user code runs, so even as
-  root it cannot read the harness's memory once the harness is non-dumpable.
-- **What the harness does meanwhile** (Linux): it is non-dumpable and a child subreaper, so a
-  descendant that escapes its process group is killed when the run ends. Both Linux parts live in
-  ``qaeval.worker.hardening``.
-
-Nothing here imports pandas: the worker side imports this module too.
-"""
+"""A process that runs user code (an adapter's worker, a judge's, hook's or checks' host): a fresh
+interpreter whose environment loses every variable naming the data folder as a path (``confined_env``),
+whose working directory is a private scratch folder and whose argv names no data, talking to the harness
+in messages (``qaeval.worker.messages``). Nothing here imports pandas."""
 
 from __future__ import annotations
 
@@ -31,8 +19,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from qaeval.worker.hardening import managed
 from qaeval.worker.messages import DEFAULT_MESSAGE_LIMIT, Channel, MessageError
 
-# --------------------------------------------------------------------------- the child's side
-
 
 def watch_parent(parent: int) -> None:
     """Run on a daemon thread in a child: exit when the harness that started it is gone."""
@@ -40,9 +26,6 @@ def watch_parent(parent: int) -> None:
         time.sleep(1.0)
         if os.getppid() != parent:
             os._exit(3)
-
-
-# --------------------------------------------------------------------------- the harness's side
 
 
 def _path_tokens(value: str) -> Iterator[str]:
@@ -74,9 +57,7 @@ def hidden_folders(data_dir: str | os.PathLike[str] | None) -> list[str]:
 
 
 def environ_now(tries: int = 100) -> dict[str, str]:
-    """A copy of ``os.environ`` taken whole while another thread may be changing it: MLflow 3's telemetry
-    thread sets and removes a variable of its own at any moment, and a copy that met the change midway
-    raised KeyError (or RuntimeError), which stopped the run."""
+    """A copy of ``os.environ`` taken whole while another thread (MLflow's telemetry) may be changing it."""
     for _ in range(tries):
         try:
             return dict(os.environ)
@@ -95,24 +76,18 @@ def confined_env(environ: Mapping[str, str], folders: list[str]) -> dict[str, st
 
 def scrub_sys_path(paths: Iterable[str], folders: list[str], here: str) -> list[str]:
     """``sys.path`` for a child: absolute, and without entries inside the data folder."""
-    out = []
-    for p in paths:
-        full = os.path.abspath(p) if p else here
-        if not _names_folder(full, folders):
-            out.append(full)
-    return out
+    full = [os.path.abspath(p) if p else here for p in paths]
+    return [p for p in full if not _names_folder(p, folders)]
 
 
 LAUNCHED_FROM = "QAEVAL_LAUNCHED_FROM"  # the folder qaeval was run from, as a child process is told it
 
 
 def child_launch(data_dir: str | os.PathLike[str] | None) -> tuple[dict[str, str], list[str]]:
-    """The environment and ``sys.path`` of every process that runs user code (an adapter's worker, a judge's
-    or a hook's host): nothing that names the data folder, qaeval importable, and the working directory
-    first when this process's path has neither it nor "", so ``module:factory`` names resolve from the
-    folder qaeval was run from whether it was started as ``python -m qaeval`` or as the ``qaeval``
-    command (whose path starts with its own folder instead). ``QAEVAL_LAUNCHED_FROM`` tells the child that
-    folder (empty when it is the data folder, which the child's path leaves out)."""
+    """The environment and ``sys.path`` of every process that runs user code: nothing that names the data
+    folder, qaeval importable, and the working directory first when this process's path has neither it
+    nor "" (the ``qaeval`` command), so ``module:factory`` names resolve from the folder qaeval was run
+    from. ``QAEVAL_LAUNCHED_FROM`` tells the child that folder (empty when it is the data folder)."""
     folders = hidden_folders(data_dir)
     env = confined_env(environ_now(), folders)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,22 +97,19 @@ def child_launch(data_dir: str | os.PathLike[str] | None) -> tuple[dict[str, str
     if here not in paths and "" not in paths:
         paths.insert(0, here)
     scrubbed = scrub_sys_path(paths, folders, here)
-    # for "cannot import module" messages (the child runs in a scratch folder); empty when it is hidden
     env[LAUNCHED_FROM] = here if here in scrubbed else ""
     return env, scrubbed
 
 
 class UserProcess:
-    """One fresh interpreter running ``python -m MODULE FD`` with the rules above: its own process
-    group, a private scratch working directory, a confined environment, stdout discarded and stderr
-    kept (the last lines explain a start-up failure)."""
+    """``python -m MODULE FD`` in a fresh interpreter: its own process group, a private scratch working
+    directory, the confined environment, stdout discarded, stderr kept (it explains a start-up failure)."""
 
     def __init__(
         self, module: str, *, env: Mapping[str, str], limit: int = DEFAULT_MESSAGE_LIMIT, what: str = "the process"
     ) -> None:
         parent_end, child_end = socket.socketpair()
-        # Blocking, whatever the caller's socket.setdefaulttimeout() (a notebook's, say) made it: the child
-        # inherits the descriptor's flags, and a non-blocking read with nothing there ended its loop.
+        # blocking whatever socket.setdefaulttimeout() says: the child inherits the descriptor's flags
         child_end.setblocking(True)
         self.scratch = tempfile.mkdtemp(prefix="qaeval-scratch-")
         try:
@@ -195,10 +167,7 @@ class UserProcess:
     def close(self) -> None:
         managed(self.popen.pid, False)
         self.channel.close()
-        if self.stderr is not None:
-            with contextlib.suppress(OSError):
-                self.stderr.close()
-            self.stderr = None
+        self.started()  # closes its stderr
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def stop(self, grace: float = 1.0) -> None:
@@ -207,8 +176,12 @@ class UserProcess:
             self.channel.send({"stop": True}, time.monotonic() + min(grace, 0.2))
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(grace)
+        self.end(1.0)
+
+    def end(self, wait: float) -> None:
+        """Kill it with its group, reap it (``wait``: as ``reap``) and clean up."""
         self.kill()
-        self.reap(1.0)
+        self.reap(wait)
         self.close()
 
     def stderr_tail(self) -> str:
@@ -227,14 +200,13 @@ class UserProcess:
         if self.stderr is not None:
             with contextlib.suppress(OSError):
                 self.stderr.close()
-            self.stderr = None
+        self.stderr = None
 
 
 def stopped_because(proc: UserProcess, reason: str, *, closed: bool, starting: bool) -> str:
-    """Why a worker is stopped, said as what happened first: it broke the framing (``reason``, whatever became
-    of its process since), or went away (``closed``: its socket closed or its process ended). A process
-    whose socket closed is given half a second to exit on its own; one still running hung up. ``starting``:
-    it had not built the adapter yet (what it printed is added)."""
+    """Why a worker is stopped: it broke the framing (``reason``), or went away (``closed``: its socket
+    closed or its process ended; given half a second to exit, one still running hung up). ``starting``: it
+    had not built the adapter yet (what it printed is added)."""
     if not closed:
         return f"{reason} (it was stopped)"
     code = proc.exit_code(0.5)

@@ -1,33 +1,18 @@
-"""The worker side of the process boundary: ``python -m qaeval.worker.serve FD``.
+"""The adapter's worker process: ``python -m qaeval.worker.serve FD`` (started by
+``qaeval.system.pool`` through ``qaeval.worker.process.UserProcess``). It drops ``CAP_SYS_PTRACE`` before any
+user code is imported and talks to the harness over socket FD only:
 
-A worker is a fresh interpreter started by the harness (``qaeval.system.pool``, through
-``qaeval.worker.process.UserProcess``). It inherits nothing of the harness's memory: its argv names no
-data, its environment has had every variable that names the data folder removed, its working directory
-is a private scratch folder, and before any user code is imported it gives up ``CAP_SYS_PTRACE``
-(Linux), so it cannot read the harness's memory. It talks to the harness over one socket (file
-descriptor FD) in length-prefixed messages (``qaeval.worker.messages``), and nothing else:
-
-    harness -> worker   {"setup": {...}}            once: the adapter to build, sys.path, the limits and,
-                                                    for a suite with a corpus, the path of its copy in
-                                                    the worker's scratch folder
-                        {"case": (opaque_id, question, ((id, text, title), ...))}   one per case, in
-                                                    marshal's format (``process.encode_case``)
+    harness -> worker   {"setup": {...}}   once: the adapter, sys.path, the limits, the corpus copy's path
+                        {"case": (opaque_id, question, ((id, text, title), ...))}   in marshal's format
                         {"stop": true}
     worker -> harness   {"ready": true, "logs": "..."}   or   {"init_error": "...", "usage": bool}
-                        {"id": opaque_id, "output": {...plain data...}, "logs": "..."}
-                        or {"id": opaque_id, "error": "...", "logs": "..."}
+                        {"id": opaque_id, "output": {...}, "logs": "..."}   or   {"id": ..., "error": "...", "logs": ...}
 
-Every reply names the opaque id it answers; the harness enforces every limit again on what it receives.
-File descriptors 1 and 2 are pointed at a scratch file before the adapter is built, so nothing the
-adapter prints (``print``, ``os.write(1, ...)``, a C library's ``printf``) reaches the harness's
-terminal; after each case the last ``log_limit`` characters are sent back with its result. The
-worker ends with ``os._exit`` after its last case, so a thread the adapter left running cannot keep it
-alive, and it exits by itself when the harness goes away.
-"""
+What the adapter prints goes to a scratch file (file descriptors 1 and 2); the last ``log_limit``
+characters go back with each case. It ends with ``os._exit``, and by itself when the harness goes away."""
 
 from __future__ import annotations
 
-import base64
 import inspect
 import io
 import os
@@ -36,8 +21,6 @@ import sys
 import tempfile
 import threading
 from typing import Any
-
-# --------------------------------------------------------------------------- building the adapter
 
 
 def call_factory(factory: Any, corpus: Any) -> Any:
@@ -66,14 +49,12 @@ def build_adapter(spec: dict[str, Any], corpus: Any = None) -> Any:
     adapter object or a factory}. A factory with a ``corpus`` parameter gets ``corpus`` (a read-only
     ``qaeval.Corpus``, or None when the suite has none)."""
     from qaeval.core.errors import UsageError
-    from qaeval.worker.plugins import resolve
+    from qaeval.worker.plugins import resolve, unpickle
 
     if "name" in spec:
         obj = call_factory(resolve(spec["name"], what="adapter"), corpus)
     else:
-        import cloudpickle
-
-        obj = cloudpickle.loads(base64.b64decode(spec["pickle"]))
+        obj = unpickle(spec)
         if is_factory(obj):
             obj = call_factory(obj, corpus)
     if not is_adapter_object(obj):
@@ -144,7 +125,12 @@ def with_traceback(logs: str, reply: dict[str, Any]) -> str:
     return f"{logs}{chr(10) if logs and not logs.endswith(chr(10)) else ''}{trace}" if trace else logs
 
 
-# --------------------------------------------------------------------------- output capture
+def _flush(*streams: Any) -> None:
+    for stream in streams:
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
+            pass
 
 
 class FdCapture:
@@ -154,18 +140,12 @@ class FdCapture:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.file = tempfile.TemporaryFile(prefix="qaeval-worker-log-")
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
-                pass
+        _flush(sys.stdout, sys.stderr)
         os.dup2(self.file.fileno(), 1)
         os.dup2(self.file.fileno(), 2)
-        self.stdout = io.TextIOWrapper(
-            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
-        )
-        self.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        self.stdout, self.stderr = (
+            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True)
+            for fd in (1, 2)
         )
         self.restore()
         try:
@@ -179,11 +159,7 @@ class FdCapture:
         sys.stdout, sys.stderr = self.stdout, self.stderr
 
     def take(self) -> str:
-        for stream in {id(s): s for s in (sys.stdout, sys.stderr, self.stdout, self.stderr)}.values():
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001  (a stream the adapter replaced may fail to flush)
-                pass
+        _flush(*{id(s): s for s in (sys.stdout, sys.stderr, self.stdout, self.stderr)}.values())
         if self._fflush is not None:
             try:
                 self._fflush(None)
@@ -206,21 +182,14 @@ class FdCapture:
         return note + text[len(text) - keep :]
 
 
-# --------------------------------------------------------------------------- the worker process
-
-
 def _send(sock: Any, message: dict[str, Any], limit: int) -> None:
     from qaeval.worker.messages import HEADER, encode
 
     data = encode(message)
     if len(data) - HEADER.size > limit:
-        data = encode(
-            {k: v for k, v in message.items() if k == "id"}
-            | {
-                "error": f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)",
-                "logs": str(message.get("logs", ""))[-1000:],
-            }
-        )
+        too_big = f"the adapter's reply is {len(data) - HEADER.size} bytes; the limit is {limit} (--max-reply-mb)"
+        logs = str(message.get("logs", ""))[-1000:]
+        data = encode({k: v for k, v in message.items() if k == "id"} | {"error": too_big, "logs": logs})
     sock.sendall(data)
 
 
