@@ -46,7 +46,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class CaseFailed(Exception):
-    """A golden case's (or the gate's) failure, shown as its text alone."""
+    """A golden case's (or the gate's) failure, shown as its text alone (``text``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
 
 
 class _Runs:

@@ -148,6 +148,7 @@ class FakeJudgeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.failures_sent = 0
+        self._count = 0  # requests numbered from 1, whatever a caller does to ``requests``
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", port), self._handler())
 
@@ -196,8 +197,9 @@ class FakeJudgeServer:
     def _admit(self, body: dict[str, Any], headers: list[tuple[str, str]]) -> int:
         """Record one request as it arrives (counted, kept, in flight); its number, from 1."""
         with self._lock:
+            self._count += 1
+            number = self._count
             self.requests.append(body)
-            number = len(self.requests)
             self.headers.append({k.lower(): v for k, v in headers})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)

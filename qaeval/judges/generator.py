@@ -177,13 +177,12 @@ class OpenAIGenerator(ChatClient):
     thread_safe = True  # generate() may be called from several threads at once
 
     def __init__(self, settings: JudgeSettings, model: str) -> None:
-        endpoint = self._connect(
-            "generator", settings.base_url, settings.api_key, settings.max_retries, settings.timeout
-        )
+        self._need_sdk("generator")
         if not model:
             raise UsageError(
                 "no generator model: set QAEVAL_GENERATOR_MODEL (or QAEVAL_JUDGE_MODEL) or pass --generator-model"
             )
+        endpoint = self._connect(settings.base_url, settings.api_key, settings.max_retries, settings.timeout)
         self.config = GeneratorConfig(
             name="openai", model=model, temperature=settings.temperature, seed=settings.seed, base_url=endpoint
         )
@@ -206,10 +205,10 @@ class OpenAIGenerator(ChatClient):
                 return reply
             assert self.cache is not None
             self.cache.forget(key)
-        completion, failed = self._complete("generator", request.messages, RESPONSE_FORMAT)
-        if failed:
-            return GenerationReply(request.request_id, error=failed)
         try:
+            completion, failed = self._complete("generator", request.messages, RESPONSE_FORMAT)
+            if failed:
+                return GenerationReply(request.request_id, error=failed)
             text = completion.choices[0].message.content or ""
         except (IndexError, AttributeError, TypeError):
             return GenerationReply(request.request_id, error="a completion without a message")

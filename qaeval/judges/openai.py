@@ -48,16 +48,17 @@ class ChatClient:
     """What the HTTP judge and the built-in generator share: the SDK's client, the whole-call deadline
     (``timeout``), the calls made and whether the server takes structured output."""
 
-    def _connect(
-        self, what: str, base_url: str | None, api_key: str | None, max_retries: int, timeout: float
-    ) -> str | None:
-        """Make the client; its endpoint without credentials."""
+    def _need_sdk(self, what: str) -> None:
+        """The SDK, or a usage error that says how to install it: the first thing the constructors check."""
         try:
             import openai
         except ImportError:
             raise UsageError(f"the OpenAI {what} needs the openai package: {install_extra('openai')}") from None
         self._openai: Any = openai
-        self._client = openai.OpenAI(
+
+    def _connect(self, base_url: str | None, api_key: str | None, max_retries: int, timeout: float) -> str | None:
+        """Make the client, once the arguments are checked; its endpoint without credentials."""
+        self._client = self._openai.OpenAI(
             base_url=base_url, api_key=api_key or "unused-by-local-servers", max_retries=max_retries, timeout=timeout
         )
         self.timeout = timeout  # the whole call's deadline, retries included
@@ -110,11 +111,12 @@ class OpenAIJudge(ChatClient):
         rubric_version: str = RUBRIC_VERSION,
         show_progress: bool | None = None,
     ) -> None:
-        endpoint = self._connect("judge", base_url, api_key, max_retries, timeout)
+        self._need_sdk("judge")
         if not model:
             raise UsageError("no judge model: set QAEVAL_JUDGE_MODEL or pass --judge-model")
         if concurrency < 1:
             raise UsageError("judge concurrency must be at least 1")
+        endpoint = self._connect(base_url, api_key, max_retries, timeout)
         self.config = JudgeConfig(
             name="openai",
             model=model,

@@ -19,7 +19,6 @@ from qaeval.data.cases import GoldenCase, Source
 from qaeval.data.corpus import MAX_PASSAGE_CHARS, Passage
 
 
-@dataclass(unsafe_hash=True, slots=True)
 class Citation:
     """One citation: the source the SUT points at and the part of its answer that source supports.
 
@@ -32,8 +31,23 @@ class Citation:
             grounding checks weigh it against the passage's text.
     """
 
-    source_id: str
-    claim: str = ""
+    __slots__ = ("source_id", "claim")
+
+    def __init__(self, source_id: str, claim: str = "") -> None:
+        self.source_id = source_id
+        self.claim = claim
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Citation) and (self.source_id, self.claim) == (other.source_id, other.claim)
+
+    def __hash__(self) -> int:
+        return hash((self.source_id, self.claim))
+
+    def __repr__(self) -> str:
+        return f"Citation(source_id={self.source_id!r}, claim={self.claim!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Citation, (self.source_id, self.claim))
 
 
 @dataclass
@@ -99,6 +113,7 @@ class CaseView:
 
     @property
     def id(self) -> str:
+        """An opaque token, stable within one run, unrelated to the readable case id."""
         return self._id
 
     @property
