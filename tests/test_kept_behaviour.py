@@ -90,3 +90,28 @@ def test_a_failed_case_carries_its_text_for_the_pytest_report():
     from qaeval.pytest_plugin import CaseFailed
 
     assert CaseFailed("single-0001: answer missing").text == "single-0001: answer missing"
+
+
+def test_settings_from_params_read_only_the_parameter_table():
+    """``from_params`` takes a command's checked parameters: a key that is no parameter (``bootstrap_seed``,
+    ``executor_label``) is not read, and ``adaptive`` is a bool whatever was given."""
+    from qaeval.lowlevel import RunSettings
+
+    s = RunSettings.from_params({"bootstrap_seed": 7, "executor_label": "mine", "adaptive": 0, "trials": 3})
+    assert (s.bootstrap_seed, s.executor_label, s.trials) == (0, None, 3)
+    assert s.adaptive is False
+
+
+def test_a_judge_memo_entry_is_compared_and_hashed_by_identity():
+    from qaeval.scoring.judge import JudgeResponse, MemoEntry
+
+    a, b = MemoEntry(JudgeResponse("c")), MemoEntry(JudgeResponse("c"))
+    assert a != b and len({a, b}) == 2
+
+
+def test_the_langchain_adapter_does_not_show_the_users_chain_in_its_repr():
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed (pip install -e '.[langchain]')")
+    from qaeval.integrations.langchain import LangChainAdapter
+
+    shown = repr(LangChainAdapter(lambda r: r))
+    assert shown.startswith("<qaeval.integrations.langchain.LangChainAdapter object at "), shown

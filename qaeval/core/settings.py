@@ -41,9 +41,9 @@ def _table(name: str) -> Any:
 
 def _from_params(cls: type[T], p: Mapping[str, Any], **computed: Any) -> T:
     """``cls`` with each field the parameter of its name holds; a parameter left to None (or one the
-    command does not take) keeps the field's default, which is the table's. ``computed``: fields that are
-    not a parameter as it stands."""
-    names = [name for name in cls.__dataclass_fields__ if name not in computed]  # type: ignore[attr-defined]
+    command does not take) keeps the field's default, which is the table's; a field that is no parameter
+    of the table is never read from ``p``. ``computed``: fields that are not a parameter as it stands."""
+    names = [name for name in cls.__dataclass_fields__ if name in P.BY_NAME and name not in computed]  # type: ignore[attr-defined]
     return cls(**{name: p[name] for name in names if p.get(name) is not None}, **computed)
 
 
@@ -115,7 +115,7 @@ class RunSettings:
         Returns:
             The settings, their rules checked.
         """
-        return _from_params(cls, p, show_progress=p.get("progress"))
+        return _from_params(cls, p, adaptive=bool(p.get("adaptive")), show_progress=p.get("progress"))
 
     @property
     def max_reply_bytes(self) -> int:

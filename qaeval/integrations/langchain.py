@@ -232,7 +232,7 @@ def to_output(answer: str, documents: Sequence[Document], prompts: Sequence[str]
 # --------------------------------------------------------------------------- the adapter
 
 
-@dataclass(eq=False)  # compared and hashed by identity, as any adapter
+@dataclass(eq=False, repr=False)  # compared, hashed and shown by identity, as any adapter
 class LangChainAdapter:
     """Answers a case by running the chain with the case's retriever (see the module's docstring)."""
 

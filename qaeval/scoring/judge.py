@@ -382,7 +382,7 @@ def call_judge(judge: JudgeClient, requests: Sequence[JudgeRequest]) -> list[Any
     return responses
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared and hashed by identity
 class MemoEntry:
     """A response a run already has for a request's content, and how often scoring has used it."""
 
