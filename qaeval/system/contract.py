@@ -11,8 +11,7 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
-import threading
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -154,36 +153,10 @@ def _fill(view: CaseView, opaque_id: str, question: str, sources: tuple[Source, 
 Payload = tuple[str, str, tuple[tuple[str, str, "str | None"], ...]]
 
 
-class _OpaqueIds:
-    """Fresh random opaque ids (16 hex digits from ``os.urandom``, as ``secrets.token_hex(8)`` draws them),
-    drawn 512 at a time: one system call per 512 cases instead of one per case, each of which let the
-    run's other threads take the interpreter from the thread handing cases out."""
-
-    def __init__(self) -> None:
-        self.forked()
-
-    def forked(self) -> None:
-        """A fresh start: a forked child never hands out its parent's ids, nor waits on its lock."""
-        self._lock = threading.Lock()
-        self._left: list[str] = []
-
-    def __call__(self) -> str:
-        with self._lock:
-            if not self._left:
-                drawn = os.urandom(8 * 512).hex()
-                self._left = [drawn[i : i + 16] for i in range(0, len(drawn), 16)]
-            return self._left.pop()
-
-
-_opaque_id = _OpaqueIds()
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_opaque_id.forked)
-
-
 def make_payload(case: GoldenCase) -> Payload:
     """What crosses the boundary for one case: a fresh random opaque id, the question and the sources,
     as plain tuples. The caller keeps the mapping from the opaque id back to the case."""
-    return (_opaque_id(), case.question, tuple((s.id, s.text, s.title) for s in case.sources))
+    return (secrets.token_hex(8), case.question, tuple((s.id, s.text, s.title) for s in case.sources))
 
 
 def view_of(payload: Payload) -> CaseView:
