@@ -249,9 +249,12 @@
       answers.forEach(function (a) { box.appendChild(el("p", "qx-answer", a)); });
       return box;
     }
+    var shownId = null;
     function showCase(id) {
       var c = byId[id];
-      if (!c) { detail.hidden = true; return false; }
+      if (!c) { detail.hidden = true; shownId = null; return false; }
+      if (id === shownId && !detail.hidden) return true;  // the click drew it; its fragment's hashchange follows
+      shownId = id;
       detail.textContent = "";
       detail.hidden = false;
       detail.appendChild(el("h3", null, c.id + " \u00b7 " + c.r));
